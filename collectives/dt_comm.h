@@ -1,0 +1,284 @@
+/*
+ * dt_comm.h — the public interface of dtrain's collectives layer.
+ *
+ * A communicator (dt_comm) joins `world_size` ranks through a rendezvous
+ * store, builds a full mesh of authenticated TCP connections, and runs
+ * Gloo-style collectives over them. Every operation exists twice:
+ *
+ *   dt_allreduce_async(comm, ..., &work)   enqueue, return at once
+ *   dt_allreduce(comm, ...)                enqueue + dt_work_wait
+ *
+ * Ordering contract (the same as Gloo's and NCCL's): every rank submits the
+ * same collectives in the same order. The n-th collective submitted on one
+ * rank meets the n-th on every other rank; its sequence number (#n in error
+ * messages) is that position. A rank that disagrees (another op, another
+ * count, dtype, reduction or root) gets DT_EPROTO with both sides' view.
+ *
+ * Threads: the API may be called from one thread at a time per communicator
+ * (dt_comm_abort from any thread, at any time). Each communicator owns two
+ * threads of its own: an I/O thread running a libuv loop, and an executor
+ * that runs the algorithms in submission order. Nothing is global; several
+ * communicators (or several ranks of one job, as threads) share a process.
+ *
+ * Costs below use the α-β model: α = per-message latency, β = seconds per
+ * byte, n = bytes of the whole buffer, p = world size.
+ *
+ *   allreduce       ring: 2(p-1)α + 2((p-1)/p)nβ; recursive doubling for
+ *                   small n: ⌈log2 p⌉α + ⌈log2 p⌉nβ
+ *   reduce_scatter  ring: (p-1)α + ((p-1)/p)nβ        (n = p·recvcount·size)
+ *   allgather(v)    ring: (p-1)α + ((p-1)/p)nβ        (n = whole output)
+ *   broadcast       binomial tree ⌈log2 p⌉(α + nβ) for small n;
+ *                   pipelined chain (p-1+k)(α + nβ/k) with k segments
+ *   reduce          binomial tree ⌈log2 p⌉(α + nβ)
+ *   gather/scatter  linear at the root: (p-1)α + ((p-1)/p)nβ
+ *   alltoall        pairwise exchange: (p-1)α + ((p-1)/p)nβ
+ *   barrier         dissemination: ⌈log2 p⌉α
+ *   send/recv       α + nβ
+ */
+#ifndef DT_COMM_H
+#define DT_COMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- status, dtypes, reductions ------------------------------------------ */
+
+typedef enum dt_status {
+    DT_OK = 0,
+    DT_EINVAL,    /* a bad argument; nothing was sent */
+    DT_ETIMEDOUT, /* an op or the rendezvous passed its deadline */
+    DT_EPEER,     /* a peer died or its connection failed */
+    DT_EPROTO,    /* ranks disagree about an op, or a peer spoke garbage */
+    DT_EABORTED,  /* dt_comm_abort was called */
+    DT_ESTORE,    /* the rendezvous store is unusable */
+    DT_ESYS,      /* a system call failed */
+    DT_ENOMEM,
+} dt_status;
+
+const char *dt_status_name(dt_status s); /* "DT_ETIMEDOUT" */
+
+typedef enum dt_dtype {
+    DT_F32, DT_F64, DT_F16, DT_BF16, DT_I8, DT_U8, DT_I32, DT_I64,
+    DT_NUM_DTYPES
+} dt_dtype;
+
+typedef enum dt_redop {
+    DT_SUM, DT_PROD, DT_MIN, DT_MAX, DT_AVG, DT_BAND, DT_BOR, DT_BXOR,
+    DT_NUM_REDOPS
+} dt_redop;
+
+size_t dt_dtype_size(dt_dtype t);          /* bytes per element; 0 if unknown */
+const char *dt_dtype_name(dt_dtype t);     /* "f32" */
+const char *dt_redop_name(dt_redop op);    /* "sum" */
+bool dt_redop_supports(dt_redop op, dt_dtype t); /* band/bor/bxor: integers */
+/* Parse "f32"/"bf16"/... and "sum"/"max"/...; false if not a name. */
+bool dt_dtype_parse(const char *name, dt_dtype *out);
+bool dt_redop_parse(const char *name, dt_redop *out);
+
+/* ---- rendezvous store ----------------------------------------------------- */
+
+/*
+ * A key-value store shared by the ranks of one job. `url` is
+ * "file:///tmp/NAME": one file in PyTorch c10d FileStore's record format
+ * (append-only `u32 len, key, u32 len, value`, flock, 10 ms polling).
+ * Keys are scoped by `job_id`, so jobs sharing a file never see each
+ * other's keys. A file left by a dead job (no live process holds it open)
+ * is reset on open; a file that is not a store is refused with DT_ESTORE
+ * and left untouched. dt_store_close by the last holder removes the file.
+ */
+typedef struct dt_store dt_store;
+
+/* Always sets *out (NULL only on DT_ENOMEM); read dt_store_error on failure,
+ * then dt_store_close. */
+dt_status dt_store_open(dt_store **out, const char *url, const char *job_id);
+void dt_store_close(dt_store *s);
+const char *dt_store_error(const dt_store *s);
+
+dt_status dt_store_set(dt_store *s, const char *key, const void *val, size_t len);
+/* Waits until `key` exists or timeout_s passes (DT_ETIMEDOUT). *val is
+ * malloc'ed and NUL-terminated past *len; the caller frees it. */
+dt_status dt_store_get(dt_store *s, const char *key, void **val, size_t *len,
+                       double timeout_s);
+/* Waits until every key in keys[0..n) exists. */
+dt_status dt_store_wait(dt_store *s, const char *const *keys, int n,
+                        double timeout_s);
+/* Atomically adds delta to the integer stored at key (absent = 0) and
+ * returns the new value. */
+dt_status dt_store_add(dt_store *s, const char *key, int64_t delta,
+                       int64_t *result);
+
+/* ---- communicator --------------------------------------------------------- */
+
+typedef struct dt_comm dt_comm;
+typedef struct dt_work dt_work;
+
+/* Algorithm override for tests and benchmarks; AUTO picks by size. */
+typedef enum dt_algo {
+    DT_ALGO_AUTO = 0,
+    DT_ALGO_RING,              /* allreduce, reduce_scatter, allgather */
+    DT_ALGO_RECURSIVE_DOUBLING,/* allreduce */
+    DT_ALGO_TREE,              /* broadcast, reduce: binomial tree */
+    DT_ALGO_CHAIN,             /* broadcast: pipelined chain */
+} dt_algo;
+
+typedef void (*dt_log_fn)(void *user, const char *line);
+
+typedef struct dt_comm_options {
+    int rank;                 /* 0 .. world_size-1 */
+    int world_size;           /* >= 1 */
+    const char *init_url;     /* "file:///tmp/NAME" */
+    const char *job_id;       /* scopes store keys and handshakes; NULL = "dtrain" */
+    const uint8_t *secret;    /* per-job key for the handshake ...          */
+    size_t secret_len;        /* ... NULL/0: rank 0 makes one, shares it via the store */
+    const char *host;         /* address to listen on and advertise; NULL = 127.0.0.1 */
+    double timeout_s;         /* default per-op timeout; 0 = 30 s */
+    double init_timeout_s;    /* rendezvous + connecting; 0 = 60 s */
+    size_t socket_buffer;     /* SO_SNDBUF/SO_RCVBUF request; 0 = 4 MiB */
+    dt_log_fn log;            /* rejected strangers etc.; NULL = stderr */
+    void *log_user;
+} dt_comm_options;
+
+void dt_comm_options_default(dt_comm_options *o);
+
+/*
+ * Fills rank, world size, init_url, job_id and secret from the environment
+ * the launcher sets (RANK, WORLD_SIZE, DT_INIT_URL, DT_JOB_ID, DT_SECRET as
+ * hex), falling back to OMPI_COMM_WORLD_* and SLURM_* for rank and size.
+ * Strings point into the environment or into `scratch` (>= 64 bytes for the
+ * secret). On failure writes a message to err.
+ */
+dt_status dt_comm_options_from_env(dt_comm_options *o, uint8_t *scratch,
+                                   size_t scratch_len, char *err, size_t errlen);
+
+/* Joins the job. Always sets *out (NULL only on DT_ENOMEM); on failure read
+ * dt_comm_error(*out), then dt_comm_destroy(*out). Blocks until every rank
+ * is connected or init_timeout_s passes. */
+dt_status dt_comm_init(dt_comm **out, const dt_comm_options *opts);
+
+/* Waits for queued ops to finish (or fail), closes every connection, joins
+ * the threads, frees everything. Unfinished dt_work handles stay valid only
+ * until their dt_work_wait; wait for them first. */
+void dt_comm_destroy(dt_comm *c);
+
+/* Fails every pending and later op with DT_EABORTED and unblocks every
+ * waiter. Safe from any thread and from signal-free contexts; idempotent. */
+void dt_comm_abort(dt_comm *c, const char *why);
+
+int dt_comm_rank(const dt_comm *c);
+int dt_comm_size(const dt_comm *c);
+/* The first error this communicator met, or "" while healthy. */
+const char *dt_comm_error(const dt_comm *c);
+/* The TCP port this rank listens on. */
+int dt_comm_port(const dt_comm *c);
+/* Connections dropped because they failed the handshake. */
+uint64_t dt_comm_rejected_connections(const dt_comm *c);
+
+/* ---- work handles ---------------------------------------------------------- */
+
+/* Blocks until the op finishes, releases the handle, returns its status.
+ * Every handle must be waited exactly once. */
+dt_status dt_work_wait(dt_work *w);
+/* True once the op has finished (its dt_work_wait will not block). */
+bool dt_work_test(dt_work *w);
+
+/* ---- operations ------------------------------------------------------------ */
+
+typedef enum dt_op_kind {
+    DT_OP_ALLREDUCE, DT_OP_REDUCE_SCATTER, DT_OP_ALLGATHER, DT_OP_ALLGATHERV,
+    DT_OP_BROADCAST, DT_OP_BARRIER, DT_OP_REDUCE, DT_OP_GATHER, DT_OP_SCATTER,
+    DT_OP_ALLTOALL, DT_OP_SEND, DT_OP_RECV,
+    DT_NUM_OP_KINDS
+} dt_op_kind;
+
+const char *dt_op_name(dt_op_kind k); /* "allreduce" */
+
+#define DT_ANY_SOURCE (-1)
+
+/*
+ * One operation, described explicitly (Gloo's habit). The typed wrappers
+ * below fill it in; tests and benchmarks fill it directly to force an
+ * algorithm or a timeout. Buffers are the caller's and must stay valid until
+ * the op's dt_work_wait returns.
+ *
+ *   kind            send                      recv                    count
+ *   allreduce       -                         buf, in place           elements
+ *   reduce_scatter  [p·count]                 [count]                 per rank
+ *   allgather       [count]                   [p·count]               per rank
+ *   allgatherv      [counts[rank]]            [Σ counts]              counts[p]
+ *   broadcast       -                         buf (root sends it)     elements
+ *   reduce          -                         buf, in place; result   elements
+ *                                             at root, others unchanged
+ *   gather          [count]                   [p·count] at root       per rank
+ *   scatter         [p·count] at root         [count]                 per rank
+ *   alltoall        [p·count]                 [p·count]               per peer
+ *   send            buf                       -                       elements
+ *   recv            -                         buf                     elements
+ */
+typedef struct dt_op {
+    dt_op_kind kind;
+    const void *send;
+    void *recv;
+    size_t count;
+    const size_t *counts; /* allgatherv only: p entries */
+    dt_dtype dtype;
+    dt_redop redop;       /* reductions only */
+    int root;             /* broadcast, reduce, gather, scatter */
+    int peer;             /* send: destination; recv: source or DT_ANY_SOURCE */
+    uint32_t tag;         /* send/recv */
+    int *source;          /* recv: where the message came from (may be NULL) */
+    double timeout_s;     /* 0 = the communicator's default */
+    dt_algo algo;         /* DT_ALGO_AUTO unless forcing one */
+} dt_op;
+
+/* Validates and enqueues `op`; on success *work is the handle to wait. */
+dt_status dt_submit(dt_comm *c, const dt_op *op, dt_work **work);
+/* dt_submit + dt_work_wait. */
+dt_status dt_run(dt_comm *c, const dt_op *op);
+
+/* Blocking forms. The _async forms take the same arguments plus dt_work**. */
+dt_status dt_allreduce(dt_comm *c, void *buf, size_t count, dt_dtype t, dt_redop op);
+dt_status dt_reduce_scatter(dt_comm *c, const void *send, void *recv,
+                            size_t recvcount, dt_dtype t, dt_redop op);
+dt_status dt_allgather(dt_comm *c, const void *send, void *recv, size_t count,
+                       dt_dtype t);
+dt_status dt_allgatherv(dt_comm *c, const void *send, void *recv,
+                        const size_t *counts, dt_dtype t);
+dt_status dt_broadcast(dt_comm *c, void *buf, size_t count, dt_dtype t, int root);
+dt_status dt_barrier(dt_comm *c);
+dt_status dt_reduce(dt_comm *c, void *buf, size_t count, dt_dtype t, dt_redop op,
+                    int root);
+dt_status dt_gather(dt_comm *c, const void *send, void *recv, size_t count,
+                    dt_dtype t, int root);
+dt_status dt_scatter(dt_comm *c, const void *send, void *recv, size_t count,
+                     dt_dtype t, int root);
+dt_status dt_alltoall(dt_comm *c, const void *send, void *recv, size_t count,
+                      dt_dtype t);
+dt_status dt_send(dt_comm *c, const void *buf, size_t count, dt_dtype t, int peer,
+                  uint32_t tag);
+/* peer may be DT_ANY_SOURCE; *source (if not NULL) gets the sender. */
+dt_status dt_recv(dt_comm *c, void *buf, size_t count, dt_dtype t, int peer,
+                  uint32_t tag, int *source);
+
+dt_status dt_allreduce_async(dt_comm *c, void *buf, size_t count, dt_dtype t,
+                             dt_redop op, dt_work **w);
+dt_status dt_reduce_scatter_async(dt_comm *c, const void *send, void *recv,
+                                  size_t recvcount, dt_dtype t, dt_redop op,
+                                  dt_work **w);
+dt_status dt_allgather_async(dt_comm *c, const void *send, void *recv,
+                             size_t count, dt_dtype t, dt_work **w);
+dt_status dt_broadcast_async(dt_comm *c, void *buf, size_t count, dt_dtype t,
+                             int root, dt_work **w);
+dt_status dt_send_async(dt_comm *c, const void *buf, size_t count, dt_dtype t,
+                        int peer, uint32_t tag, dt_work **w);
+dt_status dt_recv_async(dt_comm *c, void *buf, size_t count, dt_dtype t, int peer,
+                        uint32_t tag, int *source, dt_work **w);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DT_COMM_H */
