@@ -1,0 +1,749 @@
+/*
+ * store.c — the rendezvous store: a key-value log in one shared file.
+ *
+ * Before ranks can talk over TCP they must learn each other's addresses.
+ * They do it through one file named by the URL "file:///abs/path", like
+ * PyTorch's `init_method="file://..."`: each rank appends what it publishes
+ * and replays what the others appended, polling until what it waits for
+ * shows up. No server, no ports; the cost is a shared filesystem with
+ * working flock and OFD locks (a local disk or tmpfs; not every NFS).
+ *
+ * File format (PyTorch c10d FileStore's, byte for byte):
+ *
+ *   record := u32 keylen | key[keylen] | u32 vallen | value[vallen]
+ *
+ * lengths in host byte order (little-endian on every machine we run on),
+ * records appended back to back, no header, no padding, no checksum; the
+ * last record of a key wins. add() writes its result as decimal ASCII, as
+ * PyTorch does. Our keys are "<job_id>/<key>" (job NULL = "dtrain");
+ * PyTorch's are "/<key>", plus its own "cleanup/", "refcount/" and "-"
+ * (delete) records. Either side parses the other's records and ignores the
+ * keys it does not own, so a script can read our files and we can read
+ * theirs. What is NOT shared is liveness: PyTorch counts holders in the
+ * file, we use an OFD lock (below), so a live PyTorch job's file opened by
+ * dtrain would look stale and be reset. Never share one live file.
+ *
+ * Locks. Two independent kinds guard two different things:
+ *   - flock() guards the records. Writers append whole records under
+ *     LOCK_EX (O_APPEND); readers replay from the offset they last consumed
+ *     under LOCK_SH. So a reader never sees half a record: a partial record
+ *     is corruption, and is reported (DT_ESTORE), never skipped.
+ *   - An OFD byte-range lock on one byte at offset 2^40 (far past any real
+ *     record) tracks liveness. Every open handle holds it shared until
+ *     close. OFD locks belong to the open file description, not to the
+ *     process, so ranks running as threads in one process each hold their
+ *     own; classic fcntl locks would merge them and vanish on any close().
+ *     The kernel drops the lock when a process dies, so "nobody holds it"
+ *     means "nobody is using this file".
+ *
+ * Lifecycle:
+ *   open:  take the liveness lock exclusively without waiting. If that
+ *          works, no live process uses the file: if it parses as records it
+ *          is a dead job's leftover and is truncated; if it does not parse
+ *          it is somebody else's file and is refused untouched (DT_ESTORE).
+ *          Then downgrade to shared. If the exclusive try fails, wait for
+ *          the shared lock (exclusive holders hold it only briefly).
+ *   close: try to upgrade to exclusive without waiting; if that works this
+ *          is the last holder, and it unlinks the file.
+ *
+ * The open/close race. A newcomer may open the name just as the last holder
+ * unlinks it, and end up alone on an orphaned inode while its peers create
+ * a fresh file. That is closed here: after taking its liveness lock, open
+ * checks that the path still names the inode it locked, and retries if not.
+ * (The unlinker unlinks while holding the lock exclusively, so a newcomer
+ * that got its lock afterwards always sees the unlink.) What remains: a new
+ * job that opens the name while an old job's last rank is still inside (or
+ * not yet at) close joins the old, live file and is not reset, so it sees
+ * the old job's records. Keys are scoped by job id, so this only bites a
+ * new job that reuses the old job's id: give each launch its own job id
+ * (the launcher's run id) and the leftovers are invisible.
+ *
+ * Costs: set and add are one flock + replay of new bytes + one write; a
+ * waiting get polls every 10 ms (flock + fstat, plus a read when the file
+ * grew). Memory: one copy of this job's latest values in a small
+ * open-addressing hash table. Invariants: `consumed` always sits on a record
+ * boundary; the table holds exactly the job's records in [0, consumed).
+ *
+ * Threads: one thread at a time per handle; give each thread its own handle
+ * (that is what the tests do). The fd is O_CLOEXEC, so programs a rank execs
+ * never hold the liveness lock; a forked child shares its parent's handle's
+ * lock and must not use or close that handle. dt_store_error returns the latest failure's
+ * message. After DT_ESTORE (corruption) every call fails and close leaves
+ * the file in place as evidence.
+ */
+#include "dt_comm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define STORE_MAX_KEY (64u << 10)      /* bytes of a record's key */
+#define STORE_MAX_VALUE (64u << 20)    /* bytes of a record's value */
+#define STORE_MAX_READ (1ull << 30)    /* bytes replayed in one go */
+#define STORE_MAX_JOB_ID 256
+#define STORE_POLL_NS 10000000L        /* 10 ms, PyTorch's poll interval */
+#define STORE_LIVENESS_OFFSET ((off_t)1 << 40)
+#define STORE_OPEN_ATTEMPTS 64
+#define STORE_ERR_LEN 1024
+
+_Static_assert(sizeof(off_t) >= 8, "the liveness byte needs a 64-bit off_t");
+
+typedef struct store_entry {
+    char *key;      /* [key_len], unscoped ("addr/0"); NULL = empty slot */
+    size_t key_len;
+    uint8_t *val;   /* [len + 1], NUL after the value */
+    size_t len;
+} store_entry;
+
+typedef struct store_map {
+    store_entry *slots; /* [cap], cap a power of two, at most half full */
+    size_t cap;
+    size_t n;
+} store_map;
+
+struct dt_store {
+    int fd;             /* -1 when open failed */
+    bool healthy;       /* false after a failed open or seen corruption */
+    bool alive_locked;  /* holds the shared liveness lock */
+    uint64_t consumed;  /* file bytes replayed into map */
+    char *url;
+    char *path;
+    char *job_id;
+    char *prefix;       /* "<job_id>/" */
+    size_t prefix_len;
+    store_map map;
+    char err[STORE_ERR_LEN];
+};
+
+/* ---- messages -------------------------------------------------------------- */
+
+__attribute__((format(printf, 3, 4)))
+static dt_status store_fail(dt_store *s, dt_status st, const char *fmt, ...)
+{
+    char what[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    snprintf(s->err, sizeof s->err, "%.200s (job %.200s): %s", s->url, s->job_id,
+             what);
+    return st;
+}
+
+/* The file is not (or no longer) a store: say where, and stop using it. */
+__attribute__((format(printf, 2, 3)))
+static dt_status store_corrupt(dt_store *s, const char *fmt, ...)
+{
+    char why[300];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    s->healthy = false;
+    return store_fail(s, DT_ESTORE, "not a rendezvous store: %s; remove the "
+                      "file or choose another name", why);
+}
+
+/* ---- the key → latest value table ---------------------------------------- */
+
+static uint64_t hash_bytes(const char *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint8_t)p[i]) * 1099511628211ull;
+    return h;
+}
+
+static store_entry *map_slot(const store_map *m, const char *key, size_t n)
+{
+    size_t i = (size_t)hash_bytes(key, n) & (m->cap - 1);
+    while (m->slots[i].key &&
+           (m->slots[i].key_len != n || memcmp(m->slots[i].key, key, n) != 0))
+        i = (i + 1) & (m->cap - 1);
+    return &m->slots[i];
+}
+
+static const store_entry *map_find(const store_map *m, const char *key, size_t n)
+{
+    if (m->cap == 0)
+        return NULL;
+    const store_entry *e = map_slot(m, key, n);
+    return e->key ? e : NULL;
+}
+
+static bool map_grow(store_map *m)
+{
+    size_t cap = m->cap ? 2 * m->cap : 64;
+    store_entry *old = m->slots;
+    size_t old_cap = m->cap;
+    m->slots = calloc(cap, sizeof *m->slots);
+    if (!m->slots) {
+        m->slots = old;
+        return false;
+    }
+    m->cap = cap;
+    for (size_t i = 0; i < old_cap; i++)
+        if (old[i].key)
+            *map_slot(m, old[i].key, old[i].key_len) = old[i];
+    free(old);
+    return true;
+}
+
+/* Sets key to a copy of val[0..len). False on ENOMEM (table unchanged). */
+static bool map_put(store_map *m, const char *key, size_t key_len,
+                    const uint8_t *val, size_t len)
+{
+    if (2 * (m->n + 1) > m->cap && !map_grow(m))
+        return false;
+    uint8_t *copy = malloc(len + 1);
+    if (!copy)
+        return false;
+    memcpy(copy, val, len);
+    copy[len] = 0;
+    store_entry *e = map_slot(m, key, key_len);
+    if (!e->key) {
+        if (!(e->key = malloc(key_len ? key_len : 1))) {
+            free(copy);
+            return false;
+        }
+        memcpy(e->key, key, key_len);
+        e->key_len = key_len;
+        m->n++;
+    }
+    free(e->val);
+    e->val = copy;
+    e->len = len;
+    return true;
+}
+
+static void map_free(store_map *m)
+{
+    for (size_t i = 0; i < m->cap; i++) {
+        free(m->slots[i].key);
+        free(m->slots[i].val);
+    }
+    free(m->slots);
+}
+
+/* ---- records ----------------------------------------------------------------- */
+
+static uint32_t load_u32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof v); /* host order, as PyTorch writes it */
+    return v;
+}
+
+/*
+ * Walks the records in buf[0..n), which are file bytes [base, base + n) and
+ * end at the end of the file. Applies this job's records to the table when
+ * `apply`. Every record must be whole: writers append under LOCK_EX, so a
+ * cut record seen under a lock means the file is not (only) ours.
+ */
+static dt_status parse_records(dt_store *s, const uint8_t *buf, size_t n,
+                               uint64_t base, bool apply)
+{
+    unsigned long long size = base + n;
+    for (size_t pos = 0; pos < n;) {
+        unsigned long long at = base + pos;
+        uint32_t len[2] = {0, 0};
+        size_t field = pos;
+        for (int i = 0; i < 2; i++) {
+            const char *what = i == 0 ? "key" : "value";
+            uint32_t limit = i == 0 ? STORE_MAX_KEY : STORE_MAX_VALUE;
+            if (n - field < 4)
+                return store_corrupt(s, "record at byte %llu is cut short: its "
+                                     "%s length runs past the end of the file "
+                                     "(%llu bytes)", at, what, size);
+            len[i] = load_u32(buf + field);
+            if (len[i] > n - field - 4)
+                return store_corrupt(s, "record at byte %llu declares a %" PRIu32
+                                     "-byte %s but the file has %llu bytes",
+                                     at, len[i], what, size);
+            if (len[i] > limit)
+                return store_corrupt(s, "record at byte %llu declares a %" PRIu32
+                                     "-byte %s, over the %" PRIu32 "-byte limit",
+                                     at, len[i], what, limit);
+            field += 4 + len[i];
+        }
+        const char *key = (const char *)buf + pos + 4;
+        if (apply && len[0] >= s->prefix_len &&
+            memcmp(key, s->prefix, s->prefix_len) == 0 &&
+            !map_put(&s->map, key + s->prefix_len, len[0] - s->prefix_len,
+                     buf + pos + 8 + len[0], len[1]))
+            return store_fail(s, DT_ENOMEM, "out of memory replaying records");
+        pos = field;
+    }
+    return DT_OK;
+}
+
+/* Reads file bytes [from, to) into a fresh buffer *out. */
+static dt_status read_range(dt_store *s, uint64_t from, uint64_t to, uint8_t **out)
+{
+    *out = NULL;
+    if (to - from > STORE_MAX_READ)
+        return store_corrupt(s, "%llu new bytes at byte %llu, more than a store "
+                             "ever holds", (unsigned long long)(to - from),
+                             (unsigned long long)from);
+    uint8_t *buf = malloc(to - from + 1);
+    if (!buf)
+        return store_fail(s, DT_ENOMEM, "out of memory reading %llu bytes",
+                          (unsigned long long)(to - from));
+    for (uint64_t done = 0; done < to - from;) {
+        ssize_t r = pread(s->fd, buf + done, to - from - done, (off_t)(from + done));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            free(buf);
+            return store_fail(s, DT_ESYS, "read at byte %llu: %s",
+                              (unsigned long long)(from + done),
+                              r < 0 ? strerror(errno) : "file shrank under a lock");
+        }
+        done += (uint64_t)r;
+    }
+    *out = buf;
+    return DT_OK;
+}
+
+static dt_status file_size(dt_store *s, uint64_t *size)
+{
+    struct stat st;
+    if (fstat(s->fd, &st) != 0)
+        return store_fail(s, DT_ESYS, "fstat: %s", strerror(errno));
+    *size = (uint64_t)st.st_size;
+    return DT_OK;
+}
+
+/* Applies the records appended since the last replay. Caller holds flock. */
+static dt_status store_replay(dt_store *s)
+{
+    uint64_t size = 0;
+    dt_status st = file_size(s, &size);
+    if (st != DT_OK || size == s->consumed)
+        return st;
+    if (size < s->consumed)
+        return store_corrupt(s, "the file shrank from %llu to %llu bytes while "
+                             "in use", (unsigned long long)s->consumed,
+                             (unsigned long long)size);
+    uint8_t *buf;
+    if ((st = read_range(s, s->consumed, size, &buf)) != DT_OK)
+        return st;
+    st = parse_records(s, buf, size - s->consumed, s->consumed, true);
+    free(buf);
+    if (st == DT_OK)
+        s->consumed = size;
+    return st;
+}
+
+/* ---- locks ------------------------------------------------------------------- */
+
+static dt_status store_flock(dt_store *s, int op)
+{
+    while (flock(s->fd, op) != 0)
+        if (errno != EINTR)
+            return store_fail(s, DT_ESYS, "flock: %s", strerror(errno));
+    return DT_OK;
+}
+
+static void store_funlock(dt_store *s)
+{
+    (void)flock(s->fd, LOCK_UN);
+}
+
+/* Sets the liveness lock to `type` (F_RDLCK, F_WRLCK). Returns 0 or errno. */
+static int liveness_lock(int fd, short type, bool wait)
+{
+    struct flock fl = {.l_type = type, .l_whence = SEEK_SET,
+                       .l_start = STORE_LIVENESS_OFFSET, .l_len = 1, .l_pid = 0};
+    while (fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl) != 0)
+        if (errno != EINTR)
+            return errno;
+    return 0;
+}
+
+/* True if `path` still names the inode open as fd (nobody unlinked it). */
+static bool still_named(int fd, const char *path)
+{
+    struct stat a, b;
+    return fstat(fd, &a) == 0 && stat(path, &b) == 0 &&
+           a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+/* ---- open and close ------------------------------------------------------- */
+
+/* With the liveness lock held exclusively (nobody else uses the file): a
+ * file of whole records is a dead job's leftover and is emptied; anything
+ * else is not ours and is left exactly as it is. */
+static dt_status reset_if_stale(dt_store *s)
+{
+    dt_status st = store_flock(s, LOCK_EX);
+    if (st != DT_OK)
+        return st;
+    uint64_t size = 0;
+    uint8_t *buf = NULL;
+    if ((st = file_size(s, &size)) == DT_OK && size > 0 &&
+        (st = read_range(s, 0, size, &buf)) == DT_OK &&
+        (st = parse_records(s, buf, size, 0, false)) == DT_OK &&
+        ftruncate(s->fd, 0) != 0)
+        st = store_fail(s, DT_ESYS, "truncating a dead job's file: %s",
+                        strerror(errno));
+    free(buf);
+    store_funlock(s);
+    return st;
+}
+
+/*
+ * One try at opening the file and joining its live holders. Sets *again
+ * when the name was unlinked or replaced under us (see the head comment).
+ *
+ * The exclusive → shared conversion below need not be atomic; it is safe
+ * either way. A reset happens only while its opener holds the lock
+ * exclusively, i.e. while nobody holds it shared, and records are only
+ * written by handles that hold it shared. If another opener slips into a
+ * gap of the conversion and takes the lock exclusively, nobody holds it
+ * shared at that moment, so nobody has written a record since our reset;
+ * its reset truncates nothing live, and we wait for it to downgrade.
+ */
+static dt_status open_attempt(dt_store *s, bool *again)
+{
+    *again = false;
+    s->fd = open(s->path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (s->fd < 0)
+        return store_fail(s, DT_ESYS, "open %s: %s", s->path, strerror(errno));
+    int rc = liveness_lock(s->fd, F_WRLCK, false);
+    bool exclusive = rc == 0;
+    if (rc == EAGAIN || rc == EACCES)
+        rc = liveness_lock(s->fd, F_RDLCK, true);
+    if (rc != 0)
+        return store_fail(s, DT_ESYS, "OFD lock on %s: %s (the filesystem must "
+                          "support flock and OFD locks)", s->path, strerror(rc));
+    if (!still_named(s->fd, s->path)) {
+        close(s->fd);
+        s->fd = -1;
+        *again = true;
+        return DT_OK;
+    }
+    dt_status st;
+    if (exclusive && (st = reset_if_stale(s)) != DT_OK)
+        return st;
+    if (exclusive && (rc = liveness_lock(s->fd, F_RDLCK, true)) != 0)
+        return store_fail(s, DT_ESYS, "OFD lock on %s: %s", s->path, strerror(rc));
+    s->alive_locked = true;
+    return DT_OK;
+}
+
+static dt_status check_url_and_job(dt_store *s, const char *url, const char *job)
+{
+    if (!url || strncmp(url, "file://", 7) != 0 || url[7] != '/')
+        return store_fail(s, DT_EINVAL, "unsupported store URL '%s': only "
+                          "file:///absolute/path is accepted", url ? url : "(null)");
+    size_t n = strlen(job);
+    if (n == 0 || n > STORE_MAX_JOB_ID || strchr(job, '/'))
+        return store_fail(s, DT_EINVAL, "bad job id '%s': it must be 1..%d "
+                          "bytes without '/'", job, STORE_MAX_JOB_ID);
+    if (!(s->path = strdup(url + 7)))
+        return store_fail(s, DT_ENOMEM, "out of memory");
+    return DT_OK;
+}
+
+/* Joins the live holders of the file, then reads what they wrote so far. */
+static dt_status store_open_file(dt_store *s)
+{
+    dt_status st = DT_OK;
+    bool again = true;
+    for (int i = 0; again && i < STORE_OPEN_ATTEMPTS && st == DT_OK; i++)
+        st = open_attempt(s, &again);
+    if (st == DT_OK && again)
+        st = store_fail(s, DT_ESTORE, "%s kept being removed or replaced "
+                        "while opening it", s->path);
+    if (st == DT_OK && (st = store_flock(s, LOCK_SH)) == DT_OK) {
+        st = store_replay(s);
+        store_funlock(s);
+    }
+    return st;
+}
+
+dt_status dt_store_open(dt_store **out, const char *url, const char *job_id)
+{
+    if (!out)
+        return DT_EINVAL;
+    const char *job = job_id ? job_id : "dtrain";
+    dt_store *s = calloc(1, sizeof *s);
+    *out = NULL;
+    if (!s)
+        return DT_ENOMEM;
+    s->fd = -1;
+    s->url = strdup(url ? url : "(null)");
+    s->job_id = strdup(job);
+    s->prefix_len = strlen(job) + 1;
+    s->prefix = malloc(s->prefix_len + 1);
+    if (!s->url || !s->job_id || !s->prefix) {
+        dt_store_close(s);
+        return DT_ENOMEM;
+    }
+    snprintf(s->prefix, s->prefix_len + 1, "%s/", job);
+    *out = s;
+    dt_status st = check_url_and_job(s, url, job);
+    if (st == DT_OK)
+        st = store_open_file(s);
+    s->healthy = st == DT_OK;
+    if (st != DT_OK && s->fd >= 0) { /* drop our locks; touch nothing */
+        close(s->fd);
+        s->fd = -1;
+        s->alive_locked = false;
+    }
+    return st;
+}
+
+void dt_store_close(dt_store *s)
+{
+    if (!s)
+        return;
+    /* Last holder: nobody else holds the liveness lock, so the upgrade
+     * succeeds; then nobody can be using the file and it can go. */
+    if (s->fd >= 0 && s->healthy && s->alive_locked &&
+        liveness_lock(s->fd, F_WRLCK, false) == 0 && still_named(s->fd, s->path))
+        (void)unlink(s->path);
+    if (s->fd >= 0)
+        close(s->fd);
+    map_free(&s->map);
+    free(s->url);
+    free(s->path);
+    free(s->job_id);
+    free(s->prefix);
+    free(s);
+}
+
+const char *dt_store_error(const dt_store *s)
+{
+    return s ? s->err : "dt_store: out of memory";
+}
+
+/* ---- operations -------------------------------------------------------------- */
+
+static dt_status check_usable(dt_store *s, const char *op, const char *key)
+{
+    if (!s->healthy)
+        return DT_ESTORE; /* the message of what broke it stays */
+    if (!key)
+        return store_fail(s, DT_EINVAL, "%s: key is NULL", op);
+    if (strlen(key) + s->prefix_len > STORE_MAX_KEY)
+        return store_fail(s, DT_EINVAL, "%s: key '%.40s...' is over %u bytes",
+                          op, key, STORE_MAX_KEY);
+    return DT_OK;
+}
+
+/*
+ * Appends one record and applies it. Caller holds LOCK_EX and has replayed
+ * to the end, so `consumed` is the file size and the record lands there. A
+ * failed write is cut off again, so readers never see half a record.
+ */
+static dt_status append_record(dt_store *s, const char *key, const uint8_t *val,
+                               size_t len)
+{
+    size_t klen = strlen(key);
+    uint32_t scoped = (uint32_t)(s->prefix_len + klen), vlen = (uint32_t)len;
+    size_t total = 8 + scoped + len;
+    uint8_t *rec = malloc(total);
+    if (!rec)
+        return store_fail(s, DT_ENOMEM, "set '%s': out of memory", key);
+    memcpy(rec, &scoped, 4);
+    memcpy(rec + 4, s->prefix, s->prefix_len);
+    memcpy(rec + 4 + s->prefix_len, key, klen);
+    memcpy(rec + 4 + scoped, &vlen, 4);
+    if (len)
+        memcpy(rec + 8 + scoped, val, len);
+    dt_status st = DT_OK;
+    for (size_t done = 0; done < total && st == DT_OK;) {
+        ssize_t w = write(s->fd, rec + done, total - done);
+        if (w > 0)
+            done += (size_t)w;
+        else if (w == 0 || errno != EINTR)
+            st = store_fail(s, DT_ESYS, "writing key '%s': %s", key,
+                            w == 0 ? "wrote nothing" : strerror(errno));
+    }
+    free(rec);
+    if (st != DT_OK) {
+        if (ftruncate(s->fd, (off_t)s->consumed) != 0)
+            s->healthy = false; /* a cut record stays: stop here */
+        return st;
+    }
+    if (!map_put(&s->map, key, klen, val, len)) /* the next replay applies it */
+        return store_fail(s, DT_ENOMEM, "set '%s': out of memory", key);
+    s->consumed += total;
+    return DT_OK;
+}
+
+dt_status dt_store_set(dt_store *s, const char *key, const void *val, size_t len)
+{
+    dt_status st = check_usable(s, "set", key);
+    if (st != DT_OK)
+        return st;
+    if (len > STORE_MAX_VALUE || (!val && len))
+        return store_fail(s, DT_EINVAL, "set '%s': a %zu-byte value%s", key, len,
+                          val ? " is over the 64 MiB limit" : " from NULL");
+    if ((st = store_flock(s, LOCK_EX)) != DT_OK)
+        return st;
+    if ((st = store_replay(s)) == DT_OK)
+        st = append_record(s, key, val, len);
+    store_funlock(s);
+    return st;
+}
+
+static double monotonic_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Names the keys still missing, for a timeout message. */
+static void list_missing(const dt_store *s, const char *const *keys, int n,
+                         char *out, size_t cap)
+{
+    size_t o = 0;
+    int listed = 0, missing = 0;
+    out[0] = 0;
+    for (int i = 0; i < n; i++) {
+        if (map_find(&s->map, keys[i], strlen(keys[i])))
+            continue;
+        missing++;
+        if (o + 80 < cap && listed < 8) {
+            o += (size_t)snprintf(out + o, cap - o, "%s'%.60s'",
+                                  listed ? ", " : "", keys[i]);
+            listed++;
+        }
+    }
+    if (missing > listed)
+        snprintf(out + o, cap - o, " and %d more", missing - listed);
+}
+
+/* Polls every 10 ms until every key exists or the deadline passes. */
+static dt_status wait_for_keys(dt_store *s, const char *op,
+                               const char *const *keys, int n, double timeout_s)
+{
+    if (isnan(timeout_s) || timeout_s < 0)
+        return store_fail(s, DT_EINVAL, "%s: bad timeout %g s", op, timeout_s);
+    double deadline = monotonic_s() + timeout_s;
+    for (;;) {
+        dt_status st = store_flock(s, LOCK_SH);
+        if (st != DT_OK)
+            return st;
+        st = store_replay(s);
+        store_funlock(s);
+        if (st != DT_OK)
+            return st;
+        int found = 0;
+        for (int i = 0; i < n; i++)
+            found += map_find(&s->map, keys[i], strlen(keys[i])) != NULL;
+        if (found == n)
+            return DT_OK;
+        double left = deadline - monotonic_s();
+        if (left <= 0) {
+            char missing[600];
+            list_missing(s, keys, n, missing, sizeof missing);
+            return store_fail(s, DT_ETIMEDOUT, "%s timed out after %g s waiting "
+                              "for key%s %s", op, timeout_s,
+                              n - found > 1 ? "s" : "", missing);
+        }
+        long ns = left < 0.01 ? (long)(left * 1e9) + 1 : STORE_POLL_NS;
+        struct timespec nap = {0, ns};
+        nanosleep(&nap, NULL);
+    }
+}
+
+dt_status dt_store_get(dt_store *s, const char *key, void **val, size_t *len,
+                       double timeout_s)
+{
+    if (val)
+        *val = NULL;
+    if (len)
+        *len = 0;
+    dt_status st = check_usable(s, "get", key);
+    if (st != DT_OK)
+        return st;
+    if (!val || !len)
+        return store_fail(s, DT_EINVAL, "get '%s': val and len must not be NULL", key);
+    if ((st = wait_for_keys(s, "get", &key, 1, timeout_s)) != DT_OK)
+        return st;
+    const store_entry *e = map_find(&s->map, key, strlen(key));
+    uint8_t *copy = malloc(e->len + 1);
+    if (!copy)
+        return store_fail(s, DT_ENOMEM, "get '%s': out of memory", key);
+    memcpy(copy, e->val, e->len + 1);
+    *val = copy;
+    *len = e->len;
+    return DT_OK;
+}
+
+dt_status dt_store_wait(dt_store *s, const char *const *keys, int n,
+                        double timeout_s)
+{
+    if (n < 0 || (n > 0 && !keys))
+        return store_fail(s, DT_EINVAL, "wait: %d keys at %p", n, (const void *)keys);
+    for (int i = 0; i < n; i++) {
+        dt_status st = check_usable(s, "wait", keys[i]);
+        if (st != DT_OK)
+            return st;
+    }
+    return s->healthy ? wait_for_keys(s, "wait", keys, n, timeout_s) : DT_ESTORE;
+}
+
+/* Reads a decimal int64 ("-12"); false for anything else. */
+static bool parse_int64(const uint8_t *p, size_t n, int64_t *out)
+{
+    size_t i = (n > 0 && (p[0] == '-' || p[0] == '+')) ? 1 : 0;
+    if (i == n || n > 20)
+        return false;
+    for (size_t j = i; j < n; j++)
+        if (p[j] < '0' || p[j] > '9')
+            return false;
+    errno = 0;
+    long long v = strtoll((const char *)p, NULL, 10); /* p is NUL-terminated */
+    if (errno == ERANGE)
+        return false;
+    *out = v;
+    return true;
+}
+
+dt_status dt_store_add(dt_store *s, const char *key, int64_t delta,
+                       int64_t *result)
+{
+    dt_status st = check_usable(s, "add", key);
+    if (st != DT_OK)
+        return st;
+    if ((st = store_flock(s, LOCK_EX)) != DT_OK)
+        return st;
+    if ((st = store_replay(s)) != DT_OK)
+        goto out;
+    int64_t now = 0, sum;
+    const store_entry *e = map_find(&s->map, key, strlen(key));
+    if (e && !parse_int64(e->val, e->len, &now)) {
+        st = store_fail(s, DT_EINVAL, "add to key '%s': its %zu-byte value "
+                        "'%.40s' is not a decimal int64", key, e->len,
+                        (const char *)e->val);
+        goto out;
+    }
+    if (__builtin_add_overflow(now, delta, &sum)) {
+        st = store_fail(s, DT_EINVAL, "add %" PRId64 " to key '%s' (%" PRId64
+                        "): overflows int64", delta, key, now);
+        goto out;
+    }
+    char text[24];
+    int n = snprintf(text, sizeof text, "%" PRId64, sum);
+    if ((st = append_record(s, key, (const uint8_t *)text, (size_t)n)) == DT_OK &&
+        result)
+        *result = sum;
+out:
+    store_funlock(s);
+    return st;
+}
