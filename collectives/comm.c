@@ -1,0 +1,292 @@
+/*
+ * comm.c — a communicator's life: join the job, fail loudly, leave cleanly.
+ *
+ * dt_comm_init, in order:
+ *   1. open the rendezvous store (file:///tmp/NAME, keys scoped by job id);
+ *   2. agree on the handshake key: the job secret the launcher handed us,
+ *      or one rank 0 makes and publishes in the store (a 0600 file);
+ *   3. start the I/O thread, listen on host:0, publish "addr/<rank>";
+ *   4. read every rank's address; dial the lower ranks, accept the higher
+ *      ones (handshake.c); wait until all world_size-1 peers are
+ *      authenticated, or the init deadline passes.
+ * Cost: O(p) store reads and p-1 handshakes per rank, once.
+ *
+ * Failure is recorded once (comm_fail): the first error names the root
+ * cause — which rank, at which address, during which op — and every later
+ * op returns it. dt_comm_abort is the same path with DT_EABORTED.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_internal.h"
+
+#define DEFAULT_TIMEOUT_S 30.0
+#define DEFAULT_INIT_TIMEOUT_S 60.0
+#define DEFAULT_SOCKET_BUFFER (4u << 20)
+
+void dt_comm_options_default(dt_comm_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->world_size = 1;
+}
+
+void comm_failv(dt_comm *c, dt_status st, const char *fmt, va_list ap)
+{
+    pthread_mutex_lock(&c->mu);
+    if (!c->failed) {
+        c->failed = true;
+        c->fail_status = st;
+        int n = vsnprintf(c->error, sizeof c->error, fmt, ap);
+        if (c->in_op && n > 0 && (size_t)n < sizeof c->error)
+            snprintf(c->error + n, sizeof c->error - (size_t)n, " [rank %d was running %s #%llu]",
+                     c->rank, dt_op_name(c->cur_kind), (unsigned long long)c->cur_seq);
+    }
+    c->want_fail = true;
+    pthread_cond_broadcast(&c->cv_exec);
+    pthread_cond_broadcast(&c->cv_api);
+    pthread_mutex_unlock(&c->mu);
+    if (atomic_load(&c->io_running)) uv_async_send(&c->wake);
+}
+
+void comm_fail(dt_comm *c, dt_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    comm_failv(c, st, fmt, ap);
+    va_end(ap);
+}
+
+void comm_log(dt_comm *c, const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (c->log) c->log(c->log_user, line);
+    else fprintf(stderr, "%s\n", line);
+}
+
+static char *dup_or(const char *s, const char *fallback)
+{
+    return strdup(s ? s : fallback);
+}
+
+/* Everything that cannot fail for reasons outside this process. */
+static dt_status comm_setup(dt_comm *c, const dt_comm_options *o)
+{
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv_exec, &attr);
+    pthread_cond_init(&c->cv_api, &attr);
+    pthread_condattr_destroy(&attr);
+    atomic_init(&c->io_running, false);
+    atomic_init(&c->rejected, 0);
+    c->rank = o->rank;
+    c->size = o->world_size;
+    if (o->world_size < 1 || o->rank < 0 || o->rank >= o->world_size) {
+        comm_fail(c, DT_EINVAL, "rank %d of world size %d: the rank must be in 0..size-1 "
+                  "and the size at least 1", o->rank, o->world_size);
+        return DT_EINVAL;
+    }
+    if (o->world_size > 1 && !o->init_url) {
+        comm_fail(c, DT_EINVAL, "rank %d: no init_url: set it to file:///tmp/NAME (or run "
+                  "under dtrain-launch, which sets DT_INIT_URL)", o->rank);
+        return DT_EINVAL;
+    }
+    c->timeout_s = o->timeout_s > 0 ? o->timeout_s : DEFAULT_TIMEOUT_S;
+    c->init_timeout_s = o->init_timeout_s > 0 ? o->init_timeout_s : DEFAULT_INIT_TIMEOUT_S;
+    c->socket_buffer = o->socket_buffer ? o->socket_buffer : DEFAULT_SOCKET_BUFFER;
+    c->log = o->log;
+    c->log_user = o->log_user;
+    c->job_id = dup_or(o->job_id, "dtrain");
+    c->host = dup_or(o->host, "127.0.0.1");
+    c->init_url = dup_or(o->init_url, "");
+    c->peers = calloc((size_t)c->size, sizeof *c->peers);
+    c->dial = calloc((size_t)c->size, sizeof *c->dial);
+    c->peer_addr = calloc((size_t)c->size, sizeof *c->peer_addr);
+    c->sent_index = calloc((size_t)c->size, sizeof *c->sent_index);
+    c->recv_index = calloc((size_t)c->size, sizeof *c->recv_index);
+    if (!c->job_id || !c->host || !c->init_url || !c->peers || !c->dial || !c->peer_addr ||
+        !c->sent_index || !c->recv_index) {
+        comm_fail(c, DT_ENOMEM, "rank %d: out of memory", c->rank);
+        return DT_ENOMEM;
+    }
+    if (sodium_init() < 0) {
+        comm_fail(c, DT_ESYS, "rank %d: libsodium failed to initialise", c->rank);
+        return DT_ESYS;
+    }
+    crypto_generichash(c->job_hash, sizeof c->job_hash, (const uint8_t *)c->job_id,
+                       strlen(c->job_id), NULL, 0);
+    return DT_OK;
+}
+
+static dt_status store_failed(dt_comm *c, dt_status st, const char *doing)
+{
+    comm_fail(c, st == DT_ETIMEDOUT ? DT_ETIMEDOUT : DT_ESTORE, "rank %d: %s: %s", c->rank,
+              doing, c->store ? dt_store_error(c->store) : "out of memory");
+    return st;
+}
+
+/* The handshake key: a hash of the job secret, from the options or the store. */
+static dt_status agree_on_key(dt_comm *c, const dt_comm_options *o)
+{
+    uint8_t made[32];
+    const uint8_t *secret = o->secret;
+    size_t len = o->secret_len;
+    void *got = NULL;
+    if (!secret || len == 0) {
+        dt_status st;
+        if (c->rank == 0) {
+            randombytes_buf(made, sizeof made);
+            st = dt_store_set(c->store, "secret", made, sizeof made);
+            secret = made;
+            len = sizeof made;
+        } else {
+            st = dt_store_get(c->store, "secret", &got, &len, c->init_timeout_s);
+            secret = got;
+        }
+        if (st != DT_OK) return store_failed(c, st, "sharing the job secret");
+    }
+    crypto_generichash(c->key, sizeof c->key, secret, len, NULL, 0);
+    sodium_memzero(made, sizeof made);
+    free(got);
+    return DT_OK;
+}
+
+static dt_status parse_address(dt_comm *c, int r, const char *val)
+{
+    int port = 0;
+    char host[64] = "";
+    if (sscanf(val, "%d %63s", &port, host) != 2 || port <= 0 || port > 65535) {
+        comm_fail(c, DT_ESTORE, "rank %d: rank %d published a malformed address '%s'",
+                  c->rank, r, val);
+        return DT_ESTORE;
+    }
+    if (uv_ip4_addr(host, port, (struct sockaddr_in *)&c->dial[r]) != 0 &&
+        uv_ip6_addr(host, port, (struct sockaddr_in6 *)&c->dial[r]) != 0) {
+        comm_fail(c, DT_ESTORE, "rank %d: rank %d published an unusable address '%s'",
+                  c->rank, r, val);
+        return DT_ESTORE;
+    }
+    snprintf(c->peer_addr[r], sizeof c->peer_addr[r], "%s:%d", host, port);
+    return DT_OK;
+}
+
+/* Publish our address and learn everyone else's. */
+static dt_status exchange_addresses(dt_comm *c, double deadline)
+{
+    char key[32], val[96];
+    snprintf(key, sizeof key, "addr/%d", c->rank);
+    snprintf(val, sizeof val, "%d %s", c->port, c->host);
+    snprintf(c->peer_addr[c->rank], sizeof c->peer_addr[c->rank], "%s:%d", c->host, c->port);
+    dt_status st = dt_store_set(c->store, key, val, strlen(val));
+    if (st != DT_OK) return store_failed(c, st, "publishing this rank's address");
+    for (int r = 0; r < c->size; r++) {
+        if (r == c->rank) continue;
+        void *got = NULL;
+        size_t len = 0;
+        snprintf(key, sizeof key, "addr/%d", r);
+        double left = deadline - dt_now();
+        st = dt_store_get(c->store, key, &got, &len, left > 0 ? left : 0);
+        if (st != DT_OK) {
+            char doing[128];
+            snprintf(doing, sizeof doing, "waiting for rank %d to join (is it running, with "
+                     "the same init URL and job id?)", r);
+            return store_failed(c, st, doing);
+        }
+        st = parse_address(c, r, got);
+        free(got);
+        if (st != DT_OK) return st;
+    }
+    return DT_OK;
+}
+
+static dt_status comm_status(dt_comm *c)
+{
+    pthread_mutex_lock(&c->mu);
+    dt_status st = c->failed ? c->fail_status : DT_OK;
+    pthread_mutex_unlock(&c->mu);
+    return st;
+}
+
+static dt_status wait_for_mesh(dt_comm *c, double deadline)
+{
+    pthread_mutex_lock(&c->mu);
+    while (!c->mesh_ready && !c->failed && dt_now() < deadline)
+        comm_wait_until(&c->cv_api, &c->mu, deadline);
+    bool ready = c->mesh_ready, failed = c->failed;
+    int connected = c->connected;
+    pthread_mutex_unlock(&c->mu);
+    if (!ready && !failed)
+        comm_fail(c, DT_ETIMEDOUT, "rank %d: only %d of %d peers connected within %.1f s",
+                  c->rank, connected, c->size - 1, c->init_timeout_s);
+    return ready && !failed ? DT_OK : comm_status(c);
+}
+
+dt_status dt_comm_init(dt_comm **out, const dt_comm_options *o)
+{
+    dt_comm *c = calloc(1, sizeof *c);
+    *out = c;
+    if (!c) return DT_ENOMEM;
+    dt_status st = comm_setup(c, o);
+    if (st == DT_OK) st = executor_start(c);
+    if (st != DT_OK || c->size == 1) return st;
+    double deadline = dt_now() + c->init_timeout_s;
+    st = dt_store_open(&c->store, c->init_url, c->job_id);
+    if (st != DT_OK) return store_failed(c, st, "opening the rendezvous store");
+    if ((st = agree_on_key(c, o)) != DT_OK) return st;
+    if ((st = transport_start(c)) != DT_OK) return st;
+    if ((st = exchange_addresses(c, deadline)) != DT_OK) return st;
+    transport_connect(c);
+    return wait_for_mesh(c, deadline);
+}
+
+void dt_comm_destroy(dt_comm *c)
+{
+    if (!c) return;
+    executor_stop(c);
+    transport_stop(c);
+    if (c->store) dt_store_close(c->store);
+    for (int i = 0; i < 2; i++) free(c->scratch[i]);
+    free(c->peers);
+    free(c->dial);
+    free(c->peer_addr);
+    free(c->sent_index);
+    free(c->recv_index);
+    free(c->job_id);
+    free(c->host);
+    free(c->init_url);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv_exec);
+    pthread_cond_destroy(&c->cv_api);
+    sodium_memzero(c->key, sizeof c->key);
+    free(c);
+}
+
+void dt_comm_abort(dt_comm *c, const char *why)
+{
+    comm_fail(c, DT_EABORTED, "rank %d: aborted: %s", c->rank, why ? why : "dt_comm_abort");
+}
+
+int dt_comm_rank(const dt_comm *c) { return c->rank; }
+int dt_comm_size(const dt_comm *c) { return c->size; }
+int dt_comm_port(const dt_comm *c) { return c->port; }
+
+uint64_t dt_comm_rejected_connections(const dt_comm *c)
+{
+    return atomic_load(&((dt_comm *)c)->rejected);
+}
+
+const char *dt_comm_error(const dt_comm *c)
+{
+    dt_comm *m = (dt_comm *)c;
+    pthread_mutex_lock(&m->mu);
+    const char *e = m->failed ? m->error : m->arg_error;
+    pthread_mutex_unlock(&m->mu);
+    return e;
+}

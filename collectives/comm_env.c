@@ -1,0 +1,103 @@
+/*
+ * comm_env.c — where a rank learns who it is: the environment.
+ *
+ * dtrain-launch sets torchrun's names (RANK, WORLD_SIZE, ...) plus
+ * DT_INIT_URL, DT_JOB_ID and DT_SECRET (hex). Programs started instead by
+ * OpenMPI's mpirun (OMPI_COMM_WORLD_RANK/SIZE) or Slurm's srun
+ * (SLURM_PROCID/SLURM_NTASKS) find their rank and size the same way; they
+ * still need DT_INIT_URL (e.g. `mpirun -x DT_INIT_URL=file:///tmp/job`).
+ * Optional: DT_HOST (address to listen on), DT_TIMEOUT (seconds per op).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sodium.h>
+
+#include "dt_comm.h"
+
+static const char *first_env(const char *const *names, const char **which)
+{
+    for (; *names; names++) {
+        const char *v = getenv(*names);
+        if (v && *v) { *which = *names; return v; }
+    }
+    return NULL;
+}
+
+static bool parse_int(const char *s, long lo, long hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return false;
+    *out = (int)v;
+    return true;
+}
+
+static dt_status env_int(const char *const *names, long lo, long hi, int *out, char *err,
+                         size_t errlen)
+{
+    const char *which = NULL, *v = first_env(names, &which);
+    if (!v) {
+        snprintf(err, errlen, "%s is not set: run under dtrain-launch, mpirun or srun, or set "
+                 "it yourself", names[0]);
+        return DT_EINVAL;
+    }
+    if (!parse_int(v, lo, hi, out)) {
+        snprintf(err, errlen, "%s='%s' is not an integer in %ld..%ld", which, v, lo, hi);
+        return DT_EINVAL;
+    }
+    return DT_OK;
+}
+
+static dt_status env_secret(dt_comm_options *o, uint8_t *scratch, size_t len, char *err,
+                            size_t errlen)
+{
+    const char *hex = getenv("DT_SECRET");
+    if (!hex || !*hex) return DT_OK;
+    size_t bin_len = 0;
+    if (sodium_init() < 0 ||
+        sodium_hex2bin(scratch, len, hex, strlen(hex), NULL, &bin_len, NULL) != 0 ||
+        bin_len == 0 || bin_len * 2 != strlen(hex)) {
+        snprintf(err, errlen, "DT_SECRET is not a hex string of at most %zu bytes", len);
+        return DT_EINVAL;
+    }
+    o->secret = scratch;
+    o->secret_len = bin_len;
+    return DT_OK;
+}
+
+dt_status dt_comm_options_from_env(dt_comm_options *o, uint8_t *scratch, size_t scratch_len,
+                                   char *err, size_t errlen)
+{
+    static const char *const rank_names[] = {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID",
+                                             NULL};
+    static const char *const size_names[] = {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE",
+                                             "SLURM_NTASKS", NULL};
+    dt_status st = env_int(size_names, 1, 1 << 20, &o->world_size, err, errlen);
+    if (st == DT_OK) st = env_int(rank_names, 0, o->world_size - 1, &o->rank, err, errlen);
+    if (st != DT_OK) return st;
+    o->init_url = getenv("DT_INIT_URL");
+    if (o->world_size > 1 && (!o->init_url || !*o->init_url)) {
+        snprintf(err, errlen, "DT_INIT_URL is not set: run under dtrain-launch, or set it to "
+                 "file:///tmp/NAME on every rank");
+        return DT_EINVAL;
+    }
+    const char *job = getenv("DT_JOB_ID");
+    if (job && *job) o->job_id = job;
+    const char *host = getenv("DT_HOST");
+    if (host && *host) o->host = host;
+    const char *t = getenv("DT_TIMEOUT");
+    if (t && *t) {
+        char *end;
+        double v = strtod(t, &end);
+        if (end == t || *end || !(v > 0)) {
+            snprintf(err, errlen, "DT_TIMEOUT='%s' is not a positive number of seconds", t);
+            return DT_EINVAL;
+        }
+        o->timeout_s = v;
+    }
+    return env_secret(o, scratch, scratch_len, err, errlen);
+}

@@ -1,0 +1,181 @@
+/*
+ * comm_internal.h — internal: the communicator's state and who owns what.
+ *
+ * Three kinds of thread touch a communicator:
+ *
+ *   API thread   dt_submit / dt_work_wait / dt_comm_destroy. Enqueues ops.
+ *   executor     runs collectives one at a time, in submission order, as
+ *                sequential code that posts transfers and waits for them.
+ *   I/O thread   runs the libuv loop: accepts, handshakes, reads frames
+ *                straight into posted buffers, writes posted sends.
+ *
+ * Ownership rules (a reader of transport.c must keep these in mind):
+ *   - Fields under "I/O thread only" are touched by the loop thread alone,
+ *     except before it starts and after it has been joined.
+ *   - Fields under "mutex" are read and written with `mu` held. The inbox is
+ *     how other threads hand work to the loop: they append under `mu`, then
+ *     uv_async_send(&wake), the only libuv call made off the loop thread.
+ *   - The first failure wins: `failed`, `fail_status` and `error` are set
+ *     once and never change, so every later op reports the root cause.
+ */
+#ifndef DT_COMM_INTERNAL_H
+#define DT_COMM_INTERNAL_H
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include <sodium.h>
+#include <uv.h>
+
+#include "dt_comm.h"
+#include "transport.h"
+
+#define DT_ERROR_MAX 1024
+
+/* Receive states of one connection. */
+enum {
+    RX_HANDSHAKE,  /* reading a fixed-size handshake message into hs_buf */
+    RX_HEADER,     /* reading a frame header */
+    RX_WAIT_MATCH, /* header read, no receive posted for it yet: paused */
+    RX_PAYLOAD,    /* reading the payload into rx_cur's buffer */
+    RX_NOTICE,     /* reading an ABORT frame's text */
+    RX_STOPPED,    /* failed or closing: nothing more is read */
+};
+
+typedef struct dt_conn {
+    dt_comm *comm;
+    uv_tcp_t tcp;
+    uv_connect_t connect_req;
+    int peer;               /* rank once known, else -1 */
+    int expect_peer;        /* outgoing connections: the rank we dialled */
+    bool outgoing;
+    bool authenticated;
+    bool closing;
+    bool bye;               /* peer said it is leaving */
+    bool lost;              /* EOF or error seen */
+    bool has_handle;        /* tcp was initialised */
+    int hs_phase;           /* handshake step */
+    char addr[64];          /* "host:port" of the peer */
+    double deadline;        /* handshake must finish by then */
+    double retry_at;        /* outgoing: reconnect after a refusal */
+    struct sockaddr_storage dial_addr;
+    struct dt_conn *next;   /* in comm->pending while handshaking */
+
+    int rx_state;
+    size_t rx_got;          /* bytes of the current unit read so far */
+    size_t rx_need;         /* handshake/notice: bytes of the current unit */
+    dt_frame_hdr rx_hdr;
+    dt_xfer *rx_cur;        /* receive being filled */
+    dt_xfer *coll_head, *coll_tail; /* posted collective receives, in order */
+    uint8_t hs_buf[128];    /* handshake messages in and out */
+    uint8_t hs_hello[48];   /* kept: both MACs cover it */
+    uint8_t hs_challenge[64];
+    uint8_t hs_out[64];
+    uv_write_t hs_write;
+    char notice[DT_ERROR_MAX + 8]; /* ABORT frame: u32 status, text */
+    uint32_t notice_status;
+} dt_conn;
+
+struct dt_work {
+    dt_comm *comm;
+    dt_op op;
+    uint64_t seq;
+    double deadline;        /* p2p: when dt_work_wait gives up */
+    bool done;              /* under mu */
+    dt_status status;
+    struct dt_work *next;   /* executor queue */
+    dt_xfer xfer;           /* p2p: the one transfer */
+};
+
+struct dt_comm {
+    int rank, size;
+    double timeout_s, init_timeout_s;
+    size_t socket_buffer;
+    char *job_id, *host, *init_url;
+    dt_log_fn log;
+    void *log_user;
+    uint8_t key[crypto_auth_KEYBYTES]; /* handshake key, from the job secret */
+    uint8_t job_hash[16];
+    dt_store *store;
+    int port;
+    char (*peer_addr)[64];  /* [size] "host:port", fixed after init */
+    atomic_uint_fast64_t rejected;
+
+    /* I/O thread only */
+    uv_loop_t loop;
+    uv_async_t wake;
+    uv_tcp_t listener;
+    uv_timer_t ticker;      /* handshake deadlines, reconnects, grace close */
+    uv_thread_t io_thread;
+    bool loop_ready, listener_open;
+    atomic_bool io_running;
+    dt_conn **peers;        /* [size] authenticated connections */
+    dt_conn *pending;       /* handshaking connections */
+    dt_xfer *p2p_head, *p2p_tail; /* posted p2p receives, in order */
+    bool io_failed_done;    /* failure cleanup ran */
+    bool io_shutdown;       /* shutdown started */
+    double close_at;        /* after failure/shutdown: force-close time */
+    int open_handles;       /* conns not yet closed */
+
+    /* mutex */
+    pthread_mutex_t mu;
+    pthread_cond_t cv_exec; /* executor: new op, or a transfer finished */
+    pthread_cond_t cv_api;  /* API thread: work done, mesh ready */
+    dt_xfer *inbox_head, *inbox_tail;
+    bool want_connect, want_fail, want_shutdown;
+    struct sockaddr_storage *dial; /* [size] addresses of lower ranks */
+    int connected;          /* authenticated peers */
+    bool mesh_ready;
+    bool failed;
+    dt_status fail_status;
+    char error[DT_ERROR_MAX];
+    dt_work *q_head, *q_tail;
+    bool stopping;
+    uint64_t next_seq;      /* collectives submitted so far */
+    bool in_op;             /* the executor is running op cur_kind #cur_seq */
+    dt_op_kind cur_kind;
+    uint64_t cur_seq;
+    char arg_error[256];    /* the last rejected argument (not a failure) */
+    uint64_t p2p_seq;       /* p2p ops submitted so far */
+
+    /* executor thread only */
+    pthread_t exec_thread;
+    bool exec_running;
+    void *scratch[2];
+    size_t scratch_cap[2];
+    uint32_t *sent_index, *recv_index; /* [size] each */
+};
+
+/* Record the first failure (any thread), wake everyone, and have the loop
+ * fail every pending transfer and close the connections. */
+void comm_fail(dt_comm *c, dt_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void comm_failv(dt_comm *c, dt_status st, const char *fmt, va_list ap);
+/* A line for the log (rejected strangers). */
+void comm_log(dt_comm *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* transport.c: the I/O thread */
+dt_status transport_start(dt_comm *c);   /* listener + loop thread */
+void transport_connect(dt_comm *c);      /* dial c->dial[0..rank) */
+void transport_post(dt_comm *c, dt_xfer *x); /* any thread */
+void transport_stop(dt_comm *c);         /* BYE, close, join */
+/* handshake.c, run on the I/O thread */
+void handshake_start_outgoing(dt_conn *cn);
+void handshake_start_incoming(dt_conn *cn);
+void handshake_step(dt_conn *cn);        /* hs_buf holds rx_need bytes */
+void conn_reject(dt_conn *cn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void conn_authenticated(dt_conn *cn, int peer);
+void conn_expect(dt_conn *cn, int state, size_t bytes);
+void conn_set_reading(dt_conn *cn, bool on);
+void conn_close(dt_conn *cn);
+void conn_write(dt_conn *cn, uv_write_t *req, const void *buf, size_t len);
+/* executor.c */
+/* pthread_cond_timedwait on the monotonic clock; deadline in dt_now() seconds. */
+void comm_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, double deadline);
+dt_status executor_start(dt_comm *c);
+void executor_stop(dt_comm *c);
+void work_complete(dt_work *w, dt_status st); /* with mu held */
+
+#endif /* DT_COMM_INTERNAL_H */

@@ -1,0 +1,119 @@
+/*
+ * transport.h — internal: what an algorithm sees of the network.
+ *
+ * An algorithm runs on the communicator's executor thread as plain
+ * sequential code. It talks to peers through transfers (dt_xfer) that it
+ * posts and later waits for:
+ *
+ *     dt_xfer x;
+ *     xfer_recv(o, &x, left, scratch, bytes);   // post: returns at once
+ *     xfer_send(o, &y, right, chunk, bytes);
+ *     st = xfer_wait(o, &x);                   // block until done or failed
+ *
+ * The I/O thread moves the bytes: sends are written to the peer's socket in
+ * posting order; frames arriving from a peer are matched, in order, against
+ * the receives posted for that peer, and their payload is read straight into
+ * the receive buffer. Every frame carries the op's identity (kind, sequence
+ * number, count, dtype, reduction, root) and a per-peer message index, and
+ * the receiver checks all of it: that is how ranks that disagree about an op
+ * get a protocol error instead of a wrong answer.
+ *
+ * Invariants an algorithm must keep:
+ *   - For each ordered pair of ranks, the sender's sends and the receiver's
+ *     receives of one op are posted in the same order with the same sizes.
+ *   - A posted dt_xfer and its buffer belong to the I/O thread until
+ *     xfer_wait returns for it. Returning early on error is safe: the
+ *     executor calls xfer_drain(o) after every op, which waits until the I/O
+ *     thread has let go of every transfer the op posted.
+ *   - A zero-byte transfer is allowed (a header with no payload): barrier.
+ */
+#ifndef DT_TRANSPORT_H
+#define DT_TRANSPORT_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "dt_comm.h"
+
+/* The frame header, 40 bytes on the wire in host byte order (every rank of a
+ * job runs on one architecture). */
+typedef struct dt_frame_hdr {
+    uint8_t kind;    /* FRAME_* */
+    uint8_t op;      /* dt_op_kind */
+    uint8_t dtype;   /* dt_dtype */
+    uint8_t redop;   /* dt_redop */
+    int32_t root;    /* root rank, or -1 */
+    uint32_t index;  /* collective: message index within the op for this peer
+                        pair; p2p: the tag */
+    uint32_t reserved;
+    uint64_t seq;    /* collective: op sequence number; p2p: sender's p2p count */
+    uint64_t count;  /* elements in the op (its defining count) */
+    uint64_t length; /* payload bytes that follow */
+} dt_frame_hdr;
+
+enum {
+    FRAME_COLL = 1,  /* part of a collective */
+    FRAME_P2P = 2,   /* tagged send/recv */
+    FRAME_ABORT = 3, /* payload: u32 status + text; the sender has failed */
+    FRAME_BYE = 4,   /* the sender is destroying its communicator */
+};
+
+enum { XFER_POSTED = 0, XFER_DONE = 1, XFER_FAILED = 2 };
+
+typedef struct dt_opctx dt_opctx;
+typedef struct dt_work dt_work;
+
+typedef struct dt_xfer {
+    /* set when posted */
+    dt_frame_hdr hdr;     /* sent as is, or the header expected */
+    char *buf;
+    size_t len;
+    int peer;             /* recv from DT_ANY_SOURCE: p2p only */
+    int is_send;
+    dt_opctx *owner;      /* collective transfers: the op that posted it */
+    dt_work *work;        /* p2p transfers: the work handle they complete */
+    /* owned by the I/O thread while posted */
+    struct dt_xfer *next;
+    size_t done;
+    uv_write_t write_req;
+    /* completion, written by the I/O thread under the communicator's mutex */
+    int state;            /* XFER_* */
+    int source;           /* recv: the rank the frame came from */
+} dt_xfer;
+
+/*
+ * The context of one collective while it runs on the executor.
+ */
+struct dt_opctx {
+    dt_comm *comm;
+    const dt_op *op;
+    uint64_t seq;          /* this op's sequence number */
+    uint64_t wire_count;   /* count sent in frame headers (allgatherv: the sum) */
+    int rank, size;
+    double deadline;       /* monotonic seconds (dt_now) */
+    int outstanding;       /* transfers posted and not yet let go; under mutex */
+    uint32_t *sent_index;  /* [size] next message index to each peer */
+    uint32_t *recv_index;  /* [size] next message index expected from each */
+};
+
+/* Post a transfer of `len` bytes to/from `peer` as part of op `o`. */
+void xfer_send(dt_opctx *o, dt_xfer *x, int peer, const void *buf, size_t len);
+void xfer_recv(dt_opctx *o, dt_xfer *x, int peer, void *buf, size_t len);
+/* Block until x is done (DT_OK) or the communicator failed (its status). */
+dt_status xfer_wait(dt_opctx *o, dt_xfer *x);
+/* Wait for every transfer in xs[0..n); returns the first failure. */
+dt_status xfer_wait_all(dt_opctx *o, dt_xfer *xs, int n);
+/* Block until every transfer the op posted has been let go of. */
+void xfer_drain(dt_opctx *o);
+
+/* Per-communicator scratch of at least `bytes`, reused across ops (grown,
+ * never shrunk). `slot` 0 or 1: two independent buffers. NULL on ENOMEM. */
+void *opctx_scratch(dt_opctx *o, int slot, size_t bytes);
+
+/* Monotonic clock in seconds. */
+double dt_now(void);
+
+#endif /* DT_TRANSPORT_H */

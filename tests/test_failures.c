@@ -1,0 +1,404 @@
+/*
+ * test_failures.c — the communicator fails loudly, quickly and precisely.
+ *
+ * Ranks run as forked processes here, so a rank can really die (SIGKILL)
+ * and a stranger can really connect from outside. Each child reports one
+ * line back through a pipe: "<status> <seconds-since-boot> <message>". The
+ * parent bounds every wait, and kills every child it started before the
+ * test ends, so a bug fails the test instead of hanging CI.
+ */
+#include <criterion/criterion.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dt_comm.h"
+
+#define MAX_RANKS 8
+static const uint8_t SECRET[] = "the job's secret";
+
+typedef struct job {
+    int n;
+    char url[128];
+    pid_t pid[MAX_RANKS];
+    int fd[MAX_RANKS]; /* read end of each child's report pipe */
+} job;
+
+typedef void (*child_fn)(int rank, job *j, FILE *report);
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void job_url(job *j, const char *name)
+{
+    static int counter;
+    snprintf(j->url, sizeof j->url, "file:///tmp/dtrain-test-fail-%s-%d-%d", name, getpid(),
+             counter++);
+}
+
+static dt_comm *child_join(job *j, int rank, double timeout_s, FILE *report)
+{
+    dt_comm_options o;
+    dt_comm_options_default(&o);
+    o.rank = rank;
+    o.world_size = j->n;
+    o.init_url = j->url;
+    o.job_id = "failures";
+    o.secret = SECRET;
+    o.secret_len = sizeof SECRET;
+    o.timeout_s = timeout_s;
+    o.init_timeout_s = 20;
+    o.log = NULL;
+    dt_comm *c;
+    dt_status st = dt_comm_init(&c, &o);
+    if (st != DT_OK) {
+        fprintf(report, "%d %.6f init: %s\n", st, now_s(), dt_comm_error(c));
+        fflush(report);
+        _exit(1);
+    }
+    return c;
+}
+
+static void start(job *j, int n, const char *name, child_fn fn)
+{
+    j->n = n;
+    job_url(j, name);
+    for (int r = 0; r < n; r++) {
+        int p[2];
+        cr_assert_eq(pipe(p), 0);
+        pid_t pid = fork();
+        cr_assert_neq(pid, -1);
+        if (pid == 0) {
+            close(p[0]);
+            FILE *report = fdopen(p[1], "w");
+            fn(r, j, report);
+            fclose(report);
+            _exit(0);
+        }
+        close(p[1]);
+        j->pid[r] = pid;
+        j->fd[r] = p[0];
+    }
+}
+
+/* Read one report line from rank r within timeout_s; "" on timeout. */
+static void report_of(job *j, int r, double timeout_s, char *line, size_t n)
+{
+    size_t got = 0;
+    double deadline = now_s() + timeout_s;
+    line[0] = '\0';
+    while (got + 1 < n) {
+        int left = (int)((deadline - now_s()) * 1000);
+        struct pollfd pfd = {.fd = j->fd[r], .events = POLLIN};
+        if (left <= 0 || poll(&pfd, 1, left) <= 0) break;
+        ssize_t k = read(j->fd[r], line + got, 1);
+        if (k <= 0 || line[got] == '\n') break;
+        got += (size_t)k;
+    }
+    line[got] = '\0';
+}
+
+/* How a child ended, for failure messages: "running", "exit 3", "signal 11". */
+static const char *child_state(job *j, int r, char *buf, size_t n)
+{
+    int status;
+    pid_t p = waitpid(j->pid[r], &status, WNOHANG);
+    if (p == 0) snprintf(buf, n, "running");
+    else if (p < 0) snprintf(buf, n, "reaped");
+    else if (WIFEXITED(status)) snprintf(buf, n, "exit %d", WEXITSTATUS(status));
+    else snprintf(buf, n, "signal %d", WTERMSIG(status));
+    return buf;
+}
+
+static void finish(job *j)
+{
+    for (int r = 0; r < j->n; r++) {
+        kill(j->pid[r], SIGKILL);
+        waitpid(j->pid[r], NULL, 0);
+        close(j->fd[r]);
+    }
+}
+
+/* ---- a rank dies mid all-reduce -------------------------------------------- */
+
+static void allreduce_forever(int rank, job *j, FILE *report)
+{
+    dt_comm *c = child_join(j, rank, 30, report);
+    size_t n = 1 << 20;
+    float *buf = calloc(n, sizeof *buf);
+    for (int i = 0;; i++) {
+        dt_status st = dt_allreduce(c, buf, n, DT_F32, DT_SUM);
+        if (st != DT_OK) {
+            fprintf(report, "%d %.6f %s\n", st, now_s(), dt_comm_error(c));
+            break;
+        }
+        if (i == 3) { fprintf(report, "running\n"); fflush(report); }
+    }
+    fflush(report);
+    dt_comm_destroy(c);
+    free(buf);
+}
+
+Test(failures, killed_rank_is_named_by_every_survivor_within_5_seconds, .timeout = 60)
+{
+    job j;
+    char line[2048];
+    start(&j, 4, "kill", allreduce_forever);
+    for (int r = 0; r < 4; r++) {
+        report_of(&j, r, 30, line, sizeof line);
+        cr_assert_str_eq(line, "running", "rank %d did not start: '%s'", r, line);
+    }
+    const int victim = 2;
+    kill(j.pid[victim], SIGKILL);
+    double killed_at = now_s();
+    for (int r = 0; r < 4; r++) {
+        if (r == victim) continue;
+        report_of(&j, r, 10, line, sizeof line);
+        int st = -1;
+        double t = 0;
+        int used = 0;
+        char state[32];
+        cr_assert_eq(sscanf(line, "%d %lf %n", &st, &t, &used), 2, "rank %d: no report ('%s', %s)",
+                     r, line, child_state(&j, r, state, sizeof state));
+        cr_assert_neq(st, DT_OK);
+        cr_expect(strstr(line + used, "rank 2") != NULL,
+                  "rank %d's error does not name rank 2: %s", r, line + used);
+        cr_expect_lt(t - killed_at, 5.0, "rank %d noticed after %.2f s", r, t - killed_at);
+        cr_log_info("rank %d noticed after %.3f s: %s", r, t - killed_at, line + used);
+    }
+    finish(&j);
+}
+
+/* ---- a rank never shows up for an op ---------------------------------------- */
+
+static void one_rank_skips_the_op(int rank, job *j, FILE *report)
+{
+    dt_comm *c = child_join(j, rank, 30, report);
+    if (rank == 1) {
+        sleep(5); /* never calls the all-reduce */
+        dt_comm_destroy(c);
+        return;
+    }
+    float x[4] = {1, 2, 3, 4};
+    dt_op op = {.kind = DT_OP_ALLREDUCE, .recv = x, .count = 4, .dtype = DT_F32,
+                .redop = DT_SUM, .timeout_s = 0.5};
+    double t0 = now_s();
+    dt_status st = dt_run(c, &op);
+    fprintf(report, "%d %.6f %s\n", st, now_s() - t0, dt_comm_error(c));
+    fflush(report);
+    dt_comm_destroy(c);
+}
+
+Test(failures, op_timeout_fails_the_op_and_names_the_silent_peer, .timeout = 60)
+{
+    job j;
+    char line[2048];
+    start(&j, 2, "timeout", one_rank_skips_the_op);
+    report_of(&j, 0, 20, line, sizeof line);
+    int st = -1, used = 0;
+    double took = 0;
+    cr_assert_eq(sscanf(line, "%d %lf %n", &st, &took, &used), 2, "no report: '%s'", line);
+    cr_expect_eq(st, DT_ETIMEDOUT, "status %d: %s", st, line + used);
+    cr_expect(strstr(line + used, "rank 1") != NULL, "%s", line + used);
+    cr_expect(strstr(line + used, "allreduce #0") != NULL, "%s", line + used);
+    cr_expect(took >= 0.5 && took < 3.0, "took %.2f s", took);
+    finish(&j);
+}
+
+/* ---- ranks disagree about the count ------------------------------------------ */
+
+static void mismatched_counts(int rank, job *j, FILE *report)
+{
+    dt_comm *c = child_join(j, rank, 10, report);
+    size_t count = rank == 0 ? 4096 : 8192;
+    float *buf = calloc(count, sizeof *buf);
+    dt_status st = dt_allreduce(c, buf, count, DT_F32, DT_SUM);
+    fprintf(report, "%d %.6f %s\n", st, now_s(), dt_comm_error(c));
+    fflush(report);
+    dt_comm_destroy(c);
+    free(buf);
+}
+
+Test(failures, different_counts_give_a_protocol_error_with_both_views, .timeout = 60)
+{
+    job j;
+    char line[2048];
+    start(&j, 2, "mismatch", mismatched_counts);
+    for (int r = 0; r < 2; r++) {
+        report_of(&j, r, 20, line, sizeof line);
+        int st = -1, used = 0;
+        double t;
+        cr_assert_eq(sscanf(line, "%d %lf %n", &st, &t, &used), 2, "rank %d: '%s'", r, line);
+        cr_expect_eq(st, DT_EPROTO, "rank %d: status %d: %s", r, st, line + used);
+        cr_expect(strstr(line, "4096 x f32") && strstr(line, "8192 x f32"),
+                  "rank %d's error lacks both views: %s", r, line + used);
+    }
+    finish(&j);
+}
+
+/* ---- strangers on the port ------------------------------------------------------ */
+
+/* The children report their port, wait for "go" (the stranger has been
+ * rejected), then run collectives and report how many they rejected. */
+static int go_pipe[2];
+
+static void wait_then_allreduce(int rank, job *j, FILE *report)
+{
+    dt_comm *c = child_join(j, rank, 20, report);
+    fprintf(report, "port %d\n", dt_comm_port(c));
+    fflush(report);
+    char go;
+    if (read(go_pipe[0], &go, 1) != 1) _exit(2);
+    int ok = 1;
+    for (int i = 0; i < 10 && ok; i++) {
+        int32_t x[3] = {rank, 1, i};
+        ok = dt_allreduce(c, x, 3, DT_I32, DT_SUM) == DT_OK && x[0] == 3 && x[1] == 3 &&
+             x[2] == 3 * i;
+    }
+    fprintf(report, "%d %llu %s\n", ok, (unsigned long long)dt_comm_rejected_connections(c),
+            dt_comm_error(c));
+    fflush(report);
+    dt_comm_destroy(c);
+}
+
+static int connect_to(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    return fd;
+}
+
+/* True when the peer closes the connection within 5 s. */
+static bool closed_by_peer(int fd)
+{
+    char buf[256];
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    double deadline = now_s() + 5;
+    while (now_s() < deadline) {
+        if (poll(&pfd, 1, 100) > 0 && read(fd, buf, sizeof buf) <= 0) return true;
+    }
+    return false;
+}
+
+static void stranger_test(void (*stranger)(int port))
+{
+    job j;
+    char line[2048];
+    cr_assert_eq(pipe(go_pipe), 0);
+    start(&j, 3, "stranger", wait_then_allreduce);
+    int port = 0;
+    for (int r = 0; r < 3; r++) {
+        report_of(&j, r, 30, line, sizeof line);
+        if (r == 0) cr_assert_eq(sscanf(line, "port %d", &port), 1, "rank 0: '%s'", line);
+    }
+    stranger(port);
+    cr_assert_eq(write(go_pipe[1], "ggg", 3), 3);
+    for (int r = 0; r < 3; r++) {
+        report_of(&j, r, 30, line, sizeof line);
+        int ok = 0;
+        unsigned long long rejected = 0;
+        cr_assert_eq(sscanf(line, "%d %llu", &ok, &rejected), 2, "rank %d: '%s'", r, line);
+        cr_expect_eq(ok, 1, "rank %d's all-reduces failed: %s", r, line);
+        if (r == 0) cr_expect_eq(rejected, 1, "rank 0 rejected %llu connections", rejected);
+    }
+    finish(&j);
+    close(go_pipe[0]);
+    close(go_pipe[1]);
+}
+
+static void random_bytes(int port)
+{
+    int fd = connect_to(port);
+    uint8_t junk[64];
+    randombytes_buf(junk, sizeof junk);
+    cr_assert_eq(write(fd, junk, sizeof junk), (ssize_t)sizeof junk);
+    cr_expect(closed_by_peer(fd), "rank 0 kept a connection that sent random bytes");
+    close(fd);
+}
+
+Test(failures, stranger_sending_random_bytes_is_rejected_while_the_job_goes_on, .timeout = 90)
+{
+    stranger_test(random_bytes);
+}
+
+/* Speak the handshake correctly, but with the wrong key. */
+static void wrong_secret(int port)
+{
+    cr_assert_geq(sodium_init(), 0);
+    int fd = connect_to(port);
+    uint8_t hello[48] = {0}, challenge[64], msg[1 + 48 + 64], mac[32], key[32];
+    uint32_t head[4] = {0x4e525444u, 1, 3, 2}; /* magic, version, world 3, "rank 2" */
+    memcpy(hello, head, sizeof head);
+    crypto_generichash(hello + 16, 16, (const uint8_t *)"failures", 8, NULL, 0);
+    randombytes_buf(hello + 32, 16);
+    cr_assert_eq(write(fd, hello, sizeof hello), (ssize_t)sizeof hello);
+    size_t got = 0;
+    while (got < sizeof challenge) {
+        ssize_t k = read(fd, challenge + got, sizeof challenge - got);
+        cr_assert_gt(k, 0, "rank 0 closed before its challenge");
+        got += (size_t)k;
+    }
+    crypto_generichash(key, sizeof key, (const uint8_t *)"not the secret", 14, NULL, 0);
+    msg[0] = 'D';
+    memcpy(msg + 1, hello, 48);
+    memcpy(msg + 49, challenge, 64);
+    crypto_auth(mac, msg, sizeof msg, key);
+    cr_assert_eq(write(fd, mac, sizeof mac), (ssize_t)sizeof mac);
+    cr_expect(closed_by_peer(fd), "rank 0 kept a connection with the wrong secret");
+    close(fd);
+}
+
+Test(failures, stranger_with_the_wrong_secret_is_rejected_while_the_job_goes_on, .timeout = 90)
+{
+    stranger_test(wrong_secret);
+}
+
+/* ---- abort unblocks a waiter ---------------------------------------------------- */
+
+static void abort_from_another_thread(int rank, job *j, FILE *report)
+{
+    dt_comm *c = child_join(j, rank, 60, report);
+    if (rank == 1) { sleep(5); dt_comm_destroy(c); return; }
+    float x = 1;
+    dt_work *w;
+    cr_assert_eq(dt_allreduce_async(c, &x, 1, DT_F32, DT_SUM, &w), DT_OK);
+    usleep(200 * 1000);
+    double t0 = now_s();
+    dt_comm_abort(c, "test says stop");
+    dt_status st = dt_work_wait(w);
+    fprintf(report, "%d %.6f %s\n", st, now_s() - t0, dt_comm_error(c));
+    fflush(report);
+    dt_comm_destroy(c);
+}
+
+Test(failures, abort_unblocks_a_pending_op_at_once, .timeout = 60)
+{
+    job j;
+    char line[2048];
+    start(&j, 2, "abort", abort_from_another_thread);
+    report_of(&j, 0, 20, line, sizeof line);
+    int st = -1, used = 0;
+    double took = 0;
+    cr_assert_eq(sscanf(line, "%d %lf %n", &st, &took, &used), 2, "no report: '%s'", line);
+    cr_expect_eq(st, DT_EABORTED, "%s", line + used);
+    cr_expect(strstr(line + used, "test says stop") != NULL, "%s", line + used);
+    cr_expect_lt(took, 1.0);
+    finish(&j);
+}
