@@ -1,0 +1,117 @@
+/*
+ * algo_select.c — which algorithm runs an op.
+ *
+ * Each collective has one or two algorithms (see their files for the
+ * pictures and costs). With op->algo == DT_ALGO_AUTO the choice is made
+ * from the message size and the world size; tests and benchmarks may force
+ * one with op->algo, and forcing one that does not implement the op's kind
+ * (a chain all-reduce, say) is DT_EINVAL, not a silent substitution.
+ *
+ *   kind             algorithms                     AUTO
+ *   allreduce        ring, recursive doubling       RD if small, else ring
+ *   reduce_scatter   ring                           ring
+ *   allgather(v)     ring                           ring
+ *   broadcast        binomial tree, chain           tree if small, else chain
+ *   reduce           binomial tree                  tree
+ *   barrier, gather, scatter, alltoall: one algorithm each, AUTO only
+ *
+ * The choice is a pure function of (kind, algo, count, dtype, p), all of
+ * which every rank agrees on, so every rank picks the same algorithm:
+ * ranks running different algorithms would pair up the wrong messages.
+ * (Send and receive are not collectives; the transport runs them.)
+ */
+#include "algorithms.h"
+
+/*
+ * All-reduce: recursive doubling costs ~log2(p)(α + nβ), the ring
+ * 2(p-1)α + 2((p-1)/p)nβ. In the model they cross where the ring's extra
+ * latencies equal recursive doubling's extra bytes:
+ *   n* = α/β · (2(p-1) - log2 p) / (log2 p - 2(p-1)/p),
+ * about 0.6 α/β for p = 3 (its fold makes it 3 rounds) and 8 α/β for p = 4
+ * to 8. On loopback TCP α/β is ~30 µs × 3 GB/s ≈ 100 KB. The model
+ * flatters recursive doubling, though: it reduces the whole buffer every
+ * round with the network idle, where the ring reduces (p-1)/p of it once,
+ * hidden behind the transfers. 64 KiB is near the crossover for odd
+ * world sizes and safely below it otherwise; dtrain-bench with a forced
+ * algorithm is the way to retune it for a given network.
+ * Regardless of size, a buffer of fewer elements than ranks would leave
+ * ring chunks empty (steps of nothing but latency): recursive doubling.
+ */
+#define ALLREDUCE_RECURSIVE_DOUBLING_MAX_BYTES ((size_t)64 * 1024)
+
+/*
+ * Broadcast: the binomial tree costs ⌈log2 p⌉(α + nβ), the chain
+ * (p-2+k)(α + nβ/k), about nβ for large n. The tree's log2(p) copies of
+ * the buffer start to dominate once nβ outweighs a few α, a few hundred
+ * KB on loopback: 256 KiB, one chain segment, below which the chain would
+ * not pipeline at all. With two ranks both are the same single transfer:
+ * the tree, which does it as one message.
+ */
+#define BROADCAST_TREE_MAX_BYTES ((size_t)256 * 1024)
+
+static dt_status run_allreduce(dt_opctx *o, size_t bytes) {
+    switch (o->op->algo) {
+    case DT_ALGO_AUTO:
+        if (bytes <= ALLREDUCE_RECURSIVE_DOUBLING_MAX_BYTES ||
+            o->op->count < (size_t)o->size)
+            return allreduce_recursive_doubling(o);
+        return allreduce_ring(o);
+    case DT_ALGO_RING:
+        return allreduce_ring(o);
+    case DT_ALGO_RECURSIVE_DOUBLING:
+        return allreduce_recursive_doubling(o);
+    default:
+        return DT_EINVAL;
+    }
+}
+
+static dt_status run_broadcast(dt_opctx *o, size_t bytes) {
+    switch (o->op->algo) {
+    case DT_ALGO_AUTO:
+        if (bytes <= BROADCAST_TREE_MAX_BYTES || o->size <= 2)
+            return broadcast_tree(o);
+        return broadcast_chain(o);
+    case DT_ALGO_TREE:
+        return broadcast_tree(o);
+    case DT_ALGO_CHAIN:
+        return broadcast_chain(o);
+    default:
+        return DT_EINVAL;
+    }
+}
+
+/* Kinds with a single algorithm accept AUTO or that algorithm's name. */
+static dt_status run_only(dt_opctx *o, dt_algo allowed,
+                          dt_status (*algorithm)(dt_opctx *)) {
+    if (o->op->algo != DT_ALGO_AUTO && o->op->algo != allowed)
+        return DT_EINVAL;
+    return algorithm(o);
+}
+
+dt_status algo_run(dt_opctx *o) {
+    const dt_op *op = o->op;
+    const size_t bytes = op->count * dt_dtype_size(op->dtype);
+    switch (op->kind) {
+    case DT_OP_ALLREDUCE:
+        return run_allreduce(o, bytes);
+    case DT_OP_REDUCE_SCATTER:
+        return run_only(o, DT_ALGO_RING, reduce_scatter_ring);
+    case DT_OP_ALLGATHER:
+    case DT_OP_ALLGATHERV:
+        return run_only(o, DT_ALGO_RING, allgather_ring);
+    case DT_OP_BROADCAST:
+        return run_broadcast(o, bytes);
+    case DT_OP_REDUCE:
+        return run_only(o, DT_ALGO_TREE, reduce_tree);
+    case DT_OP_BARRIER:
+        return run_only(o, DT_ALGO_AUTO, barrier_dissemination);
+    case DT_OP_GATHER:
+        return run_only(o, DT_ALGO_AUTO, gather_linear);
+    case DT_OP_SCATTER:
+        return run_only(o, DT_ALGO_AUTO, scatter_linear);
+    case DT_OP_ALLTOALL:
+        return run_only(o, DT_ALGO_AUTO, alltoall_pairwise);
+    default: /* send, recv: point to point, not an algorithm */
+        return DT_EINVAL;
+    }
+}

@@ -1,0 +1,741 @@
+/*
+ * test_collectives.c — every collective, against a serial reference, with
+ * ranks as threads over loopback TCP (rank_threads.h).
+ *
+ * Exact comparisons. Inputs are small integers that every dtype holds
+ * exactly and whose reductions stay exact in every order the algorithms
+ * might use: sums of at most 8 values in [-4, 4]; products of values in
+ * {1, -1, 2} (unsigned: {1, 2, 3}) with at most two factors other than 1;
+ * min/max of integers; bit patterns for band/bor/bxor. So a result is
+ * compared byte for byte with a serial reference computed by
+ * dt_reduce_into_reference in rank order; DT_AVG's reference is that exact
+ * sum finished by dt_reduce_finish, the same division the library does.
+ * Data-movement collectives carry values that name their source (and, for
+ * all-to-all and scatter, their destination), so a block in the wrong
+ * place shows. The one test about rounding — all ranks ending bitwise
+ * identical — uses inexact values on purpose and compares ranks with each
+ * other.
+ *
+ * The matrix, chosen to stay within about a minute on two cores:
+ *   - world sizes 1 2 3 4 5 8: every collective × every dtype × every op
+ *     the dtype supports, at counts 0, 1, p-1 (fewer than the world),
+ *     3p+1 (not divisible by it) and 1000+p; rooted ones from every root;
+ *     both all-reduce algorithms and both broadcast algorithms forced, and
+ *     the automatic choice across its size thresholds;
+ *   - world sizes 2 3 4 8: >= 1M elements (many segments per chunk) for
+ *     ring all-reduce, reduce-scatter and all-gather with f32/bf16/i64 ×
+ *     sum/avg/max, and for every other collective with f32;
+ *   - in-place variants, tagged send/recv, two communicators at once,
+ *     async ops overlapped with work, forced algorithms that do not apply.
+ * Each parameterized test (one world size) joins one job and runs its
+ * whole slice of the matrix in it: joining is the slow part.
+ */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dt_comm.h"
+#include "collective_data.h"
+#include "rank_threads.h"
+#include "reduce.h"
+
+#define TEST_TIMEOUT_S 60
+#define MILLION ((size_t)1 << 20)
+
+/* ---- plans: one slice of the matrix, run by every rank of a job ------------- */
+
+typedef enum count_set { COUNTS_SMALL, COUNTS_LARGE, COUNTS_AUTO } count_set;
+
+typedef struct plan {
+    dt_op_kind kind;
+    dt_algo algo;
+    bool in_place;
+    const dt_dtype *dtypes; /* NULL: all eight */
+    const dt_redop *ops;    /* reductions; NULL: every op the dtype supports */
+    int nops;
+    count_set counts;
+    bool every_root;        /* rooted kinds: every root, else root p-1 */
+    char *ref;              /* shared: rank 0 writes it between rank_syncs */
+    size_t ref_cap;
+} plan;
+
+typedef struct test_case {
+    dt_dtype t;
+    dt_redop op;
+    size_t count;
+    int root;
+    char label[160];
+} test_case;
+
+static const dt_dtype ALL_DTYPES[] = {DT_F32, DT_F64, DT_F16, DT_BF16,
+                                      DT_I8, DT_U8, DT_I32, DT_I64,
+                                      DT_NUM_DTYPES};
+static const dt_dtype LARGE_DTYPES[] = {DT_F32, DT_BF16, DT_I64, DT_NUM_DTYPES};
+static const dt_dtype F32_ONLY[] = {DT_F32, DT_NUM_DTYPES};
+static const dt_redop LARGE_OPS[] = {DT_SUM, DT_AVG, DT_MAX};
+static const dt_redop SUM_ONLY[] = {DT_SUM};
+
+static bool is_reduction(dt_op_kind k) {
+    return k == DT_OP_ALLREDUCE || k == DT_OP_REDUCE_SCATTER || k == DT_OP_REDUCE;
+}
+
+static bool is_rooted(dt_op_kind k) {
+    return k == DT_OP_BROADCAST || k == DT_OP_REDUCE || k == DT_OP_GATHER ||
+           k == DT_OP_SCATTER;
+}
+
+/* Whole-buffer kinds count the buffer; the others count per rank (or per
+ * peer), so their large count is a million elements over all ranks. */
+static int plan_counts(const plan *pl, int p, size_t out[8]) {
+    int n = 0;
+    if (pl->counts == COUNTS_LARGE) {
+        bool whole = pl->kind == DT_OP_ALLREDUCE || pl->kind == DT_OP_BROADCAST ||
+                     pl->kind == DT_OP_REDUCE;
+        out[n++] = whole ? MILLION + 3 : MILLION / (size_t)p + 1;
+        return n;
+    }
+    out[n++] = 0;
+    out[n++] = 1;
+    if (p > 2)
+        out[n++] = (size_t)p - 1;
+    out[n++] = p > 1 ? 3 * (size_t)p + 1 : 7;
+    out[n++] = 1000 + (size_t)p;
+    if (pl->counts == COUNTS_AUTO) { /* both sides of 64 KiB and 256 KiB of f32 */
+        out[n++] = 16384;
+        out[n++] = 16385;
+        out[n++] = 65537;
+    }
+    return n;
+}
+
+/* Rank 0 reduces every rank's input of n elements into the plan's shared
+ * buffer, serially and in rank order; everyone waits for it. NULL if the
+ * job broke. */
+static const void *shared_reduction(rank_ctx *rc, plan *pl, size_t n,
+                                    dt_dtype t, dt_redop op) {
+    size_t bytes = n * dt_dtype_size(t);
+    if (rc->rank == 0) {
+        if (!pl->ref || bytes > pl->ref_cap) { /* non-NULL even for 0 B */
+            free(pl->ref);
+            pl->ref = xmalloc(bytes);
+            pl->ref_cap = bytes;
+        }
+        char *other = xmalloc(bytes);
+        fill_reduction_input(pl->ref, n, t, op, 0);
+        for (int q = 1; q < rc->world; q++) {
+            fill_reduction_input(other, n, t, op, q);
+            dt_reduce_into_reference(pl->ref, other, n, t, op);
+        }
+        dt_reduce_finish(pl->ref, n, t, op, rc->world);
+        free(other);
+    }
+    return rank_sync(rc) ? pl->ref : NULL;
+}
+
+/* Runs one op; false (recorded) if it failed. */
+static bool run_op(rank_ctx *rc, const dt_op *o, const char *label) {
+    dt_status st = dt_run(rc->comm, o);
+    if (st != DT_OK)
+        return rank_fail(rc, "%s: %s: %s", label, dt_status_name(st),
+                         dt_comm_error(rc->comm));
+    return true;
+}
+
+/* ---- one case of each kind: every rank runs it, then checks its part ----- */
+
+/* allreduce: in place; every rank expects the whole reduction. */
+static bool case_allreduce(rank_ctx *rc, plan *pl, const test_case *k) {
+    char *buf = xmalloc(k->count * dt_dtype_size(k->t));
+    fill_reduction_input(buf, k->count, k->t, k->op, rc->rank);
+    const void *want = shared_reduction(rc, pl, k->count, k->t, k->op);
+    dt_op o = {.kind = DT_OP_ALLREDUCE, .recv = buf, .count = k->count,
+               .dtype = k->t, .redop = k->op, .algo = pl->algo};
+    bool ok = want && run_op(rc, &o, k->label);
+    if (ok)
+        expect_equal(rc, k->label, buf, want, k->count, k->t);
+    free(buf);
+    return ok;
+}
+
+/* reduce_scatter: send [p·count] → recv [count] = block `rank` of the
+ * reduction; in place: recv is that block of send. */
+static bool case_reduce_scatter(rank_ctx *rc, plan *pl, const test_case *k) {
+    const size_t es = dt_dtype_size(k->t), p = (size_t)rc->world;
+    char *send = xmalloc(p * k->count * es);
+    char *mine = send + (size_t)rc->rank * k->count * es;
+    char *recv = pl->in_place ? mine : xmalloc(k->count * es);
+    fill_reduction_input(send, p * k->count, k->t, k->op, rc->rank);
+    const char *want = shared_reduction(rc, pl, p * k->count, k->t, k->op);
+    dt_op o = {.kind = DT_OP_REDUCE_SCATTER, .send = send, .recv = recv,
+               .count = k->count, .dtype = k->t, .redop = k->op, .algo = pl->algo};
+    bool ok = want && run_op(rc, &o, k->label);
+    if (ok)
+        expect_equal(rc, k->label, recv, want + (size_t)rc->rank * k->count * es,
+                     k->count, k->t);
+    if (!pl->in_place)
+        free(recv);
+    free(send);
+    return ok;
+}
+
+/* reduce: the root expects the reduction, every other rank its own input. */
+static bool case_reduce(rank_ctx *rc, plan *pl, const test_case *k) {
+    const size_t bytes = k->count * dt_dtype_size(k->t);
+    char *buf = xmalloc(bytes), *input = xmalloc(bytes);
+    fill_reduction_input(input, k->count, k->t, k->op, rc->rank);
+    memcpy(buf, input, bytes);
+    const void *want = shared_reduction(rc, pl, k->count, k->t, k->op);
+    dt_op o = {.kind = DT_OP_REDUCE, .recv = buf, .count = k->count, .dtype = k->t,
+               .redop = k->op, .root = k->root, .algo = pl->algo};
+    bool ok = want && run_op(rc, &o, k->label);
+    if (ok)
+        expect_equal(rc, k->label, buf, rc->rank == k->root ? want : input,
+                     k->count, k->t);
+    free(buf);
+    free(input);
+    return ok;
+}
+
+/* allgather / allgatherv: every rank expects every rank's block in order.
+ * allgatherv's counts: count+q for rank q, except every third rank sends
+ * nothing. */
+static bool case_allgather(rank_ctx *rc, plan *pl, const test_case *k) {
+    const size_t es = dt_dtype_size(k->t);
+    const int p = rc->world;
+    size_t counts[RANK_THREADS_MAX], offsets[RANK_THREADS_MAX], total = 0;
+    for (int q = 0; q < p; q++) {
+        bool v = pl->kind == DT_OP_ALLGATHERV;
+        counts[q] = !v ? k->count : q % 3 == 1 ? 0 : k->count + (size_t)q;
+        offsets[q] = total;
+        total += counts[q];
+    }
+    char *recv = xmalloc(total * es), *want = xmalloc(total * es);
+    char *send = pl->in_place ? recv + offsets[rc->rank] * es
+                              : xmalloc(counts[rc->rank] * es);
+    for (int q = 0; q < p; q++)
+        fill_block(want + offsets[q] * es, counts[q], k->t, q, 0);
+    fill_block(send, counts[rc->rank], k->t, rc->rank, 0);
+    dt_op o = {.kind = pl->kind, .send = send, .recv = recv, .count = k->count,
+               .counts = counts, .dtype = k->t, .algo = pl->algo};
+    bool ok = run_op(rc, &o, k->label);
+    if (ok)
+        expect_equal(rc, k->label, recv, want, total, k->t);
+    if (!pl->in_place)
+        free(send);
+    free(recv);
+    free(want);
+    return ok;
+}
+
+/* broadcast: everyone expects the root's buffer. */
+static bool case_broadcast(rank_ctx *rc, plan *pl, const test_case *k) {
+    const size_t bytes = k->count * dt_dtype_size(k->t);
+    char *buf = xmalloc(bytes), *want = xmalloc(bytes);
+    fill_block(want, k->count, k->t, k->root, 0);
+    if (rc->rank == k->root)
+        memcpy(buf, want, bytes);
+    else
+        memset(buf, 0xa5, bytes);
+    dt_op o = {.kind = DT_OP_BROADCAST, .recv = buf, .count = k->count,
+               .dtype = k->t, .root = k->root, .algo = pl->algo};
+    bool ok = run_op(rc, &o, k->label);
+    if (ok)
+        expect_equal(rc, k->label, buf, want, k->count, k->t);
+    free(buf);
+    free(want);
+    return ok;
+}
+
+/* gather: the root expects block q from rank q; others pass no recv. */
+static bool case_gather(rank_ctx *rc, plan *pl, const test_case *k) {
+    const size_t es = dt_dtype_size(k->t), p = (size_t)rc->world;
+    const bool root = rc->rank == k->root;
+    char *send = xmalloc(k->count * es);
+    char *recv = root ? xmalloc(p * k->count * es) : NULL;
+    char *want = xmalloc(p * k->count * es);
+    fill_block(send, k->count, k->t, rc->rank, 0);
+    for (size_t q = 0; q < p; q++)
+        fill_block(want + q * k->count * es, k->count, k->t, (int)q, 0);
+    dt_op o = {.kind = DT_OP_GATHER, .send = send, .recv = recv, .count = k->count,
+               .dtype = k->t, .root = k->root, .algo = pl->algo};
+    bool ok = run_op(rc, &o, k->label);
+    if (ok && root)
+        expect_equal(rc, k->label, recv, want, p * k->count, k->t);
+    free(send);
+    free(recv);
+    free(want);
+    return ok;
+}
+
+/* scatter: rank q expects block q of the root's send buffer. */
+static bool case_scatter(rank_ctx *rc, plan *pl, const test_case *k) {
+    const size_t es = dt_dtype_size(k->t), p = (size_t)rc->world;
+    const bool root = rc->rank == k->root;
+    char *send = root ? xmalloc(p * k->count * es) : NULL;
+    char *recv = xmalloc(k->count * es), *want = xmalloc(k->count * es);
+    for (size_t q = 0; q < p && root; q++)
+        fill_block(send + q * k->count * es, k->count, k->t, k->root, (int)q);
+    fill_block(want, k->count, k->t, k->root, rc->rank);
+    dt_op o = {.kind = DT_OP_SCATTER, .send = send, .recv = recv, .count = k->count,
+               .dtype = k->t, .root = k->root, .algo = pl->algo};
+    bool ok = run_op(rc, &o, k->label);
+    if (ok)
+        expect_equal(rc, k->label, recv, want, k->count, k->t);
+    free(send);
+    free(recv);
+    free(want);
+    return ok;
+}
+
+/* alltoall: block q of rank r's send → block r of rank q's recv; in place:
+ * one buffer for both. */
+static bool case_alltoall(rank_ctx *rc, plan *pl, const test_case *k) {
+    const size_t es = dt_dtype_size(k->t), p = (size_t)rc->world;
+    const size_t block = k->count * es;
+    char *send = xmalloc(p * block), *want = xmalloc(p * block);
+    char *recv = pl->in_place ? send : xmalloc(p * block);
+    for (size_t q = 0; q < p; q++) {
+        fill_block(send + q * block, k->count, k->t, rc->rank, (int)q);
+        fill_block(want + q * block, k->count, k->t, (int)q, rc->rank);
+    }
+    dt_op o = {.kind = DT_OP_ALLTOALL, .send = send, .recv = recv, .count = k->count,
+               .dtype = k->t, .algo = pl->algo};
+    bool ok = run_op(rc, &o, k->label);
+    if (ok)
+        expect_equal(rc, k->label, recv, want, p * k->count, k->t);
+    if (!pl->in_place)
+        free(recv);
+    free(send);
+    free(want);
+    return ok;
+}
+
+/* One case; false when the job cannot go on. The trailing rank_sync keeps
+ * rank 0 from rewriting the shared reference while others still read it. */
+static bool run_case(rank_ctx *rc, plan *pl, const test_case *k) {
+    bool ok;
+    switch (pl->kind) {
+    case DT_OP_ALLREDUCE: ok = case_allreduce(rc, pl, k); break;
+    case DT_OP_REDUCE_SCATTER: ok = case_reduce_scatter(rc, pl, k); break;
+    case DT_OP_REDUCE: ok = case_reduce(rc, pl, k); break;
+    case DT_OP_ALLGATHER: case DT_OP_ALLGATHERV: ok = case_allgather(rc, pl, k); break;
+    case DT_OP_BROADCAST: ok = case_broadcast(rc, pl, k); break;
+    case DT_OP_GATHER: ok = case_gather(rc, pl, k); break;
+    case DT_OP_SCATTER: ok = case_scatter(rc, pl, k); break;
+    case DT_OP_ALLTOALL: ok = case_alltoall(rc, pl, k); break;
+    default: return rank_fail(rc, "no test case for %s", dt_op_name(pl->kind));
+    }
+    return ok && (!is_reduction(pl->kind) || rank_sync(rc));
+}
+
+static void run_plan(rank_ctx *rc) {
+    plan *pl = rc->arg;
+    const int p = rc->world;
+    size_t counts[8];
+    int ncounts = plan_counts(pl, p, counts);
+    const dt_dtype *dtypes = pl->dtypes ? pl->dtypes : ALL_DTYPES;
+    for (const dt_dtype *t = dtypes; *t != DT_NUM_DTYPES; t++) {
+        for (int oi = 0; oi < (is_reduction(pl->kind) ? DT_NUM_REDOPS : 1); oi++) {
+            dt_redop op = (dt_redop)oi;
+            if (is_reduction(pl->kind) && pl->ops)
+                op = oi < pl->nops ? pl->ops[oi] : DT_NUM_REDOPS;
+            if (is_reduction(pl->kind) && (op == DT_NUM_REDOPS || !dt_redop_supports(op, *t)))
+                continue;
+            for (int ci = 0; ci < ncounts; ci++) {
+                int first = pl->every_root ? 0 : p - 1;
+                int last = is_rooted(pl->kind) ? p - 1 : first;
+                for (int root = first; root <= last; root++) {
+                    test_case k = {*t, op, counts[ci], root, ""};
+                    char where[24] = "";
+                    if (is_rooted(pl->kind))
+                        snprintf(where, sizeof where, " root %d", root);
+                    snprintf(k.label, sizeof k.label, "%s%s (algo %d) %s %s count %zu%s",
+                             dt_op_name(pl->kind), pl->in_place ? " in place" : "",
+                             pl->algo, dt_dtype_name(*t),
+                             is_reduction(pl->kind) ? dt_redop_name(op) : "-", k.count, where);
+                    if (!run_case(rc, pl, &k)) {
+                        rank_fail(rc, "%s: stopped", k.label); /* if nothing said why */
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+static void run_ranks(int world, rank_fn fn, void *arg) {
+    rank_job *job = calloc(1, sizeof *job);
+    cr_assert(job != NULL);
+    rank_threads_run(job, world, fn, arg);
+    for (int r = 0; r < world; r++)
+        cr_expect(!job->ranks[r].failed, "rank %d of %d: %s", r, world,
+                  job->ranks[r].msg);
+    free(job);
+}
+
+/* ---- the matrix --------------------------------------------------------------- */
+
+static int every_world[] = {1, 2, 3, 4, 5, 8};
+static int large_worlds[] = {2, 3, 4, 8};
+
+/* One parameterized test per plan: one run per world size. */
+#define PLAN_TEST(name, worlds, ...)                                              \
+    ParameterizedTestParameters(collectives, name) {                              \
+        return cr_make_param_array(int, worlds, sizeof worlds / sizeof worlds[0]); \
+    }                                                                             \
+    ParameterizedTest(int *world, collectives, name, .timeout = TEST_TIMEOUT_S) { \
+        plan pl = {__VA_ARGS__};                                                  \
+        run_ranks(*world, run_plan, &pl);                                         \
+        free(pl.ref);                                                             \
+    }
+
+PLAN_TEST(allreduce_ring_matches_reference, every_world,
+          .kind = DT_OP_ALLREDUCE, .algo = DT_ALGO_RING)
+PLAN_TEST(allreduce_recursive_doubling_matches_reference, every_world,
+          .kind = DT_OP_ALLREDUCE, .algo = DT_ALGO_RECURSIVE_DOUBLING)
+PLAN_TEST(allreduce_auto_matches_reference_across_the_size_threshold, every_world,
+          .kind = DT_OP_ALLREDUCE, .dtypes = F32_ONLY, .ops = SUM_ONLY, .nops = 1,
+          .counts = COUNTS_AUTO)
+PLAN_TEST(reduce_scatter_matches_reference, every_world,
+          .kind = DT_OP_REDUCE_SCATTER)
+PLAN_TEST(reduce_scatter_in_place_matches_reference, every_world,
+          .kind = DT_OP_REDUCE_SCATTER, .in_place = true, .dtypes = LARGE_DTYPES,
+          .ops = LARGE_OPS, .nops = 3)
+PLAN_TEST(allgather_matches_reference, every_world, .kind = DT_OP_ALLGATHER)
+PLAN_TEST(allgather_in_place_matches_reference, every_world,
+          .kind = DT_OP_ALLGATHER, .in_place = true, .dtypes = LARGE_DTYPES)
+PLAN_TEST(allgatherv_matches_reference_with_uneven_and_empty_counts, every_world,
+          .kind = DT_OP_ALLGATHERV)
+PLAN_TEST(broadcast_tree_from_every_root_matches_reference, every_world,
+          .kind = DT_OP_BROADCAST, .algo = DT_ALGO_TREE, .every_root = true)
+PLAN_TEST(broadcast_chain_from_every_root_matches_reference, every_world,
+          .kind = DT_OP_BROADCAST, .algo = DT_ALGO_CHAIN, .every_root = true)
+PLAN_TEST(broadcast_auto_matches_reference_across_the_size_threshold, every_world,
+          .kind = DT_OP_BROADCAST, .dtypes = F32_ONLY, .counts = COUNTS_AUTO)
+PLAN_TEST(reduce_from_every_root_matches_reference_and_spares_other_buffers,
+          every_world, .kind = DT_OP_REDUCE, .every_root = true)
+PLAN_TEST(gather_from_every_root_matches_reference, every_world,
+          .kind = DT_OP_GATHER, .every_root = true)
+PLAN_TEST(scatter_from_every_root_matches_reference, every_world,
+          .kind = DT_OP_SCATTER, .every_root = true)
+PLAN_TEST(alltoall_matches_reference, every_world, .kind = DT_OP_ALLTOALL)
+PLAN_TEST(alltoall_in_place_matches_reference, every_world,
+          .kind = DT_OP_ALLTOALL, .in_place = true, .dtypes = LARGE_DTYPES)
+
+/* >= 1M elements: many segments per chunk, every step of every pipeline. */
+PLAN_TEST(allreduce_ring_of_a_million_elements_matches_reference, large_worlds,
+          .kind = DT_OP_ALLREDUCE, .algo = DT_ALGO_RING, .dtypes = LARGE_DTYPES,
+          .ops = LARGE_OPS, .nops = 3, .counts = COUNTS_LARGE)
+PLAN_TEST(allreduce_recursive_doubling_of_a_million_elements_matches_reference,
+          large_worlds, .kind = DT_OP_ALLREDUCE, .algo = DT_ALGO_RECURSIVE_DOUBLING,
+          .dtypes = F32_ONLY, .ops = SUM_ONLY, .nops = 1, .counts = COUNTS_LARGE)
+PLAN_TEST(reduce_scatter_of_a_million_elements_matches_reference, large_worlds,
+          .kind = DT_OP_REDUCE_SCATTER, .dtypes = LARGE_DTYPES, .ops = LARGE_OPS,
+          .nops = 3, .counts = COUNTS_LARGE)
+PLAN_TEST(allgather_of_a_million_elements_matches_reference, large_worlds,
+          .kind = DT_OP_ALLGATHER, .dtypes = LARGE_DTYPES, .counts = COUNTS_LARGE)
+PLAN_TEST(allgatherv_of_a_million_elements_matches_reference, large_worlds,
+          .kind = DT_OP_ALLGATHERV, .dtypes = F32_ONLY, .counts = COUNTS_LARGE)
+PLAN_TEST(broadcast_chain_of_a_million_elements_matches_reference, large_worlds,
+          .kind = DT_OP_BROADCAST, .algo = DT_ALGO_CHAIN, .dtypes = LARGE_DTYPES,
+          .counts = COUNTS_LARGE)
+PLAN_TEST(broadcast_tree_of_a_million_elements_matches_reference, large_worlds,
+          .kind = DT_OP_BROADCAST, .algo = DT_ALGO_TREE, .dtypes = F32_ONLY,
+          .counts = COUNTS_LARGE)
+PLAN_TEST(reduce_of_a_million_elements_matches_reference, large_worlds,
+          .kind = DT_OP_REDUCE, .dtypes = F32_ONLY, .ops = LARGE_OPS, .nops = 3,
+          .counts = COUNTS_LARGE)
+PLAN_TEST(gather_of_a_million_elements_matches_reference, large_worlds,
+          .kind = DT_OP_GATHER, .dtypes = F32_ONLY, .counts = COUNTS_LARGE)
+PLAN_TEST(scatter_of_a_million_elements_matches_reference, large_worlds,
+          .kind = DT_OP_SCATTER, .dtypes = F32_ONLY, .counts = COUNTS_LARGE)
+PLAN_TEST(alltoall_of_a_million_elements_matches_reference, large_worlds,
+          .kind = DT_OP_ALLTOALL, .dtypes = F32_ONLY, .counts = COUNTS_LARGE)
+
+
+
+/* ---- all-reduce leaves every rank with the same bytes ------------------------- */
+
+/* Inexact on purpose: fractions whose sums round, so that a rank combining
+ * in another order than its partner would end with other bytes. */
+static void fill_inexact(void *buf, size_t n, dt_dtype t, int rank) {
+    for (size_t i = 0; i < n; i++)
+        put_value(buf, i, t, sin((double)i * 0.37 + rank * 1.91) * 97.3 + rank / 7.0);
+}
+
+typedef struct identity_arg {
+    dt_algo algo;
+    char *results; /* [p][bytes], each rank writes its own row */
+} identity_arg;
+
+static void rank_allreduce_identity(rank_ctx *rc) {
+    identity_arg *a = rc->arg;
+    static const dt_dtype types[] = {DT_F32, DT_F64, DT_F16, DT_BF16};
+    static const dt_redop ops[] = {DT_SUM, DT_AVG, DT_PROD, DT_MAX};
+    const size_t n = 3000 + (size_t)rc->world;
+    for (size_t ti = 0; ti < 4; ti++) {
+        for (size_t oi = 0; oi < 4; oi++) {
+            size_t bytes = n * dt_dtype_size(types[ti]);
+            char *mine = a->results + (size_t)rc->rank * bytes;
+            fill_inexact(mine, n, types[ti], rc->rank);
+            dt_op o = {.kind = DT_OP_ALLREDUCE, .recv = mine, .count = n,
+                       .dtype = types[ti], .redop = ops[oi], .algo = a->algo};
+            char label[96];
+            snprintf(label, sizeof label, "allreduce (algo %d) %s %s", a->algo,
+                     dt_dtype_name(types[ti]), dt_redop_name(ops[oi]));
+            if (!run_op(rc, &o, label) || !rank_sync(rc))
+                return;
+            if (memcmp(mine, a->results, bytes) != 0)
+                rank_fail(rc, "%s: rank %d's bytes differ from rank 0's", label, rc->rank);
+            if (!rank_sync(rc))
+                return;
+        }
+    }
+}
+
+static void allreduce_identity(int world, dt_algo algo) {
+    identity_arg a = {algo, xmalloc((size_t)world * 3008 * 8)};
+    run_ranks(world, rank_allreduce_identity, &a);
+    free(a.results);
+}
+
+static int identity_worlds[] = {2, 3, 5, 8};
+
+ParameterizedTestParameters(collectives, allreduce_ring_leaves_every_rank_bitwise_identical) {
+    return cr_make_param_array(int, identity_worlds, 4);
+}
+ParameterizedTest(int *world, collectives, allreduce_ring_leaves_every_rank_bitwise_identical,
+                  .timeout = TEST_TIMEOUT_S) {
+    allreduce_identity(*world, DT_ALGO_RING);
+}
+
+ParameterizedTestParameters(collectives,
+                            allreduce_recursive_doubling_leaves_every_rank_bitwise_identical) {
+    return cr_make_param_array(int, identity_worlds, 4);
+}
+ParameterizedTest(int *world, collectives,
+                  allreduce_recursive_doubling_leaves_every_rank_bitwise_identical,
+                  .timeout = TEST_TIMEOUT_S) {
+    allreduce_identity(*world, DT_ALGO_RECURSIVE_DOUBLING);
+}
+
+/* ---- barrier ------------------------------------------------------------------- */
+
+#define BARRIER_ROUNDS 8
+
+/* Ranks arrive staggered (rank r a little later than r-1); whoever leaves a
+ * barrier must see that everyone has arrived at it. */
+static void rank_barrier(rank_ctx *rc) {
+    atomic_int *arrived = rc->arg;
+    for (int k = 0; k < BARRIER_ROUNDS; k++) {
+        usleep((useconds_t)(rc->rank * 2000));
+        atomic_fetch_add(&arrived[k], 1);
+        dt_status st = dt_barrier(rc->comm);
+        if (st != DT_OK) {
+            rank_fail(rc, "barrier %d: %s: %s", k, dt_status_name(st), dt_comm_error(rc->comm));
+            return;
+        }
+        int seen = atomic_load(&arrived[k]);
+        if (seen != rc->world)
+            rank_fail(rc, "left barrier %d when %d of %d ranks had arrived", k, seen,
+                      rc->world);
+    }
+}
+
+ParameterizedTestParameters(collectives, barrier_releases_no_rank_before_all_arrive) {
+    return cr_make_param_array(int, every_world, 6);
+}
+ParameterizedTest(int *world, collectives, barrier_releases_no_rank_before_all_arrive,
+                  .timeout = TEST_TIMEOUT_S) {
+    atomic_int arrived[BARRIER_ROUNDS];
+    for (int k = 0; k < BARRIER_ROUNDS; k++)
+        atomic_init(&arrived[k], 0);
+    run_ranks(*world, rank_barrier, arrived);
+}
+
+/* ---- tagged send / recv (the transport's; tested here with the rest) ----------- */
+
+#define CHECK_OK(rc, what, call)                                                     \
+    do {                                                                             \
+        dt_status st_ = (call);                                                      \
+        if (st_ != DT_OK) {                                                          \
+            rank_fail(rc, "%s: %s: %s", what, dt_status_name(st_),                   \
+                      dt_comm_error(rc->comm));                                      \
+            return;                                                                  \
+        }                                                                            \
+    } while (0)
+
+/* Rank 1 sends 1, 2, ..., 5 with one tag; rank 0 receives them in order. */
+static void rank_same_tag_in_order(rank_ctx *rc) {
+    for (int32_t k = 1; k <= 5; k++) {
+        int32_t v = rc->rank == 1 ? k : 0;
+        if (rc->rank == 1)
+            CHECK_OK(rc, "send", dt_send(rc->comm, &v, 1, DT_I32, 0, 7));
+        if (rc->rank == 0) {
+            CHECK_OK(rc, "recv", dt_recv(rc->comm, &v, 1, DT_I32, 1, 7, NULL));
+            if (v != k)
+                rank_fail(rc, "message %d of tag 7 carried %d", k, (int)v);
+        }
+    }
+}
+
+Test(collectives, send_recv_with_one_tag_arrive_in_send_order, .timeout = TEST_TIMEOUT_S) {
+    run_ranks(2, rank_same_tag_in_order, NULL);
+}
+
+/* Rank 1 sends tag 1 (3 elements) then tag 2 (5 elements); rank 0 posts the
+ * receive for tag 2 first. Each receive gets the message with its tag. */
+static void rank_match_by_tag(rank_ctx *rc) {
+    int64_t one[3] = {11, 12, 13}, two[5] = {21, 22, 23, 24, 25};
+    if (rc->rank == 1) {
+        CHECK_OK(rc, "send tag 1", dt_send(rc->comm, one, 3, DT_I64, 0, 1));
+        CHECK_OK(rc, "send tag 2", dt_send(rc->comm, two, 5, DT_I64, 0, 2));
+    } else if (rc->rank == 0) {
+        int64_t got1[3] = {0}, got2[5] = {0};
+        dt_work *w2, *w1;
+        CHECK_OK(rc, "post tag 2", dt_recv_async(rc->comm, got2, 5, DT_I64, 1, 2, NULL, &w2));
+        CHECK_OK(rc, "post tag 1", dt_recv_async(rc->comm, got1, 3, DT_I64, 1, 1, NULL, &w1));
+        dt_status s2 = dt_work_wait(w2), s1 = dt_work_wait(w1);
+        CHECK_OK(rc, "recv tag 2", s2);
+        CHECK_OK(rc, "recv tag 1", s1);
+        expect_equal(rc, "tag 1", got1, one, 3, DT_I64);
+        expect_equal(rc, "tag 2", got2, two, 5, DT_I64);
+    }
+}
+
+Test(collectives, recv_takes_the_message_with_its_tag, .timeout = TEST_TIMEOUT_S) {
+    run_ranks(3, rank_match_by_tag, NULL);
+}
+
+/* Every rank but 0 sends its rank number; rank 0 receives from any source
+ * and learns who sent each message: everyone, once. */
+static void rank_any_source(rank_ctx *rc) {
+    if (rc->rank != 0) {
+        int32_t v = rc->rank;
+        CHECK_OK(rc, "send", dt_send(rc->comm, &v, 1, DT_I32, 0, 3));
+        return;
+    }
+    bool seen[RANK_THREADS_MAX] = {false};
+    for (int k = 1; k < rc->world; k++) {
+        int32_t v = -1;
+        int source = -1;
+        CHECK_OK(rc, "recv", dt_recv(rc->comm, &v, 1, DT_I32, DT_ANY_SOURCE, 3, &source));
+        if (source < 1 || source >= rc->world || v != source || seen[source])
+            rank_fail(rc, "message %d: source %d, payload %d", k, source, (int)v);
+        else
+            seen[source] = true;
+    }
+}
+
+Test(collectives, recv_from_any_source_reports_each_sender, .timeout = TEST_TIMEOUT_S) {
+    run_ranks(4, rank_any_source, NULL);
+}
+
+/* ---- two communicators, async ops, forced algorithms ----------------------------- */
+
+/* Each rank joins a second job beside the first and interleaves
+ * all-reduces on both, blocking and in flight at once. */
+static void rank_two_communicators(rank_ctx *rc) {
+    char url[160];
+    snprintf(url, sizeof url, "%s-second", rc->job->url);
+    dt_comm *second;
+    if (rank_join(rc, url, "second", &second) != DT_OK)
+        return;
+    for (int k = 0; k < 5; k++) {
+        int64_t a = rc->rank + k, b = 100 * (rc->rank + 1);
+        dt_work *wa, *wb;
+        dt_status sa = dt_allreduce_async(rc->comm, &a, 1, DT_I64, DT_SUM, &wa);
+        dt_status sb = dt_allreduce_async(second, &b, 1, DT_I64, DT_MAX, &wb);
+        if (sb == DT_OK) sb = dt_work_wait(wb);
+        if (sa == DT_OK) sa = dt_work_wait(wa);
+        int64_t p = rc->world;
+        if (sa != DT_OK || sb != DT_OK)
+            rank_fail(rc, "round %d: %s / %s: %s / %s", k, dt_status_name(sa),
+                      dt_status_name(sb), dt_comm_error(rc->comm), dt_comm_error(second));
+        else if (a != p * (p - 1) / 2 + p * k || b != 100 * p)
+            rank_fail(rc, "round %d: sum %lld, max %lld", k, (long long)a, (long long)b);
+        if (rc->failed)
+            break;
+    }
+    dt_comm_destroy(second);
+}
+
+Test(collectives, two_communicators_in_one_process_work_independently,
+     .timeout = TEST_TIMEOUT_S) {
+    run_ranks(3, rank_two_communicators, NULL);
+}
+
+/* Three ops in flight while the rank computes something else; waited in
+ * reverse order of submission. */
+static void rank_async_overlap(rank_ctx *rc) {
+    const size_t n = MILLION;
+    const int p = rc->world;
+    float *big = xmalloc(n * sizeof *big), *want = xmalloc(n * sizeof *want);
+    int32_t root_val = rc->rank == p - 1 ? 42 : 0, gathered[RANK_THREADS_MAX];
+    int32_t mine = rc->rank * rc->rank;
+    for (size_t i = 0; i < n; i++) {
+        big[i] = (float)((i + (size_t)rc->rank) % 5);
+        want[i] = 0;
+        for (int q = 0; q < p; q++)
+            want[i] += (float)((i + (size_t)q) % 5);
+    }
+    dt_work *w[3];
+    CHECK_OK(rc, "allreduce", dt_allreduce_async(rc->comm, big, n, DT_F32, DT_SUM, &w[0]));
+    CHECK_OK(rc, "broadcast", dt_broadcast_async(rc->comm, &root_val, 1, DT_I32, p - 1, &w[1]));
+    CHECK_OK(rc, "allgather",
+             dt_allgather_async(rc->comm, &mine, gathered, 1, DT_I32, &w[2]));
+    volatile double work = 0; /* the other work, while the ops run */
+    for (long k = 0; k < 200000 || !dt_work_test(w[0]); k++)
+        work = work + sqrt((double)k);
+    dt_status st[3];
+    for (int k = 2; k >= 0; k--)
+        st[k] = dt_work_wait(w[k]);
+    for (int k = 0; k < 3; k++)
+        CHECK_OK(rc, "async op", st[k]);
+    expect_equal(rc, "async allreduce", big, want, n, DT_F32);
+    if (root_val != 42)
+        rank_fail(rc, "async broadcast gave %d", (int)root_val);
+    for (int q = 0; q < p; q++)
+        if (gathered[q] != q * q)
+            rank_fail(rc, "async allgather: block %d is %d", q, (int)gathered[q]);
+    free(big);
+    free(want);
+}
+
+Test(collectives, async_ops_complete_while_the_caller_works, .timeout = TEST_TIMEOUT_S) {
+    run_ranks(4, rank_async_overlap, NULL);
+}
+
+/* Forcing an algorithm that does not implement the op is refused before
+ * anything is sent; the communicator stays usable. */
+static void rank_wrong_algorithm(rank_ctx *rc) {
+    float x = 1;
+    const dt_op wrong[] = {
+        {.kind = DT_OP_ALLREDUCE, .recv = &x, .count = 1, .dtype = DT_F32, .algo = DT_ALGO_CHAIN},
+        {.kind = DT_OP_BROADCAST, .recv = &x, .count = 1, .dtype = DT_F32, .algo = DT_ALGO_RING},
+        {.kind = DT_OP_REDUCE, .recv = &x, .count = 1, .dtype = DT_F32,
+         .algo = DT_ALGO_RECURSIVE_DOUBLING},
+        {.kind = DT_OP_ALLGATHER, .send = &x, .recv = &x, .count = 1, .dtype = DT_F32,
+         .algo = DT_ALGO_TREE},
+        {.kind = DT_OP_BARRIER, .algo = DT_ALGO_RING},
+    };
+    for (size_t k = 0; k < sizeof wrong / sizeof wrong[0]; k++) {
+        dt_status st = dt_run(rc->comm, &wrong[k]);
+        if (st != DT_EINVAL)
+            rank_fail(rc, "%s forced to algorithm %d: %s, expected DT_EINVAL",
+                      dt_op_name(wrong[k].kind), wrong[k].algo, dt_status_name(st));
+    }
+    CHECK_OK(rc, "allreduce after the refusals",
+             dt_allreduce(rc->comm, &x, 1, DT_F32, DT_SUM));
+    if (x != (float)rc->world)
+        rank_fail(rc, "allreduce after the refusals gave %g", (double)x);
+}
+
+Test(collectives, forcing_an_algorithm_the_op_lacks_is_rejected, .timeout = TEST_TIMEOUT_S) {
+    run_ranks(2, rank_wrong_algorithm, NULL);
+}
