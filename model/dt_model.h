@@ -1,0 +1,375 @@
+/*
+ * dt_model.h — the public interface of dtrain's model layer: MiniGPT.
+ *
+ * MiniGPT is a small GPT written the way llm.c writes GPT-2: token + learned
+ * position embedding, L pre-LayerNorm blocks (causal self-attention whose
+ * qkv and output projections have no bias; an MLP C -> 4C -> C with bias and
+ * erf-GELU), a final LayerNorm and an untied head C -> V without bias.
+ *
+ * Memory layout is the contract with the layers below (optim, checkpoint,
+ * train): all parameters live in ONE flat float buffer, all gradients in
+ * another of the same size and layout. A tensor is an offset range in that
+ * buffer, so a DDP gradient bucket or a ZeRO-1 shard is a plain [lo, hi)
+ * range. Tensors are laid out in forward order, block by block:
+ *
+ *   wte, wpe, blocks.0.{ln1.w, ln1.b, attn.qkv.w, attn.proj.w, ln2.w, ln2.b,
+ *   mlp.fc.w, mlp.fc.b, mlp.proj.w, mlp.proj.b}, blocks.1..., ln_f.w,
+ *   ln_f.b, lm_head.w
+ *
+ * so backward (which runs in reverse) finishes the tail of the gradient
+ * buffer first — the order DDP buckets want — and a pipeline stage owns a
+ * contiguous range. dt_model.tensors names each range (PyTorch's
+ * state_dict names) for checkpoints.
+ *
+ * Backends. Everything that touches parameter, gradient, activation or
+ * optimizer memory goes through a dt_backend: a table of allocation and
+ * copy functions plus one entry per layer kernel (forward/backward pairs).
+ * The CPU backend (OpenBLAS sgemm + plain loops) is the only one today; a
+ * CUDA backend adds a table and files, not a new training loop. The
+ * "cpu-reference" backend swaps in the plain-loop matmul and attention
+ * kernels: the obviously-correct model that tests compare against.
+ *
+ * Conventions (llm.c's): outputs first, then inputs, then dimensions;
+ * shapes in comments; backward ADDS into parameter gradients (so gradient
+ * accumulation is calling backward several times). Backward kernels WRITE
+ * activation gradients (dinp), except layernorm and encoder, which add:
+ * they feed the residual stream, where two paths meet. Nothing here knows of
+ * ranks, and there is no global mutable state: everything hangs off a
+ * dt_model or dt_dataset handle.
+ */
+#ifndef DT_MODEL_H
+#define DT_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dt_comm.h" /* dt_status */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- configuration -------------------------------------------------------- */
+
+typedef struct dt_config {
+    int V; /* vocabulary size */
+    int T; /* context length (max sequence length) */
+    int L; /* number of blocks */
+    int H; /* attention heads; C % H == 0 */
+    int C; /* embedding width */
+} dt_config;
+
+/* The seed's MiniGPT: V=64 C=32 H=4 L=2 T=16, 29,824 parameters. */
+dt_config dt_config_seed(void);
+/* Writes a message and returns DT_EINVAL if cfg is unusable. */
+dt_status dt_config_check(const dt_config *cfg, char *err, size_t errlen);
+/* Parameter count of the flat buffer (exact, no padding). */
+size_t dt_config_num_params(const dt_config *cfg);
+/* Matmul + attention FLOPs of one training step (forward + backward) on
+ * B x T tokens: 6 per weight per token, plus attention's q.k and att.v
+ * (computed over the full T x T square, as the kernels do). */
+double dt_config_flops_per_step(const dt_config *cfg, int B, int T);
+
+/* ---- backend table -------------------------------------------------------- */
+
+typedef struct dt_adamw_hparams {
+    float lr;           /* learning rate */
+    float beta1, beta2; /* moment decay rates, PyTorch defaults 0.9, 0.999 */
+    float eps;          /* added to sqrt(v_hat), PyTorch default 1e-8 */
+    float weight_decay; /* decoupled: p -= lr * wd * p, PyTorch default 0.01 */
+} dt_adamw_hparams;
+
+dt_adamw_hparams dt_adamw_defaults(float lr); /* PyTorch's defaults */
+
+/*
+ * One compute backend. "Device" pointers are what alloc returns; for the
+ * CPU they are host memory. Every kernel works on device pointers; only
+ * to_host/from_host cross. N = number of rows (B*T tokens).
+ */
+typedef struct dt_backend {
+    const char *name;
+    /* memory: zeroed, aligned for vector loads; NULL on failure */
+    void *(*alloc)(size_t bytes);
+    void (*free)(void *p);
+    void (*zero)(void *p, size_t bytes);
+    void (*to_host)(void *host, const void *dev, size_t bytes);
+    void (*from_host)(void *dev, const void *host, size_t bytes);
+    void (*copy)(void *dst, const void *src, size_t bytes); /* dev -> dev */
+
+    /* out (N, C) = wte[inp] + wpe[t]; inp (B, T) token ids */
+    void (*encoder_forward)(float *out, const int *inp, const float *wte,
+                            const float *wpe, int B, int T, int C);
+    void (*encoder_backward)(float *dwte, float *dwpe, const float *dout,
+                             const int *inp, int B, int T, int C);
+    /* out (N, C) = (inp - mean) * rstd * w + b; mean, rstd (N) kept */
+    void (*layernorm_forward)(float *out, float *mean, float *rstd,
+                              const float *inp, const float *w,
+                              const float *b, int N, int C);
+    void (*layernorm_backward)(float *dinp, float *dw, float *db,
+                               const float *dout, const float *inp,
+                               const float *w, const float *mean,
+                               const float *rstd, int N, int C);
+    /* out (N, OC) = inp (N, C) . w^T (w is (OC, C)) + bias (OC) or NULL */
+    void (*matmul_forward)(float *out, const float *inp, const float *w,
+                           const float *bias, int N, int C, int OC);
+    /* dinp = dout . w (if dinp); dw += dout^T . inp; dbias += colsum */
+    void (*matmul_backward)(float *dinp, float *dw, float *dbias,
+                            const float *dout, const float *inp,
+                            const float *w, int N, int C, int OC);
+    /* qkv (B, T, 3C) -> out (B, T, C); att (B, NH, T, T) softmax kept */
+    void (*attention_forward)(float *out, float *att, const float *qkv,
+                              int B, int T, int C, int NH);
+    /* dqkv = ...; scratch (B, NH, T, T) */
+    void (*attention_backward)(float *dqkv, float *scratch,
+                               const float *dout, const float *qkv,
+                               const float *att, int B, int T, int C, int NH);
+    void (*gelu_forward)(float *out, const float *inp, size_t n);
+    void (*gelu_backward)(float *dinp, const float *dout, const float *inp,
+                          size_t n); /* dinp = dout * gelu'(inp) */
+    void (*residual_forward)(float *out, const float *a, const float *b,
+                             size_t n);
+    /* probs (N, V) = softmax(logits); losses (N) = -log probs[target] */
+    void (*crossentropy_forward)(float *probs, float *losses,
+                                 const float *logits, const int *targets,
+                                 int N, int V);
+    /* dlogits = (probs - onehot(target)) * dloss / N */
+    void (*crossentropy_backward)(float *dlogits, const float *probs,
+                                  const int *targets, float dloss, int N,
+                                  int V);
+    /* AdamW on any range of the flat buffers; step counts from 1 */
+    void (*adamw)(float *params, const float *grads, float *m, float *v,
+                  size_t n, long step, const dt_adamw_hparams *h);
+} dt_backend;
+
+const dt_backend *dt_backend_cpu(void);           /* OpenBLAS + loops */
+const dt_backend *dt_backend_cpu_reference(void); /* plain loops only */
+
+/*
+ * AdamW, PyTorch's formula, on n elements of any range of the flat
+ * buffers (a ZeRO-1 shard is a sub-range). Host memory. step >= 1.
+ *   p -= lr*wd*p;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+ *   p -= lr/(1-b1^step) * m / (sqrt(v)/sqrt(1-b2^step) + eps)
+ */
+void dt_adamw_step(float *params, const float *grads, float *m, float *v,
+                   size_t n, long step, const dt_adamw_hparams *h);
+
+/* ---- parameters ----------------------------------------------------------- */
+
+typedef struct dt_block_params {
+    float *ln1w;     /* (C) */
+    float *ln1b;     /* (C) */
+    float *qkvw;     /* (3C, C) */
+    float *attprojw; /* (C, C) */
+    float *ln2w;     /* (C) */
+    float *ln2b;     /* (C) */
+    float *fcw;      /* (4C, C) */
+    float *fcb;      /* (4C) */
+    float *fcprojw;  /* (C, 4C) */
+    float *fcprojb;  /* (C) */
+} dt_block_params;
+
+typedef struct dt_params {
+    float *wte;              /* (V, C) */
+    float *wpe;              /* (T, C) */
+    dt_block_params *blocks; /* [L] */
+    float *lnfw;             /* (C) */
+    float *lnfb;             /* (C) */
+    float *lm_head;          /* (V, C) */
+} dt_params;
+
+/* One named range of the flat buffer. */
+typedef struct dt_tensor_info {
+    char name[48];  /* PyTorch state_dict name: "blocks.0.attn.qkv.weight" */
+    size_t offset;  /* in elements, from the start of the flat buffer */
+    size_t numel;
+    int ndim;       /* 1 or 2 */
+    int shape[2];
+} dt_tensor_info;
+
+/* ---- activations ---------------------------------------------------------- */
+
+typedef struct dt_block_acts {
+    float *ln1;       /* (B, T, C) */
+    float *ln1_mean;  /* (B, T) */
+    float *ln1_rstd;  /* (B, T) */
+    float *qkv;       /* (B, T, 3C) */
+    float *atty;      /* (B, T, C) */
+    float *att;       /* (B, NH, T, T) */
+    float *attproj;   /* (B, T, C) */
+    float *residual2; /* (B, T, C) */
+    float *ln2;       /* (B, T, C) */
+    float *ln2_mean;  /* (B, T) */
+    float *ln2_rstd;  /* (B, T) */
+    float *fch;       /* (B, T, 4C) */
+    float *fch_gelu;  /* (B, T, 4C) */
+    float *fcproj;    /* (B, T, C) */
+    float *residual3; /* (B, T, C) */
+} dt_block_acts;
+
+typedef struct dt_acts {
+    float *encoded;          /* (B, T, C) */
+    dt_block_acts *blocks;   /* [L] */
+    float *lnf;              /* (B, T, C) */
+    float *lnf_mean;         /* (B, T) */
+    float *lnf_rstd;         /* (B, T) */
+    float *logits;           /* (B, T, V) */
+    float *probs;            /* (B, T, V) */
+    float *losses;           /* (B, T) */
+    float *scratch;          /* (B, NH, T, T) attention backward */
+} dt_acts;
+
+/* ---- the model ------------------------------------------------------------ */
+
+typedef struct dt_model {
+    dt_config cfg;
+    const dt_backend *be;
+    int max_B;                 /* activations sized for (max_B, cfg.T) */
+
+    size_t num_params;
+    float *params_memory;      /* device (num_params), the flat buffer */
+    float *grads_memory;       /* device (num_params), same layout */
+    dt_params params;          /* pointers into params_memory */
+    dt_params grads;           /* pointers into grads_memory */
+    dt_tensor_info *tensors;   /* [num_tensors], in offset order */
+    int num_tensors;
+
+    size_t num_acts;
+    float *acts_memory;        /* device */
+    float *grad_acts_memory;   /* device, same layout */
+    dt_acts acts, grad_acts;
+    int *inputs;               /* device (max_B, T) */
+    int *targets;              /* device (max_B, T) */
+
+    float *adam_m, *adam_v;    /* device (num_params); NULL until update */
+
+    int last_B, last_T;        /* shape of the last forward */
+    int have_targets;          /* last forward computed the loss */
+    float mean_loss;           /* of the last forward with targets */
+    char err[256];
+} dt_model;
+
+/*
+ * Allocates parameters, gradients and activations for batches of up to
+ * max_B sequences. Parameters start at zero: call dt_model_init or load
+ * them. Always sets *out (NULL only on DT_ENOMEM); on failure read
+ * dt_model_error(*out), then dt_model_destroy.
+ */
+dt_status dt_model_create(dt_model **out, const dt_config *cfg,
+                          const dt_backend *be, int max_B);
+void dt_model_destroy(dt_model *m);
+const char *dt_model_error(const dt_model *m);
+
+/* Deterministic initialisation from a seed, with PyTorch's default
+ * distributions: embeddings N(0,1); Linear weights and biases
+ * U(-1/sqrt(fan_in), 1/sqrt(fan_in)); LayerNorm weight 1, bias 0. */
+void dt_model_init(dt_model *m, uint64_t seed);
+/* Host copies of the whole flat buffer (num_params floats). */
+void dt_model_get_params(const dt_model *m, float *host);
+void dt_model_set_params(dt_model *m, const float *host);
+void dt_model_get_grads(const dt_model *m, float *host);
+const dt_tensor_info *dt_model_find_tensor(const dt_model *m,
+                                           const char *name);
+
+/*
+ * Forward on host token ids inputs (B, T), B <= max_B, 1 <= T <= cfg.T.
+ * targets (B, T) or NULL; with targets, sets m->mean_loss. Ids must be in
+ * [0, V): an id out of range is DT_EINVAL, naming its position.
+ */
+dt_status dt_model_forward(dt_model *m, const int *inputs, const int *targets,
+                           int B, int T);
+/* Backward of the last forward (which had targets). dloss is the gradient
+ * of the objective w.r.t. this batch's mean loss: 1 for one batch, 1/k
+ * when accumulating k micro-batches. Adds into m->grads. */
+dt_status dt_model_backward(dt_model *m, float dloss);
+void dt_model_zero_grad(dt_model *m);
+/* AdamW over all parameters; allocates m, v on first call. step >= 1. */
+dt_status dt_model_update(dt_model *m, const dt_adamw_hparams *h, long step);
+/* Host copy of the logits row of sequence b at position t (V floats). */
+void dt_model_get_logits(const dt_model *m, float *host, int b, int t);
+
+/* ---- sampling ------------------------------------------------------------- */
+
+/* Deterministic RNG state for sampling and data (splitmix64). */
+typedef struct dt_rng {
+    uint64_t state;
+} dt_rng;
+void dt_rng_seed(dt_rng *r, uint64_t seed);
+uint64_t dt_rng_next(dt_rng *r);
+float dt_rng_uniform(dt_rng *r); /* [0, 1) */
+
+/* Sample a token from one row of logits (V). temperature <= 0 means greedy
+ * (argmax); top_k <= 0 or >= V keeps all tokens. */
+int dt_sample_logits(const float *logits, int V, float temperature,
+                     int top_k, dt_rng *rng);
+/* Extend tokens[0..n_prompt) to tokens[0..n_prompt+n_new), feeding the model
+ * the last cfg.T tokens each step. Uses sequence 0 of the activations.
+ * If stop >= 0, stops after emitting that token. Returns the new length,
+ * or -1 on error (message on m). */
+int dt_generate(dt_model *m, int *tokens, int n_prompt, int n_new,
+                float temperature, int top_k, int stop, dt_rng *rng);
+
+/* ---- data ----------------------------------------------------------------- */
+
+typedef enum dt_split { DT_TRAIN = 0, DT_VAL = 1 } dt_split;
+
+/* A token stream with a train and a validation part. */
+typedef struct dt_dataset dt_dataset;
+
+/*
+ * Byte-level tokens (V = 256) of any file; the last val_fraction of the
+ * bytes is the validation split. Always sets *out (NULL only on ENOMEM);
+ * on failure read dt_dataset_error(*out), then dt_dataset_close.
+ */
+dt_status dt_dataset_open_text(dt_dataset **out, const char *path,
+                               double val_fraction);
+/* llm.c token shards: a header of 256 int32 (magic 20240520, version 1,
+ * token count) then uint16 tokens; the file size must match. val_path may
+ * be NULL (then the last 10% of train is validation). */
+dt_status dt_dataset_open_shards(dt_dataset **out, const char *train_path,
+                                 const char *val_path);
+/* The seed's data: n uniform random tokens in [0, V), seeded. */
+dt_status dt_dataset_random(dt_dataset **out, int V, size_t n,
+                            uint64_t seed);
+
+/* The embedded default: a generated task the model can visibly learn. */
+typedef enum dt_task_kind {
+    DT_TASK_REVERSE = 0, /* "3141=1413\n": reverse a string of digits */
+    DT_TASK_SORT,        /* "3141=1134\n": sort the digits */
+} dt_task_kind;
+/* n_train + n_val examples of 1..max_digits digits, deterministic in seed;
+ * validation examples never appear in training. Tokens are ASCII (< 64). */
+dt_status dt_dataset_task(dt_dataset **out, dt_task_kind kind,
+                          int max_digits, size_t n_train, size_t n_val,
+                          uint64_t seed);
+
+void dt_dataset_close(dt_dataset *d);
+const char *dt_dataset_error(const dt_dataset *d);
+size_t dt_dataset_tokens(const dt_dataset *d, dt_split split);
+int dt_dataset_vocab(const dt_dataset *d); /* 1 + largest token id */
+
+/*
+ * Batch rows first_row .. first_row+B-1 of a deterministic sequence of
+ * windows: row r reads T+1 tokens at an offset chosen by hashing
+ * (seed, r), at an example start for task datasets. Stateless, so a
+ * resumed run or another world size sees the same rows (row = global
+ * index, e.g. step * global_batch + rank * B + b).
+ * inputs, targets (B, T) host. Returns DT_EINVAL if the split is shorter
+ * than T+1 tokens.
+ */
+dt_status dt_dataset_batch(int *inputs, int *targets, dt_dataset *d,
+                           dt_split split, uint64_t seed, uint64_t first_row,
+                           int B, int T);
+
+/*
+ * Exact-match accuracy on the task's validation examples (the first n, or
+ * all if n is 0): the prompt up to '=' is fed, the answer is decoded
+ * greedily until '\n', and it counts only if every character is right.
+ * Returns a fraction in [0, 1], or -1 if d is not a task dataset or the
+ * model's context cannot hold an example.
+ */
+double dt_task_accuracy(dt_model *m, const dt_dataset *d, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DT_MODEL_H */

@@ -1,0 +1,199 @@
+/*
+ * layout.c — MiniGPT's configuration and its flat parameter layout.
+ *
+ * The idea (llm.c's): a model is one contiguous float buffer plus a table
+ * saying which range is which tensor. The table is built once, from the
+ * config alone, by walking the tensors in forward order; the pointer
+ * structs (dt_params) are then "base + offset" for the parameter buffer
+ * and for the gradient buffer alike, so both always share one layout.
+ *
+ * Invariants: tensors are contiguous, in offset order, without gaps, and
+ * their sizes add up to dt_config_num_params. Names are PyTorch's
+ * state_dict names of the reference module (model/minigpt_torch.py), so a
+ * fixture or an exported checkpoint maps tensor to tensor by name.
+ *
+ * Initialisation follows PyTorch's default distributions (not its random
+ * stream): embeddings N(0, 1), Linear U(+-1/sqrt(fan_in)) for weight and
+ * bias, LayerNorm (1, 0). It draws from a splitmix64 stream in layout
+ * order, so a seed fixes every value on every machine.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dt_model.h"
+#include "model_internal.h"
+
+dt_config dt_config_seed(void)
+{
+    dt_config c = {.V = 64, .T = 16, .L = 2, .H = 4, .C = 32};
+    return c;
+}
+
+dt_status dt_config_check(const dt_config *c, char *err, size_t errlen)
+{
+    const char *what = NULL;
+    if (c->V < 2 || c->V > 65536)
+        what = "vocabulary V must be in [2, 65536]";
+    else if (c->T < 1 || c->T > 65536)
+        what = "context T must be in [1, 65536]";
+    else if (c->L < 1 || c->L > 1024)
+        what = "layers L must be in [1, 1024]";
+    else if (c->C < 1 || c->C > 65536)
+        what = "width C must be in [1, 65536]";
+    else if (c->H < 1 || c->C % c->H != 0)
+        what = "heads H must be >= 1 and divide C";
+    if (what == NULL)
+        return DT_OK;
+    if (err && errlen)
+        snprintf(err, errlen, "config V=%d T=%d L=%d H=%d C=%d: %s", c->V,
+                 c->T, c->L, c->H, c->C, what);
+    return DT_EINVAL;
+}
+
+/* Elements of one block: ln1 (2C), qkv (3CC), proj (CC), ln2 (2C),
+ * fc (4CC + 4C), fcproj (4CC + C). */
+static size_t block_params(size_t C)
+{
+    return 2 * C + 3 * C * C + C * C + 2 * C + 4 * C * C + 4 * C +
+           4 * C * C + C;
+}
+
+size_t dt_config_num_params(const dt_config *c)
+{
+    size_t V = (size_t)c->V, T = (size_t)c->T, C = (size_t)c->C;
+    return V * C + T * C + (size_t)c->L * block_params(C) + 2 * C + V * C;
+}
+
+double dt_config_flops_per_step(const dt_config *c, int B, int T)
+{
+    double C = c->C, V = c->V, L = c->L, tokens = (double)B * T;
+    double weights = L * 12.0 * C * C + V * C; /* matmul weights only */
+    /* q.k^T and att.v: 2*T*C multiply-adds per token per layer each way,
+     * forward 4TC flops, backward twice that. */
+    double attention = L * tokens * 4.0 * T * C * 3.0;
+    return 6.0 * weights * tokens + attention;
+}
+
+/* Appends one tensor to the table; returns its offset. */
+static size_t add_tensor(dt_tensor_info *tab, int *n, size_t *offset,
+                         const char *name, int rows, int cols)
+{
+    dt_tensor_info *t = &tab[(*n)++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->offset = *offset;
+    t->ndim = cols > 0 ? 2 : 1;
+    t->shape[0] = rows;
+    t->shape[1] = cols > 0 ? cols : 0;
+    t->numel = (size_t)rows * (size_t)(cols > 0 ? cols : 1);
+    *offset += t->numel;
+    return t->offset;
+}
+
+int dt_layout_num_tensors(const dt_config *c)
+{
+    return 2 + 10 * c->L + 3;
+}
+
+/*
+ * Fills tab (dt_layout_num_tensors entries) and, if base is not NULL,
+ * the pointer struct p with base + offset for every tensor. p->blocks must
+ * have room for L entries.
+ */
+void dt_layout_build(dt_tensor_info *tab, dt_params *p, float *base,
+                     const dt_config *c)
+{
+    int n = 0, C = c->C;
+    size_t off = 0;
+    char name[48];
+    size_t o_wte = add_tensor(tab, &n, &off, "wte.weight", c->V, C);
+    size_t o_wpe = add_tensor(tab, &n, &off, "wpe.weight", c->T, C);
+    if (base) {
+        p->wte = base + o_wte;
+        p->wpe = base + o_wpe;
+    }
+    for (int l = 0; l < c->L; l++) {
+        size_t o[10];
+        static const char *const names[10] = {
+            "ln1.weight",     "ln1.bias",       "attn.qkv.weight",
+            "attn.proj.weight", "ln2.weight",   "ln2.bias",
+            "mlp.fc.weight",  "mlp.fc.bias",    "mlp.proj.weight",
+            "mlp.proj.bias"};
+        const int rows[10] = {C, C, 3 * C, C, C, C, 4 * C, 4 * C, C, C};
+        const int cols[10] = {0, 0, C, C, 0, 0, C, 0, 4 * C, 0};
+        for (int k = 0; k < 10; k++) {
+            snprintf(name, sizeof name, "blocks.%d.%s", l, names[k]);
+            o[k] = add_tensor(tab, &n, &off, name, rows[k], cols[k]);
+        }
+        if (base) {
+            dt_block_params *b = &p->blocks[l];
+            b->ln1w = base + o[0];
+            b->ln1b = base + o[1];
+            b->qkvw = base + o[2];
+            b->attprojw = base + o[3];
+            b->ln2w = base + o[4];
+            b->ln2b = base + o[5];
+            b->fcw = base + o[6];
+            b->fcb = base + o[7];
+            b->fcprojw = base + o[8];
+            b->fcprojb = base + o[9];
+        }
+    }
+    size_t o_lnfw = add_tensor(tab, &n, &off, "ln_f.weight", C, 0);
+    size_t o_lnfb = add_tensor(tab, &n, &off, "ln_f.bias", C, 0);
+    size_t o_head = add_tensor(tab, &n, &off, "lm_head.weight", c->V, C);
+    if (base) {
+        p->lnfw = base + o_lnfw;
+        p->lnfb = base + o_lnfb;
+        p->lm_head = base + o_head;
+    }
+}
+
+/* ---- deterministic initialisation ---------------------------------------- */
+
+static double rng_uniform_open(dt_rng *r) /* (0, 1) */
+{
+    return ((double)(dt_rng_next(r) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+static void fill_normal(float *x, size_t n, float std, dt_rng *r)
+{
+    for (size_t i = 0; i < n; i += 2) { /* Box-Muller, two at a time */
+        double u1 = rng_uniform_open(r), u2 = rng_uniform_open(r);
+        double rad = sqrt(-2.0 * log(u1));
+        x[i] = (float)(std * rad * cos(2.0 * M_PI * u2));
+        if (i + 1 < n)
+            x[i + 1] = (float)(std * rad * sin(2.0 * M_PI * u2));
+    }
+}
+
+static void fill_uniform(float *x, size_t n, float bound, dt_rng *r)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)((2.0 * rng_uniform_open(r) - 1.0) * bound);
+}
+
+/* Fills host (num_params) by walking the tensor table: the role of each
+ * tensor is read from its name, so the rule lives in one place. */
+void dt_layout_init(float *host, const dt_tensor_info *tab, int n,
+                    uint64_t seed)
+{
+    dt_rng r;
+    dt_rng_seed(&r, seed);
+    for (int i = 0; i < n; i++) {
+        const dt_tensor_info *t = &tab[i];
+        float *x = host + t->offset;
+        const char *s = t->name;
+        if (strstr(s, "wte") == s || strstr(s, "wpe") == s) {
+            fill_normal(x, t->numel, 1.0f, &r);
+        } else if (strstr(s, "ln")) { /* ln1, ln2, ln_f */
+            float v = strstr(s, ".weight") ? 1.0f : 0.0f;
+            for (size_t k = 0; k < t->numel; k++)
+                x[k] = v;
+        } else { /* Linear: weight (out, in); bias has the weight's fan_in */
+            int fan_in = t->ndim == 2 ? t->shape[1] : tab[i - 1].shape[1];
+            fill_uniform(x, t->numel, 1.0f / sqrtf((float)fan_in), &r);
+        }
+    }
+}

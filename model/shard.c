@@ -1,0 +1,117 @@
+/*
+ * shard.c — reader for llm.c's token shards (the .bin files its data
+ * scripts write: fineweb, tinyshakespeare, ...).
+ *
+ * Format: a header of 256 little-endian int32 — [0] magic 20240520,
+ * [1] version 1, [2] number of tokens — then that many uint16 tokens.
+ * Everything is checked before a token is used: magic, version, and that
+ * the file is exactly 1024 + 2*count bytes (a truncated download is the
+ * usual failure, and would otherwise train on a short file silently).
+ * Each error names the file, the field, what it found and what it
+ * expected. Cost: one read of the file.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_internal.h"
+
+#define SHARD_MAGIC 20240520
+#define SHARD_VERSION 1
+#define SHARD_HEADER_BYTES (256 * sizeof(int32_t))
+
+/* Reads one shard into a malloc'ed array; *n its token count. */
+static dt_status read_shard(dt_dataset *d, const char *path, uint16_t **out,
+                            size_t *n)
+{
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(d->err, sizeof d->err, "shard %s: cannot open: %s", path,
+                 strerror(errno));
+        return DT_ESYS;
+    }
+    int32_t header[256];
+    size_t got = fread(header, 1, sizeof header, f);
+    dt_status s = DT_EINVAL;
+    long size = -1;
+    if (fseek(f, 0, SEEK_END) == 0)
+        size = ftell(f);
+    if (got < sizeof header) {
+        snprintf(d->err, sizeof d->err,
+                 "shard %s: %zu bytes, shorter than the %zu-byte header "
+                 "(truncated, or not an llm.c shard)",
+                 path, got, SHARD_HEADER_BYTES);
+    } else if (header[0] != SHARD_MAGIC) {
+        snprintf(d->err, sizeof d->err,
+                 "shard %s: magic %d, expected %d (not an llm.c token shard)",
+                 path, header[0], SHARD_MAGIC);
+    } else if (header[1] != SHARD_VERSION) {
+        snprintf(d->err, sizeof d->err,
+                 "shard %s: version %d, this reader knows version %d "
+                 "(uint16 tokens)",
+                 path, header[1], SHARD_VERSION);
+    } else if (header[2] < 0 ||
+               size != (long)(SHARD_HEADER_BYTES + 2 * (size_t)header[2])) {
+        snprintf(d->err, sizeof d->err,
+                 "shard %s: header says %d tokens (%zu bytes), the file has "
+                 "%ld bytes (truncated?)",
+                 path, header[2], SHARD_HEADER_BYTES + 2 * (size_t)header[2],
+                 size);
+    } else {
+        *n = (size_t)header[2];
+        *out = malloc(*n ? *n * sizeof(uint16_t) : 1);
+        s = *out ? DT_OK : DT_ENOMEM;
+        if (s == DT_OK &&
+            (fseek(f, (long)SHARD_HEADER_BYTES, SEEK_SET) != 0 ||
+             fread(*out, sizeof(uint16_t), *n, f) != *n)) {
+            snprintf(d->err, sizeof d->err, "shard %s: read error", path);
+            free(*out);
+            *out = NULL;
+            s = DT_ESYS;
+        }
+    }
+    fclose(f);
+    return s;
+}
+
+dt_status dt_dataset_open_shards(dt_dataset **out, const char *train_path,
+                                 const char *val_path)
+{
+    dt_dataset *d = dt_dataset_alloc();
+    *out = d;
+    if (!d)
+        return DT_ENOMEM;
+    uint16_t *train = NULL, *val = NULL;
+    size_t n_train = 0, n_val = 0;
+    dt_status s = read_shard(d, train_path, &train, &n_train);
+    if (s == DT_OK && val_path)
+        s = read_shard(d, val_path, &val, &n_val);
+    if (s != DT_OK) {
+        free(train);
+        return s;
+    }
+    if (!val_path) { /* no validation shard: hold out the last 10% */
+        n_val = n_train / 10;
+        n_train -= n_val;
+    }
+    d->tokens = malloc((n_train + n_val + 1) * sizeof(uint16_t));
+    if (!d->tokens) {
+        free(train);
+        free(val);
+        return DT_ENOMEM;
+    }
+    memcpy(d->tokens, train, (n_train + (val ? 0 : n_val)) * sizeof(uint16_t));
+    if (val)
+        memcpy(d->tokens + n_train, val, n_val * sizeof(uint16_t));
+    free(train);
+    free(val);
+    d->n_train = n_train;
+    d->n_val = n_val;
+    int maxid = 0;
+    for (size_t i = 0; i < n_train + n_val; i++)
+        maxid = d->tokens[i] > maxid ? d->tokens[i] : maxid;
+    d->vocab = maxid + 1;
+    return DT_OK;
+}

@@ -1,0 +1,380 @@
+/*
+ * test_model.c — the MiniGPT model against PyTorch, against its own plain
+ * reference kernels, and against finite differences.
+ *
+ * The anchor is tests/data/minigpt_golden.bin, written by
+ * tests/make_golden.py with PyTorch (float64 maths on float32 weights):
+ * the C model, in float32, must reproduce its logits, loss, gradients and
+ * a 10-step AdamW loss curve. Norms used (stated once, here):
+ *   logits     max|c - ref| / max|ref|          <= 1e-5  (inf-norm relative)
+ *   loss       |c - ref| / |ref|                <= 1e-5
+ *   gradients  ||c - ref||_2 / ||ref||_2        <= 1e-4  (per tensor)
+ *   losses     |c - ref| / |ref|                <= 1e-5  (each of 10 steps)
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dt_model.h"
+#include "model_internal.h" /* the reference kernels */
+
+#ifndef DT_TEST_DATA_DIR
+#define DT_TEST_DATA_DIR "tests/data"
+#endif
+
+/* ---- fixture reader ------------------------------------------------------- */
+
+typedef struct record {
+    char name[64];
+    int dtype; /* 0 f32, 1 i32 */
+    uint32_t count;
+    void *data;
+} record;
+
+typedef struct fixture {
+    record rec[64];
+    int n;
+} fixture;
+
+static void fixture_load(fixture *fx, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "cannot open fixture %s", path);
+    char magic[8];
+    cr_assert_eq(fread(magic, 1, 8, f), 8);
+    cr_assert(memcmp(magic, "DTGOLD1\n", 8) == 0, "bad fixture magic");
+    fx->n = 0;
+    uint32_t len;
+    while (fread(&len, 4, 1, f) == 1) {
+        record *r = &fx->rec[fx->n++];
+        cr_assert(fx->n <= 64 && len < sizeof r->name, "fixture too big");
+        cr_assert_eq(fread(r->name, 1, len, f), len);
+        r->name[len] = '\0';
+        uint8_t dt;
+        cr_assert_eq(fread(&dt, 1, 1, f), 1);
+        cr_assert_eq(fread(&r->count, 4, 1, f), 1);
+        r->dtype = dt;
+        r->data = malloc((size_t)r->count * 4 + 1);
+        cr_assert_eq(fread(r->data, 4, r->count, f), r->count,
+                     "fixture record %s truncated", r->name);
+    }
+    fclose(f);
+}
+
+static void fixture_free(fixture *fx)
+{
+    for (int i = 0; i < fx->n; i++)
+        free(fx->rec[i].data);
+}
+
+static const record *fixture_get(const fixture *fx, const char *name)
+{
+    for (int i = 0; i < fx->n; i++)
+        if (strcmp(fx->rec[i].name, name) == 0)
+            return &fx->rec[i];
+    cr_assert_fail("fixture has no record %s", name);
+    return NULL;
+}
+
+/* Loads the fixture and a C model holding its weights. */
+static dt_model *golden_model(fixture *fx, const dt_backend *be)
+{
+    fixture_load(fx, DT_TEST_DATA_DIR "/minigpt_golden.bin");
+    const int *cfg = fixture_get(fx, "config")->data;
+    dt_config c = {.V = cfg[0], .T = cfg[1], .L = cfg[2], .H = cfg[3],
+                   .C = cfg[4]};
+    dt_model *m;
+    cr_assert_eq(dt_model_create(&m, &c, be, cfg[5]), DT_OK, "%s",
+                 dt_model_error(m));
+    float *host = calloc(m->num_params, sizeof(float));
+    for (int i = 0; i < m->num_tensors; i++) {
+        const dt_tensor_info *t = &m->tensors[i];
+        char key[80];
+        snprintf(key, sizeof key, "param:%s", t->name);
+        const record *r = fixture_get(fx, key);
+        cr_assert_eq(r->count, t->numel, "%s: %u values, layout says %zu",
+                     t->name, r->count, t->numel);
+        memcpy(host + t->offset, r->data, t->numel * sizeof(float));
+    }
+    dt_model_set_params(m, host);
+    free(host);
+    return m;
+}
+
+static void golden_forward(dt_model *m, const fixture *fx)
+{
+    const int *cfg = fixture_get(fx, "config")->data;
+    cr_assert_eq(dt_model_forward(m, fixture_get(fx, "inputs")->data,
+                                  fixture_get(fx, "targets")->data, cfg[5],
+                                  cfg[1]),
+                 DT_OK, "%s", dt_model_error(m));
+}
+
+/* ||a - b||_2 / ||b||_2 */
+static double rel_l2(const float *a, const float *b, size_t n)
+{
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) {
+        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        r += (double)b[i] * b[i];
+    }
+    return r > 0 ? sqrt(d / r) : sqrt(d);
+}
+
+/* max|a - b| / max|b| */
+static double rel_inf(const float *a, const float *b, size_t n)
+{
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)a[i] - b[i]));
+        r = fmax(r, fabs((double)b[i]));
+    }
+    return r > 0 ? d / r : d;
+}
+
+/* ---- layout --------------------------------------------------------------- */
+
+Test(model, seed_config_has_29824_parameters, .timeout = 10)
+{
+    dt_config c = dt_config_seed();
+    cr_assert_eq(dt_config_num_params(&c), 29824);
+}
+
+Test(model, tensor_table_tiles_the_flat_buffer_in_order, .timeout = 10)
+{
+    dt_config c = {.V = 11, .T = 7, .L = 3, .H = 2, .C = 6};
+    dt_model *m;
+    cr_assert_eq(dt_model_create(&m, &c, dt_backend_cpu(), 2), DT_OK);
+    size_t off = 0;
+    for (int i = 0; i < m->num_tensors; i++) {
+        cr_assert_eq(m->tensors[i].offset, off, "%s", m->tensors[i].name);
+        off += m->tensors[i].numel;
+    }
+    cr_assert_eq(off, m->num_params);
+    cr_assert_eq(m->params.blocks[2].qkvw - m->params_memory,
+                 (long)dt_model_find_tensor(m, "blocks.2.attn.qkv.weight")
+                     ->offset);
+    cr_assert_eq(m->grads.lm_head - m->grads_memory,
+                 (long)dt_model_find_tensor(m, "lm_head.weight")->offset);
+    dt_model_destroy(m);
+}
+
+Test(model, create_rejects_heads_not_dividing_width, .timeout = 10)
+{
+    dt_config c = {.V = 16, .T = 8, .L = 1, .H = 3, .C = 8};
+    dt_model *m;
+    cr_assert_eq(dt_model_create(&m, &c, dt_backend_cpu(), 1), DT_EINVAL);
+    cr_assert(strstr(dt_model_error(m), "H") != NULL, "%s",
+              dt_model_error(m));
+    dt_model_destroy(m);
+}
+
+Test(model, forward_rejects_token_outside_vocabulary, .timeout = 10)
+{
+    dt_config c = dt_config_seed();
+    dt_model *m;
+    cr_assert_eq(dt_model_create(&m, &c, dt_backend_cpu(), 1), DT_OK);
+    int in[16] = {0}, tg[16] = {0};
+    in[5] = 64;
+    cr_assert_eq(dt_model_forward(m, in, tg, 1, 16), DT_EINVAL);
+    cr_assert(strstr(dt_model_error(m), "inputs[0][5] = 64") != NULL, "%s",
+              dt_model_error(m));
+    dt_model_destroy(m);
+}
+
+/* ---- golden: PyTorch ------------------------------------------------------- */
+
+Test(golden, logits_and_loss_match_pytorch, .timeout = 30)
+{
+    fixture fx;
+    dt_model *m = golden_model(&fx, dt_backend_cpu());
+    golden_forward(m, &fx);
+    const record *lg = fixture_get(&fx, "logits");
+    size_t n = (size_t)m->last_B * m->last_T * m->cfg.V;
+    cr_assert_eq(lg->count, n);
+    float *logits = malloc(n * sizeof(float));
+    m->be->to_host(logits, m->acts.logits, n * sizeof(float));
+    double e_logits = rel_inf(logits, lg->data, n);
+    float ref = *(const float *)fixture_get(&fx, "loss")->data;
+    double e_loss = fabs((double)m->mean_loss - ref) / fabs(ref);
+    cr_assert(e_logits <= 1e-5, "logits: inf-norm relative error %.3g",
+              e_logits);
+    cr_assert(e_loss <= 1e-5, "loss %.7f vs PyTorch %.7f: rel %.3g",
+              m->mean_loss, ref, e_loss);
+    free(logits);
+    dt_model_destroy(m);
+    fixture_free(&fx);
+}
+
+static void check_golden_gradients(const dt_backend *be)
+{
+    fixture fx;
+    dt_model *m = golden_model(&fx, be);
+    golden_forward(m, &fx);
+    dt_model_zero_grad(m);
+    cr_assert_eq(dt_model_backward(m, 1.0f), DT_OK);
+    float *g = malloc(m->num_params * sizeof(float));
+    dt_model_get_grads(m, g);
+    for (int i = 0; i < m->num_tensors; i++) {
+        const dt_tensor_info *t = &m->tensors[i];
+        char key[80];
+        snprintf(key, sizeof key, "grad:%s", t->name);
+        const record *r = fixture_get(&fx, key);
+        double e = rel_l2(g + t->offset, r->data, t->numel);
+        cr_expect(e <= 1e-4, "%s (%s): L2 relative error %.3g", t->name,
+                  be->name, e);
+    }
+    free(g);
+    dt_model_destroy(m);
+    fixture_free(&fx);
+}
+
+Test(golden, gradients_match_pytorch, .timeout = 30)
+{
+    check_golden_gradients(dt_backend_cpu());
+}
+
+Test(golden, reference_backend_gradients_match_pytorch, .timeout = 30)
+{
+    check_golden_gradients(dt_backend_cpu_reference());
+}
+
+Test(golden, ten_adamw_losses_match_pytorch, .timeout = 30)
+{
+    fixture fx;
+    dt_model *m = golden_model(&fx, dt_backend_cpu());
+    const float *hp = fixture_get(&fx, "adamw")->data;
+    dt_adamw_hparams h = {.lr = hp[0], .beta1 = hp[1], .beta2 = hp[2],
+                          .eps = hp[3], .weight_decay = hp[4]};
+    const record *ls = fixture_get(&fx, "losses");
+    const float *ref = ls->data;
+    for (uint32_t step = 1; step <= ls->count; step++) {
+        golden_forward(m, &fx);
+        double e = fabs((double)m->mean_loss - ref[step - 1]) /
+                   fabs(ref[step - 1]);
+        cr_expect(e <= 1e-5, "loss before update %u: %.7f vs PyTorch %.7f "
+                  "(rel %.3g)", step, m->mean_loss, ref[step - 1], e);
+        dt_model_zero_grad(m);
+        cr_assert_eq(dt_model_backward(m, 1.0f), DT_OK);
+        cr_assert_eq(dt_model_update(m, &h, step), DT_OK);
+    }
+    dt_model_destroy(m);
+    fixture_free(&fx);
+}
+
+/* ---- fast kernels against the plain reference ------------------------------- */
+
+static void fill(float *x, size_t n, dt_rng *r)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = 2.0f * dt_rng_uniform(r) - 1.0f;
+}
+
+Test(kernels, sgemm_matmul_matches_plain_loops, .timeout = 10)
+{
+    enum { N = 13, C = 7, OC = 11 };
+    dt_rng r;
+    dt_rng_seed(&r, 5);
+    float inp[N * C], w[OC * C], bias[OC], dout[N * OC];
+    fill(inp, N * C, &r);
+    fill(w, OC * C, &r);
+    fill(bias, OC, &r);
+    fill(dout, N * OC, &r);
+    float o1[N * OC], o2[N * OC], di1[N * C], di2[N * C];
+    float dw1[OC * C] = {0}, dw2[OC * C] = {0}, db1[OC] = {0}, db2[OC] = {0};
+    dt_cpu_matmul_forward(o1, inp, w, bias, N, C, OC);
+    dt_ref_matmul_forward(o2, inp, w, bias, N, C, OC);
+    dt_cpu_matmul_backward(di1, dw1, db1, dout, inp, w, N, C, OC);
+    dt_ref_matmul_backward(di2, dw2, db2, dout, inp, w, N, C, OC);
+    cr_expect(rel_inf(o1, o2, N * OC) < 1e-6, "out");
+    cr_expect(rel_inf(di1, di2, N * C) < 1e-6, "dinp");
+    cr_expect(rel_inf(dw1, dw2, OC * C) < 1e-6, "dweight");
+    cr_expect(rel_inf(db1, db2, OC) < 1e-6, "dbias");
+}
+
+Test(kernels, sgemm_attention_matches_plain_loops, .timeout = 10)
+{
+    enum { B = 2, T = 9, C = 12, NH = 3 };
+    dt_rng r;
+    dt_rng_seed(&r, 6);
+    static float qkv[B * T * 3 * C], dout[B * T * C];
+    static float o1[B * T * C], o2[B * T * C], a1[B * NH * T * T],
+        a2[B * NH * T * T], s[B * NH * T * T], d1[B * T * 3 * C],
+        d2[B * T * 3 * C];
+    fill(qkv, B * T * 3 * C, &r);
+    fill(dout, B * T * C, &r);
+    dt_cpu_attention_forward(o1, a1, qkv, B, T, C, NH);
+    dt_ref_attention_forward(o2, a2, qkv, B, T, C, NH);
+    dt_cpu_attention_backward(d1, s, dout, qkv, a1, B, T, C, NH);
+    dt_ref_attention_backward(d2, s, dout, qkv, a2, B, T, C, NH);
+    cr_expect(rel_inf(o1, o2, B * T * C) < 1e-6, "out");
+    cr_expect(rel_inf(a1, a2, B * NH * T * T) < 1e-6, "att");
+    cr_expect(rel_inf(d1, d2, B * T * 3 * C) < 1e-6, "dqkv");
+}
+
+Test(kernels, fast_gelu_and_softmax_match_libm, .timeout = 10)
+{
+    enum { N = 4001 };
+    static float x[N], y1[N], y2[N], d[N], g1[N], g2[N];
+    for (int i = 0; i < N; i++) { /* -10 .. 10: both tails and the middle */
+        x[i] = -10.0f + 20.0f * (float)i / (N - 1);
+        d[i] = 1.0f;
+    }
+    dt_cpu_gelu_forward(y1, x, N);
+    dt_ref_gelu_forward(y2, x, N);
+    dt_cpu_gelu_backward(g1, d, x, N);
+    dt_ref_gelu_backward(g2, d, x, N);
+    for (int i = 0; i < N; i++) {
+        cr_expect(fabsf(y1[i] - y2[i]) <= 1e-6f * (1.0f + fabsf(y2[i])),
+                  "gelu(%g) = %g, libm %g", x[i], y1[i], y2[i]);
+        cr_expect(fabsf(g1[i] - g2[i]) <= 1e-6f * (1.0f + fabsf(g2[i])),
+                  "gelu'(%g) = %g, libm %g", x[i], g1[i], g2[i]);
+    }
+    enum { R = 3, V = 50 };
+    float z[R * V], p1[R * V], p2[R * V], l1[R], l2[R];
+    int tg[R] = {0, 7, 49};
+    dt_rng r;
+    dt_rng_seed(&r, 8);
+    fill(z, R * V, &r);
+    z[60] = 30.0f; /* a dominant logit: other probabilities near 1e-13 */
+    dt_cpu_crossentropy_forward(p1, l1, z, tg, R, V);
+    dt_ref_crossentropy_forward(p2, l2, z, tg, R, V);
+    for (int i = 0; i < R * V; i++)
+        cr_expect(fabsf(p1[i] - p2[i]) <= 1e-6f * p2[i] + 1e-30f,
+                  "probs[%d] %g vs %g", i, p1[i], p2[i]);
+    for (int i = 0; i < R; i++)
+        cr_expect(fabsf(l1[i] - l2[i]) <= 1e-5f * fabsf(l2[i]), "loss");
+}
+
+Test(model, cpu_backend_matches_reference_backend, .timeout = 30)
+{
+    dt_config c = {.V = 19, .T = 11, .L = 2, .H = 3, .C = 12};
+    enum { B = 3 };
+    dt_model *m1, *m2;
+    cr_assert_eq(dt_model_create(&m1, &c, dt_backend_cpu(), B), DT_OK);
+    cr_assert_eq(dt_model_create(&m2, &c, dt_backend_cpu_reference(), B),
+                 DT_OK);
+    dt_model_init(m1, 77);
+    dt_model_init(m2, 77);
+    int in[B * 11], tg[B * 11];
+    dt_rng r;
+    dt_rng_seed(&r, 3);
+    for (int i = 0; i < B * 11; i++) {
+        in[i] = (int)(dt_rng_next(&r) % 19);
+        tg[i] = (int)(dt_rng_next(&r) % 19);
+    }
+    dt_model *ms[2] = {m1, m2};
+    for (int k = 0; k < 2; k++) {
+        cr_assert_eq(dt_model_forward(ms[k], in, tg, B, 11), DT_OK);
+        dt_model_zero_grad(ms[k]);
+        cr_assert_eq(dt_model_backward(ms[k], 1.0f), DT_OK);
+    }
+    cr_expect(fabsf(m1->mean_loss - m2->mean_loss) <= 1e-5f * m2->mean_loss);
+    size_t n = m1->num_params;
+    double e = rel_l2(m1->grads_memory, m2->grads_memory, n);
+    cr_expect(e <= 1e-5, "gradients differ: L2 relative %.3g", e);
+    dt_model_destroy(m1);
+    dt_model_destroy(m2);
+}
