@@ -40,9 +40,9 @@ import json, re, sys
 passed = failed = 0
 for line in open(sys.argv[1]):
     t = json.loads(line)
-    out = t.get("stdo", "")
-    ok = len(re.findall(r"^ok \d+", out, re.M))
-    bad = len(re.findall(r"^not ok \d+", out, re.M))
+    out = t.get("stdout", "")
+    ok = len(re.findall(r"^ok\b", out, re.M))
+    bad = len(re.findall(r"^not ok\b", out, re.M))
     if t["result"] not in ("OK", "EXPECTEDFAIL") and bad == 0:
         bad = 1
     passed += ok
