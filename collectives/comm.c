@@ -44,7 +44,6 @@ void comm_failv(dt_comm *c, dt_status st, const char *fmt, va_list ap)
                      c->rank, dt_op_name(c->cur_kind), (unsigned long long)c->cur_seq);
     }
     c->want_fail = true;
-    pthread_cond_broadcast(&c->cv_exec);
     pthread_cond_broadcast(&c->cv_api);
     pthread_mutex_unlock(&c->mu);
     if (atomic_load(&c->io_running)) uv_async_send(&c->wake);
@@ -81,7 +80,6 @@ static dt_status comm_setup(dt_comm *c, const dt_comm_options *o)
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv_exec, &attr);
     pthread_cond_init(&c->cv_api, &attr);
     pthread_condattr_destroy(&attr);
     atomic_init(&c->io_running, false);
@@ -234,8 +232,8 @@ dt_status dt_comm_init(dt_comm **out, const dt_comm_options *o)
     *out = c;
     if (!c) return DT_ENOMEM;
     dt_status st = comm_setup(c, o);
-    if (st == DT_OK) st = executor_start(c);
-    if (st != DT_OK || c->size == 1) return st;
+    if (st != DT_OK) return st;
+    if (c->size == 1) return transport_start(c);
     double deadline = dt_now() + c->init_timeout_s;
     st = dt_store_open(&c->store, c->init_url, c->job_id);
     if (st != DT_OK) return store_failed(c, st, "opening the rendezvous store");
@@ -249,7 +247,6 @@ dt_status dt_comm_init(dt_comm **out, const dt_comm_options *o)
 void dt_comm_destroy(dt_comm *c)
 {
     if (!c) return;
-    executor_stop(c);
     transport_stop(c);
     if (c->store) dt_store_close(c->store);
     for (int i = 0; i < 2; i++) free(c->scratch[i]);
@@ -262,7 +259,6 @@ void dt_comm_destroy(dt_comm *c)
     free(c->host);
     free(c->init_url);
     pthread_mutex_destroy(&c->mu);
-    pthread_cond_destroy(&c->cv_exec);
     pthread_cond_destroy(&c->cv_api);
     sodium_memzero(c->key, sizeof c->key);
     free(c);

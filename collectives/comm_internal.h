@@ -108,7 +108,7 @@ struct dt_comm {
     uv_async_t wake;
     uv_tcp_t listener;
     uv_timer_t ticker;      /* handshake deadlines, reconnects, grace close */
-    uv_thread_t io_thread;
+    uv_thread_t thread;     /* runs the ops and the loop */
     bool loop_ready, listener_open;
     atomic_bool io_running;
     dt_conn **peers;        /* [size] authenticated connections */
@@ -121,10 +121,9 @@ struct dt_comm {
 
     /* mutex */
     pthread_mutex_t mu;
-    pthread_cond_t cv_exec; /* executor: new op, or a transfer finished */
     pthread_cond_t cv_api;  /* API thread: work done, mesh ready */
     dt_xfer *inbox_head, *inbox_tail;
-    bool want_connect, want_fail, want_shutdown;
+    bool want_connect, want_fail;
     struct sockaddr_storage *dial; /* [size] addresses of lower ranks */
     int connected;          /* authenticated peers */
     bool mesh_ready;
@@ -140,9 +139,7 @@ struct dt_comm {
     char arg_error[256];    /* the last rejected argument (not a failure) */
     uint64_t p2p_seq;       /* p2p ops submitted so far */
 
-    /* executor thread only */
-    pthread_t exec_thread;
-    bool exec_running;
+    /* communicator thread only */
     void *scratch[2];
     size_t scratch_cap[2];
     uint32_t *sent_index, *recv_index; /* [size] each */
@@ -159,8 +156,10 @@ void comm_log(dt_comm *c, const char *fmt, ...) __attribute__((format(printf, 2,
 /* transport.c: the I/O thread */
 dt_status transport_start(dt_comm *c);   /* listener + loop thread */
 void transport_connect(dt_comm *c);      /* dial c->dial[0..rank) */
-void transport_post(dt_comm *c, dt_xfer *x); /* any thread */
-void transport_stop(dt_comm *c);         /* BYE, close, join */
+void transport_post(dt_comm *c, dt_xfer *x); /* from another thread */
+void transport_post_here(dt_comm *c, dt_xfer *x); /* on the communicator thread */
+void transport_stop(dt_comm *c);         /* stop the thread, close the loop */
+void transport_shutdown(dt_comm *c);     /* on the thread: BYE, close all */
 /* handshake.c, run on the I/O thread */
 void handshake_start_outgoing(dt_conn *cn);
 void handshake_start_incoming(dt_conn *cn);
@@ -174,8 +173,7 @@ void conn_write(dt_conn *cn, uv_write_t *req, const void *buf, size_t len);
 /* executor.c */
 /* pthread_cond_timedwait on the monotonic clock; deadline in dt_now() seconds. */
 void comm_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, double deadline);
-dt_status executor_start(dt_comm *c);
-void executor_stop(dt_comm *c);
+void comm_thread_main(void *arg);        /* ops, and the loop while idle */
 void work_complete(dt_work *w, dt_status st); /* with mu held */
 
 #endif /* DT_COMM_INTERNAL_H */

@@ -30,7 +30,6 @@
  * side one read for the header and as many as needed for the payload.
  */
 #include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,19 +52,21 @@ double dt_now(void)
 
 /* ---- letting go of transfers ------------------------------------------- */
 
-/* Hand a transfer back to its owner. After this the loop never touches x. */
+/* Hand a transfer back to its owner. After this the loop never touches x.
+ * A collective transfer's owner is the op running on this very thread; a
+ * p2p transfer completes a work handle some API thread may be waiting on. */
 static void xfer_release(dt_comm *c, dt_xfer *x, int state)
 {
+    if (!x->work) {
+        x->state = state;
+        if (x->owner) x->owner->outstanding--;
+        return;
+    }
     pthread_mutex_lock(&c->mu);
     x->state = state;
-    if (x->work) {
-        dt_status st = DT_OK;
-        if (state != XFER_DONE) st = c->failed ? c->fail_status : DT_EABORTED;
-        work_complete(x->work, st);
-    } else {
-        if (x->owner) x->owner->outstanding--;
-        pthread_cond_signal(&c->cv_exec);
-    }
+    dt_status st = DT_OK;
+    if (state != XFER_DONE) st = c->failed ? c->fail_status : DT_EABORTED;
+    work_complete(x->work, st);
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -441,13 +442,28 @@ static void io_recv(dt_comm *c, dt_xfer *x)
     if (cn->rx_state == RX_WAIT_MATCH) rx_on_header(cn);
 }
 
+static void io_post(dt_comm *c, dt_xfer *x)
+{
+    x->next = NULL;
+    if (c->io_failed_done || c->io_shutdown) xfer_release(c, x, XFER_FAILED);
+    else if (x->is_send) io_send(c, x);
+    else io_recv(c, x);
+}
+
+void transport_post_here(dt_comm *c, dt_xfer *x)
+{
+    x->state = XFER_POSTED;
+    x->done = 0;
+    if (x->owner) x->owner->outstanding++;
+    io_post(c, x);
+}
+
 void transport_post(dt_comm *c, dt_xfer *x)
 {
     x->state = XFER_POSTED;
     x->done = 0;
     x->next = NULL;
     pthread_mutex_lock(&c->mu);
-    if (x->owner) x->owner->outstanding++;
     if (c->inbox_tail) c->inbox_tail->next = x;
     else c->inbox_head = x;
     c->inbox_tail = x;
@@ -745,7 +761,7 @@ static void on_wake(uv_async_t *a)
     pthread_mutex_lock(&c->mu);
     dt_xfer *list = c->inbox_head;
     c->inbox_head = c->inbox_tail = NULL;
-    bool connect = c->want_connect, fail = c->want_fail, shut = c->want_shutdown;
+    bool connect = c->want_connect, fail = c->want_fail;
     c->want_connect = false;
     pthread_mutex_unlock(&c->mu);
     if (connect && !c->io_failed_done) io_connect_all(c);
@@ -753,26 +769,17 @@ static void on_wake(uv_async_t *a)
     while (list) {
         dt_xfer *x = list;
         list = x->next;
-        x->next = NULL;
-        if (c->io_failed_done || c->io_shutdown) xfer_release(c, x, XFER_FAILED);
-        else if (x->is_send) io_send(c, x);
-        else io_recv(c, x);
+        io_post(c, x);
     }
-    if (shut) io_shutdown(c);
     maybe_finish(c);
 }
 
-static void io_main(void *arg)
+/* Called by the communicator thread as it exits: say BYE, close everything,
+ * and run the loop until the last handle is closed. */
+void transport_shutdown(dt_comm *c)
 {
-    dt_comm *c = arg;
-    /* Writing to a socket the peer has reset raises SIGPIPE, whose default
-     * action kills the whole process. Blocking it in this thread (the only
-     * one that writes to sockets) turns it into an EPIPE error instead,
-     * without touching the application's signal handlers. */
-    sigset_t pipe_only;
-    sigemptyset(&pipe_only);
-    sigaddset(&pipe_only, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe_only, NULL);
+    io_shutdown(c);
+    maybe_finish(c);
     uv_run(&c->loop, UV_RUN_DEFAULT);
 }
 
@@ -818,14 +825,15 @@ dt_status transport_start(dt_comm *c)
     uv_timer_init(&c->loop, &c->ticker);
     c->ticker.data = c;
     uv_timer_start(&c->ticker, on_tick, TICK_MS, TICK_MS);
-    dt_status st = bind_listener(c);
-    rc = uv_thread_create(&c->io_thread, io_main, c);
+    dt_status st = c->size > 1 ? bind_listener(c) : DT_OK;
+    atomic_store(&c->io_running, true); /* before the thread can fail anything */
+    rc = uv_thread_create(&c->thread, comm_thread_main, c);
     if (rc < 0) {
-        comm_fail(c, DT_ESYS, "rank %d: cannot start the I/O thread: %s", c->rank,
+        atomic_store(&c->io_running, false);
+        comm_fail(c, DT_ESYS, "rank %d: cannot start the communicator thread: %s", c->rank,
                   uv_strerror(rc));
         return DT_ESYS;
     }
-    atomic_store(&c->io_running, true);
     return st;
 }
 
@@ -847,10 +855,10 @@ void transport_stop(dt_comm *c)
 {
     if (atomic_load(&c->io_running)) {
         pthread_mutex_lock(&c->mu);
-        c->want_shutdown = true;
+        c->stopping = true;
         pthread_mutex_unlock(&c->mu);
         uv_async_send(&c->wake);
-        uv_thread_join(&c->io_thread);
+        uv_thread_join(&c->thread);
         atomic_store(&c->io_running, false);
     }
     if (c->loop_ready) {
