@@ -111,7 +111,7 @@ dt_status ring_allgather(dt_opctx *o, void *buf, const ring_chunks *k) {
     if (st == DT_OK)
         st = xfer_wait_all(o, sends, (int)posted_send);
 
-    xfer_drain(o); /* on failure the I/O thread may still hold some of xs */
+    xfer_drain(o); /* on failure the transport may still hold some of xs */
     free(xs);
     return st;
 }

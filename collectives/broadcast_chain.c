@@ -81,7 +81,7 @@ dt_status broadcast_chain(dt_opctx *o) {
     if (st == DT_OK && has_next)
         st = xfer_wait_all(o, sends, (int)nseg);
 
-    xfer_drain(o); /* on failure the I/O thread may still hold some of xs */
+    xfer_drain(o); /* on failure the transport may still hold some of xs */
     free(xs);
     return st;
 }

@@ -5,7 +5,7 @@
  *   1. open the rendezvous store (file:///tmp/NAME, keys scoped by job id);
  *   2. agree on the handshake key: the job secret the launcher handed us,
  *      or one rank 0 makes and publishes in the store (a 0600 file);
- *   3. start the I/O thread, listen on host:0, publish "addr/<rank>";
+ *   3. start the communicator thread, listen on host:0, publish "addr/<rank>";
  *   4. read every rank's address; dial the lower ranks, accept the higher
  *      ones (handshake.c); wait until all world_size-1 peers are
  *      authenticated, or the init deadline passes.

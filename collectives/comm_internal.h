@@ -1,16 +1,17 @@
 /*
  * comm_internal.h — internal: the communicator's state and who owns what.
  *
- * Three kinds of thread touch a communicator:
+ * Two kinds of thread touch a communicator:
  *
- *   API thread   dt_submit / dt_work_wait / dt_comm_destroy. Enqueues ops.
- *   executor     runs collectives one at a time, in submission order, as
- *                sequential code that posts transfers and waits for them.
- *   I/O thread   runs the libuv loop: accepts, handshakes, reads frames
- *                straight into posted buffers, writes posted sends.
+ *   API thread(s)        dt_submit / dt_work_wait / dt_comm_destroy /
+ *                        dt_comm_abort. Enqueue ops, wait for work handles.
+ *   communicator thread  runs the collectives one at a time, in submission
+ *                        order, as sequential code that posts transfers and
+ *                        then runs the libuv loop until they are done; runs
+ *                        the loop while idle (accepts, handshakes, EOFs).
  *
  * Ownership rules (a reader of transport.c must keep these in mind):
- *   - Fields under "I/O thread only" are touched by the loop thread alone,
+ *   - Fields under "loop thread only" are touched by the communicator thread alone,
  *     except before it starts and after it has been joined.
  *   - Fields under "mutex" are read and written with `mu` held. The inbox is
  *     how other threads hand work to the loop: they append under `mu`, then
@@ -103,7 +104,7 @@ struct dt_comm {
     char (*peer_addr)[64];  /* [size] "host:port", fixed after init */
     atomic_uint_fast64_t rejected;
 
-    /* I/O thread only */
+    /* loop thread only */
     uv_loop_t loop;
     uv_async_t wake;
     uv_tcp_t listener;
@@ -153,14 +154,20 @@ void comm_failv(dt_comm *c, dt_status st, const char *fmt, va_list ap);
 /* A line for the log (rejected strangers). */
 void comm_log(dt_comm *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* transport.c: the I/O thread */
+/* transport.c: frames */
+void io_post(dt_comm *c, dt_xfer *x);        /* send or match a receive */
+void xfer_release(dt_comm *c, dt_xfer *x, int state); /* hand back to owner */
+void release_list(dt_comm *c, dt_xfer *x);   /* fail a list of receives */
+void send_control(dt_conn *cn, uint8_t kind, const void *payload, size_t len);
+void rx_next_header(dt_conn *cn);
+/* mesh.c: connections and the loop */
 dt_status transport_start(dt_comm *c);   /* listener + loop thread */
 void transport_connect(dt_comm *c);      /* dial c->dial[0..rank) */
 void transport_post(dt_comm *c, dt_xfer *x); /* from another thread */
 void transport_post_here(dt_comm *c, dt_xfer *x); /* on the communicator thread */
 void transport_stop(dt_comm *c);         /* stop the thread, close the loop */
 void transport_shutdown(dt_comm *c);     /* on the thread: BYE, close all */
-/* handshake.c, run on the I/O thread */
+/* handshake.c, run on the loop */
 void handshake_start_outgoing(dt_conn *cn);
 void handshake_start_incoming(dt_conn *cn);
 void handshake_step(dt_conn *cn);        /* hs_buf holds rx_need bytes */

@@ -15,9 +15,9 @@
  * count, dtype, reduction or root) gets DT_EPROTO with both sides' view.
  *
  * Threads: the API may be called from one thread at a time per communicator
- * (dt_comm_abort from any thread, at any time). Each communicator owns two
- * threads of its own: an I/O thread running a libuv loop, and an executor
- * that runs the algorithms in submission order. Nothing is global; several
+ * (dt_comm_abort from any thread, at any time). Each communicator owns one
+ * thread that runs the algorithms in submission order and, while it waits
+ * for bytes, the libuv loop that moves them. Nothing is global; several
  * communicators (or several ranks of one job, as threads) share a process.
  *
  * Costs below use the α-β model: α = per-message latency, β = seconds per

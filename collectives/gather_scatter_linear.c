@@ -54,7 +54,7 @@ static dt_status root_exchange_all(dt_opctx *o, const char *to_send,
     for (int q = 0; q < p && st == DT_OK; q++)
         if (q != o->rank)
             st = xfer_wait(o, &xs[q]);
-    xfer_drain(o); /* on failure the I/O thread may still hold some of xs */
+    xfer_drain(o); /* on failure the transport may still hold some of xs */
     free(xs);
     return st;
 }

@@ -44,7 +44,7 @@
  *   - a slot is posted for receiving only after every send reading it has
  *     completed (the waits at the end of each step);
  *   - the transfer array is freed only after xfer_drain, even on failure,
- *     because the I/O thread may still hold the transfers it points to.
+ *     because the transport may still hold the transfers it points to.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -187,7 +187,7 @@ dt_status ring_reduce_scatter(dt_opctx *o, void *result, const void *contrib,
     for (int step = 0; step < p - 1 && st == DT_OK; step++)
         st = reduce_scatter_step(&s, step);
 
-    xfer_drain(o); /* on failure the I/O thread may still hold some of xs */
+    xfer_drain(o); /* on failure the transport may still hold some of xs */
     free(xs);
     return st;
 }

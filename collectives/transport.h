@@ -1,7 +1,7 @@
 /*
  * transport.h — internal: what an algorithm sees of the network.
  *
- * An algorithm runs on the communicator's executor thread as plain
+ * An algorithm runs on the communicator's thread as plain
  * sequential code. It talks to peers through transfers (dt_xfer) that it
  * posts and later waits for:
  *
@@ -10,7 +10,7 @@
  *     xfer_send(o, &y, right, chunk, bytes);
  *     st = xfer_wait(o, &x);                   // block until done or failed
  *
- * The I/O thread moves the bytes: sends are written to the peer's socket in
+ * The transport moves the bytes: sends are written to the peer's socket in
  * posting order; frames arriving from a peer are matched, in order, against
  * the receives posted for that peer, and their payload is read straight into
  * the receive buffer. Every frame carries the op's identity (kind, sequence
@@ -21,10 +21,10 @@
  * Invariants an algorithm must keep:
  *   - For each ordered pair of ranks, the sender's sends and the receiver's
  *     receives of one op are posted in the same order with the same sizes.
- *   - A posted dt_xfer and its buffer belong to the I/O thread until
+ *   - A posted dt_xfer and its buffer belong to the transport until
  *     xfer_wait returns for it. Returning early on error is safe: the
- *     executor calls xfer_drain(o) after every op, which waits until the I/O
- *     thread has let go of every transfer the op posted.
+ *     executor calls xfer_drain(o) after every op, which runs the loop
+ *     until the transport has let go of every transfer the op posted.
  *   - A zero-byte transfer is allowed (a header with no payload): barrier.
  */
 #ifndef DT_TRANSPORT_H
@@ -75,11 +75,11 @@ typedef struct dt_xfer {
     int is_send;
     dt_opctx *owner;      /* collective transfers: the op that posted it */
     dt_work *work;        /* p2p transfers: the work handle they complete */
-    /* owned by the I/O thread while posted */
+    /* owned by the transport while posted */
     struct dt_xfer *next;
     size_t done;
     uv_write_t write_req;
-    /* completion, written by the I/O thread under the communicator's mutex */
+    /* completion, written by the transport (p2p: under the mutex) */
     int state;            /* XFER_* */
     int source;           /* recv: the rank the frame came from */
 } dt_xfer;
