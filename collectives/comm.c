@@ -73,6 +73,23 @@ static char *dup_or(const char *s, const char *fallback)
     return strdup(s ? s : fallback);
 }
 
+/* The IPv4 address of interface `name`, as text; NULL if it has none. */
+static char *interface_address(const char *name)
+{
+    uv_interface_address_t *ifs;
+    int n;
+    char ip[INET_ADDRSTRLEN], *found = NULL;
+    if (uv_interface_addresses(&ifs, &n) != 0) return NULL;
+    for (int i = 0; i < n && !found; i++) {
+        if (strcmp(ifs[i].name, name) != 0 || ifs[i].address.address4.sin_family != AF_INET)
+            continue;
+        uv_ip4_name(&ifs[i].address.address4, ip, sizeof ip);
+        found = strdup(ip);
+    }
+    uv_free_interface_addresses(ifs, n);
+    return found;
+}
+
 /* Everything that cannot fail for reasons outside this process. */
 static dt_status comm_setup(dt_comm *c, const dt_comm_options *o)
 {
@@ -102,7 +119,16 @@ static dt_status comm_setup(dt_comm *c, const dt_comm_options *o)
     c->log = o->log;
     c->log_user = o->log_user;
     c->job_id = dup_or(o->job_id, "dtrain");
-    c->host = dup_or(o->host, "127.0.0.1");
+    if (o->ifname) {
+        c->host = interface_address(o->ifname);
+        if (!c->host) {
+            comm_fail(c, DT_EINVAL, "rank %d: network interface '%s' has no IPv4 address "
+                      "(see `ip addr`)", o->rank, o->ifname);
+            return DT_EINVAL;
+        }
+    } else {
+        c->host = dup_or(o->host, "127.0.0.1");
+    }
     c->init_url = dup_or(o->init_url, "");
     c->peers = calloc((size_t)c->size, sizeof *c->peers);
     c->dial = calloc((size_t)c->size, sizeof *c->dial);

@@ -6,7 +6,8 @@
  * OpenMPI's mpirun (OMPI_COMM_WORLD_RANK/SIZE) or Slurm's srun
  * (SLURM_PROCID/SLURM_NTASKS) find their rank and size the same way; they
  * still need DT_INIT_URL (e.g. `mpirun -x DT_INIT_URL=file:///tmp/job`).
- * Optional: DT_HOST (address to listen on), DT_TIMEOUT (seconds per op).
+ * Optional: DT_HOST (address to listen on) or DT_IFNAME (an interface whose
+ * IPv4 address to use, for multi-node jobs), DT_TIMEOUT (seconds per op).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -89,6 +90,8 @@ dt_status dt_comm_options_from_env(dt_comm_options *o, uint8_t *scratch, size_t 
     if (job && *job) o->job_id = job;
     const char *host = getenv("DT_HOST");
     if (host && *host) o->host = host;
+    const char *ifname = getenv("DT_IFNAME");
+    if (ifname && *ifname) o->ifname = ifname;
     const char *t = getenv("DT_TIMEOUT");
     if (t && *t) {
         char *end;

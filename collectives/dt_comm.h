@@ -136,6 +136,7 @@ typedef struct dt_comm_options {
     const uint8_t *secret;    /* per-job key for the handshake ...          */
     size_t secret_len;        /* ... NULL/0: rank 0 makes one, shares it via the store */
     const char *host;         /* address to listen on and advertise; NULL = 127.0.0.1 */
+    const char *ifname;       /* or: the network interface whose IPv4 address to use */
     double timeout_s;         /* default per-op timeout; 0 = 30 s */
     double init_timeout_s;    /* rendezvous + connecting; 0 = 60 s */
     size_t socket_buffer;     /* SO_SNDBUF/SO_RCVBUF request; 0 = 4 MiB */
@@ -148,7 +149,8 @@ void dt_comm_options_default(dt_comm_options *o);
 /*
  * Fills rank, world size, init_url, job_id and secret from the environment
  * the launcher sets (RANK, WORLD_SIZE, DT_INIT_URL, DT_JOB_ID, DT_SECRET as
- * hex), falling back to OMPI_COMM_WORLD_* and SLURM_* for rank and size.
+ * hex, DT_HOST or DT_IFNAME, DT_TIMEOUT), falling back to OMPI_COMM_WORLD_*
+ * and SLURM_* for rank and size.
  * Strings point into the environment or into `scratch` (>= 64 bytes for the
  * secret). On failure writes a message to err.
  */
