@@ -72,6 +72,7 @@
  * the file in place as evidence.
  */
 #include "dt_comm.h"
+#include "store_map.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -96,19 +97,6 @@
 #define STORE_ERR_LEN 1024
 
 _Static_assert(sizeof(off_t) >= 8, "the liveness byte needs a 64-bit off_t");
-
-typedef struct store_entry {
-    char *key;      /* [key_len], unscoped ("addr/0"); NULL = empty slot */
-    size_t key_len;
-    uint8_t *val;   /* [len + 1], NUL after the value */
-    size_t len;
-} store_entry;
-
-typedef struct store_map {
-    store_entry *slots; /* [cap], cap a power of two, at most half full */
-    size_t cap;
-    size_t n;
-} store_map;
 
 struct dt_store {
     int fd;             /* -1 when open failed */
@@ -151,87 +139,6 @@ static dt_status store_corrupt(dt_store *s, const char *fmt, ...)
     s->healthy = false;
     return store_fail(s, DT_ESTORE, "not a rendezvous store: %s; remove the "
                       "file or choose another name", why);
-}
-
-/* ---- the key → latest value table ---------------------------------------- */
-
-static uint64_t hash_bytes(const char *p, size_t n)
-{
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (uint8_t)p[i]) * 1099511628211ull;
-    return h;
-}
-
-static store_entry *map_slot(const store_map *m, const char *key, size_t n)
-{
-    size_t i = (size_t)hash_bytes(key, n) & (m->cap - 1);
-    while (m->slots[i].key &&
-           (m->slots[i].key_len != n || memcmp(m->slots[i].key, key, n) != 0))
-        i = (i + 1) & (m->cap - 1);
-    return &m->slots[i];
-}
-
-static const store_entry *map_find(const store_map *m, const char *key, size_t n)
-{
-    if (m->cap == 0)
-        return NULL;
-    const store_entry *e = map_slot(m, key, n);
-    return e->key ? e : NULL;
-}
-
-static bool map_grow(store_map *m)
-{
-    size_t cap = m->cap ? 2 * m->cap : 64;
-    store_entry *old = m->slots;
-    size_t old_cap = m->cap;
-    m->slots = calloc(cap, sizeof *m->slots);
-    if (!m->slots) {
-        m->slots = old;
-        return false;
-    }
-    m->cap = cap;
-    for (size_t i = 0; i < old_cap; i++)
-        if (old[i].key)
-            *map_slot(m, old[i].key, old[i].key_len) = old[i];
-    free(old);
-    return true;
-}
-
-/* Sets key to a copy of val[0..len). False on ENOMEM (table unchanged). */
-static bool map_put(store_map *m, const char *key, size_t key_len,
-                    const uint8_t *val, size_t len)
-{
-    if (2 * (m->n + 1) > m->cap && !map_grow(m))
-        return false;
-    uint8_t *copy = malloc(len + 1);
-    if (!copy)
-        return false;
-    memcpy(copy, val, len);
-    copy[len] = 0;
-    store_entry *e = map_slot(m, key, key_len);
-    if (!e->key) {
-        if (!(e->key = malloc(key_len ? key_len : 1))) {
-            free(copy);
-            return false;
-        }
-        memcpy(e->key, key, key_len);
-        e->key_len = key_len;
-        m->n++;
-    }
-    free(e->val);
-    e->val = copy;
-    e->len = len;
-    return true;
-}
-
-static void map_free(store_map *m)
-{
-    for (size_t i = 0; i < m->cap; i++) {
-        free(m->slots[i].key);
-        free(m->slots[i].val);
-    }
-    free(m->slots);
 }
 
 /* ---- records ----------------------------------------------------------------- */
