@@ -1,0 +1,136 @@
+/*
+ * launch.h — internal: the pieces of dtrain-launch and how they fit.
+ *
+ * dtrain-launch is a process-group supervisor in the spirit of torchrun
+ * (torch.distributed.run / TorchElastic's local agent): it starts N copies of
+ * a program on this node, tells each who it is through the environment,
+ * relays their output with a rank prefix, and treats the group as one unit —
+ * if one worker fails, the whole group is stopped, because a collective job
+ * with a missing rank can only hang or fail. It can then start the group
+ * again (elastic restarts without membership changes).
+ *
+ * One concept per file:
+ *   launch_options.c  the flags: one table that parses and prints the usage
+ *   launch_job.c      the job's identity: run id, rendezvous URL, secret
+ *   worker_env.c      the environment contract a worker reads
+ *   output_prefix.c   rank-prefixed, line-atomic relaying of output, log tee,
+ *                     and the ring of last lines kept for the failure report
+ *   worker_group.c    spawning, watching and stopping one group (libuv)
+ *   launch_main.c     signals, the restart loop and the exit code
+ *
+ * Everything hangs off structs owned by main; nothing here is global.
+ */
+#ifndef DT_LAUNCH_H
+#define DT_LAUNCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include <uv.h>
+
+/* ---- launch_options.c ------------------------------------------------------ */
+
+typedef struct launch_options {
+    int nproc_per_node;   /* -n: workers on this node, >= 1 */
+    int nnodes;           /* nodes in the job, >= 1 */
+    int node_rank;        /* this node, 0 .. nnodes-1; -1 until given */
+    const char *rdzv;     /* rendezvous URL; NULL = a fresh file per job */
+    const char *run_id;   /* NULL = random (one node) or derived from the secret */
+    int max_restarts;     /* group restarts after a failure */
+    const char *log_dir;  /* NULL = no per-rank log files */
+    double grace_s;       /* SIGTERM -> SIGKILL delay */
+    bool help;
+    char **program;       /* PROGRAM ARGS..., NULL-terminated, points into argv */
+} launch_options;
+
+typedef enum launch_parse {
+    LAUNCH_PARSE_OK,
+    LAUNCH_PARSE_HELP,    /* --help: print the usage, exit 0 */
+    LAUNCH_PARSE_ERROR,   /* message in err: print it, exit 2 */
+} launch_parse;
+
+launch_parse launch_options_parse(launch_options *out, int argc, char **argv, char *err,
+                                  size_t errlen);
+void launch_options_usage(FILE *f);
+
+/* ---- launch_job.c ---------------------------------------------------------- */
+
+#define LAUNCH_SECRET_BYTES 32
+#define LAUNCH_URL_MAX 4200
+
+typedef struct launch_job {
+    char run_id[72];                              /* hex, or the user's --run-id */
+    char init_url[LAUNCH_URL_MAX];                /* file:///... */
+    char secret_hex[2 * LAUNCH_SECRET_BYTES + 1]; /* handed to workers as DT_SECRET */
+    bool owns_rendezvous_file;                    /* we made the name: remove leftovers */
+} launch_job;
+
+/* Returns 0, or -1 with a message in err (a usage problem: exit 2). */
+int launch_job_init(launch_job *out, const launch_options *o, char *err, size_t errlen);
+/* Removes a rendezvous file this launcher named, if a crashed group left it. */
+void launch_job_cleanup(const launch_job *job);
+
+/* ---- worker_env.c ---------------------------------------------------------- */
+
+/* The environment of local worker `local_rank` in group attempt `restart`:
+ * the launcher's own environment with the contract's names replaced. NULL on
+ * out-of-memory; free with worker_env_free. */
+char **worker_env_build(const launch_options *o, const launch_job *job, int local_rank,
+                        int restart);
+void worker_env_free(char **env);
+
+/* ---- output_prefix.c ------------------------------------------------------- */
+
+#define OUTPUT_TAIL_LINES 8
+#define OUTPUT_TAIL_WIDTH 240
+
+/* The last lines a rank printed (both streams), for the failure report. */
+typedef struct output_tail {
+    char lines[OUTPUT_TAIL_LINES][OUTPUT_TAIL_WIDTH];
+    int next;   /* slot the next line goes to */
+    int count;  /* lines held, <= OUTPUT_TAIL_LINES */
+} output_tail;
+
+/* One stream (stdout or stderr) of one rank. */
+typedef struct output_stream {
+    int rank;
+    int out_fd;         /* 1 or 2; -1 once writing failed (reader went away) */
+    int log_fd;         /* per-rank log file, or -1 */
+    output_tail *tail;  /* shared by the rank's two streams */
+    char *partial;      /* bytes after the last newline seen */
+    size_t len, cap;
+} output_stream;
+
+void output_stream_init(output_stream *s, int rank, int out_fd, int log_fd, output_tail *tail);
+void output_stream_feed(output_stream *s, const char *data, size_t n);
+/* End of stream: a last line without its newline is printed with one. */
+void output_stream_finish(output_stream *s);
+void output_stream_free(output_stream *s);
+void output_tail_print(const output_tail *t, int rank, FILE *f);
+
+/* ---- worker_group.c -------------------------------------------------------- */
+
+typedef enum group_result {
+    GROUP_SUCCEEDED,     /* every worker exited 0 */
+    GROUP_FAILED,        /* a worker failed first: the root cause */
+    GROUP_INTERRUPTED,   /* the launcher got SIGINT/SIGTERM/SIGHUP */
+    GROUP_SPAWN_FAILED,  /* the program could not be started: no point restarting */
+} group_result;
+
+typedef struct worker_group worker_group;
+
+/* Spawns the group on `loop`; uv_run(loop) returns once every worker has
+ * exited and its output is drained. Returns NULL (with err) if nothing could
+ * be set up at all; a spawn failure of one worker is a GROUP_SPAWN_FAILED
+ * outcome instead. */
+worker_group *group_start(uv_loop_t *loop, const launch_options *o, const launch_job *job,
+                          int restart, char *err, size_t errlen);
+/* The launcher was asked to stop: TERM everyone; a second call sends KILL. */
+void group_interrupt(worker_group *g, int signum);
+/* After uv_run: the result, the launcher's exit code for it, and the root
+ * cause report on stderr. */
+group_result group_finish(worker_group *g, int *exit_code);
+void group_free(worker_group *g);
+
+#endif

@@ -1,0 +1,114 @@
+/*
+ * launch_job.c — the job's identity: run id, rendezvous URL and secret.
+ *
+ * Three values tie a job's ranks together and keep strangers out:
+ *   - the run id names the job (torchrun's TORCHELASTIC_RUN_ID). Ranks scope
+ *     their rendezvous keys by it, so a leftover file from another job is
+ *     invisible to this one. Each restart appends "-r<k>" to make the job id
+ *     ranks use (worker_env.c), so a restarted group never reads the keys of
+ *     the group it replaces.
+ *   - the rendezvous URL is where ranks meet: by default a fresh
+ *     file:///tmp/dtrain-<run id>, so two jobs on one machine never share it.
+ *   - the secret (32 random bytes, hex in DT_SECRET) keys the challenge-
+ *     response every connection runs, so only this job's ranks can join.
+ *
+ * One node: all three are made here, with libsodium's CSPRNG. Several nodes:
+ * every node's launcher must hand out the same values, but launchers do not
+ * talk to each other. So --rdzv is required, the secret comes from the
+ * launcher's own DT_SECRET (the user generates it once and exports it on
+ * every node), and the run id is derived from the secret (a BLAKE2b hash)
+ * unless --run-id names it. The derived id is the same on every node and
+ * reveals nothing about the secret.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <sodium.h>
+
+#include "launch.h"
+
+#define RUN_ID_BYTES 8
+
+static int secret_from_env(uint8_t *secret, char *err, size_t errlen)
+{
+    const char *hex = getenv("DT_SECRET");
+    size_t len = 0;
+    if (!hex || !*hex) {
+        snprintf(err, errlen, "a multi-node job needs one secret shared by every node: run "
+                 "`export DT_SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n')` "
+                 "once, and start dtrain-launch on each node with that same DT_SECRET");
+        return -1;
+    }
+    if (strlen(hex) != 2 * LAUNCH_SECRET_BYTES ||
+        sodium_hex2bin(secret, LAUNCH_SECRET_BYTES, hex, strlen(hex), NULL, &len, NULL) != 0 ||
+        len != LAUNCH_SECRET_BYTES) {
+        snprintf(err, errlen, "DT_SECRET must be %d hex digits (%d bytes)",
+                 2 * LAUNCH_SECRET_BYTES, LAUNCH_SECRET_BYTES);
+        return -1;
+    }
+    return 0;
+}
+
+static int run_id_from_user(launch_job *job, const char *id, char *err, size_t errlen)
+{
+    size_t n = strlen(id);
+    if (n >= sizeof job->run_id - 16 || strspn(id, "abcdefghijklmnopqrstuvwxyz"
+                                               "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.") != n) {
+        snprintf(err, errlen, "--run-id '%s': use up to %zu letters, digits, '_' or '.'", id,
+                 sizeof job->run_id - 17);
+        return -1;
+    }
+    memcpy(job->run_id, id, n + 1);
+    return 0;
+}
+
+int launch_job_init(launch_job *job, const launch_options *o, char *err, size_t errlen)
+{
+    uint8_t secret[LAUNCH_SECRET_BYTES], id[RUN_ID_BYTES];
+    *job = (launch_job){0};
+    if (sodium_init() < 0) {
+        snprintf(err, errlen, "libsodium failed to initialise");
+        return -1;
+    }
+    if (o->nnodes > 1) {
+        if (secret_from_env(secret, err, errlen) != 0) return -1;
+        crypto_generichash(id, sizeof id, secret, sizeof secret, NULL, 0);
+    } else {
+        randombytes_buf(secret, sizeof secret);
+        randombytes_buf(id, sizeof id);
+    }
+    sodium_bin2hex(job->secret_hex, sizeof job->secret_hex, secret, sizeof secret);
+    sodium_memzero(secret, sizeof secret);
+    if (o->run_id) {
+        if (run_id_from_user(job, o->run_id, err, errlen) != 0) return -1;
+    } else {
+        sodium_bin2hex(job->run_id, sizeof job->run_id, id, sizeof id);
+    }
+    int n;
+    if (o->rdzv) {
+        n = snprintf(job->init_url, sizeof job->init_url, "%s", o->rdzv);
+    } else {
+        n = snprintf(job->init_url, sizeof job->init_url, "file:///tmp/dtrain-%s", job->run_id);
+        job->owns_rendezvous_file = true;
+    }
+    if (n < 0 || (size_t)n >= sizeof job->init_url) {
+        snprintf(err, errlen, "--rdzv: the URL is longer than %zu bytes",
+                 sizeof job->init_url - 1);
+        return -1;
+    }
+    return 0;
+}
+
+/* Ranks remove the file when the last of them leaves cleanly; a group that
+ * crashed leaves it behind. By the time this runs every worker has exited,
+ * so nobody can still be using a file whose name only this launcher knew. */
+void launch_job_cleanup(const launch_job *job)
+{
+    if (!job->owns_rendezvous_file) return;
+    const char *path = job->init_url + strlen("file://");
+    if (unlink(path) != 0 && errno != ENOENT)
+        fprintf(stderr, "dtrain-launch: could not remove the rendezvous file %s: %s\n", path,
+                strerror(errno));
+}

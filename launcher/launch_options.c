@@ -1,0 +1,220 @@
+/*
+ * launch_options.c — dtrain-launch's flags: one table parses them and prints
+ * the usage, so the two cannot disagree.
+ *
+ * Grammar: flags come first, then PROGRAM and its ARGS, which are passed on
+ * untouched (so `dtrain-launch -n 4 ./minigpt -n 8` gives -n 8 to minigpt).
+ * A flag takes its value as the next argument or after '=' (`--nnodes=2`,
+ * and `-n4` for the one-letter form); `--` ends the flags explicitly.
+ * torchrun's names are used where they exist (--nproc-per-node, --nnodes,
+ * --node-rank, --max-restarts; --rdzv-id as an alias of --run-id) so
+ * muscle memory works.
+ *
+ * Invariant after a successful parse: every number is inside its table
+ * range, node_rank is set and < nnodes, a multi-node job names its
+ * rendezvous, and PROGRAM is present. Problems are reported as one sentence
+ * naming the flag and the accepted values; main prints it and exits 2, the
+ * usual code for a usage error.
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "launch.h"
+
+typedef enum flag_kind { FLAG_INT, FLAG_SECONDS, FLAG_STRING, FLAG_SWITCH } flag_kind;
+
+typedef struct flag_spec {
+    char letter;            /* one-letter form, or 0 */
+    const char *name;       /* --name */
+    const char *alias;      /* torchrun's spelling, or NULL */
+    const char *metavar;
+    flag_kind kind;
+    size_t offset;          /* of the field in launch_options */
+    double lo, hi;          /* accepted range of numbers */
+    const char *help;
+} flag_spec;
+
+#define FIELD(f) offsetof(launch_options, f)
+
+static const flag_spec flags[] = {
+    {'n', "nproc-per-node", NULL, "N", FLAG_INT, FIELD(nproc_per_node), 1, 4096,
+     "workers to start on this node (default 1)"},
+    {0, "nnodes", NULL, "M", FLAG_INT, FIELD(nnodes), 1, 4096,
+     "nodes in the job; WORLD_SIZE = N x M (default 1)"},
+    {0, "node-rank", NULL, "K", FLAG_INT, FIELD(node_rank), 0, 4095,
+     "this node's index, 0..M-1 (required when M > 1)"},
+    {0, "rdzv", NULL, "URL", FLAG_STRING, FIELD(rdzv), 0, 0,
+     "rendezvous, file:///PATH on a filesystem every node sees\n"
+     "(default: a fresh file:///tmp/dtrain-RUNID; required when M > 1)"},
+    {0, "run-id", "rdzv-id", "ID", FLAG_STRING, FIELD(run_id), 0, 0,
+     "job name shared by every node (default: random on one node,\n"
+     "derived from DT_SECRET on several)"},
+    {0, "max-restarts", NULL, "R", FLAG_INT, FIELD(max_restarts), 0, 1000,
+     "after a failure, restart the whole group up to R times (default 0)"},
+    {0, "log-dir", NULL, "D", FLAG_STRING, FIELD(log_dir), 0, 0,
+     "also write each rank's output to D/rank_NNNNN.log"},
+    {0, "grace", NULL, "SECONDS", FLAG_SECONDS, FIELD(grace_s), 0, 3600,
+     "wait between SIGTERM and SIGKILL when stopping workers (default 5)"},
+    {'h', "help", NULL, NULL, FLAG_SWITCH, FIELD(help), 0, 0, "print this help and exit"},
+};
+#define NUM_FLAGS (sizeof flags / sizeof flags[0])
+
+void launch_options_usage(FILE *f)
+{
+    fprintf(f, "usage: dtrain-launch [FLAGS] PROGRAM [ARGS...]\n\n"
+               "Starts N copies of PROGRAM with torchrun's environment (RANK, LOCAL_RANK,\n"
+               "WORLD_SIZE, ...) plus DT_INIT_URL, DT_JOB_ID and DT_SECRET, prefixes their\n"
+               "output with the rank, and stops them all when one fails.\n\nflags:\n");
+    for (size_t i = 0; i < NUM_FLAGS; i++) {
+        const flag_spec *s = &flags[i];
+        char head[96];
+        const char *sep = s->metavar ? " " : "", *meta = s->metavar ? s->metavar : "";
+        int len = s->letter
+                      ? snprintf(head, sizeof head, "  -%c, --%s%s%s", s->letter, s->name, sep, meta)
+                      : snprintf(head, sizeof head, "      --%s%s%s", s->name, sep, meta);
+        fprintf(f, "%-28s", head);
+        if (len >= 28) fprintf(f, "\n%-28s", "");
+        for (const char *p = s->help; *p; p++) {
+            fputc(*p, f);
+            if (*p == '\n') fprintf(f, "%-28s", "");
+        }
+        if (s->alias) fprintf(f, "\n%-28s(torchrun's --%s)", "", s->alias);
+        fputc('\n', f);
+    }
+    fprintf(f, "\nexit status: 0 when every worker exits 0; the first failing worker's code\n"
+               "(128+signal if it was killed); 130/143 when interrupted; 2 for bad flags.\n");
+}
+
+static const flag_spec *find_long(const char *name, size_t len)
+{
+    for (size_t i = 0; i < NUM_FLAGS; i++) {
+        const flag_spec *s = &flags[i];
+        if ((strlen(s->name) == len && !strncmp(s->name, name, len)) ||
+            (s->alias && strlen(s->alias) == len && !strncmp(s->alias, name, len)))
+            return s;
+    }
+    return NULL;
+}
+
+static const flag_spec *find_letter(char c)
+{
+    for (size_t i = 0; i < NUM_FLAGS; i++)
+        if (flags[i].letter && flags[i].letter == c) return &flags[i];
+    return NULL;
+}
+
+/* Stores `value` into the field the spec names, checking its range. */
+static bool set_value(launch_options *o, const flag_spec *s, const char *value, char *err,
+                      size_t errlen)
+{
+    char *field = (char *)o + s->offset;
+    char *end;
+    errno = 0;
+    if (s->kind == FLAG_STRING) {
+        if (!*value) {
+            snprintf(err, errlen, "--%s: the value is empty", s->name);
+            return false;
+        }
+        memcpy(field, &value, sizeof value);
+        return true;
+    }
+    double v = s->kind == FLAG_INT ? (double)strtol(value, &end, 10) : strtod(value, &end);
+    if (errno || end == value || *end || !(v >= s->lo && v <= s->hi)) {
+        snprintf(err, errlen, "--%s: '%s' is not %s in %g..%g", s->name, value,
+                 s->kind == FLAG_INT ? "an integer" : "a number of seconds", s->lo, s->hi);
+        return false;
+    }
+    if (s->kind == FLAG_INT) {
+        int iv = (int)v;
+        memcpy(field, &iv, sizeof iv);
+    } else {
+        memcpy(field, &v, sizeof v);
+    }
+    return true;
+}
+
+/* Parses argv[*i] (and maybe argv[*i+1]); advances *i past what it used. */
+static bool parse_one(launch_options *o, int argc, char **argv, int *i, char *err,
+                      size_t errlen)
+{
+    const char *arg = argv[*i], *value = NULL;
+    const flag_spec *s;
+    if (arg[1] == '-') {
+        const char *name = arg + 2, *eq = strchr(name, '=');
+        s = find_long(name, eq ? (size_t)(eq - name) : strlen(name));
+        if (eq) value = eq + 1;
+    } else {
+        s = find_letter(arg[1]);
+        if (s && arg[2]) value = arg + 2;
+    }
+    if (!s) {
+        snprintf(err, errlen, "unknown flag '%s'", arg);
+        return false;
+    }
+    if (s->kind == FLAG_SWITCH) {
+        if (value) {
+            snprintf(err, errlen, "--%s takes no value", s->name);
+            return false;
+        }
+        bool on = true;
+        memcpy((char *)o + s->offset, &on, sizeof on);
+        return true;
+    }
+    if (!value) {
+        if (*i + 1 >= argc) {
+            snprintf(err, errlen, "--%s needs a value (%s)", s->name, s->metavar);
+            return false;
+        }
+        value = argv[++*i];
+    }
+    return set_value(o, s, value, err, errlen);
+}
+
+/* The rules that involve more than one flag. */
+static bool check_combination(const launch_options *o, char *err, size_t errlen)
+{
+    if (o->nnodes > 1 && o->node_rank < 0) {
+        snprintf(err, errlen, "--nnodes %d needs --node-rank K (0..%d) on every node, each "
+                 "node its own K", o->nnodes, o->nnodes - 1);
+        return false;
+    }
+    if (o->node_rank >= o->nnodes) {
+        snprintf(err, errlen, "--node-rank %d is out of range: --nnodes %d allows 0..%d",
+                 o->node_rank, o->nnodes, o->nnodes - 1);
+        return false;
+    }
+    if (o->nnodes > 1 && !o->rdzv) {
+        snprintf(err, errlen, "--nnodes %d needs --rdzv file:///PATH, a file every node "
+                 "sees, the same on every node", o->nnodes);
+        return false;
+    }
+    if (o->rdzv && (strncmp(o->rdzv, "file:///", 8) != 0 || !o->rdzv[8])) {
+        snprintf(err, errlen, "--rdzv '%s': only file:///ABSOLUTE/PATH is supported",
+                 o->rdzv);
+        return false;
+    }
+    return true;
+}
+
+launch_parse launch_options_parse(launch_options *o, int argc, char **argv, char *err,
+                                  size_t errlen)
+{
+    *o = (launch_options){.nproc_per_node = 1, .nnodes = 1, .node_rank = -1, .grace_s = 5.0};
+    int i = 1;
+    for (; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!strcmp(arg, "--")) { i++; break; }
+        if (arg[0] != '-' || !arg[1]) break;  /* PROGRAM */
+        if (!parse_one(o, argc, argv, &i, err, errlen)) return LAUNCH_PARSE_ERROR;
+    }
+    if (o->help) return LAUNCH_PARSE_HELP;
+    if (i >= argc) {
+        snprintf(err, errlen, "no PROGRAM given: dtrain-launch [FLAGS] PROGRAM [ARGS...]");
+        return LAUNCH_PARSE_ERROR;
+    }
+    o->program = argv + i;
+    if (o->node_rank < 0 && o->nnodes == 1) o->node_rank = 0;
+    return check_combination(o, err, errlen) ? LAUNCH_PARSE_OK : LAUNCH_PARSE_ERROR;
+}

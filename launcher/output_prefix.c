@@ -1,0 +1,177 @@
+/*
+ * output_prefix.c — relaying workers' output, one whole line at a time,
+ * each line prefixed with its rank: "[3] loss 2.31".
+ *
+ * Workers write to pipes in whatever pieces their stdio flushes; a read may
+ * end mid-line. Each stream keeps the bytes after its last newline and
+ * prints a line only once its newline has arrived, so lines of different
+ * ranks never interleave within a line. The launcher is single-threaded and
+ * writes each batch of complete lines with one write() loop, so nothing can
+ * cut in. A line longer than LINE_MAX_BYTES is cut there (memory stays
+ * bounded even if a worker prints megabytes without a newline). At end of
+ * stream a last line without newline is printed with one.
+ *
+ * stdout goes to stdout and stderr to stderr, so `2>/dev/null` still works.
+ * The writes block: if the reader of our stdout is slow, we stop reading the
+ * workers' pipes and they block in turn — backpressure instead of unbounded
+ * buffering. If our reader goes away (EPIPE), output is dropped; the log
+ * files and the failure report still get it.
+ *
+ * Two more consumers see each line: the per-rank log file (the line without
+ * prefix, both streams in order of arrival) and the rank's ring of its last
+ * OUTPUT_TAIL_LINES lines, which the failure report prints. The ring costs
+ * a fixed 2 KB per rank and nothing per line beyond a bounded copy.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "launch.h"
+
+#define LINE_MAX_BYTES (64 * 1024)
+
+static void write_all(int *fd, const char *p, size_t n)
+{
+    while (*fd >= 0 && n > 0) {
+        ssize_t w = write(*fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) { *fd = -1; return; }  /* EPIPE and friends: stop writing there */
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+static void tail_push(output_tail *t, const char *line, size_t n)
+{
+    if (n >= OUTPUT_TAIL_WIDTH) n = OUTPUT_TAIL_WIDTH - 1;
+    memcpy(t->lines[t->next], line, n);
+    t->lines[t->next][n] = '\0';
+    t->next = (t->next + 1) % OUTPUT_TAIL_LINES;
+    if (t->count < OUTPUT_TAIL_LINES) t->count++;
+}
+
+void output_tail_print(const output_tail *t, int rank, FILE *f)
+{
+    int first = (t->next - t->count + OUTPUT_TAIL_LINES) % OUTPUT_TAIL_LINES;
+    for (int i = 0; i < t->count; i++)
+        fprintf(f, "    [%d] %s\n", rank, t->lines[(first + i) % OUTPUT_TAIL_LINES]);
+}
+
+void output_stream_init(output_stream *s, int rank, int out_fd, int log_fd, output_tail *tail)
+{
+    *s = (output_stream){.rank = rank, .out_fd = out_fd, .log_fd = log_fd, .tail = tail};
+}
+
+/* Appends "[rank] line\n" to the batch `out` (grown as needed). */
+static bool batch_line(const output_stream *s, char **out, size_t *len, size_t *cap,
+                       const char *a, size_t na, const char *b, size_t nb)
+{
+    size_t need = *len + 16 + na + nb;
+    if (need > *cap) {
+        size_t c = *cap ? *cap : 4096;
+        while (c < need) c *= 2;
+        char *p = realloc(*out, c);
+        if (!p) return false;
+        *out = p;
+        *cap = c;
+    }
+    *len += (size_t)snprintf(*out + *len, 16, "[%d] ", s->rank);
+    memcpy(*out + *len, a, na);
+    memcpy(*out + *len + na, b, nb);
+    *len += na + nb;
+    (*out)[(*len)++] = '\n';
+    return true;
+}
+
+/* One complete line: held partial bytes `a`, then `b` from this read. */
+static void emit_line(output_stream *s, char **out, size_t *len, size_t *cap, const char *a,
+                      size_t na, const char *b, size_t nb)
+{
+    if (!batch_line(s, out, len, cap, a, na, b, nb)) {
+        /* out of memory for the batch: flush what we have, write this line alone */
+        write_all(&s->out_fd, *out, *len);
+        *len = 0;
+        char prefix[16];
+        int np = snprintf(prefix, sizeof prefix, "[%d] ", s->rank);
+        write_all(&s->out_fd, prefix, (size_t)np);
+        write_all(&s->out_fd, a, na);
+        write_all(&s->out_fd, b, nb);
+        write_all(&s->out_fd, "\n", 1);
+    }
+    if (s->log_fd >= 0) {
+        write_all(&s->log_fd, a, na);
+        write_all(&s->log_fd, b, nb);
+        write_all(&s->log_fd, "\n", 1);
+    }
+    char joined[OUTPUT_TAIL_WIDTH];
+    size_t ja = na < sizeof joined ? na : sizeof joined;
+    size_t jb = nb < sizeof joined - ja ? nb : sizeof joined - ja;
+    memcpy(joined, a, ja);
+    memcpy(joined + ja, b, jb);
+    tail_push(s->tail, joined, ja + jb);
+}
+
+static bool hold_partial(output_stream *s, const char *data, size_t n)
+{
+    if (s->len + n > s->cap) {
+        size_t c = s->cap ? s->cap : 256;
+        while (c < s->len + n) c *= 2;
+        char *p = realloc(s->partial, c);
+        if (!p) return false;
+        s->partial = p;
+        s->cap = c;
+    }
+    memcpy(s->partial + s->len, data, n);
+    s->len += n;
+    return true;
+}
+
+void output_stream_feed(output_stream *s, const char *data, size_t n)
+{
+    char *out = NULL;
+    size_t len = 0, cap = 0;
+    while (n > 0) {
+        const char *nl = memchr(data, '\n', n);
+        size_t room = LINE_MAX_BYTES - s->len;  /* s->len < LINE_MAX_BYTES always */
+        size_t take = nl ? (size_t)(nl - data) : n;
+        if (take >= room) {        /* over-long line: cut it here */
+            emit_line(s, &out, &len, &cap, s->partial, s->len, data, room);
+            s->len = 0;
+            data += room;
+            n -= room;
+            continue;
+        }
+        if (!nl) {
+            if (!hold_partial(s, data, n)) {  /* no memory: print the piece as a line */
+                emit_line(s, &out, &len, &cap, s->partial, s->len, data, n);
+                s->len = 0;
+            }
+            break;
+        }
+        emit_line(s, &out, &len, &cap, s->partial, s->len, data, take);
+        s->len = 0;
+        data += take + 1;
+        n -= take + 1;
+    }
+    write_all(&s->out_fd, out, len);
+    free(out);
+}
+
+void output_stream_finish(output_stream *s)
+{
+    if (s->len == 0) return;
+    char *out = NULL;
+    size_t len = 0, cap = 0;
+    emit_line(s, &out, &len, &cap, s->partial, s->len, "", 0);
+    s->len = 0;
+    write_all(&s->out_fd, out, len);
+    free(out);
+}
+
+void output_stream_free(output_stream *s)
+{
+    free(s->partial);
+    s->partial = NULL;
+    s->len = s->cap = 0;
+}

@@ -1,0 +1,388 @@
+/*
+ * worker_group.c — supervising one group of workers: spawn, watch, stop.
+ *
+ * The group is the unit of failure. Ranks of a collective job depend on
+ * each other: when one dies the others block in their next collective
+ * until a timeout, so waiting for them is pointless. The first worker to
+ * exit non-zero or die from a signal is the ROOT CAUSE; the launcher then
+ * stops everyone else. Workers that die afterwards — from our SIGTERM, or
+ * because their peer vanished — are consequences and are not reported as
+ * the cause. torchrun's local agent does the same (its "first failure" in
+ * the ChildFailedError report).
+ *
+ * Stopping is SIGTERM, a grace period, then SIGKILL. TERM first so a worker
+ * can flush its logs, finish a checkpoint write or tell its peers why it is
+ * leaving; KILL after the grace period because a worker stuck in a blocking
+ * call or ignoring TERM must not keep the job alive forever. A second
+ * SIGINT/SIGTERM to the launcher skips the wait.
+ *
+ * Each worker runs in its own session and process group (libuv's
+ * UV_PROCESS_DETACHED = setsid), and signals go to the whole group
+ * (kill(-pid)): helpers a worker forked die with it, and a terminal's Ctrl-C
+ * reaches only the launcher, which then runs the orderly TERM/grace/KILL
+ * sequence once instead of every process reacting on its own. The cost: if
+ * the launcher itself is SIGKILLed, its workers are not told (they get
+ * SIGPIPE at their next write to the closed output pipe). The group is
+ * signalled only while its leader is unreaped, so a recycled pid is never
+ * hit.
+ *
+ * Everything runs on one libuv loop: a uv_process_t per worker (libuv
+ * handles SIGCHLD and calls exit_cb), two uv_pipe_t per worker for its
+ * stdout/stderr, a uv_timer_t for the grace period, and one more that bounds
+ * how long we wait for end-of-file after every worker has exited (a
+ * grandchild may hold the pipe open). The group is done when every handle
+ * is closed; uv_run then returns, because the launcher's signal watchers
+ * are unreferenced.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "launch.h"
+
+#define DRAIN_AFTER_EXIT_MS 2000
+
+typedef struct worker {
+    worker_group *group;
+    int local_rank, rank;
+    uv_process_t proc;
+    uv_pipe_t pipes[2];             /* the worker's stdout, stderr */
+    output_stream streams[2];
+    output_tail tail;
+    int log_fd;
+    char **env;
+    bool running;                   /* spawned and not yet reaped */
+    bool pipe_open[2];
+    int64_t exit_status;
+    int term_signal;
+    int spawn_error;                /* libuv error from uv_spawn, or 0 */
+} worker;
+
+struct worker_group {
+    uv_loop_t *loop;
+    const launch_options *opts;
+    int restart;
+    int n;
+    worker *workers;
+    uv_timer_t grace_timer;         /* SIGTERM -> SIGKILL */
+    uv_timer_t drain_timer;         /* all exited -> stop waiting for EOF */
+    bool timers_closing;
+    int running, open_pipes;
+    bool stopping;                  /* SIGTERM sent */
+    bool killed;                    /* SIGKILL sent */
+    int interrupted_by;             /* the launcher's signal, or 0 */
+    worker *root_cause;             /* the first failure, or NULL */
+};
+
+static void on_drain_timeout(uv_timer_t *t);
+
+static const char *signal_name(int sig)
+{
+    static const struct { int sig; const char *name; } names[] = {
+        {SIGHUP, "SIGHUP"}, {SIGINT, "SIGINT"}, {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
+        {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"}, {SIGFPE, "SIGFPE"},
+        {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
+        {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}, {SIGXCPU, "SIGXCPU"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (names[i].sig == sig) return names[i].name;
+    return "a signal";
+}
+
+static void describe_exit(const worker *w, char *buf, size_t len)
+{
+    if (w->spawn_error)
+        snprintf(buf, len, "could not be started: %s", uv_strerror(w->spawn_error));
+    else if (w->term_signal)
+        snprintf(buf, len, "was killed by signal %d (%s)", w->term_signal,
+                 signal_name(w->term_signal));
+    else
+        snprintf(buf, len, "exited with code %lld", (long long)w->exit_status);
+}
+
+/* ---- stopping ---------------------------------------------------------------- */
+
+static void signal_running(worker_group *g, int sig)
+{
+    for (int i = 0; i < g->n; i++) {
+        worker *w = &g->workers[i];
+        if (!w->running) continue;
+        if (kill(-w->proc.pid, sig) != 0) kill(w->proc.pid, sig);
+    }
+}
+
+static void on_grace_over(uv_timer_t *t)
+{
+    worker_group *g = t->data;
+    if (g->running == 0 || g->killed) return;
+    g->killed = true;
+    fprintf(stderr, "dtrain-launch: %d worker%s still running after SIGTERM; sending SIGKILL\n",
+            g->running, g->running == 1 ? "" : "s");
+    signal_running(g, SIGKILL);
+}
+
+static void group_stop(worker_group *g)
+{
+    if (g->stopping) return;
+    g->stopping = true;
+    if (g->running == 0) return;
+    signal_running(g, SIGTERM);
+    uv_timer_start(&g->grace_timer, on_grace_over, (uint64_t)(g->opts->grace_s * 1000), 0);
+}
+
+void group_interrupt(worker_group *g, int signum)
+{
+    if (!g->interrupted_by) g->interrupted_by = signum;
+    if (!g->stopping) {
+        fprintf(stderr, "dtrain-launch: got %s, stopping %d worker%s (SIGTERM, then SIGKILL "
+                "after %g s; repeat to kill now)\n", signal_name(signum), g->running,
+                g->running == 1 ? "" : "s", g->opts->grace_s);
+        group_stop(g);
+    } else {
+        on_grace_over(&g->grace_timer);
+    }
+}
+
+/* ---- completion ---------------------------------------------------------------- */
+
+static void on_timer_closed(uv_handle_t *h) { (void)h; }
+
+/* Called whenever a worker is reaped or a pipe closes. */
+static void maybe_finish(worker_group *g)
+{
+    if (g->running > 0 || g->timers_closing) return;
+    if (g->open_pipes > 0) {
+        if (!uv_is_active((uv_handle_t *)&g->drain_timer))
+            uv_timer_start(&g->drain_timer, on_drain_timeout, DRAIN_AFTER_EXIT_MS, 0);
+        return;
+    }
+    g->timers_closing = true;
+    uv_close((uv_handle_t *)&g->grace_timer, on_timer_closed);
+    uv_close((uv_handle_t *)&g->drain_timer, on_timer_closed);
+}
+
+static void on_pipe_closed(uv_handle_t *h)
+{
+    worker *w = h->data;
+    w->group->open_pipes--;
+    maybe_finish(w->group);
+}
+
+static void close_pipe(worker *w, int which)
+{
+    if (!w->pipe_open[which]) return;
+    w->pipe_open[which] = false;
+    output_stream_finish(&w->streams[which]);
+    uv_close((uv_handle_t *)&w->pipes[which], on_pipe_closed);
+}
+
+/* Every worker is gone but a pipe never reached EOF: something the worker
+ * started still holds it. Stop waiting. */
+static void on_drain_timeout(uv_timer_t *t)
+{
+    worker_group *g = t->data;
+    for (int i = 0; i < g->n; i++) {
+        close_pipe(&g->workers[i], 0);
+        close_pipe(&g->workers[i], 1);
+    }
+}
+
+/* ---- events ------------------------------------------------------------------ */
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    (void)h;
+    buf->base = malloc(suggested);
+    buf->len = buf->base ? suggested : 0;
+}
+
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
+{
+    worker *w = s->data;
+    int which = s == (uv_stream_t *)&w->pipes[0] ? 0 : 1;
+    if (n > 0) output_stream_feed(&w->streams[which], buf->base, (size_t)n);
+    free(buf->base);
+    if (n < 0) close_pipe(w, which);  /* UV_EOF, or the pipe failed: either way it is over */
+}
+
+static void on_process_closed(uv_handle_t *h) { (void)h; }
+
+static void on_worker_exit(uv_process_t *p, int64_t exit_status, int term_signal)
+{
+    worker *w = p->data;
+    worker_group *g = w->group;
+    w->running = false;
+    w->exit_status = exit_status;
+    w->term_signal = term_signal;
+    g->running--;
+    uv_close((uv_handle_t *)p, on_process_closed);
+    bool failed = exit_status != 0 || term_signal != 0;
+    if (failed && !g->stopping) {
+        char what[128];
+        describe_exit(w, what, sizeof what);
+        g->root_cause = w;
+        fprintf(stderr, "dtrain-launch: rank %d %s; stopping the other workers\n", w->rank, what);
+        group_stop(g);
+    }
+    if (g->running == 0 && uv_is_active((uv_handle_t *)&g->grace_timer))
+        uv_timer_stop(&g->grace_timer);
+    maybe_finish(g);
+}
+
+/* ---- starting ------------------------------------------------------------------ */
+
+static int open_log(const launch_options *o, int rank, int restart)
+{
+    if (!o->log_dir) return -1;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/rank_%05d.log", o->log_dir, rank);
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        fprintf(stderr, "dtrain-launch: cannot open %s (%s); rank %d is not logged\n", path,
+                strerror(errno), rank);
+        return -1;
+    }
+    if (restart > 0) dprintf(fd, "=== dtrain-launch: restart %d ===\n", restart);
+    return fd;
+}
+
+static void spawn_worker(worker_group *g, worker *w, const launch_job *job)
+{
+    const launch_options *o = g->opts;
+    w->group = g;
+    w->rank = o->node_rank * o->nproc_per_node + w->local_rank;
+    w->log_fd = open_log(o, w->rank, g->restart);
+    for (int i = 0; i < 2; i++) {
+        output_stream_init(&w->streams[i], w->rank, i + 1, w->log_fd, &w->tail);
+        uv_pipe_init(g->loop, &w->pipes[i], 0);
+        w->pipes[i].data = w;
+        w->pipe_open[i] = true;
+        g->open_pipes++;
+    }
+    w->env = worker_env_build(o, job, w->local_rank, g->restart);
+    uv_stdio_container_t stdio[3] = {
+        {.flags = UV_IGNORE},  /* stdin: /dev/null; N ranks cannot share a terminal */
+        {.flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE, .data.stream = (uv_stream_t *)&w->pipes[0]},
+        {.flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE, .data.stream = (uv_stream_t *)&w->pipes[1]},
+    };
+    uv_process_options_t po = {
+        .exit_cb = on_worker_exit, .file = o->program[0], .args = o->program, .env = w->env,
+        .flags = UV_PROCESS_DETACHED, .stdio_count = 3, .stdio = stdio,
+    };
+    w->proc.data = w;
+    int rc = w->env ? uv_spawn(g->loop, &w->proc, &po) : UV_ENOMEM;
+    if (rc != 0) {
+        w->spawn_error = rc;
+        if (w->env) uv_close((uv_handle_t *)&w->proc, on_process_closed);
+        close_pipe(w, 0);
+        close_pipe(w, 1);
+        return;
+    }
+    w->running = true;
+    g->running++;
+    uv_read_start((uv_stream_t *)&w->pipes[0], on_alloc, on_read);
+    uv_read_start((uv_stream_t *)&w->pipes[1], on_alloc, on_read);
+}
+
+worker_group *group_start(uv_loop_t *loop, const launch_options *o, const launch_job *job,
+                          int restart, char *err, size_t errlen)
+{
+    worker_group *g = calloc(1, sizeof *g);
+    worker *ws = calloc((size_t)o->nproc_per_node, sizeof *ws);
+    if (!g || !ws) {
+        free(g);
+        free(ws);
+        snprintf(err, errlen, "out of memory for %d workers", o->nproc_per_node);
+        return NULL;
+    }
+    *g = (worker_group){.loop = loop, .opts = o, .restart = restart, .n = o->nproc_per_node,
+                        .workers = ws};
+    uv_timer_init(loop, &g->grace_timer);
+    uv_timer_init(loop, &g->drain_timer);
+    g->grace_timer.data = g->drain_timer.data = g;
+    for (int i = 0; i < g->n; i++) ws[i].log_fd = -1;
+    for (int i = 0; i < g->n; i++) {
+        ws[i].local_rank = i;
+        spawn_worker(g, &ws[i], job);
+        if (ws[i].spawn_error) {
+            char what[128];
+            describe_exit(&ws[i], what, sizeof what);
+            fprintf(stderr, "dtrain-launch: rank %d (%s) %s\n", ws[i].rank, o->program[0], what);
+            g->root_cause = &ws[i];
+            group_stop(g);
+            break;
+        }
+    }
+    maybe_finish(g);
+    return g;
+}
+
+/* ---- the verdict ------------------------------------------------------------------ */
+
+static void report_root_cause(const worker_group *g)
+{
+    const worker *w = g->root_cause;
+    char what[128];
+    describe_exit(w, what, sizeof what);
+    fprintf(stderr, "dtrain-launch: ROOT CAUSE: rank %d (local rank %d on node %d, pid %d) %s\n",
+            w->rank, w->local_rank, g->opts->node_rank, w->spawn_error ? 0 : w->proc.pid, what);
+    if (w->tail.count > 0) {
+        fprintf(stderr, "dtrain-launch: last %d line%s of rank %d:\n", w->tail.count,
+                w->tail.count == 1 ? "" : "s", w->rank);
+        output_tail_print(&w->tail, w->rank, stderr);
+    } else if (!w->spawn_error) {
+        fprintf(stderr, "dtrain-launch: rank %d printed nothing\n", w->rank);
+    }
+    /* What became of the others: consequences, not causes. */
+    int term = 0, killed = 0, clean = 0, failed = 0;
+    for (int i = 0; i < g->n; i++) {
+        const worker *o = &g->workers[i];
+        if (o == w || o->spawn_error || !o->proc.pid) continue;  /* never started */
+        if (o->term_signal == SIGTERM) term++;
+        else if (o->term_signal == SIGKILL) killed++;
+        else if (!o->term_signal && o->exit_status == 0) clean++;
+        else failed++;
+    }
+    if (term + killed + clean + failed > 0)
+        fprintf(stderr, "dtrain-launch: the other workers: %d stopped by SIGTERM, %d by "
+                "SIGKILL, %d failed after it, %d exited 0\n", term, killed, failed, clean);
+}
+
+group_result group_finish(worker_group *g, int *exit_code)
+{
+    if (g->root_cause) report_root_cause(g);
+    if (g->interrupted_by) {  /* the user's decision overrides any failure */
+        *exit_code = 128 + g->interrupted_by;
+        return GROUP_INTERRUPTED;
+    }
+    if (!g->root_cause) {
+        *exit_code = 0;
+        return GROUP_SUCCEEDED;
+    }
+    const worker *w = g->root_cause;
+    if (w->spawn_error) {
+        *exit_code = w->spawn_error == UV_ENOENT ? 127 : 126;  /* as a shell reports it */
+        return GROUP_SPAWN_FAILED;
+    }
+    *exit_code = w->term_signal ? 128 + w->term_signal : (int)(w->exit_status & 0xff);
+    if (*exit_code == 0) *exit_code = 1;
+    return GROUP_FAILED;
+}
+
+void group_free(worker_group *g)
+{
+    if (!g) return;
+    for (int i = 0; i < g->n; i++) {
+        worker *w = &g->workers[i];
+        output_stream_free(&w->streams[0]);
+        output_stream_free(&w->streams[1]);
+        worker_env_free(w->env);
+        if (w->log_fd >= 0) close(w->log_fd);
+    }
+    free(g->workers);
+    free(g);
+}

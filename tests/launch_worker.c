@@ -1,0 +1,149 @@
+/*
+ * launch_worker.c — a worker program for test_launcher: each mode is one
+ * behaviour of a rank that the launcher must handle.
+ *
+ *   launch_worker env                    print the launcher's contract names
+ *   launch_worker lines COUNT            COUNT long lines, each written in two
+ *                                        pieces, then a last line with no newline
+ *   launch_worker streams                one line to stdout, one to stderr
+ *   launch_worker sleep DIR              write DIR/pid_<RANK>, sleep until killed
+ *   launch_worker sleep-ignore-term DIR  the same, ignoring SIGTERM
+ *   launch_worker fail DIR RANK CODE     every rank writes its pid file; RANK waits
+ *                                        until all have, prints, exits CODE; the
+ *                                        others sleep until killed
+ *   launch_worker fail-until K CODE      exit CODE while DT_RESTART_COUNT < K, else 0
+ *   launch_worker allreduce              join the job from the environment
+ *                                        (dt_comm_options_from_env), all-reduce
+ *                                        rank+1 and print the sum
+ *
+ * Pid files let the test signal a particular rank and later check that every
+ * rank is gone. They are written to a temporary name and renamed, so the
+ * test never reads half a number.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dt_comm.h"
+
+static int env_int(const char *name)
+{
+    const char *v = getenv(name);
+    return v ? atoi(v) : -1;
+}
+
+static void write_pid_file(const char *dir)
+{
+    char tmp[4096], path[4096];
+    snprintf(tmp, sizeof tmp, "%s/.pid_%d", dir, env_int("RANK"));
+    snprintf(path, sizeof path, "%s/pid_%d", dir, env_int("RANK"));
+    FILE *f = fopen(tmp, "w");
+    if (!f) { perror(tmp); exit(90); }
+    fprintf(f, "%d\n", (int)getpid());
+    fclose(f);
+    if (rename(tmp, path) != 0) { perror(path); exit(90); }
+}
+
+static void sleep_forever(void)
+{
+    for (;;) pause();
+}
+
+static void wait_for_pid_files(const char *dir, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/pid_%d", dir, i);
+        while (access(path, F_OK) != 0) nanosleep(&(struct timespec){0, 5000000}, NULL);
+    }
+}
+
+static int mode_env(void)
+{
+    static const char *names[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+        "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "TORCHELASTIC_RESTART_COUNT",
+        "DT_RESTART_COUNT", "TORCHELASTIC_RUN_ID", "DT_JOB_ID", "DT_INIT_URL", "DT_SECRET"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *v = getenv(names[i]);
+        printf("%s=%s\n", names[i], v ? v : "(unset)");
+    }
+    return 0;
+}
+
+/* Writes each line in two write() calls so the launcher sees partial lines. */
+static int mode_lines(int count)
+{
+    int rank = env_int("RANK");
+    for (int i = 0; i < count; i++) {
+        char line[256];
+        int n = snprintf(line, sizeof line, "rank=%d line=%d %s\n", rank, i,
+                         "abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvwxyz");
+        if (write(1, line, (size_t)n / 2) < 0 || write(1, line + n / 2, (size_t)(n - n / 2)) < 0)
+            return 91;
+    }
+    char tail[64];
+    int n = snprintf(tail, sizeof tail, "no-newline rank=%d", rank);
+    return write(1, tail, (size_t)n) < 0 ? 91 : 0;
+}
+
+static int mode_allreduce(void)
+{
+    dt_comm_options o;
+    uint8_t scratch[64];
+    char err[256];
+    dt_comm_options_default(&o);
+    if (dt_comm_options_from_env(&o, scratch, sizeof scratch, err, sizeof err) != DT_OK) {
+        fprintf(stderr, "options: %s\n", err);
+        return 92;
+    }
+    o.init_timeout_s = 20;
+    o.timeout_s = 20;
+    dt_comm *c;
+    if (dt_comm_init(&c, &o) != DT_OK) {
+        fprintf(stderr, "init: %s\n", c ? dt_comm_error(c) : "out of memory");
+        dt_comm_destroy(c);
+        return 93;
+    }
+    float v = (float)(o.rank + 1);
+    dt_status st = dt_allreduce(c, &v, 1, DT_F32, DT_SUM);
+    if (st == DT_OK) printf("rank=%d world=%d sum=%g\n", o.rank, o.world_size, v);
+    else fprintf(stderr, "allreduce: %s\n", dt_comm_error(c));
+    dt_comm_destroy(c);
+    return st == DT_OK ? 0 : 94;
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *mode = argc > 1 ? argv[1] : "";
+    if (!strcmp(mode, "env")) return mode_env();
+    if (!strcmp(mode, "lines") && argc > 2) return mode_lines(atoi(argv[2]));
+    if (!strcmp(mode, "streams")) {
+        printf("to-stdout rank=%d\n", env_int("RANK"));
+        fprintf(stderr, "to-stderr rank=%d\n", env_int("RANK"));
+        return 0;
+    }
+    if ((!strcmp(mode, "sleep") || !strcmp(mode, "sleep-ignore-term")) && argc > 2) {
+        if (!strcmp(mode, "sleep-ignore-term")) signal(SIGTERM, SIG_IGN);
+        write_pid_file(argv[2]);
+        sleep_forever();
+    }
+    if (!strcmp(mode, "fail") && argc > 4) {
+        write_pid_file(argv[2]);
+        if (env_int("RANK") != atoi(argv[3])) sleep_forever();
+        wait_for_pid_files(argv[2], env_int("WORLD_SIZE"));
+        printf("rank %d is about to fail with code %d\n", env_int("RANK"), atoi(argv[4]));
+        return atoi(argv[4]);
+    }
+    if (!strcmp(mode, "fail-until") && argc > 3) {
+        int restart = env_int("DT_RESTART_COUNT");
+        printf("attempt %d job %s\n", restart, getenv("DT_JOB_ID"));
+        return restart < atoi(argv[2]) ? atoi(argv[3]) : 0;
+    }
+    if (!strcmp(mode, "allreduce")) return mode_allreduce();
+    fprintf(stderr, "launch_worker: unknown mode '%s'\n", mode);
+    return 99;
+}

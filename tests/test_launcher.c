@@ -1,0 +1,515 @@
+/*
+ * test_launcher.c — dtrain-launch, tested as a user runs it: the built
+ * program is started on tests/launch_worker (a worker whose behaviour is
+ * chosen by its arguments), and the tests read its exit status, its stdout
+ * and stderr (redirected to files), and the pid files the workers write.
+ *
+ * Each test runs in its own temporary directory. Waiting (for pid files,
+ * for the launcher) is unbounded here and bounded by each test's Criterion
+ * timeout, so a launcher that hangs fails the test instead of hanging it;
+ * no assertion is about time.
+ *
+ * "All workers gone" is checked after the launcher exits: the launcher
+ * reaps its workers before it exits, so a worker pid that still answers
+ * kill(pid, 0) is a worker the launcher left behind.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#ifndef LAUNCH_BIN
+#error "LAUNCH_BIN must name the built dtrain-launch"
+#endif
+#define W LAUNCH_WORKER_BIN
+
+extern char **environ;
+
+typedef struct launch_run {
+    pid_t pid;
+    char dir[64];
+    char *out, *err;   /* after launch_wait: the launcher's stdout and stderr */
+    int code;          /* exit code, or 128+signal */
+} launch_run;
+
+/* The launcher's environment: ours without any inherited launch contract,
+ * plus `extra` ("NAME=value" strings). */
+static char **test_env(const char *const *extra)
+{
+    size_t n = 0, k = 0;
+    while (environ[n]) n++;
+    char **env = calloc(n + 8, sizeof *env);
+    cr_assert(env);
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "DT_", 3) && strncmp(environ[i], "RANK=", 5) &&
+            strncmp(environ[i], "WORLD_SIZE=", 11))
+            env[k++] = environ[i];
+    for (; extra && *extra; extra++) env[k++] = (char *)*extra;
+    return env;
+}
+
+static void launch_start_env(launch_run *r, const char *const *extra_env, const char **args)
+{
+    *r = (launch_run){0};
+    snprintf(r->dir, sizeof r->dir, "/tmp/dt-launch-test-XXXXXX");
+    cr_assert(mkdtemp(r->dir), "mkdtemp: %s", strerror(errno));
+    char out[128], err[128];
+    snprintf(out, sizeof out, "%s/stdout", r->dir);
+    snprintf(err, sizeof err, "%s/stderr", r->dir);
+    const char *argv[32] = {LAUNCH_BIN};
+    int n = 1;
+    for (; *args; args++) argv[n++] = strcmp(*args, "DIR") ? *args : r->dir;
+    argv[n] = NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    char **env = test_env(extra_env);
+    int rc = posix_spawn(&r->pid, LAUNCH_BIN, &fa, NULL, (char **)argv, env);
+    cr_assert_eq(rc, 0, "posix_spawn %s: %s", LAUNCH_BIN, strerror(rc));
+    posix_spawn_file_actions_destroy(&fa);
+    free(env);
+}
+
+static void launch_start(launch_run *r, const char **args) { launch_start_env(r, NULL, args); }
+
+static char *slurp(const char *dir, const char *name)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "cannot read %s", path);
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    size_t got;
+    while ((got = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+        len += got;
+        if (cap - len < 2) buf = realloc(buf, cap *= 2);
+    }
+    buf[len] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static void launch_wait(launch_run *r)
+{
+    int status;
+    while (waitpid(r->pid, &status, 0) < 0) cr_assert_eq(errno, EINTR);
+    r->code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r->out = slurp(r->dir, "stdout");
+    r->err = slurp(r->dir, "stderr");
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static void launch_cleanup(launch_run *r)
+{
+    free(r->out);
+    free(r->err);
+    nftw(r->dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+static pid_t wait_pid_file(const launch_run *r, int rank)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/pid_%d", r->dir, rank);
+    FILE *f;
+    while (!(f = fopen(path, "r"))) nanosleep(&(struct timespec){0, 5000000}, NULL);
+    int pid = 0;
+    cr_assert_eq(fscanf(f, "%d", &pid), 1);
+    fclose(f);
+    return pid;
+}
+
+static void assert_all_gone(const launch_run *r, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char path[128];
+        snprintf(path, sizeof path, "%s/pid_%d", r->dir, i);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;  /* stopped before it wrote its pid */
+        int pid = 0;
+        cr_assert_eq(fscanf(f, "%d", &pid), 1);
+        fclose(f);
+        cr_assert(kill(pid, 0) != 0 && errno == ESRCH, "rank %d (pid %d) outlived the launcher",
+                  i, pid);
+    }
+}
+
+/* The value of NAME in the line "[rank] NAME=value" of `out`, copied to buf. */
+static const char *value_of(const char *out, int rank, const char *name, char *buf, size_t len)
+{
+    char key[96];
+    snprintf(key, sizeof key, "[%d] %s=", rank, name);
+    for (const char *p = out; (p = strstr(p, key)); p++) {
+        if (p != out && p[-1] != '\n') continue;
+        p += strlen(key);
+        size_t n = strcspn(p, "\n");
+        cr_assert(n < len);
+        memcpy(buf, p, n);
+        buf[n] = '\0';
+        return buf;
+    }
+    cr_assert_fail("no line '%s' in the launcher's output:\n%s", key, out);
+    return NULL;
+}
+
+static bool is_hex(const char *s, size_t n)
+{
+    return strlen(s) == n && strspn(s, "0123456789abcdef") == n;
+}
+
+/* ---- the environment contract ------------------------------------------------- */
+
+Test(launcher, every_rank_gets_the_torchrun_and_dtrain_environment, .timeout = 30)
+{
+    launch_run r;
+    launch_start(&r, (const char *[]){"-n", "3", W, "env", NULL});
+    launch_wait(&r);
+    cr_assert_eq(r.code, 0, "exit %d, stderr:\n%s", r.code, r.err);
+    char v[256], secret0[256], url0[256], run_id[256], expect[300];
+    for (int rank = 0; rank < 3; rank++) {
+        char want[16];
+        snprintf(want, sizeof want, "%d", rank);
+        cr_assert_str_eq(value_of(r.out, rank, "RANK", v, sizeof v), want);
+        cr_assert_str_eq(value_of(r.out, rank, "LOCAL_RANK", v, sizeof v), want);
+        cr_assert_str_eq(value_of(r.out, rank, "WORLD_SIZE", v, sizeof v), "3");
+        cr_assert_str_eq(value_of(r.out, rank, "LOCAL_WORLD_SIZE", v, sizeof v), "3");
+        cr_assert_str_eq(value_of(r.out, rank, "GROUP_RANK", v, sizeof v), "0");
+        cr_assert_str_eq(value_of(r.out, rank, "DT_RESTART_COUNT", v, sizeof v), "0");
+        cr_assert_str_eq(value_of(r.out, rank, "TORCHELASTIC_RESTART_COUNT", v, sizeof v), "0");
+        value_of(r.out, rank, "DT_SECRET", v, sizeof v);
+        cr_assert(is_hex(v, 64), "DT_SECRET '%s' is not 64 hex digits", v);
+        if (rank == 0) strcpy(secret0, v);
+        cr_assert_str_eq(v, secret0, "ranks were given different secrets");
+        value_of(r.out, rank, "DT_INIT_URL", v, sizeof v);
+        cr_assert(!strncmp(v, "file:///tmp/dtrain-", 19), "DT_INIT_URL '%s'", v);
+        if (rank == 0) strcpy(url0, v);
+        cr_assert_str_eq(v, url0, "ranks were given different rendezvous URLs");
+        value_of(r.out, rank, "TORCHELASTIC_RUN_ID", run_id, sizeof run_id);
+        snprintf(expect, sizeof expect, "%s-r0", run_id);
+        cr_assert_str_eq(value_of(r.out, rank, "DT_JOB_ID", v, sizeof v), expect);
+    }
+    launch_cleanup(&r);
+}
+
+Test(launcher, two_launches_get_different_secrets_and_run_ids, .timeout = 30)
+{
+    launch_run a, b;
+    launch_start(&a, (const char *[]){W, "env", NULL});
+    launch_wait(&a);
+    launch_start(&b, (const char *[]){W, "env", NULL});
+    launch_wait(&b);
+    char va[256], vb[256];
+    cr_assert_str_neq(value_of(a.out, 0, "DT_SECRET", va, sizeof va),
+                      value_of(b.out, 0, "DT_SECRET", vb, sizeof vb));
+    cr_assert_str_neq(value_of(a.out, 0, "DT_JOB_ID", va, sizeof va),
+                      value_of(b.out, 0, "DT_JOB_ID", vb, sizeof vb));
+    launch_cleanup(&a);
+    launch_cleanup(&b);
+}
+
+Test(launcher, node_rank_offsets_ranks_and_multi_node_shares_the_given_secret, .timeout = 30)
+{
+    static const char secret[] = "DT_SECRET=00112233445566778899aabbccddeeff"
+                                 "00112233445566778899aabbccddeeff";
+    launch_run r;
+    launch_start_env(&r, (const char *[]){secret, NULL},
+                     (const char *[]){"--nproc-per-node=2", "--nnodes", "3", "--node-rank", "1",
+                                      "--rdzv", "file:///tmp/dt-launch-test-shared", W, "env",
+                                      NULL});
+    launch_wait(&r);
+    cr_assert_eq(r.code, 0, "exit %d, stderr:\n%s", r.code, r.err);
+    char v[256];
+    for (int rank = 2; rank < 4; rank++) {
+        char want[16];
+        snprintf(want, sizeof want, "%d", rank - 2);
+        cr_assert_str_eq(value_of(r.out, rank, "LOCAL_RANK", v, sizeof v), want);
+        cr_assert_str_eq(value_of(r.out, rank, "WORLD_SIZE", v, sizeof v), "6");
+        cr_assert_str_eq(value_of(r.out, rank, "LOCAL_WORLD_SIZE", v, sizeof v), "2");
+        cr_assert_str_eq(value_of(r.out, rank, "GROUP_RANK", v, sizeof v), "1");
+        cr_assert_str_eq(value_of(r.out, rank, "DT_SECRET", v, sizeof v), secret + 10);
+        cr_assert_str_eq(value_of(r.out, rank, "DT_INIT_URL", v, sizeof v),
+                         "file:///tmp/dt-launch-test-shared");
+    }
+    launch_cleanup(&r);
+}
+
+/* ---- output --------------------------------------------------------------------- */
+
+Test(launcher, output_lines_carry_their_rank_and_never_interleave, .timeout = 60)
+{
+    enum { RANKS = 3, LINES = 3000 };
+    launch_run r;
+    launch_start(&r, (const char *[]){"-n", "3", W, "lines", "3000", NULL});
+    launch_wait(&r);
+    cr_assert_eq(r.code, 0, "exit %d, stderr:\n%s", r.code, r.err);
+    int next[RANKS] = {0};
+    bool tail[RANKS] = {false};
+    char *save, *line = strtok_r(r.out, "\n", &save);
+    for (; line; line = strtok_r(NULL, "\n", &save)) {
+        int prefix, rank, i, used = 0;
+        char payload[80];
+        if (sscanf(line, "[%d] no-newline rank=%d%n", &prefix, &rank, &used) == 2 &&
+            !line[used]) {
+            cr_assert_eq(prefix, rank, "line '%s' has another rank's prefix", line);
+            tail[rank] = true;
+            continue;
+        }
+        cr_assert_eq(sscanf(line, "[%d] rank=%d line=%d %79s%n", &prefix, &rank, &i, payload,
+                            &used), 4, "malformed line '%s'", line);
+        cr_assert(!line[used] && !strcmp(payload, "abcdefghijklmnopqrstuvwxyz0123456789"
+                                         "abcdefghijklmnopqrstuvwxyz"), "mangled line '%s'", line);
+        cr_assert_eq(prefix, rank, "line '%s' has another rank's prefix", line);
+        cr_assert(rank >= 0 && rank < RANKS && i == next[rank], "line '%s' out of order", line);
+        next[rank]++;
+    }
+    for (int k = 0; k < RANKS; k++) {
+        cr_assert_eq(next[k], LINES, "rank %d: %d of %d lines", k, next[k], LINES);
+        cr_assert(tail[k], "rank %d: the last line without newline was lost", k);
+    }
+    launch_cleanup(&r);
+}
+
+Test(launcher, stderr_stays_on_stderr_with_its_prefix, .timeout = 30)
+{
+    launch_run r;
+    launch_start(&r, (const char *[]){"-n", "2", W, "streams", NULL});
+    launch_wait(&r);
+    cr_assert_eq(r.code, 0);
+    cr_assert(strstr(r.out, "[1] to-stdout rank=1\n") && !strstr(r.out, "to-stderr"), "%s",
+              r.out);
+    cr_assert(strstr(r.err, "[1] to-stderr rank=1\n") && !strstr(r.err, "to-stdout"), "%s",
+              r.err);
+    launch_cleanup(&r);
+}
+
+Test(launcher, log_dir_gets_one_file_per_rank, .timeout = 30)
+{
+    launch_run r;
+    launch_start(&r, (const char *[]){"-n", "2", "--log-dir", "DIR", W, "streams", NULL});
+    launch_wait(&r);
+    cr_assert_eq(r.code, 0, "exit %d, stderr:\n%s", r.code, r.err);
+    char *log1 = slurp(r.dir, "rank_00001.log");
+    cr_assert(strstr(log1, "to-stdout rank=1\n") && strstr(log1, "to-stderr rank=1\n") &&
+              !strstr(log1, "rank=0"), "rank_00001.log:\n%s", log1);
+    free(log1);
+    launch_cleanup(&r);
+}
+
+/* ---- failures ----------------------------------------------------------------------- */
+
+Test(launcher, a_failing_rank_stops_the_others_and_its_code_is_the_exit_code, .timeout = 30)
+{
+    launch_run r;
+    launch_start(&r, (const char *[]){"-n", "4", W, "fail", "DIR", "2", "3", NULL});
+    launch_wait(&r);
+    cr_assert_eq(r.code, 3, "exit %d, stderr:\n%s", r.code, r.err);
+    cr_assert(strstr(r.err, "ROOT CAUSE: rank 2") && strstr(r.err, "exited with code 3"),
+              "no root cause in:\n%s", r.err);
+    cr_assert(strstr(r.err, "[2] rank 2 is about to fail with code 3"),
+              "the failing rank's last lines are missing:\n%s", r.err);
+    cr_assert(!strstr(r.err, "ROOT CAUSE: rank 0") && !strstr(r.err, "ROOT CAUSE: rank 1"));
+    assert_all_gone(&r, 4);
+    launch_cleanup(&r);
+}
+
+Test(launcher, a_killed_rank_is_named_with_its_signal_and_the_rest_stop, .timeout = 10)
+{
+    launch_run r;
+    launch_start(&r, (const char *[]){"-n", "3", W, "sleep", "DIR", NULL});
+    for (int i = 0; i < 3; i++) wait_pid_file(&r, i);
+    kill(wait_pid_file(&r, 1), SIGKILL);
+    launch_wait(&r);
+    cr_assert_eq(r.code, 128 + SIGKILL, "exit %d, stderr:\n%s", r.code, r.err);
+    cr_assert(strstr(r.err, "ROOT CAUSE: rank 1") && strstr(r.err, "SIGKILL"),
+              "no root cause in:\n%s", r.err);
+    assert_all_gone(&r, 3);
+    launch_cleanup(&r);
+}
+
+Test(launcher, a_worker_ignoring_sigterm_is_killed_after_the_grace_period, .timeout = 20)
+{
+    launch_run r;
+    launch_start(&r, (const char *[]){"-n", "2", "--grace", "0.2", W, "sleep-ignore-term",
+                                      "DIR", NULL});
+    for (int i = 0; i < 2; i++) wait_pid_file(&r, i);
+    kill(wait_pid_file(&r, 0), SIGKILL);
+    launch_wait(&r);
+    cr_assert_eq(r.code, 128 + SIGKILL, "exit %d, stderr:\n%s", r.code, r.err);
+    cr_assert(strstr(r.err, "sending SIGKILL"), "no escalation in:\n%s", r.err);
+    assert_all_gone(&r, 2);
+    launch_cleanup(&r);
+}
+
+Test(launcher, sigint_stops_every_worker_and_exits_130, .timeout = 20)
+{
+    launch_run r;
+    launch_start(&r, (const char *[]){"-n", "3", W, "sleep", "DIR", NULL});
+    for (int i = 0; i < 3; i++) wait_pid_file(&r, i);
+    kill(r.pid, SIGINT);
+    launch_wait(&r);
+    cr_assert_eq(r.code, 130, "exit %d, stderr:\n%s", r.code, r.err);
+    cr_assert(!strstr(r.err, "ROOT CAUSE"), "workers we stopped were blamed:\n%s", r.err);
+    assert_all_gone(&r, 3);
+    launch_cleanup(&r);
+}
+
+Test(launcher, sigterm_stops_every_worker_and_exits_143, .timeout = 20)
+{
+    launch_run r;
+    launch_start(&r, (const char *[]){"-n", "2", W, "sleep", "DIR", NULL});
+    for (int i = 0; i < 2; i++) wait_pid_file(&r, i);
+    kill(r.pid, SIGTERM);
+    launch_wait(&r);
+    cr_assert_eq(r.code, 143, "exit %d, stderr:\n%s", r.code, r.err);
+    assert_all_gone(&r, 2);
+    launch_cleanup(&r);
+}
+
+Test(launcher, a_missing_program_exits_127_naming_it, .timeout = 20)
+{
+    launch_run r;
+    launch_start(&r, (const char *[]){"-n", "2", "/nonexistent/dt-program", NULL});
+    launch_wait(&r);
+    cr_assert_eq(r.code, 127, "exit %d, stderr:\n%s", r.code, r.err);
+    cr_assert(strstr(r.err, "/nonexistent/dt-program"), "%s", r.err);
+    launch_cleanup(&r);
+}
+
+/* ---- restarts ------------------------------------------------------------------------- */
+
+Test(launcher, max_restarts_restarts_the_group_until_it_succeeds, .timeout = 30)
+{
+    launch_run r;
+    launch_start(&r, (const char *[]){"-n", "2", "--max-restarts", "2", W, "fail-until", "2",
+                                      "5", NULL});
+    launch_wait(&r);
+    cr_assert_eq(r.code, 0, "exit %d, stderr:\n%s", r.code, r.err);
+    cr_assert(strstr(r.err, "restart 1 of 2") && strstr(r.err, "restart 2 of 2"), "%s", r.err);
+    char job0[128], job2[128];
+    cr_assert(sscanf(strstr(r.out, "[0] attempt 0 job "), "[0] attempt 0 job %127s", job0) == 1);
+    cr_assert(sscanf(strstr(r.out, "[0] attempt 2 job "), "[0] attempt 2 job %127s", job2) == 1);
+    size_t n = strlen(job0);
+    cr_assert(n > 3 && !strcmp(job0 + n - 3, "-r0") && !strncmp(job0, job2, n - 3) &&
+              !strcmp(job2 + n - 3, "-r2"), "job ids %s then %s", job0, job2);
+    launch_cleanup(&r);
+}
+
+Test(launcher, exhausted_restarts_exit_with_the_last_failure, .timeout = 30)
+{
+    launch_run r;
+    launch_start(&r, (const char *[]){"-n", "2", "--max-restarts", "1", W, "fail-until", "9",
+                                      "5", NULL});
+    launch_wait(&r);
+    cr_assert_eq(r.code, 5, "exit %d, stderr:\n%s", r.code, r.err);
+    cr_assert(strstr(r.err, "restart 1 of 1") && !strstr(r.err, "restart 2"), "%s", r.err);
+    cr_assert(strstr(r.err, "giving up"), "%s", r.err);
+    launch_cleanup(&r);
+}
+
+/* ---- flags ---------------------------------------------------------------------------- */
+
+static void assert_usage_error(const char **args, const char *needle)
+{
+    launch_run r;
+    launch_start(&r, args);
+    launch_wait(&r);
+    cr_assert_eq(r.code, 2, "exit %d, stderr:\n%s", r.code, r.err);
+    cr_assert(strstr(r.err, needle), "expected '%s' in:\n%s", needle, r.err);
+    launch_cleanup(&r);
+}
+
+Test(launcher, an_unknown_flag_exits_2_naming_it, .timeout = 10)
+{
+    assert_usage_error((const char *[]){"--nproc", "2", W, "env", NULL}, "unknown flag '--nproc'");
+}
+
+Test(launcher, a_bad_number_exits_2_with_the_range, .timeout = 10)
+{
+    assert_usage_error((const char *[]){"-n", "0", W, "env", NULL}, "--nproc-per-node: '0'");
+    assert_usage_error((const char *[]){"--grace=soon", W, "env", NULL}, "--grace: 'soon'");
+}
+
+Test(launcher, a_flag_without_its_value_or_no_program_exits_2, .timeout = 10)
+{
+    assert_usage_error((const char *[]){"--max-restarts", NULL}, "needs a value");
+    assert_usage_error((const char *[]){"-n", "2", NULL}, "no PROGRAM");
+}
+
+Test(launcher, multi_node_needs_rdzv_node_rank_and_a_shared_secret, .timeout = 10)
+{
+    assert_usage_error((const char *[]){"--nnodes", "2", "--node-rank", "0", W, "env", NULL},
+                       "--rdzv");
+    assert_usage_error((const char *[]){"--nnodes", "2", "--rdzv", "file:///tmp/x", W, "env",
+                                        NULL}, "--node-rank");
+    assert_usage_error((const char *[]){"--nnodes", "2", "--node-rank", "1", "--rdzv",
+                                        "file:///tmp/x", W, "env", NULL}, "DT_SECRET");
+}
+
+Test(launcher, help_lists_every_flag_and_exits_0, .timeout = 10)
+{
+    launch_run r;
+    launch_start(&r, (const char *[]){"--help", NULL});
+    launch_wait(&r);
+    cr_assert_eq(r.code, 0);
+    const char *flags[] = {"-n, --nproc-per-node N", "--nnodes M", "--node-rank K", "--rdzv URL",
+                           "--max-restarts R", "--log-dir D", "--grace SECONDS", "--run-id ID"};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        cr_assert(strstr(r.out, flags[i]), "'%s' missing from:\n%s", flags[i], r.out);
+    launch_cleanup(&r);
+}
+
+/* ---- a real job: the environment is enough to form a communicator -------------------- */
+
+Test(launcher, ranks_form_a_communicator_from_the_environment_alone, .timeout = 60)
+{
+    launch_run r;
+    launch_start(&r, (const char *[]){"-n", "3", W, "allreduce", NULL});
+    launch_wait(&r);
+    cr_assert_eq(r.code, 0, "exit %d, stderr:\n%s", r.code, r.err);
+    for (int rank = 0; rank < 3; rank++) {
+        char want[64];
+        snprintf(want, sizeof want, "[%d] rank=%d world=3 sum=6\n", rank, rank);
+        cr_assert(strstr(r.out, want), "'%s' missing from:\n%s", want, r.out);
+    }
+    launch_cleanup(&r);
+}
+
+Test(launcher, two_launchers_as_two_nodes_form_one_job, .timeout = 60)
+{
+    static const char secret[] = "DT_SECRET=ffeeddccbbaa99887766554433221100"
+                                 "ffeeddccbbaa99887766554433221100";
+    char url[128];
+    snprintf(url, sizeof url, "file:///tmp/dt-launch-test-nodes-%d", (int)getpid());
+    launch_run node[2];
+    for (int k = 0; k < 2; k++)
+        launch_start_env(&node[k], (const char *[]){secret, NULL},
+                         (const char *[]){"-n", "2", "--nnodes", "2", "--node-rank",
+                                          k ? "1" : "0", "--rdzv", url, W, "allreduce", NULL});
+    for (int k = 0; k < 2; k++) {
+        launch_wait(&node[k]);
+        cr_assert_eq(node[k].code, 0, "node %d: exit %d, stderr:\n%s", k, node[k].code,
+                     node[k].err);
+        for (int rank = 2 * k; rank < 2 * k + 2; rank++) {
+            char want[64];
+            snprintf(want, sizeof want, "[%d] rank=%d world=4 sum=10\n", rank, rank);
+            cr_assert(strstr(node[k].out, want), "'%s' missing from:\n%s", want, node[k].out);
+        }
+    }
+    for (int k = 0; k < 2; k++) launch_cleanup(&node[k]);
+}
