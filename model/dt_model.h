@@ -220,6 +220,19 @@ typedef struct dt_acts {
 
 /* ---- the model ------------------------------------------------------------ */
 
+/*
+ * Backward's progress hook. Backward runs in reverse layer order, so the
+ * gradients it finishes form a growing tail of the flat gradient buffer:
+ * after each layer that writes parameter gradients (head, final LayerNorm,
+ * each block's matmuls and LayerNorms, embeddings), backward calls
+ * hook(user, lo) meaning "every gradient in
+ * [lo, num_params) is final for this backward" (lo only decreases, and the
+ * last call has lo == 0). DDP launches a bucket's all-reduce from here, so
+ * communication overlaps the rest of backward. The hook runs on the
+ * caller's thread and must not touch gradients below lo.
+ */
+typedef void (*dt_grad_ready_fn)(void *user, size_t lo);
+
 typedef struct dt_model {
     dt_config cfg;
     const dt_backend *be;
@@ -245,6 +258,8 @@ typedef struct dt_model {
     int last_B, last_T;        /* shape of the last forward */
     int have_targets;          /* last forward computed the loss */
     float mean_loss;           /* of the last forward with targets */
+    dt_grad_ready_fn grad_ready; /* backward's progress hook, or NULL */
+    void *grad_ready_user;
     char err[256];
 } dt_model;
 
@@ -282,6 +297,8 @@ dt_status dt_model_forward(dt_model *m, const int *inputs, const int *targets,
  * when accumulating k micro-batches. Adds into m->grads. */
 dt_status dt_model_backward(dt_model *m, float dloss);
 void dt_model_zero_grad(dt_model *m);
+/* Sets (or, with fn NULL, clears) backward's progress hook. */
+void dt_model_set_grad_hook(dt_model *m, dt_grad_ready_fn fn, void *user);
 /* AdamW over all parameters; allocates m, v on first call. step >= 1. */
 dt_status dt_model_update(dt_model *m, const dt_adamw_hparams *h, long step);
 /* Host copy of the logits row of sequence b at position t (V floats). */

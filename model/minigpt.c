@@ -276,6 +276,17 @@ dt_status dt_model_forward(dt_model *m, const int *inputs, const int *targets,
     return DT_OK;
 }
 
+/* Tells backward's progress hook (if any) that every gradient from grad_lo
+ * to the end of the flat buffer is final. Called after each layer that
+ * writes parameter gradients, so DDP sees its buckets fill at the finest
+ * grain backward offers (blocks are laid out in forward order, tensors
+ * within a block too, so each call's lo is below the previous one). */
+static void grad_ready(dt_model *m, const float *grad_lo)
+{
+    if (m->grad_ready)
+        m->grad_ready(m->grad_ready_user, (size_t)(grad_lo - m->grads_memory));
+}
+
 /* One block in reverse. The gradient flowing into the block's output is
  * dx->residual3 (for the last block) or the next block's input gradient;
  * on return the gradient w.r.t. the block's input is in dresidual_in. */
@@ -291,25 +302,31 @@ static void block_backward(dt_model *m, int l, const float *dres3,
     /* residual3 = residual2 + fcproj: fcproj's gradient is dres3 itself */
     be->matmul_backward(dx->fch_gelu, dw->fcprojw, dw->fcprojb, dres3,
                         x->fch_gelu, w->fcprojw, N, 4 * C, C);
+    grad_ready(m, dw->fcprojw);
     be->gelu_backward(dx->fch, dx->fch_gelu, x->fch, 4 * NC);
     be->matmul_backward(dx->ln2, dw->fcw, dw->fcb, dx->fch, x->ln2, w->fcw, N,
                         C, 4 * C);
+    grad_ready(m, dw->fcw);
     /* dresidual2 = dres3 (skip path) + LN2's input gradient */
     be->copy(dx->residual2, dres3, NC * sizeof(float));
     be->layernorm_backward(dx->residual2, dw->ln2w, dw->ln2b, dx->ln2,
                            x->residual2, w->ln2w, x->ln2_mean, x->ln2_rstd,
                            N, C);
+    grad_ready(m, dw->ln2w);
     be->matmul_backward(dx->atty, dw->attprojw, NULL, dx->residual2, x->atty,
                         w->attprojw, N, C, C);
+    grad_ready(m, dw->attprojw);
     be->attention_backward(dx->qkv, m->grad_acts.scratch, dx->atty, x->qkv,
                            x->att, B, T, C, NH);
     be->matmul_backward(dx->ln1, dw->qkvw, NULL, dx->qkv, x->ln1, w->qkvw, N,
                         C, 3 * C);
+    grad_ready(m, dw->qkvw);
     /* dresidual_in = dresidual2 (skip path) + LN1's input gradient */
     be->copy(dresidual_in, dx->residual2, NC * sizeof(float));
     be->layernorm_backward(dresidual_in, dw->ln1w, dw->ln1b, dx->ln1,
                            residual_in, w->ln1w, x->ln1_mean, x->ln1_rstd, N,
                            C);
+    grad_ready(m, dw->ln1w);
 }
 
 /* Activation gradients need no zeroing: every kernel writes its dinp,
@@ -327,11 +344,13 @@ dt_status dt_model_backward(dt_model *m, float dloss)
     be->crossentropy_backward(da->logits, a->probs, m->targets, dloss, N, V);
     be->matmul_backward(da->lnf, m->grads.lm_head, NULL, da->logits, a->lnf,
                         m->params.lm_head, N, C, V);
+    grad_ready(m, m->grads.lm_head);
     float *dlast = da->blocks[L - 1].residual3;
     be->zero(dlast, (size_t)N * C * sizeof(float));
     be->layernorm_backward(dlast, m->grads.lnfw, m->grads.lnfb, da->lnf,
                            a->blocks[L - 1].residual3, m->params.lnfw,
                            a->lnf_mean, a->lnf_rstd, N, C);
+    grad_ready(m, m->grads.lnfw);
     for (int l = L - 1; l >= 0; l--) {
         const float *in = l > 0 ? a->blocks[l - 1].residual3 : a->encoded;
         float *din = l > 0 ? da->blocks[l - 1].residual3 : da->encoded;
@@ -339,12 +358,19 @@ dt_status dt_model_backward(dt_model *m, float dloss)
     }
     be->encoder_backward(m->grads.wte, m->grads.wpe, da->encoded, m->inputs,
                          B, T, C);
+    grad_ready(m, m->grads.wte);
     return DT_OK;
 }
 
 void dt_model_zero_grad(dt_model *m)
 {
     m->be->zero(m->grads_memory, m->num_params * sizeof(float));
+}
+
+void dt_model_set_grad_hook(dt_model *m, dt_grad_ready_fn fn, void *user)
+{
+    m->grad_ready = fn;
+    m->grad_ready_user = user;
 }
 
 dt_status dt_model_update(dt_model *m, const dt_adamw_hparams *h, long step)

@@ -1,0 +1,144 @@
+/*
+ * dt_optim.h — the public interface of dtrain's optimizer layer: data
+ * parallelism over a dt_model and a dt_comm.
+ *
+ * Data parallelism keeps one replica of the model per rank; each rank runs
+ * forward and backward on its own slice of the global batch, then the ranks
+ * agree on the mean gradient and apply the same AdamW step, so the replicas
+ * stay identical. Two ways to agree, one file each:
+ *
+ *   DDP (ddp.c)      all-reduce (avg) the whole gradient, in buckets that
+ *                    start while backward is still running; every rank then
+ *                    runs AdamW on every parameter. Memory per rank:
+ *                    params 4Ψ + grads 4Ψ + AdamW m, v 8Ψ (Ψ = parameters).
+ *                    Traffic per step: one all-reduce of 4Ψ bytes,
+ *                    2(p-1)/p · 4Ψ per rank on a ring.
+ *   ZeRO-1 (zero1.c) reduce-scatter (avg) the gradient, so each rank holds
+ *                    the mean of its 1/p shard only; AdamW on that shard
+ *                    (fp32 master copy, m, v: 12 B per element, 12Ψ/p per
+ *                    rank), then all-gather the updated parameters. The
+ *                    same traffic as DDP's all-reduce (a ring all-reduce IS
+ *                    reduce-scatter + all-gather), p times less optimizer
+ *                    state.
+ *
+ * Both equal one process training on the global batch with gradient
+ * accumulation (tests/test_ddp.c pins this down to 1e-6), because the mean
+ * over ranks of per-rank mean gradients is the mean over the global batch.
+ *
+ * A NULL communicator means a single process: nothing is sent, the
+ * arithmetic is the same. Collectives run on host memory: these functions
+ * take the model's flat buffers as they are, which is right for the CPU
+ * backend (a device backend will stage through pinned host buffers).
+ * Functions that can fail return dt_status and leave a message readable
+ * with the object's *_error function.
+ */
+#ifndef DT_OPTIM_H
+#define DT_OPTIM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dt_comm.h"
+#include "dt_model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Communication timing of one optimizer step, for the trainer's log. */
+typedef struct dt_comm_stats {
+    double comm_ms;    /* time collectives were running (busy time) */
+    double exposed_ms; /* of it, time the training thread sat waiting */
+    double hidden;     /* 1 - exposed/comm: share overlapped with compute;
+                          -1 when nothing was communicated */
+    int ops;           /* collectives launched */
+} dt_comm_stats;
+
+/* ---- DDP: bucketed, overlapped all-reduce ---------------------------------- */
+
+#define DT_DDP_DEFAULT_BUCKET_BYTES ((size_t)25 << 20) /* PyTorch's 25 MB */
+
+typedef struct dt_ddp dt_ddp;
+
+/*
+ * Wraps model m for data parallelism over comm (NULL: one process).
+ * Broadcasts m's parameters from rank 0, so every replica starts equal,
+ * and cuts the flat gradient into buckets of whole tensors, at most
+ * bucket_bytes each (0 = DT_DDP_DEFAULT_BUCKET_BYTES; a tensor larger than
+ * that is a bucket of its own), in reverse parameter order — the order
+ * backward finishes them. Blocks for the broadcast. Always sets *out (NULL only on DT_ENOMEM).
+ */
+dt_status dt_ddp_create(dt_ddp **out, dt_model *m, dt_comm *comm,
+                        size_t bucket_bytes);
+/* Waits for nothing: call dt_ddp_wait first. */
+void dt_ddp_destroy(dt_ddp *d);
+const char *dt_ddp_error(const dt_ddp *d);
+int dt_ddp_num_buckets(const dt_ddp *d);
+/* Bucket i's range [*lo, *lo + *n) in the flat buffer; bucket 0 is the
+ * tail (launched first). */
+void dt_ddp_bucket(const dt_ddp *d, int i, size_t *lo, size_t *n);
+
+/*
+ * dt_model_backward of the last forward, adding into m's gradients. With
+ * sync, it installs m's backward hook for the call, and each bucket's async all-reduce (avg) is launched the moment backward
+ * has finished every gradient in it; without (PyTorch's no_sync, for the
+ * first micro-steps of gradient accumulation) nothing is sent. Does not
+ * wait for the all-reduces: dt_ddp_wait does, before the optimizer reads
+ * the gradients.
+ */
+dt_status dt_ddp_backward(dt_ddp *d, float dloss, bool sync);
+/* Waits for every bucket launched by the last synced backward; on return
+ * m's gradients are the mean over ranks. stats (may be NULL) gets the
+ * timing. The first failed all-reduce's status is returned. */
+dt_status dt_ddp_wait(dt_ddp *d, dt_comm_stats *stats);
+
+/* ---- ZeRO-1: sharded optimizer state ----------------------------------------- */
+
+typedef struct dt_zero1 dt_zero1;
+
+/*
+ * Shards AdamW over comm's ranks (NULL: one process, one shard). The flat
+ * buffer is padded to a multiple of p; rank r owns [r·s, (r+1)·s) with
+ * s = ceil(Ψ/p), clipped to Ψ. Broadcasts m's parameters from rank 0, then
+ * copies this rank's shard into the fp32 master. Blocks for the broadcast.
+ * Always sets *out (NULL only on DT_ENOMEM).
+ */
+dt_status dt_zero1_create(dt_zero1 **out, dt_model *m, dt_comm *comm);
+void dt_zero1_destroy(dt_zero1 *z);
+const char *dt_zero1_error(const dt_zero1 *z);
+/* This rank's shard of the flat buffer: [*lo, *lo + *n), n may be < s on
+ * the last ranks (even 0 when Ψ < p). */
+void dt_zero1_shard(const dt_zero1 *z, size_t *lo, size_t *n);
+/* Bytes of optimizer state on this rank: master, m, v of s elements. */
+size_t dt_zero1_optimizer_bytes(const dt_zero1 *z);
+/* Bytes of the padded gradient staging buffers (the reduce-scatter's input
+ * and output), allocated beside the model's own gradients. */
+size_t dt_zero1_staging_bytes(const dt_zero1 *z);
+
+/*
+ * One optimizer step after backward has accumulated this rank's gradients
+ * in m: reduce-scatter (avg) into the shard, AdamW (step >= 1) on the
+ * master shard, all-gather of the parameters into every rank's m. Blocks.
+ */
+dt_status dt_zero1_step(dt_zero1 *z, const dt_adamw_hparams *h, long step,
+                        dt_comm_stats *stats);
+
+/* ---- replica consistency ---------------------------------------------------- */
+
+/* 64-bit FNV-1a of the bytes of n floats: equal hashes <=> (almost surely)
+ * bitwise equal parameters. */
+uint64_t dt_params_hash(const float *params, size_t n);
+/*
+ * All-gathers every rank's parameter hash and sets *same to whether they
+ * are all equal (a bitwise check that the replicas have not drifted);
+ * hashes (may be NULL) gets the p values. Blocks. With comm NULL, *same is
+ * true.
+ */
+dt_status dt_check_replicas(dt_comm *comm, const dt_model *m, bool *same,
+                            uint64_t *hashes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DT_OPTIM_H */

@@ -1,0 +1,308 @@
+/*
+ * test_ddp.c — data parallelism is the same arithmetic as one process.
+ *
+ * The specification: N ranks, each running B sequences and k micro-steps,
+ * must train exactly like one process accumulating gradients over the same
+ * N·k·B sequences (dloss = 1/(N·k) per micro-batch), up to the rounding of
+ * a different summation order: losses and final parameters within 1e-6
+ * (relative). That holds for DDP at every bucket size (one tensor per
+ * bucket up to one bucket for everything), with gradient accumulation
+ * (no_sync on all micro-steps but the last), and for ZeRO-1, including a
+ * parameter count that no world size divides (805 = 5·7·23). After every
+ * step all ranks must hold bitwise identical parameters (hashes compared
+ * across ranks).
+ *
+ * Ranks run as threads over loopback TCP (rank_threads.h); the serial
+ * reference runs on the test's thread first. Rank 0 initialises its model
+ * from the seed, the others from another seed, so only the initial
+ * broadcast can make them agree.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dt_optim.h"
+#include "rank_threads.h"
+
+#define MAX_STEPS 8
+#define TOL 1e-6
+
+typedef enum mode { MODE_DDP, MODE_ZERO1 } mode;
+
+typedef struct scenario {
+    dt_config cfg;
+    int B, k, steps; /* per rank: B sequences, k micro-steps */
+    size_t bucket_bytes;
+    mode how;
+    float lr;
+    uint64_t seed;
+    /* results, one slot per rank */
+    float losses[RANK_THREADS_MAX][MAX_STEPS];
+    float *params[RANK_THREADS_MAX];
+} scenario;
+
+/* V=8 C=5 H=1 L=2 T=5: 805 parameters, odd and prime to 3. */
+static dt_config odd_config(void)
+{
+    return (dt_config){.V = 8, .T = 5, .L = 2, .H = 1, .C = 5};
+}
+
+static scenario make_scenario(mode how, int k, size_t bucket_bytes)
+{
+    return (scenario){.cfg = odd_config(), .B = 2, .k = k, .steps = 4,
+                      .bucket_bytes = bucket_bytes, .how = how, .lr = 1e-2f,
+                      .seed = 42};
+}
+
+static double rel_l2(const float *a, const float *b, size_t n)
+{
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) {
+        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        r += (double)b[i] * b[i];
+    }
+    return r > 0 ? sqrt(d / r) : sqrt(d);
+}
+
+static dt_dataset *open_data(const scenario *s)
+{
+    dt_dataset *d;
+    cr_assert_eq(dt_dataset_random(&d, s->cfg.V, 4096, s->seed), DT_OK);
+    return d;
+}
+
+/* Global micro-batch g of step t covers rows [t·G + g·B, +B), G = N·k·B;
+ * rank r's micro-step j is g = r·k + j. */
+static uint64_t first_row(const scenario *s, int world, int step, int g)
+{
+    return (uint64_t)step * (uint64_t)(world * s->k * s->B) +
+           (uint64_t)g * (uint64_t)s->B;
+}
+
+/* One process, N·k micro-batches per step: the reference. */
+static void serial_reference(const scenario *s, int world, float *losses,
+                             float *params)
+{
+    dt_model *m;
+    cr_assert_eq(dt_model_create(&m, &s->cfg, dt_backend_cpu(), s->B), DT_OK);
+    dt_model_init(m, s->seed);
+    dt_dataset *d = open_data(s);
+    int T = s->cfg.T, G = world * s->k;
+    int *x = malloc(sizeof(int) * (size_t)(s->B * T));
+    int *y = malloc(sizeof(int) * (size_t)(s->B * T));
+    dt_adamw_hparams h = dt_adamw_defaults(s->lr);
+    for (int t = 0; t < s->steps; t++) {
+        dt_model_zero_grad(m);
+        double sum = 0;
+        for (int g = 0; g < G; g++) {
+            cr_assert_eq(dt_dataset_batch(x, y, d, DT_TRAIN, s->seed,
+                                          first_row(s, world, t, g), s->B, T),
+                         DT_OK);
+            cr_assert_eq(dt_model_forward(m, x, y, s->B, T), DT_OK);
+            cr_assert_eq(dt_model_backward(m, 1.0f / (float)G), DT_OK);
+            sum += m->mean_loss;
+        }
+        losses[t] = (float)(sum / G);
+        cr_assert_eq(dt_model_update(m, &h, t + 1), DT_OK);
+    }
+    dt_model_get_params(m, params);
+    free(x);
+    free(y);
+    dt_dataset_close(d);
+    dt_model_destroy(m);
+}
+
+/* The gradient-sync and optimizer half of a step, DDP or ZeRO-1. */
+static dt_status rank_step(rank_ctx *rc, scenario *s, dt_model *m,
+                           dt_ddp *ddp, dt_zero1 *z, int step)
+{
+    dt_adamw_hparams h = dt_adamw_defaults(s->lr);
+    dt_status st;
+    if (ddp) {
+        st = dt_ddp_wait(ddp, NULL);
+        if (st != DT_OK)
+            return rank_fail(rc, "%s", dt_ddp_error(ddp)), st;
+        st = dt_model_update(m, &h, step + 1);
+        return st;
+    }
+    st = dt_zero1_step(z, &h, step + 1, NULL);
+    if (st != DT_OK)
+        rank_fail(rc, "%s", dt_zero1_error(z));
+    return st;
+}
+
+static void run_rank(rank_ctx *rc)
+{
+    scenario *s = rc->arg;
+    dt_model *m;
+    if (dt_model_create(&m, &s->cfg, dt_backend_cpu(), s->B) != DT_OK) {
+        rank_fail(rc, "model: %s", m ? dt_model_error(m) : "ENOMEM");
+        dt_model_destroy(m);
+        return;
+    }
+    dt_model_init(m, rc->rank == 0 ? s->seed : s->seed + 1000 + rc->rank);
+    dt_ddp *ddp = NULL;
+    dt_zero1 *z = NULL;
+    dt_status st = s->how == MODE_DDP
+                       ? dt_ddp_create(&ddp, m, rc->comm, s->bucket_bytes)
+                       : dt_zero1_create(&z, m, rc->comm);
+    if (st != DT_OK)
+        rank_fail(rc, "create: %s",
+                  ddp ? dt_ddp_error(ddp) : z ? dt_zero1_error(z) : "ENOMEM");
+    dt_dataset *d = NULL;
+    dt_dataset_random(&d, s->cfg.V, 4096, s->seed);
+    int T = s->cfg.T, n = s->B * T;
+    int *x = malloc(sizeof(int) * (size_t)n), *y = malloc(sizeof(int) * (size_t)n);
+    for (int t = 0; st == DT_OK && t < s->steps; t++) {
+        dt_model_zero_grad(m);
+        float loss = 0;
+        for (int j = 0; st == DT_OK && j < s->k; j++) {
+            dt_dataset_batch(x, y, d, DT_TRAIN, s->seed,
+                             first_row(s, rc->world, t, rc->rank * s->k + j),
+                             s->B, T);
+            st = dt_model_forward(m, x, y, s->B, T);
+            loss += m->mean_loss / (float)s->k;
+            if (st == DT_OK && ddp)
+                st = dt_ddp_backward(ddp, 1.0f / (float)s->k, j == s->k - 1);
+            else if (st == DT_OK)
+                st = dt_model_backward(m, 1.0f / (float)s->k);
+        }
+        if (st == DT_OK)
+            st = rank_step(rc, s, m, ddp, z, t);
+        if (st == DT_OK)
+            st = dt_allreduce(rc->comm, &loss, 1, DT_F32, DT_AVG);
+        s->losses[rc->rank][t] = loss;
+        bool same = false;
+        if (st == DT_OK)
+            st = dt_check_replicas(rc->comm, m, &same, NULL);
+        if (st == DT_OK && !same)
+            rank_fail(rc, "step %d: replicas differ", t);
+    }
+    if (st != DT_OK)
+        rank_fail(rc, "training: %s", dt_status_name(st));
+    s->params[rc->rank] = malloc(m->num_params * sizeof(float));
+    dt_model_get_params(m, s->params[rc->rank]);
+    free(x);
+    free(y);
+    dt_dataset_close(d);
+    dt_ddp_destroy(ddp);
+    dt_zero1_destroy(z);
+    dt_model_destroy(m);
+}
+
+/* Runs s on `world` ranks and compares every rank with the reference. */
+static void expect_equals_serial(scenario *s, int world)
+{
+    size_t P = dt_config_num_params(&s->cfg);
+    float ref_losses[MAX_STEPS];
+    float *ref = malloc(P * sizeof(float));
+    serial_reference(s, world, ref_losses, ref);
+    rank_job job;
+    int failed = rank_threads_run(&job, world, run_rank, s);
+    for (int r = 0; r < world; r++)
+        cr_expect(!job.ranks[r].failed, "rank %d: %s", r, job.ranks[r].msg);
+    cr_assert_eq(failed, 0);
+    for (int r = 0; r < world; r++) {
+        for (int t = 0; t < s->steps; t++) {
+            double e = fabs((double)s->losses[r][t] - ref_losses[t]) /
+                       fabs((double)ref_losses[t]);
+            cr_expect(e <= TOL, "N=%d bucket=%zu rank %d step %d: loss %.9g "
+                      "vs %.9g (rel %.3g)", world, s->bucket_bytes, r, t,
+                      s->losses[r][t], ref_losses[t], e);
+        }
+        double e = rel_l2(s->params[r], ref, P);
+        cr_expect(e <= TOL, "N=%d bucket=%zu rank %d: parameters off by %.3g",
+                  world, s->bucket_bytes, r, e);
+        free(s->params[r]);
+        s->params[r] = NULL;
+    }
+    free(ref);
+}
+
+/* tiny: one tensor per bucket; 1 KB: a few tensors each; 0: one bucket */
+static const size_t bucket_sizes[] = {16, 1024, 0};
+
+static void ddp_equals_serial_on(int world)
+{
+    for (size_t i = 0; i < sizeof bucket_sizes / sizeof bucket_sizes[0]; i++) {
+        scenario s = make_scenario(MODE_DDP, 1, bucket_sizes[i]);
+        expect_equals_serial(&s, world);
+    }
+}
+
+Test(ddp, one_rank_equals_serial_at_every_bucket_size, .timeout = 60)
+{
+    ddp_equals_serial_on(1);
+}
+
+Test(ddp, two_ranks_equal_serial_at_every_bucket_size, .timeout = 60)
+{
+    ddp_equals_serial_on(2);
+}
+
+Test(ddp, three_ranks_equal_serial_at_every_bucket_size, .timeout = 60)
+{
+    ddp_equals_serial_on(3);
+}
+
+Test(ddp, four_ranks_equal_serial_at_every_bucket_size, .timeout = 60)
+{
+    ddp_equals_serial_on(4);
+}
+
+Test(ddp, gradient_accumulation_syncs_only_the_last_micro_step,
+     .timeout = 60)
+{
+    scenario s = make_scenario(MODE_DDP, 3, 64);
+    expect_equals_serial(&s, 2);
+}
+
+Test(ddp, seed_model_on_four_ranks_equals_serial, .timeout = 60)
+{
+    scenario s = make_scenario(MODE_DDP, 1, 4096);
+    s.cfg = dt_config_seed();
+    s.steps = 3;
+    expect_equals_serial(&s, 4);
+}
+
+Test(zero1, equals_serial_on_one_to_four_ranks_with_odd_params,
+     .timeout = 60)
+{
+    cr_assert_eq(dt_config_num_params(&(dt_config){.V = 8, .T = 5, .L = 2,
+                                                    .H = 1, .C = 5}),
+                 805);
+    for (int world = 1; world <= 4; world++) {
+        scenario s = make_scenario(MODE_ZERO1, 1, 0);
+        expect_equals_serial(&s, world);
+    }
+}
+
+Test(zero1, equals_serial_with_gradient_accumulation, .timeout = 60)
+{
+    scenario s = make_scenario(MODE_ZERO1, 2, 0);
+    expect_equals_serial(&s, 3);
+}
+
+/* ZeRO-1 against DDP directly, both on 3 ranks. */
+Test(zero1, equals_ddp_with_adamw, .timeout = 60)
+{
+    scenario a = make_scenario(MODE_DDP, 1, 256);
+    scenario b = make_scenario(MODE_ZERO1, 1, 0);
+    rank_job job;
+    cr_assert_eq(rank_threads_run(&job, 3, run_rank, &a), 0, "%s",
+                 job.ranks[0].msg);
+    cr_assert_eq(rank_threads_run(&job, 3, run_rank, &b), 0, "%s",
+                 job.ranks[0].msg);
+    size_t P = dt_config_num_params(&a.cfg);
+    for (int r = 0; r < 3; r++) {
+        for (int t = 0; t < a.steps; t++)
+            cr_expect(fabsf(a.losses[r][t] - b.losses[r][t]) <=
+                          TOL * fabsf(a.losses[r][t]),
+                      "rank %d step %d: %.9g vs %.9g", r, t, a.losses[r][t],
+                      b.losses[r][t]);
+        cr_expect(rel_l2(b.params[r], a.params[r], P) <= TOL, "rank %d", r);
+        free(a.params[r]);
+        free(b.params[r]);
+    }
+}

@@ -1,0 +1,265 @@
+/*
+ * cli.c — minigpt's command line, from one table.
+ *
+ * llm.c's train_gpt2.c parses flags in one place and describes them in
+ * another, and the two drift apart. Here every flag is one row of
+ * `flags[]`: its names, the kind of value, where it goes in mg_options and
+ * its help line. The parser walks the table; the usage is printed from it,
+ * defaults included (read from a default-initialised mg_options), so a flag
+ * that parses is a flag that is documented.
+ *
+ * Presets fill several fields at once and are applied before any other
+ * flag, wherever --preset appears, so `--preset seed --steps 5` means "the
+ * seed run, but 5 steps".
+ */
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+typedef enum kind { K_INT, K_U64, K_FLOAT, K_DOUBLE, K_STR, K_BOOL,
+                    K_PARALLEL } kind;
+
+typedef struct flag {
+    const char *name;  /* --name */
+    const char *alias; /* -X, or NULL */
+    kind kind;
+    size_t offset;     /* into mg_options */
+    const char *arg;   /* placeholder in the usage */
+    const char *help;
+} flag;
+
+#define OPT(f) offsetof(mg_options, f)
+
+static const flag flags[] = {
+    {"--vocab", "-V", K_INT, OPT(cfg.V), "N", "vocabulary size"},
+    {"--width", "-C", K_INT, OPT(cfg.C), "N", "embedding width"},
+    {"--heads", "-H", K_INT, OPT(cfg.H), "N", "attention heads"},
+    {"--layers", "-L", K_INT, OPT(cfg.L), "N", "blocks"},
+    {"--context", "-T", K_INT, OPT(cfg.T), "N", "context length"},
+    {"--batch", "-B", K_INT, OPT(batch), "N", "sequences per rank per micro-step"},
+    {"--steps", "-n", K_INT, OPT(steps), "N", "optimizer steps"},
+    {"--grad-accum", NULL, K_INT, OPT(grad_accum), "K",
+     "micro-steps per step (DDP syncs only the last)"},
+    {"--lr", NULL, K_FLOAT, OPT(lr), "X", "AdamW learning rate"},
+    {"--seed", NULL, K_U64, OPT(seed), "N", "seed of the weights and the data"},
+    {"--data", NULL, K_STR, OPT(data), "SRC",
+     "'task' (embedded digit reversal), 'random' (seed tokens) or a text file"},
+    {"--parallel", NULL, K_PARALLEL, OPT(parallel), "MODE", "ddp or zero1"},
+    {"--bucket-mb", NULL, K_DOUBLE, OPT(bucket_mb), "MB",
+     "DDP gradient bucket size (0 = 25 MB)"},
+    {"--log-every", NULL, K_INT, OPT(log_every), "N", "print a step line every N steps"},
+    {"--eval-every", NULL, K_INT, OPT(eval_every), "N",
+     "task accuracy every N steps (0 = at the end only)"},
+    {"--sample", NULL, K_INT, OPT(sample), "N", "tokens to generate at the end"},
+    {"--metrics", NULL, K_STR, OPT(metrics), "FILE", "JSONL metrics (rank 0)"},
+    {"--loss-table", NULL, K_BOOL, OPT(loss_table), NULL,
+     "print every step's loss at the end"},
+    {"--check-replicas", NULL, K_BOOL, OPT(check_replicas), NULL,
+     "compare parameter hashes across ranks after every step"},
+    {"--threads", "-t", K_INT, OPT(threads), "N", "OpenBLAS threads per rank"},
+};
+#define NFLAGS (sizeof flags / sizeof flags[0])
+
+void mg_options_default(mg_options *o)
+{
+    *o = (mg_options){.cfg = dt_config_seed(), .batch = 16, .steps = 600,
+                      .grad_accum = 1, .lr = 3e-3f, .seed = 1337, .data = "task",
+                      .parallel = MG_DDP, .log_every = 50, .eval_every = 200,
+                      .sample = 48, .threads = 1};
+}
+
+/* A preset is a function of the options: it sets what it names. */
+typedef struct preset {
+    const char *name, *help;
+    void (*apply)(mg_options *o);
+} preset;
+
+/* The seed curriculum's end-to-end run: 4 ranks x 4 sequences, ZeRO-1. */
+static void preset_seed(mg_options *o)
+{
+    o->cfg = dt_config_seed();
+    o->expect_ranks = 4;
+    o->steps = 20;
+    o->batch = 4;
+    o->lr = 5e-3f;
+    o->parallel = MG_ZERO1;
+    o->data = "random";
+    o->log_every = 1;
+    o->eval_every = 0;
+    o->loss_table = true;
+    o->sample = 16;
+}
+
+/* The 865k-parameter config of the performance targets, DDP, 1 MB
+ * buckets so that backward has several to overlap. */
+static void preset_865k(mg_options *o)
+{
+    o->cfg = (dt_config){.V = 256, .T = 64, .L = 4, .H = 4, .C = 128};
+    o->batch = 8;
+    o->steps = 30;
+    o->lr = 1e-3f;
+    o->data = "random";
+    o->parallel = MG_DDP;
+    o->bucket_mb = 1;
+    o->log_every = 5;
+    o->eval_every = 0;
+    o->sample = 0;
+}
+
+static const preset presets[] = {
+    {"seed", "4 ranks, 20 steps, batch 4, lr 5e-3, ZeRO-1, random tokens", preset_seed},
+    {"865k", "V=256 C=128 H=4 L=4 T=64, batch 8, DDP with 1 MB buckets", preset_865k},
+};
+#define NPRESETS (sizeof presets / sizeof presets[0])
+
+static void print_default(FILE *f, const flag *fl, const mg_options *d)
+{
+    const char *p = (const char *)d + fl->offset;
+    switch (fl->kind) {
+    case K_INT: fprintf(f, " (default %d)", *(const int *)p); break;
+    case K_U64: fprintf(f, " (default %llu)", (unsigned long long)*(const uint64_t *)p); break;
+    case K_FLOAT: fprintf(f, " (default %g)", (double)*(const float *)p); break;
+    case K_DOUBLE: fprintf(f, " (default %g)", *(const double *)p); break;
+    case K_STR: fprintf(f, " (default %s)", *(const char *const *)p ? *(const char *const *)p : "none"); break;
+    case K_PARALLEL: fprintf(f, " (default %s)", *(const mg_parallel *)p == MG_ZERO1 ? "zero1" : "ddp"); break;
+    case K_BOOL: break;
+    }
+}
+
+void mg_usage(FILE *f, const char *prog)
+{
+    mg_options d;
+    mg_options_default(&d);
+    fprintf(f, "usage: %s [--preset NAME] [flags]\n"
+               "Trains MiniGPT as one rank of a job started by dtrain-launch,\n"
+               "mpirun or srun (RANK/WORLD_SIZE/DT_INIT_URL from the environment),\n"
+               "or alone when no world size is set.\n\n", prog);
+    for (size_t i = 0; i < NFLAGS; i++) {
+        const flag *fl = &flags[i];
+        char left[48];
+        snprintf(left, sizeof left, "%s%s%s %s", fl->alias ? fl->alias : "",
+                 fl->alias ? ", " : "", fl->name, fl->arg ? fl->arg : "");
+        fprintf(f, "  %-24s %s", left, fl->help);
+        print_default(f, fl, &d);
+        fputc('\n', f);
+    }
+    fprintf(f, "  %-24s %s\n\npresets:\n", "--preset NAME", "apply a preset first");
+    for (size_t i = 0; i < NPRESETS; i++)
+        fprintf(f, "  %-10s %s\n", presets[i].name, presets[i].help);
+}
+
+static int bad(const char *prog, const char *what, const char *arg)
+{
+    fprintf(stderr, "%s: %s '%s'\n\n", prog, what, arg);
+    mg_usage(stderr, prog);
+    return 2;
+}
+
+/* Stores text into the field; false if it is not a value of that kind. */
+static bool set_value(mg_options *o, const flag *fl, const char *text)
+{
+    char *p = (char *)o + fl->offset, *end = NULL;
+    errno = 0;
+    switch (fl->kind) {
+    case K_INT: {
+        long v = strtol(text, &end, 10);
+        if (v < -1000000000L || v > 1000000000L)
+            return false;
+        *(int *)p = (int)v;
+        break;
+    }
+    case K_U64: *(uint64_t *)p = strtoull(text, &end, 10); break;
+    case K_FLOAT: *(float *)p = strtof(text, &end); break;
+    case K_DOUBLE: *(double *)p = strtod(text, &end); break;
+    case K_STR: *(const char **)p = text; return true;
+    case K_PARALLEL:
+        if (strcmp(text, "ddp") && strcmp(text, "zero1"))
+            return false;
+        *(mg_parallel *)p = strcmp(text, "zero1") == 0 ? MG_ZERO1 : MG_DDP;
+        return true;
+    case K_BOOL: *(bool *)p = true; return true;
+    }
+    return errno == 0 && end != text && *end == '\0';
+}
+
+static const flag *find_flag(const char *arg, size_t len)
+{
+    for (size_t i = 0; i < NFLAGS; i++)
+        if ((strlen(flags[i].name) == len && !strncmp(arg, flags[i].name, len)) ||
+            (flags[i].alias && strlen(flags[i].alias) == len &&
+             !strncmp(arg, flags[i].alias, len)))
+            return &flags[i];
+    return NULL;
+}
+
+static int apply_preset(mg_options *o, const char *prog, const char *name)
+{
+    for (size_t i = 0; i < NPRESETS; i++)
+        if (strcmp(name, presets[i].name) == 0) {
+            presets[i].apply(o);
+            o->preset = presets[i].name;
+            return 0;
+        }
+    return bad(prog, "unknown preset", name);
+}
+
+static int check(const mg_options *o, const char *prog)
+{
+    char err[256];
+    if (dt_config_check(&o->cfg, err, sizeof err) != DT_OK)
+        return bad(prog, err, "model config");
+    if (o->batch < 1 || o->steps < 1 || o->grad_accum < 1 || o->log_every < 1 ||
+        o->eval_every < 0 || o->sample < 0 || o->threads < 1)
+        return bad(prog, "counts must be positive:", "batch/steps/grad-accum/"
+                   "log-every/threads >= 1, eval-every/sample >= 0");
+    if (!(o->lr > 0) || !isfinite(o->lr) || o->bucket_mb < 0)
+        return bad(prog, "lr must be > 0 and bucket-mb >= 0", "lr/bucket-mb");
+    return 0;
+}
+
+int mg_options_parse(mg_options *o, int argc, char **argv)
+{
+    const char *prog = argv[0];
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            mg_usage(stdout, prog);
+            return 1;
+        }
+        if (strncmp(argv[i], "--preset", 8) == 0) {
+            const char *v = argv[i][8] == '=' ? argv[i] + 9
+                            : argv[i][8] == '\0' && i + 1 < argc ? argv[i + 1]
+                                                                 : NULL;
+            if (!v)
+                return bad(prog, "missing the preset name after", argv[i]);
+            int rc = apply_preset(o, prog, v);
+            if (rc)
+                return rc;
+        }
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *eq = strchr(a, '=');
+        size_t len = eq && a[1] == '-' ? (size_t)(eq - a) : strlen(a);
+        if (strncmp(a, "--preset", 8) == 0) {
+            i += a[8] == '\0';
+            continue;
+        }
+        const flag *fl = find_flag(a, len);
+        if (!fl)
+            return bad(prog, "unknown flag", a);
+        const char *v = "1";
+        if (fl->kind != K_BOOL) {
+            v = eq && a[1] == '-' ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
+            if (!v)
+                return bad(prog, "missing a value after", a);
+        }
+        if (!set_value(o, fl, v))
+            return bad(prog, "not a valid value for", fl->name);
+    }
+    if (o->data && strcmp(o->data, "task") == 0)
+        o->data = NULL;
+    return check(o, prog);
+}

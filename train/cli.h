@@ -1,0 +1,48 @@
+/*
+ * cli.h — minigpt's options: one table of flags (cli.c) that both parses
+ * the command line and prints the usage, so the two cannot disagree, and
+ * the presets that fill several flags at once.
+ */
+#ifndef DT_TRAIN_CLI_H
+#define DT_TRAIN_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "dt_model.h"
+
+typedef enum mg_parallel { MG_DDP = 0, MG_ZERO1 } mg_parallel;
+
+typedef struct mg_options {
+    dt_config cfg;         /* -V -C -H -L -T */
+    int batch;             /* sequences per rank per micro-step */
+    int steps;
+    int grad_accum;        /* micro-steps per optimizer step */
+    float lr;
+    uint64_t seed;
+    const char *data;      /* NULL: embedded task; "random"; else a file */
+    mg_parallel parallel;
+    double bucket_mb;      /* DDP bucket cap; 0 = 25 MB */
+    int log_every;         /* print a step line every N steps */
+    int eval_every;        /* task accuracy every N steps; 0 = end only */
+    int sample;            /* tokens to generate at the end */
+    const char *metrics;   /* JSONL file, or NULL */
+    const char *preset;    /* the preset applied, or NULL */
+    int expect_ranks;      /* the preset's world size; 0 = any */
+    bool loss_table;       /* print every step's loss at the end */
+    bool check_replicas;   /* compare parameter hashes after every step */
+    int threads;           /* OpenBLAS threads per rank */
+} mg_options;
+
+/* Defaults: the seed model on the embedded reverse task, DDP. */
+void mg_options_default(mg_options *o);
+/* Parses argv (a --preset anywhere applies first, then the other flags
+ * override it). Returns 0 on success, 1 after printing the usage for
+ * --help, 2 after printing what was wrong and the usage. */
+int mg_options_parse(mg_options *o, int argc, char **argv);
+/* The usage text, generated from the flag table. */
+void mg_usage(FILE *f, const char *prog);
+
+#endif /* DT_TRAIN_CLI_H */

@@ -1,0 +1,217 @@
+/*
+ * minigpt.c — the minigpt program: trains MiniGPT as one rank of a
+ * data-parallel job.
+ *
+ *   dtrain-launch -n 4 ./minigpt                  the embedded task, DDP
+ *   dtrain-launch -n 4 ./minigpt --preset seed    the seed curriculum's run
+ *   mpirun -n 4 -x DT_INIT_URL=file:///tmp/j ./minigpt
+ *   ./minigpt                                     one process, no network
+ *
+ * A rank learns who it is from the environment (RANK, WORLD_SIZE,
+ * DT_INIT_URL, DT_SECRET, DT_JOB_ID as dtrain-launch sets them, or
+ * OpenMPI's and Slurm's names); with no world size set at all it trains
+ * alone, with the same arithmetic and no communicator.
+ *
+ * The story of main: options -> communicator -> data, model, optimizer
+ * (trainer.c; the optimizer broadcasts rank 0's weights) -> steps, rank 0
+ * printing a line every --log-every steps and the task's accuracy every
+ * --eval-every -> summary, loss table, memory tables, a sample. Only rank
+ * 0 prints, except errors, which every rank reports with its rank; the
+ * exit status is non-zero on any failure, so a launcher can tell.
+ */
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "trainer.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Joins the job the environment describes, or none when no world size is
+ * set (then r->comm stays NULL and the run is one process). */
+static int join_job(mg_run *r)
+{
+    if (!getenv("WORLD_SIZE") && !getenv("OMPI_COMM_WORLD_SIZE") &&
+        !getenv("SLURM_NTASKS")) {
+        r->rank = 0;
+        r->world = 1;
+        return 0;
+    }
+    dt_comm_options co;
+    dt_comm_options_default(&co);
+    uint8_t secret[64];
+    char err[256];
+    if (dt_comm_options_from_env(&co, secret, sizeof secret, err,
+                                 sizeof err) != DT_OK) {
+        fprintf(stderr, "minigpt: %s\n", err);
+        return 1;
+    }
+    r->rank = co.rank;
+    r->world = co.world_size;
+    if (r->world == 1)
+        return 0;
+    dt_status st = dt_comm_init(&r->comm, &co);
+    if (st != DT_OK) {
+        fprintf(stderr, "minigpt: rank %d: joining the job: %s\n", r->rank,
+                r->comm ? dt_comm_error(r->comm) : "out of memory");
+        dt_comm_destroy(r->comm);
+        r->comm = NULL;
+        return 1;
+    }
+    return 0;
+}
+
+/* Validation loss and (for the task) exact-match accuracy, rank 0 only:
+ * the replicas are identical, so one rank's answer is everyone's. */
+static double evaluate(mg_run *r, mg_metrics *mx, int step)
+{
+    if (r->rank != 0)
+        return -1;
+    float val = mg_val_loss(r);
+    double acc = r->is_task ? dt_task_accuracy(r->m, r->data, 200) : -1;
+    printf("eval @ step %d: val loss %.4f", step, (double)val);
+    if (acc >= 0)
+        printf(", exact-match accuracy %.1f%% (200 held-out prompts)",
+               100 * acc);
+    printf("\n");
+    mg_metrics_eval(mx, step, val, acc);
+    return acc;
+}
+
+static dt_status check_replicas(mg_run *r, int step, bool quiet)
+{
+    bool same = false;
+    uint64_t hash0[1];
+    uint64_t *hashes = calloc((size_t)r->world, sizeof *hashes);
+    dt_status st = dt_check_replicas(r->comm, r->m, &same,
+                                     hashes ? hashes : hash0);
+    if (st == DT_OK && !same) {
+        fprintf(stderr, "minigpt: rank %d: after step %d the ranks' "
+                        "parameters differ:", r->rank, step);
+        for (int q = 0; hashes && q < r->world; q++)
+            fprintf(stderr, " %d:%016llx", q, (unsigned long long)hashes[q]);
+        fprintf(stderr, "\n");
+        st = DT_EPROTO;
+    } else if (st == DT_OK && !quiet && r->rank == 0) {
+        printf("replicas: all %d ranks hold bitwise identical parameters "
+               "(hash %016llx)\n", r->world,
+               (unsigned long long)(hashes ? hashes[0] : hash0[0]));
+    }
+    free(hashes);
+    return st;
+}
+
+/* The step loop; returns the mean hidden share over steps that
+ * communicated (-1 if none) through *mean_hidden. */
+static dt_status train(mg_run *r, mg_metrics *mx, double *mean_hidden,
+                       double *acc)
+{
+    const mg_options *o = &r->o;
+    bool tty = r->rank == 0 && isatty(STDOUT_FILENO);
+    double hidden_sum = 0;
+    int hidden_n = 0;
+    for (int s = 0; s < o->steps; s++) {
+        mg_step st_info = {0};
+        dt_status st = mg_train_step(r, s, &st_info);
+        if (st != DT_OK)
+            return st;
+        if (st_info.comm.hidden >= 0 && s > 0) { /* step 1 warms up */
+            hidden_sum += st_info.comm.hidden;
+            hidden_n++;
+        }
+        if (o->check_replicas && (st = check_replicas(r, s + 1, true)) != DT_OK)
+            return st;
+        if (r->rank != 0)
+            continue;
+        mg_metrics_step(mx, s, &st_info);
+        if (tty)
+            mg_progress_clear(stdout);
+        if ((s + 1) % o->log_every == 0 || s == 0 || s + 1 == o->steps)
+            mg_report_step(stdout, s, &st_info);
+        if (o->eval_every > 0 && (s + 1) % o->eval_every == 0 &&
+            s + 1 < o->steps)
+            *acc = evaluate(r, mx, s + 1);
+        if (tty)
+            mg_progress(stdout, s + 1, o->steps, st_info.loss);
+    }
+    if (tty)
+        mg_progress_clear(stdout);
+    *mean_hidden = hidden_n ? hidden_sum / hidden_n : -1;
+    return DT_OK;
+}
+
+/* Everything after the last step: summary, tables, sample. */
+static dt_status finish(mg_run *r, mg_metrics *mx, double secs,
+                        double mean_hidden, double acc)
+{
+    const mg_options *o = &r->o;
+    dt_status st = check_replicas(r, o->steps, false);
+    if (st != DT_OK)
+        return st;
+    if (r->rank == 0) {
+        acc = evaluate(r, mx, o->steps);
+        printf("summary: %d steps in %.2f s, loss %.4f -> %.4f", o->steps,
+               secs, (double)r->losses[0], (double)r->losses[o->steps - 1]);
+        if (mean_hidden >= 0)
+            printf(", communication hidden behind compute %.0f%% (mean)",
+                   100 * mean_hidden);
+        printf("\n");
+        mg_metrics_summary(mx, r, secs, mean_hidden, acc);
+        if (o->loss_table)
+            mg_report_loss_table(stdout, r);
+        if (r->zero1)
+            printf("optimizer shard bytes per rank: %zu\n",
+                   dt_zero1_optimizer_bytes(r->zero1));
+        mg_report_memory_model(stdout, r);
+    }
+    fflush(stdout);
+    st = mg_report_memory(stdout, r);
+    if (st == DT_OK && r->rank == 0 && o->sample > 0)
+        mg_sample(r, stdout, o->sample);
+    return st;
+}
+
+int main(int argc, char **argv)
+{
+    mg_run r = {0};
+    mg_options_default(&r.o);
+    int rc = mg_options_parse(&r.o, argc, argv);
+    if (rc)
+        return rc == 1 ? 0 : rc;
+    openblas_set_num_threads(r.o.threads);
+    if (join_job(&r))
+        return 1;
+    if (r.rank == 0 && r.o.expect_ranks && r.o.expect_ranks != r.world)
+        printf("note: preset %s expects %d ranks, running on %d\n",
+               r.o.preset, r.o.expect_ranks, r.world);
+    mg_metrics *mx = NULL;
+    dt_status st = mg_run_open(&r);
+    if (st == DT_OK && r.rank == 0) {
+        mg_report_header(stdout, &r);
+        if (r.o.metrics && !(mx = mg_metrics_open(r.o.metrics, &r)))
+            fprintf(stderr, "minigpt: cannot write metrics to %s\n",
+                    r.o.metrics);
+    }
+    double t0 = now_s(), hidden = -1, acc = -1;
+    if (st == DT_OK)
+        st = train(&r, mx, &hidden, &acc);
+    if (st == DT_OK)
+        st = finish(&r, mx, now_s() - t0, hidden, acc);
+    if (st != DT_OK) {
+        fprintf(stderr, "minigpt: %s\n", r.err[0] ? r.err : dt_status_name(st));
+        if (r.comm)
+            dt_comm_abort(r.comm, "minigpt failed on this rank");
+    }
+    mg_metrics_close(mx);
+    mg_run_close(&r);
+    fflush(stdout);
+    dt_comm_destroy(r.comm);
+    return st == DT_OK ? 0 : 1;
+}

@@ -1,0 +1,171 @@
+/*
+ * report.c — what minigpt prints: the run header, one line per logged
+ * step, a progress bar on a terminal, and the end-of-run tables (losses,
+ * the memory model, every rank's memory).
+ *
+ * Memory is reported twice on purpose. "Accounted" adds up the buffers the
+ * program knows it owns — parameters, gradients, optimizer state,
+ * activations, staging — from their sizes; "measured" asks the allocator
+ * what is really in use (mallinfo2: heap plus mmap'ed blocks, which
+ * includes the communicator's and OpenBLAS's own memory) and the kernel
+ * for the peak resident set. A gap between them is worth a look; the
+ * accounted optimizer bytes are what ZeRO-1 divides by N.
+ *
+ * The memory model table is the seed curriculum's: with fp32 weights and
+ * an fp32 master, m and v (12 B per parameter), plain Adam keeps 16Ψ per
+ * rank (4Ψ weights + 12Ψ optimizer; gradients not counted) and ZeRO-1
+ * 4Ψ + 12Ψ/N.
+ */
+#include <malloc.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "trainer.h"
+
+/* 29824 -> "29,824" */
+static const char *commas(char *buf, size_t len, size_t v)
+{
+    char tmp[32];
+    int n = snprintf(tmp, sizeof tmp, "%zu", v), o = 0;
+    for (int i = 0; i < n && (size_t)o + 2 < len; i++) {
+        if (i > 0 && (n - i) % 3 == 0)
+            buf[o++] = ',';
+        buf[o++] = tmp[i];
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+void mg_report_header(FILE *f, const mg_run *r)
+{
+    const mg_options *o = &r->o;
+    char pc[32];
+    fprintf(f, "minigpt: V=%d C=%d H=%d L=%d T=%d, %s parameters; %d rank%s "
+               "x batch %d x accum %d x T %d = %d tokens/step; lr %g; %s%s%s; "
+               "data %s\n",
+            o->cfg.V, o->cfg.C, o->cfg.H, o->cfg.L, o->cfg.T,
+            commas(pc, sizeof pc, r->m->num_params),
+            r->world, r->world == 1 ? "" : "s", o->batch, o->grad_accum,
+            o->cfg.T, r->world * o->batch * o->grad_accum * o->cfg.T,
+            (double)o->lr, o->parallel == MG_ZERO1 ? "ZeRO-1" : "DDP",
+            o->preset ? ", preset " : "", o->preset ? o->preset : "",
+            o->data ? o->data : "embedded task (reverse digits)");
+    if (r->ddp)
+        fprintf(f, "ddp: %d gradient bucket%s\n", dt_ddp_num_buckets(r->ddp),
+                dt_ddp_num_buckets(r->ddp) == 1 ? "" : "s");
+    if (r->zero1) {
+        size_t lo, n;
+        dt_zero1_shard(r->zero1, &lo, &n);
+        fprintf(f, "zero1: shard of %zu elements per rank, optimizer state "
+                   "%zu bytes per rank\n", n, dt_zero1_optimizer_bytes(r->zero1));
+    }
+    fprintf(f, "%6s %9s %11s %9s %9s %7s\n", "step", "loss", "tokens/s",
+            "ms/step", "comm ms", "hidden");
+}
+
+void mg_report_step(FILE *f, int step, const mg_step *s)
+{
+    char hidden[16] = "-";
+    if (s->comm.hidden >= 0)
+        snprintf(hidden, sizeof hidden, "%.0f%%", 100 * s->comm.hidden);
+    fprintf(f, "%6d %9.4f %11.0f %9.2f %9.2f %7s\n", step + 1, (double)s->loss,
+            s->tokens_per_s, s->ms, s->comm.comm_ms, hidden);
+}
+
+void mg_progress(FILE *f, int done, int total, float loss)
+{
+    enum { W = 30 };
+    int fill = (int)((long)W * done / total);
+    fputs("\r[", f);
+    for (int i = 0; i < W; i++)
+        fputc(i < fill ? '#' : '.', f);
+    fprintf(f, "] %d/%d loss %.4f", done, total, (double)loss);
+    fflush(f);
+}
+
+void mg_progress_clear(FILE *f)
+{
+    fputs("\r\033[K", f);
+}
+
+void mg_report_loss_table(FILE *f, const mg_run *r)
+{
+    fprintf(f, "loss table (%d steps, mean over the global batch):\n",
+            r->o.steps);
+    fprintf(f, "  step   loss\n");
+    for (int s = 0; s < r->o.steps; s++)
+        fprintf(f, "  %4d   %.4f\n", s + 1, (double)r->losses[s]);
+}
+
+void mg_report_memory_model(FILE *f, const mg_run *r)
+{
+    size_t P = r->m->num_params, N = (size_t)r->world;
+    char a[32], b[32], c[32];
+    fprintf(f, "memory model per rank (Ψ = %s parameters, N = %zu; fp32 "
+               "weights 4Ψ, optimizer fp32 master + m + v 12Ψ):\n",
+            commas(a, sizeof a, P), N);
+    /* Ψ is two bytes in UTF-8, one column: the formulas are padded by hand */
+    fprintf(f, "  %-12s %-12s %12s\n", "", "formula", "bytes");
+    fprintf(f, "  %-12s 16Ψ          %12s\n", "plain Adam",
+            commas(a, sizeof a, 16 * P));
+    fprintf(f, "  %-12s 4Ψ + 12Ψ/N   %12s  (optimizer shard %s = 12Ψ/N, "
+               "saving %s)\n", "ZeRO-1",
+            commas(b, sizeof b, 4 * P + 12 * P / N),
+            commas(c, sizeof c, 12 * P / N),
+            commas(a, sizeof a, 16 * P - (4 * P + 12 * P / N)));
+}
+
+enum { MEM_PARAMS, MEM_GRADS, MEM_OPTIM, MEM_STAGING, MEM_ACTS, MEM_HEAP,
+       MEM_RSS, MEM_FIELDS };
+
+static void my_memory(const mg_run *r, int64_t v[MEM_FIELDS])
+{
+    const dt_model *m = r->m;
+    size_t P4 = m->num_params * sizeof(float);
+    v[MEM_PARAMS] = (int64_t)P4;
+    v[MEM_GRADS] = (int64_t)P4;
+    v[MEM_OPTIM] = r->zero1 ? (int64_t)dt_zero1_optimizer_bytes(r->zero1)
+                   : m->adam_m ? (int64_t)(2 * P4) : 0;
+    v[MEM_STAGING] = r->zero1 ? (int64_t)dt_zero1_staging_bytes(r->zero1) : 0;
+    v[MEM_ACTS] = (int64_t)(2 * m->num_acts * sizeof(float));
+    struct mallinfo2 mi = mallinfo2();
+    v[MEM_HEAP] = (int64_t)(mi.uordblks + mi.hblkhd);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    v[MEM_RSS] = (int64_t)ru.ru_maxrss * 1024;
+}
+
+dt_status mg_report_memory(FILE *f, const mg_run *r)
+{
+    int64_t mine[MEM_FIELDS], *all = calloc((size_t)r->world * MEM_FIELDS,
+                                            sizeof *all);
+    if (!all)
+        return DT_ENOMEM;
+    my_memory(r, mine);
+    dt_status st = DT_OK;
+    if (r->comm)
+        st = dt_gather(r->comm, mine, all, MEM_FIELDS, DT_I64, 0);
+    else
+        memcpy(all, mine, sizeof mine);
+    if (st == DT_OK && r->rank == 0) {
+        fprintf(f, "memory per rank (bytes; accounted from buffer sizes, "
+                   "measured from the allocator and the kernel):\n");
+        fprintf(f, "  %4s %11s %11s %11s %11s %11s | %13s %13s\n", "rank",
+                "params", "grads", "optimizer", "staging", "activations",
+                "measured heap", "peak RSS");
+        for (int q = 0; q < r->world; q++) {
+            int64_t *v = all + (size_t)q * MEM_FIELDS;
+            /* a sanitizer's allocator reports 0 to mallinfo2 */
+            char heap[24] = "n/a";
+            if (v[MEM_HEAP] > 0)
+                snprintf(heap, sizeof heap, "%lld", (long long)v[MEM_HEAP]);
+            fprintf(f, "  %4d %11lld %11lld %11lld %11lld %11lld | %13s %13lld\n",
+                    q, (long long)v[MEM_PARAMS], (long long)v[MEM_GRADS],
+                    (long long)v[MEM_OPTIM], (long long)v[MEM_STAGING],
+                    (long long)v[MEM_ACTS], heap, (long long)v[MEM_RSS]);
+        }
+    }
+    free(all);
+    return st;
+}

@@ -1,0 +1,231 @@
+/*
+ * trainer.c — one rank's training loop body: data, model, data-parallel
+ * optimizer, and the step.
+ *
+ * The global batch of a step is N ranks x K micro-steps x B sequences. Rows
+ * are numbered globally (dt_dataset_batch is stateless: row r is a function
+ * of the seed and r): micro-step j of rank r reads rows
+ * step·NKB + (r·K + j)·B .. +B. So the same run on another world size with
+ * the same N·K sees the same sequences, and one process with K' = N·K
+ * reproduces an N-rank run (tests/test_ddp.c relies on exactly this).
+ *
+ * Each micro-step's backward gets dloss = 1/K, so the accumulated gradient
+ * is this rank's mean; DDP's all-reduce (avg) or ZeRO-1's reduce-scatter
+ * (avg) turns it into the global batch's mean. DDP syncs only the last
+ * micro-step (no_sync before), and its buckets go out during that
+ * backward; ZeRO-1 exchanges after backward.
+ *
+ * Every rank starts from the same weights because the optimizer wrappers
+ * broadcast rank 0's at creation.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "trainer.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static dt_status run_fail(mg_run *r, dt_status st, const char *what,
+                          const char *detail)
+{
+    snprintf(r->err, sizeof r->err, "rank %d: %s: %s", r->rank, what,
+             detail && *detail ? detail : dt_status_name(st));
+    return st;
+}
+
+static dt_status open_data(mg_run *r)
+{
+    const mg_options *o = &r->o;
+    dt_status st;
+    if (!o->data) {
+        st = dt_dataset_task(&r->data, DT_TASK_REVERSE, 5, 20000, 500, 7);
+        r->is_task = true;
+    } else if (strcmp(o->data, "random") == 0) {
+        st = dt_dataset_random(&r->data, o->cfg.V, (size_t)1 << 16, o->seed);
+    } else {
+        st = dt_dataset_open_text(&r->data, o->data, 0.1);
+    }
+    if (st != DT_OK)
+        return run_fail(r, st, "data",
+                        r->data ? dt_dataset_error(r->data) : "out of memory");
+    if (dt_dataset_vocab(r->data) > o->cfg.V) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "the data has token ids up to %d, the "
+                 "model's vocabulary is %d (set --vocab)",
+                 dt_dataset_vocab(r->data) - 1, o->cfg.V);
+        return run_fail(r, DT_EINVAL, "data", msg);
+    }
+    return DT_OK;
+}
+
+dt_status mg_run_open(mg_run *r)
+{
+    const mg_options *o = &r->o;
+    dt_status st = open_data(r);
+    if (st != DT_OK)
+        return st;
+    st = dt_model_create(&r->m, &o->cfg, dt_backend_cpu(), o->batch);
+    if (st != DT_OK)
+        return run_fail(r, st, "model", r->m ? dt_model_error(r->m) : NULL);
+    dt_model_init(r->m, o->seed);
+    size_t n = (size_t)o->batch * (size_t)o->cfg.T;
+    r->x = malloc(n * sizeof(int));
+    r->y = malloc(n * sizeof(int));
+    r->losses = calloc((size_t)o->steps, sizeof(float));
+    if (!r->x || !r->y || !r->losses)
+        return run_fail(r, DT_ENOMEM, "trainer", "out of memory");
+    r->h = dt_adamw_defaults(o->lr);
+    if (o->parallel == MG_DDP) {
+        size_t bytes = (size_t)(o->bucket_mb * 1024 * 1024);
+        st = dt_ddp_create(&r->ddp, r->m, r->comm, bytes);
+        if (st != DT_OK)
+            return run_fail(r, st, "ddp", r->ddp ? dt_ddp_error(r->ddp) : NULL);
+    } else {
+        st = dt_zero1_create(&r->zero1, r->m, r->comm);
+        if (st != DT_OK)
+            return run_fail(r, st, "zero1",
+                            r->zero1 ? dt_zero1_error(r->zero1) : NULL);
+    }
+    return DT_OK;
+}
+
+void mg_run_close(mg_run *r)
+{
+    dt_ddp_destroy(r->ddp);
+    dt_zero1_destroy(r->zero1);
+    dt_model_destroy(r->m);
+    dt_dataset_close(r->data);
+    free(r->x);
+    free(r->y);
+    free(r->losses);
+}
+
+/* Forward and backward of micro-step j; DDP syncs on the last. */
+static dt_status micro_step(mg_run *r, int step, int j, float *loss)
+{
+    const mg_options *o = &r->o;
+    uint64_t G = (uint64_t)r->world * (uint64_t)o->grad_accum * (uint64_t)o->batch;
+    uint64_t row = (uint64_t)step * G +
+                   (uint64_t)(r->rank * o->grad_accum + j) * (uint64_t)o->batch;
+    dt_status st = dt_dataset_batch(r->x, r->y, r->data, DT_TRAIN, o->seed, row,
+                                    o->batch, o->cfg.T);
+    if (st != DT_OK)
+        return run_fail(r, st, "data", dt_dataset_error(r->data));
+    st = dt_model_forward(r->m, r->x, r->y, o->batch, o->cfg.T);
+    if (st != DT_OK)
+        return run_fail(r, st, "forward", dt_model_error(r->m));
+    *loss += r->m->mean_loss / (float)o->grad_accum;
+    float dloss = 1.0f / (float)o->grad_accum;
+    if (r->ddp) {
+        st = dt_ddp_backward(r->ddp, dloss, j == o->grad_accum - 1);
+        if (st != DT_OK)
+            return run_fail(r, st, "backward", dt_ddp_error(r->ddp));
+    } else {
+        st = dt_model_backward(r->m, dloss);
+        if (st != DT_OK)
+            return run_fail(r, st, "backward", dt_model_error(r->m));
+    }
+    return DT_OK;
+}
+
+dt_status mg_train_step(mg_run *r, int step, mg_step *out)
+{
+    double t0 = now_s();
+    float loss = 0;
+    dt_status st = DT_OK;
+    dt_model_zero_grad(r->m);
+    for (int j = 0; j < r->o.grad_accum && st == DT_OK; j++)
+        st = micro_step(r, step, j, &loss);
+    if (st != DT_OK)
+        return st;
+    if (r->ddp) {
+        st = dt_ddp_wait(r->ddp, &out->comm);
+        if (st != DT_OK)
+            return run_fail(r, st, "gradient all-reduce", dt_ddp_error(r->ddp));
+        st = dt_model_update(r->m, &r->h, step + 1);
+        if (st != DT_OK)
+            return run_fail(r, st, "update", dt_model_error(r->m));
+    } else {
+        st = dt_zero1_step(r->zero1, &r->h, step + 1, &out->comm);
+        if (st != DT_OK)
+            return run_fail(r, st, "zero1 step", dt_zero1_error(r->zero1));
+    }
+    out->ms = 1e3 * (now_s() - t0);
+    /* the logged loss is the global batch's: 4 bytes, after the step */
+    if (r->comm) {
+        st = dt_allreduce(r->comm, &loss, 1, DT_F32, DT_AVG);
+        if (st != DT_OK)
+            return run_fail(r, st, "loss all-reduce", dt_comm_error(r->comm));
+    }
+    out->loss = loss;
+    r->losses[step] = loss;
+    double tokens = (double)r->world * r->o.grad_accum * r->o.batch * r->o.cfg.T;
+    out->tokens_per_s = tokens / (out->ms * 1e-3);
+    return DT_OK;
+}
+
+float mg_val_loss(mg_run *r)
+{
+    const mg_options *o = &r->o;
+    double sum = 0;
+    int n = 0;
+    for (int k = 0; k < 4; k++) {
+        if (dt_dataset_batch(r->x, r->y, r->data, DT_VAL, o->seed + 1,
+                             (uint64_t)k * (uint64_t)o->batch, o->batch,
+                             o->cfg.T) != DT_OK ||
+            dt_model_forward(r->m, r->x, r->y, o->batch, o->cfg.T) != DT_OK)
+            break;
+        sum += r->m->mean_loss;
+        n++;
+    }
+    return n ? (float)(sum / n) : -1.0f;
+}
+
+/* Prints a token as text when it is printable ASCII, else as <id>. */
+static void put_token(FILE *f, int t)
+{
+    if (t == '\n')
+        fputs("\\n", f);
+    else if (t >= 32 && t < 127)
+        fputc(t, f);
+    else
+        fprintf(f, "<%d>", t);
+}
+
+void mg_sample(mg_run *r, FILE *f, int n)
+{
+    const mg_options *o = &r->o;
+    int T = o->cfg.T, total = T + n;
+    int *tok = malloc((size_t)total * sizeof(int));
+    if (!tok || dt_dataset_batch(r->x, r->y, r->data, DT_VAL, o->seed + 2, 0,
+                                 1, T) != DT_OK) {
+        free(tok);
+        return;
+    }
+    /* the task's prompt is an example up to its '='; otherwise T/2 tokens */
+    int prompt = T / 2;
+    for (int i = 0; r->is_task && i < T; i++)
+        if (r->x[i] == '=') {
+            prompt = i + 1;
+            break;
+        }
+    memcpy(tok, r->x, (size_t)prompt * sizeof(int));
+    dt_rng rng;
+    dt_rng_seed(&rng, o->seed + 3);
+    int len = dt_generate(r->m, tok, prompt, n, r->is_task ? 0.0f : 1.0f, 0,
+                          r->is_task ? '\n' : -1, &rng);
+    fputs("sample: ", f);
+    for (int i = 0; i < prompt; i++)
+        put_token(f, tok[i]);
+    fputs(" -> ", f);
+    for (int i = prompt; i < len; i++)
+        put_token(f, tok[i]);
+    fputc('\n', f);
+    free(tok);
+}

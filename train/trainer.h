@@ -1,0 +1,69 @@
+/*
+ * trainer.h — the pieces of the minigpt program, shared between its files:
+ * the run's state (trainer.c steps it), the metrics file (metrics.c) and
+ * the printed reports (report.c). Internal to train/.
+ */
+#ifndef DT_TRAIN_TRAINER_H
+#define DT_TRAIN_TRAINER_H
+
+#include <stdio.h>
+
+#include "cli.h"
+#include "dt_comm.h"
+#include "dt_model.h"
+#include "dt_optim.h"
+
+/* One rank's training run. */
+typedef struct mg_run {
+    mg_options o;
+    int rank, world;
+    dt_comm *comm;          /* NULL when running alone */
+    dt_model *m;
+    dt_dataset *data;
+    bool is_task;           /* the embedded task: has an accuracy */
+    dt_ddp *ddp;            /* --parallel ddp */
+    dt_zero1 *zero1;        /* --parallel zero1 */
+    dt_adamw_hparams h;
+    int *x, *y;             /* (batch, T) host tokens of one micro-batch */
+    float *losses;          /* [steps] mean loss over the global batch */
+    char err[768];
+} mg_run;
+
+/* What one optimizer step took. */
+typedef struct mg_step {
+    float loss;             /* mean over the global batch (all ranks) */
+    double ms;              /* wall time of the step on this rank */
+    double tokens_per_s;    /* global tokens / ms */
+    dt_comm_stats comm;
+} mg_step;
+
+/* trainer.c */
+dt_status mg_run_open(mg_run *r);      /* data, model, optimizer */
+void mg_run_close(mg_run *r);
+/* Optimizer step `step` (0-based): micro-steps, gradient sync, AdamW. */
+dt_status mg_train_step(mg_run *r, int step, mg_step *out);
+/* Mean loss over the validation split's first batches (this rank only). */
+float mg_val_loss(mg_run *r);
+/* Writes a sample of n tokens after a prompt from the validation split. */
+void mg_sample(mg_run *r, FILE *f, int n);
+
+/* metrics.c: JSONL, one object per line, rank 0 only */
+typedef struct mg_metrics mg_metrics;
+mg_metrics *mg_metrics_open(const char *path, const mg_run *r);
+void mg_metrics_step(mg_metrics *mx, int step, const mg_step *s);
+void mg_metrics_eval(mg_metrics *mx, int step, float val_loss, double acc);
+void mg_metrics_summary(mg_metrics *mx, const mg_run *r, double secs,
+                        double mean_hidden, double acc);
+void mg_metrics_close(mg_metrics *mx);
+
+/* report.c */
+void mg_report_header(FILE *f, const mg_run *r);
+void mg_report_step(FILE *f, int step, const mg_step *s);
+void mg_progress(FILE *f, int done, int total, float loss);
+void mg_progress_clear(FILE *f);
+void mg_report_loss_table(FILE *f, const mg_run *r);
+void mg_report_memory_model(FILE *f, const mg_run *r);
+/* Every rank's memory, gathered to rank 0 (collective: all ranks call). */
+dt_status mg_report_memory(FILE *f, const mg_run *r);
+
+#endif /* DT_TRAIN_TRAINER_H */
