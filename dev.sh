@@ -2,7 +2,8 @@
 # dev.sh — set up, build and run dtrain on a Debian machine (run as root, or
 # with the packages already installed).
 #
-#   ./dev.sh demo            install what is missing, build, run the main job
+#   ./dev.sh demo [ARGS]     install what is missing, build, run the main job:
+#                            dtrain-launch -n 4 ./minigpt [ARGS]
 #   ./dev.sh test            install what is missing, build, run every test suite
 #   ./dev.sh test-sanitize   the same tests in an AddressSanitizer+UBSan build
 #
@@ -56,7 +57,9 @@ case "${1:-}" in
 demo)
     install_missing
     build build
-    ./build/train/dtrain-demo -n 4
+    shift
+    cd build/train
+    exec ../launcher/dtrain-launch -n 4 ./minigpt "$@"
     ;;
 test)
     install_missing
@@ -72,7 +75,7 @@ test-sanitize)
     run_tests build-sanitize
     ;;
 *)
-    sed -n '2,9p' "$0"
+    sed -n '2,10p' "$0"
     exit 2
     ;;
 esac
