@@ -23,31 +23,34 @@
 #include "algorithms.h"
 
 /*
- * All-reduce: recursive doubling costs ~log2(p)(α + nβ), the ring
- * 2(p-1)α + 2((p-1)/p)nβ. In the model they cross where the ring's extra
- * latencies equal recursive doubling's extra bytes:
- *   n* = α/β · (2(p-1) - log2 p) / (log2 p - 2(p-1)/p),
- * about 0.6 α/β for p = 3 (its fold makes it 3 rounds) and 8 α/β for p = 4
- * to 8. On loopback TCP α/β is ~30 µs × 3 GB/s ≈ 100 KB. The model
- * flatters recursive doubling, though: it reduces the whole buffer every
- * round with the network idle, where the ring reduces (p-1)/p of it once,
- * hidden behind the transfers. 64 KiB is near the crossover for odd
- * world sizes and safely below it otherwise; dtrain-bench with a forced
- * algorithm is the way to retune it for a given network.
+ * All-reduce: recursive doubling costs log2(p)(α + nβ), the ring
+ * 2(p-1)α + 2((p-1)/p)nβ. For p a power of two they cross where the
+ * ring's extra latencies equal recursive doubling's extra bytes,
+ *   n* = α/β · (2(p-1) - log2 p) / (log2 p - 2(p-1)/p):
+ * 8 α/β for p = 4, 8.8 α/β for p = 8 (and for p = 2 recursive doubling
+ * always wins in the model). Other p pay for the fold, two more rounds of
+ * the whole buffer: n* ≈ 0.6 α/β for p = 3, 1.7 α/β for p = 5. On
+ * loopback TCP α/β is ~30 µs × 3 GB/s ≈ 100 KB. The model flatters
+ * recursive doubling, though: it reduces the whole buffer every round with
+ * the network idle, where the ring reduces (p-1)/p of it once, hidden
+ * behind the transfers. 64 KiB is near the crossover for p = 3 and below
+ * it otherwise; dtrain-bench with a forced algorithm is the way to retune
+ * it for a given network.
  * Regardless of size, a buffer of fewer elements than ranks would leave
  * ring chunks empty (steps of nothing but latency): recursive doubling.
  */
 #define ALLREDUCE_RECURSIVE_DOUBLING_MAX_BYTES ((size_t)64 * 1024)
 
 /*
- * Broadcast: the binomial tree costs ⌈log2 p⌉(α + nβ), the chain
- * (p-2+k)(α + nβ/k), about nβ for large n. The tree's log2(p) copies of
- * the buffer start to dominate once nβ outweighs a few α, a few hundred
- * KB on loopback: 256 KiB, one chain segment, below which the chain would
- * not pipeline at all. With two ranks both are the same single transfer:
- * the tree, which does it as one message.
+ * Broadcast: the binomial tree costs ⌈log2 p⌉(α + nβ); the chain, with
+ * k = n / 256 KiB segments (broadcast_chain.c), (p-2+k)(α + nβ/k), which
+ * tends to nβ. Below one segment the chain cannot pipeline and always
+ * loses. With loopback's α/β ≈ 100 KB it wins from about 0.8 MB at p = 4
+ * (6α + 1.5nβ against 2α + 2nβ at k = 4) and 1.4 MB at p = 8 (10α + 2.5nβ
+ * against 3α + 3nβ). 1 MiB sits between. With two ranks both are the same
+ * single transfer: the tree, which sends it as one message.
  */
-#define BROADCAST_TREE_MAX_BYTES ((size_t)256 * 1024)
+#define BROADCAST_TREE_MAX_BYTES ((size_t)1024 * 1024)
 
 static dt_status run_allreduce(dt_opctx *o, size_t bytes) {
     switch (o->op->algo) {
