@@ -24,7 +24,6 @@
 
 #define DEFAULT_TIMEOUT_S 30.0
 #define DEFAULT_INIT_TIMEOUT_S 60.0
-#define DEFAULT_SOCKET_BUFFER (4u << 20)
 
 void dt_comm_options_default(dt_comm_options *o)
 {
@@ -115,7 +114,7 @@ static dt_status comm_setup(dt_comm *c, const dt_comm_options *o)
     }
     c->timeout_s = o->timeout_s > 0 ? o->timeout_s : DEFAULT_TIMEOUT_S;
     c->init_timeout_s = o->init_timeout_s > 0 ? o->init_timeout_s : DEFAULT_INIT_TIMEOUT_S;
-    c->socket_buffer = o->socket_buffer ? o->socket_buffer : DEFAULT_SOCKET_BUFFER;
+    c->socket_buffer = o->socket_buffer;
     c->log = o->log;
     c->log_user = o->log_user;
     c->job_id = dup_or(o->job_id, "dtrain");

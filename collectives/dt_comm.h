@@ -28,7 +28,7 @@
  *   reduce_scatter  ring: (p-1)α + ((p-1)/p)nβ        (n = p·recvcount·size)
  *   allgather(v)    ring: (p-1)α + ((p-1)/p)nβ        (n = whole output)
  *   broadcast       binomial tree ⌈log2 p⌉(α + nβ) for small n;
- *                   pipelined chain (p-1+k)(α + nβ/k) with k segments
+ *                   pipelined chain (p-2+k)(α + nβ/k) with k segments
  *   reduce          binomial tree ⌈log2 p⌉(α + nβ)
  *   gather/scatter  linear at the root: (p-1)α + ((p-1)/p)nβ
  *   alltoall        pairwise exchange: (p-1)α + ((p-1)/p)nβ
@@ -139,7 +139,7 @@ typedef struct dt_comm_options {
     const char *ifname;       /* or: the network interface whose IPv4 address to use */
     double timeout_s;         /* default per-op timeout; 0 = 30 s */
     double init_timeout_s;    /* rendezvous + connecting; 0 = 60 s */
-    size_t socket_buffer;     /* SO_SNDBUF/SO_RCVBUF request; 0 = 4 MiB */
+    size_t socket_buffer;     /* SO_SNDBUF/SO_RCVBUF; 0 = the kernel's autotuning */
     dt_log_fn log;            /* rejected strangers etc.; NULL = stderr */
     void *log_user;
 } dt_comm_options;

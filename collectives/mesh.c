@@ -184,11 +184,17 @@ static dt_conn *conn_new(dt_comm *c)
     return cn;
 }
 
+/* No Nagle delay for the small frames; keepalive so a silent peer is
+ * noticed; socket buffers left to Linux's autotuning unless asked for, since
+ * autotuning (up to net.ipv4.tcp_rmem's maximum) beat every fixed size on
+ * loopback: 64 MiB all-reduce on 4 ranks, busbw 0.86-0.91 GB/s against
+ * 0.66-0.79 with 4 MiB and 0.72-0.77 with 256 KiB, measured side by side. */
 static void tune_socket(dt_comm *c, dt_conn *cn)
 {
-    int size = (int)c->socket_buffer;
     uv_tcp_nodelay(&cn->tcp, 1);
     uv_tcp_keepalive(&cn->tcp, 1, 10);
+    if (c->socket_buffer == 0) return;
+    int size = (int)c->socket_buffer;
     uv_send_buffer_size((uv_handle_t *)&cn->tcp, &size);
     size = (int)c->socket_buffer;
     uv_recv_buffer_size((uv_handle_t *)&cn->tcp, &size);

@@ -415,11 +415,17 @@ void dt_store_close(dt_store *s)
 {
     if (!s)
         return;
-    /* Last holder: nobody else holds the liveness lock, so the upgrade
-     * succeeds; then nobody can be using the file and it can go. */
-    if (s->fd >= 0 && s->healthy && s->alive_locked &&
-        liveness_lock(s->fd, F_WRLCK, false) == 0 && still_named(s->fd, s->path))
-        (void)unlink(s->path);
+    /* Let go of our shared lock first, then try for the exclusive one: of
+     * several holders closing at once, the last to let go gets it (trying
+     * to upgrade in place, each would see the others' shared locks and
+     * none would remove the file). Holding it, nobody else can be using
+     * the file, so it can go. A new job that opened the file meanwhile
+     * holds a shared lock, and the file stays. */
+    if (s->fd >= 0 && s->healthy && s->alive_locked) {
+        (void)liveness_lock(s->fd, F_UNLCK, false);
+        if (liveness_lock(s->fd, F_WRLCK, false) == 0 && still_named(s->fd, s->path))
+            (void)unlink(s->path);
+    }
     if (s->fd >= 0)
         close(s->fd);
     map_free(&s->map);

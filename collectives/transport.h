@@ -102,15 +102,18 @@ struct dt_opctx {
 /* Post a transfer of `len` bytes to/from `peer` as part of op `o`. */
 void xfer_send(dt_opctx *o, dt_xfer *x, int peer, const void *buf, size_t len);
 void xfer_recv(dt_opctx *o, dt_xfer *x, int peer, void *buf, size_t len);
-/* Block until x is done (DT_OK) or the communicator failed (its status). */
+/* Block until x is done (DT_OK) or the communicator failed (its status).
+ * Either way it returns only once the transport has let go of x, so a
+ * transfer on the stack is safe to leave once waited for. */
 dt_status xfer_wait(dt_opctx *o, dt_xfer *x);
 /* Wait for every transfer in xs[0..n); returns the first failure. */
 dt_status xfer_wait_all(dt_opctx *o, dt_xfer *xs, int n);
 /* Block until every transfer the op posted has been let go of. */
 void xfer_drain(dt_opctx *o);
 
-/* Per-communicator scratch of at least `bytes`, reused across ops (grown,
- * never shrunk). `slot` 0 or 1: two independent buffers. NULL on ENOMEM. */
+/* Per-communicator scratch of at least `bytes` (> 0), reused across ops
+ * (grown, never shrunk). `slot` 0 or 1: two independent buffers. NULL on
+ * ENOMEM. */
 void *opctx_scratch(dt_opctx *o, int slot, size_t bytes);
 
 /* Monotonic clock in seconds. */

@@ -125,6 +125,8 @@ static const char *child_state(job *j, int r, char *buf, size_t n)
     return buf;
 }
 
+/* Kill what is left of the job, and remove its rendezvous file: ranks
+ * killed here never get to close it. */
 static void finish(job *j)
 {
     for (int r = 0; r < j->n; r++) {
@@ -132,6 +134,7 @@ static void finish(job *j)
         waitpid(j->pid[r], NULL, 0);
         close(j->fd[r]);
     }
+    unlink(j->url + strlen("file://"));
 }
 
 /* ---- a rank dies mid all-reduce -------------------------------------------- */
