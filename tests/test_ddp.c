@@ -24,6 +24,7 @@
 
 #include "dt_optim.h"
 #include "rank_threads.h"
+#include "numeric_compare.h"
 
 #define MAX_STEPS 8
 #define TOL 1e-6
@@ -55,15 +56,6 @@ static scenario make_scenario(mode how, int k, size_t bucket_bytes)
                       .seed = 42};
 }
 
-static double rel_l2(const float *a, const float *b, size_t n)
-{
-    double d = 0, r = 0;
-    for (size_t i = 0; i < n; i++) {
-        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        r += (double)b[i] * b[i];
-    }
-    return r > 0 ? sqrt(d / r) : sqrt(d);
-}
 
 static dt_dataset *open_data(const scenario *s)
 {

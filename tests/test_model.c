@@ -19,6 +19,7 @@
 
 #include "dt_model.h"
 #include "model_internal.h" /* the reference kernels */
+#include "numeric_compare.h"
 
 #ifndef DT_TEST_DATA_DIR
 #define DT_TEST_DATA_DIR "tests/data"
@@ -112,16 +113,6 @@ static void golden_forward(dt_model *m, const fixture *fx)
                  DT_OK, "%s", dt_model_error(m));
 }
 
-/* ||a - b||_2 / ||b||_2 */
-static double rel_l2(const float *a, const float *b, size_t n)
-{
-    double d = 0, r = 0;
-    for (size_t i = 0; i < n; i++) {
-        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        r += (double)b[i] * b[i];
-    }
-    return r > 0 ? sqrt(d / r) : sqrt(d);
-}
 
 /* max|a - b| / max|b| */
 static double rel_inf(const float *a, const float *b, size_t n)

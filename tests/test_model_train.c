@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "dt_model.h"
+#include "numeric_compare.h"
 
 static void random_tokens(int *x, int n, int V, uint64_t seed)
 {
@@ -23,15 +24,6 @@ static void random_tokens(int *x, int n, int V, uint64_t seed)
         x[i] = (int)(dt_rng_next(&r) % (uint64_t)V);
 }
 
-static double rel_l2(const float *a, const float *b, size_t n)
-{
-    double d = 0, r = 0;
-    for (size_t i = 0; i < n; i++) {
-        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        r += (double)b[i] * b[i];
-    }
-    return r > 0 ? sqrt(d / r) : sqrt(d);
-}
 
 Test(gradcheck, every_tensor_matches_finite_differences, .timeout = 60)
 {
