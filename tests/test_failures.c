@@ -51,6 +51,13 @@ static void job_url(job *j, const char *name)
              counter++);
 }
 
+/* A child's verdict on its op: "<status> <seconds> <message>". */
+static void say(FILE *report, dt_status st, double seconds, const char *msg)
+{
+    fprintf(report, "%d %.6f %s\n", st, seconds, msg);
+    fflush(report);
+}
+
 static dt_comm *child_join(job *j, int rank, double timeout_s, FILE *report)
 {
     dt_comm_options o;
@@ -67,8 +74,7 @@ static dt_comm *child_join(job *j, int rank, double timeout_s, FILE *report)
     dt_comm *c;
     dt_status st = dt_comm_init(&c, &o);
     if (st != DT_OK) {
-        fprintf(report, "%d %.6f init: %s\n", st, now_s(), dt_comm_error(c));
-        fflush(report);
+        say(report, st, now_s(), dt_comm_error(c));
         _exit(1);
     }
     return c;
@@ -127,6 +133,25 @@ static const char *child_state(job *j, int r, char *buf, size_t n)
 
 /* Kill what is left of the job, and remove its rendezvous file: ranks
  * killed here never get to close it. */
+typedef struct verdict {
+    int status;
+    double seconds;
+    const char *msg; /* points into line */
+    char line[2048];
+} verdict;
+
+/* Rank r's next verdict line (see say), asserting that one arrives. */
+static void verdict_of(job *j, int r, double timeout_s, verdict *v)
+{
+    char state[32];
+    int used = 0;
+    report_of(j, r, timeout_s, v->line, sizeof v->line);
+    cr_assert_eq(sscanf(v->line, "%d %lf %n", &v->status, &v->seconds, &used), 2,
+                 "rank %d: no verdict ('%s', %s)", r, v->line,
+                 child_state(j, r, state, sizeof state));
+    v->msg = v->line + used;
+}
+
 static void finish(job *j)
 {
     for (int r = 0; r < j->n; r++) {
@@ -147,7 +172,7 @@ static void allreduce_forever(int rank, job *j, FILE *report)
     for (int i = 0;; i++) {
         dt_status st = dt_allreduce(c, buf, n, DT_F32, DT_SUM);
         if (st != DT_OK) {
-            fprintf(report, "%d %.6f %s\n", st, now_s(), dt_comm_error(c));
+            say(report, st, now_s(), dt_comm_error(c));
             break;
         }
         if (i == 3) { fprintf(report, "running\n"); fflush(report); }
@@ -171,18 +196,14 @@ Test(failures, killed_rank_is_named_by_every_survivor_within_5_seconds, .timeout
     double killed_at = now_s();
     for (int r = 0; r < 4; r++) {
         if (r == victim) continue;
-        report_of(&j, r, 10, line, sizeof line);
-        int st = -1;
-        double t = 0;
-        int used = 0;
-        char state[32];
-        cr_assert_eq(sscanf(line, "%d %lf %n", &st, &t, &used), 2, "rank %d: no report ('%s', %s)",
-                     r, line, child_state(&j, r, state, sizeof state));
-        cr_assert_neq(st, DT_OK);
-        cr_expect(strstr(line + used, "rank 2") != NULL,
-                  "rank %d's error does not name rank 2: %s", r, line + used);
-        cr_expect_lt(t - killed_at, 5.0, "rank %d noticed after %.2f s", r, t - killed_at);
-        cr_log_info("rank %d noticed after %.3f s: %s", r, t - killed_at, line + used);
+        verdict v;
+        verdict_of(&j, r, 10, &v);
+        cr_assert_neq(v.status, DT_OK);
+        cr_expect(strstr(v.msg, "rank 2") != NULL, "rank %d's error does not name rank 2: %s", r,
+                  v.msg);
+        cr_expect_lt(v.seconds - killed_at, 5.0, "rank %d noticed after %.2f s", r,
+                     v.seconds - killed_at);
+        cr_log_info("rank %d noticed after %.3f s: %s", r, v.seconds - killed_at, v.msg);
     }
     finish(&j);
 }
@@ -202,24 +223,20 @@ static void one_rank_skips_the_op(int rank, job *j, FILE *report)
                 .redop = DT_SUM, .timeout_s = 0.5};
     double t0 = now_s();
     dt_status st = dt_run(c, &op);
-    fprintf(report, "%d %.6f %s\n", st, now_s() - t0, dt_comm_error(c));
-    fflush(report);
+    say(report, st, now_s() - t0, dt_comm_error(c));
     dt_comm_destroy(c);
 }
 
 Test(failures, op_timeout_fails_the_op_and_names_the_silent_peer, .timeout = 60)
 {
     job j;
-    char line[2048];
+    verdict v;
     start(&j, 2, "timeout", one_rank_skips_the_op);
-    report_of(&j, 0, 20, line, sizeof line);
-    int st = -1, used = 0;
-    double took = 0;
-    cr_assert_eq(sscanf(line, "%d %lf %n", &st, &took, &used), 2, "no report: '%s'", line);
-    cr_expect_eq(st, DT_ETIMEDOUT, "status %d: %s", st, line + used);
-    cr_expect(strstr(line + used, "rank 1") != NULL, "%s", line + used);
-    cr_expect(strstr(line + used, "allreduce #0") != NULL, "%s", line + used);
-    cr_expect(took >= 0.5 && took < 3.0, "took %.2f s", took);
+    verdict_of(&j, 0, 20, &v);
+    cr_expect_eq(v.status, DT_ETIMEDOUT, "status %d: %s", v.status, v.msg);
+    cr_expect(strstr(v.msg, "rank 1") != NULL, "%s", v.msg);
+    cr_expect(strstr(v.msg, "allreduce #0") != NULL, "%s", v.msg);
+    cr_expect(v.seconds >= 0.5 && v.seconds < 3.0, "took %.2f s", v.seconds);
     finish(&j);
 }
 
@@ -231,8 +248,7 @@ static void mismatched_counts(int rank, job *j, FILE *report)
     size_t count = rank == 0 ? 4096 : 8192;
     float *buf = calloc(count, sizeof *buf);
     dt_status st = dt_allreduce(c, buf, count, DT_F32, DT_SUM);
-    fprintf(report, "%d %.6f %s\n", st, now_s(), dt_comm_error(c));
-    fflush(report);
+    say(report, st, now_s(), dt_comm_error(c));
     dt_comm_destroy(c);
     free(buf);
 }
@@ -240,16 +256,13 @@ static void mismatched_counts(int rank, job *j, FILE *report)
 Test(failures, different_counts_give_a_protocol_error_with_both_views, .timeout = 60)
 {
     job j;
-    char line[2048];
     start(&j, 2, "mismatch", mismatched_counts);
     for (int r = 0; r < 2; r++) {
-        report_of(&j, r, 20, line, sizeof line);
-        int st = -1, used = 0;
-        double t;
-        cr_assert_eq(sscanf(line, "%d %lf %n", &st, &t, &used), 2, "rank %d: '%s'", r, line);
-        cr_expect_eq(st, DT_EPROTO, "rank %d: status %d: %s", r, st, line + used);
-        cr_expect(strstr(line, "4096 x f32") && strstr(line, "8192 x f32"),
-                  "rank %d's error lacks both views: %s", r, line + used);
+        verdict v;
+        verdict_of(&j, r, 20, &v);
+        cr_expect_eq(v.status, DT_EPROTO, "rank %d: status %d: %s", r, v.status, v.msg);
+        cr_expect(strstr(v.msg, "4096 x f32") && strstr(v.msg, "8192 x f32"),
+                  "rank %d's error lacks both views: %s", r, v.msg);
     }
     finish(&j);
 }
@@ -381,27 +394,27 @@ static void abort_from_another_thread(int rank, job *j, FILE *report)
     if (rank == 1) { sleep(5); dt_comm_destroy(c); return; }
     float x = 1;
     dt_work *w;
-    cr_assert_eq(dt_allreduce_async(c, &x, 1, DT_F32, DT_SUM, &w), DT_OK);
+    dt_status st = dt_allreduce_async(c, &x, 1, DT_F32, DT_SUM, &w);
+    if (st != DT_OK) {
+        say(report, st, 0, dt_comm_error(c));
+        _exit(1);
+    }
     usleep(200 * 1000);
     double t0 = now_s();
     dt_comm_abort(c, "test says stop");
-    dt_status st = dt_work_wait(w);
-    fprintf(report, "%d %.6f %s\n", st, now_s() - t0, dt_comm_error(c));
-    fflush(report);
+    st = dt_work_wait(w);
+    say(report, st, now_s() - t0, dt_comm_error(c));
     dt_comm_destroy(c);
 }
 
 Test(failures, abort_unblocks_a_pending_op_at_once, .timeout = 60)
 {
     job j;
-    char line[2048];
+    verdict v;
     start(&j, 2, "abort", abort_from_another_thread);
-    report_of(&j, 0, 20, line, sizeof line);
-    int st = -1, used = 0;
-    double took = 0;
-    cr_assert_eq(sscanf(line, "%d %lf %n", &st, &took, &used), 2, "no report: '%s'", line);
-    cr_expect_eq(st, DT_EABORTED, "%s", line + used);
-    cr_expect(strstr(line + used, "test says stop") != NULL, "%s", line + used);
-    cr_expect_lt(took, 1.0);
+    verdict_of(&j, 0, 20, &v);
+    cr_expect_eq(v.status, DT_EABORTED, "%s", v.msg);
+    cr_expect(strstr(v.msg, "test says stop") != NULL, "%s", v.msg);
+    cr_expect_lt(v.seconds, 1.0);
     finish(&j);
 }
