@@ -110,6 +110,10 @@ const char *dt_zero1_error(const dt_zero1 *z);
 /* This rank's shard of the flat buffer: [*lo, *lo + *n), n may be < s on
  * the last ranks (even 0 when Ψ < p). */
 void dt_zero1_shard(const dt_zero1 *z, size_t *lo, size_t *n);
+/* This rank's optimizer state, for checkpoints: the fp32 master, m and v
+ * of its shard, n valid elements each (dt_zero1_shard), device memory
+ * (host on the CPU backend). Writable: a resumed run loads into them. */
+void dt_zero1_state(dt_zero1 *z, float **master, float **m, float **v);
 /* Bytes of optimizer state on this rank: master, m, v of s elements. */
 size_t dt_zero1_optimizer_bytes(const dt_zero1 *z);
 /* Bytes of the padded gradient staging buffers (the reduce-scatter's input

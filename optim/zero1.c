@@ -130,6 +130,13 @@ void dt_zero1_shard(const dt_zero1 *z, size_t *lo, size_t *n)
     *n = z->n;
 }
 
+void dt_zero1_state(dt_zero1 *z, float **master, float **m, float **v)
+{
+    *master = z->master;
+    *m = z->adam_m;
+    *v = z->adam_v;
+}
+
 size_t dt_zero1_optimizer_bytes(const dt_zero1 *z)
 {
     return 3 * z->s * sizeof(float);

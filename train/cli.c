@@ -61,6 +61,15 @@ static const flag flags[] = {
     {"--check-replicas", NULL, K_BOOL, OPT(check_replicas), NULL,
      "compare parameter hashes across ranks after every step"},
     {"--threads", "-t", K_INT, OPT(threads), "N", "OpenBLAS threads per rank"},
+    {"--ckpt-dir", NULL, K_STR, OPT(ckpt_dir), "DIR",
+     "checkpoint root (step_NNNNNNNN/ per save, 'latest')"},
+    {"--ckpt-every", NULL, K_INT, OPT(ckpt_every), "K",
+     "save a checkpoint every K steps (0 = never)"},
+    {"--keep", NULL, K_INT, OPT(keep), "K", "keep the K newest checkpoints (0 = all)"},
+    {"--resume", NULL, K_STR, OPT(resume), "WHAT",
+     "'auto' (latest under --ckpt-dir, if any), a root or a step directory"},
+    {"--verify-resume", NULL, K_BOOL, OPT(verify_resume), NULL,
+     "reload the first checkpoint saved and check it byte for byte"},
 };
 #define NFLAGS (sizeof flags / sizeof flags[0])
 
@@ -92,6 +101,8 @@ static void preset_seed(mg_options *o)
     o->eval_every = 0;
     o->loss_table = true;
     o->sample = 16;
+    o->ckpt_every = 10;      /* the curriculum's step-10 checkpoint ... */
+    o->verify_resume = true; /* ... reloaded: RESUME VERIFIED */
 }
 
 /* The 865k-parameter config of the performance targets, DDP, 1 MB
@@ -111,7 +122,8 @@ static void preset_865k(mg_options *o)
 }
 
 static const preset presets[] = {
-    {"seed", "4 ranks, 20 steps, batch 4, lr 5e-3, ZeRO-1, random tokens", preset_seed},
+    {"seed", "4 ranks, 20 steps, batch 4, lr 5e-3, ZeRO-1, random tokens, "
+             "checkpoint at step 10 verified (RESUME VERIFIED)", preset_seed},
     {"865k", "V=256 C=128 H=4 L=4 T=64, batch 8, DDP with 1 MB buckets", preset_865k},
 };
 #define NPRESETS (sizeof presets / sizeof presets[0])
@@ -213,9 +225,12 @@ static int check(const mg_options *o, const char *prog)
     if (dt_config_check(&o->cfg, err, sizeof err) != DT_OK)
         return bad(prog, err, "model config");
     if (o->batch < 1 || o->steps < 1 || o->grad_accum < 1 || o->log_every < 1 ||
-        o->eval_every < 0 || o->sample < 0 || o->threads < 1)
+        o->eval_every < 0 || o->sample < 0 || o->threads < 1 ||
+        o->ckpt_every < 0 || o->keep < 0)
         return bad(prog, "counts must be positive:", "batch/steps/grad-accum/"
-                   "log-every/threads >= 1, eval-every/sample >= 0");
+                   "log-every/threads >= 1, eval-every/sample/ckpt-every/keep >= 0");
+    if (o->resume && strcmp(o->resume, "auto") == 0 && !o->ckpt_dir)
+        return bad(prog, "--resume auto needs", "--ckpt-dir");
     if (!(o->lr > 0) || !isfinite(o->lr) || o->bucket_mb < 0)
         return bad(prog, "lr must be > 0 and bucket-mb >= 0", "lr/bucket-mb");
     return 0;

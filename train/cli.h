@@ -34,6 +34,11 @@ typedef struct mg_options {
     bool loss_table;       /* print every step's loss at the end */
     bool check_replicas;   /* compare parameter hashes after every step */
     int threads;           /* OpenBLAS threads per rank */
+    const char *ckpt_dir;  /* checkpoint root, or NULL */
+    int ckpt_every;        /* save every K steps; 0 = never */
+    int keep;              /* keep the K newest checkpoints; 0 = all */
+    const char *resume;    /* "auto", a root or a step directory, or NULL */
+    bool verify_resume;    /* reload the first checkpoint and compare */
 } mg_options;
 
 /* Defaults: the seed model on the embedded reverse task, DDP. */

@@ -13,7 +13,8 @@
  * alone, with the same arithmetic and no communicator.
  *
  * The story of main: options -> communicator -> data, model, optimizer
- * (trainer.c; the optimizer broadcasts rank 0's weights) -> steps, rank 0
+ * (trainer.c; the optimizer broadcasts rank 0's weights) -> --resume
+ * (checkpointing.c) -> steps, each followed by the --ckpt-every save, rank 0
  * printing a line every --log-every steps and the task's accuracy every
  * --eval-every -> summary, loss table, memory tables, a sample. Only rank
  * 0 prints, except errors, which every rank reports with its rank; the
@@ -117,23 +118,25 @@ static dt_status train(mg_run *r, mg_metrics *mx, double *mean_hidden,
     bool tty = r->rank == 0 && isatty(STDOUT_FILENO);
     double hidden_sum = 0;
     int hidden_n = 0;
-    for (int s = 0; s < o->steps; s++) {
+    for (int s = r->start_step; s < o->steps; s++) {
         mg_step st_info = {0};
         dt_status st = mg_train_step(r, s, &st_info);
         if (st != DT_OK)
             return st;
-        if (st_info.comm.hidden >= 0 && s > 0) { /* step 1 warms up */
+        if (st_info.comm.hidden >= 0 && s > r->start_step) { /* warm-up */
             hidden_sum += st_info.comm.hidden;
             hidden_n++;
         }
         if (o->check_replicas && (st = check_replicas(r, s + 1, true)) != DT_OK)
+            return st;
+        if ((st = mg_ckpt_after_step(r, s + 1)) != DT_OK)
             return st;
         if (r->rank != 0)
             continue;
         mg_metrics_step(mx, s, &st_info);
         if (tty)
             mg_progress_clear(stdout);
-        if ((s + 1) % o->log_every == 0 || s == 0 || s + 1 == o->steps)
+        if ((s + 1) % o->log_every == 0 || s == r->start_step || s + 1 == o->steps)
             mg_report_step(stdout, s, &st_info);
         if (o->eval_every > 0 && (s + 1) % o->eval_every == 0 &&
             s + 1 < o->steps)
@@ -158,7 +161,8 @@ static dt_status finish(mg_run *r, mg_metrics *mx, double secs,
     if (r->rank == 0) {
         acc = evaluate(r, mx, o->steps);
         printf("summary: %d steps in %.2f s, loss %.4f -> %.4f", o->steps,
-               secs, (double)r->losses[0], (double)r->losses[o->steps - 1]);
+               secs, (double)r->losses[r->start_step < o->steps ? r->start_step : 0],
+               (double)r->losses[o->steps - 1]);
         if (mean_hidden >= 0)
             printf(", communication hidden behind compute %.0f%% (mean)",
                    100 * mean_hidden);
@@ -193,6 +197,10 @@ int main(int argc, char **argv)
                r.o.preset, r.o.expect_ranks, r.world);
     mg_metrics *mx = NULL;
     dt_status st = mg_run_open(&r);
+    if (st == DT_OK)
+        st = mg_ckpt_open(&r);
+    if (st == DT_OK)
+        st = mg_ckpt_resume(&r);
     if (st == DT_OK && r.rank == 0) {
         mg_report_header(stdout, &r);
         if (r.o.metrics && !(mx = mg_metrics_open(r.o.metrics, &r)))
@@ -210,6 +218,7 @@ int main(int argc, char **argv)
             dt_comm_abort(r.comm, "minigpt failed on this rank");
     }
     mg_metrics_close(mx);
+    mg_ckpt_close(&r);
     mg_run_close(&r);
     fflush(stdout);
     dt_comm_destroy(r.comm);

@@ -92,9 +92,9 @@ void mg_progress_clear(FILE *f)
 void mg_report_loss_table(FILE *f, const mg_run *r)
 {
     fprintf(f, "loss table (%d steps, mean over the global batch):\n",
-            r->o.steps);
+            r->o.steps - r->start_step);
     fprintf(f, "  step   loss\n");
-    for (int s = 0; s < r->o.steps; s++)
+    for (int s = r->start_step; s < r->o.steps; s++) /* resumed: from there */
         fprintf(f, "  %4d   %.4f\n", s + 1, (double)r->losses[s]);
 }
 

@@ -111,7 +111,7 @@ static dt_status micro_step(mg_run *r, int step, int j, float *loss)
 {
     const mg_options *o = &r->o;
     uint64_t G = (uint64_t)r->world * (uint64_t)o->grad_accum * (uint64_t)o->batch;
-    uint64_t row = (uint64_t)step * G +
+    uint64_t row = r->row0 + (uint64_t)(step - r->start_step) * G +
                    (uint64_t)(r->rank * o->grad_accum + j) * (uint64_t)o->batch;
     dt_status st = dt_dataset_batch(r->x, r->y, r->data, DT_TRAIN, o->seed, row,
                                     o->batch, o->cfg.T);

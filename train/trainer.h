@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "cli.h"
+#include "dt_ckpt_train.h"
 #include "dt_comm.h"
 #include "dt_model.h"
 #include "dt_optim.h"
@@ -26,6 +27,11 @@ typedef struct mg_run {
     dt_adamw_hparams h;
     int *x, *y;             /* (batch, T) host tokens of one micro-batch */
     float *losses;          /* [steps] mean loss over the global batch */
+    dt_ckpt *ck;            /* --ckpt-dir (or the seed's temporary root) */
+    char ckpt_tmp[128];     /* a temporary root made for the run, or "" */
+    int start_step;         /* first step to run: 0, or the resumed step */
+    uint64_t row0;          /* data position at start_step */
+    bool verified;          /* RESUME VERIFIED already printed */
     char err[768];
 } mg_run;
 
@@ -46,6 +52,14 @@ dt_status mg_train_step(mg_run *r, int step, mg_step *out);
 float mg_val_loss(mg_run *r);
 /* Writes a sample of n tokens after a prompt from the validation split. */
 void mg_sample(mg_run *r, FILE *f, int n);
+
+/* checkpointing.c: collective (every rank calls) */
+dt_status mg_ckpt_open(mg_run *r);
+void mg_ckpt_close(mg_run *r);
+/* --resume: loads the model and optimizer, sets start_step and row0. */
+dt_status mg_ckpt_resume(mg_run *r);
+/* After `done` steps: saves on the --ckpt-every cadence, verifies once. */
+dt_status mg_ckpt_after_step(mg_run *r, int done);
 
 /* metrics.c: JSONL, one object per line, rank 0 only */
 typedef struct mg_metrics mg_metrics;

@@ -1,0 +1,148 @@
+/*
+ * ckpt_internal.h — what the checkpoint layer's files share and the public
+ * header does not say: the handle, the shard file's binary layout, the
+ * in-memory manifest, and the small file-system helpers.
+ *
+ * Shard file layout (little-endian):
+ *   header (SHARD_HEADER_BYTES)
+ *     magic "DTCKSHD1", u32 version, u32 rank, u32 world, u32 mode,
+ *     u32 num_sections, u32 reserved, u64 step, u64 seed, u64 data_row,
+ *     u64 rng_state, u64 num_params
+ *   section table: num_sections x (u32 kind, u32 reserved, u64 offset,
+ *     u64 count, u64 file_offset)          offset/count in elements
+ *   sections, in table order, f32 raw
+ * The SHA-256 in the manifest covers the whole file, header included.
+ */
+#ifndef DT_CKPT_INTERNAL_H
+#define DT_CKPT_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "dt_ckpt.h"
+
+#define SHARD_MAGIC "DTCKSHD1"
+#define SHARD_VERSION 1u
+#define SHARD_HEADER_BYTES 72
+#define SECTION_BYTES 32
+#define MAX_SECTIONS 4
+#define SHA256_HEX 65           /* 64 hex digits + NUL */
+#define MANIFEST_MAX_BYTES ((size_t)64 << 20)
+#define CKPT_PATH_MAX 4096
+
+/* The arrays a checkpoint stores, in file order. */
+typedef enum ckpt_kind { KIND_PARAMS = 0, KIND_MASTER, KIND_M, KIND_V,
+                         KIND_COUNT } ckpt_kind;
+extern const char *const ckpt_kind_names[KIND_COUNT]; /* "params", ... */
+
+typedef struct ckpt_range {
+    bool present;
+    uint64_t offset, count; /* elements of the flat layout */
+} ckpt_range;
+
+/* One shard as the manifest (or a writer) describes it. */
+typedef struct ckpt_shard {
+    int rank;
+    char file[64];
+    uint64_t bytes;
+    char sha256[SHA256_HEX];
+    ckpt_range ranges[KIND_COUNT];
+} ckpt_shard;
+
+typedef struct ckpt_manifest {
+    int schema;
+    long step;
+    int world;
+    dt_ckpt_mode mode;
+    dt_config cfg;
+    uint64_t num_params;
+    uint64_t seed, data_row, rng_state;
+    ckpt_shard *shards; /* [world], index = rank after validation */
+} ckpt_manifest;
+
+struct dt_ckpt {
+    char root[CKPT_PATH_MAX];
+    dt_ckpt_options opts;
+    dt_ckpt_fault fault;
+    dt_status status;     /* of the last failure since the call began */
+    char err[1024];
+};
+
+/* Records the failure (status, fault, message) and returns st. */
+__attribute__((format(printf, 4, 5)))
+dt_status ckpt_fail(dt_ckpt *ck, dt_status st, dt_ckpt_fault fault,
+                    const char *fmt, ...);
+
+/* fsutil.c */
+bool ckpt_name_is_safe(const char *name);
+int ckpt_fsync_dir(const char *dir);
+/* Writes data to dir/name through name.tmp, fsync, rename, fsync(dir). */
+dt_status ckpt_write_atomic(dt_ckpt *ck, const char *dir, const char *name,
+                            const void *data, size_t len);
+/* Reads a whole small file (at most max bytes) into a malloc'ed,
+ * NUL-terminated buffer. */
+dt_status ckpt_read_small(dt_ckpt *ck, const char *path, size_t max,
+                          char **out, size_t *len);
+void ckpt_step_name(char *buf, size_t len, long step);
+bool ckpt_newest_committed(const dt_ckpt *ck, long except, char *name);
+/* Removes step directories beyond the newest `keep` committed ones (never
+ * the one latest names) and stale .tmp files. Best effort. */
+void ckpt_rotate(dt_ckpt *ck, int keep, const char *latest_name);
+
+/* shard_file.c */
+/* Writes rank r's shard of s (partition over world) to dir, filling rec. */
+dt_status ckpt_write_shard(dt_ckpt *ck, const char *dir,
+                           const dt_ckpt_state *s, int r, int world,
+                           ckpt_shard *rec);
+/* The record of rank r's shard (all but its sha256), as every rank can
+ * compute it from the partition. */
+void ckpt_describe_shard(const dt_ckpt_state *s, int r, int world,
+                         ckpt_shard *rec);
+/* Streams one shard file, checking it against m->shards[r] and copying
+ * its intersections into s (NULL: verify only). */
+dt_status ckpt_read_shard(dt_ckpt *ck, const char *dir,
+                          const ckpt_manifest *m, int r, dt_ckpt_state *s);
+
+/* manifest.c */
+dt_status ckpt_manifest_write(dt_ckpt *ck, const char *dir,
+                              const ckpt_manifest *m);
+/* Parses and validates dir/manifest.json; m->shards malloc'ed. */
+dt_status ckpt_manifest_read(dt_ckpt *ck, const char *dir, ckpt_manifest *m);
+void ckpt_manifest_free(ckpt_manifest *m);
+
+/* buf (CKPT_PATH_MAX) = dir/name suffix; the root's length is bounded at
+ * open, so a path never truncates (an empty one would fail to open). */
+static inline void ckpt_join(char *buf, const char *dir, const char *name,
+                             const char *suffix)
+{
+    if (snprintf(buf, CKPT_PATH_MAX, "%s/%s%s", dir, name, suffix) >= CKPT_PATH_MAX)
+        buf[0] = '\0';
+}
+
+/* Little-endian field access. */
+static inline void put_u32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+static inline void put_u64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+static inline uint32_t get_u32(const unsigned char *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+static inline uint64_t get_u64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+#endif /* DT_CKPT_INTERNAL_H */

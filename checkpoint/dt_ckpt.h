@@ -1,0 +1,190 @@
+/*
+ * dt_ckpt.h — the public interface of dtrain's checkpoint layer: sharded,
+ * verified, atomically committed training state.
+ *
+ * On disk, under a root directory:
+ *
+ *   root/latest                  "step_00000010\n": the last committed step
+ *   root/step_00000010/
+ *       rank00000.bin ...        one shard per rank, written by that rank
+ *       manifest.json            the commit marker, written last by rank 0
+ *
+ * Who writes what. The flat parameter buffer (and every optimizer array
+ * laid out like it) is cut the way ZeRO-1 cuts it: s = ceil(Ψ/N), rank r
+ * owns [r·s, (r+1)·s) clipped to Ψ. Rank r's shard holds exactly that
+ * slice of the parameters, of AdamW's m and v and, under ZeRO-1, of the
+ * fp32 master; plus the step count, the data position (next global row)
+ * and the RNG state in its header. Under DDP every rank holds the full,
+ * identical m and v: each still writes only its 1/N slice (the replicas
+ * are bitwise equal, which the trainer checks), so the N writes are equal
+ * in size and run in parallel, and no rank gathers anything.
+ *
+ * Commit protocol (dt_ckpt_save, collective):
+ *   rank 0 creates the step directory and removes a stale manifest   barrier
+ *   each rank: rankNNNNN.bin.tmp, SHA-256 while writing, fsync, rename
+ *   gather (bytes, sha256, ok) to rank 0        = "all shards written"
+ *   rank 0: manifest.json.tmp, fsync, rename, fsync(dir);
+ *           latest.tmp, fsync, rename, fsync(root); rotation (--keep)
+ *   broadcast of rank 0's verdict               = "manifest committed"
+ * A crash anywhere leaves `latest` naming a complete, verified step: the
+ * manifest is the commit marker, and `latest` moves only after it.
+ *
+ * Loading reads every shard named by the manifest, checks everything
+ * (manifest present and valid JSON, schema version, world size, ranks in
+ * range, unique and complete, safe file names, sizes, header fields,
+ * coverage of [0, Ψ) for every array, SHA-256), and copies the
+ * intersection of each shard's global ranges with what the caller holds —
+ * which is all resharding N -> M needs. Each failure is a dt_status plus a
+ * dt_ckpt_fault and a message naming the file and the field.
+ *
+ * Cost: save writes (Ψ + [Ψ master] + 2Ψ)·4 bytes in total, 1/N per rank,
+ * plus one SHA-256 pass over them; load reads every shard on every rank
+ * (each rank needs the full parameters anyway). Host memory only: a device
+ * backend stages through host buffers. Byte order: little-endian hosts.
+ */
+#ifndef DT_CKPT_H
+#define DT_CKPT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dt_comm.h"
+#include "dt_model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DT_CKPT_SCHEMA_VERSION 1
+#define DT_CKPT_MAX_WORLD 65536
+
+typedef enum dt_ckpt_mode { DT_CKPT_DDP = 0, DT_CKPT_ZERO1 = 1 } dt_ckpt_mode;
+
+/* What went wrong, for callers (and tests) that must tell corruptions
+ * apart; the message says it in words. */
+typedef enum dt_ckpt_fault {
+    DT_CKPT_FAULT_NONE = 0,
+    DT_CKPT_FAULT_IO,            /* a system call failed */
+    DT_CKPT_FAULT_NO_CHECKPOINT, /* no latest / directory without manifest */
+    DT_CKPT_FAULT_BAD_JSON,      /* manifest is not valid JSON */
+    DT_CKPT_FAULT_SCHEMA,        /* unknown schema version or format */
+    DT_CKPT_FAULT_FIELD,         /* a manifest field missing or mistyped */
+    DT_CKPT_FAULT_WORLD,         /* world size differs (and no reshard) */
+    DT_CKPT_FAULT_CONFIG,        /* model config / parameter count differ */
+    DT_CKPT_FAULT_RANK_RANGE,    /* a shard's rank outside [0, world) */
+    DT_CKPT_FAULT_RANK_DUP,      /* two shards claim one rank */
+    DT_CKPT_FAULT_RANK_MISSING,  /* a rank has no shard */
+    DT_CKPT_FAULT_UNSAFE_NAME,   /* file name with '/', "..", absolute */
+    DT_CKPT_FAULT_MISSING_FILE,  /* a shard file does not exist */
+    DT_CKPT_FAULT_SIZE,          /* file size differs from the manifest */
+    DT_CKPT_FAULT_HASH,          /* SHA-256 differs */
+    DT_CKPT_FAULT_ABSURD,        /* sizes or offsets out of any sane range */
+    DT_CKPT_FAULT_HEADER,        /* shard header disagrees with manifest */
+    DT_CKPT_FAULT_COVERAGE,      /* ranges do not tile [0, Ψ) */
+} dt_ckpt_fault;
+
+const char *dt_ckpt_fault_name(dt_ckpt_fault f); /* "DT_CKPT_FAULT_HASH" */
+
+/*
+ * One rank's training state, described by pointers into the caller's
+ * memory (save reads it, load fills it). params is the full replica
+ * (num_params); the optimizer arrays cover [opt_lo, opt_lo + opt_n) of the
+ * flat layout, index 0 = element opt_lo: the whole buffer under DDP, the
+ * rank's shard under ZeRO-1. master is NULL under DDP. On save, rank r's
+ * slice [r·s, r·s + n_r) must lie inside the optimizer range.
+ */
+typedef struct dt_ckpt_state {
+    dt_config cfg;
+    dt_ckpt_mode mode;
+    int rank, world;
+    long step;           /* optimizer steps done = AdamW's step count */
+    uint64_t seed;       /* data and initialisation seed */
+    uint64_t data_row;   /* next global row of the batch sequence */
+    uint64_t rng_state;  /* the trainer's RNG state */
+    size_t num_params;
+    float *params;       /* (num_params) */
+    size_t opt_lo, opt_n;
+    float *master;       /* (opt_n) or NULL */
+    float *adam_m;       /* (opt_n) */
+    float *adam_v;       /* (opt_n) */
+} dt_ckpt_state;
+
+/* Rank r's slice of a flat buffer of n elements over world ranks. */
+void dt_ckpt_partition(size_t n, int world, int r, size_t *lo, size_t *count);
+
+/* What the manifest of one step directory says (dt_ckpt_inspect). */
+typedef struct dt_ckpt_info {
+    long step;
+    int world;
+    dt_ckpt_mode mode;
+    dt_config cfg;
+    size_t num_params;
+    uint64_t seed, data_row, rng_state;
+    uint64_t total_bytes;  /* all shards */
+} dt_ckpt_info;
+
+typedef struct dt_ckpt dt_ckpt;
+
+typedef struct dt_ckpt_options {
+    int keep;            /* keep the K newest steps (0 = all) */
+    bool allow_reshard;  /* load accepts another world size or mode */
+} dt_ckpt_options;
+
+/* Opens the checkpoint root dir (created by save if missing). Always sets
+ * *out (NULL only on DT_ENOMEM). opts may be NULL (keep all, no reshard). */
+dt_status dt_ckpt_open(dt_ckpt **out, const char *root,
+                       const dt_ckpt_options *opts);
+void dt_ckpt_close(dt_ckpt *ck);
+const char *dt_ckpt_error(const dt_ckpt *ck);
+dt_ckpt_fault dt_ckpt_last_fault(const dt_ckpt *ck);
+const char *dt_ckpt_root(const dt_ckpt *ck);
+
+/*
+ * Collective over comm (NULL: one process, world 1): writes this rank's
+ * shard of s into root/step_<s->step>/, and rank 0 commits the manifest
+ * and moves `latest` (protocol above), then rotates. Every rank returns
+ * the same verdict. Blocks on disk and on the collectives.
+ */
+dt_status dt_ckpt_save(dt_ckpt *ck, dt_comm *comm, const dt_ckpt_state *s);
+
+/*
+ * One process writes all `world` shards of a full state (params, and every
+ * optimizer array over [0, Ψ)) and commits: the offline reshard.
+ */
+dt_status dt_ckpt_save_all(dt_ckpt *ck, const dt_ckpt_state *full, int world);
+
+/* The step directory `latest` names, as a path under root, into buf.
+ * DT_EINVAL with fault NO_CHECKPOINT if there is none. */
+dt_status dt_ckpt_latest(dt_ckpt *ck, char *buf, size_t len);
+
+/* Reads and checks a step directory's manifest (not the shards). */
+dt_status dt_ckpt_inspect(dt_ckpt *ck, const char *step_dir,
+                          dt_ckpt_info *info);
+
+/*
+ * Verifies the step directory and loads it into s: s->cfg, num_params,
+ * mode, rank, world and the buffers say what this rank holds; step, seed,
+ * data_row and rng_state are filled in. Another world size or mode is
+ * refused unless allow_reshard. A ZeRO-1 state loaded from a DDP
+ * checkpoint takes its master from the parameters. On failure the
+ * buffers' contents are unspecified. s NULL: verify only.
+ */
+dt_status dt_ckpt_load(dt_ckpt *ck, const char *step_dir, dt_ckpt_state *s);
+
+/* Verifies everything load checks, reading every shard, loading nothing. */
+dt_status dt_ckpt_verify(dt_ckpt *ck, const char *step_dir);
+
+/*
+ * Writes the parameters of a full state as a safetensors file: 8-byte
+ * little-endian header length, a JSON header naming each tensor of the
+ * model's table (dtype F32, shape, data_offsets), then the raw data.
+ */
+dt_status dt_ckpt_export_safetensors(dt_ckpt *ck, const char *path,
+                                     const dt_config *cfg,
+                                     const float *params);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DT_CKPT_H */

@@ -1,0 +1,178 @@
+/*
+ * dtrain_ckpt.c — dtrain-ckpt, the checkpoint tool.
+ *
+ *   dtrain-ckpt ls ROOT                  every step directory: step, world,
+ *                                        mode, bytes, and whether it verifies
+ *   dtrain-ckpt verify DIR               a step directory (or a root: its
+ *                                        latest); exit 0 if it verifies, 1 not
+ *   dtrain-ckpt export DIR OUT.safetensors   consolidated weights
+ *   dtrain-ckpt reshard DIR OUTROOT M    the same state as M shards
+ *
+ * Everything goes through the library: verify is a load into nothing;
+ * export and reshard load the full state as one rank of one (the
+ * intersection with every shard is the whole of it), then write it out.
+ * Exit codes: 0 success, 1 a checkpoint failed its checks or a write
+ * failed, 2 usage.
+ */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dt_ckpt.h"
+
+static int usage(void)
+{
+    fprintf(stderr,
+            "usage: dtrain-ckpt ls ROOT\n"
+            "       dtrain-ckpt verify DIR|ROOT\n"
+            "       dtrain-ckpt export DIR|ROOT OUT.safetensors\n"
+            "       dtrain-ckpt reshard DIR|ROOT OUTROOT M\n");
+    return 2;
+}
+
+/* A step directory as given, or the one `latest` names under a root. */
+static int resolve(dt_ckpt *ck, const char *path, char *dir, size_t len)
+{
+    char man[4200];
+    snprintf(man, sizeof man, "%s/manifest.json", path);
+    if (access(man, F_OK) == 0) {
+        snprintf(dir, len, "%s", path);
+        return 0;
+    }
+    if (dt_ckpt_latest(ck, dir, len) != DT_OK) {
+        fprintf(stderr, "dtrain-ckpt: %s\n", dt_ckpt_error(ck));
+        return 1;
+    }
+    return 0;
+}
+
+static int cmd_ls(const char *root)
+{
+    dt_ckpt *ck;
+    if (dt_ckpt_open(&ck, root, NULL) != DT_OK)
+        return fprintf(stderr, "dtrain-ckpt: %s\n", dt_ckpt_error(ck)), dt_ckpt_close(ck), 1;
+    struct dirent **names;
+    int n = scandir(root, &names, NULL, alphasort);
+    if (n < 0) {
+        perror(root);
+        dt_ckpt_close(ck);
+        return 1;
+    }
+    char latest[4200] = "";
+    dt_ckpt_latest(ck, latest, sizeof latest);
+    printf("%-16s %8s %6s %6s %14s  %s\n", "directory", "step", "world", "mode",
+           "bytes", "status");
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        const char *nm = names[i]->d_name;
+        if (strncmp(nm, "step_", 5) == 0) {
+            char dir[4200];
+            snprintf(dir, sizeof dir, "%s/%s", root, nm);
+            dt_ckpt_info info;
+            bool is_latest = strcmp(dir, latest) == 0;
+            if (dt_ckpt_inspect(ck, dir, &info) != DT_OK) {
+                printf("%-16s %8s %6s %6s %14s  not a checkpoint: %s\n", nm, "-",
+                       "-", "-", "-", dt_ckpt_error(ck));
+            } else {
+                bool ok = dt_ckpt_verify(ck, dir) == DT_OK;
+                bad += !ok;
+                printf("%-16s %8ld %6d %6s %14llu  %s%s%s\n", nm, info.step,
+                       info.world, info.mode == DT_CKPT_ZERO1 ? "zero1" : "ddp",
+                       (unsigned long long)info.total_bytes, ok ? "ok" : "BAD: ",
+                       ok ? "" : dt_ckpt_error(ck), is_latest ? " (latest)" : "");
+            }
+        }
+        free(names[i]);
+    }
+    free(names);
+    dt_ckpt_close(ck);
+    return bad ? 1 : 0;
+}
+
+/* The full state of dir, loaded as rank 0 of 1. */
+static int load_full(dt_ckpt *ck, const char *dir, dt_ckpt_state *s)
+{
+    dt_ckpt_info info;
+    if (dt_ckpt_inspect(ck, dir, &info) != DT_OK)
+        return fprintf(stderr, "dtrain-ckpt: %s\n", dt_ckpt_error(ck)), 1;
+    size_t n = info.num_params;
+    *s = (dt_ckpt_state){.cfg = info.cfg, .mode = info.mode, .rank = 0,
+                         .world = 1, .num_params = n, .opt_lo = 0, .opt_n = n};
+    s->params = malloc(n * sizeof(float));
+    s->adam_m = malloc(n * sizeof(float));
+    s->adam_v = malloc(n * sizeof(float));
+    s->master = info.mode == DT_CKPT_ZERO1 ? malloc(n * sizeof(float)) : NULL;
+    if (!s->params || !s->adam_m || !s->adam_v ||
+        (info.mode == DT_CKPT_ZERO1 && !s->master))
+        return fprintf(stderr, "dtrain-ckpt: out of memory\n"), 1;
+    if (dt_ckpt_load(ck, dir, s) != DT_OK)
+        return fprintf(stderr, "dtrain-ckpt: %s\n", dt_ckpt_error(ck)), 1;
+    return 0;
+}
+
+static void free_full(dt_ckpt_state *s)
+{
+    free(s->params);
+    free(s->adam_m);
+    free(s->adam_v);
+    free(s->master);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3)
+        return usage();
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "ls") == 0)
+        return argc == 3 ? cmd_ls(argv[2]) : usage();
+    bool verify = strcmp(cmd, "verify") == 0 && argc == 3;
+    bool export = strcmp(cmd, "export") == 0 && argc == 4;
+    bool reshard = strcmp(cmd, "reshard") == 0 && argc == 5;
+    if (!verify && !export && !reshard)
+        return usage();
+    dt_ckpt_options o = {.allow_reshard = true};
+    dt_ckpt *ck;
+    char dir[4200];
+    int rc = dt_ckpt_open(&ck, argv[2], &o) != DT_OK ||
+             resolve(ck, argv[2], dir, sizeof dir);
+    if (!rc && verify) {
+        rc = dt_ckpt_verify(ck, dir) != DT_OK;
+        if (rc)
+            fprintf(stderr, "dtrain-ckpt: %s: %s\n",
+                    dt_ckpt_fault_name(dt_ckpt_last_fault(ck)), dt_ckpt_error(ck));
+        else
+            printf("%s: ok\n", dir);
+    }
+    dt_ckpt_state s = {0};
+    if (!rc && (export || reshard))
+        rc = load_full(ck, dir, &s);
+    if (!rc && export) {
+        rc = dt_ckpt_export_safetensors(ck, argv[3], &s.cfg, s.params) != DT_OK;
+        if (rc)
+            fprintf(stderr, "dtrain-ckpt: %s\n", dt_ckpt_error(ck));
+        else
+            printf("%s: %zu parameters of step %ld\n", argv[3], s.num_params, s.step);
+    }
+    if (!rc && reshard) {
+        char *end;
+        long m = strtol(argv[4], &end, 10);
+        dt_ckpt *out;
+        if (*end || m < 1 || m > DT_CKPT_MAX_WORLD) {
+            free_full(&s);
+            dt_ckpt_close(ck);
+            return usage();
+        }
+        rc = dt_ckpt_open(&out, argv[3], NULL) != DT_OK ||
+             dt_ckpt_save_all(out, &s, (int)m) != DT_OK;
+        if (rc)
+            fprintf(stderr, "dtrain-ckpt: %s\n", dt_ckpt_error(out));
+        else
+            printf("%s: step %ld as %ld shards\n", argv[3], s.step, m);
+        dt_ckpt_close(out);
+    }
+    free_full(&s);
+    dt_ckpt_close(ck);
+    return rc;
+}

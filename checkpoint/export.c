@@ -1,0 +1,84 @@
+/*
+ * export.c — consolidated weights as a safetensors file.
+ *
+ * safetensors (Hugging Face) is the simplest self-describing tensor file:
+ *   u64 LE  N = length of the JSON header
+ *   N bytes {"wte": {"dtype": "F32", "shape": [V, C],
+ *                    "data_offsets": [begin, end]}, ...}  (padded with
+ *            spaces to a multiple of 8, which the format allows)
+ *   data    the tensors' bytes, offsets relative to the end of the header
+ * Names and shapes come from the model's tensor table (PyTorch state_dict
+ * names), so `safetensors.torch.load_file` gives a dict that loads into
+ * the PyTorch twin of MiniGPT. The flat buffer is already in table order,
+ * so the data section is the parameter buffer written as it is.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt_internal.h"
+
+/* The JSON header, padded to a multiple of 8 bytes; NULL on ENOMEM. */
+static char *build_header(const dt_model *m, size_t *len)
+{
+    json_t *root = json_object();
+    for (int i = 0; root && i < m->num_tensors; i++) {
+        const dt_tensor_info *t = &m->tensors[i];
+        json_t *shape = json_array();
+        for (int d = 0; d < t->ndim; d++)
+            json_array_append_new(shape, json_integer(t->shape[d]));
+        size_t begin = t->offset * sizeof(float);
+        size_t end = begin + t->numel * sizeof(float);
+        json_object_set_new(root, t->name,
+            json_pack("{s:s, s:o, s:[II]}", "dtype", "F32", "shape", shape,
+                      "data_offsets", (json_int_t)begin, (json_int_t)end));
+    }
+    char *text = root ? json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(root);
+    if (!text)
+        return NULL;
+    size_t n = strlen(text), padded = (n + 7) / 8 * 8;
+    char *out = realloc(text, padded + 1);
+    if (!out) {
+        free(text);
+        return NULL;
+    }
+    memset(out + n, ' ', padded - n);
+    out[padded] = '\0';
+    *len = padded;
+    return out;
+}
+
+dt_status dt_ckpt_export_safetensors(dt_ckpt *ck, const char *path,
+                                     const dt_config *cfg,
+                                     const float *params)
+{
+    dt_model *m = NULL;
+    dt_status st = dt_model_create(&m, cfg, dt_backend_cpu_reference(), 1);
+    if (st != DT_OK) {
+        ckpt_fail(ck, st, DT_CKPT_FAULT_CONFIG, "export: %s",
+                  m ? dt_model_error(m) : "out of memory");
+        dt_model_destroy(m);
+        return st;
+    }
+    size_t hlen = 0;
+    char *header = build_header(m, &hlen);
+    size_t nbytes = m->num_params * sizeof(float);
+    dt_model_destroy(m);
+    if (!header)
+        return ckpt_fail(ck, DT_ENOMEM, DT_CKPT_FAULT_IO, "export: out of memory");
+    FILE *f = fopen(path, "wb");
+    unsigned char lenbuf[8];
+    put_u64(lenbuf, hlen);
+    bool ok = f && fwrite(lenbuf, 1, 8, f) == 8 &&
+              fwrite(header, 1, hlen, f) == hlen &&
+              fwrite(params, 1, nbytes, f) == nbytes;
+    int e = errno;
+    ok = (f && fclose(f) == 0) && ok;
+    free(header);
+    if (!ok)
+        return ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "export: writing %s: %s",
+                         path, strerror(e));
+    return DT_OK;
+}

@@ -1,0 +1,40 @@
+/*
+ * train_state.c — a live model and its optimizer, seen as a checkpoint
+ * state: pointers into their memory, no copies.
+ *
+ * Under DDP the state is the model's full replica and its AdamW moments
+ * (allocated here, zero, if no step has run yet, exactly as the first
+ * dt_model_update would); under ZeRO-1, the replica plus this rank's
+ * master/m/v shard. Saving reads through these pointers and loading writes
+ * through them, so after a load the model and the optimizer are the saved
+ * ones with nothing to copy back. Host memory: the CPU backend's.
+ */
+#include "ckpt_internal.h"
+#include "dt_ckpt_train.h"
+
+dt_status dt_ckpt_state_of(dt_ckpt_state *s, dt_model *m, dt_zero1 *z,
+                           int rank, int world)
+{
+    *s = (dt_ckpt_state){.cfg = m->cfg, .rank = rank, .world = world,
+                         .num_params = m->num_params,
+                         .params = m->params_memory};
+    if (z) {
+        s->mode = DT_CKPT_ZERO1;
+        dt_zero1_shard(z, &s->opt_lo, &s->opt_n);
+        dt_zero1_state(z, &s->master, &s->adam_m, &s->adam_v);
+        return DT_OK;
+    }
+    s->mode = DT_CKPT_DDP;
+    if (!m->adam_m) {
+        size_t bytes = m->num_params * sizeof(float);
+        m->adam_m = m->be->alloc(bytes);
+        m->adam_v = m->be->alloc(bytes);
+        if (!m->adam_m || !m->adam_v)
+            return DT_ENOMEM;
+    }
+    s->opt_lo = 0;
+    s->opt_n = m->num_params;
+    s->adam_m = m->adam_m;
+    s->adam_v = m->adam_v;
+    return DT_OK;
+}

@@ -1,0 +1,111 @@
+/*
+ * ckpt_fixture.h — shared by the checkpoint suites: a scratch root
+ * directory per test, a synthetic training state whose every byte is a
+ * function of (step, array, index), and manifest surgery through jansson.
+ *
+ * The synthetic state makes "byte-identical" checkable without training:
+ * fill(step) then load must give back exactly fill(step).
+ */
+#ifndef DT_TEST_CKPT_FIXTURE_H
+#define DT_TEST_CKPT_FIXTURE_H
+
+#include <criterion/criterion.h>
+#include <ftw.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dt_ckpt.h"
+
+/* V=8 C=5 H=1 L=2 T=5: 805 parameters, which no world size > 1 divides. */
+static inline dt_config fixture_config(void)
+{
+    return (dt_config){.V = 8, .T = 5, .L = 2, .H = 1, .C = 5};
+}
+
+static inline int fixture_rm_one(const char *p, const struct stat *sb, int f,
+                                 struct FTW *w)
+{
+    (void)sb; (void)f; (void)w;
+    return remove(p);
+}
+
+/* Removes a directory tree (the test's scratch root). */
+static inline void fixture_rmtree(const char *dir)
+{
+    nftw(dir, fixture_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static inline void fixture_mkroot(char *buf, size_t len)
+{
+    snprintf(buf, len, "/tmp/dtrain-ckpt-test-XXXXXX");
+    cr_assert_not_null(mkdtemp(buf), "mkdtemp");
+}
+
+/* A full state (every optimizer array over all Ψ), values from step. */
+typedef struct full_state {
+    dt_ckpt_state s;
+    float *params, *master, *m, *v;
+} full_state;
+
+static inline float fixture_value(long step, int array, size_t i)
+{
+    uint32_t x = (uint32_t)(step * 2654435761u) ^ (uint32_t)(array * 40503u) ^
+                 (uint32_t)(i * 2246822519u);
+    x ^= x >> 15;
+    x *= 2246822519u;
+    x ^= x >> 13;
+    return (float)(int32_t)x / 2147483648.0f;
+}
+
+static inline void full_state_init(full_state *f, dt_ckpt_mode mode,
+                                   long step)
+{
+    dt_config cfg = fixture_config();
+    size_t n = dt_config_num_params(&cfg);
+    f->params = malloc(n * sizeof(float));
+    f->master = malloc(n * sizeof(float));
+    f->m = malloc(n * sizeof(float));
+    f->v = malloc(n * sizeof(float));
+    cr_assert(f->params && f->master && f->m && f->v);
+    float *arr[4] = {f->params, f->master, f->m, f->v};
+    for (int a = 0; a < 4; a++)
+        for (size_t i = 0; i < n; i++)
+            arr[a][i] = fixture_value(step, a, i);
+    /* ZeRO-1's master holds the same fp32 values as the parameters */
+    memcpy(f->master, f->params, n * sizeof(float));
+    f->s = (dt_ckpt_state){.cfg = cfg, .mode = mode, .rank = 0, .world = 1,
+                           .step = step, .seed = 0xfeedbeefcafe1234ull,
+                           .data_row = (uint64_t)step * 16,
+                           .rng_state = 0x8000000000000001ull ^ (uint64_t)step,
+                           .num_params = n, .params = f->params,
+                           .opt_lo = 0, .opt_n = n,
+                           .master = mode == DT_CKPT_ZERO1 ? f->master : NULL,
+                           .adam_m = f->m, .adam_v = f->v};
+}
+
+static inline void full_state_free(full_state *f)
+{
+    free(f->params);
+    free(f->master);
+    free(f->m);
+    free(f->v);
+}
+
+/* Rewrites root/step_N/manifest.json through edit(json). */
+static inline void fixture_edit_manifest(const char *stepdir,
+                                         void (*edit)(json_t *root))
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/manifest.json", stepdir);
+    json_error_t e;
+    json_t *root = json_load_file(path, 0, &e);
+    cr_assert_not_null(root, "manifest: %s", e.text);
+    edit(root);
+    cr_assert_eq(json_dump_file(root, path, JSON_INDENT(1)), 0);
+    json_decref(root);
+}
+
+#endif /* DT_TEST_CKPT_FIXTURE_H */

@@ -1,0 +1,506 @@
+/*
+ * test_checkpoint.c — the checkpoint format: round trips, every corruption
+ * with its own error, crash-safety of the commit protocol, rotation and
+ * export.
+ *
+ * States here are synthetic (ckpt_fixture.h): every value a function of
+ * (step, array, index), written by one process as N shards
+ * (dt_ckpt_save_all — the same shard writer every rank runs), so the tests
+ * need no network. The collective save and training resumes are in
+ * test_checkpoint_train.c.
+ */
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "ckpt_fixture.h"
+
+#define WORLD 3
+
+typedef struct fx {
+    char root[128];
+    char step_dir[256];
+    dt_ckpt *ck;
+    full_state f;
+} fx;
+
+/* A committed WORLD-rank checkpoint of step 10 in a fresh root. */
+static void fx_open(fx *x, dt_ckpt_mode mode, const dt_ckpt_options *o)
+{
+    fixture_mkroot(x->root, sizeof x->root);
+    cr_assert_eq(dt_ckpt_open(&x->ck, x->root, o), DT_OK);
+    full_state_init(&x->f, mode, 10);
+    cr_assert_eq(dt_ckpt_save_all(x->ck, &x->f.s, WORLD), DT_OK, "%s",
+                 dt_ckpt_error(x->ck));
+    snprintf(x->step_dir, sizeof x->step_dir, "%s/step_00000010", x->root);
+}
+
+static void fx_close(fx *x)
+{
+    dt_ckpt_close(x->ck);
+    full_state_free(&x->f);
+    fixture_rmtree(x->root);
+}
+
+/* Rank r's view of WORLD ranks, zeroed buffers to load into. */
+static void rank_view(full_state *dst, dt_ckpt_mode mode, int r, int world)
+{
+    full_state_init(dst, mode, 0);
+    size_t n = dst->s.num_params;
+    memset(dst->params, 0, n * sizeof(float));
+    memset(dst->m, 0, n * sizeof(float));
+    memset(dst->v, 0, n * sizeof(float));
+    memset(dst->master, 0, n * sizeof(float));
+    dst->s.rank = r;
+    dst->s.world = world;
+    if (mode == DT_CKPT_ZERO1)
+        dt_ckpt_partition(n, world, r, &dst->s.opt_lo, &dst->s.opt_n);
+}
+
+static void expect_equal_view(const full_state *src, const full_state *got)
+{
+    const dt_ckpt_state *a = &src->s, *b = &got->s;
+    cr_assert_eq(memcmp(a->params, b->params, a->num_params * sizeof(float)), 0,
+                 "parameters differ");
+    size_t lo = b->opt_lo, n = b->opt_n;
+    cr_assert_eq(memcmp(a->adam_m + lo, b->adam_m, n * sizeof(float)), 0, "m differs");
+    cr_assert_eq(memcmp(a->adam_v + lo, b->adam_v, n * sizeof(float)), 0, "v differs");
+    if (b->master)
+        cr_assert_eq(memcmp(src->master + lo, b->master, n * sizeof(float)), 0,
+                     "master differs");
+    cr_assert_eq(b->step, a->step);
+    cr_assert_eq(b->seed, a->seed);
+    cr_assert_eq(b->data_row, a->data_row);
+    cr_assert_eq(b->rng_state, a->rng_state);
+}
+
+static void round_trip(dt_ckpt_mode mode)
+{
+    fx x;
+    fx_open(&x, mode, NULL);
+    char latest[4200];
+    cr_assert_eq(dt_ckpt_latest(x.ck, latest, sizeof latest), DT_OK);
+    cr_assert_str_eq(latest, x.step_dir);
+    for (int r = 0; r < WORLD; r++) {
+        full_state got;
+        rank_view(&got, mode, r, WORLD);
+        cr_assert_eq(dt_ckpt_load(x.ck, latest, &got.s), DT_OK, "%s",
+                     dt_ckpt_error(x.ck));
+        expect_equal_view(&x.f, &got);
+        full_state_free(&got);
+    }
+    fx_close(&x);
+}
+
+Test(checkpoint, ddp_round_trip_is_byte_identical_on_every_rank, .timeout = 30)
+{
+    round_trip(DT_CKPT_DDP);
+}
+
+Test(checkpoint, zero1_round_trip_is_byte_identical_on_every_rank, .timeout = 30)
+{
+    round_trip(DT_CKPT_ZERO1);
+}
+
+Test(checkpoint, manifest_lists_every_shard_with_its_ranges, .timeout = 30)
+{
+    fx x;
+    fx_open(&x, DT_CKPT_ZERO1, NULL);
+    dt_ckpt_info info;
+    cr_assert_eq(dt_ckpt_inspect(x.ck, x.step_dir, &info), DT_OK);
+    cr_assert_eq(info.step, 10);
+    cr_assert_eq(info.world, WORLD);
+    cr_assert_eq(info.mode, DT_CKPT_ZERO1);
+    cr_assert_eq(info.num_params, 805);
+    /* 805 = 269 + 269 + 267; 4 arrays of 4 bytes, header 72 + 4 x 32 */
+    cr_assert_eq(info.total_bytes, 3 * 200 + 805 * 16);
+    fx_close(&x);
+}
+
+Test(checkpoint, reshard_loads_three_shards_on_two_and_five_ranks, .timeout = 30)
+{
+    dt_ckpt_options o = {.allow_reshard = true};
+    fx x;
+    fx_open(&x, DT_CKPT_ZERO1, &o);
+    int worlds[2] = {2, 5};
+    for (int w = 0; w < 2; w++)
+        for (int r = 0; r < worlds[w]; r++) {
+            full_state got;
+            rank_view(&got, DT_CKPT_ZERO1, r, worlds[w]);
+            cr_assert_eq(dt_ckpt_load(x.ck, x.step_dir, &got.s), DT_OK, "%s",
+                         dt_ckpt_error(x.ck));
+            expect_equal_view(&x.f, &got);
+            full_state_free(&got);
+        }
+    fx_close(&x);
+}
+
+Test(checkpoint, ddp_checkpoint_loads_as_zero1_with_master_from_params, .timeout = 30)
+{
+    dt_ckpt_options o = {.allow_reshard = true};
+    fx x;
+    fx_open(&x, DT_CKPT_DDP, &o);
+    full_state got;
+    rank_view(&got, DT_CKPT_ZERO1, 1, 2);
+    cr_assert_eq(dt_ckpt_load(x.ck, x.step_dir, &got.s), DT_OK, "%s",
+                 dt_ckpt_error(x.ck));
+    expect_equal_view(&x.f, &got);
+    full_state_free(&got);
+    fx_close(&x);
+}
+
+/* ---- corruptions: each its own fault, a message naming the file ---------- */
+
+static void expect_fault(fx *x, dt_ckpt_fault want, const char *needle)
+{
+    full_state got;
+    rank_view(&got, x->f.s.mode, 0, WORLD);
+    dt_status st = dt_ckpt_load(x->ck, x->step_dir, &got.s);
+    full_state_free(&got);
+    cr_assert_neq(st, DT_OK, "a corrupt checkpoint loaded");
+    cr_assert_eq(dt_ckpt_last_fault(x->ck), want, "fault %s, expected %s: %s",
+                 dt_ckpt_fault_name(dt_ckpt_last_fault(x->ck)),
+                 dt_ckpt_fault_name(want), dt_ckpt_error(x->ck));
+    cr_assert_not_null(strstr(dt_ckpt_error(x->ck), needle),
+                       "message \"%s\" does not name \"%s\"",
+                       dt_ckpt_error(x->ck), needle);
+    cr_assert_eq(dt_ckpt_verify(x->ck, x->step_dir), st);
+}
+
+static void shard_path(const fx *x, int r, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/rank%05d.bin", x->step_dir, r);
+}
+
+Test(checkpoint_corrupt, flipped_byte_is_a_hash_mismatch, .timeout = 30)
+{
+    fx x;
+    fx_open(&x, DT_CKPT_ZERO1, NULL);
+    char p[512];
+    shard_path(&x, 1, p, sizeof p);
+    FILE *f = fopen(p, "r+b");
+    cr_assert_not_null(f);
+    fseek(f, 1000, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, 1000, SEEK_SET);
+    fputc(c ^ 0x10, f);
+    fclose(f);
+    expect_fault(&x, DT_CKPT_FAULT_HASH, "rank00001.bin");
+    fx_close(&x);
+}
+
+Test(checkpoint_corrupt, truncated_shard_is_a_size_mismatch, .timeout = 30)
+{
+    fx x;
+    fx_open(&x, DT_CKPT_DDP, NULL);
+    char p[512];
+    shard_path(&x, 2, p, sizeof p);
+    cr_assert_eq(truncate(p, 100), 0);
+    expect_fault(&x, DT_CKPT_FAULT_SIZE, "rank00002.bin");
+    fx_close(&x);
+}
+
+Test(checkpoint_corrupt, missing_shard_file_is_named, .timeout = 30)
+{
+    fx x;
+    fx_open(&x, DT_CKPT_DDP, NULL);
+    char p[512];
+    shard_path(&x, 0, p, sizeof p);
+    cr_assert_eq(unlink(p), 0);
+    expect_fault(&x, DT_CKPT_FAULT_MISSING_FILE, "rank00000.bin");
+    fx_close(&x);
+}
+
+Test(checkpoint_corrupt, missing_manifest_is_not_a_checkpoint, .timeout = 30)
+{
+    fx x;
+    fx_open(&x, DT_CKPT_DDP, NULL);
+    char p[512];
+    snprintf(p, sizeof p, "%s/manifest.json", x.step_dir);
+    cr_assert_eq(unlink(p), 0);
+    expect_fault(&x, DT_CKPT_FAULT_NO_CHECKPOINT, "manifest");
+    fx_close(&x);
+}
+
+static void drop_last_shard(json_t *r) { json_array_remove(json_object_get(r, "shards"), 2); }
+static void duplicate_rank(json_t *r)
+{
+    json_object_set_new(json_array_get(json_object_get(r, "shards"), 1), "rank",
+                        json_integer(0));
+}
+static void extra_rank(json_t *r)
+{
+    json_t *arr = json_object_get(r, "shards");
+    json_t *e = json_deep_copy(json_array_get(arr, 2));
+    json_object_set_new(e, "rank", json_integer(3));
+    json_array_append_new(arr, e);
+}
+static void parent_name(json_t *r)
+{
+    json_object_set_new(json_array_get(json_object_get(r, "shards"), 1), "file",
+                        json_string("../rank00001.bin"));
+}
+static void absolute_name(json_t *r)
+{
+    json_object_set_new(json_array_get(json_object_get(r, "shards"), 1), "file",
+                        json_string("/etc/passwd"));
+}
+static void unknown_schema(json_t *r) { json_object_set_new(r, "schema_version", json_integer(99)); }
+static void absurd_bytes(json_t *r)
+{
+    json_object_set_new(json_array_get(json_object_get(r, "shards"), 0), "bytes",
+                        json_integer((json_int_t)1 << 62));
+}
+static void absurd_range(json_t *r)
+{
+    json_t *ranges = json_object_get(json_array_get(json_object_get(r, "shards"), 0), "ranges");
+    json_object_set_new(ranges, "m", json_pack("[II]", (json_int_t)0, (json_int_t)1 << 40));
+}
+static void absurd_world(json_t *r) { json_object_set_new(r, "world_size", json_integer(1 << 30)); }
+static void wrong_world_field(json_t *r) { json_object_set_new(r, "world_size", json_integer(2)); }
+
+Test(checkpoint_corrupt, missing_rank_is_named, .timeout = 30)
+{
+    fx x;
+    fx_open(&x, DT_CKPT_DDP, NULL);
+    fixture_edit_manifest(x.step_dir, drop_last_shard);
+    expect_fault(&x, DT_CKPT_FAULT_RANK_MISSING, "rank 2");
+    fx_close(&x);
+}
+
+Test(checkpoint_corrupt, duplicate_rank_is_refused, .timeout = 30)
+{
+    fx x;
+    fx_open(&x, DT_CKPT_DDP, NULL);
+    fixture_edit_manifest(x.step_dir, duplicate_rank);
+    expect_fault(&x, DT_CKPT_FAULT_RANK_DUP, "rank 0");
+    fx_close(&x);
+}
+
+Test(checkpoint_corrupt, extra_rank_is_out_of_range, .timeout = 30)
+{
+    fx x;
+    fx_open(&x, DT_CKPT_DDP, NULL);
+    fixture_edit_manifest(x.step_dir, extra_rank);
+    expect_fault(&x, DT_CKPT_FAULT_RANK_RANGE, "rank 3");
+    fx_close(&x);
+}
+
+Test(checkpoint_corrupt, hostile_file_names_are_refused, .timeout = 30)
+{
+    void (*edits[2])(json_t *) = {parent_name, absolute_name};
+    for (int i = 0; i < 2; i++) {
+        fx x;
+        fx_open(&x, DT_CKPT_DDP, NULL);
+        fixture_edit_manifest(x.step_dir, edits[i]);
+        expect_fault(&x, DT_CKPT_FAULT_UNSAFE_NAME, "not a plain name");
+        fx_close(&x);
+    }
+}
+
+Test(checkpoint_corrupt, wrong_world_size_is_refused_without_reshard, .timeout = 30)
+{
+    fx x;
+    fx_open(&x, DT_CKPT_DDP, NULL);
+    full_state got;
+    rank_view(&got, DT_CKPT_DDP, 0, 2);
+    cr_assert_eq(dt_ckpt_load(x.ck, x.step_dir, &got.s), DT_EINVAL);
+    cr_assert_eq(dt_ckpt_last_fault(x.ck), DT_CKPT_FAULT_WORLD, "%s",
+                 dt_ckpt_error(x.ck));
+    cr_assert_not_null(strstr(dt_ckpt_error(x.ck), "saved by 3 ranks"));
+    full_state_free(&got);
+    fx_close(&x);
+}
+
+Test(checkpoint_corrupt, manifest_world_size_disagreeing_with_shards_is_refused, .timeout = 30)
+{
+    fx x;
+    fx_open(&x, DT_CKPT_DDP, NULL);
+    fixture_edit_manifest(x.step_dir, wrong_world_field);
+    expect_fault(&x, DT_CKPT_FAULT_RANK_RANGE, "outside [0, 2)");
+    fx_close(&x);
+}
+
+Test(checkpoint_corrupt, malformed_json_is_reported_with_its_position, .timeout = 30)
+{
+    fx x;
+    fx_open(&x, DT_CKPT_DDP, NULL);
+    char p[512];
+    snprintf(p, sizeof p, "%s/manifest.json", x.step_dir);
+    cr_assert_eq(truncate(p, 40), 0);
+    expect_fault(&x, DT_CKPT_FAULT_BAD_JSON, "not valid JSON");
+    fx_close(&x);
+}
+
+Test(checkpoint_corrupt, unknown_schema_version_is_refused, .timeout = 30)
+{
+    fx x;
+    fx_open(&x, DT_CKPT_DDP, NULL);
+    fixture_edit_manifest(x.step_dir, unknown_schema);
+    expect_fault(&x, DT_CKPT_FAULT_SCHEMA, "schema_version 99");
+    fx_close(&x);
+}
+
+Test(checkpoint_corrupt, absurd_sizes_are_refused_before_reading, .timeout = 30)
+{
+    void (*edits[3])(json_t *) = {absurd_bytes, absurd_range, absurd_world};
+    const char *needles[3] = {"bytes", "range", "world_size"};
+    for (int i = 0; i < 3; i++) {
+        fx x;
+        fx_open(&x, DT_CKPT_DDP, NULL);
+        fixture_edit_manifest(x.step_dir, edits[i]);
+        expect_fault(&x, DT_CKPT_FAULT_ABSURD, needles[i]);
+        fx_close(&x);
+    }
+}
+
+/* ---- crash safety, rotation, export -------------------------------------- */
+
+/* The child resumes like a trainer, from latest's step + 1, and saves
+ * steps until it is killed; every third round it re-saves latest's own
+ * step first (a run resumed from there), the hardest case for `latest`. */
+static void saver_child(const char *root, int round)
+{
+    dt_ckpt_options o = {.keep = 2};
+    dt_ckpt *ck;
+    char dir[4200];
+    dt_ckpt_info info;
+    if (dt_ckpt_open(&ck, root, &o) != DT_OK ||
+        dt_ckpt_latest(ck, dir, sizeof dir) != DT_OK ||
+        dt_ckpt_inspect(ck, dir, &info) != DT_OK)
+        _exit(2);
+    /* re-saving latest's step needs another committed step for latest to
+     * fall back on (else latest is withdrawn: no checkpoint, never a bad
+     * one); keep 2 guarantees step - 1 after any completed save */
+    char prev[4300];
+    snprintf(prev, sizeof prev, "%s/step_%08ld/manifest.json", root, info.step - 1);
+    bool resave = round % 3 == 0 && access(prev, F_OK) == 0;
+    for (long step = info.step + !resave;; step++) {
+        full_state f;
+        full_state_init(&f, DT_CKPT_ZERO1, step);
+        if (dt_ckpt_save_all(ck, &f.s, 4) != DT_OK)
+            _exit(3);
+        full_state_free(&f);
+    }
+}
+
+Test(checkpoint_crash, killed_saver_always_leaves_a_verified_latest, .timeout = 120)
+{
+    fx x;
+    dt_ckpt_options o = {.allow_reshard = true};
+    fx_open(&x, DT_CKPT_ZERO1, &o);
+    /* two committed steps (9, then 10 again), so that re-saving latest's
+     * step always has another committed step to point latest at */
+    full_state f9;
+    full_state_init(&f9, DT_CKPT_ZERO1, 9);
+    cr_assert_eq(dt_ckpt_save_all(x.ck, &f9.s, 4), DT_OK);
+    full_state_free(&f9);
+    cr_assert_eq(dt_ckpt_save_all(x.ck, &x.f.s, WORLD), DT_OK);
+    unsigned seed = (unsigned)time(NULL);
+    srand(seed);
+    for (int round = 0; round < 20; round++) {
+        pid_t pid = fork();
+        cr_assert_neq(pid, -1);
+        if (pid == 0)
+            saver_child(x.root, round);
+        usleep((useconds_t)(rand() % 30000));
+        kill(pid, SIGKILL);
+        int status;
+        waitpid(pid, &status, 0);
+        cr_assert(WIFSIGNALED(status), "round %d (seed %u): the saver exited "
+                  "on its own with %d", round, seed, WEXITSTATUS(status));
+        char latest[4200];
+        cr_assert_eq(dt_ckpt_latest(x.ck, latest, sizeof latest), DT_OK,
+                     "round %d (seed %u): %s", round, seed, dt_ckpt_error(x.ck));
+        full_state got;
+        rank_view(&got, DT_CKPT_ZERO1, 0, 1);
+        cr_assert_eq(dt_ckpt_load(x.ck, latest, &got.s), DT_OK,
+                     "round %d (seed %u): %s", round, seed, dt_ckpt_error(x.ck));
+        full_state want;
+        full_state_init(&want, DT_CKPT_ZERO1, got.s.step);
+        expect_equal_view(&want, &got);
+        full_state_free(&want);
+        full_state_free(&got);
+    }
+    fx_close(&x);
+}
+
+static int count_step_dirs(const char *root)
+{
+    int n = 0;
+    for (long s = 0; s < 40; s++) {
+        char p[256];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/step_%08ld", root, s);
+        n += stat(p, &st) == 0;
+    }
+    return n;
+}
+
+Test(checkpoint, keep_rotates_by_step_and_removes_uncommitted_dirs, .timeout = 30)
+{
+    char root[128];
+    fixture_mkroot(root, sizeof root);
+    dt_ckpt_options o = {.keep = 2};
+    dt_ckpt *ck;
+    cr_assert_eq(dt_ckpt_open(&ck, root, &o), DT_OK);
+    char crashed[256];
+    snprintf(crashed, sizeof crashed, "%s/step_00000003", root);
+    cr_assert_eq(mkdir(crashed, 0755), 0);
+    for (long s = 1; s <= 5; s++) {
+        if (s == 3)
+            continue;
+        full_state f;
+        full_state_init(&f, DT_CKPT_DDP, s);
+        cr_assert_eq(dt_ckpt_save_all(ck, &f.s, 2), DT_OK, "%s", dt_ckpt_error(ck));
+        full_state_free(&f);
+    }
+    cr_assert_eq(count_step_dirs(root), 2);
+    struct stat st;
+    snprintf(crashed, sizeof crashed, "%s/step_00000005/manifest.json", root);
+    cr_assert_eq(stat(crashed, &st), 0);
+    snprintf(crashed, sizeof crashed, "%s/step_00000004/manifest.json", root);
+    cr_assert_eq(stat(crashed, &st), 0);
+    dt_ckpt_close(ck);
+    fixture_rmtree(root);
+}
+
+Test(checkpoint, safetensors_export_has_named_tensors_and_raw_data, .timeout = 30)
+{
+    fx x;
+    fx_open(&x, DT_CKPT_DDP, NULL);
+    char p[256];
+    snprintf(p, sizeof p, "%s/model.safetensors", x.root);
+    cr_assert_eq(dt_ckpt_export_safetensors(x.ck, p, &x.f.s.cfg, x.f.params),
+                 DT_OK, "%s", dt_ckpt_error(x.ck));
+    FILE *f = fopen(p, "rb");
+    cr_assert_not_null(f);
+    unsigned char lb[8];
+    cr_assert_eq(fread(lb, 1, 8, f), 8);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--)
+        hlen = hlen << 8 | lb[i];
+    cr_assert_eq(hlen % 8, 0);
+    char *h = calloc(1, hlen + 1);
+    cr_assert_eq(fread(h, 1, hlen, f), hlen);
+    json_error_t e;
+    json_t *root = json_loads(h, 0, &e);
+    cr_assert_not_null(root, "header: %s", e.text);
+    json_t *wte = json_object_get(root, "wte.weight");
+    cr_assert_str_eq(json_string_value(json_object_get(wte, "dtype")), "F32");
+    cr_assert_eq(json_integer_value(json_array_get(json_object_get(wte, "shape"), 0)), 8);
+    json_t *head = json_object_get(root, "lm_head.weight");
+    cr_assert_not_null(head, "no lm_head.weight");
+    json_int_t end = json_integer_value(json_array_get(json_object_get(head, "data_offsets"), 1));
+    cr_assert_eq(end, 805 * 4);
+    float *data = malloc(805 * sizeof(float));
+    cr_assert_eq(fread(data, sizeof(float), 805, f), 805);
+    cr_assert_eq(memcmp(data, x.f.params, 805 * sizeof(float)), 0);
+    cr_assert_eq(fgetc(f), EOF);
+    fclose(f);
+    free(data);
+    free(h);
+    json_decref(root);
+    fx_close(&x);
+}

@@ -1,0 +1,234 @@
+/*
+ * checkpointing.c — minigpt's checkpoints: resume at start, save every
+ * --ckpt-every steps, and the seed curriculum's RESUME VERIFIED check.
+ *
+ * The state saved is the model's replica and the optimizer's (DDP: full
+ * m, v; ZeRO-1: this rank's master/m/v shard), the step count, and the
+ * data position: the next global row of the stateless batch sequence
+ * (model/README.md), so a resumed run reads exactly the rows the
+ * uninterrupted one would, even on another world size. The trainer has no
+ * other RNG during training (sampling at the end reseeds), so rng_state
+ * is the seed.
+ *
+ * Every decision that must be collective is: a load that fails on any
+ * rank fails on all (an all-reduce of the verdicts), and the save is the
+ * checkpoint layer's collective. With the seed preset and no --ckpt-dir,
+ * rank 0 makes a temporary root (its name broadcast to all), removed at
+ * exit: the curriculum's check needs a checkpoint, not a place to keep it.
+ */
+#include <ftw.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "trainer.h"
+
+static dt_status ck_fail(mg_run *r, dt_status st, const char *what)
+{
+    snprintf(r->err, sizeof r->err, "rank %d: checkpoint: %s: %s", r->rank,
+             what, r->ck && *dt_ckpt_error(r->ck) ? dt_ckpt_error(r->ck)
+                                                  : dt_status_name(st));
+    return st;
+}
+
+/* All ranks agree on a verdict: true only if ok on every rank. */
+static dt_status agree(mg_run *r, bool *ok)
+{
+    int32_t v = *ok;
+    if (r->comm) {
+        dt_status st = dt_allreduce(r->comm, &v, 1, DT_I32, DT_MIN);
+        if (st != DT_OK)
+            return st;
+    }
+    *ok = v != 0;
+    return DT_OK;
+}
+
+/* Rank 0's temporary root, its name broadcast (fixed 128 bytes). */
+static dt_status temp_root(mg_run *r)
+{
+    char name[sizeof r->ckpt_tmp] = {0};
+    if (r->rank == 0) {
+        const char *t = getenv("TMPDIR");
+        snprintf(name, sizeof name, "%s/minigpt-ckpt-XXXXXX", t && *t ? t : "/tmp");
+        if (!mkdtemp(name))
+            name[0] = '\0';
+    }
+    if (r->comm) {
+        dt_status st = dt_broadcast(r->comm, name, sizeof name, DT_U8, 0);
+        if (st != DT_OK)
+            return ck_fail(r, st, "sharing the temporary directory's name");
+    }
+    if (!name[0])
+        return ck_fail(r, DT_ESYS, "rank 0 could not make a temporary directory");
+    memcpy(r->ckpt_tmp, name, sizeof name);
+    return DT_OK;
+}
+
+dt_status mg_ckpt_open(mg_run *r)
+{
+    const mg_options *o = &r->o;
+    const char *root = o->ckpt_dir;
+    if (!root && o->verify_resume && o->ckpt_every > 0) {
+        dt_status st = temp_root(r);
+        if (st != DT_OK)
+            return st;
+        root = r->ckpt_tmp;
+    }
+    if (!root)
+        return DT_OK;
+    dt_ckpt_options co = {.keep = o->keep, .allow_reshard = true};
+    dt_status st = dt_ckpt_open(&r->ck, root, &co);
+    return st == DT_OK ? DT_OK : ck_fail(r, st, "open");
+}
+
+static int rm_one(const char *p, const struct stat *sb, int f, struct FTW *w)
+{
+    (void)sb; (void)f; (void)w;
+    return remove(p);
+}
+
+void mg_ckpt_close(mg_run *r)
+{
+    if (r->ckpt_tmp[0] && r->rank == 0)
+        nftw(r->ckpt_tmp, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    dt_ckpt_close(r->ck);
+    r->ck = NULL;
+}
+
+static uint64_t global_batch(const mg_run *r)
+{
+    return (uint64_t)r->world * (uint64_t)r->o.grad_accum * (uint64_t)r->o.batch;
+}
+
+/* The step directory --resume names: "auto" = latest under --ckpt-dir (or
+ * none yet), a directory with a manifest, or a root with a latest. */
+static dt_status resume_dir(mg_run *r, dt_ckpt *h, char *dir, size_t len,
+                            bool *none)
+{
+    const char *what = r->o.resume;
+    char man[4200];
+    snprintf(man, sizeof man, "%s/manifest.json", what);
+    if (strcmp(what, "auto") != 0 && access(man, F_OK) == 0) {
+        snprintf(dir, len, "%s", what);
+        return DT_OK;
+    }
+    dt_status st = dt_ckpt_latest(h, dir, len);
+    *none = st != DT_OK && strcmp(what, "auto") == 0 &&
+            dt_ckpt_last_fault(h) == DT_CKPT_FAULT_NO_CHECKPOINT;
+    return st;
+}
+
+dt_status mg_ckpt_resume(mg_run *r)
+{
+    if (!r->o.resume)
+        return DT_OK;
+    dt_ckpt *h = r->ck;
+    bool own = strcmp(r->o.resume, "auto") != 0;
+    dt_ckpt_options co = {.allow_reshard = true};
+    if (own && dt_ckpt_open(&h, r->o.resume, &co) != DT_OK) {
+        dt_ckpt_close(h);
+        return ck_fail(r, DT_EINVAL, "--resume: not a usable path");
+    }
+    char dir[4200], msg[1024] = "";
+    bool none = false, ok;
+    dt_ckpt_state s;
+    ok = resume_dir(r, h, dir, sizeof dir, &none) == DT_OK &&
+         dt_ckpt_state_of(&s, r->m, r->zero1, r->rank, r->world) == DT_OK &&
+         dt_ckpt_load(h, dir, &s) == DT_OK;
+    if (!ok && !none)
+        snprintf(msg, sizeof msg, "resume: %s", dt_ckpt_error(h));
+    if (own)
+        dt_ckpt_close(h);
+    bool all = ok || none;
+    dt_status st = agree(r, &all);
+    if (st != DT_OK || !all) {
+        snprintf(r->err, sizeof r->err, "rank %d: checkpoint: %s", r->rank,
+                 msg[0] ? msg : "another rank could not load the checkpoint");
+        return st != DT_OK ? st : DT_EPROTO;
+    }
+    if (none) {
+        if (r->rank == 0)
+            printf("resume: no checkpoint under %s yet, starting at step 0\n",
+                   r->o.ckpt_dir);
+        return DT_OK;
+    }
+    r->start_step = (int)s.step;
+    r->row0 = s.data_row;
+    if (r->rank == 0)
+        printf("resume: %s: step %ld, next row %llu\n", dir, s.step,
+               (unsigned long long)s.data_row);
+    return DT_OK;
+}
+
+/* Reloads what was just saved and compares it with memory, every array. */
+static bool snapshot_equal(mg_run *r, const dt_ckpt_state *live, char *why,
+                           size_t len)
+{
+    char dir[4200];
+    dt_ckpt_state s = *live;
+    size_t n = live->num_params, k = live->opt_n ? live->opt_n : 1;
+    s.params = calloc(n, sizeof(float));
+    s.adam_m = calloc(k, sizeof(float));
+    s.adam_v = calloc(k, sizeof(float));
+    s.master = live->master ? calloc(k, sizeof(float)) : NULL;
+    s.step = -1;
+    bool ok = s.params && s.adam_m && s.adam_v && (s.master || !live->master);
+    ok = ok && dt_ckpt_latest(r->ck, dir, sizeof dir) == DT_OK &&
+         dt_ckpt_load(r->ck, dir, &s) == DT_OK;
+    if (!ok)
+        snprintf(why, len, "reload: %s", dt_ckpt_error(r->ck));
+    const char *diff = !ok ? NULL
+        : memcmp(s.params, live->params, n * sizeof(float)) ? "parameters"
+        : live->master && memcmp(s.master, live->master, live->opt_n * 4) ? "master"
+        : memcmp(s.adam_m, live->adam_m, live->opt_n * sizeof(float)) ? "m"
+        : memcmp(s.adam_v, live->adam_v, live->opt_n * sizeof(float)) ? "v"
+        : s.step != live->step || s.data_row != live->data_row ? "step" : NULL;
+    if (diff) {
+        snprintf(why, len, "the reloaded %s differ from memory", diff);
+        ok = false;
+    }
+    free(s.params);
+    free(s.adam_m);
+    free(s.adam_v);
+    free(s.master);
+    return ok;
+}
+
+dt_status mg_ckpt_after_step(mg_run *r, int done)
+{
+    const mg_options *o = &r->o;
+    if (!r->ck || o->ckpt_every <= 0 || done % o->ckpt_every != 0)
+        return DT_OK;
+    dt_ckpt_state s;
+    dt_status st = dt_ckpt_state_of(&s, r->m, r->zero1, r->rank, r->world);
+    if (st != DT_OK)
+        return ck_fail(r, st, "describing the state");
+    s.step = done;
+    s.seed = o->seed;
+    s.rng_state = o->seed;
+    s.data_row = r->row0 + (uint64_t)(done - r->start_step) * global_batch(r);
+    if ((st = dt_ckpt_save(r->ck, r->comm, &s)) != DT_OK)
+        return ck_fail(r, st, "save");
+    if (r->rank == 0)
+        printf("checkpoint: step %d saved under %s\n", done,
+               o->ckpt_dir ? o->ckpt_dir : "a temporary directory");
+    if (!o->verify_resume || r->verified)
+        return DT_OK;
+    char why[1100] = "another rank's state differs";
+    bool ok = snapshot_equal(r, &s, why, sizeof why);
+    bool all = ok;
+    if ((st = agree(r, &all)) != DT_OK)
+        return ck_fail(r, st, "agreeing on the verification");
+    if (!all) {
+        snprintf(r->err, sizeof r->err, "rank %d: RESUME NOT VERIFIED at step "
+                 "%d: %s", r->rank, done, why);
+        return DT_EPROTO;
+    }
+    r->verified = true;
+    if (r->rank == 0)
+        printf("RESUME VERIFIED: step %d reloaded on %d ranks, parameters, "
+               "%smoments m and v, and step byte-equal to memory\n", done,
+               r->world, r->zero1 ? "master shard, " : "");
+    return DT_OK;
+}
