@@ -45,7 +45,7 @@ static void write_all(int *fd, const char *p, size_t n)
 static void tail_push(output_tail *t, const char *line, size_t n)
 {
     if (n >= OUTPUT_TAIL_WIDTH) n = OUTPUT_TAIL_WIDTH - 1;
-    memcpy(t->lines[t->next], line, n);
+    if (n) memcpy(t->lines[t->next], line, n);
     t->lines[t->next][n] = '\0';
     t->next = (t->next + 1) % OUTPUT_TAIL_LINES;
     if (t->count < OUTPUT_TAIL_LINES) t->count++;
@@ -77,8 +77,8 @@ static bool batch_line(const output_stream *s, char **out, size_t *len, size_t *
         *cap = c;
     }
     *len += (size_t)snprintf(*out + *len, 16, "[%d] ", s->rank);
-    memcpy(*out + *len, a, na);
-    memcpy(*out + *len + na, b, nb);
+    if (na) memcpy(*out + *len, a, na); /* a is NULL when nothing was held */
+    if (nb) memcpy(*out + *len + na, b, nb);
     *len += na + nb;
     (*out)[(*len)++] = '\n';
     return true;
@@ -107,8 +107,8 @@ static void emit_line(output_stream *s, char **out, size_t *len, size_t *cap, co
     char joined[OUTPUT_TAIL_WIDTH];
     size_t ja = na < sizeof joined ? na : sizeof joined;
     size_t jb = nb < sizeof joined - ja ? nb : sizeof joined - ja;
-    memcpy(joined, a, ja);
-    memcpy(joined + ja, b, jb);
+    if (ja) memcpy(joined, a, ja);
+    if (jb) memcpy(joined + ja, b, jb);
     tail_push(s->tail, joined, ja + jb);
 }
 
