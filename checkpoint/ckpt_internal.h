@@ -16,6 +16,7 @@
 #ifndef DT_CKPT_INTERNAL_H
 #define DT_CKPT_INTERNAL_H
 
+#include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -102,6 +103,29 @@ void ckpt_describe_shard(const dt_ckpt_state *s, int r, int world,
  * its intersections into s (NULL: verify only). */
 dt_status ckpt_read_shard(dt_ckpt *ck, const char *dir,
                           const ckpt_manifest *m, int r, dt_ckpt_state *s);
+
+/* SHA-256 is libsodium's; these names only keep the call sites short. */
+typedef crypto_hash_sha256_state ckpt_sha256;
+static inline void ckpt_sha256_init(ckpt_sha256 *s) { crypto_hash_sha256_init(s); }
+static inline void ckpt_sha256_update(ckpt_sha256 *s, const void *data, size_t n)
+{
+    crypto_hash_sha256_update(s, data, n);
+}
+static inline void ckpt_sha256_final(ckpt_sha256 *s, unsigned char out[32])
+{
+    crypto_hash_sha256_final(s, out);
+}
+
+/* hash_overlap.c */
+/* A run of bytes to write: p NULL stands for len zero bytes. */
+typedef struct ckpt_span {
+    const void *p;
+    size_t len;
+} ckpt_span;
+/* Writes the spans to fd and fsyncs it while a second thread computes
+ * their SHA-256 into digest. Returns 0 or the errno of the failure. */
+int ckpt_write_spans_hashed(int fd, const ckpt_span *spans, int n,
+                            unsigned char digest[32]);
 
 /* manifest.c */
 dt_status ckpt_manifest_write(dt_ckpt *ck, const char *dir,

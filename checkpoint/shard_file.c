@@ -3,10 +3,9 @@
  * reading it back against the manifest.
  *
  * Writing streams the header, the section table and each array straight
- * from the caller's memory to rankNNNNN.bin.tmp, feeding the same bytes to
- * a SHA-256 state (libsodium's streaming crypto_hash_sha256), so the hash
- * costs one extra pass over data already in cache and no copy. Then fsync,
- * close, rename. The directory's fsync is rank 0's, after the manifest's
+ * from the caller's memory to rankNNNNN.bin.tmp while a second thread
+ * hashes the same bytes (hash_overlap.c: SHA-256 hidden behind the write
+ * and the fsync, no copy). Then close, rename. The directory's fsync is rank 0's, after the manifest's
  * rename in the same directory, which makes every rename durable at once.
  *
  * Reading checks the file size against the manifest before reading
@@ -40,37 +39,6 @@ static void to_hex(char *out, const unsigned char *h, size_t n)
         out[2 * i + 1] = digits[h[i] & 15];
     }
     out[2 * n] = '\0';
-}
-
-static bool write_hashed(int fd, crypto_hash_sha256_state *h, const void *p,
-                         size_t len)
-{
-    crypto_hash_sha256_update(h, p, len);
-    const char *c = p;
-    while (len > 0) {
-        ssize_t w = write(fd, c, len < ((size_t)1 << 30) ? len : (size_t)1 << 30);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return false;
-        c += w;
-        len -= (size_t)w;
-    }
-    return true;
-}
-
-/* Writes n floats from src, or zeros when src is NULL (AdamW's moments
- * before the first step). */
-static bool write_floats(int fd, crypto_hash_sha256_state *h, const float *src,
-                         size_t n, float *zeros)
-{
-    if (src)
-        return write_hashed(fd, h, src, n * sizeof(float));
-    size_t per = CHUNK_BYTES / sizeof(float);
-    for (size_t i = 0; i < n; i += per)
-        if (!write_hashed(fd, h, zeros, (n - i < per ? n - i : per) * sizeof(float)))
-            return false;
-    return true;
 }
 
 /* Fills the record and the header bytes for rank r's shard of s. */
@@ -140,28 +108,24 @@ dt_status ckpt_write_shard(dt_ckpt *ck, const char *dir,
     char tmp[CKPT_PATH_MAX], dst[CKPT_PATH_MAX];
     ckpt_join(tmp, dir, rec->file, ".tmp");
     ckpt_join(dst, dir, rec->file, "");
-    float *zeros = (!s->adam_m || !s->adam_v) ? calloc(1, CHUNK_BYTES) : NULL;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        free(zeros);
+    if (fd < 0)
         return ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "creating %s: %s", tmp,
                          strerror(errno));
-    }
-    crypto_hash_sha256_state h;
-    crypto_hash_sha256_init(&h);
     size_t off = n > 0 ? lo - s->opt_lo : 0;
     const float *src[KIND_COUNT] = {
         s->params + lo, s->master ? s->master + off : NULL,
         s->adam_m ? s->adam_m + off : NULL, s->adam_v ? s->adam_v + off : NULL};
-    bool ok = write_hashed(fd, &h, hdr, hbytes);
-    for (int k = 0; ok && k < KIND_COUNT; k++)
-        if (rec->ranges[k].present)
-            ok = write_floats(fd, &h, src[k], n, zeros);
-    ok = ok && fsync(fd) == 0;
-    int e = errno;
-    ok = close(fd) == 0 && ok;
-    free(zeros);
-    if (!ok) {
+    ckpt_span spans[1 + KIND_COUNT] = {{hdr, hbytes}};
+    int nspans = 1;
+    for (int k = 0; k < KIND_COUNT; k++)
+        if (rec->ranges[k].present) /* NULL m/v: zeros (before step 1) */
+            spans[nspans++] = (ckpt_span){src[k], n * sizeof(float)};
+    unsigned char digest[crypto_hash_sha256_BYTES];
+    int e = ckpt_write_spans_hashed(fd, spans, nspans, digest);
+    if (close(fd) != 0 && e == 0)
+        e = errno;
+    if (e != 0) {
         unlink(tmp);
         return ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "writing %s: %s", tmp,
                          strerror(e));
@@ -169,8 +133,6 @@ dt_status ckpt_write_shard(dt_ckpt *ck, const char *dir,
     if (rename(tmp, dst) != 0)
         return ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "renaming %s: %s", tmp,
                          strerror(errno));
-    unsigned char digest[crypto_hash_sha256_BYTES];
-    crypto_hash_sha256_final(&h, digest);
     to_hex(rec->sha256, digest, sizeof digest);
     return DT_OK;
 }
@@ -181,7 +143,7 @@ typedef struct reader {
     dt_ckpt *ck;
     int fd;
     const char *path;
-    crypto_hash_sha256_state h;
+    ckpt_sha256 h;
     unsigned char *scratch; /* CHUNK_BYTES */
 } reader;
 
@@ -197,7 +159,7 @@ static dt_status read_hashed(reader *rd, void *dst, size_t len)
                              r < 0 ? DT_CKPT_FAULT_IO : DT_CKPT_FAULT_SIZE,
                              "%s: %s", rd->path,
                              r < 0 ? strerror(errno) : "shorter than its header says");
-        crypto_hash_sha256_update(&rd->h, (unsigned char *)p, (size_t)r);
+        ckpt_sha256_update(&rd->h, (unsigned char *)p, (size_t)r);
         p += r;
         len -= (size_t)r;
     }
@@ -336,7 +298,7 @@ static dt_status read_body(reader *rd, const ckpt_manifest *m, int r,
         return st;
     unsigned char digest[crypto_hash_sha256_BYTES];
     char hex[SHA256_HEX];
-    crypto_hash_sha256_final(&rd->h, digest);
+    ckpt_sha256_final(&rd->h, digest);
     to_hex(hex, digest, sizeof digest);
     if (strcmp(hex, sh->sha256) != 0)
         return ckpt_fail(rd->ck, DT_EPROTO, DT_CKPT_FAULT_HASH,
@@ -372,7 +334,7 @@ dt_status ckpt_read_shard(dt_ckpt *ck, const char *dir,
     if (st == DT_OK && !(rd.scratch = malloc(CHUNK_BYTES)))
         st = ckpt_fail(ck, DT_ENOMEM, DT_CKPT_FAULT_IO, "out of memory");
     if (st == DT_OK) {
-        crypto_hash_sha256_init(&rd.h);
+        ckpt_sha256_init(&rd.h);
         st = read_body(&rd, m, r, s);
     }
     free(rd.scratch);

@@ -70,6 +70,10 @@ static const flag flags[] = {
      "'auto' (latest under --ckpt-dir, if any), a root or a step directory"},
     {"--verify-resume", NULL, K_BOOL, OPT(verify_resume), NULL,
      "reload the first checkpoint saved and check it byte for byte"},
+    {"--die-at-step", NULL, K_INT, OPT(die_at_step), "N",
+     "fault injection, for tests: after step N's update (before its save) "
+     "the last rank SIGKILLs itself, on the first attempt only "
+     "(DT_RESTART_COUNT unset or 0); 0 = never"},
 };
 #define NFLAGS (sizeof flags / sizeof flags[0])
 
@@ -226,9 +230,10 @@ static int check(const mg_options *o, const char *prog)
         return bad(prog, err, "model config");
     if (o->batch < 1 || o->steps < 1 || o->grad_accum < 1 || o->log_every < 1 ||
         o->eval_every < 0 || o->sample < 0 || o->threads < 1 ||
-        o->ckpt_every < 0 || o->keep < 0)
+        o->ckpt_every < 0 || o->keep < 0 || o->die_at_step < 0)
         return bad(prog, "counts must be positive:", "batch/steps/grad-accum/"
-                   "log-every/threads >= 1, eval-every/sample/ckpt-every/keep >= 0");
+                   "log-every/threads >= 1, eval-every/sample/ckpt-every/keep/"
+                   "die-at-step >= 0");
     if (o->resume && strcmp(o->resume, "auto") == 0 && !o->ckpt_dir)
         return bad(prog, "--resume auto needs", "--ckpt-dir");
     if (!(o->lr > 0) || !isfinite(o->lr) || o->bucket_mb < 0)

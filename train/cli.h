@@ -39,6 +39,7 @@ typedef struct mg_options {
     int keep;              /* keep the K newest checkpoints; 0 = all */
     const char *resume;    /* "auto", a root or a step directory, or NULL */
     bool verify_resume;    /* reload the first checkpoint and compare */
+    int die_at_step;       /* fault injection: the last rank SIGKILLs itself */
 } mg_options;
 
 /* Defaults: the seed model on the embedded reverse task, DDP. */

@@ -21,6 +21,7 @@
  * exit status is non-zero on any failure, so a launcher can tell.
  */
 #include <cblas.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -109,6 +110,19 @@ static dt_status check_replicas(mg_run *r, int step, bool quiet)
     return st;
 }
 
+/* --die-at-step: the fault the restart test injects. Only on the first
+ * attempt, so that the restarted group runs to the end. */
+static void maybe_die(const mg_run *r, int done)
+{
+    const char *rc = getenv("DT_RESTART_COUNT");
+    if (r->o.die_at_step > 0 && done == r->o.die_at_step &&
+        r->rank == r->world - 1 && (!rc || strcmp(rc, "0") == 0)) {
+        fprintf(stderr, "minigpt: rank %d: --die-at-step %d: SIGKILL\n",
+                r->rank, done);
+        raise(SIGKILL);
+    }
+}
+
 /* The step loop; returns the mean hidden share over steps that
  * communicated (-1 if none) through *mean_hidden. */
 static dt_status train(mg_run *r, mg_metrics *mx, double *mean_hidden,
@@ -129,6 +143,7 @@ static dt_status train(mg_run *r, mg_metrics *mx, double *mean_hidden,
         }
         if (o->check_replicas && (st = check_replicas(r, s + 1, true)) != DT_OK)
             return st;
+        maybe_die(r, s + 1);
         if ((st = mg_ckpt_after_step(r, s + 1)) != DT_OK)
             return st;
         if (r->rank != 0)

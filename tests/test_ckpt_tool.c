@@ -1,0 +1,216 @@
+/*
+ * test_ckpt_tool.c — the dtrain-ckpt program as a user runs it: ls, verify
+ * (exit 0 on a good checkpoint, 1 on a corrupt one), export (a safetensors
+ * file whose header parses and whose data is exactly the parameters) and
+ * reshard N -> M (the result loads and holds the same values).
+ *
+ * Checkpoints come from the library (dt_ckpt_save_all of the fixture's
+ * synthetic state, 3 shards of 805 parameters), so every expected byte is
+ * known; the tool runs as a separate process, found through DT_CKPT_BIN.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt_fixture.h"
+#include "run_program.h"
+
+#ifndef DT_CKPT_BIN
+#error "DT_CKPT_BIN must name the built dtrain-ckpt"
+#endif
+
+static uint64_t get_le64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* root with steps 10 and 20 of the fixture state, 3 shards each. */
+static void make_root(char *root, size_t len, full_state *f)
+{
+    fixture_mkroot(root, len);
+    dt_ckpt *ck = NULL;
+    cr_assert_eq(dt_ckpt_open(&ck, root, NULL), DT_OK);
+    for (long step = 10; step <= 20; step += 10) {
+        full_state_init(f, DT_CKPT_ZERO1, step);
+        cr_assert_eq(dt_ckpt_save_all(ck, &f->s, 3), DT_OK, "%s", dt_ckpt_error(ck));
+        if (step < 20)
+            full_state_free(f);
+    }
+    dt_ckpt_close(ck);
+}
+
+static int tool(const char *root, const char *a1, const char *a2,
+                const char *a3, char **out)
+{
+    char log[128];
+    snprintf(log, sizeof log, "%s.log", root);
+    const char *argv[] = {DT_CKPT_BIN, a1, a2, a3, NULL, NULL};
+    if (!a3)
+        argv[3] = NULL;
+    return run_program(argv, log, out);
+}
+
+static void cleanup(const char *root, full_state *f, char *out)
+{
+    char log[128];
+    snprintf(log, sizeof log, "%s.log", root);
+    remove(log);
+    fixture_rmtree(root);
+    full_state_free(f);
+    free(out);
+}
+
+Test(ckpt_tool, ls_lists_every_committed_step_and_exits_0, .timeout = 30)
+{
+    char root[64], *out = NULL;
+    full_state f;
+    make_root(root, sizeof root, &f);
+    int rc = tool(root, "ls", root, NULL, &out);
+    cr_assert_eq(rc, 0, "ls exited %d:\n%s", rc, out);
+    cr_assert(strstr(out, "step_00000010") && strstr(out, "step_00000020"),
+              "ls output misses a step:\n%s", out);
+    cleanup(root, &f, out);
+}
+
+Test(ckpt_tool, verify_exits_0_on_a_good_checkpoint, .timeout = 30)
+{
+    char root[64], *out = NULL;
+    full_state f;
+    make_root(root, sizeof root, &f);
+    int rc = tool(root, "verify", root, NULL, &out);
+    cr_assert_eq(rc, 0, "verify exited %d:\n%s", rc, out);
+    cleanup(root, &f, out);
+}
+
+Test(ckpt_tool, verify_exits_1_and_names_the_hash_on_a_flipped_byte, .timeout = 30)
+{
+    char root[64], path[128], *out = NULL;
+    full_state f;
+    make_root(root, sizeof root, &f);
+    snprintf(path, sizeof path, "%s/step_00000020/rank00001.bin", root);
+    FILE *fp = fopen(path, "r+b");
+    cr_assert(fp);
+    fseek(fp, 500, SEEK_SET);
+    int c = fgetc(fp);
+    fseek(fp, 500, SEEK_SET);
+    fputc(c ^ 0x10, fp);
+    fclose(fp);
+    int rc = tool(root, "verify", root, NULL, &out);
+    cr_assert_eq(rc, 1, "verify of a corrupt shard exited %d:\n%s", rc, out);
+    cr_assert(strstr(out, "SHA-256") && strstr(out, "rank00001.bin"),
+              "message does not name the hash and the file:\n%s", out);
+    cleanup(root, &f, out);
+}
+
+/* Checks one tensor entry of the header; returns its byte length. */
+static size_t check_tensor(const char *name, json_t *t, size_t expect_begin)
+{
+    json_t *shape = json_object_get(t, "shape");
+    json_t *offs = json_object_get(t, "data_offsets");
+    cr_assert_str_eq(json_string_value(json_object_get(t, "dtype")), "F32",
+                     "%s: dtype", name);
+    cr_assert(json_is_array(shape) && json_is_array(offs) &&
+              json_array_size(offs) == 2, "%s: shape/data_offsets", name);
+    size_t elems = 1;
+    for (size_t i = 0; i < json_array_size(shape); i++)
+        elems *= (size_t)json_integer_value(json_array_get(shape, i));
+    size_t b = (size_t)json_integer_value(json_array_get(offs, 0));
+    size_t e = (size_t)json_integer_value(json_array_get(offs, 1));
+    cr_assert_eq(b, expect_begin, "%s: tensors must tile the data", name);
+    cr_assert_eq(e - b, elems * sizeof(float), "%s: shape vs offsets", name);
+    return e - b;
+}
+
+Test(ckpt_tool, export_writes_safetensors_whose_data_is_the_parameters,
+     .timeout = 30)
+{
+    char root[64], path[128], *out = NULL;
+    full_state f;
+    make_root(root, sizeof root, &f);
+    snprintf(path, sizeof path, "%s/model.safetensors", root);
+    int rc = tool(root, "export", root, path, &out);
+    cr_assert_eq(rc, 0, "export exited %d:\n%s", rc, out);
+    FILE *fp = fopen(path, "rb");
+    cr_assert(fp);
+    unsigned char lenb[8];
+    cr_assert_eq(fread(lenb, 1, 8, fp), 8u);
+    size_t hlen = (size_t)get_le64(lenb);
+    cr_assert(hlen > 0 && hlen < (1u << 20) && hlen % 8 == 0, "header length %zu", hlen);
+    char *hdr = calloc(1, hlen + 1);
+    cr_assert_eq(fread(hdr, 1, hlen, fp), hlen);
+    json_error_t err;
+    json_t *j = json_loads(hdr, 0, &err);
+    cr_assert(json_is_object(j), "header is not JSON: %s", err.text);
+    /* Tensors in order of their offsets must tile [0, 4Ψ). */
+    size_t n = f.s.num_params, covered = 0, count = json_object_size(j);
+    for (size_t k = 0; k < count; k++) {
+        const char *key;
+        json_t *t, *next = NULL;
+        const char *next_name = NULL;
+        json_object_foreach(j, key, t) {
+            json_t *o = json_object_get(t, "data_offsets");
+            if (o && (size_t)json_integer_value(json_array_get(o, 0)) == covered)
+                next = t, next_name = key;
+        }
+        if (!next)
+            break;
+        covered += check_tensor(next_name, next, covered);
+    }
+    cr_assert_eq(covered, n * sizeof(float), "tensors cover %zu of %zu bytes",
+                 covered, n * sizeof(float));
+    float *data = malloc(n * sizeof(float) + 1);
+    cr_assert_eq(fread(data, 1, n * sizeof(float) + 1, fp), n * sizeof(float),
+                 "data section is not exactly 4Ψ bytes");
+    cr_assert(memcmp(data, f.params, n * sizeof(float)) == 0,
+              "exported data differs from the parameters");
+    fclose(fp);
+    free(data);
+    free(hdr);
+    json_decref(j);
+    cleanup(root, &f, out);
+}
+
+Test(ckpt_tool, reshard_three_to_two_loads_with_every_value_kept, .timeout = 30)
+{
+    char root[64], dst[128], latest[256], *out = NULL;
+    full_state f, g;
+    make_root(root, sizeof root, &f);
+    snprintf(dst, sizeof dst, "%s/resharded", root);
+    int rc = tool(root, "reshard", root, dst, &out);
+    cr_assert_eq(rc, 2, "reshard without M must be a usage error, got %d", rc);
+    free(out);
+    char log[128];
+    snprintf(log, sizeof log, "%s.log", root);
+    const char *argv[] = {DT_CKPT_BIN, "reshard", root, dst, "2", NULL};
+    rc = run_program(argv, log, &out);
+    cr_assert_eq(rc, 0, "reshard exited %d:\n%s", rc, out);
+    dt_ckpt *ck = NULL;
+    dt_ckpt_options o = {.allow_reshard = false};
+    dt_ckpt_info info;
+    cr_assert_eq(dt_ckpt_open(&ck, dst, &o), DT_OK);
+    cr_assert_eq(dt_ckpt_latest(ck, latest, sizeof latest), DT_OK, "%s", dt_ckpt_error(ck));
+    cr_assert_eq(dt_ckpt_inspect(ck, latest, &info), DT_OK, "%s", dt_ckpt_error(ck));
+    cr_assert_eq(info.world, 2);
+    cr_assert_eq(info.step, 20);
+    full_state_init(&g, DT_CKPT_ZERO1, 0);
+    dt_ckpt_close(ck);
+    o.allow_reshard = true; /* a full state is world 1: loads any world */
+    cr_assert_eq(dt_ckpt_open(&ck, dst, &o), DT_OK);
+    cr_assert_eq(dt_ckpt_load(ck, latest, &g.s), DT_OK, "%s", dt_ckpt_error(ck));
+    size_t bytes = f.s.num_params * sizeof(float);
+    cr_assert(memcmp(g.params, f.params, bytes) == 0, "params differ");
+    cr_assert(memcmp(g.master, f.master, bytes) == 0, "master differs");
+    cr_assert(memcmp(g.m, f.m, bytes) == 0, "m differs");
+    cr_assert(memcmp(g.v, f.v, bytes) == 0, "v differs");
+    cr_assert_eq(g.s.step, 20);
+    cr_assert_eq(g.s.data_row, f.s.data_row);
+    cr_assert_eq(g.s.rng_state, f.s.rng_state);
+    dt_ckpt_close(ck);
+    full_state_free(&g);
+    cleanup(root, &f, out);
+}
