@@ -9,13 +9,14 @@
  *   2. each rank writes its shard (shard_file.c): tmp, SHA-256, fsync,
  *      rename. A rank that fails keeps going through the collectives with
  *      ok = 0, so nobody hangs and nothing is committed.
- *   3. gather of (ok, bytes, sha256) to rank 0 = "all shards written".
+ *   3. gather of (ok, sha256) to rank 0 = "all shards written" (each
+ *      shard's size is recomputed from the layout, ckpt_describe_shard).
  *   4. rank 0 writes the manifest, then `latest`, each atomically
  *      (fsutil.c), then rotates (--keep).
  *   5. broadcast of rank 0's verdict = "manifest committed": every rank
  *      returns the same status, and no rank starts the next step (or the
  *      next save) before the commit.
- * Cost: one broadcast, one gather of 80 B per rank, one broadcast; disk
+ * Cost: one broadcast, one gather of 72 B per rank, one broadcast; disk
  * work in parallel on all ranks.
  *
  * Load: manifest (validated in manifest.c), then the caller's state against

@@ -5,7 +5,7 @@
  *    "world_size": 4, "mode": "zero1", "num_params": 29824,
  *    "config": {"V": 64, "T": 16, "L": 2, "H": 4, "C": 32},
  *    "seed": 1337, "data_row": 640, "rng_state": 1337,
- *    "shards": [{"rank": 0, "file": "rank00000.bin", "bytes": 119456,
+ *    "shards": [{"rank": 0, "file": "rank00000.bin", "bytes": 119496,
  *                "sha256": "…", "ranges": {"params": [0, 7456],
  *                "master": [0, 7456], "m": [0, 7456], "v": [0, 7456]}}, …]}
  *

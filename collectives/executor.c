@@ -17,7 +17,7 @@
  * wake-ups and, on a loaded machine, a scheduler time slice each way), and a
  * rank uses one core, not two. The price is that the loop does not read
  * sockets while a segment is being reduced; the kernel's socket buffers
- * (4 MiB by default) keep the bytes flowing meanwhile.
+ * (autotuned, several MiB on loopback) keep the bytes flowing meanwhile.
  *
  * Tagged send/recv do not queue here: they are not ordered against
  * collectives (Gloo's semantics), so dt_submit posts their one transfer
