@@ -116,6 +116,9 @@ static inline void ckpt_sha256_final(ckpt_sha256 *s, unsigned char out[32])
     crypto_hash_sha256_final(s, out);
 }
 
+/* fsutil.c: write all of data[0..len), retrying short writes; false on error */
+bool ckpt_write_all(int fd, const void *data, size_t len);
+
 /* hash_overlap.c */
 /* A run of bytes to write: p NULL stands for len zero bytes. */
 typedef struct ckpt_span {

@@ -44,11 +44,11 @@ int ckpt_fsync_dir(const char *dir)
     return rc;
 }
 
-static bool write_all(int fd, const void *data, size_t len)
+bool ckpt_write_all(int fd, const void *data, size_t len)
 {
     const char *p = data;
     while (len > 0) {
-        ssize_t w = write(fd, p, len);
+        ssize_t w = write(fd, p, len < ((size_t)1 << 30) ? len : (size_t)1 << 30);
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0)
@@ -69,7 +69,7 @@ dt_status ckpt_write_atomic(dt_ckpt *ck, const char *dir, const char *name,
     if (fd < 0)
         return ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "creating %s: %s",
                          tmp, strerror(errno));
-    bool ok = write_all(fd, data, len) && fsync(fd) == 0;
+    bool ok = ckpt_write_all(fd, data, len) && fsync(fd) == 0;
     int e = errno;
     ok = close(fd) == 0 && ok;
     if (!ok) {

@@ -62,32 +62,18 @@ static void *hash_spans(void *arg)
     return NULL;
 }
 
-static bool write_all(int fd, const unsigned char *p, size_t len)
-{
-    while (len > 0) {
-        ssize_t w = write(fd, p, len < ((size_t)1 << 30) ? len : (size_t)1 << 30);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return false;
-        p += w;
-        len -= (size_t)w;
-    }
-    return true;
-}
-
 static bool write_spans(int fd, const ckpt_span *spans, int n,
                         const unsigned char *zeros)
 {
     for (int i = 0; i < n; i++) {
         const ckpt_span *s = &spans[i];
         if (s->p) {
-            if (!write_all(fd, s->p, s->len))
+            if (!ckpt_write_all(fd, s->p, s->len))
                 return false;
             continue;
         }
         for (size_t done = 0; done < s->len; done += ZERO_BYTES)
-            if (!write_all(fd, zeros, s->len - done < ZERO_BYTES ? s->len - done
+            if (!ckpt_write_all(fd, zeros, s->len - done < ZERO_BYTES ? s->len - done
                                                                  : ZERO_BYTES))
                 return false;
     }
