@@ -8,14 +8,15 @@
  * "device" memory is host memory, so to_host/from_host are memcpy.
  *
  * Two tables share memory handling, layernorm, encoder and AdamW:
- *   "cpu"            matmul and attention through OpenBLAS sgemm; GELU,
+ *   "cpu"            matmul and attention through dt_cpu_gemm; GELU,
  *                    softmax and cross-entropy with the vectorisable
  *                    exp/CDF of fastmath.h
  *   "cpu-reference"  the plain loops of kernels_ref.c with libm
  * Tests run the same model on both and compare.
  *
- * The tables are const: no mutable global state. (OpenBLAS's own thread
- * count is process-wide; benchmarks set it, the model never does.)
+ * The tables are const: no mutable global state. (OpenBLAS, the fallback
+ * when the GEMM cannot allocate, has a process-wide thread count;
+ * benchmarks set it, the model never does.)
  */
 #include <stdlib.h>
 #include <string.h>

@@ -24,7 +24,7 @@
  * Backends. Everything that touches parameter, gradient, activation or
  * optimizer memory goes through a dt_backend: a table of allocation and
  * copy functions plus one entry per layer kernel (forward/backward pairs).
- * The CPU backend (OpenBLAS sgemm + plain loops) is the only one today; a
+ * The CPU backend (blocked GEMM + plain loops) is the only one today; a
  * CUDA backend adds a table and files, not a new training loop. The
  * "cpu-reference" backend swaps in the plain-loop matmul and attention
  * kernels: the obviously-correct model that tests compare against.

@@ -1,25 +1,25 @@
 /*
  * kernels_cpu.c — the fast CPU forms of MiniGPT's two heavy layers: the
- * linear layer (matmul) and causal self-attention, both through OpenBLAS
- * cblas_sgemm.
+ * linear layer (matmul) and causal self-attention, both on dt_cpu_gemm
+ * (gemm_cpu.c; OpenBLAS cblas_sgemm only if that cannot allocate).
  *
  * Idea: every O(n^3) product of the model is a GEMM with the right
- * transpose flags and leading dimensions, so no data is ever copied or
- * transposed by hand. A linear layer stores its weight PyTorch's way,
- * (OC, C), so
- *   forward   out (N,OC)  = inp (N,C) . w^T            sgemm(N, T)
- *   backward  dinp (N,C)  = dout (N,OC) . w (OC,C)     sgemm(N, N)
- *             dw (OC,C)  += dout^T (OC,N) . inp (N,C)  sgemm(T, N)
+ * strides, so no data is ever copied or transposed by hand. A linear
+ * layer stores its weight PyTorch's way, (OC, C), so
+ *   forward   out (N,OC)  = inp (N,C) . w^T
+ *   backward  dinp (N,C)  = dout (N,OC) . w (OC,C)
+ *             dw (OC,C)  += dout^T (OC,N) . inp (N,C)
  * and attention runs, per (sequence, head), on strided views into the qkv
- * rows (leading dimension 3C) and the output rows (leading dimension C).
+ * rows (row stride 3C) and the output rows (row stride C).
  *
- * Cost: 2*N*C*OC flops per product; attention 4*T*T*hs per (b, h) each way
- * (the full square: sgemm does not skip the masked upper triangle, which
- * the softmax then zeroes — simpler, and at T <= 64 the waste is small).
- * Results equal the reference loops up to float rounding (summation order
- * differs); tests compare them with a tolerance. (A loop form for short
- * contexts, where each per-head sgemm is mostly call overhead, measured
- * no faster at T = 16 than this: the ragged causal rows vectorise badly.)
+ * Causal attention in blocks of RB query rows: rows r0..r1-1 only see
+ * keys 0..r1-1, so the products skip the blocks above the diagonal (a
+ * quarter of the T x T square at T = 64; nothing at T <= RB).
+ *
+ * Cost: 2*N*C*OC flops per product; attention ~4*T*T*hs per (b, h) each
+ * way, less the skipped blocks. Results equal the reference loops up to
+ * float rounding (summation order differs); tests compare them with a
+ * tolerance.
  */
 #include <cblas.h>
 #include <math.h>
@@ -28,45 +28,54 @@
 #include "fastmath.h"
 #include "model_internal.h"
 
-DT_VECTORIZE
 void dt_cpu_matmul_forward(float *out, const float *inp, const float *w,
                            const float *bias, int N, int C, int OC)
 {
-    float beta = 0.0f;
-    if (bias) { /* preload the bias so sgemm adds onto it (beta = 1) */
+    if (bias) /* preload the bias so the product adds onto it */
         for (int n = 0; n < N; n++)
             memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
-        beta = 1.0f;
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp,
-                C, w, C, beta, out, OC);
+    /* out (N,OC) = inp (N,C) . w^T: w^T is w with its strides swapped */
+    if (dt_cpu_gemm(out, OC, inp, C, 1, w, 1, C, N, OC, C, bias != NULL))
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f,
+                    inp, C, w, C, bias ? 1.0f : 0.0f, out, OC);
 }
 
 DT_VECTORIZE
+static void bias_backward(float *dbias, const float *dout, int N, int OC)
+{
+    for (int n = 0; n < N; n++) { /* row by row: a vector add */
+        const float *d = dout + (size_t)n * OC;
+        for (int o = 0; o < OC; o++)
+            dbias[o] += d[o];
+    }
+}
+
 void dt_cpu_matmul_backward(float *dinp, float *dw, float *dbias,
                             const float *dout, const float *inp,
                             const float *w, int N, int C, int OC)
 {
-    if (dinp)
+    /* dinp (N,C) = dout (N,OC) . w (OC,C) */
+    if (dinp && dt_cpu_gemm(dinp, C, dout, OC, 1, w, C, 1, N, C, OC, 0))
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC,
                     1.0f, dout, OC, w, C, 0.0f, dinp, C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout,
-                OC, inp, C, 1.0f, dw, C);
-    if (dbias) /* row by row, so the inner loop is a vector add */
-        for (int n = 0; n < N; n++) {
-            const float *d = dout + (size_t)n * OC;
-            for (int o = 0; o < OC; o++)
-                dbias[o] += d[o];
-        }
+    /* dw (OC,C) += dout^T (OC,N) . inp (N,C) */
+    if (dt_cpu_gemm(dw, C, dout, 1, OC, inp, C, 1, OC, C, N, 1))
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f,
+                    dout, OC, inp, C, 1.0f, dw, C);
+    if (dbias)
+        bias_backward(dbias, dout, N, OC);
 }
 
-/* Row-wise causal softmax of a (T, T) block of scaled scores, in place:
- * row t keeps columns 0..t, the rest become 0. */
+/* Row-wise causal softmax of rows r0..r1-1 of a (T, T) block of raw
+ * scores q.k, scaled here, in place: row t keeps columns 0..t, the rest
+ * become 0. */
 DT_VECTORIZE
-static void causal_softmax(float *a, int T)
+static void causal_softmax(float *a, int r0, int r1, int T, float scale)
 {
-    for (int t = 0; t < T; t++) {
+    for (int t = r0; t < r1; t++) {
         float *r = a + (size_t)t * T;
+        for (int t2 = 0; t2 <= t; t2++)
+            r[t2] *= scale;
         float maxv = r[0];
         for (int t2 = 1; t2 <= t; t2++)
             maxv = r[t2] > maxv ? r[t2] : maxv;
@@ -83,6 +92,44 @@ static void causal_softmax(float *a, int T)
     }
 }
 
+/* Softmax backward on rows r0..r1-1, scaled, in place on d (datt in,
+ * dpre out): dpre = scale * a * (datt - sum_j a_j datt_j); masked
+ * entries have a = 0, so their dpre is 0. */
+DT_VECTORIZE
+static void softmax_backward(float *d, const float *a, int r0, int r1, int T,
+                             float scale)
+{
+    for (int t = r0; t < r1; t++) {
+        const float *ar = a + (size_t)t * T;
+        float *dr = d + (size_t)t * T;
+        float dot = 0.0f;
+        for (int t2 = 0; t2 <= t; t2++)
+            dot += ar[t2] * dr[t2];
+        for (int t2 = 0; t2 <= t; t2++)
+            dr[t2] = ar[t2] * (dr[t2] - dot) * scale;
+        for (int t2 = t + 1; t2 < T; t2++)
+            dr[t2] = 0.0f;
+    }
+}
+
+/* dt_cpu_gemm, or OpenBLAS in the rare case it cannot allocate (the same
+ * product: c = [c +] a . b, strides as dt_cpu_gemm takes them; one of
+ * each operand's strides is 1). */
+static void gemm(float *c, int ldc, const float *a, int a_rs, int a_cs,
+                 const float *b, int b_rs, int b_cs, int M, int N, int K,
+                 int add)
+{
+    if (dt_cpu_gemm(c, ldc, a, a_rs, a_cs, b, b_rs, b_cs, M, N, K, add) == 0)
+        return;
+    int ta = a_cs != 1, tb = b_cs != 1;
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+                tb ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, a,
+                ta ? a_cs : a_rs, b, tb ? b_cs : b_rs, add ? 1.0f : 0.0f, c,
+                ldc);
+}
+
+enum { RB = 32 }; /* query rows per attention block (see the top) */
+
 void dt_cpu_attention_forward(float *out, float *att, const float *qkv,
                               int B, int T, int C, int NH)
 {
@@ -94,52 +141,64 @@ void dt_cpu_attention_forward(float *out, float *att, const float *qkv,
             const float *k = q + C, *v = q + 2 * C;
             float *a = att + ((size_t)b * NH + h) * T * T;
             float *o = out + (size_t)b * T * C + h * hs;
-            /* a (T,T) = scale * q (T,hs) . k^T */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs,
-                        scale, q, C3, k, C3, 0.0f, a, T);
-            causal_softmax(a, T);
-            /* o (T,hs) = a (T,T) . v (T,hs) */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T,
-                        1.0f, a, T, v, C3, 0.0f, o, C);
+            for (int r0 = 0; r0 < T; r0 += RB) {
+                int r1 = r0 + RB < T ? r0 + RB : T, rb = r1 - r0;
+                /* a[r0:r1, 0:r1] = q[r0:r1] (rb,hs) . k[0:r1]^T */
+                gemm(a + (size_t)r0 * T, T, q + (size_t)r0 * C3, C3, 1, k,
+                     1, C3, rb, r1, hs, 0);
+                causal_softmax(a, r0, r1, T, scale);
+                /* o[r0:r1] (rb,hs) = a[r0:r1, 0:r1] . v[0:r1] */
+                gemm(o + (size_t)r0 * C, C, a + (size_t)r0 * T, T, 1, v, C3,
+                     1, rb, hs, r1, 0);
+            }
         }
 }
 
-DT_VECTORIZE
+/* Backward of one (sequence, head): d is its (T, T) scratch. */
+static void attention_backward_head(float *dq, float *d, const float *dy,
+                                    const float *q, const float *a, int T,
+                                    int C, int hs, float scale)
+{
+    int C3 = 3 * C;
+    const float *k = q + C, *v = q + 2 * C;
+    float *dk = dq + C, *dv = dq + 2 * C;
+    for (int r0 = 0; r0 < T; r0 += RB) {
+        int r1 = r0 + RB < T ? r0 + RB : T, rb = r1 - r0;
+        /* datt[r0:r1, 0:r1] = dy[r0:r1] . v[0:r1]^T, then dpre */
+        gemm(d + (size_t)r0 * T, T, dy + (size_t)r0 * C, C, 1, v, 1, C3, rb,
+             r1, hs, 0);
+        softmax_backward(d, a, r0, r1, T, scale);
+        /* dv[r0:r1] = a[r0:T, r0:r1]^T . dy[r0:T] (a is 0 above the
+         * diagonal, so rows before r0 add nothing) */
+        gemm(dv + (size_t)r0 * C3, C3, a + (size_t)r0 * T + r0, 1, T,
+             dy + (size_t)r0 * C, C, 1, rb, hs, T - r0, 0);
+        /* dq[r0:r1] = dpre[r0:r1, 0:r1] . k[0:r1] */
+        gemm(dq + (size_t)r0 * C3, C3, d + (size_t)r0 * T, T, 1, k, C3, 1,
+             rb, hs, r1, 0);
+    }
+    /* dk[r0:r1] = dpre[r0:T, r0:r1]^T . q[r0:T], once all of dpre is in */
+    for (int r0 = 0; r0 < T; r0 += RB) {
+        int r1 = r0 + RB < T ? r0 + RB : T, rb = r1 - r0;
+        gemm(dk + (size_t)r0 * C3, C3, d + (size_t)r0 * T + r0, 1, T,
+             q + (size_t)r0 * C3, C3, 1, rb, hs, T - r0, 0);
+    }
+}
+
 void dt_cpu_attention_backward(float *dqkv, float *scratch,
                                const float *dout, const float *qkv,
                                const float *att, int B, int T, int C, int NH)
 {
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
+    /* each (b, h) owns its columns of dqkv, so writing, not adding, is
+     * right */
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             size_t qoff = (size_t)b * T * C3 + h * hs;
-            const float *q = qkv + qoff, *k = q + C, *v = q + 2 * C;
-            float *dq = dqkv + qoff, *dk = dq + C, *dv = dq + 2 * C;
-            const float *a = att + ((size_t)b * NH + h) * T * T;
-            float *d = scratch + ((size_t)b * NH + h) * T * T;
-            const float *dy = dout + (size_t)b * T * C + h * hs;
-            /* datt (T,T) = dy (T,hs) . v^T;  dv = a^T . dy */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs,
-                        1.0f, dy, C, v, C3, 0.0f, d, T);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T,
-                        1.0f, a, T, dy, C, 0.0f, dv, C3);
-            /* softmax backward, scaled: masked entries have a = 0 */
-            for (int t = 0; t < T; t++) {
-                const float *ar = a + (size_t)t * T;
-                float *dr = d + (size_t)t * T;
-                float dot = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++)
-                    dot += ar[t2] * dr[t2];
-                for (int t2 = 0; t2 < T; t2++)
-                    dr[t2] = ar[t2] * (dr[t2] - dot) * scale;
-            }
-            /* dq = dpre . k;  dk = dpre^T . q (each (b, h) owns its
-             * columns of dqkv, so writing, not adding, is right) */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T,
-                        1.0f, d, T, k, C3, 0.0f, dq, C3);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T,
-                        1.0f, d, T, q, C3, 0.0f, dk, C3);
+            size_t hoff = ((size_t)b * NH + h) * T * T;
+            attention_backward_head(dqkv + qoff, scratch + hoff,
+                                    dout + (size_t)b * T * C + h * hs,
+                                    qkv + qoff, att + hoff, T, C, hs, scale);
         }
 }
 

@@ -13,7 +13,7 @@
  *
  * The element-wise and row-wise layers here are also what the fast CPU
  * backend uses (they cost O(N*C), next to the O(N*C*C) matmuls). The
- * matmul and attention loops are the reference that the sgemm versions in
+ * matmul and attention loops are the reference that the GEMM versions in
  * kernels_cpu.c are tested against; they are O(N*C*OC) scalar loops and
  * slow by design.
  *

@@ -4,7 +4,7 @@
  * plain reference kernels and the layout builder).
  *
  * Kernel naming: dt_ref_* are plain loops, written to be obviously right;
- * dt_cpu_* are the fast CPU versions (OpenBLAS sgemm, loops shaped for
+ * dt_cpu_* are the fast CPU versions (blocked GEMM, loops shaped for
  * the vectoriser). Both follow the dt_backend signatures in dt_model.h.
  */
 #ifndef DT_MODEL_INTERNAL_H
@@ -69,7 +69,14 @@ void dt_ref_attention_backward(float *dqkv, float *scratch,
                                const float *dout, const float *qkv,
                                const float *att, int B, int T, int C, int NH);
 
-/* kernels_cpu.c — sgemm-based */
+/* gemm_cpu.c — c (M,N) = [c +] a (M,K) . b (K,N), operands given by
+ * (row stride, column stride); returns -1 (c untouched) if it could not
+ * allocate its packing buffer, else 0. */
+int dt_cpu_gemm(float *c, int ldc, const float *a, int a_rs, int a_cs,
+                const float *b, int b_rs, int b_cs, int M, int N, int K,
+                int accumulate);
+
+/* kernels_cpu.c — on dt_cpu_gemm (OpenBLAS sgemm if that cannot allocate) */
 void dt_cpu_matmul_forward(float *out, const float *inp, const float *w,
                            const float *bias, int N, int C, int OC);
 void dt_cpu_matmul_backward(float *dinp, float *dw, float *dbias,
