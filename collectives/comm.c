@@ -45,7 +45,7 @@ void comm_failv(dt_comm *c, dt_status st, const char *fmt, va_list ap)
     c->want_fail = true;
     pthread_cond_broadcast(&c->cv_api);
     pthread_mutex_unlock(&c->mu);
-    if (atomic_load(&c->io_running)) uv_async_send(&c->wake);
+    comm_kick(c);
 }
 
 void comm_fail(dt_comm *c, dt_status st, const char *fmt, ...)
@@ -97,6 +97,7 @@ static dt_status comm_setup(dt_comm *c, const dt_comm_options *o)
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv_api, &attr);
+    pthread_cond_init(&c->cv_thread, &attr);
     pthread_condattr_destroy(&attr);
     atomic_init(&c->io_running, false);
     atomic_init(&c->rejected, 0);
@@ -251,6 +252,16 @@ static dt_status wait_for_mesh(dt_comm *c, double deadline)
     return ready && !failed ? DT_OK : comm_status(c);
 }
 
+/* From now on a blocking collective may run on its caller's thread. */
+static dt_status init_finished(dt_comm *c)
+{
+    pthread_mutex_lock(&c->mu);
+    c->init_done = true;
+    pthread_mutex_unlock(&c->mu);
+    comm_kick(c);
+    return DT_OK;
+}
+
 dt_status dt_comm_init(dt_comm **out, const dt_comm_options *o)
 {
     dt_comm *c = calloc(1, sizeof *c);
@@ -258,7 +269,10 @@ dt_status dt_comm_init(dt_comm **out, const dt_comm_options *o)
     if (!c) return DT_ENOMEM;
     dt_status st = comm_setup(c, o);
     if (st != DT_OK) return st;
-    if (c->size == 1) return transport_start(c);
+    if (c->size == 1) {
+        st = transport_start(c);
+        return st == DT_OK ? init_finished(c) : st;
+    }
     double deadline = dt_now() + c->init_timeout_s;
     st = dt_store_open(&c->store, c->init_url, c->job_id);
     if (st != DT_OK) return store_failed(c, st, "opening the rendezvous store");
@@ -266,7 +280,8 @@ dt_status dt_comm_init(dt_comm **out, const dt_comm_options *o)
     if ((st = transport_start(c)) != DT_OK) return st;
     if ((st = exchange_addresses(c, deadline)) != DT_OK) return st;
     transport_connect(c);
-    return wait_for_mesh(c, deadline);
+    st = wait_for_mesh(c, deadline);
+    return st == DT_OK ? init_finished(c) : st;
 }
 
 void dt_comm_destroy(dt_comm *c)
@@ -285,6 +300,7 @@ void dt_comm_destroy(dt_comm *c)
     free(c->init_url);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv_api);
+    pthread_cond_destroy(&c->cv_thread);
     sodium_memzero(c->key, sizeof c->key);
     free(c);
 }

@@ -70,6 +70,7 @@ typedef struct dt_conn {
     dt_frame_hdr rx_hdr;
     dt_xfer *rx_cur;        /* receive being filled */
     dt_xfer *coll_head, *coll_tail; /* posted collective receives, in order */
+    dt_xfer *failed_sends;  /* sends the peer refused, awaiting the reader's verdict */
     uint8_t hs_buf[128];    /* handshake messages in and out */
     uint8_t hs_hello[48];   /* kept: both MACs cover it */
     uint8_t hs_challenge[64];
@@ -123,6 +124,10 @@ struct dt_comm {
     /* mutex */
     pthread_mutex_t mu;
     pthread_cond_t cv_api;  /* API thread: work done, mesh ready */
+    pthread_cond_t cv_thread; /* communicator thread: something to do */
+    bool loop_busy;         /* a thread is running the loop (or an op) */
+    bool init_done;         /* dt_comm_init succeeded */
+    int p2p_outstanding;    /* p2p works posted and not yet complete */
     dt_xfer *inbox_head, *inbox_tail;
     bool want_connect, want_fail;
     struct sockaddr_storage *dial; /* [size] addresses of lower ranks */
@@ -180,7 +185,16 @@ void conn_write(dt_conn *cn, uv_write_t *req, const void *buf, size_t len);
 /* executor.c */
 /* pthread_cond_timedwait on the monotonic clock; deadline in dt_now() seconds. */
 void comm_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, double deadline);
-void comm_thread_main(void *arg);        /* ops, and the loop while idle */
+void comm_thread_main(void *arg);        /* comm_thread.c: ops, and the loop */
+/* comm_thread.c: run a blocking collective on the caller's thread when the
+ * loop is free; false (nothing done) when it must queue instead. */
+bool comm_run_inline(dt_comm *c, dt_work *w, dt_status *st);
+/* Wake the communicator thread after changing what it should do (call
+ * after releasing mu). */
+void comm_kick(dt_comm *c);
+/* executor.c */
+dt_status run_collective(dt_comm *c, dt_work *w);
+void work_prepare(dt_comm *c, dt_work *w, const dt_op *op);
 void work_complete(dt_work *w, dt_status st); /* with mu held */
 
 #endif /* DT_COMM_INTERNAL_H */

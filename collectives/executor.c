@@ -1,23 +1,22 @@
 /*
- * executor.c — one thread per communicator runs the ops, in order, and the
- * event loop that moves their bytes.
+ * executor.c — how an op runs: in order, as sequential code, on the thread
+ * that holds the event loop.
  *
- * dt_submit gives each collective the next sequence number, queues it and
- * wakes the communicator thread (uv_async_send). That thread pops ops in
- * submission order and runs each algorithm as plain sequential code
+ * dt_submit gives each collective the next sequence number and queues it;
+ * dt_run (blocking) runs it on the caller's thread instead when nothing is
+ * queued and the loop is free (comm_thread.c decides who runs the loop).
+ * Either way run_collective runs the algorithm as plain sequential code
  * (algorithms.h): posting a transfer hands it to the transport directly, and
  * waiting for one means running the libuv loop (uv_run, UV_RUN_ONCE) until
- * the transfer is done. While no op is queued the same thread just runs the
- * loop, so a dead peer or a stranger is noticed even between ops. Because
- * every rank submits the same collectives in the same order, op #n meets
- * op #n.
+ * the transfer is done. Because every rank submits the same collectives in
+ * the same order, op #n meets op #n.
  *
- * Why one thread for both, and not an executor beside an I/O thread: a
- * transfer then costs no thread hand-off at all (a hand-off is two futex
- * wake-ups and, on a loaded machine, a scheduler time slice each way), and a
- * rank uses one core, not two. The price is that the loop does not read
- * sockets while a segment is being reduced; the kernel's socket buffers
- * (autotuned, several MiB on loopback) keep the bytes flowing meanwhile.
+ * Why the thread that runs the op also moves its bytes, instead of an
+ * executor beside an I/O thread: a transfer then costs no thread hand-off
+ * (a hand-off is two futex wake-ups and, on a loaded machine, a scheduler
+ * time slice each way). The price is that the loop does not read sockets
+ * while a segment is being reduced; the kernel's socket buffers (autotuned,
+ * several MiB on loopback) keep the bytes flowing meanwhile.
  *
  * Tagged send/recv do not queue here: they are not ordered against
  * collectives (Gloo's semantics), so dt_submit posts their one transfer
@@ -30,7 +29,6 @@
  * byte streams between ranks no longer line up.
  */
 #include <errno.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -51,6 +49,7 @@ void work_complete(dt_work *w, dt_status st)
 {
     w->status = st;
     w->done = true;
+    if (w->op.kind == DT_OP_SEND || w->op.kind == DT_OP_RECV) w->comm->p2p_outstanding--;
     pthread_cond_broadcast(&w->comm->cv_api);
 }
 
@@ -155,7 +154,7 @@ static uint64_t wire_count(const dt_comm *c, const dt_op *op)
     return sum;
 }
 
-static dt_status run_collective(dt_comm *c, dt_work *w)
+dt_status run_collective(dt_comm *c, dt_work *w)
 {
     dt_opctx o = {
         .comm = c, .op = &w->op, .seq = w->seq, .wire_count = wire_count(c, &w->op),
@@ -182,57 +181,6 @@ static dt_status run_collective(dt_comm *c, dt_work *w)
         pthread_mutex_unlock(&c->mu);
     }
     return st;
-}
-
-/* The next queued op, or NULL; *stop says whether the thread should end. */
-static dt_work *next_op(dt_comm *c, bool *stop)
-{
-    pthread_mutex_lock(&c->mu);
-    dt_work *w = c->q_head;
-    if (w) {
-        c->q_head = w->next;
-        if (!c->q_head) c->q_tail = NULL;
-        c->in_op = true;
-        c->cur_kind = w->op.kind;
-        c->cur_seq = w->seq;
-    }
-    *stop = c->stopping;
-    pthread_mutex_unlock(&c->mu);
-    return w;
-}
-
-static void run_op(dt_comm *c, dt_work *w)
-{
-    pthread_mutex_lock(&c->mu);
-    bool failed = c->failed;
-    dt_status st = c->fail_status;
-    pthread_mutex_unlock(&c->mu);
-    if (!failed) st = run_collective(c, w);
-    pthread_mutex_lock(&c->mu);
-    c->in_op = false;
-    work_complete(w, st);
-    pthread_mutex_unlock(&c->mu);
-}
-
-void comm_thread_main(void *arg)
-{
-    dt_comm *c = arg;
-    /* Writing to a socket the peer has reset raises SIGPIPE, whose default
-     * action kills the whole process. Blocking it on this thread (the only
-     * one that writes to sockets) turns it into an EPIPE error instead,
-     * without touching the application's signal handlers. */
-    sigset_t pipe_only;
-    sigemptyset(&pipe_only);
-    sigaddset(&pipe_only, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe_only, NULL);
-    for (;;) {
-        bool stop;
-        dt_work *w = next_op(c, &stop);
-        if (w) run_op(c, w);
-        else if (stop) break;
-        else uv_run(&c->loop, UV_RUN_ONCE);
-    }
-    transport_shutdown(c);
 }
 
 /* ---- submitting and waiting (API thread) ------------------------------------- */
@@ -262,13 +210,10 @@ static void post_p2p(dt_comm *c, dt_work *w)
 
 dt_status comm_check_op(dt_comm *c, const dt_op *op); /* validate.c */
 
-dt_status dt_submit(dt_comm *c, const dt_op *op, dt_work **work)
+/* A work for op, with the fields its kind ignores normalised, so every rank
+ * puts the same identity in its frame headers. */
+void work_prepare(dt_comm *c, dt_work *w, const dt_op *op)
 {
-    *work = NULL;
-    dt_status st = comm_check_op(c, op);
-    if (st != DT_OK) return st;
-    dt_work *w = calloc(1, sizeof *w);
-    if (!w) return DT_ENOMEM;
     w->comm = c;
     w->op = *op;
     if (op->kind != DT_OP_REDUCE && op->kind != DT_OP_ALLREDUCE &&
@@ -277,11 +222,22 @@ dt_status dt_submit(dt_comm *c, const dt_op *op, dt_work **work)
     if (op->kind != DT_OP_BROADCAST && op->kind != DT_OP_REDUCE && op->kind != DT_OP_GATHER &&
         op->kind != DT_OP_SCATTER)
         w->op.root = -1;
+}
+
+dt_status dt_submit(dt_comm *c, const dt_op *op, dt_work **work)
+{
+    *work = NULL;
+    dt_status st = comm_check_op(c, op);
+    if (st != DT_OK) return st;
+    dt_work *w = calloc(1, sizeof *w);
+    if (!w) return DT_ENOMEM;
+    work_prepare(c, w, op);
     *work = w;
     if (op->kind == DT_OP_SEND || op->kind == DT_OP_RECV) {
         w->deadline = dt_now() + (op->timeout_s > 0 ? op->timeout_s : c->timeout_s);
         pthread_mutex_lock(&c->mu);
         w->seq = c->p2p_seq++;
+        c->p2p_outstanding++;
         pthread_mutex_unlock(&c->mu);
         post_p2p(c, w);
         return DT_OK;
@@ -292,7 +248,7 @@ dt_status dt_submit(dt_comm *c, const dt_op *op, dt_work **work)
     else c->q_head = w;
     c->q_tail = w;
     pthread_mutex_unlock(&c->mu);
-    uv_async_send(&c->wake);
+    comm_kick(c);
     return DT_OK;
 }
 
@@ -344,8 +300,17 @@ bool dt_work_test(dt_work *w)
     return done;
 }
 
+/* Blocking: a collective runs on this thread when the loop is free (no
+ * hand-off at all), otherwise it queues behind what is running. */
 dt_status dt_run(dt_comm *c, const dt_op *op)
 {
+    if (op->kind != DT_OP_SEND && op->kind != DT_OP_RECV) {
+        dt_status st = comm_check_op(c, op);
+        if (st != DT_OK) return st;
+        dt_work w = {0};
+        work_prepare(c, &w, op);
+        if (comm_run_inline(c, &w, &st)) return st;
+    }
     dt_work *w;
     dt_status st = dt_submit(c, op, &w);
     return st == DT_OK ? dt_work_wait(w) : st;

@@ -47,6 +47,7 @@ static void on_conn_closed(uv_handle_t *h)
 {
     dt_conn *cn = h->data;
     dt_comm *c = cn->comm;
+    release_list(c, cn->failed_sends);
     if (cn->peer >= 0 && c->peers[cn->peer] == cn) c->peers[cn->peer] = NULL;
     c_unlink_pending(cn);
     c->open_handles--;
@@ -88,6 +89,8 @@ static void io_fail_cleanup(dt_comm *c)
         cn->rx_cur = NULL;
         release_list(c, cn->coll_head);
         cn->coll_head = cn->coll_tail = NULL;
+        release_list(c, cn->failed_sends);
+        cn->failed_sends = NULL;
         send_control(cn, FRAME_ABORT, text, 4 + strlen(text + 4));
     }
     release_list(c, c->p2p_head);
@@ -412,7 +415,7 @@ void transport_connect(dt_comm *c)
     pthread_mutex_lock(&c->mu);
     c->want_connect = true;
     pthread_mutex_unlock(&c->mu);
-    uv_async_send(&c->wake);
+    comm_kick(c);
 }
 
 static void close_any(uv_handle_t *h, void *arg)
@@ -427,7 +430,7 @@ void transport_stop(dt_comm *c)
         pthread_mutex_lock(&c->mu);
         c->stopping = true;
         pthread_mutex_unlock(&c->mu);
-        uv_async_send(&c->wake);
+        comm_kick(c);
         uv_thread_join(&c->thread);
         atomic_store(&c->io_running, false);
     }

@@ -330,15 +330,32 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 
 /* ---- writing --------------------------------------------------------------- */
 
+/* Is this connection being read, so that what the peer said last (an ABORT
+ * naming the root cause, or its EOF) will surface by itself? */
+static bool reading_now(const dt_conn *cn)
+{
+    return !cn->closing && (cn->rx_state == RX_HEADER || cn->rx_state == RX_PAYLOAD ||
+                            cn->rx_state == RX_NOTICE);
+}
+
 static void on_send_done(uv_write_t *req, int status)
 {
     dt_xfer *x = req->data;
     dt_conn *cn = req->handle->data;
     dt_comm *c = cn->comm;
-    if (status < 0 && status != UV_ECANCELED)
+    if (status < 0 && status != UV_ECANCELED && !c->io_failed_done) {
+        if (reading_now(cn)) {
+            /* The peer closed on us. If it failed first, its ABORT frame is
+             * still in our receive queue: let the reader report that root
+             * cause; the send is let go of with everything else. */
+            x->next = cn->failed_sends;
+            cn->failed_sends = x;
+            return;
+        }
         comm_fail(c, DT_EPEER, "rank %d: sending to rank %d (%s) failed: %s; rank %d died or "
                   "its process was killed", c->rank, cn->peer, cn->addr, uv_strerror(status),
                   cn->peer);
+    }
     xfer_release(c, x, status == 0 ? XFER_DONE : XFER_FAILED);
 }
 
@@ -462,5 +479,5 @@ void transport_post(dt_comm *c, dt_xfer *x)
     else c->inbox_head = x;
     c->inbox_tail = x;
     pthread_mutex_unlock(&c->mu);
-    uv_async_send(&c->wake);
+    comm_kick(c);
 }
