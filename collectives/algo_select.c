@@ -43,12 +43,13 @@
 
 /*
  * Broadcast: the binomial tree costs ⌈log2 p⌉(α + nβ); the chain, with
- * k = n / 256 KiB segments (broadcast_chain.c), (p-2+k)(α + nβ/k), which
- * tends to nβ. Below one segment the chain cannot pipeline and always
- * loses. With loopback's α/β ≈ 100 KB it wins from about 0.8 MB at p = 4
- * (6α + 1.5nβ against 2α + 2nβ at k = 4) and 1.4 MB at p = 8 (10α + 2.5nβ
- * against 3α + 3nβ). 1 MiB sits between. With two ranks both are the same
- * single transfer: the tree, which sends it as one message.
+ * k = n / 1 MiB segments (broadcast_chain.c), (p-2+k)(α + nβ/k), which
+ * tends to nβ. At or below one segment the chain cannot pipeline and
+ * always loses (p-1 hops of the whole buffer against ⌈log2 p⌉), so the
+ * tree takes everything up to 1 MiB; above, with k >= 2, the chain's
+ * (p-2+k)/k of a buffer time beats the tree's ⌈log2 p⌉ from p = 4 on.
+ * With two ranks both are the same single transfer: the tree, which sends
+ * it as one message.
  */
 #define BROADCAST_TREE_MAX_BYTES ((size_t)1024 * 1024)
 
