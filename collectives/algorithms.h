@@ -1,10 +1,11 @@
 /*
  * algorithms.h — internal: the collective algorithms, one file each.
  *
- * Each algorithm runs on the executor thread, reads its arguments from
- * o->op (see the table in dt_comm.h), talks to peers only through the
- * transfers of transport.h, and returns DT_OK or the first failure. Each
- * handles a world of one (a local copy) and a count of zero (no message).
+ * Each algorithm runs on the thread that holds the loop, reads its
+ * arguments from o->op (see the table in dt_comm.h), talks to peers only
+ * through the transfers of transport.h, and returns DT_OK or the first
+ * failure. Each handles a world of one (a local copy) and a count of zero
+ * (no message).
  * Its α-β cost is written in its file's head comment.
  *
  * algo_run picks the algorithm for an op: by kind, by message size and world

@@ -3,16 +3,20 @@
  *
  * Two kinds of thread touch a communicator:
  *
- *   API thread(s)        dt_submit / dt_work_wait / dt_comm_destroy /
- *                        dt_comm_abort. Enqueue ops, wait for work handles.
- *   communicator thread  runs the collectives one at a time, in submission
- *                        order, as sequential code that posts transfers and
- *                        then runs the libuv loop until they are done; runs
- *                        the loop while idle (accepts, handshakes, EOFs).
+ *   API thread(s)        dt_submit / dt_run / dt_work_wait / dt_comm_destroy
+ *                        / dt_comm_abort. Enqueue ops, wait for work handles,
+ *                        and run a blocking collective themselves when the
+ *                        loop is free (comm_thread.c).
+ *   communicator thread  runs queued collectives one at a time, in
+ *                        submission order, as sequential code that posts
+ *                        transfers and then runs the libuv loop until they
+ *                        are done; runs the loop for p2p, init and failure
+ *                        clean-up, and polls it while idle.
  *
  * Ownership rules (a reader of transport.c must keep these in mind):
- *   - Fields under "loop thread only" are touched by the communicator thread alone,
- *     except before it starts and after it has been joined.
+ *   - Fields under "loop owner only" are touched only by the thread that
+ *     holds the loop (`loop_busy`, taken and given back under `mu`): the
+ *     communicator thread, or an API thread running an op inline.
  *   - Fields under "mutex" are read and written with `mu` held. The inbox is
  *     how other threads hand work to the loop: they append under `mu`, then
  *     uv_async_send(&wake), the only libuv call made off the loop thread.
@@ -105,7 +109,7 @@ struct dt_comm {
     char (*peer_addr)[64];  /* [size] "host:port", fixed after init */
     atomic_uint_fast64_t rejected;
 
-    /* loop thread only */
+    /* loop owner only */
     uv_loop_t loop;
     uv_async_t wake;
     uv_tcp_t listener;
@@ -139,13 +143,13 @@ struct dt_comm {
     dt_work *q_head, *q_tail;
     bool stopping;
     uint64_t next_seq;      /* collectives submitted so far */
-    bool in_op;             /* the executor is running op cur_kind #cur_seq */
+    bool in_op;             /* the loop owner is running op cur_kind #cur_seq */
     dt_op_kind cur_kind;
     uint64_t cur_seq;
     char arg_error[256];    /* the last rejected argument (not a failure) */
     uint64_t p2p_seq;       /* p2p ops submitted so far */
 
-    /* communicator thread only */
+    /* loop owner only */
     void *scratch[2];
     size_t scratch_cap[2];
     uint32_t *sent_index, *recv_index; /* [size] each */
@@ -166,10 +170,10 @@ void release_list(dt_comm *c, dt_xfer *x);   /* fail a list of receives */
 void send_control(dt_conn *cn, uint8_t kind, const void *payload, size_t len);
 void rx_next_header(dt_conn *cn);
 /* mesh.c: connections and the loop */
-dt_status transport_start(dt_comm *c);   /* listener + loop thread */
+dt_status transport_start(dt_comm *c);   /* loop, listener, communicator thread */
 void transport_connect(dt_comm *c);      /* dial c->dial[0..rank) */
 void transport_post(dt_comm *c, dt_xfer *x); /* from another thread */
-void transport_post_here(dt_comm *c, dt_xfer *x); /* on the communicator thread */
+void transport_post_here(dt_comm *c, dt_xfer *x); /* by the loop owner */
 void transport_stop(dt_comm *c);         /* stop the thread, close the loop */
 void transport_shutdown(dt_comm *c);     /* on the thread: BYE, close all */
 /* handshake.c, run on the loop */
@@ -182,17 +186,17 @@ void conn_expect(dt_conn *cn, int state, size_t bytes);
 void conn_set_reading(dt_conn *cn, bool on);
 void conn_close(dt_conn *cn);
 void conn_write(dt_conn *cn, uv_write_t *req, const void *buf, size_t len);
-/* executor.c */
-/* pthread_cond_timedwait on the monotonic clock; deadline in dt_now() seconds. */
-void comm_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, double deadline);
-void comm_thread_main(void *arg);        /* comm_thread.c: ops, and the loop */
-/* comm_thread.c: run a blocking collective on the caller's thread when the
- * loop is free; false (nothing done) when it must queue instead. */
+/* comm_thread.c: who runs the loop */
+void comm_thread_main(void *arg);        /* queued ops, and the loop */
+/* Run a blocking collective on the caller's thread when the loop is free;
+ * false (nothing done) when it must queue instead. */
 bool comm_run_inline(dt_comm *c, dt_work *w, dt_status *st);
 /* Wake the communicator thread after changing what it should do (call
  * after releasing mu). */
 void comm_kick(dt_comm *c);
-/* executor.c */
+/* executor.c: running an op */
+/* pthread_cond_timedwait on the monotonic clock; deadline in dt_now() seconds. */
+void comm_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, double deadline);
 dt_status run_collective(dt_comm *c, dt_work *w);
 void work_prepare(dt_comm *c, dt_work *w, const dt_op *op);
 void work_complete(dt_work *w, dt_status st); /* with mu held */

@@ -16,8 +16,10 @@
  *
  * Threads: the API may be called from one thread at a time per communicator
  * (dt_comm_abort from any thread, at any time). Each communicator owns one
- * thread that runs the algorithms in submission order and, while it waits
- * for bytes, the libuv loop that moves them. Nothing is global; several
+ * thread that runs queued (async) ops in submission order and, while it
+ * waits for bytes, the libuv loop that moves them; a blocking collective
+ * issued while nothing is queued runs on the caller's thread instead, with
+ * no hand-off. Nothing is global; several
  * communicators (or several ranks of one job, as threads) share a process.
  *
  * Costs below use the α-β model: α = per-message latency, β = seconds per

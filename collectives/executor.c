@@ -144,7 +144,7 @@ void *opctx_scratch(dt_opctx *o, int slot, size_t bytes)
     return c->scratch[slot];
 }
 
-/* ---- the executor thread ---------------------------------------------------- */
+/* ---- running one collective ------------------------------------------------- */
 
 static uint64_t wire_count(const dt_comm *c, const dt_op *op)
 {

@@ -6,7 +6,7 @@
  * header, then payload) is read straight into the buffer of the receive that
  * was posted for it. When a header arrives and no receive matches it yet —
  * the peer is ahead of us — reading that socket stops (uv_read_stop) until
- * the executor posts the matching receive. TCP's window is the flow control,
+ * the op posts the matching receive. TCP's window is the flow control,
  * and memory stays bounded by what the algorithms posted.
  *
  * Matching: collective frames from one peer are matched in order against
@@ -18,7 +18,7 @@
  * first.
  *
  * Failure (mesh.c does the work): EOF, a reset, a write error, a protocol error, a timeout noticed
- * by the executor, or dt_comm_abort all end in comm_fail. The first failure
+ * by the op's runner, or dt_comm_abort all end in comm_fail. The first failure
  * is recorded; the loop then lets go of every posted receive, sends each
  * peer an ABORT frame carrying the reason (so a rank that only sees the
  * cascade still learns the root cause), and closes every connection after a

@@ -1,8 +1,8 @@
 /*
  * transport.h — internal: what an algorithm sees of the network.
  *
- * An algorithm runs on the communicator's thread as plain
- * sequential code. It talks to peers through transfers (dt_xfer) that it
+ * An algorithm runs on the thread that holds the loop (comm_thread.c), as
+ * plain sequential code. It talks to peers through transfers (dt_xfer) that it
  * posts and later waits for:
  *
  *     dt_xfer x;
@@ -23,7 +23,7 @@
  *     receives of one op are posted in the same order with the same sizes.
  *   - A posted dt_xfer and its buffer belong to the transport until
  *     xfer_wait returns for it. Returning early on error is safe: the
- *     executor calls xfer_drain(o) after every op, which runs the loop
+ *     op's runner calls xfer_drain(o) after every op, which runs the loop
  *     until the transport has let go of every transfer the op posted.
  *   - A zero-byte transfer is allowed (a header with no payload): barrier.
  */
@@ -85,7 +85,7 @@ typedef struct dt_xfer {
 } dt_xfer;
 
 /*
- * The context of one collective while it runs on the executor.
+ * The context of one collective while it runs.
  */
 struct dt_opctx {
     dt_comm *comm;

@@ -42,7 +42,8 @@ static void *join_and_sum(void *p)
     return NULL;
 }
 
-/* Runs `n` ranks with options made by `shape` and returns them in args. */
+/* Runs `n` ranks as threads (listening on `ifname` when not NULL); each
+ * rank's status, error and all-reduced sum land in args[rank]. */
 static void run_job(join_arg *args, int n, const char *ifname, const char *what)
 {
     char url[128];
