@@ -130,6 +130,7 @@ struct dt_comm {
     pthread_cond_t cv_api;  /* API thread: work done, mesh ready */
     pthread_cond_t cv_thread; /* communicator thread: something to do */
     bool loop_busy;         /* a thread is running the loop (or an op) */
+    bool thread_awaits_loop; /* the communicator thread waits for loop_busy to clear */
     bool init_done;         /* dt_comm_init succeeded */
     int p2p_outstanding;    /* p2p works posted and not yet complete */
     dt_xfer *inbox_head, *inbox_tail;

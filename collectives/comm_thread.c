@@ -108,7 +108,11 @@ void comm_thread_main(void *arg)
     block_sigpipe(&ignored);
     pthread_mutex_lock(&c->mu);
     for (;;) {
-        while (c->loop_busy) pthread_cond_wait(&c->cv_thread, &c->mu);
+        while (c->loop_busy) {
+            c->thread_awaits_loop = true;
+            pthread_cond_wait(&c->cv_thread, &c->mu);
+        }
+        c->thread_awaits_loop = false;
         if (c->stopping && !c->q_head) break;
         bool needed = loop_needed(c);
         if (!needed) {
@@ -150,7 +154,11 @@ bool comm_run_inline(dt_comm *c, dt_work *w, dt_status *st)
     pthread_mutex_lock(&c->mu);
     c->in_op = false;
     c->loop_busy = false;
+    /* Wake the communicator thread only if it waits for the loop or has
+     * work: an idle one wakes on its own poll, and a needless wake-up per
+     * op is a context switch the next op's latency pays for. */
+    bool wake = c->thread_awaits_loop || loop_needed(c) || c->stopping;
     pthread_mutex_unlock(&c->mu);
-    pthread_cond_signal(&c->cv_thread);
+    if (wake) pthread_cond_signal(&c->cv_thread);
     return true;
 }
