@@ -49,6 +49,10 @@ enum {
     RX_STOPPED,    /* failed or closing: nothing more is read */
 };
 
+/* Read-ahead per connection: a read at a frame boundary takes up to this
+ * much, so a small frame (header + payload) costs one read(2). */
+#define RX_STAGE_BYTES 16384
+
 typedef struct dt_conn {
     dt_comm *comm;
     uv_tcp_t tcp;
@@ -73,6 +77,9 @@ typedef struct dt_conn {
     size_t rx_need;         /* handshake/notice: bytes of the current unit */
     dt_frame_hdr rx_hdr;
     dt_xfer *rx_cur;        /* receive being filled */
+    bool rx_into_stage;     /* the read in flight lands in rx_stage */
+    size_t stage_off, stage_len; /* unconsumed read-ahead: [off, len) */
+    char rx_stage[RX_STAGE_BYTES]; /* read-ahead at frame boundaries */
     dt_xfer *coll_head, *coll_tail; /* posted collective receives, in order */
     dt_xfer *failed_sends;  /* sends the peer refused, awaiting the reader's verdict */
     uint8_t hs_buf[128];    /* handshake messages in and out */

@@ -2,12 +2,17 @@
  * transport.c — frames: moving bytes between the buffers ops posted and the
  * mesh's TCP connections, on the communicator thread's libuv loop.
  *
- * The idea: nothing is ever buffered "just in case". Every frame (a 40-byte
- * header, then payload) is read straight into the buffer of the receive that
- * was posted for it. When a header arrives and no receive matches it yet —
- * the peer is ahead of us — reading that socket stops (uv_read_stop) until
- * the op posts the matching receive. TCP's window is the flow control,
- * and memory stays bounded by what the algorithms posted.
+ * The idea: nothing is buffered "just in case". A payload is read straight
+ * into the buffer of the receive that was posted for it. The one exception
+ * is a small read-ahead per connection (RX_STAGE_BYTES): a read at a frame
+ * boundary takes up to that much, so a small frame — header and payload —
+ * costs one read(2) instead of three (header, payload, EAGAIN), and the
+ * first bytes of a large payload are copied out of it before the rest is
+ * read in place. When a header arrives and no receive matches it yet — the
+ * peer is ahead of us — reading that socket stops (uv_read_stop) with the
+ * staged bytes kept, until the op posts the matching receive. TCP's window
+ * is the flow control, and memory stays bounded by what the algorithms
+ * posted plus one stage per connection.
  *
  * Matching: collective frames from one peer are matched in order against
  * the collective receives posted for that peer, and must agree exactly with
@@ -27,7 +32,9 @@
  * unless something was still expected from it.
  *
  * Cost per frame: one write of header+payload (writev), and on the receive
- * side one read for the header and as many as needed for the payload.
+ * side one read for a frame that fits the stage (several small frames that
+ * arrived together share it), else one for the stage and as many as needed
+ * for the rest of the payload.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -79,6 +86,8 @@ void release_list(dt_comm *c, dt_xfer *x)
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+static void rx_on_notice(dt_conn *cn);
+static void rx_resume(dt_conn *cn);
 
 void conn_set_reading(dt_conn *cn, bool on)
 {
@@ -219,7 +228,7 @@ static void rx_on_header(dt_conn *cn)
                   "(another protocol version?)", c->rank, cn->peer, cn->addr, h->kind);
         return;
     }
-    if (was_paused) conn_set_reading(cn, true);
+    if (was_paused) rx_resume(cn);
 }
 
 static void rx_on_notice(dt_conn *cn)
@@ -272,17 +281,66 @@ static void conn_lost(dt_conn *cn, ssize_t err)
                   err == UV_EOF ? "end of file" : uv_strerror((int)err), cn->peer);
 }
 
+/* Consumes read-ahead bytes frame by frame: headers are matched, payloads
+ * copied to their receives, notices collected. Stops, keeping the rest,
+ * when a header has no receive yet (reading is paused then) or the
+ * connection stopped. */
+static void rx_drain(dt_conn *cn)
+{
+    while (cn->stage_off < cn->stage_len) {
+        const char *src = cn->rx_stage + cn->stage_off;
+        size_t avail = cn->stage_len - cn->stage_off, k;
+        if (cn->rx_state == RX_PAYLOAD) {
+            dt_xfer *x = cn->rx_cur;
+            k = x->len - x->done < avail ? x->len - x->done : avail;
+            memcpy(x->buf + x->done, src, k);
+            x->done += k;
+            cn->stage_off += k;
+            if (x->done == x->len) {
+                cn->rx_cur = NULL;
+                xfer_release(cn->comm, x, XFER_DONE);
+                rx_next_header(cn);
+            }
+            continue;
+        }
+        char *dst = cn->rx_state == RX_HEADER   ? (char *)&cn->rx_hdr
+                    : cn->rx_state == RX_NOTICE ? cn->notice
+                                                : NULL;
+        if (!dst) return; /* waiting for a match, or stopped */
+        k = cn->rx_need - cn->rx_got < avail ? cn->rx_need - cn->rx_got : avail;
+        memcpy(dst + cn->rx_got, src, k);
+        cn->rx_got += k;
+        cn->stage_off += k;
+        if (cn->rx_got < cn->rx_need) continue;
+        if (cn->rx_state == RX_HEADER) rx_on_header(cn);
+        else rx_on_notice(cn);
+    }
+}
+
+/* A paused connection's header found its receive: use up what is staged,
+ * then read the socket again unless another frame had to wait. */
+static void rx_resume(dt_conn *cn)
+{
+    rx_drain(cn);
+    if (cn->rx_state == RX_HEADER || cn->rx_state == RX_PAYLOAD ||
+        cn->rx_state == RX_NOTICE)
+        conn_set_reading(cn, true);
+}
+
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     (void)suggested;
     dt_conn *cn = h->data;
     char *base = NULL;
     size_t len = 0;
+    cn->rx_into_stage = false;
     switch (cn->rx_state) {
-    case RX_HEADER:
-        base = (char *)&cn->rx_hdr + cn->rx_got;
-        len = sizeof(dt_frame_hdr) - cn->rx_got;
-        break;
+    case RX_HEADER: /* a frame boundary, and the stage is empty here */
+        base = cn->rx_stage;
+        len = sizeof cn->rx_stage;
+        cn->rx_into_stage = true;
+        *buf = uv_buf_init(base, (unsigned)len);
+        return;
     case RX_PAYLOAD:
         base = cn->rx_cur->buf + cn->rx_cur->done;
         len = cn->rx_cur->len - cn->rx_cur->done;
@@ -308,6 +366,12 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     dt_conn *cn = s->data;
     if (nread == 0 || nread == UV_ENOBUFS) return;
     if (nread < 0) { conn_lost(cn, nread); return; }
+    if (cn->rx_into_stage) {
+        cn->stage_off = 0;
+        cn->stage_len = (size_t)nread;
+        rx_drain(cn);
+        return;
+    }
     if (cn->rx_state == RX_PAYLOAD) {
         dt_xfer *x = cn->rx_cur;
         x->done += (size_t)nread;
