@@ -227,6 +227,7 @@ static int run_local_ranks(const bench_options *o)
 
 int main(int argc, char **argv)
 {
+    signal(SIGPIPE, SIG_IGN); /* EPIPE instead: a dead peer is an error, not a kill */
     bench_options o;
     bench_options_default(&o);
     char err[256];

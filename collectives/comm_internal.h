@@ -77,7 +77,9 @@ typedef struct dt_conn {
     size_t rx_need;         /* handshake/notice: bytes of the current unit */
     dt_frame_hdr rx_hdr;
     dt_xfer *rx_cur;        /* receive being filled */
+    bool reading;           /* uv_read_start is in effect */
     bool rx_into_stage;     /* the read in flight lands in rx_stage */
+    int rx_deferred;        /* EOF/error that came behind staged frames */
     size_t stage_off, stage_len; /* unconsumed read-ahead: [off, len) */
     char rx_stage[RX_STAGE_BYTES]; /* read-ahead at frame boundaries */
     dt_xfer *coll_head, *coll_tail; /* posted collective receives, in order */
@@ -138,6 +140,8 @@ struct dt_comm {
     pthread_cond_t cv_thread; /* communicator thread: something to do */
     bool loop_busy;         /* a thread is running the loop (or an op) */
     bool thread_awaits_loop; /* the communicator thread waits for loop_busy to clear */
+    bool sigpipe_ignored;   /* SIGPIPE was SIG_IGN at init: ops leave the mask alone */
+    bool write_failed;      /* a write failed since the loop runner last looked */
     bool init_done;         /* dt_comm_init succeeded */
     int p2p_outstanding;    /* p2p works posted and not yet complete */
     dt_xfer *inbox_head, *inbox_tail;

@@ -26,9 +26,12 @@
  *
  * SIGPIPE: a write to a socket the peer has reset raises it, and its
  * default action kills the process. Both loop runners block it while they
- * run (the caller only for the duration of the op, consuming any SIGPIPE it
- * caused before unblocking), so a dead peer is an EPIPE error, never a
- * crash, and the application's own signal handling is untouched.
+ * run (the caller only for the duration of the op, consuming any SIGPIPE a
+ * failed write caused before unblocking), so a dead peer is an EPIPE error,
+ * never a crash, and the application's own signal handling is untouched.
+ * A program that ignores SIGPIPE (as dtrain's own do, and most servers)
+ * when it creates the communicator spares every inline op those two
+ * sigprocmask calls: EPIPE is all a write can produce then.
  */
 #include <signal.h>
 #include <time.h>
@@ -58,13 +61,13 @@ static void block_sigpipe(sigset_t *old)
     pthread_sigmask(SIG_BLOCK, &pipe_only, old);
 }
 
-/* Undo block_sigpipe, first consuming a SIGPIPE our writes left pending. */
-static void restore_sigpipe(const sigset_t *old)
+/* Undo block_sigpipe, first consuming a SIGPIPE our writes left pending
+ * (only a failed write can have raised one). */
+static void restore_sigpipe(const sigset_t *old, bool write_failed)
 {
     if (sigismember(old, SIGPIPE)) return; /* it was blocked before us */
     sigset_t pending, pipe_only;
-    sigpending(&pending);
-    if (sigismember(&pending, SIGPIPE)) {
+    if (write_failed && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE)) {
         struct timespec zero = {0, 0};
         sigemptyset(&pipe_only);
         sigaddset(&pipe_only, SIGPIPE);
@@ -146,10 +149,15 @@ bool comm_run_inline(dt_comm *c, dt_work *w, dt_status *st)
     c->cur_seq = w->seq;
     pthread_mutex_unlock(&c->mu);
 
-    sigset_t old;
-    block_sigpipe(&old);
-    *st = run_collective(c, w);
-    restore_sigpipe(&old);
+    if (c->sigpipe_ignored) {
+        *st = run_collective(c, w);
+    } else {
+        sigset_t old;
+        c->write_failed = false;
+        block_sigpipe(&old);
+        *st = run_collective(c, w);
+        restore_sigpipe(&old, c->write_failed);
+    }
 
     pthread_mutex_lock(&c->mu);
     c->in_op = false;

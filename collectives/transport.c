@@ -9,10 +9,14 @@
  * costs one read(2) instead of three (header, payload, EAGAIN), and the
  * first bytes of a large payload are copied out of it before the rest is
  * read in place. When a header arrives and no receive matches it yet — the
- * peer is ahead of us — reading that socket stops (uv_read_stop) with the
- * staged bytes kept, until the op posts the matching receive. TCP's window
- * is the flow control, and memory stays bounded by what the algorithms
- * posted plus one stage per connection.
+ * peer is ahead of us — its frame waits in the stage, and reading goes on
+ * into the stage's free room; only a full stage stops reading that socket
+ * (uv_read_stop) until the op posts the matching receive. So a peer a
+ * little ahead (the common case: its next op's first small frame) costs no
+ * epoll_ctl, a peer far ahead meets TCP's window as flow control, and
+ * memory stays bounded by what the algorithms posted plus one stage per
+ * connection. An EOF or error that arrives behind waiting frames is
+ * reported once they have been consumed, in stream order.
  *
  * Matching: collective frames from one peer are matched in order against
  * the collective receives posted for that peer, and must agree exactly with
@@ -31,7 +35,8 @@
  * said BYE (destroyed its communicator) and then closes is not a failure
  * unless something was still expected from it.
  *
- * Cost per frame: one write of header+payload (writev), and on the receive
+ * Cost per frame: one write of header+payload (writev; uv_try_write first,
+ * so a frame the socket takes at once needs no request), and on the receive
  * side one read for a frame that fits the stage (several small frames that
  * arrived together share it), else one for the stage and as many as needed
  * for the rest of the payload.
@@ -91,9 +96,15 @@ static void rx_resume(dt_conn *cn);
 
 void conn_set_reading(dt_conn *cn, bool on)
 {
-    if (cn->closing) return;
+    if (cn->closing || cn->reading == on) return;
+    cn->reading = on;
     if (on) uv_read_start((uv_stream_t *)&cn->tcp, on_alloc, on_read);
     else uv_read_stop((uv_stream_t *)&cn->tcp);
+}
+
+static bool stage_full(const dt_conn *cn)
+{
+    return cn->stage_off == 0 && cn->stage_len == sizeof cn->rx_stage;
 }
 
 void conn_expect(dt_conn *cn, int state, size_t bytes)
@@ -175,10 +186,18 @@ static dt_xfer *p2p_take(dt_comm *c, int peer, uint32_t tag)
     return NULL;
 }
 
+/* The header in rx_hdr has no receive yet. Keep reading into the stage
+ * while it has room (an early frame then costs no epoll_ctl at all); stop
+ * when it is full, so what a peer can park here stays bounded. */
 static void rx_pause(dt_conn *cn)
 {
     cn->rx_state = RX_WAIT_MATCH;
-    conn_set_reading(cn, false);
+    if (cn->stage_off > 0) { /* make the free room one piece, at the end */
+        memmove(cn->rx_stage, cn->rx_stage + cn->stage_off, cn->stage_len - cn->stage_off);
+        cn->stage_len -= cn->stage_off;
+        cn->stage_off = 0;
+    }
+    if (stage_full(cn) || cn->rx_deferred) conn_set_reading(cn, false);
 }
 
 /* A whole header is in cn->rx_hdr: find where its payload goes. */
@@ -317,14 +336,15 @@ static void rx_drain(dt_conn *cn)
     }
 }
 
-/* A paused connection's header found its receive: use up what is staged,
- * then read the socket again unless another frame had to wait. */
+/* A waiting header found its receive: use up what is staged, then read
+ * the socket again (rx_pause decides, if another frame has to wait), or
+ * report the EOF or error that had come in behind the staged frames. */
 static void rx_resume(dt_conn *cn)
 {
     rx_drain(cn);
-    if (cn->rx_state == RX_HEADER || cn->rx_state == RX_PAYLOAD ||
-        cn->rx_state == RX_NOTICE)
-        conn_set_reading(cn, true);
+    if (cn->rx_state == RX_WAIT_MATCH || cn->rx_state == RX_STOPPED) return;
+    if (cn->rx_deferred) conn_lost(cn, cn->rx_deferred);
+    else conn_set_reading(cn, true);
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
@@ -335,11 +355,13 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     size_t len = 0;
     cn->rx_into_stage = false;
     switch (cn->rx_state) {
-    case RX_HEADER: /* a frame boundary, and the stage is empty here */
-        base = cn->rx_stage;
-        len = sizeof cn->rx_stage;
+    case RX_HEADER: /* a frame boundary: the stage is empty here */
+        cn->stage_off = cn->stage_len = 0;
+        /* fall through */
+    case RX_WAIT_MATCH: /* rx_pause left the free room at the end */
         cn->rx_into_stage = true;
-        *buf = uv_buf_init(base, (unsigned)len);
+        *buf = uv_buf_init(cn->rx_stage + cn->stage_len,
+                           (unsigned)(sizeof cn->rx_stage - cn->stage_len));
         return;
     case RX_PAYLOAD:
         base = cn->rx_cur->buf + cn->rx_cur->done;
@@ -365,11 +387,16 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     (void)buf;
     dt_conn *cn = s->data;
     if (nread == 0 || nread == UV_ENOBUFS) return;
+    if (nread < 0 && cn->rx_state == RX_WAIT_MATCH) {
+        cn->rx_deferred = (int)nread; /* after the frames staged before it */
+        conn_set_reading(cn, false);
+        return;
+    }
     if (nread < 0) { conn_lost(cn, nread); return; }
     if (cn->rx_into_stage) {
-        cn->stage_off = 0;
-        cn->stage_len = (size_t)nread;
-        rx_drain(cn);
+        cn->stage_len += (size_t)nread;
+        if (cn->rx_state != RX_WAIT_MATCH) rx_drain(cn);
+        else if (stage_full(cn)) conn_set_reading(cn, false);
         return;
     }
     if (cn->rx_state == RX_PAYLOAD) {
@@ -402,11 +429,11 @@ static bool reading_now(const dt_conn *cn)
                             cn->rx_state == RX_NOTICE);
 }
 
-static void on_send_done(uv_write_t *req, int status)
+/* A send finished with status (0 or a libuv error): let go of it. */
+static void send_finished(dt_conn *cn, dt_xfer *x, int status)
 {
-    dt_xfer *x = req->data;
-    dt_conn *cn = req->handle->data;
     dt_comm *c = cn->comm;
+    if (status < 0) c->write_failed = true; /* it may have raised SIGPIPE */
     if (status < 0 && status != UV_ECANCELED && !c->io_failed_done) {
         if (reading_now(cn)) {
             /* The peer closed on us. If it failed first, its ABORT frame is
@@ -423,6 +450,11 @@ static void on_send_done(uv_write_t *req, int status)
     xfer_release(c, x, status == 0 ? XFER_DONE : XFER_FAILED);
 }
 
+static void on_send_done(uv_write_t *req, int status)
+{
+    send_finished(req->handle->data, req->data, status);
+}
+
 typedef struct owned_write {
     uv_write_t req;
     dt_frame_hdr hdr;
@@ -431,7 +463,7 @@ typedef struct owned_write {
 
 static void on_owned_write_done(uv_write_t *req, int status)
 {
-    (void)status;
+    if (status < 0) ((dt_conn *)req->handle->data)->comm->write_failed = true;
     free(req->data);
 }
 
@@ -485,9 +517,24 @@ static void io_send(dt_comm *c, dt_xfer *x)
     if (!cn) { xfer_release(c, x, XFER_FAILED); return; }
     uv_buf_t bufs[2] = {uv_buf_init((char *)&x->hdr, sizeof x->hdr),
                         uv_buf_init(x->buf, (unsigned)x->len)};
+    uv_buf_t *b = bufs;
+    int nb = x->len ? 2 : 1;
+    /* Write what the socket takes now, without a request: a small frame
+     * then needs no callback and no epoll_ctl (libuv re-arms the socket
+     * after every completed request). UV_EAGAIN: nothing went, or earlier
+     * writes still queue (try_write never jumps the queue). */
+    int sent = uv_try_write((uv_stream_t *)&cn->tcp, b, (unsigned)nb);
+    if (sent < 0 && sent != UV_EAGAIN) { send_finished(cn, x, sent); return; }
+    for (size_t left = sent > 0 ? (size_t)sent : 0; left > 0 && nb > 0;) {
+        size_t k = left < b->len ? left : b->len;
+        b->base += k;
+        b->len -= k;
+        left -= k;
+        if (b->len == 0) { b++; nb--; }
+    }
+    if (nb == 0) { send_finished(cn, x, 0); return; }
     x->write_req.data = x;
-    int rc = uv_write(&x->write_req, (uv_stream_t *)&cn->tcp, bufs, x->len ? 2 : 1,
-                      on_send_done);
+    int rc = uv_write(&x->write_req, (uv_stream_t *)&cn->tcp, b, (unsigned)nb, on_send_done);
     if (rc < 0) {
         comm_fail(c, DT_EPEER, "rank %d: writing to rank %d (%s) failed: %s", c->rank,
                   cn->peer, cn->addr, uv_strerror(rc));
