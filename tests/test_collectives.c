@@ -356,6 +356,53 @@ Test(collectives, recv_takes_the_message_with_its_tag, .timeout = TEST_TIMEOUT_S
     run_ranks(3, rank_match_by_tag, NULL);
 }
 
+/* Rank 1 sends 48 messages of 4000 B at once (far more than a connection
+ * reads ahead) while rank 0 is busy elsewhere for 200 ms; then rank 0
+ * receives them in order: every one arrives, intact, in its place. */
+#define EARLY_MESSAGES 48
+#define EARLY_COUNT 1000
+static void rank_sends_far_ahead(rank_ctx *rc) {
+    static _Thread_local int32_t buf[EARLY_COUNT];
+    for (int m = 0; m < EARLY_MESSAGES; m++) {
+        if (rc->rank == 1) {
+            for (int i = 0; i < EARLY_COUNT; i++) buf[i] = m * EARLY_COUNT + i;
+            CHECK_OK(rc, "send", dt_send(rc->comm, buf, EARLY_COUNT, DT_I32, 0, 9));
+            continue;
+        }
+        if (m == 0) usleep(200 * 1000);
+        CHECK_OK(rc, "recv", dt_recv(rc->comm, buf, EARLY_COUNT, DT_I32, 1, 9, NULL));
+        for (int i = 0; i < EARLY_COUNT; i++)
+            if (buf[i] != m * EARLY_COUNT + i) {
+                rank_fail(rc, "message %d, element %d: %d", m, i, (int)buf[i]);
+                return;
+            }
+    }
+}
+
+Test(collectives, messages_sent_long_before_their_receives_arrive_intact_in_order,
+     .timeout = TEST_TIMEOUT_S) {
+    run_ranks(2, rank_sends_far_ahead, NULL);
+}
+
+/* Rank 1 sends one message and leaves (destroys its communicator) before
+ * rank 0 has posted the receive: the message is still delivered, and the
+ * departure that came behind it is no error. */
+static void rank_sends_and_leaves(rank_ctx *rc) {
+    int64_t v = rc->rank == 1 ? 4242 : 0;
+    if (rc->rank == 1) {
+        CHECK_OK(rc, "send", dt_send(rc->comm, &v, 1, DT_I64, 0, 4));
+        return;
+    }
+    usleep(300 * 1000);
+    CHECK_OK(rc, "recv", dt_recv(rc->comm, &v, 1, DT_I64, 1, 4, NULL));
+    if (v != 4242) rank_fail(rc, "received %lld, sent 4242", (long long)v);
+}
+
+Test(collectives, a_message_whose_sender_left_before_the_receive_is_still_delivered,
+     .timeout = TEST_TIMEOUT_S) {
+    run_ranks(2, rank_sends_and_leaves, NULL);
+}
+
 /* Every rank but 0 sends its rank number; rank 0 receives from any source
  * and learns who sent each message: everyone, once. */
 static void rank_any_source(rank_ctx *rc) {
