@@ -84,12 +84,19 @@ static dt_status run_broadcast(dt_opctx *o, size_t bytes) {
     }
 }
 
-/* Kinds with a single algorithm accept AUTO or that algorithm's name. */
-static dt_status run_only(dt_opctx *o, dt_algo allowed,
-                          dt_status (*algorithm)(dt_opctx *)) {
-    if (o->op->algo != DT_ALGO_AUTO && o->op->algo != allowed)
-        return DT_EINVAL;
-    return algorithm(o);
+/* The one table of which algorithm may be forced on which op (validate.c
+ * refuses the rest before an op is queued, so algo_run never sees them). */
+bool algo_applies(dt_op_kind k, dt_algo a) {
+    switch (a) {
+    case DT_ALGO_AUTO: return true;
+    case DT_ALGO_RING:
+        return k == DT_OP_ALLREDUCE || k == DT_OP_REDUCE_SCATTER || k == DT_OP_ALLGATHER ||
+               k == DT_OP_ALLGATHERV;
+    case DT_ALGO_RECURSIVE_DOUBLING: return k == DT_OP_ALLREDUCE;
+    case DT_ALGO_TREE: return k == DT_OP_BROADCAST || k == DT_OP_REDUCE;
+    case DT_ALGO_CHAIN: return k == DT_OP_BROADCAST;
+    }
+    return false;
 }
 
 dt_status algo_run(dt_opctx *o) {
@@ -99,22 +106,22 @@ dt_status algo_run(dt_opctx *o) {
     case DT_OP_ALLREDUCE:
         return run_allreduce(o, bytes);
     case DT_OP_REDUCE_SCATTER:
-        return run_only(o, DT_ALGO_RING, reduce_scatter_ring);
+        return reduce_scatter_ring(o);
     case DT_OP_ALLGATHER:
     case DT_OP_ALLGATHERV:
-        return run_only(o, DT_ALGO_RING, allgather_ring);
+        return allgather_ring(o);
     case DT_OP_BROADCAST:
         return run_broadcast(o, bytes);
     case DT_OP_REDUCE:
-        return run_only(o, DT_ALGO_TREE, reduce_tree);
+        return reduce_tree(o);
     case DT_OP_BARRIER:
-        return run_only(o, DT_ALGO_AUTO, barrier_dissemination);
+        return barrier_dissemination(o);
     case DT_OP_GATHER:
-        return run_only(o, DT_ALGO_AUTO, gather_linear);
+        return gather_linear(o);
     case DT_OP_SCATTER:
-        return run_only(o, DT_ALGO_AUTO, scatter_linear);
+        return scatter_linear(o);
     case DT_OP_ALLTOALL:
-        return run_only(o, DT_ALGO_AUTO, alltoall_pairwise);
+        return alltoall_pairwise(o);
     default: /* send, recv: point to point, not an algorithm */
         return DT_EINVAL;
     }

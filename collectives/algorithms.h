@@ -17,6 +17,8 @@
 #include "transport.h"
 
 dt_status algo_run(dt_opctx *o);
+/* May algorithm a be forced on ops of kind k? */
+bool algo_applies(dt_op_kind k, dt_algo a);
 
 dt_status allreduce_ring(dt_opctx *o);
 dt_status allreduce_recursive_doubling(dt_opctx *o);

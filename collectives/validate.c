@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "algorithms.h"
 #include "comm_internal.h"
 
 static dt_status bad(dt_comm *c, const dt_op *op, const char *fmt, ...)
@@ -40,20 +41,6 @@ static bool is_rooted(dt_op_kind k)
 {
     return k == DT_OP_BROADCAST || k == DT_OP_REDUCE || k == DT_OP_GATHER ||
            k == DT_OP_SCATTER;
-}
-
-static bool algo_applies(dt_op_kind k, dt_algo a)
-{
-    switch (a) {
-    case DT_ALGO_AUTO: return true;
-    case DT_ALGO_RING:
-        return k == DT_OP_ALLREDUCE || k == DT_OP_REDUCE_SCATTER || k == DT_OP_ALLGATHER ||
-               k == DT_OP_ALLGATHERV;
-    case DT_ALGO_RECURSIVE_DOUBLING: return k == DT_OP_ALLREDUCE;
-    case DT_ALGO_TREE: return k == DT_OP_BROADCAST || k == DT_OP_REDUCE;
-    case DT_ALGO_CHAIN: return k == DT_OP_BROADCAST;
-    }
-    return false;
 }
 
 /* Which buffers the op needs on this rank: send, recv. */
