@@ -1,11 +1,12 @@
 /*
- * ckpt.c — the checkpoint handle, the collective save with its commit
- * protocol, and load/verify/inspect.
+ * ckpt.c — the checkpoint handle, and the collective save with its commit
+ * protocol (loading is load.c).
  *
  * Save, on every rank (comm NULL = world 1):
  *   1. rank 0 makes root/step_N/ and removes a stale manifest there (a
  *      crashed earlier attempt at the same step must not vouch for the new
- *      shards); broadcast of its verdict = "directory ready" barrier.
+ *      shards); broadcast of its verdict = "directory ready" barrier. If
+ *      rank 0 could not, no rank writes anything.
  *   2. each rank writes its shard (shard_file.c): tmp, SHA-256, fsync,
  *      rename. A rank that fails keeps going through the collectives with
  *      ok = 0, so nobody hangs and nothing is committed.
@@ -13,16 +14,12 @@
  *      shard's size is recomputed from the layout, ckpt_describe_shard).
  *   4. rank 0 writes the manifest, then `latest`, each atomically
  *      (fsutil.c), then rotates (--keep).
- *   5. broadcast of rank 0's verdict = "manifest committed": every rank
- *      returns the same status, and no rank starts the next step (or the
- *      next save) before the commit.
- * Cost: one broadcast, one gather of 72 B per rank, one broadcast; disk
- * work in parallel on all ranks.
- *
- * Load: manifest (validated in manifest.c), then the caller's state against
- * it (config, world, mode), then every shard (each rank needs all the
- * parameters), each copied by the intersection of its global ranges with
- * what the caller holds — resharding is this intersection, nothing more.
+ *   5. the verdict (verdict.c): an all-reduce naming the lowest rank that
+ *      failed, whose message every rank then returns = "manifest
+ *      committed": every rank returns the same status, and no rank starts
+ *      the next step (or the next save) before the commit.
+ * Cost: one broadcast, one gather of 72 B per rank, one 4-byte all-reduce;
+ * disk work in parallel on all ranks.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -85,13 +82,17 @@ dt_status dt_ckpt_open(dt_ckpt **out, const char *root,
     return DT_OK;
 }
 
-void dt_ckpt_close(dt_ckpt *ck) { free(ck); }
+void dt_ckpt_close(dt_ckpt *ck)
+{
+    if (ck)
+        ckpt_rotate_wait(ck);
+    free(ck);
+}
 const char *dt_ckpt_error(const dt_ckpt *ck) { return ck->err; }
 dt_ckpt_fault dt_ckpt_last_fault(const dt_ckpt *ck) { return ck->fault; }
 const char *dt_ckpt_root(const dt_ckpt *ck) { return ck->root; }
 
-/* Each public call reports only its own failure. */
-static void reset(dt_ckpt *ck)
+void ckpt_reset(dt_ckpt *ck)
 {
     ck->fault = DT_CKPT_FAULT_NONE;
     ck->status = DT_OK;
@@ -138,9 +139,7 @@ static dt_status prepare_dir(dt_ckpt *ck, const char *dir, const char *name,
         }
     }
     free(text);
-    ck->fault = DT_CKPT_FAULT_NONE;
-    ck->status = DT_OK;
-    ck->err[0] = '\0';
+    ckpt_reset(ck); /* no latest to move is not a failure */
     if (remove(man) == 0)
         ckpt_fsync_dir(dir);
     return DT_OK;
@@ -187,71 +186,51 @@ static void step_dir(const dt_ckpt *ck, long step, char *name, char *dir)
 }
 
 /*
- * Steps 3-5 of the protocol: gather (ok, sha256) to rank 0, which knows
- * every other field of each record from the partition, commits if all are
- * ok, and broadcasts its verdict. ok is this rank's outcome so far.
+ * Steps 3-4 of the protocol: gather (ok, sha256) to rank 0, which knows
+ * every other field of each record from the partition, and commits if
+ * every rank's ok is set. A rank that failed is not re-blamed here: its
+ * own message reaches every rank in step 5. all and recs: rank 0's, room
+ * for world records. Returns the gather's status (the commit's outcome is
+ * on the handle).
  */
 static dt_status gather_and_commit(dt_ckpt *ck, dt_comm *comm,
                                    const dt_ckpt_state *s, const char *dir,
                                    const char *name, const ckpt_shard *mine,
-                                   bool ok)
+                                   bool ok, unsigned char *all,
+                                   ckpt_shard *recs)
 {
     int rank = comm ? dt_comm_rank(comm) : 0;
     int world = comm ? dt_comm_size(comm) : 1;
     unsigned char rec[RECORD_BYTES] = {0};
     rec[0] = ok;
     memcpy(rec + 8, mine->sha256, 64);
-    unsigned char *all = rank == 0 ? calloc((size_t)world, RECORD_BYTES) : NULL;
-    ckpt_shard *recs = rank == 0 ? calloc((size_t)world, sizeof *recs) : NULL;
-    int32_t verdict = rank != 0 || (all && recs);
     dt_status st = DT_OK;
     if (comm)
-        st = dt_gather(comm, rec, all ? all : rec, RECORD_BYTES, DT_U8, 0);
-    else if (all)
+        st = dt_gather(comm, rec, rank == 0 ? all : rec, RECORD_BYTES, DT_U8, 0);
+    else
         memcpy(all, rec, RECORD_BYTES);
-    if (st != DT_OK) {
-        free(all);
-        free(recs);
+    if (st != DT_OK)
         return ckpt_fail(ck, st, DT_CKPT_FAULT_IO, "save of %s: gathering "
                          "the shards' hashes: %s", dir, dt_comm_error(comm));
-    }
-    int bad_rank = -1;
-    if (rank == 0 && verdict) {
-        for (int r = 0; r < world; r++) {
-            const unsigned char *q = all + (size_t)r * RECORD_BYTES;
-            if (!q[0] && bad_rank < 0)
-                bad_rank = r;
-            ckpt_describe_shard(s, r, world, &recs[r]);
-            memcpy(recs[r].sha256, q + 8, 64);
-            recs[r].sha256[64] = '\0';
-        }
-        verdict = bad_rank < 0 && ok;
-        if (verdict)
-            verdict = commit(ck, dir, name, s, world, recs) == DT_OK;
-        else if (ok)
-            ckpt_fail(ck, DT_EPROTO, DT_CKPT_FAULT_IO, "save of %s: rank %d "
-                      "could not write its shard; nothing committed", dir,
-                      bad_rank);
-    }
-    free(all);
-    free(recs);
-    if (comm && (st = dt_broadcast(comm, &verdict, 1, DT_I32, 0)) != DT_OK)
-        return ckpt_fail(ck, st, DT_CKPT_FAULT_IO, "save of %s: the commit "
-                         "broadcast: %s", dir, dt_comm_error(comm));
-    if (verdict)
+    if (rank != 0 || !ok)
         return DT_OK;
-    if (ok && rank != 0)
-        ckpt_fail(ck, DT_EPROTO, DT_CKPT_FAULT_IO, "save of %s: not "
-                  "committed (rank 0 or another rank failed; see its log)",
-                  dir);
-    return ck->status != DT_OK ? ck->status : DT_EPROTO;
+    for (int r = 0; r < world; r++) {
+        const unsigned char *q = all + (size_t)r * RECORD_BYTES;
+        if (!q[0])
+            return DT_OK; /* rank r failed: nothing to commit */
+        ckpt_describe_shard(s, r, world, &recs[r]);
+        memcpy(recs[r].sha256, q + 8, 64);
+        recs[r].sha256[64] = '\0';
+    }
+    commit(ck, dir, name, s, world, recs);
+    return DT_OK;
 }
 
 dt_status dt_ckpt_save(dt_ckpt *ck, dt_comm *comm, const dt_ckpt_state *s)
 {
     int rank = comm ? dt_comm_rank(comm) : 0;
     int world = comm ? dt_comm_size(comm) : 1;
-    reset(ck);
+    ckpt_reset(ck);
     char name[64], dir[CKPT_PATH_MAX];
     step_dir(ck, s->step, name, dir);
     bool ok = check_state(ck, s) == DT_OK;
@@ -259,25 +238,36 @@ dt_status dt_ckpt_save(dt_ckpt *ck, dt_comm *comm, const dt_ckpt_state *s)
         ok = ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_WORLD, "save: the state "
                        "says rank %d of %d, the communicator %d of %d",
                        s->rank, s->world, rank, world) == DT_OK;
+    /* rank 0: the directory, and room for every rank's record */
+    unsigned char *all = NULL;
+    ckpt_shard *recs = NULL;
     int32_t ready = 1;
-    if (rank == 0)
+    if (rank == 0) {
+        all = calloc((size_t)world, RECORD_BYTES);
+        recs = calloc((size_t)world, sizeof *recs);
+        if (ok && (!all || !recs))
+            ok = ckpt_fail(ck, DT_ENOMEM, DT_CKPT_FAULT_IO, "save of %s: out "
+                           "of memory", dir) == DT_OK;
         ready = ok && prepare_dir(ck, dir, name, s->step) == DT_OK;
+    }
     dt_status st = DT_OK;
     if (comm && (st = dt_broadcast(comm, &ready, 1, DT_I32, 0)) != DT_OK)
-        return ckpt_fail(ck, st, DT_CKPT_FAULT_IO, "save of %s: broadcast: "
-                         "%s", dir, dt_comm_error(comm));
-    if (!ready && ok)
-        ok = ckpt_fail(ck, DT_EPROTO, DT_CKPT_FAULT_IO, "save of %s: rank 0 "
-                       "could not prepare the directory", dir) == DT_OK;
+        ckpt_fail(ck, st, DT_CKPT_FAULT_IO, "save of %s: broadcast: %s", dir,
+                  dt_comm_error(comm));
     ckpt_shard mine = {0};
-    if (ok)
+    if (st == DT_OK && ready && ok)
         ok = ckpt_write_shard(ck, dir, s, rank, world, &mine) == DT_OK;
-    return gather_and_commit(ck, comm, s, dir, name, &mine, ok);
+    if (st == DT_OK && ready)
+        st = gather_and_commit(ck, comm, s, dir, name, &mine, ok, all, recs);
+    free(all);
+    free(recs);
+    /* a broken communicator cannot agree; its error is the verdict */
+    return st != DT_OK ? st : ckpt_agree(ck, comm, "save");
 }
 
 dt_status dt_ckpt_save_all(dt_ckpt *ck, const dt_ckpt_state *full, int world)
 {
-    reset(ck);
+    ckpt_reset(ck);
     dt_status st = check_state(ck, full);
     if (st != DT_OK)
         return st;
@@ -299,102 +289,4 @@ dt_status dt_ckpt_save_all(dt_ckpt *ck, const dt_ckpt_state *full, int world)
         st = commit(ck, dir, name, full, world, recs);
     free(recs);
     return st;
-}
-
-/* ---- load ---------------------------------------------------------------- */
-
-dt_status dt_ckpt_latest(dt_ckpt *ck, char *buf, size_t len)
-{
-    reset(ck);
-    char path[CKPT_PATH_MAX], *text;
-    size_t n;
-    ckpt_join(path, ck->root, "latest", "");
-    dt_status st = ckpt_read_small(ck, path, 256, &text, &n);
-    if (st != DT_OK)
-        return st;
-    while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r'))
-        text[--n] = '\0';
-    if (!ckpt_name_is_safe(text) || strncmp(text, "step_", 5) != 0) {
-        st = ckpt_fail(ck, DT_EPROTO, DT_CKPT_FAULT_UNSAFE_NAME,
-                       "%s: \"%.64s\" is not a step directory's name", path,
-                       text);
-    } else if ((size_t)snprintf(buf, len, "%s/%s", ck->root, text) >= len) {
-        st = ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_FIELD,
-                       "latest: the path does not fit the buffer");
-    }
-    free(text);
-    return st;
-}
-
-dt_status dt_ckpt_inspect(dt_ckpt *ck, const char *step_dir_path,
-                          dt_ckpt_info *info)
-{
-    ckpt_manifest m;
-    reset(ck);
-    dt_status st = ckpt_manifest_read(ck, step_dir_path, &m);
-    if (st != DT_OK)
-        return st;
-    *info = (dt_ckpt_info){.step = m.step, .world = m.world, .mode = m.mode,
-                           .cfg = m.cfg, .num_params = (size_t)m.num_params,
-                           .seed = m.seed, .data_row = m.data_row,
-                           .rng_state = m.rng_state};
-    for (int r = 0; r < m.world; r++)
-        info->total_bytes += m.shards[r].bytes;
-    ckpt_manifest_free(&m);
-    return DT_OK;
-}
-
-/* The caller's state against the manifest: same model, same world and
- * mode unless resharding is allowed, buffers that fit. */
-static dt_status check_target(dt_ckpt *ck, const ckpt_manifest *m,
-                              const dt_ckpt_state *s, const char *dir)
-{
-    if (memcmp(&s->cfg, &m->cfg, sizeof s->cfg) != 0 ||
-        s->num_params != m->num_params)
-        return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_CONFIG,
-                         "%s: saved for V=%d T=%d L=%d H=%d C=%d, loading "
-                         "into V=%d T=%d L=%d H=%d C=%d", dir, m->cfg.V,
-                         m->cfg.T, m->cfg.L, m->cfg.H, m->cfg.C, s->cfg.V,
-                         s->cfg.T, s->cfg.L, s->cfg.H, s->cfg.C);
-    if ((s->world != m->world || s->mode != m->mode) && !ck->opts.allow_reshard)
-        return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_WORLD,
-                         "%s: saved by %d ranks (%s), loading on %d (%s); "
-                         "allow resharding to load it", dir, m->world,
-                         m->mode == DT_CKPT_ZERO1 ? "zero1" : "ddp", s->world,
-                         s->mode == DT_CKPT_ZERO1 ? "zero1" : "ddp");
-    if (!s->params || s->opt_lo > s->num_params ||
-        s->opt_n > s->num_params - s->opt_lo)
-        return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_FIELD,
-                         "load: no parameter buffer, or an optimizer range "
-                         "outside the model");
-    return DT_OK;
-}
-
-dt_status dt_ckpt_load(dt_ckpt *ck, const char *dir, dt_ckpt_state *s)
-{
-    ckpt_manifest m;
-    reset(ck);
-    dt_status st = ckpt_manifest_read(ck, dir, &m);
-    if (st != DT_OK)
-        return st;
-    if (s)
-        st = check_target(ck, &m, s, dir);
-    for (int r = 0; r < m.world && st == DT_OK; r++)
-        st = ckpt_read_shard(ck, dir, &m, r, s);
-    if (st == DT_OK && s) {
-        /* a DDP checkpoint has no master: fp32 master = the parameters */
-        if (s->master && m.mode != DT_CKPT_ZERO1 && s->opt_n > 0)
-            memcpy(s->master, s->params + s->opt_lo, s->opt_n * sizeof(float));
-        s->step = m.step;
-        s->seed = m.seed;
-        s->data_row = m.data_row;
-        s->rng_state = m.rng_state;
-    }
-    ckpt_manifest_free(&m);
-    return st;
-}
-
-dt_status dt_ckpt_verify(dt_ckpt *ck, const char *dir)
-{
-    return dt_ckpt_load(ck, dir, NULL);
 }

@@ -16,6 +16,7 @@
 #ifndef DT_CKPT_INTERNAL_H
 #define DT_CKPT_INTERNAL_H
 
+#include <pthread.h>
 #include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -67,12 +68,24 @@ struct dt_ckpt {
     dt_ckpt_fault fault;
     dt_status status;     /* of the last failure since the call began */
     char err[1024];
+    pthread_t reaper;     /* rotate.c: removes rotated-out directories */
+    bool reaping;         /* reaper started and not yet joined */
 };
 
 /* Records the failure (status, fault, message) and returns st. */
 __attribute__((format(printf, 4, 5)))
 dt_status ckpt_fail(dt_ckpt *ck, dt_status st, dt_ckpt_fault fault,
                     const char *fmt, ...);
+/* Clears the last failure: each public call reports only its own. */
+void ckpt_reset(dt_ckpt *ck);
+
+/* verdict.c */
+/* Collective over comm (NULL: returns ck->status): every rank returns the
+ * same status, and ranks other than the lowest one that failed take over
+ * its fault and message, as "rank K of the <what> found: <message>".
+ * Each rank's own outcome is ck->status. Cost: one 4-byte all-reduce,
+ * plus one 1 KiB broadcast when a rank failed. */
+dt_status ckpt_agree(dt_ckpt *ck, dt_comm *comm, const char *what);
 
 /* fsutil.c */
 bool ckpt_name_is_safe(const char *name);
@@ -85,10 +98,16 @@ dt_status ckpt_write_atomic(dt_ckpt *ck, const char *dir, const char *name,
 dt_status ckpt_read_small(dt_ckpt *ck, const char *path, size_t max,
                           char **out, size_t *len);
 void ckpt_step_name(char *buf, size_t len, long step);
+
+/* rotate.c */
 bool ckpt_newest_committed(const dt_ckpt *ck, long except, char *name);
 /* Removes step directories beyond the newest `keep` committed ones (never
- * the one latest names) and stale .tmp files. Best effort. */
+ * the one latest names) and stale .tmp files. Best effort. A removed
+ * directory stops being a step directory before this returns (renamed);
+ * its files go in a background thread, joined by ckpt_rotate_wait. */
 void ckpt_rotate(dt_ckpt *ck, int keep, const char *latest_name);
+/* Waits for the handle's background removal, if one is running. */
+void ckpt_rotate_wait(dt_ckpt *ck);
 
 /* shard_file.c */
 /* Writes rank r's shard of s (partition over world) to dir, filling rec. */
@@ -99,10 +118,16 @@ dt_status ckpt_write_shard(dt_ckpt *ck, const char *dir,
  * compute it from the partition. */
 void ckpt_describe_shard(const dt_ckpt_state *s, int r, int world,
                          ckpt_shard *rec);
-/* Streams one shard file, checking it against m->shards[r] and copying
- * its intersections into s (NULL: verify only). */
+
+/* shard_read.c */
+/* Reads shard r's file, checking it against m->shards[r] and copying its
+ * intersections with what s holds into s (s NULL: copy nothing). verify:
+ * every byte is read and hashed against the manifest's SHA-256; otherwise
+ * only the header, the section table and the bytes s holds are read, and
+ * the hash is another reader's job (the collective load). */
 dt_status ckpt_read_shard(dt_ckpt *ck, const char *dir,
-                          const ckpt_manifest *m, int r, dt_ckpt_state *s);
+                          const ckpt_manifest *m, int r, dt_ckpt_state *s,
+                          bool verify);
 
 /* SHA-256 is libsodium's; these names only keep the call sites short. */
 typedef crypto_hash_sha256_state ckpt_sha256;
@@ -144,6 +169,17 @@ static inline void ckpt_join(char *buf, const char *dir, const char *name,
 {
     if (snprintf(buf, CKPT_PATH_MAX, "%s/%s%s", dir, name, suffix) >= CKPT_PATH_MAX)
         buf[0] = '\0';
+}
+
+/* out (2n + 1 chars) = lowercase hex of h[0..n) */
+static inline void ckpt_to_hex(char *out, const unsigned char *h, size_t n)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[h[i] >> 4];
+        out[2 * i + 1] = digits[h[i] & 15];
+    }
+    out[2 * n] = '\0';
 }
 
 /* Little-endian field access. */

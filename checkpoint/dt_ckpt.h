@@ -25,22 +25,28 @@
  *   gather (bytes, sha256, ok) to rank 0        = "all shards written"
  *   rank 0: manifest.json.tmp, fsync, rename, fsync(dir);
  *           latest.tmp, fsync, rename, fsync(root); rotation (--keep)
- *   broadcast of rank 0's verdict               = "manifest committed"
+ *   all-reduce of the verdicts (the lowest failing rank's message is
+ *   broadcast to all)                           = "manifest committed"
  * A crash anywhere leaves `latest` naming a complete, verified step: the
  * manifest is the commit marker, and `latest` moves only after it.
  *
- * Loading reads every shard named by the manifest, checks everything
+ * Loading reads the shards named by the manifest, checks everything
  * (manifest present and valid JSON, schema version, world size, ranks in
  * range, unique and complete, safe file names, sizes, header fields,
  * coverage of [0, Ψ) for every array, SHA-256), and copies the
  * intersection of each shard's global ranges with what the caller holds —
  * which is all resharding N -> M needs. Each failure is a dt_status plus a
- * dt_ckpt_fault and a message naming the file and the field.
+ * dt_ckpt_fault and a message naming the file and the field. The
+ * collective load splits the hashing: shard r is hashed by rank r mod M
+ * alone, every rank checks the structure of what it reads, and one
+ * all-reduce makes the verdicts one.
  *
  * Cost: save writes (Ψ + [Ψ master] + 2Ψ)·4 bytes in total, 1/N per rank,
- * plus one SHA-256 pass over them; load reads every shard on every rank
- * (each rank needs the full parameters anyway). Host memory only: a device
- * backend stages through host buffers. Byte order: little-endian hosts.
+ * plus one SHA-256 pass over them. The collective load on M ranks hashes
+ * 1/M of the checkpoint per rank and reads that plus the parameters and
+ * the rank's optimizer slice; dt_ckpt_load (one process) reads and hashes
+ * everything. Host memory only: a device backend stages through host
+ * buffers. Byte order: little-endian hosts.
  */
 #ifndef DT_CKPT_H
 #define DT_CKPT_H
@@ -135,6 +141,8 @@ typedef struct dt_ckpt_options {
  * *out (NULL only on DT_ENOMEM). opts may be NULL (keep all, no reshard). */
 dt_status dt_ckpt_open(dt_ckpt **out, const char *root,
                        const dt_ckpt_options *opts);
+/* Waits for the handle's background removal of rotated-out steps (see
+ * dt_ckpt_save), then frees it. */
 void dt_ckpt_close(dt_ckpt *ck);
 const char *dt_ckpt_error(const dt_ckpt *ck);
 dt_ckpt_fault dt_ckpt_last_fault(const dt_ckpt *ck);
@@ -143,8 +151,11 @@ const char *dt_ckpt_root(const dt_ckpt *ck);
 /*
  * Collective over comm (NULL: one process, world 1): writes this rank's
  * shard of s into root/step_<s->step>/, and rank 0 commits the manifest
- * and moves `latest` (protocol above), then rotates. Every rank returns
- * the same verdict. Blocks on disk and on the collectives.
+ * and moves `latest` (protocol above), then rotates: the steps beyond
+ * --keep stop being step directories at once (renamed), and their files
+ * are removed by a thread of rank 0's handle while training goes on.
+ * Every rank returns the same verdict, and a failing rank's message
+ * reaches all. Blocks on disk and on the collectives.
  */
 dt_status dt_ckpt_save(dt_ckpt *ck, dt_comm *comm, const dt_ckpt_state *s);
 
@@ -174,6 +185,22 @@ dt_status dt_ckpt_load(dt_ckpt *ck, const char *step_dir, dt_ckpt_state *s);
 
 /* Verifies everything load checks, reading every shard, loading nothing. */
 dt_status dt_ckpt_verify(dt_ckpt *ck, const char *step_dir);
+
+/*
+ * Collective over comm (NULL: dt_ckpt_load): the same load and the same
+ * checks as dt_ckpt_load, with the hashing split over the ranks. Shard r
+ * is verified (read whole, SHA-256) by rank r mod world only; every other
+ * rank checks its size, header and section table and reads just the bytes
+ * it holds. Then one all-reduce (plus a broadcast on failure): every rank
+ * returns the same status, the lowest failing rank's fault, and its
+ * message naming the shard file and what was wrong ("rank 2 of the load
+ * found: …" on the others). s->rank and s->world must be the
+ * communicator's. Every rank must call it, even one that cannot load (pass
+ * s NULL to take part as a verifier only). Blocks on disk and on the
+ * collective.
+ */
+dt_status dt_ckpt_load_collective(dt_ckpt *ck, dt_comm *comm,
+                                  const char *step_dir, dt_ckpt_state *s);
 
 /*
  * Writes the parameters of a full state as a safetensors file: 8-byte

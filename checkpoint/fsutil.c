@@ -8,10 +8,9 @@
  * stale .tmp, which rotation removes.
  *
  * Also here: the file-name check that keeps a hostile manifest from
- * reading outside its directory, the step directory's name, and rotation
- * (--keep K), which never removes the step `latest` names.
+ * reading outside its directory, and the step directory's name. Which
+ * step directories exist, and removing old ones, is rotate.c.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -130,128 +129,4 @@ dt_status ckpt_read_small(dt_ckpt *ck, const char *path, size_t max,
 void ckpt_step_name(char *buf, size_t len, long step)
 {
     snprintf(buf, len, "step_%08ld", step);
-}
-
-/* step_NNNNNNNN -> NNNNNNNN, or -1 if the name is not a step directory. */
-static long parse_step_name(const char *name)
-{
-    if (strncmp(name, "step_", 5) != 0 || !name[5])
-        return -1;
-    char *end = NULL;
-    long v = strtol(name + 5, &end, 10);
-    return *end == '\0' && v >= 0 ? v : -1;
-}
-
-/* Removes the regular files of dir, then dir. */
-static void remove_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    char path[CKPT_PATH_MAX];
-    while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        ckpt_join(path, dir, e->d_name, "");
-        unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
-/* Removes *.tmp files from dir. */
-static void remove_tmp_files(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    char path[CKPT_PATH_MAX];
-    while ((e = readdir(d)) != NULL) {
-        size_t n = strlen(e->d_name);
-        if (n > 4 && strcmp(e->d_name + n - 4, ".tmp") == 0) {
-            ckpt_join(path, dir, e->d_name, "");
-            unlink(path);
-        }
-    }
-    closedir(d);
-}
-
-static int cmp_long_desc(const void *a, const void *b)
-{
-    long x = *(const long *)a, y = *(const long *)b;
-    return x < y ? 1 : x > y ? -1 : 0;
-}
-
-/*
- * Rotation runs on rank 0 after a commit, when no save is in flight: every
- * step directory that is not among the `keep` newest committed ones, and
- * not the one latest names, is removed — uncommitted (crashed) ones too.
- */
-void ckpt_rotate(dt_ckpt *ck, int keep, const char *latest_name)
-{
-    remove_tmp_files(ck->root);
-    DIR *d = opendir(ck->root);
-    if (!d)
-        return;
-    long *steps = NULL;
-    size_t n = 0, cap = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        long s = parse_step_name(e->d_name);
-        if (s < 0)
-            continue;
-        if (n == cap) {
-            cap = cap ? 2 * cap : 16;
-            long *p = realloc(steps, cap * sizeof *p);
-            if (!p)
-                break;
-            steps = p;
-        }
-        steps[n++] = s;
-    }
-    closedir(d);
-    qsort(steps, n, sizeof *steps, cmp_long_desc);
-    char name[64], dir[CKPT_PATH_MAX], man[CKPT_PATH_MAX];
-    int kept = 0;
-    for (size_t i = 0; i < n; i++) {
-        ckpt_step_name(name, sizeof name, steps[i]);
-        ckpt_join(dir, ck->root, name, "");
-        ckpt_join(man, dir, "manifest.json", "");
-        bool committed = access(man, F_OK) == 0;
-        bool is_latest = latest_name && strcmp(name, latest_name) == 0;
-        if (is_latest || (committed && (keep <= 0 || kept < keep))) {
-            kept += committed;
-            remove_tmp_files(dir);
-            continue;
-        }
-        remove_dir(dir);
-    }
-    free(steps);
-    ckpt_fsync_dir(ck->root);
-}
-
-/* The newest committed step directory other than `except`, into name
- * (64 bytes); false if there is none. */
-bool ckpt_newest_committed(const dt_ckpt *ck, long except, char *name)
-{
-    DIR *d = opendir(ck->root);
-    if (!d)
-        return false;
-    long best = -1;
-    struct dirent *e;
-    char path[CKPT_PATH_MAX];
-    while ((e = readdir(d)) != NULL) {
-        long s = parse_step_name(e->d_name);
-        if (s < 0 || s == except || s <= best)
-            continue;
-        ckpt_join(path, ck->root, e->d_name, "/manifest.json");
-        if (access(path, F_OK) == 0)
-            best = s;
-    }
-    closedir(d);
-    if (best >= 0)
-        ckpt_step_name(name, 64, best);
-    return best >= 0;
 }

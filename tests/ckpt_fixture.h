@@ -4,7 +4,8 @@
  * function of (step, array, index), and manifest surgery through jansson.
  *
  * The synthetic state makes "byte-identical" checkable without training:
- * fill(step) then load must give back exactly fill(step).
+ * fill(step) then load must give back exactly fill(step); a rank's view
+ * (fixture_rank_view) is what one rank of a job loads into.
  */
 #ifndef DT_TEST_CKPT_FIXTURE_H
 #define DT_TEST_CKPT_FIXTURE_H
@@ -92,6 +93,57 @@ static inline void full_state_free(full_state *f)
     free(f->master);
     free(f->m);
     free(f->v);
+}
+
+/* Rank r's view of `world` ranks: zeroed buffers to load into (under
+ * ZeRO-1 the optimizer range is r's partition, at index 0). */
+static inline void fixture_rank_view(full_state *dst, dt_ckpt_mode mode, int r,
+                                     int world)
+{
+    full_state_init(dst, mode, 0);
+    size_t n = dst->s.num_params;
+    memset(dst->params, 0, n * sizeof(float));
+    memset(dst->m, 0, n * sizeof(float));
+    memset(dst->v, 0, n * sizeof(float));
+    memset(dst->master, 0, n * sizeof(float));
+    dst->s.rank = r;
+    dst->s.world = world;
+    if (mode == DT_CKPT_ZERO1)
+        dt_ckpt_partition(n, world, r, &dst->s.opt_lo, &dst->s.opt_n);
+}
+
+/* What a view loaded equals the full state src, byte for byte. */
+static inline void fixture_expect_view(const full_state *src,
+                                       const full_state *got)
+{
+    const dt_ckpt_state *a = &src->s, *b = &got->s;
+    cr_assert_eq(memcmp(a->params, b->params, a->num_params * sizeof(float)), 0,
+                 "rank %d of %d: parameters differ", b->rank, b->world);
+    size_t lo = b->opt_lo, n = b->opt_n;
+    cr_assert_eq(memcmp(a->adam_m + lo, b->adam_m, n * sizeof(float)), 0,
+                 "rank %d of %d: m differs", b->rank, b->world);
+    cr_assert_eq(memcmp(a->adam_v + lo, b->adam_v, n * sizeof(float)), 0,
+                 "rank %d of %d: v differs", b->rank, b->world);
+    if (b->master)
+        cr_assert_eq(memcmp(src->master + lo, b->master, n * sizeof(float)), 0,
+                     "rank %d of %d: master differs", b->rank, b->world);
+    cr_assert_eq(b->step, a->step);
+    cr_assert_eq(b->seed, a->seed);
+    cr_assert_eq(b->data_row, a->data_row);
+    cr_assert_eq(b->rng_state, a->rng_state);
+}
+
+/* Flips one bit of the byte at offset in path. */
+static inline void fixture_flip_byte(const char *path, long offset)
+{
+    FILE *f = fopen(path, "r+b");
+    cr_assert_not_null(f, "%s", path);
+    cr_assert_eq(fseek(f, offset, SEEK_SET), 0);
+    int c = fgetc(f);
+    cr_assert_neq(c, EOF, "%s: no byte at %ld", path, offset);
+    cr_assert_eq(fseek(f, offset, SEEK_SET), 0);
+    fputc(c ^ 0x10, f);
+    cr_assert_eq(fclose(f), 0);
 }
 
 /* Rewrites root/step_N/manifest.json through edit(json). */

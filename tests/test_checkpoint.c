@@ -6,9 +6,11 @@
  * States here are synthetic (ckpt_fixture.h): every value a function of
  * (step, array, index), written by one process as N shards
  * (dt_ckpt_save_all — the same shard writer every rank runs), so the tests
- * need no network. The collective save and training resumes are in
- * test_checkpoint_train.c.
+ * need no network. The collective load and the verdict it shares with
+ * the collective save are in test_checkpoint_collective.c, training
+ * resumes in test_checkpoint_train.c.
  */
+#include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -43,38 +45,6 @@ static void fx_close(fx *x)
     fixture_rmtree(x->root);
 }
 
-/* Rank r's view of WORLD ranks, zeroed buffers to load into. */
-static void rank_view(full_state *dst, dt_ckpt_mode mode, int r, int world)
-{
-    full_state_init(dst, mode, 0);
-    size_t n = dst->s.num_params;
-    memset(dst->params, 0, n * sizeof(float));
-    memset(dst->m, 0, n * sizeof(float));
-    memset(dst->v, 0, n * sizeof(float));
-    memset(dst->master, 0, n * sizeof(float));
-    dst->s.rank = r;
-    dst->s.world = world;
-    if (mode == DT_CKPT_ZERO1)
-        dt_ckpt_partition(n, world, r, &dst->s.opt_lo, &dst->s.opt_n);
-}
-
-static void expect_equal_view(const full_state *src, const full_state *got)
-{
-    const dt_ckpt_state *a = &src->s, *b = &got->s;
-    cr_assert_eq(memcmp(a->params, b->params, a->num_params * sizeof(float)), 0,
-                 "parameters differ");
-    size_t lo = b->opt_lo, n = b->opt_n;
-    cr_assert_eq(memcmp(a->adam_m + lo, b->adam_m, n * sizeof(float)), 0, "m differs");
-    cr_assert_eq(memcmp(a->adam_v + lo, b->adam_v, n * sizeof(float)), 0, "v differs");
-    if (b->master)
-        cr_assert_eq(memcmp(src->master + lo, b->master, n * sizeof(float)), 0,
-                     "master differs");
-    cr_assert_eq(b->step, a->step);
-    cr_assert_eq(b->seed, a->seed);
-    cr_assert_eq(b->data_row, a->data_row);
-    cr_assert_eq(b->rng_state, a->rng_state);
-}
-
 static void round_trip(dt_ckpt_mode mode)
 {
     fx x;
@@ -84,10 +54,10 @@ static void round_trip(dt_ckpt_mode mode)
     cr_assert_str_eq(latest, x.step_dir);
     for (int r = 0; r < WORLD; r++) {
         full_state got;
-        rank_view(&got, mode, r, WORLD);
+        fixture_rank_view(&got, mode, r, WORLD);
         cr_assert_eq(dt_ckpt_load(x.ck, latest, &got.s), DT_OK, "%s",
                      dt_ckpt_error(x.ck));
-        expect_equal_view(&x.f, &got);
+        fixture_expect_view(&x.f, &got);
         full_state_free(&got);
     }
     fx_close(&x);
@@ -127,10 +97,10 @@ Test(checkpoint, reshard_loads_three_shards_on_two_and_five_ranks, .timeout = 30
     for (int w = 0; w < 2; w++)
         for (int r = 0; r < worlds[w]; r++) {
             full_state got;
-            rank_view(&got, DT_CKPT_ZERO1, r, worlds[w]);
+            fixture_rank_view(&got, DT_CKPT_ZERO1, r, worlds[w]);
             cr_assert_eq(dt_ckpt_load(x.ck, x.step_dir, &got.s), DT_OK, "%s",
                          dt_ckpt_error(x.ck));
-            expect_equal_view(&x.f, &got);
+            fixture_expect_view(&x.f, &got);
             full_state_free(&got);
         }
     fx_close(&x);
@@ -142,10 +112,10 @@ Test(checkpoint, ddp_checkpoint_loads_as_zero1_with_master_from_params, .timeout
     fx x;
     fx_open(&x, DT_CKPT_DDP, &o);
     full_state got;
-    rank_view(&got, DT_CKPT_ZERO1, 1, 2);
+    fixture_rank_view(&got, DT_CKPT_ZERO1, 1, 2);
     cr_assert_eq(dt_ckpt_load(x.ck, x.step_dir, &got.s), DT_OK, "%s",
                  dt_ckpt_error(x.ck));
-    expect_equal_view(&x.f, &got);
+    fixture_expect_view(&x.f, &got);
     full_state_free(&got);
     fx_close(&x);
 }
@@ -155,7 +125,7 @@ Test(checkpoint, ddp_checkpoint_loads_as_zero1_with_master_from_params, .timeout
 static void expect_fault(fx *x, dt_ckpt_fault want, const char *needle)
 {
     full_state got;
-    rank_view(&got, x->f.s.mode, 0, WORLD);
+    fixture_rank_view(&got, x->f.s.mode, 0, WORLD);
     dt_status st = dt_ckpt_load(x->ck, x->step_dir, &got.s);
     full_state_free(&got);
     cr_assert_neq(st, DT_OK, "a corrupt checkpoint loaded");
@@ -304,7 +274,7 @@ Test(checkpoint_corrupt, wrong_world_size_is_refused_without_reshard, .timeout =
     fx x;
     fx_open(&x, DT_CKPT_DDP, NULL);
     full_state got;
-    rank_view(&got, DT_CKPT_DDP, 0, 2);
+    fixture_rank_view(&got, DT_CKPT_DDP, 0, 2);
     cr_assert_eq(dt_ckpt_load(x.ck, x.step_dir, &got.s), DT_EINVAL);
     cr_assert_eq(dt_ckpt_last_fault(x.ck), DT_CKPT_FAULT_WORLD, "%s",
                  dt_ckpt_error(x.ck));
@@ -414,12 +384,12 @@ Test(checkpoint_crash, killed_saver_always_leaves_a_verified_latest, .timeout = 
         cr_assert_eq(dt_ckpt_latest(x.ck, latest, sizeof latest), DT_OK,
                      "round %d (seed %u): %s", round, seed, dt_ckpt_error(x.ck));
         full_state got;
-        rank_view(&got, DT_CKPT_ZERO1, 0, 1);
+        fixture_rank_view(&got, DT_CKPT_ZERO1, 0, 1);
         cr_assert_eq(dt_ckpt_load(x.ck, latest, &got.s), DT_OK,
                      "round %d (seed %u): %s", round, seed, dt_ckpt_error(x.ck));
         full_state want;
         full_state_init(&want, DT_CKPT_ZERO1, got.s.step);
-        expect_equal_view(&want, &got);
+        fixture_expect_view(&want, &got);
         full_state_free(&want);
         full_state_free(&got);
     }
@@ -463,6 +433,73 @@ Test(checkpoint, keep_rotates_by_step_and_removes_uncommitted_dirs, .timeout = 3
     snprintf(crashed, sizeof crashed, "%s/step_00000004/manifest.json", root);
     cr_assert_eq(stat(crashed, &st), 0);
     dt_ckpt_close(ck);
+    fixture_rmtree(root);
+}
+
+/* The names in root other than "." and "..", sorted, joined by ' '. */
+static void list_root(const char *root, char *buf, size_t len)
+{
+    struct dirent **names;
+    int n = scandir(root, &names, NULL, alphasort);
+    cr_assert_geq(n, 0, "scandir %s", root);
+    buf[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        const char *nm = names[i]->d_name;
+        if (strcmp(nm, ".") && strcmp(nm, ".."))
+            snprintf(buf + strlen(buf), len - strlen(buf), "%s%s",
+                     buf[0] ? " " : "", nm);
+        free(names[i]);
+    }
+    free(names);
+}
+
+static void save_steps(dt_ckpt *ck, long first, long last)
+{
+    for (long s = first; s <= last; s++) {
+        full_state f;
+        full_state_init(&f, DT_CKPT_DDP, s);
+        cr_assert_eq(dt_ckpt_save_all(ck, &f.s, 2), DT_OK, "%s", dt_ckpt_error(ck));
+        full_state_free(&f);
+    }
+}
+
+/* Rotated-out steps are removed in the background; once the handle is
+ * closed nothing of them is left, not even under another name. */
+Test(checkpoint, rotated_out_steps_are_gone_once_the_handle_is_closed, .timeout = 30)
+{
+    char root[128], names[1024];
+    fixture_mkroot(root, sizeof root);
+    dt_ckpt_options o = {.keep = 1};
+    dt_ckpt *ck;
+    cr_assert_eq(dt_ckpt_open(&ck, root, &o), DT_OK);
+    save_steps(ck, 1, 4);
+    dt_ckpt_close(ck);
+    list_root(root, names, sizeof names);
+    cr_assert_str_eq(names, "latest step_00000004");
+    fixture_rmtree(root);
+}
+
+/* A saver killed while removing a rotated-out step leaves a .removing-
+ * directory behind; the next rotation removes it. */
+Test(checkpoint, leftover_of_an_interrupted_removal_goes_at_the_next_rotation, .timeout = 30)
+{
+    char root[128], names[1024], left[256];
+    fixture_mkroot(root, sizeof root);
+    dt_ckpt_options o = {.keep = 1};
+    dt_ckpt *ck;
+    cr_assert_eq(dt_ckpt_open(&ck, root, &o), DT_OK);
+    save_steps(ck, 1, 1);
+    snprintf(left, sizeof left, "%s/.removing-step_00000000", root);
+    cr_assert_eq(mkdir(left, 0755), 0);
+    snprintf(left, sizeof left, "%s/.removing-step_00000000/rank00000.bin", root);
+    FILE *f = fopen(left, "w");
+    cr_assert_not_null(f);
+    fputs("half removed", f);
+    fclose(f);
+    save_steps(ck, 2, 2);
+    dt_ckpt_close(ck);
+    list_root(root, names, sizeof names);
+    cr_assert_str_eq(names, "latest step_00000002");
     fixture_rmtree(root);
 }
 

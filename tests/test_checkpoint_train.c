@@ -8,7 +8,8 @@
  * save is byte-equal to what it holds in memory (the curriculum's RESUME
  * VERIFIED check). A checkpoint saved on 4 ranks continues on 2, and one
  * saved on 2 continues on 4, with the global batch (ranks x B) kept at 8,
- * losses within 1e-5 relative of the run that was never resharded.
+ * losses within 1e-5 relative of the run that was never resharded. Every
+ * load here is the trainer's: collective, each shard hashed by one rank.
  */
 #include <math.h>
 
@@ -50,7 +51,7 @@ static bool verify_snapshot(rank_ctx *rc, dt_ckpt *ck, const dt_ckpt_state *live
     s.adam_v = calloc(k, sizeof(float));
     s.master = live->master ? calloc(k, sizeof(float)) : NULL;
     s.step = -1;
-    bool ok = dt_ckpt_load(ck, dir, &s) == DT_OK;
+    bool ok = dt_ckpt_load_collective(ck, rc->comm, dir, &s) == DT_OK;
     if (!ok)
         fail_ck(rc, ck, "reload");
     else if (memcmp(s.params, live->params, n * sizeof(float)) ||
@@ -106,7 +107,7 @@ static bool checkpoint_io(rank_ctx *rc, run *R, dt_model *m, dt_zero1 *z,
               dt_ckpt_state_of(&s, m, z, rc->rank, rc->world) == DT_OK;
     if (ok && loading) {
         ok = dt_ckpt_latest(ck, dir, sizeof dir) == DT_OK &&
-             dt_ckpt_load(ck, dir, &s) == DT_OK;
+             dt_ckpt_load_collective(ck, rc->comm, dir, &s) == DT_OK;
         if (!ok)
             fail_ck(rc, ck, "load");
         else if (s.step != R->start || s.data_row != (uint64_t)R->start * GLOBAL_BATCH)

@@ -10,11 +10,13 @@
  * other RNG during training (sampling at the end reseeds), so rng_state
  * is the seed.
  *
- * Every decision that must be collective is: a load that fails on any
- * rank fails on all (an all-reduce of the verdicts), and the save is the
- * checkpoint layer's collective. With the seed preset and no --ckpt-dir,
- * rank 0 makes a temporary root (its name broadcast to all), removed at
- * exit: the curriculum's check needs a checkpoint, not a place to keep it.
+ * Every decision that must be collective is: the ranks agree that each
+ * has found the step directory before they load it, the load is the
+ * checkpoint layer's collective one (each shard hashed by one rank, one
+ * verdict for all), and so is the save. With the seed preset and no
+ * --ckpt-dir, rank 0 makes a temporary root (its name broadcast to all),
+ * removed at exit: the curriculum's check needs a checkpoint, not a place
+ * to keep it.
  */
 #include <ftw.h>
 #include <stdlib.h>
@@ -88,12 +90,14 @@ static int rm_one(const char *p, const struct stat *sb, int f, struct FTW *w)
     return remove(p);
 }
 
+/* The handle first: closing it waits for its background removal of
+ * rotated-out steps, which must not race the removal of the root. */
 void mg_ckpt_close(mg_run *r)
 {
-    if (r->ckpt_tmp[0] && r->rank == 0)
-        nftw(r->ckpt_tmp, rm_one, 16, FTW_DEPTH | FTW_PHYS);
     dt_ckpt_close(r->ck);
     r->ck = NULL;
+    if (r->ckpt_tmp[0] && r->rank == 0)
+        nftw(r->ckpt_tmp, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 static uint64_t global_batch(const mg_run *r)
@@ -119,6 +123,30 @@ static dt_status resume_dir(mg_run *r, dt_ckpt *h, char *dir, size_t len,
     return st;
 }
 
+/* What a rank found before the collective load, ordered so that the
+ * all-reduce below can tell agreement from disagreement. */
+enum { RESUME_FAILED = 0, RESUME_NONE = 1, RESUME_READY = 2 };
+
+/* The lowest and the highest code over all ranks. */
+static dt_status agree_range(mg_run *r, int32_t code, int32_t *lo, int32_t *hi)
+{
+    int32_t v[2] = {code, -code};
+    if (r->comm) {
+        dt_status st = dt_allreduce(r->comm, v, 2, DT_I32, DT_MIN);
+        if (st != DT_OK)
+            return st;
+    }
+    *lo = v[0];
+    *hi = -v[1];
+    return DT_OK;
+}
+
+/*
+ * Every rank finds the step directory on its own, then the ranks agree
+ * that all of them have one (or that none has: a fresh start) before the
+ * collective load, which every rank must enter or none. The load itself
+ * returns the same verdict on every rank.
+ */
 dt_status mg_ckpt_resume(mg_run *r)
 {
     if (!r->o.resume)
@@ -126,28 +154,35 @@ dt_status mg_ckpt_resume(mg_run *r)
     dt_ckpt *h = r->ck;
     bool own = strcmp(r->o.resume, "auto") != 0;
     dt_ckpt_options co = {.allow_reshard = true};
-    if (own && dt_ckpt_open(&h, r->o.resume, &co) != DT_OK) {
-        dt_ckpt_close(h);
-        return ck_fail(r, DT_EINVAL, "--resume: not a usable path");
-    }
     char dir[4200], msg[1024] = "";
-    bool none = false, ok;
+    bool none = false;
     dt_ckpt_state s;
-    ok = resume_dir(r, h, dir, sizeof dir, &none) == DT_OK &&
-         dt_ckpt_state_of(&s, r->m, r->zero1, r->rank, r->world) == DT_OK &&
-         dt_ckpt_load(h, dir, &s) == DT_OK;
-    if (!ok && !none)
+    int32_t code = RESUME_READY, lo, hi;
+    if (own && dt_ckpt_open(&h, r->o.resume, &co) != DT_OK)
+        code = RESUME_FAILED;
+    else if (resume_dir(r, h, dir, sizeof dir, &none) != DT_OK)
+        code = none ? RESUME_NONE : RESUME_FAILED;
+    else if (dt_ckpt_state_of(&s, r->m, r->zero1, r->rank, r->world) != DT_OK)
+        code = RESUME_FAILED;
+    if (code == RESUME_FAILED)
+        snprintf(msg, sizeof msg, "resume: %s", h && *dt_ckpt_error(h)
+                 ? dt_ckpt_error(h) : "out of memory");
+    dt_status st = agree_range(r, code, &lo, &hi);
+    if (st == DT_OK && lo == RESUME_READY &&
+        dt_ckpt_load_collective(h, r->comm, dir, &s) != DT_OK) {
         snprintf(msg, sizeof msg, "resume: %s", dt_ckpt_error(h));
+        lo = RESUME_FAILED;
+    }
     if (own)
         dt_ckpt_close(h);
-    bool all = ok || none;
-    dt_status st = agree(r, &all);
-    if (st != DT_OK || !all) {
+    if (st != DT_OK || lo != hi || lo == RESUME_FAILED) {
         snprintf(r->err, sizeof r->err, "rank %d: checkpoint: %s", r->rank,
-                 msg[0] ? msg : "another rank could not load the checkpoint");
+                 msg[0] ? msg : lo != hi ? "ranks disagree on whether there "
+                 "is a checkpoint to resume from" : "another rank could not "
+                 "find the checkpoint");
         return st != DT_OK ? st : DT_EPROTO;
     }
-    if (none) {
+    if (lo == RESUME_NONE) {
         if (r->rank == 0)
             printf("resume: no checkpoint under %s yet, starting at step 0\n",
                    r->o.ckpt_dir);
@@ -161,7 +196,8 @@ dt_status mg_ckpt_resume(mg_run *r)
     return DT_OK;
 }
 
-/* Reloads what was just saved and compares it with memory, every array. */
+/* Reloads what was just saved (collectively: every rank calls this) and
+ * compares it with memory, every array. */
 static bool snapshot_equal(mg_run *r, const dt_ckpt_state *live, char *why,
                            size_t len)
 {
@@ -174,10 +210,21 @@ static bool snapshot_equal(mg_run *r, const dt_ckpt_state *live, char *why,
     s.master = live->master ? calloc(k, sizeof(float)) : NULL;
     s.step = -1;
     bool ok = s.params && s.adam_m && s.adam_v && (s.master || !live->master);
-    ok = ok && dt_ckpt_latest(r->ck, dir, sizeof dir) == DT_OK &&
-         dt_ckpt_load(r->ck, dir, &s) == DT_OK;
-    if (!ok)
+    snprintf(why, len, "reload: out of memory");
+    if (ok && dt_ckpt_latest(r->ck, dir, sizeof dir) != DT_OK) {
         snprintf(why, len, "reload: %s", dt_ckpt_error(r->ck));
+        ok = false;
+    }
+    /* the collective load needs every rank or none */
+    bool all = ok;
+    if (agree(r, &all) != DT_OK || !all) {
+        if (ok)
+            snprintf(why, len, "reload: another rank could not start it");
+        ok = false;
+    } else if (dt_ckpt_load_collective(r->ck, r->comm, dir, &s) != DT_OK) {
+        snprintf(why, len, "reload: %s", dt_ckpt_error(r->ck));
+        ok = false;
+    }
     const char *diff = !ok ? NULL
         : memcmp(s.params, live->params, n * sizeof(float)) ? "parameters"
         : live->master && memcmp(s.master, live->master, live->opt_n * 4) ? "master"
