@@ -171,7 +171,8 @@ PLAN_TEST(alltoall_matches_reference, every_world, .kind = DT_OP_ALLTOALL)
 PLAN_TEST(alltoall_in_place_matches_reference, every_world,
           .kind = DT_OP_ALLTOALL, .in_place = true, .dtypes = LARGE_DTYPES)
 
-/* >= 1M elements: many segments per chunk, every step of every pipeline. */
+/* >= 1M elements: several 1 MiB segments per chunk (2-3 ranks, 4-8 byte
+ * dtypes), every step of every pipeline. */
 PLAN_TEST(allreduce_ring_of_a_million_elements_matches_reference, large_worlds,
           .kind = DT_OP_ALLREDUCE, .algo = DT_ALGO_RING, .dtypes = LARGE_DTYPES,
           .ops = LARGE_OPS, .nops = 3, .counts = COUNTS_LARGE)
