@@ -122,37 +122,34 @@ static void shard_path(const load_case *c, int r, char *buf, size_t len)
     snprintf(buf, len, "%s/rank%05d.bin", c->step_dir, r);
 }
 
+/* Saves with `saved` ranks, loads collectively on `loading`, and expects
+ * every rank to hold exactly its part of what was saved. */
+static void saved_by_loaded_on(int saved, int loading)
+{
+    load_case *c = malloc(sizeof *c);
+    case_open(c, saved, loading);
+    run_load(c, loading);
+    expect_loaded(c, loading);
+    case_close(c, loading);
+    free(c);
+}
+
 Test(checkpoint_collective, load_on_4_ranks_is_byte_identical_on_every_rank,
      .timeout = 60)
 {
-    load_case *c = malloc(sizeof *c);
-    case_open(c, 4, 4);
-    run_load(c, 4);
-    expect_loaded(c, 4);
-    case_close(c, 4);
-    free(c);
+    saved_by_loaded_on(4, 4);
 }
 
 Test(checkpoint_collective, reshard_4_shards_onto_2_ranks_loads_every_value,
      .timeout = 60)
 {
-    load_case *c = malloc(sizeof *c);
-    case_open(c, 4, 2);
-    run_load(c, 2);
-    expect_loaded(c, 2);
-    case_close(c, 2);
-    free(c);
+    saved_by_loaded_on(4, 2);
 }
 
 Test(checkpoint_collective, reshard_2_shards_onto_4_ranks_loads_every_value,
      .timeout = 60)
 {
-    load_case *c = malloc(sizeof *c);
-    case_open(c, 2, 4);
-    run_load(c, 4);
-    expect_loaded(c, 4);
-    case_close(c, 4);
-    free(c);
+    saved_by_loaded_on(2, 4);
 }
 
 /* Rank 2's m section: only rank 2 holds it, and rank 2 verifies shard 2,
