@@ -8,20 +8,12 @@
  * shows up. No server, no ports; the cost is a shared filesystem with
  * working flock and OFD locks (a local disk or tmpfs; not every NFS).
  *
- * File format (PyTorch c10d FileStore's, byte for byte):
- *
- *   record := u32 keylen | key[keylen] | u32 vallen | value[vallen]
- *
- * lengths in host byte order (little-endian on every machine we run on),
- * records appended back to back, no header, no padding, no checksum; the
- * last record of a key wins. add() writes its result as decimal ASCII, as
- * PyTorch does. Our keys are "<job_id>/<key>" (job NULL = "dtrain");
- * PyTorch's are "/<key>", plus its own "cleanup/", "refcount/" and "-"
- * (delete) records. Either side parses the other's records and ignores the
- * keys it does not own, so a script can read our files and we can read
- * theirs. What is NOT shared is liveness: PyTorch counts holders in the
- * file, we use an OFD lock (below), so a live PyTorch job's file opened by
- * dtrain would look stale and be reset. Never share one live file.
+ * File format: PyTorch c10d FileStore's, byte for byte (store_log.c reads
+ * and appends the records). Our keys are "<job_id>/<key>" (job NULL =
+ * "dtrain"); what is NOT shared with PyTorch is liveness: PyTorch counts
+ * holders in the file, we use an OFD lock (below), so a live PyTorch job's
+ * file opened by dtrain would look stale and be reset. Never share one
+ * live file.
  *
  * Locks. Two independent kinds guard two different things:
  *   - flock() guards the records. Writers append whole records under
@@ -71,8 +63,7 @@
  * message. After DT_ESTORE (corruption) every call fails and close leaves
  * the file in place as evidence.
  */
-#include "dt_comm.h"
-#include "store_map.h"
+#include "store_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -87,173 +78,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define STORE_MAX_KEY (64u << 10)      /* bytes of a record's key */
-#define STORE_MAX_VALUE (64u << 20)    /* bytes of a record's value */
-#define STORE_MAX_READ (1ull << 30)    /* bytes replayed in one go */
-#define STORE_MAX_JOB_ID 256
-#define STORE_POLL_NS 10000000L        /* 10 ms, PyTorch's poll interval */
-#define STORE_LIVENESS_OFFSET ((off_t)1 << 40)
-#define STORE_OPEN_ATTEMPTS 64
-#define STORE_ERR_LEN 1024
-
-_Static_assert(sizeof(off_t) >= 8, "the liveness byte needs a 64-bit off_t");
-
-struct dt_store {
-    int fd;             /* -1 when open failed */
-    bool healthy;       /* false after a failed open or seen corruption */
-    bool alive_locked;  /* holds the shared liveness lock */
-    uint64_t consumed;  /* file bytes replayed into map */
-    char *url;
-    char *path;
-    char *job_id;
-    char *prefix;       /* "<job_id>/" */
-    size_t prefix_len;
-    store_map map;
-    char err[STORE_ERR_LEN];
-};
-
-/* ---- messages -------------------------------------------------------------- */
-
-__attribute__((format(printf, 3, 4)))
-static dt_status store_fail(dt_store *s, dt_status st, const char *fmt, ...)
-{
-    char what[600];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    snprintf(s->err, sizeof s->err, "%.200s (job %.200s): %s", s->url, s->job_id,
-             what);
-    return st;
-}
-
-/* The file is not (or no longer) a store: say where, and stop using it. */
-__attribute__((format(printf, 2, 3)))
-static dt_status store_corrupt(dt_store *s, const char *fmt, ...)
-{
-    char why[300];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, sizeof why, fmt, ap);
-    va_end(ap);
-    s->healthy = false;
-    return store_fail(s, DT_ESTORE, "not a rendezvous store: %s; remove the "
-                      "file or choose another name", why);
-}
-
-/* ---- records ----------------------------------------------------------------- */
-
-static uint32_t load_u32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, sizeof v); /* host order, as PyTorch writes it */
-    return v;
-}
-
-/*
- * Walks the records in buf[0..n), which are file bytes [base, base + n) and
- * end at the end of the file. Applies this job's records to the table when
- * `apply`. Every record must be whole: writers append under LOCK_EX, so a
- * cut record seen under a lock means the file is not (only) ours.
- */
-static dt_status parse_records(dt_store *s, const uint8_t *buf, size_t n,
-                               uint64_t base, bool apply)
-{
-    unsigned long long size = base + n;
-    for (size_t pos = 0; pos < n;) {
-        unsigned long long at = base + pos;
-        uint32_t len[2] = {0, 0};
-        size_t field = pos;
-        for (int i = 0; i < 2; i++) {
-            const char *what = i == 0 ? "key" : "value";
-            uint32_t limit = i == 0 ? STORE_MAX_KEY : STORE_MAX_VALUE;
-            if (n - field < 4)
-                return store_corrupt(s, "record at byte %llu is cut short: its "
-                                     "%s length runs past the end of the file "
-                                     "(%llu bytes)", at, what, size);
-            len[i] = load_u32(buf + field);
-            if (len[i] > n - field - 4)
-                return store_corrupt(s, "record at byte %llu declares a %" PRIu32
-                                     "-byte %s but the file has %llu bytes",
-                                     at, len[i], what, size);
-            if (len[i] > limit)
-                return store_corrupt(s, "record at byte %llu declares a %" PRIu32
-                                     "-byte %s, over the %" PRIu32 "-byte limit",
-                                     at, len[i], what, limit);
-            field += 4 + len[i];
-        }
-        const char *key = (const char *)buf + pos + 4;
-        if (apply && len[0] >= s->prefix_len &&
-            memcmp(key, s->prefix, s->prefix_len) == 0 &&
-            !map_put(&s->map, key + s->prefix_len, len[0] - s->prefix_len,
-                     buf + pos + 8 + len[0], len[1]))
-            return store_fail(s, DT_ENOMEM, "out of memory replaying records");
-        pos = field;
-    }
-    return DT_OK;
-}
-
-/* Reads file bytes [from, to) into a fresh buffer *out. */
-static dt_status read_range(dt_store *s, uint64_t from, uint64_t to, uint8_t **out)
-{
-    *out = NULL;
-    if (to - from > STORE_MAX_READ)
-        return store_corrupt(s, "%llu new bytes at byte %llu, more than a store "
-                             "ever holds", (unsigned long long)(to - from),
-                             (unsigned long long)from);
-    uint8_t *buf = malloc(to - from + 1);
-    if (!buf)
-        return store_fail(s, DT_ENOMEM, "out of memory reading %llu bytes",
-                          (unsigned long long)(to - from));
-    for (uint64_t done = 0; done < to - from;) {
-        ssize_t r = pread(s->fd, buf + done, to - from - done, (off_t)(from + done));
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            free(buf);
-            return store_fail(s, DT_ESYS, "read at byte %llu: %s",
-                              (unsigned long long)(from + done),
-                              r < 0 ? strerror(errno) : "file shrank under a lock");
-        }
-        done += (uint64_t)r;
-    }
-    *out = buf;
-    return DT_OK;
-}
-
-static dt_status file_size(dt_store *s, uint64_t *size)
-{
-    struct stat st;
-    if (fstat(s->fd, &st) != 0)
-        return store_fail(s, DT_ESYS, "fstat: %s", strerror(errno));
-    *size = (uint64_t)st.st_size;
-    return DT_OK;
-}
-
-/* Applies the records appended since the last replay. Caller holds flock. */
-static dt_status store_replay(dt_store *s)
-{
-    uint64_t size = 0;
-    dt_status st = file_size(s, &size);
-    if (st != DT_OK || size == s->consumed)
-        return st;
-    if (size < s->consumed)
-        return store_corrupt(s, "the file shrank from %llu to %llu bytes while "
-                             "in use", (unsigned long long)s->consumed,
-                             (unsigned long long)size);
-    uint8_t *buf;
-    if ((st = read_range(s, s->consumed, size, &buf)) != DT_OK)
-        return st;
-    st = parse_records(s, buf, size - s->consumed, s->consumed, true);
-    free(buf);
-    if (st == DT_OK)
-        s->consumed = size;
-    return st;
-}
-
 /* ---- locks ------------------------------------------------------------------- */
 
-static dt_status store_flock(dt_store *s, int op)
+dt_status store_flock(dt_store *s, int op)
 {
     while (flock(s->fd, op) != 0)
         if (errno != EINTR)
@@ -261,7 +88,7 @@ static dt_status store_flock(dt_store *s, int op)
     return DT_OK;
 }
 
-static void store_funlock(dt_store *s)
+void store_funlock(dt_store *s)
 {
     (void)flock(s->fd, LOCK_UN);
 }
@@ -295,15 +122,9 @@ static dt_status reset_if_stale(dt_store *s)
     dt_status st = store_flock(s, LOCK_EX);
     if (st != DT_OK)
         return st;
-    uint64_t size = 0;
-    uint8_t *buf = NULL;
-    if ((st = file_size(s, &size)) == DT_OK && size > 0 &&
-        (st = read_range(s, 0, size, &buf)) == DT_OK &&
-        (st = parse_records(s, buf, size, 0, false)) == DT_OK &&
-        ftruncate(s->fd, 0) != 0)
+    if ((st = store_log_check(s)) == DT_OK && ftruncate(s->fd, 0) != 0)
         st = store_fail(s, DT_ESYS, "truncating a dead job's file: %s",
                         strerror(errno));
-    free(buf);
     store_funlock(s);
     return st;
 }
@@ -455,47 +276,6 @@ static dt_status check_usable(dt_store *s, const char *op, const char *key)
     return DT_OK;
 }
 
-/*
- * Appends one record and applies it. Caller holds LOCK_EX and has replayed
- * to the end, so `consumed` is the file size and the record lands there. A
- * failed write is cut off again, so readers never see half a record.
- */
-static dt_status append_record(dt_store *s, const char *key, const uint8_t *val,
-                               size_t len)
-{
-    size_t klen = strlen(key);
-    uint32_t scoped = (uint32_t)(s->prefix_len + klen), vlen = (uint32_t)len;
-    size_t total = 8 + scoped + len;
-    uint8_t *rec = malloc(total);
-    if (!rec)
-        return store_fail(s, DT_ENOMEM, "set '%s': out of memory", key);
-    memcpy(rec, &scoped, 4);
-    memcpy(rec + 4, s->prefix, s->prefix_len);
-    memcpy(rec + 4 + s->prefix_len, key, klen);
-    memcpy(rec + 4 + scoped, &vlen, 4);
-    if (len)
-        memcpy(rec + 8 + scoped, val, len);
-    dt_status st = DT_OK;
-    for (size_t done = 0; done < total && st == DT_OK;) {
-        ssize_t w = write(s->fd, rec + done, total - done);
-        if (w > 0)
-            done += (size_t)w;
-        else if (w == 0 || errno != EINTR)
-            st = store_fail(s, DT_ESYS, "writing key '%s': %s", key,
-                            w == 0 ? "wrote nothing" : strerror(errno));
-    }
-    free(rec);
-    if (st != DT_OK) {
-        if (ftruncate(s->fd, (off_t)s->consumed) != 0)
-            s->healthy = false; /* a cut record stays: stop here */
-        return st;
-    }
-    if (!map_put(&s->map, key, klen, val, len)) /* the next replay applies it */
-        return store_fail(s, DT_ENOMEM, "set '%s': out of memory", key);
-    s->consumed += total;
-    return DT_OK;
-}
-
 dt_status dt_store_set(dt_store *s, const char *key, const void *val, size_t len)
 {
     dt_status st = check_usable(s, "set", key);
@@ -507,7 +287,7 @@ dt_status dt_store_set(dt_store *s, const char *key, const void *val, size_t len
     if ((st = store_flock(s, LOCK_EX)) != DT_OK)
         return st;
     if ((st = store_replay(s)) == DT_OK)
-        st = append_record(s, key, val, len);
+        st = store_append(s, key, val, len);
     store_funlock(s);
     return st;
 }
@@ -653,7 +433,7 @@ dt_status dt_store_add(dt_store *s, const char *key, int64_t delta,
     }
     char text[24];
     int n = snprintf(text, sizeof text, "%" PRId64, sum);
-    if ((st = append_record(s, key, (const uint8_t *)text, (size_t)n)) == DT_OK &&
+    if ((st = store_append(s, key, (const uint8_t *)text, (size_t)n)) == DT_OK &&
         result)
         *result = sum;
 out:

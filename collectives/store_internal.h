@@ -1,0 +1,60 @@
+/*
+ * store_internal.h — internal: the rendezvous store's handle, shared by
+ * store.c (open, close, locks, the operations) and store_log.c (the file's
+ * records: replaying them, appending one).
+ */
+#ifndef DT_STORE_INTERNAL_H
+#define DT_STORE_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "dt_comm.h"
+#include "store_map.h"
+
+#define STORE_MAX_KEY (64u << 10)      /* bytes of a record's key */
+#define STORE_MAX_VALUE (64u << 20)    /* bytes of a record's value */
+#define STORE_MAX_READ (1ull << 30)    /* bytes replayed in one go */
+#define STORE_MAX_JOB_ID 256
+#define STORE_POLL_NS 10000000L        /* 10 ms, PyTorch's poll interval */
+#define STORE_LIVENESS_OFFSET ((off_t)1 << 40)
+#define STORE_OPEN_ATTEMPTS 64
+#define STORE_ERR_LEN 1024
+
+_Static_assert(sizeof(off_t) >= 8, "the liveness byte needs a 64-bit off_t");
+
+struct dt_store {
+    int fd;             /* -1 when open failed */
+    bool healthy;       /* false after a failed open or seen corruption */
+    bool alive_locked;  /* holds the shared liveness lock */
+    uint64_t consumed;  /* file bytes replayed into map */
+    char *url;
+    char *path;
+    char *job_id;
+    char *prefix;       /* "<job_id>/" */
+    size_t prefix_len;
+    store_map map;
+    char err[STORE_ERR_LEN];
+};
+
+/* Sets the handle's message, "URL (job J): what", and returns st. */
+__attribute__((format(printf, 3, 4)))
+dt_status store_fail(dt_store *s, dt_status st, const char *fmt, ...);
+/* The file is not (or no longer) a store: says where, stops using it. */
+__attribute__((format(printf, 2, 3)))
+dt_status store_corrupt(dt_store *s, const char *fmt, ...);
+
+dt_status store_flock(dt_store *s, int op); /* flock(op), retried on EINTR */
+void store_funlock(dt_store *s);
+
+/* Applies the records appended since the last replay. Caller holds flock. */
+dt_status store_replay(dt_store *s);
+/* Checks that the whole file is records, applying none (DT_ESTORE if not).
+ * Caller holds flock. */
+dt_status store_log_check(dt_store *s);
+/* Appends one record of this job and applies it. Caller holds LOCK_EX and
+ * has replayed to the end. */
+dt_status store_append(dt_store *s, const char *key, const uint8_t *val, size_t len);
+
+#endif /* DT_STORE_INTERNAL_H */
