@@ -16,7 +16,6 @@
  * op returns it. dt_comm_abort is the same path with DT_EABORTED.
  */
 #include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,9 +101,6 @@ static dt_status comm_setup(dt_comm *c, const dt_comm_options *o)
     pthread_condattr_destroy(&attr);
     atomic_init(&c->io_running, false);
     atomic_init(&c->rejected, 0);
-    struct sigaction pipe_action;
-    c->sigpipe_ignored = sigaction(SIGPIPE, NULL, &pipe_action) == 0 &&
-                         pipe_action.sa_handler == SIG_IGN;
     c->rank = o->rank;
     c->size = o->world_size;
     if (o->world_size < 1 || o->rank < 0 || o->rank >= o->world_size) {

@@ -140,8 +140,6 @@ struct dt_comm {
     pthread_cond_t cv_thread; /* communicator thread: something to do */
     bool loop_busy;         /* a thread is running the loop (or an op) */
     bool thread_awaits_loop; /* the communicator thread waits for loop_busy to clear */
-    bool sigpipe_ignored;   /* SIGPIPE was SIG_IGN at init: ops leave the mask alone */
-    bool write_failed;      /* a write failed since the loop runner last looked */
     bool init_done;         /* dt_comm_init succeeded */
     int p2p_outstanding;    /* p2p works posted and not yet complete */
     dt_xfer *inbox_head, *inbox_tail;

@@ -26,12 +26,14 @@
  *
  * SIGPIPE: a write to a socket the peer has reset raises it, and its
  * default action kills the process. Both loop runners block it while they
- * run (the caller only for the duration of the op, consuming any SIGPIPE a
- * failed write caused before unblocking), so a dead peer is an EPIPE error,
+ * run (the caller only for the duration of the op, consuming any SIGPIPE
+ * its writes caused before unblocking), so a dead peer is an EPIPE error,
  * never a crash, and the application's own signal handling is untouched.
- * A program that ignores SIGPIPE (as dtrain's own do, and most servers)
- * when it creates the communicator spares every inline op those two
- * sigprocmask calls: EPIPE is all a write can produce then.
+ * Any write can raise it: a collective's, an ABORT's, or a handshake reply
+ * to a stranger that reset its connection. A program that ignores SIGPIPE
+ * (as dtrain-bench does, and most servers) spares each inline op the mask
+ * calls: one sigaction query says so, and EPIPE is all a write can
+ * produce then.
  */
 #include <signal.h>
 #include <time.h>
@@ -61,19 +63,26 @@ static void block_sigpipe(sigset_t *old)
     pthread_sigmask(SIG_BLOCK, &pipe_only, old);
 }
 
-/* Undo block_sigpipe, first consuming a SIGPIPE our writes left pending
- * (only a failed write can have raised one). */
-static void restore_sigpipe(const sigset_t *old, bool write_failed)
+/* Undo block_sigpipe, first consuming a SIGPIPE our writes left pending. */
+static void restore_sigpipe(const sigset_t *old)
 {
     if (sigismember(old, SIGPIPE)) return; /* it was blocked before us */
     sigset_t pending, pipe_only;
-    if (write_failed && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE)) {
+    if (sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE)) {
         struct timespec zero = {0, 0};
         sigemptyset(&pipe_only);
         sigaddset(&pipe_only, SIGPIPE);
         sigtimedwait(&pipe_only, NULL, &zero);
     }
     pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
+/* Is SIGPIPE ignored right now? Then a write can only give EPIPE. Asked
+ * per op, since the program may change its mind at any time. */
+static bool sigpipe_ignored(void)
+{
+    struct sigaction now;
+    return sigaction(SIGPIPE, NULL, &now) == 0 && now.sa_handler == SIG_IGN;
 }
 
 static void run_queued(dt_comm *c, dt_work *w)
@@ -149,14 +158,13 @@ bool comm_run_inline(dt_comm *c, dt_work *w, dt_status *st)
     c->cur_seq = w->seq;
     pthread_mutex_unlock(&c->mu);
 
-    if (c->sigpipe_ignored) {
+    if (sigpipe_ignored()) {
         *st = run_collective(c, w);
     } else {
         sigset_t old;
-        c->write_failed = false;
         block_sigpipe(&old);
         *st = run_collective(c, w);
-        restore_sigpipe(&old, c->write_failed);
+        restore_sigpipe(&old);
     }
 
     pthread_mutex_lock(&c->mu);

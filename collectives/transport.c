@@ -230,6 +230,8 @@ static void rx_on_header(dt_conn *cn)
         break;
     case FRAME_ABORT:
         if (h->length < 4 || h->length >= sizeof cn->notice) {
+            cn->rx_state = RX_STOPPED; /* nothing after it can be parsed */
+            conn_set_reading(cn, false);
             comm_fail(c, DT_EPROTO, "rank %d: rank %d (%s) sent an ABORT frame of %llu B",
                       c->rank, cn->peer, cn->addr, (unsigned long long)h->length);
             return;
@@ -333,6 +335,14 @@ static void rx_drain(dt_conn *cn)
         if (cn->rx_got < cn->rx_need) continue;
         if (cn->rx_state == RX_HEADER) rx_on_header(cn);
         else rx_on_notice(cn);
+        /* every outcome starts a new unit or stops the connection; a state
+         * left at "unit complete" would be parsed again forever */
+        if ((cn->rx_state == RX_HEADER || cn->rx_state == RX_NOTICE) &&
+            cn->rx_got == cn->rx_need) {
+            cn->rx_state = RX_STOPPED;
+            conn_set_reading(cn, false);
+            return;
+        }
     }
 }
 
@@ -433,7 +443,6 @@ static bool reading_now(const dt_conn *cn)
 static void send_finished(dt_conn *cn, dt_xfer *x, int status)
 {
     dt_comm *c = cn->comm;
-    if (status < 0) c->write_failed = true; /* it may have raised SIGPIPE */
     if (status < 0 && status != UV_ECANCELED && !c->io_failed_done) {
         if (reading_now(cn)) {
             /* The peer closed on us. If it failed first, its ABORT frame is
@@ -463,7 +472,7 @@ typedef struct owned_write {
 
 static void on_owned_write_done(uv_write_t *req, int status)
 {
-    if (status < 0) ((dt_conn *)req->handle->data)->comm->write_failed = true;
+    (void)status;
     free(req->data);
 }
 

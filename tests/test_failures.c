@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -417,4 +418,160 @@ Test(failures, abort_unblocks_a_pending_op_at_once, .timeout = 60)
     cr_expect(strstr(v.msg, "test says stop") != NULL, "%s", v.msg);
     cr_expect_lt(v.seconds, 1.0);
     finish(&j);
+}
+
+/* ---- a stranger that resets in the middle of the handshake ---------------------- */
+
+/* A well-formed HELLO (the job hash is public: a hash of the job id), then
+ * a reset: rank 0's answer to it meets a dead socket. */
+static void hello_then_reset(int port)
+{
+    uint8_t hello[48] = {0};
+    uint32_t head[4] = {0x4e525444u, 1, 2, 1}; /* magic, version, world 2, "rank 1" */
+    memcpy(hello, head, sizeof head);
+    crypto_generichash(hello + 16, 16, (const uint8_t *)"failures", 8, NULL, 0);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+        write(fd, hello, sizeof hello) == (ssize_t)sizeof hello) {
+        struct linger now = {1, 0}; /* close sends RST */
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &now, sizeof now);
+        shutdown(fd, SHUT_WR);
+    }
+    close(fd);
+}
+
+/* Rank 0 lets a resetting stranger in right before each barrier, so the
+ * barrier's own loop (on this thread, SIGPIPE at its default: fatal) is
+ * the one that answers it. */
+static void barriers_beside_resetting_strangers(int rank, job *j, FILE *report)
+{
+    signal(SIGPIPE, SIG_DFL);
+    cr_assert_geq(sodium_init(), 0);
+    dt_comm *c = child_join(j, rank, 20, report);
+    for (int i = 0; i < 20; i++) {
+        if (rank == 0) hello_then_reset(dt_comm_port(c));
+        dt_status st = dt_barrier(c);
+        if (st != DT_OK) {
+            say(report, st, now_s(), dt_comm_error(c));
+            return;
+        }
+    }
+    say(report, DT_OK, now_s(), "20 barriers");
+    dt_comm_destroy(c);
+}
+
+Test(failures, a_stranger_that_resets_mid_handshake_kills_no_rank, .timeout = 60)
+{
+    job j;
+    verdict v;
+    start(&j, 2, "reset", barriers_beside_resetting_strangers);
+    for (int r = 0; r < 2; r++) {
+        verdict_of(&j, r, 40, &v);
+        cr_expect_eq(v.status, DT_OK, "rank %d: %s", r, v.msg);
+    }
+    finish(&j);
+}
+
+/* ---- an authenticated peer that sends garbage ------------------------------------ */
+
+static void read_exactly(int fd, void *buf, size_t n)
+{
+    for (size_t got = 0; got < n;) {
+        ssize_t k = read(fd, (char *)buf + got, n - got);
+        if (k <= 0) return;
+        got += (size_t)k;
+    }
+}
+
+typedef struct fake_peer {
+    int listen_fd, done_pipe[2];
+} fake_peer;
+
+/* Plays rank 0 of a 2-rank job: answers rank 1's handshake with the job's
+ * key, then sends an ABORT frame whose length (2000 B) no ABORT may have,
+ * followed by that many bytes, and stays connected until told to go. */
+static void *fake_rank0_sends_a_bad_abort(void *arg)
+{
+    fake_peer *f = arg;
+    uint8_t key[32], hello[48], challenge[64], response[32], msg[1 + 48 + 32];
+    crypto_generichash(key, sizeof key, SECRET, sizeof SECRET, NULL, 0);
+    int fd = accept(f->listen_fd, NULL, NULL);
+    read_exactly(fd, hello, sizeof hello);
+    uint32_t head[4] = {0x4e525444u, 1, 2, 0}; /* magic, version, world 2, rank 0 */
+    memcpy(challenge, head, sizeof head);
+    randombytes_buf(challenge + 16, 16);
+    msg[0] = 'A';
+    memcpy(msg + 1, hello, 48);
+    memcpy(msg + 49, challenge, 32);
+    crypto_auth(challenge + 32, msg, sizeof msg, key);
+    if (write(fd, challenge, sizeof challenge) == (ssize_t)sizeof challenge)
+        read_exactly(fd, response, sizeof response);
+    usleep(200 * 1000);
+    static uint8_t frame[40 + 2000];
+    memset(frame, 'x', sizeof frame);
+    memset(frame, 0, 40);
+    frame[0] = 3;                   /* kind: ABORT */
+    int32_t root = -1;
+    memcpy(frame + 4, &root, 4);
+    uint64_t length = 2000;
+    memcpy(frame + 32, &length, 8); /* over the longest notice */
+    if (write(fd, frame, sizeof frame) != (ssize_t)sizeof frame) perror("fake rank 0");
+    char go;
+    if (read(f->done_pipe[0], &go, 1) < 0) perror("fake rank 0");
+    close(fd);
+    return NULL;
+}
+
+Test(failures, an_abort_frame_of_impossible_length_fails_the_op_and_stops, .timeout = 30)
+{
+    cr_assert_geq(sodium_init(), 0);
+    fake_peer f;
+    cr_assert_eq(pipe(f.done_pipe), 0);
+    f.listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof sa;
+    cr_assert_eq(bind(f.listen_fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    cr_assert_eq(listen(f.listen_fd, 4), 0);
+    cr_assert_eq(getsockname(f.listen_fd, (struct sockaddr *)&sa, &len), 0);
+
+    job j = {.n = 2};
+    job_url(&j, "abort");
+    dt_store *s;
+    cr_assert_eq(dt_store_open(&s, j.url, "failures"), DT_OK);
+    char addr[64];
+    snprintf(addr, sizeof addr, "%d 127.0.0.1", ntohs(sa.sin_port));
+    cr_assert_eq(dt_store_set(s, "addr/0", addr, strlen(addr)), DT_OK);
+    pthread_t fake;
+    cr_assert_eq(pthread_create(&fake, NULL, fake_rank0_sends_a_bad_abort, &f), 0);
+
+    dt_comm_options o;
+    dt_comm_options_default(&o);
+    o.rank = 1;
+    o.world_size = 2;
+    o.init_url = j.url;
+    o.job_id = "failures";
+    o.secret = SECRET;
+    o.secret_len = sizeof SECRET;
+    o.timeout_s = 5;
+    o.init_timeout_s = 10;
+    o.log = NULL;
+    dt_comm *c;
+    cr_assert_eq(dt_comm_init(&c, &o), DT_OK, "%s", dt_comm_error(c));
+    usleep(400 * 1000); /* the frame is there before the op */
+    double t0 = now_s();
+    dt_status st = dt_barrier(c);
+    cr_expect_eq(st, DT_EPROTO, "barrier: %s: %s", dt_status_name(st), dt_comm_error(c));
+    cr_expect_lt(now_s() - t0, 4.0, "the failure took %.1f s to surface", now_s() - t0);
+    cr_expect_not_null(strstr(dt_comm_error(c), "ABORT frame of 2000 B"), "%s",
+                       dt_comm_error(c));
+    dt_comm_destroy(c);
+    cr_assert_eq(write(f.done_pipe[1], "g", 1), 1);
+    pthread_join(fake, NULL);
+    dt_store_close(s);
+    close(f.listen_fd);
+    close(f.done_pipe[0]);
+    close(f.done_pipe[1]);
 }
