@@ -122,6 +122,7 @@ static void on_challenge(dt_conn *cn)
         why = "it failed authentication (it holds another job secret)";
     if (why) {
         cn->rx_state = RX_STOPPED;
+        conn_set_reading(cn, false);
         comm_fail(c, DT_EPEER, "rank %d: the process at %s, published as rank %d, is not "
                   "a peer: %s", c->rank, cn->addr, cn->expect_peer, why);
         return;

@@ -124,6 +124,10 @@ static void io_shutdown(dt_comm *c)
         if (!cn) continue;
         if (cn->rx_cur) xfer_release(c, cn->rx_cur, XFER_FAILED);
         cn->rx_cur = NULL;
+        if (cn->rx_state == RX_PAYLOAD) { /* its buffer is gone: read no more */
+            cn->rx_state = RX_STOPPED;
+            conn_set_reading(cn, false);
+        }
         release_list(c, cn->coll_head);
         cn->coll_head = cn->coll_tail = NULL;
         if (cn->closing) continue;
