@@ -23,12 +23,14 @@
  * reaper first fsyncs the root, so that no shard is gone on disk while
  * its directory could still come back under its step name after a crash.
  * A leftover ".removing-" directory (a crash mid-reap) is removed by the
- * next reaper. At most one reaper runs per handle: the next rotation and
- * dt_ckpt_close join it first.
+ * next rotation's reaper, which starts for it even when that rotation
+ * renames nothing itself. At most one reaper runs per handle: the next
+ * rotation and dt_ckpt_close join it first.
  *
  * When a directory cannot be renamed (its trash name is taken by a
- * leftover), it is removed synchronously, manifest first: a directory is
- * uncommitted before any of its shards disappear.
+ * leftover), it is removed synchronously, manifest first and the
+ * directory fsynced: it is uncommitted, durably, before any of its shards
+ * disappear.
  */
 #include <dirent.h>
 #include <stdlib.h>
@@ -54,7 +56,8 @@ static void remove_dir(const char *dir)
 {
     char path[CKPT_PATH_MAX];
     ckpt_join(path, dir, "manifest.json", "");
-    unlink(path);
+    if (unlink(path) == 0)
+        ckpt_fsync_dir(dir); /* uncommitted, durably, before a shard goes */
     DIR *d = opendir(dir);
     if (!d)
         return;
@@ -136,10 +139,12 @@ static void start_reaper(dt_ckpt *ck)
         reap(j);
 }
 
-/* The step numbers under root, newest first; *n of them (malloc'ed). */
-static long *list_steps(const char *root, size_t *n)
+/* The step numbers under root, newest first; *n of them (malloc'ed).
+ * *trash: whether a renamed-away step (an interrupted removal) is there. */
+static long *list_steps(const char *root, size_t *n, bool *trash)
 {
     *n = 0;
+    *trash = false;
     DIR *d = opendir(root);
     if (!d)
         return NULL;
@@ -148,6 +153,7 @@ static long *list_steps(const char *root, size_t *n)
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         long s = parse_step_name(e->d_name);
+        *trash |= strncmp(e->d_name, TRASH_PREFIX, strlen(TRASH_PREFIX)) == 0;
         if (s < 0)
             continue;
         if (*n == cap) {
@@ -170,7 +176,8 @@ void ckpt_rotate(dt_ckpt *ck, int keep, const char *latest_name)
     ckpt_rotate_wait(ck);
     remove_tmp_files(ck->root);
     size_t n;
-    long *steps = list_steps(ck->root, &n);
+    bool leftovers;
+    long *steps = list_steps(ck->root, &n, &leftovers);
     char name[64], dir[CKPT_PATH_MAX], man[CKPT_PATH_MAX], trash[CKPT_PATH_MAX];
     int kept = 0;
     bool renamed = false;
@@ -192,7 +199,7 @@ void ckpt_rotate(dt_ckpt *ck, int keep, const char *latest_name)
             remove_dir(dir);
     }
     free(steps);
-    if (renamed)
+    if (renamed || leftovers) /* leftovers: an earlier removal was cut short */
         start_reaper(ck);
 }
 

@@ -170,8 +170,9 @@ static dt_status check_header(reader *rd, const unsigned char *hdr,
     return DT_OK;
 }
 
-/* The section table must list exactly the manifest's ranges, in order,
- * back to back; kinds[i] and file_offsets[i] say what section i is. */
+/* The section table must list exactly the manifest's ranges, each kind
+ * once, in order, back to back; kinds[i] and file_offsets[i] say what
+ * section i is. */
 static dt_status check_sections(reader *rd, const unsigned char *t, int nsec,
                                 const ckpt_shard *sh, uint64_t *kinds,
                                 uint64_t *file_offsets)
@@ -184,14 +185,20 @@ static dt_status check_sections(reader *rd, const unsigned char *t, int nsec,
         return ckpt_fail(rd->ck, DT_EPROTO, DT_CKPT_FAULT_HEADER,
                          "%s: %d sections, the manifest lists %d", rd->path,
                          nsec, listed);
+    unsigned seen = 0; /* kinds listed so far: each at most once */
     for (int i = 0; i < nsec; i++, t += SECTION_BYTES) {
         uint32_t k = get_u32(t);
         const ckpt_range *want = k < KIND_COUNT ? &sh->ranges[k] : NULL;
+        if (want && (seen & (1u << k)))
+            return ckpt_fail(rd->ck, DT_EPROTO, DT_CKPT_FAULT_HEADER,
+                             "%s: section %d repeats kind %u (%s)", rd->path,
+                             i, k, ckpt_kind_names[k]);
         if (!want || !want->present || get_u64(t + 8) != want->offset ||
             get_u64(t + 16) != want->count || get_u64(t + 24) != fo)
             return ckpt_fail(rd->ck, DT_EPROTO, DT_CKPT_FAULT_HEADER,
                              "%s: section %d (kind %u) disagrees with the "
                              "manifest's ranges", rd->path, i, k);
+        seen |= 1u << k;
         kinds[i] = k;
         file_offsets[i] = fo;
         fo += want->count * sizeof(float);

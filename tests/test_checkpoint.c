@@ -1,20 +1,21 @@
 /*
  * test_checkpoint.c — the checkpoint format: round trips, every corruption
- * with its own error, crash-safety of the commit protocol, rotation and
- * export.
+ * with its own error, crash-safety of the commit protocol, and export.
  *
  * States here are synthetic (ckpt_fixture.h): every value a function of
  * (step, array, index), written by one process as N shards
  * (dt_ckpt_save_all — the same shard writer every rank runs), so the tests
  * need no network. The collective load and the verdict it shares with
- * the collective save are in test_checkpoint_collective.c, training
- * resumes in test_checkpoint_train.c.
+ * the collective save are in test_checkpoint_collective.c, rotation in
+ * test_checkpoint_rotate.c, training resumes in test_checkpoint_train.c.
  */
 #include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
+
+#include <sodium.h>
 
 #include "ckpt_fixture.h"
 
@@ -325,7 +326,53 @@ Test(checkpoint_corrupt, absurd_sizes_are_refused_before_reading, .timeout = 30)
     }
 }
 
-/* ---- crash safety, rotation, export -------------------------------------- */
+static char relabelled_sha[65];
+static void set_shard0_sha(json_t *root)
+{
+    json_t *sh = json_array_get(json_object_get(root, "shards"), 0);
+    json_object_set_new(sh, "sha256", json_string(relabelled_sha));
+}
+
+/* A shard whose section table lists "params" twice (its m section
+ * relabelled), with a manifest whose hash agrees: a writer's bug or a
+ * forgery, not a flipped bit. Loading it would leave m unwritten. */
+Test(checkpoint_corrupt, a_shard_listing_a_section_kind_twice_is_refused, .timeout = 30)
+{
+    fx x;
+    fx_open(&x, DT_CKPT_DDP, NULL);
+    char p[300];
+    snprintf(p, sizeof p, "%s/rank00000.bin", x.step_dir);
+    FILE *fp = fopen(p, "r+b");
+    cr_assert_not_null(fp);
+    cr_assert_eq(fseek(fp, 0, SEEK_END), 0);
+    long n = ftell(fp);
+    unsigned char *buf = malloc((size_t)n);
+    cr_assert_eq(fseek(fp, 0, SEEK_SET), 0);
+    cr_assert_eq(fread(buf, 1, (size_t)n, fp), (size_t)n);
+    unsigned char *second = buf + 72 + 32; /* 72-byte header, 32-byte table entries */
+    cr_assert_eq(second[0], 2, "section 1 of a DDP shard is m");
+    second[0] = 0; /* now a second "params" */
+    cr_assert_eq(fseek(fp, 0, SEEK_SET), 0);
+    cr_assert_eq(fwrite(buf, 1, (size_t)n, fp), (size_t)n);
+    fclose(fp);
+    unsigned char d[32];
+    crypto_hash_sha256(d, buf, (unsigned long long)n);
+    for (int i = 0; i < 32; i++)
+        snprintf(relabelled_sha + 2 * i, 3, "%02x", d[i]);
+    fixture_edit_manifest(x.step_dir, set_shard0_sha);
+    full_state got;
+    fixture_rank_view(&got, DT_CKPT_DDP, 0, WORLD);
+    cr_assert_eq(dt_ckpt_load(x.ck, x.step_dir, &got.s), DT_EPROTO, "%s",
+                 dt_ckpt_error(x.ck));
+    cr_expect_eq(dt_ckpt_last_fault(x.ck), DT_CKPT_FAULT_HEADER);
+    cr_expect_not_null(strstr(dt_ckpt_error(x.ck), "repeats kind 0"), "%s",
+                       dt_ckpt_error(x.ck));
+    free(buf);
+    full_state_free(&got);
+    fx_close(&x);
+}
+
+/* ---- crash safety and export ------------------------------------------- */
 
 /* The child resumes like a trainer, from latest's step + 1, and saves
  * steps until it is killed; every third round it re-saves latest's own
@@ -394,113 +441,6 @@ Test(checkpoint_crash, killed_saver_always_leaves_a_verified_latest, .timeout = 
         full_state_free(&got);
     }
     fx_close(&x);
-}
-
-static int count_step_dirs(const char *root)
-{
-    int n = 0;
-    for (long s = 0; s < 40; s++) {
-        char p[256];
-        struct stat st;
-        snprintf(p, sizeof p, "%s/step_%08ld", root, s);
-        n += stat(p, &st) == 0;
-    }
-    return n;
-}
-
-Test(checkpoint, keep_rotates_by_step_and_removes_uncommitted_dirs, .timeout = 30)
-{
-    char root[128];
-    fixture_mkroot(root, sizeof root);
-    dt_ckpt_options o = {.keep = 2};
-    dt_ckpt *ck;
-    cr_assert_eq(dt_ckpt_open(&ck, root, &o), DT_OK);
-    char crashed[256];
-    snprintf(crashed, sizeof crashed, "%s/step_00000003", root);
-    cr_assert_eq(mkdir(crashed, 0755), 0);
-    for (long s = 1; s <= 5; s++) {
-        if (s == 3)
-            continue;
-        full_state f;
-        full_state_init(&f, DT_CKPT_DDP, s);
-        cr_assert_eq(dt_ckpt_save_all(ck, &f.s, 2), DT_OK, "%s", dt_ckpt_error(ck));
-        full_state_free(&f);
-    }
-    cr_assert_eq(count_step_dirs(root), 2);
-    struct stat st;
-    snprintf(crashed, sizeof crashed, "%s/step_00000005/manifest.json", root);
-    cr_assert_eq(stat(crashed, &st), 0);
-    snprintf(crashed, sizeof crashed, "%s/step_00000004/manifest.json", root);
-    cr_assert_eq(stat(crashed, &st), 0);
-    dt_ckpt_close(ck);
-    fixture_rmtree(root);
-}
-
-/* The names in root other than "." and "..", sorted, joined by ' '. */
-static void list_root(const char *root, char *buf, size_t len)
-{
-    struct dirent **names;
-    int n = scandir(root, &names, NULL, alphasort);
-    cr_assert_geq(n, 0, "scandir %s", root);
-    buf[0] = '\0';
-    for (int i = 0; i < n; i++) {
-        const char *nm = names[i]->d_name;
-        if (strcmp(nm, ".") && strcmp(nm, ".."))
-            snprintf(buf + strlen(buf), len - strlen(buf), "%s%s",
-                     buf[0] ? " " : "", nm);
-        free(names[i]);
-    }
-    free(names);
-}
-
-static void save_steps(dt_ckpt *ck, long first, long last)
-{
-    for (long s = first; s <= last; s++) {
-        full_state f;
-        full_state_init(&f, DT_CKPT_DDP, s);
-        cr_assert_eq(dt_ckpt_save_all(ck, &f.s, 2), DT_OK, "%s", dt_ckpt_error(ck));
-        full_state_free(&f);
-    }
-}
-
-/* Rotated-out steps are removed in the background; once the handle is
- * closed nothing of them is left, not even under another name. */
-Test(checkpoint, rotated_out_steps_are_gone_once_the_handle_is_closed, .timeout = 30)
-{
-    char root[128], names[1024];
-    fixture_mkroot(root, sizeof root);
-    dt_ckpt_options o = {.keep = 1};
-    dt_ckpt *ck;
-    cr_assert_eq(dt_ckpt_open(&ck, root, &o), DT_OK);
-    save_steps(ck, 1, 4);
-    dt_ckpt_close(ck);
-    list_root(root, names, sizeof names);
-    cr_assert_str_eq(names, "latest step_00000004");
-    fixture_rmtree(root);
-}
-
-/* A saver killed while removing a rotated-out step leaves a .removing-
- * directory behind; the next rotation removes it. */
-Test(checkpoint, leftover_of_an_interrupted_removal_goes_at_the_next_rotation, .timeout = 30)
-{
-    char root[128], names[1024], left[256];
-    fixture_mkroot(root, sizeof root);
-    dt_ckpt_options o = {.keep = 1};
-    dt_ckpt *ck;
-    cr_assert_eq(dt_ckpt_open(&ck, root, &o), DT_OK);
-    save_steps(ck, 1, 1);
-    snprintf(left, sizeof left, "%s/.removing-step_00000000", root);
-    cr_assert_eq(mkdir(left, 0755), 0);
-    snprintf(left, sizeof left, "%s/.removing-step_00000000/rank00000.bin", root);
-    FILE *f = fopen(left, "w");
-    cr_assert_not_null(f);
-    fputs("half removed", f);
-    fclose(f);
-    save_steps(ck, 2, 2);
-    dt_ckpt_close(ck);
-    list_root(root, names, sizeof names);
-    cr_assert_str_eq(names, "latest step_00000002");
-    fixture_rmtree(root);
 }
 
 Test(checkpoint, safetensors_export_has_named_tensors_and_raw_data, .timeout = 30)
