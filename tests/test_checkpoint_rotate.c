@@ -109,11 +109,13 @@ static void plant_interrupted_removal(const char *root)
     fclose(f);
 }
 
-Test(checkpoint_rotate, leftover_of_an_interrupted_removal_goes_at_the_next_rotation, .timeout = 30)
+/* Saves step 1, plants a leftover, saves step 2 with `keep`, closes, and
+ * expects exactly `names` in the root. */
+static void leftover_goes(int keep, const char *names_after)
 {
     char root[128], names[1024];
     fixture_mkroot(root, sizeof root);
-    dt_ckpt_options o = {.keep = 1};
+    dt_ckpt_options o = {.keep = keep};
     dt_ckpt *ck;
     cr_assert_eq(dt_ckpt_open(&ck, root, &o), DT_OK);
     save_steps(ck, 1, 1);
@@ -121,8 +123,13 @@ Test(checkpoint_rotate, leftover_of_an_interrupted_removal_goes_at_the_next_rota
     save_steps(ck, 2, 2);
     dt_ckpt_close(ck);
     list_root(root, names, sizeof names);
-    cr_assert_str_eq(names, "latest step_00000002");
+    cr_assert_str_eq(names, names_after);
     fixture_rmtree(root);
+}
+
+Test(checkpoint_rotate, leftover_of_an_interrupted_removal_goes_at_the_next_rotation, .timeout = 30)
+{
+    leftover_goes(1, "latest step_00000002");
 }
 
 /* Keeping every step, no rotation removes anything of its own: the
@@ -130,16 +137,5 @@ Test(checkpoint_rotate, leftover_of_an_interrupted_removal_goes_at_the_next_rota
 Test(checkpoint_rotate, leftover_of_an_interrupted_removal_goes_even_when_all_steps_are_kept,
      .timeout = 30)
 {
-    char root[128], names[1024];
-    fixture_mkroot(root, sizeof root);
-    dt_ckpt_options o = {.keep = 0};
-    dt_ckpt *ck;
-    cr_assert_eq(dt_ckpt_open(&ck, root, &o), DT_OK);
-    save_steps(ck, 1, 1);
-    plant_interrupted_removal(root);
-    save_steps(ck, 2, 2);
-    dt_ckpt_close(ck);
-    list_root(root, names, sizeof names);
-    cr_assert_str_eq(names, "latest step_00000001 step_00000002");
-    fixture_rmtree(root);
+    leftover_goes(0, "latest step_00000001 step_00000002");
 }
