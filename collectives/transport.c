@@ -302,6 +302,29 @@ static void conn_lost(dt_conn *cn, ssize_t err)
                   err == UV_EOF ? "end of file" : uv_strerror((int)err), cn->peer);
 }
 
+/* n more bytes of the current payload are in its buffer; at the end the
+ * receive is done and the next header is due. */
+static void rx_payload_got(dt_conn *cn, size_t n)
+{
+    dt_xfer *x = cn->rx_cur;
+    x->done += n;
+    if (x->done < x->len) return;
+    cn->rx_cur = NULL;
+    xfer_release(cn->comm, x, XFER_DONE);
+    rx_next_header(cn);
+}
+
+/* The current fixed-size unit (header, handshake message, notice) is in. */
+static void rx_unit_done(dt_conn *cn)
+{
+    switch (cn->rx_state) {
+    case RX_HEADER: rx_on_header(cn); break;
+    case RX_HANDSHAKE: handshake_step(cn); break;
+    case RX_NOTICE: rx_on_notice(cn); break;
+    default: break;
+    }
+}
+
 /* Consumes read-ahead bytes frame by frame: headers are matched, payloads
  * copied to their receives, notices collected. Stops, keeping the rest,
  * when a header has no receive yet (reading is paused then) or the
@@ -315,13 +338,8 @@ static void rx_drain(dt_conn *cn)
             dt_xfer *x = cn->rx_cur;
             k = x->len - x->done < avail ? x->len - x->done : avail;
             memcpy(x->buf + x->done, src, k);
-            x->done += k;
             cn->stage_off += k;
-            if (x->done == x->len) {
-                cn->rx_cur = NULL;
-                xfer_release(cn->comm, x, XFER_DONE);
-                rx_next_header(cn);
-            }
+            rx_payload_got(cn, k);
             continue;
         }
         char *dst = cn->rx_state == RX_HEADER   ? (char *)&cn->rx_hdr
@@ -333,8 +351,7 @@ static void rx_drain(dt_conn *cn)
         cn->rx_got += k;
         cn->stage_off += k;
         if (cn->rx_got < cn->rx_need) continue;
-        if (cn->rx_state == RX_HEADER) rx_on_header(cn);
-        else rx_on_notice(cn);
+        rx_unit_done(cn);
         /* every outcome starts a new unit or stops the connection; a state
          * left at "unit complete" would be parsed again forever */
         if ((cn->rx_state == RX_HEADER || cn->rx_state == RX_NOTICE) &&
@@ -410,23 +427,11 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     if (cn->rx_state == RX_PAYLOAD) {
-        dt_xfer *x = cn->rx_cur;
-        x->done += (size_t)nread;
-        if (x->done == x->len) {
-            cn->rx_cur = NULL;
-            xfer_release(cn->comm, x, XFER_DONE);
-            rx_next_header(cn);
-        }
+        rx_payload_got(cn, (size_t)nread);
         return;
     }
     cn->rx_got += (size_t)nread;
-    if (cn->rx_got < cn->rx_need) return;
-    switch (cn->rx_state) {
-    case RX_HEADER: rx_on_header(cn); break;
-    case RX_HANDSHAKE: handshake_step(cn); break;
-    case RX_NOTICE: rx_on_notice(cn); break;
-    default: break;
-    }
+    if (cn->rx_got == cn->rx_need) rx_unit_done(cn);
 }
 
 /* ---- writing --------------------------------------------------------------- */
