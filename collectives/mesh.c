@@ -355,6 +355,13 @@ static void on_wake(uv_async_t *a)
  * and run the loop until the last handle is closed. */
 void transport_shutdown(dt_comm *c)
 {
+    pthread_mutex_lock(&c->mu);
+    bool failed = c->failed;
+    pthread_mutex_unlock(&c->mu);
+    /* A failure the loop has not acted on yet (dt_comm_abort, then at once
+     * dt_comm_destroy): its ABORT frames go out before the BYEs, so peers
+     * learn the reason rather than "destroyed its communicator". */
+    if (failed) io_fail_cleanup(c);
     io_shutdown(c);
     maybe_finish(c);
     uv_run(&c->loop, UV_RUN_DEFAULT);

@@ -420,6 +420,35 @@ Test(failures, abort_unblocks_a_pending_op_at_once, .timeout = 60)
     finish(&j);
 }
 
+/* Rank 1 aborts and destroys its communicator at once, while rank 0 waits
+ * for it in an all-reduce: rank 0 still learns the abort's reason (the
+ * ABORT frames go out before the BYEs), not merely that rank 1 left. */
+static void abort_then_destroy_at_once(int rank, job *j, FILE *report)
+{
+    dt_comm *c = child_join(j, rank, 20, report);
+    if (rank == 1) {
+        usleep(200 * 1000); /* rank 0 is in its all-reduce by now */
+        dt_comm_abort(c, "rank 1 gives up");
+        dt_comm_destroy(c);
+        return;
+    }
+    float x = 1;
+    dt_status st = dt_allreduce(c, &x, 1, DT_F32, DT_SUM);
+    say(report, st, now_s(), dt_comm_error(c));
+    dt_comm_destroy(c);
+}
+
+Test(failures, an_abort_then_destroy_tells_the_peers_why, .timeout = 60)
+{
+    job j;
+    verdict v;
+    start(&j, 2, "abortdestroy", abort_then_destroy_at_once);
+    verdict_of(&j, 0, 20, &v);
+    cr_expect_eq(v.status, DT_EABORTED, "%s", v.msg);
+    cr_expect(strstr(v.msg, "rank 1 gives up") != NULL, "%s", v.msg);
+    finish(&j);
+}
+
 /* ---- a stranger that resets in the middle of the handshake ---------------------- */
 
 /* A well-formed HELLO (the job hash is public: a hash of the job id), then
