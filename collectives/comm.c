@@ -10,6 +10,8 @@
  *      ones (handshake.c); wait until all world_size-1 peers are
  *      authenticated, or the init deadline passes.
  * Cost: O(p) store reads and p-1 handshakes per rank, once.
+ * dt_comm_split (group.c) makes a communicator the same way, with the
+ * addresses from an all-gather on its parent instead of the store.
  *
  * Failure is recorded once (comm_fail): the first error names the root
  * cause — which rank, at which address, during which op — and every later
@@ -31,21 +33,55 @@ void dt_comm_options_default(dt_comm_options *o)
     o->world_size = 1;
 }
 
-void comm_failv(dt_comm *c, dt_status st, const char *fmt, va_list ap)
+/* Where a failure was seen: " [rank 2 was running allreduce #17]"; a
+ * group's member names itself by group and world rank (group.c), and says
+ * so even when no op was running. */
+static void append_context(dt_comm *c, char *out, size_t n)
+{
+    char who[256];
+    bool in_group = group_who(c, who, sizeof who);
+    if (c->in_op)
+        snprintf(out, n, " [%s was running %s #%llu]", who, dt_op_name(c->cur_kind),
+                 (unsigned long long)c->cur_seq);
+    else if (in_group)
+        snprintf(out, n, " [seen by %s]", who);
+}
+
+/* Records the first failure on c alone (where it was seen appended), wakes
+ * everyone; true if this call was the first. */
+static bool record_failure(dt_comm *c, dt_status st, const char *fmt, va_list ap)
 {
     pthread_mutex_lock(&c->mu);
-    if (!c->failed) {
+    bool first = !c->failed;
+    if (first) {
         c->failed = true;
         c->fail_status = st;
         int n = vsnprintf(c->error, sizeof c->error, fmt, ap);
-        if (c->in_op && n > 0 && (size_t)n < sizeof c->error)
-            snprintf(c->error + n, sizeof c->error - (size_t)n, " [rank %d was running %s #%llu]",
-                     c->rank, dt_op_name(c->cur_kind), (unsigned long long)c->cur_seq);
+        if (n > 0 && (size_t)n < sizeof c->error)
+            append_context(c, c->error + n, sizeof c->error - (size_t)n);
     }
     c->want_fail = true;
     pthread_cond_broadcast(&c->cv_api);
     pthread_mutex_unlock(&c->mu);
     comm_kick(c);
+    return first;
+}
+
+/* Under the family lock of c's groups (group.c), so that the first failure
+ * among them reaches all the others before any of them records its own. */
+void comm_failv(dt_comm *c, dt_status st, const char *fmt, va_list ap)
+{
+    struct group_family *family = group_lock_family(c);
+    if (record_failure(c, st, fmt, ap) && family) group_spread_failure(c);
+    group_unlock_family(family);
+}
+
+void comm_fail_member(dt_comm *c, dt_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    record_failure(c, st, fmt, ap);
+    va_end(ap);
 }
 
 void comm_fail(dt_comm *c, dt_status st, const char *fmt, ...)
@@ -90,7 +126,7 @@ static char *interface_address(const char *name)
 }
 
 /* Everything that cannot fail for reasons outside this process. */
-static dt_status comm_setup(dt_comm *c, const dt_comm_options *o)
+dt_status comm_setup(dt_comm *c, const dt_comm_options *o)
 {
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
@@ -262,6 +298,14 @@ static dt_status init_finished(dt_comm *c)
     return DT_OK;
 }
 
+dt_status comm_connect_mesh(dt_comm *c, double deadline)
+{
+    if (c->size == 1) return init_finished(c);
+    transport_connect(c);
+    dt_status st = wait_for_mesh(c, deadline);
+    return st == DT_OK ? init_finished(c) : st;
+}
+
 dt_status dt_comm_init(dt_comm **out, const dt_comm_options *o)
 {
     dt_comm *c = calloc(1, sizeof *c);
@@ -271,7 +315,7 @@ dt_status dt_comm_init(dt_comm **out, const dt_comm_options *o)
     if (st != DT_OK) return st;
     if (c->size == 1) {
         st = transport_start(c);
-        return st == DT_OK ? init_finished(c) : st;
+        return st == DT_OK ? comm_connect_mesh(c, 0) : st;
     }
     double deadline = dt_now() + c->init_timeout_s;
     st = dt_store_open(&c->store, c->init_url, c->job_id);
@@ -279,14 +323,13 @@ dt_status dt_comm_init(dt_comm **out, const dt_comm_options *o)
     if ((st = agree_on_key(c, o)) != DT_OK) return st;
     if ((st = transport_start(c)) != DT_OK) return st;
     if ((st = exchange_addresses(c, deadline)) != DT_OK) return st;
-    transport_connect(c);
-    st = wait_for_mesh(c, deadline);
-    return st == DT_OK ? init_finished(c) : st;
+    return comm_connect_mesh(c, deadline);
 }
 
 void dt_comm_destroy(dt_comm *c)
 {
     if (!c) return;
+    group_detach(c); /* no failure reaches c through its groups any more */
     transport_stop(c);
     if (c->store) dt_store_close(c->store);
     for (int i = 0; i < 2; i++) free(c->scratch[i]);
@@ -302,6 +345,7 @@ void dt_comm_destroy(dt_comm *c)
     pthread_cond_destroy(&c->cv_api);
     pthread_cond_destroy(&c->cv_thread);
     sodium_memzero(c->key, sizeof c->key);
+    group_free(c);
     free(c);
 }
 

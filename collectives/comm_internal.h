@@ -156,7 +156,8 @@ struct dt_comm {
     bool in_op;             /* the loop owner is running op cur_kind #cur_seq */
     dt_op_kind cur_kind;
     uint64_t cur_seq;
-    char arg_error[256];    /* the last rejected argument (not a failure) */
+    char arg_error[DT_ERROR_MAX]; /* the last rejected argument or failed split (not a failure) */
+    struct dt_group *group; /* set once (group.c): this communicator's place among its groups */
     uint64_t p2p_seq;       /* p2p ops submitted so far */
 
     /* loop owner only */
@@ -170,6 +171,15 @@ struct dt_comm {
 void comm_fail(dt_comm *c, dt_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void comm_failv(dt_comm *c, dt_status st, const char *fmt, va_list ap);
+/* Record a failure on c alone, never spreading it to c's groups (group.c
+ * spreads one failure to the others this way). */
+void comm_fail_member(dt_comm *c, dt_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* comm.c, shared with group.c: set up a communicator from options (no I/O),
+ * and, once its peers' addresses are in c->dial, connect the mesh and wait
+ * for it until `deadline` (dt_now() seconds). */
+dt_status comm_setup(dt_comm *c, const dt_comm_options *o);
+dt_status comm_connect_mesh(dt_comm *c, double deadline);
 /* A line for the log (rejected strangers). */
 void comm_log(dt_comm *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -210,5 +220,22 @@ void comm_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, double deadline);
 dt_status run_collective(dt_comm *c, dt_work *w);
 void work_prepare(dt_comm *c, dt_work *w, const dt_op *op);
 void work_complete(dt_work *w, dt_status st); /* with mu held */
+
+/* group.c: sub-communicators (dt_comm_split) */
+/* Write "rank 2" or, for a split's child, "rank 0 of group G (world rank 3)"
+ * into out; true for a child. With c->mu held. */
+bool group_who(const dt_comm *c, char *out, size_t n);
+/* comm_failv: the lock that orders the failures of c's family (NULL: c
+ * never took part in a split), and, with it held, after c's first failure:
+ * fail the communicators c shares a fate with. */
+struct group_family *group_lock_family(dt_comm *c);
+void group_unlock_family(struct group_family *family);
+void group_spread_failure(dt_comm *c);
+/* Label an authenticated connection of a child with its peer's world rank. */
+void group_label_peer(dt_conn *cn);
+/* dt_comm_destroy: leave the family first (nothing spreads to c after),
+ * free c's group record last. */
+void group_detach(dt_comm *c);
+void group_free(dt_comm *c);
 
 #endif /* DT_COMM_INTERNAL_H */

@@ -182,6 +182,38 @@ int dt_comm_port(const dt_comm *c);
 /* Connections dropped because they failed the handshake. */
 uint64_t dt_comm_rejected_connections(const dt_comm *c);
 
+/* ---- groups (sub-communicators) ------------------------------------------ */
+
+#define DT_UNDEFINED (-1) /* dt_comm_split colour: this rank joins no group */
+
+/*
+ * MPI_Comm_split's meaning: every rank of `parent` calls it (a collective,
+ * blocking, in the parent's op order), and the ranks that pass the same
+ * colour (>= 0) form one new communicator, ranked by `key`, ties broken by
+ * parent rank. A negative colour (DT_UNDEFINED) joins nothing: DT_OK with
+ * *child = NULL. A child is a communicator like any other — every op,
+ * timeout and failure rule applies to it, ranks are its own 0..size-1 — and
+ * has its own connections (group.c says why), so ops on several groups may
+ * run at once from different threads.
+ *
+ * Failure: a failure of the parent (a dead rank, a timeout, an abort) fails
+ * every child too, with the parent's message; a dead peer seen first by a
+ * child fails the parent (and its other children) with the child's message,
+ * so every group on a rank reports one root cause. Messages of a child name
+ * ranks by group and world rank.
+ *
+ * Life: destroy a child whenever (the parent stays usable); destroying the
+ * parent first is allowed too: its children keep working, on their own.
+ * Cost: two small all-gathers on the parent, then g-1 connections and
+ * handshakes per rank of a g-rank child, and one thread per child.
+ * On failure *child is NULL and dt_comm_error(parent) says why.
+ */
+dt_status dt_comm_split(dt_comm *parent, int color, int key, dt_comm **child);
+/* The rank of group rank `rank` in the world communicator the group was
+ * split from (through any number of splits); the identity for a world
+ * communicator; -1 if `rank` is not in 0..size-1. */
+int dt_comm_world_rank(const dt_comm *c, int rank);
+
 /* ---- work handles ---------------------------------------------------------- */
 
 /* Blocks until the op finishes, releases the handle, returns its status.

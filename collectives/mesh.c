@@ -163,6 +163,7 @@ void conn_authenticated(dt_conn *cn, int peer)
     dt_comm *c = cn->comm;
     cn->authenticated = true;
     cn->peer = peer;
+    group_label_peer(cn);
     c_unlink_pending(cn);
     cn->next = NULL;
     c->peers[peer] = cn;

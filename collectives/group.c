@@ -1,0 +1,414 @@
+/*
+ * group.c — sub-communicators (dt_comm_split), and one fate for the groups
+ * a rank belongs to.
+ *
+ * 2-D parallelism (dp × pp) puts every rank in three communicators at once:
+ * the world, the data-parallel group of its pipeline stage and the pipeline
+ * group of its replica. dt_comm_split makes such groups with
+ * MPI_Comm_split's meaning: ranks that pass the same colour form a group,
+ * ordered by key, ties broken by parent rank.
+ *
+ * The choice: a child opens its own mesh. It is a complete dt_comm — its own
+ * listener, connections, libuv loop and thread — whose peers' addresses come
+ * from an all-gather on the parent instead of the rendezvous store. The
+ * alternative, multiplexing every group over the parent's connections with
+ * a group id in each frame, saves sockets, but
+ *   - the transport would have to match frames per (peer, group) and the
+ *     loop run ops of several groups at once: every algorithm and failure
+ *     path would learn about groups, where now none does;
+ *   - a pipeline's small activation frame would queue behind a data-parallel
+ *     group's 25 MB bucket on the same TCP stream (head-of-line blocking);
+ *     separate sockets and threads let the two flow side by side, which is
+ *     what overlapping DDP's all-reduce with pipeline p2p needs.
+ * The cost, per rank of a g-rank child: g-1 more TCP connections (each with
+ * its 16 KiB read-ahead), one more thread and loop; at split time two small
+ * all-gathers on the parent (8 B, then 64 B per rank) and g-1 handshakes,
+ * once. For dp × pp = 2 × 4 that is 1 + 3 connections per rank beside the
+ * world's 7.
+ *
+ * Handshakes are scoped per group: a child's job id is its parent's plus
+ * "/split<k>.<colour>" (k counts the parent's splits, the same on every rank
+ * since a split is a collective), and its key is the parent's key hashed
+ * with that id (keyed BLAKE2b). A connection reaches only the same group of
+ * the same split of the same job.
+ *
+ * One root cause per rank. The communicators of a process that came from one
+ * world by splits form a tree (a "family") under one mutex. A failure of a
+ * communicator spreads down to its descendants: a child's ranks are its
+ * parent's, so a broken parent means a broken job, and a child must not sit
+ * waiting on a rank that is gone. A dead peer (DT_EPEER) spreads up as well,
+ * to the world and every group under it: the process that died was in the
+ * world too, and whichever communicator noticed first writes the message
+ * that every other one reports (failures in a family are recorded one at a
+ * time, under its mutex, so a second detector of the same death finds its
+ * communicator already failed with the first one's words). A child's other failures (a timeout, an
+ * abort, ranks that disagree about an op) stay in that child and below; its
+ * peers hear of them through ABORT frames, as ever. A child's messages name
+ * ranks by group rank and world rank.
+ *
+ * Destroying: a child leaves the tree first (nothing spreads to it after)
+ * and then closes only its own connections, so the parent stays usable. A
+ * parent may be destroyed while children live: they drop their link to it
+ * (failures no longer cross) and keep working on their own meshes.
+ *
+ * Invariants: the tree links (parent, first_child, next_sibling, detached)
+ * change only under the family mutex, and the family mutex is never taken
+ * with a communicator's `mu` held; a communicator's `group` pointer is set
+ * once, under its `mu`; world_ranks and the labels never change.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_internal.h"
+
+/* The communicators of one process that came from one world by splits. */
+typedef struct group_family {
+    pthread_mutex_t mu;      /* the tree's links; one failure at a time */
+    int refs;                /* under mu: group records pointing here */
+} group_family;
+
+typedef struct dt_group {
+    group_family *family;
+    /* under family->mu */
+    dt_comm *parent;         /* NULL: a world, or the parent was destroyed */
+    dt_comm *first_child;
+    dt_comm *next_sibling;
+    bool detached;           /* being destroyed: out of the tree */
+    /* API thread only */
+    unsigned splits;         /* dt_comm_split calls on this communicator */
+    /* fixed once made */
+    int *world_ranks;        /* [size] world rank of each group rank; NULL: a world */
+    char label[96];          /* "split 1 colour 0" (nested: "… > split 2 colour 1") */
+    char members[96];        /* "world ranks 1,3" */
+} dt_group;
+
+/* What each rank tells the others in the split's two all-gathers. */
+typedef struct split_entry {
+    int32_t color, key;
+} split_entry;
+
+typedef struct listen_entry {
+    int32_t ready;           /* 1: this rank's child is listening */
+    int32_t port;
+    char host[56];
+} listen_entry;
+
+/* ---- the family tree --------------------------------------------------------- */
+
+static dt_group *group_new(group_family *family)
+{
+    dt_group *g = calloc(1, sizeof *g);
+    if (!g) return NULL;
+    if (!family) {
+        family = calloc(1, sizeof *family);
+        if (!family) { free(g); return NULL; }
+        pthread_mutex_init(&family->mu, NULL);
+    }
+    pthread_mutex_lock(&family->mu);
+    family->refs++;
+    pthread_mutex_unlock(&family->mu);
+    g->family = family;
+    return g;
+}
+
+static dt_group *group_get(const dt_comm *c)
+{
+    dt_comm *m = (dt_comm *)c;
+    pthread_mutex_lock(&m->mu);
+    dt_group *g = m->group;
+    pthread_mutex_unlock(&m->mu);
+    return g;
+}
+
+static void group_set(dt_comm *c, dt_group *g)
+{
+    pthread_mutex_lock(&c->mu);
+    c->group = g;
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* c's group record, made at a world's first split. */
+static dt_group *group_of(dt_comm *c)
+{
+    dt_group *g = group_get(c);
+    if (!g && (g = group_new(NULL)) != NULL) group_set(c, g);
+    return g;
+}
+
+bool group_who(const dt_comm *c, char *out, size_t n)
+{
+    const dt_group *g = c->group;
+    if (!g || !g->world_ranks) {
+        snprintf(out, n, "rank %d", c->rank);
+        return false;
+    }
+    snprintf(out, n, "rank %d (world rank %d) of group '%s' = %s", c->rank,
+             g->world_ranks[c->rank], g->label, g->members);
+    return true;
+}
+
+void group_label_peer(dt_conn *cn)
+{
+    const dt_group *g = group_get(cn->comm);
+    if (!g || !g->world_ranks) return;
+    size_t len = strlen(cn->addr);
+    snprintf(cn->addr + len, sizeof cn->addr - len, ", world rank %d",
+             g->world_ranks[cn->peer]);
+}
+
+/* Fail `top` and everything below it, except `origin` (already failed). */
+static void fail_subtree(dt_comm *top, const dt_comm *origin, dt_status st, const char *text)
+{
+    if (top != origin) comm_fail_member(top, st, "%s", text);
+    for (dt_comm *k = top->group->first_child; k; k = k->group->next_sibling)
+        fail_subtree(k, origin, st, text);
+}
+
+struct group_family *group_lock_family(dt_comm *c)
+{
+    dt_group *g = group_get(c);
+    if (!g) return NULL;
+    pthread_mutex_lock(&g->family->mu);
+    return g->family;
+}
+
+void group_unlock_family(group_family *family)
+{
+    if (family) pthread_mutex_unlock(&family->mu);
+}
+
+void group_spread_failure(dt_comm *c)
+{
+    char text[DT_ERROR_MAX];
+    pthread_mutex_lock(&c->mu);
+    dt_group *g = c->group;
+    dt_status st = c->fail_status;
+    snprintf(text, sizeof text, "%s", c->error);
+    pthread_mutex_unlock(&c->mu);
+    if (g->detached) return;
+    dt_comm *top = c;
+    while (st == DT_EPEER && top->group->parent) top = top->group->parent;
+    fail_subtree(top, c, st, text);
+}
+
+void group_detach(dt_comm *c)
+{
+    dt_group *g = group_get(c);
+    if (!g) return;
+    pthread_mutex_lock(&g->family->mu);
+    if (g->parent) {
+        dt_comm **pp = &g->parent->group->first_child;
+        while (*pp != c) pp = &(*pp)->group->next_sibling;
+        *pp = g->next_sibling;
+    }
+    for (dt_comm *k = g->first_child, *next; k; k = next) {
+        next = k->group->next_sibling;
+        k->group->parent = NULL;
+        k->group->next_sibling = NULL;
+    }
+    g->parent = g->first_child = g->next_sibling = NULL;
+    g->detached = true;
+    pthread_mutex_unlock(&g->family->mu);
+}
+
+void group_free(dt_comm *c)
+{
+    dt_group *g = c->group;
+    if (!g) return;
+    group_family *f = g->family;
+    pthread_mutex_lock(&f->mu);
+    bool last = --f->refs == 0;
+    pthread_mutex_unlock(&f->mu);
+    if (last) {
+        pthread_mutex_destroy(&f->mu);
+        free(f);
+    }
+    free(g->world_ranks);
+    free(g);
+    c->group = NULL;
+}
+
+int dt_comm_world_rank(const dt_comm *c, int rank)
+{
+    if (!c || rank < 0 || rank >= c->size) return -1;
+    const dt_group *g = group_get(c);
+    return g && g->world_ranks ? g->world_ranks[rank] : rank;
+}
+
+/* ---- making a child ------------------------------------------------------------ */
+
+/* The parent ranks of colour `color`, ordered by (key, parent rank), into
+ * members; returns how many. Insertion keeps equal keys in rank order. */
+static int group_members(const split_entry *all, int p, int32_t color, int *members)
+{
+    int n = 0;
+    for (int r = 0; r < p; r++) {
+        if (all[r].color != color) continue;
+        int i = n++;
+        while (i > 0 && all[members[i - 1]].key > all[r].key) {
+            members[i] = members[i - 1];
+            i--;
+        }
+        members[i] = r;
+    }
+    return n;
+}
+
+/* The child's record: world ranks, labels, its place under the parent. */
+static dt_status child_group(dt_comm *c, dt_comm *parent, unsigned split, int color,
+                             const int *members)
+{
+    dt_group *pg = group_get(parent);
+    dt_group *g = group_new(pg->family);
+    int *world = malloc((size_t)c->size * sizeof *world);
+    if (!g || !world) {
+        free(world);
+        if (g) { group_set(c, g); group_free(c); }
+        comm_fail(c, DT_ENOMEM, "rank %d: out of memory", c->rank);
+        return DT_ENOMEM;
+    }
+    for (int i = 0; i < c->size; i++) world[i] = dt_comm_world_rank(parent, members[i]);
+    g->world_ranks = world;
+    snprintf(g->label, sizeof g->label, "%.60s%ssplit %u colour %d", pg->world_ranks ? pg->label : "",
+             pg->world_ranks ? " > " : "", split, color);
+    int used = snprintf(g->members, sizeof g->members, "world rank%s", c->size > 1 ? "s " : " ");
+    for (int i = 0; i < c->size && used < (int)sizeof g->members; i++)
+        used += snprintf(g->members + used, sizeof g->members - (size_t)used, "%s%d",
+                         i ? "," : "", world[i]);
+    if (used >= (int)sizeof g->members) strcpy(g->members + sizeof g->members - 4, "...");
+    group_set(c, g);
+    pthread_mutex_lock(&pg->family->mu);
+    g->parent = parent;
+    g->next_sibling = pg->first_child;
+    pg->first_child = c;
+    pthread_mutex_unlock(&pg->family->mu);
+    return DT_OK;
+}
+
+/* This rank's side of the child: set up, key, place in the tree, listener. */
+static dt_status child_create(dt_comm *parent, unsigned split, int color, const int *members,
+                              int n, int my, dt_comm **out)
+{
+    dt_comm *c = calloc(1, sizeof *c);
+    *out = c;
+    if (!c) return DT_ENOMEM;
+    char job_id[256];
+    snprintf(job_id, sizeof job_id, "%s/split%u.%d", parent->job_id, split, color);
+    dt_comm_options o;
+    dt_comm_options_default(&o);
+    o.rank = my;
+    o.world_size = n;
+    o.init_url = parent->init_url;
+    o.job_id = job_id;
+    o.host = parent->host;
+    o.timeout_s = parent->timeout_s;
+    o.init_timeout_s = parent->init_timeout_s;
+    o.socket_buffer = parent->socket_buffer;
+    o.log = parent->log;
+    o.log_user = parent->log_user;
+    dt_status st = comm_setup(c, &o);
+    if (st == DT_OK) st = child_group(c, parent, split, color, members);
+    if (st != DT_OK) return st;
+    crypto_generichash(c->key, sizeof c->key, (const uint8_t *)job_id, strlen(job_id),
+                       parent->key, sizeof parent->key);
+    return transport_start(c);
+}
+
+/* Every member is listening: dial the lower group ranks, accept the higher. */
+static dt_status child_connect(dt_comm *c, const listen_entry *where, const int *members)
+{
+    const dt_group *g = c->group;
+    for (int i = 0; i < c->size; i++) {
+        const listen_entry *e = &where[members[i]];
+        if (!e->ready) {
+            comm_fail_member(c, DT_EPEER, "rank %d: rank %d (world rank %d) could not set up "
+                             "its side of the group (its own error says why)", c->rank, i,
+                             g->world_ranks[i]);
+            return DT_EPEER;
+        }
+        char host[sizeof e->host];
+        snprintf(host, sizeof host, "%s", e->host);
+        snprintf(c->peer_addr[i], sizeof c->peer_addr[i], "%.24s:%d, world rank %d", host,
+                 (int)e->port, g->world_ranks[i]);
+        if (uv_ip4_addr(host, e->port, (struct sockaddr_in *)&c->dial[i]) != 0 &&
+            uv_ip6_addr(host, e->port, (struct sockaddr_in6 *)&c->dial[i]) != 0) {
+            comm_fail_member(c, DT_EPROTO, "rank %d: rank %d (world rank %d) listens on an "
+                             "unusable address '%s'", c->rank, i, g->world_ranks[i], host);
+            return DT_EPROTO;
+        }
+    }
+    return comm_connect_mesh(c, dt_now() + c->init_timeout_s);
+}
+
+/* The split could not make this rank's child: say why on the parent (which
+ * may itself be healthy) and let the child go. */
+static dt_status split_failed(dt_comm *parent, unsigned split, int color, dt_comm *c,
+                              dt_status st)
+{
+    char why[DT_ERROR_MAX];
+    snprintf(why, sizeof why, "%s", c ? dt_comm_error(c) : "out of memory");
+    pthread_mutex_lock(&parent->mu);
+    snprintf(parent->arg_error, sizeof parent->arg_error, "rank %d: dt_comm_split #%u "
+             "(colour %d): %.900s", parent->rank, split, color, why);
+    pthread_mutex_unlock(&parent->mu);
+    dt_comm_destroy(c);
+    return st;
+}
+
+/* Both all-gathers, and this rank's child in between (NULL if undefined). */
+static dt_status split_run(dt_comm *parent, unsigned split, split_entry me, split_entry *all,
+                           listen_entry *where, int *members, dt_comm **child)
+{
+    dt_status st = dt_allgather(parent, &me, all, sizeof me, DT_U8);
+    if (st != DT_OK) return st;
+    dt_comm *c = NULL;
+    dt_status made = DT_OK;
+    listen_entry mine = {0};
+    if (me.color >= 0) {
+        int n = group_members(all, parent->size, me.color, members), my = 0;
+        while (members[my] != parent->rank) my++;
+        made = child_create(parent, split, me.color, members, n, my, &c);
+        if (made == DT_OK) {
+            mine.ready = 1;
+            mine.port = c->port;
+            snprintf(mine.host, sizeof mine.host, "%s", c->host);
+        }
+    }
+    st = dt_allgather(parent, &mine, where, sizeof mine, DT_U8);
+    if (st != DT_OK) {
+        dt_comm_destroy(c);
+        return st;
+    }
+    if (made == DT_OK && c) made = child_connect(c, where, members);
+    if (made != DT_OK) return split_failed(parent, split, me.color, c, made);
+    *child = c;
+    return DT_OK;
+}
+
+dt_status dt_comm_split(dt_comm *parent, int color, int key, dt_comm **child)
+{
+    if (!parent || !child) {
+        if (parent)
+            comm_fail(parent, DT_EINVAL, "rank %d: dt_comm_split needs somewhere to put the "
+                      "child (child is NULL)", parent->rank);
+        return DT_EINVAL;
+    }
+    *child = NULL;
+    dt_group *g = group_of(parent);
+    int p = parent->size;
+    split_entry *all = malloc((size_t)p * sizeof *all);
+    listen_entry *where = calloc((size_t)p, sizeof *where);
+    int *members = malloc((size_t)p * sizeof *members);
+    dt_status st = DT_ENOMEM;
+    if (!g || !all || !where || !members)
+        /* The others wait in the all-gather: fail the parent so they hear of it. */
+        comm_fail(parent, DT_ENOMEM, "rank %d: dt_comm_split: out of memory", parent->rank);
+    else
+        st = split_run(parent, ++g->splits, (split_entry){color < 0 ? DT_UNDEFINED : color, key},
+                       all, where, members, child);
+    free(all);
+    free(where);
+    free(members);
+    return st;
+}
