@@ -124,21 +124,23 @@ static dt_status rank_step(rank_ctx *rc, scenario *s, dt_model *m,
     return st;
 }
 
-static void run_rank(rank_ctx *rc)
+/* Trains s on `comm` (the job's world or a group of it) as rank
+ * dt_comm_rank(comm) of dt_comm_size(comm). */
+static void train_on(rank_ctx *rc, scenario *s, dt_comm *comm)
 {
-    scenario *s = rc->arg;
+    int rank = dt_comm_rank(comm), world = dt_comm_size(comm);
     dt_model *m;
     if (dt_model_create(&m, &s->cfg, dt_backend_cpu(), s->B) != DT_OK) {
         rank_fail(rc, "model: %s", m ? dt_model_error(m) : "ENOMEM");
         dt_model_destroy(m);
         return;
     }
-    dt_model_init(m, rc->rank == 0 ? s->seed : s->seed + 1000 + rc->rank);
+    dt_model_init(m, rank == 0 ? s->seed : s->seed + 1000 + rank);
     dt_ddp *ddp = NULL;
     dt_zero1 *z = NULL;
     dt_status st = s->how == MODE_DDP
-                       ? dt_ddp_create(&ddp, m, rc->comm, s->bucket_bytes)
-                       : dt_zero1_create(&z, m, rc->comm);
+                       ? dt_ddp_create(&ddp, m, comm, s->bucket_bytes)
+                       : dt_zero1_create(&z, m, comm);
     if (st != DT_OK)
         rank_fail(rc, "create: %s",
                   ddp ? dt_ddp_error(ddp) : z ? dt_zero1_error(z) : "ENOMEM");
@@ -151,7 +153,7 @@ static void run_rank(rank_ctx *rc)
         float loss = 0;
         for (int j = 0; st == DT_OK && j < s->k; j++) {
             dt_dataset_batch(x, y, d, DT_TRAIN, s->seed,
-                             first_row(s, rc->world, t, rc->rank * s->k + j),
+                             first_row(s, world, t, rank * s->k + j),
                              s->B, T);
             st = dt_model_forward(m, x, y, s->B, T);
             loss += m->mean_loss / (float)s->k;
@@ -163,18 +165,18 @@ static void run_rank(rank_ctx *rc)
         if (st == DT_OK)
             st = rank_step(rc, s, m, ddp, z, t);
         if (st == DT_OK)
-            st = dt_allreduce(rc->comm, &loss, 1, DT_F32, DT_AVG);
-        s->losses[rc->rank][t] = loss;
+            st = dt_allreduce(comm, &loss, 1, DT_F32, DT_AVG);
+        s->losses[rank][t] = loss;
         bool same = false;
         if (st == DT_OK)
-            st = dt_check_replicas(rc->comm, m, &same, NULL);
+            st = dt_check_replicas(comm, m, &same, NULL);
         if (st == DT_OK && !same)
             rank_fail(rc, "step %d: replicas differ", t);
     }
     if (st != DT_OK)
         rank_fail(rc, "training: %s", dt_status_name(st));
-    s->params[rc->rank] = malloc(m->num_params * sizeof(float));
-    dt_model_get_params(m, s->params[rc->rank]);
+    s->params[rank] = malloc(m->num_params * sizeof(float));
+    dt_model_get_params(m, s->params[rank]);
     free(x);
     free(y);
     dt_dataset_close(d);
@@ -183,18 +185,18 @@ static void run_rank(rank_ctx *rc)
     dt_model_destroy(m);
 }
 
-/* Runs s on `world` ranks and compares every rank with the reference. */
-static void expect_equals_serial(scenario *s, int world)
+static void run_rank(rank_ctx *rc)
+{
+    train_on(rc, rc->arg, rc->comm);
+}
+
+/* Compares the results of s's `world` ranks with the reference. */
+static void expect_serial_results(scenario *s, int world)
 {
     size_t P = dt_config_num_params(&s->cfg);
     float ref_losses[MAX_STEPS];
     float *ref = malloc(P * sizeof(float));
     serial_reference(s, world, ref_losses, ref);
-    rank_job job;
-    int failed = rank_threads_run(&job, world, run_rank, s);
-    for (int r = 0; r < world; r++)
-        cr_expect(!job.ranks[r].failed, "rank %d: %s", r, job.ranks[r].msg);
-    cr_assert_eq(failed, 0);
     for (int r = 0; r < world; r++) {
         for (int t = 0; t < s->steps; t++) {
             double e = fabs((double)s->losses[r][t] - ref_losses[t]) /
@@ -210,6 +212,17 @@ static void expect_equals_serial(scenario *s, int world)
         s->params[r] = NULL;
     }
     free(ref);
+}
+
+/* Runs s on `world` ranks and compares every rank with the reference. */
+static void expect_equals_serial(scenario *s, int world)
+{
+    rank_job job;
+    int failed = rank_threads_run(&job, world, run_rank, s);
+    for (int r = 0; r < world; r++)
+        cr_expect(!job.ranks[r].failed, "rank %d: %s", r, job.ranks[r].msg);
+    cr_assert_eq(failed, 0);
+    expect_serial_results(s, world);
 }
 
 /* tiny: one tensor per bucket; 1 KB: a few tensors each; 0: one bucket */
@@ -297,4 +310,36 @@ Test(zero1, equals_ddp_with_adamw, .timeout = 60)
         free(a.params[r]);
         free(b.params[r]);
     }
+}
+
+/* ---- over a group of the world ----------------------------------------------- */
+
+/* Four ranks split the way a dp × pp = 2 × 2 grid splits them into its
+ * data-parallel groups (world ranks {0,2} and {1,3}); each group trains its
+ * own scenario, as if it were a job of two. */
+static void train_in_my_group(rank_ctx *rc)
+{
+    scenario *both = rc->arg;
+    dt_comm *dp = NULL;
+    if (dt_comm_split(rc->comm, rc->rank % 2, rc->rank, &dp) != DT_OK) {
+        rank_fail(rc, "split: %s", dt_comm_error(rc->comm));
+        return;
+    }
+    train_on(rc, &both[rc->rank % 2], dp);
+    dt_comm_destroy(dp);
+}
+
+Test(ddp, each_group_of_a_split_world_trains_like_a_job_of_its_size,
+     .timeout = 60)
+{
+    scenario both[2] = {make_scenario(MODE_DDP, 1, 1024),
+                        make_scenario(MODE_ZERO1, 2, 0)};
+    both[1].seed = 7;
+    rank_job job;
+    int failed = rank_threads_run(&job, 4, train_in_my_group, both);
+    for (int r = 0; r < 4; r++)
+        cr_expect(!job.ranks[r].failed, "rank %d: %s", r, job.ranks[r].msg);
+    cr_assert_eq(failed, 0);
+    expect_serial_results(&both[0], 2); /* DDP on world ranks 0 and 2 */
+    expect_serial_results(&both[1], 2); /* ZeRO-1 on world ranks 1 and 3 */
 }
