@@ -34,6 +34,7 @@
 #define SHUTDOWN_GRACE_S 2.0
 
 static void close_pending(dt_comm *c);
+static void maybe_finish(dt_comm *c);
 
 /* ---- failure and shutdown -------------------------------------------------- */
 
@@ -52,6 +53,7 @@ static void on_conn_closed(uv_handle_t *h)
     c_unlink_pending(cn);
     c->open_handles--;
     free(cn);
+    maybe_finish(c); /* the last one closed: a shutdown ends now, not at the next tick */
 }
 
 void conn_close(dt_conn *cn)
