@@ -36,15 +36,16 @@
  * world by splits form a tree (a "family") under one mutex. A failure of a
  * communicator spreads down to its descendants: a child's ranks are its
  * parent's, so a broken parent means a broken job, and a child must not sit
- * waiting on a rank that is gone. A dead peer (DT_EPEER) spreads up as well,
- * to the world and every group under it: the process that died was in the
- * world too, and whichever communicator noticed first writes the message
- * that every other one reports (failures in a family are recorded one at a
- * time, under its mutex, so a second detector of the same death finds its
- * communicator already failed with the first one's words). A child's other failures (a timeout, an
- * abort, ranks that disagree about an op) stay in that child and below; its
- * peers hear of them through ABORT frames, as ever. A child's messages name
- * ranks by group rank and world rank.
+ * waiting on a rank that is gone. A peer failure (DT_EPEER: a peer died,
+ * its connection broke, or it left a group while still expected) spreads up
+ * as well, to the world and every group under it: the process that died was
+ * in the world too, and whichever communicator noticed first writes the
+ * message that every other one reports. Failures in a family are recorded
+ * one at a time, under its mutex, so a second detector of the same death
+ * finds its communicator already failed with the first one's words. A
+ * child's other failures (a timeout, an abort, ranks that disagree about an
+ * op) stay in that child and below; its peers hear of them through ABORT
+ * frames, as ever. A child's messages name ranks by group and world rank.
  *
  * Destroying: a child leaves the tree first (nothing spreads to it after)
  * and then closes only its own connections, so the parent stays usable. A
