@@ -124,6 +124,45 @@ Test(groups_failure, splitting_a_failed_parent_returns_its_error_and_no_child, .
         cr_expect(!job.ranks[r].failed, "rank %d: %s", r, job.ranks[r].msg);
 }
 
+/* World ranks 1 and 2 form a group (2 first, by key); world rank 1 runs an
+ * all-reduce that world rank 2 never joins. The timeout names the silent
+ * peer by group and world rank, and stays in the group: the world goes on. */
+static void child_times_out(rank_ctx *rc)
+{
+    dt_comm *child = NULL;
+    int color = rc->rank == 0 ? DT_UNDEFINED : 0;
+    if (dt_comm_split(rc->comm, color, -rc->rank, &child) != DT_OK) {
+        rank_fail(rc, "split: %s", dt_comm_error(rc->comm));
+        return;
+    }
+    if (!rank_sync(rc)) { dt_comm_destroy(child); return; }
+    if (rc->rank == 1) {
+        float x[4] = {0};
+        dt_op op = {.kind = DT_OP_ALLREDUCE, .recv = x, .count = 4, .dtype = DT_F32,
+                    .redop = DT_SUM, .timeout_s = 0.5};
+        dt_status st = dt_run(child, &op);
+        const char *e = dt_comm_error(child);
+        if (st != DT_ETIMEDOUT || !strstr(e, "rank 0 (") || !strstr(e, ", world rank 2)") ||
+            !strstr(e, "rank 1 (world rank 1) of group"))
+            rank_fail(rc, "the child's timeout: %s: %s", dt_status_name(st), e);
+    }
+    if (!rank_sync(rc)) { dt_comm_destroy(child); return; }
+    int32_t sum = rc->rank;
+    if (dt_allreduce(rc->comm, &sum, 1, DT_I32, DT_SUM) != DT_OK || sum != 3)
+        rank_fail(rc, "the world after a child's timeout: %d: %s", sum, dt_comm_error(rc->comm));
+    dt_comm_destroy(child);
+}
+
+Test(groups_failure, a_timeout_in_a_child_names_the_peer_by_world_rank_and_stays_there,
+     .timeout = 60)
+{
+    rank_job job;
+    int failed = rank_threads_run(&job, 3, child_times_out, NULL);
+    for (int r = 0; r < 3; r++)
+        cr_expect(!job.ranks[r].failed, "rank %d: %s", r, job.ranks[r].msg);
+    cr_assert_eq(failed, 0);
+}
+
 /* ---- a killed rank, seen through a child ------------------------------------------ */
 
 /*
