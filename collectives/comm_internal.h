@@ -222,8 +222,9 @@ void work_prepare(dt_comm *c, dt_work *w, const dt_op *op);
 void work_complete(dt_work *w, dt_status st); /* with mu held */
 
 /* group.c: sub-communicators (dt_comm_split) */
-/* Write "rank 2" or, for a split's child, "rank 0 of group G (world rank 3)"
- * into out; true for a child. With c->mu held. */
+/* Write "rank 2" or, for a split's child, "rank 0 (world rank 3) of group
+ * 'split 1 colour 1' = world ranks 3,5" into out; true for a child. With
+ * c->mu held. */
 bool group_who(const dt_comm *c, char *out, size_t n);
 /* comm_failv: the lock that orders the failures of c's family (NULL: c
  * never took part in a split), and, with it held, after c's first failure:
