@@ -105,19 +105,17 @@ int ckpt_open_regular(dt_ckpt *ck, const char *path, struct stat *st)
         errno = e;
         return -1;
     }
-    if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
-        int e = errno;
-        if (S_ISREG(st->st_mode))
-            ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "%s: fstat: %s", path,
-                      strerror(e));
-        else
-            ckpt_fail(ck, DT_EPROTO, DT_CKPT_FAULT_IO, "%s: is %s, not a "
-                      "regular file", path, kind_of(st->st_mode));
-        close(fd);
-        errno = EINVAL;
-        return -1;
-    }
-    return fd;
+    if (fstat(fd, st) != 0)
+        ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "%s: fstat: %s", path,
+                  strerror(errno));
+    else if (!S_ISREG(st->st_mode))
+        ckpt_fail(ck, DT_EPROTO, DT_CKPT_FAULT_IO, "%s: is %s, not a regular "
+                  "file", path, kind_of(st->st_mode));
+    else
+        return fd;
+    close(fd);
+    errno = EINVAL; /* not ENOENT: the failure is recorded */
+    return -1;
 }
 
 dt_status ckpt_check_dir(dt_ckpt *ck, const char *dir)

@@ -13,6 +13,7 @@
  *              rank verifies (load.c), so each byte is hashed once per job.
  *
  * Both check, before trusting anything, that the file is a regular file
+ * (opened without following a symlink or blocking on a FIFO, fsutil.c)
  * whose size equals the manifest's (before any read or allocation), every
  * header field against the manifest, and that the section table lists
  * exactly the manifest's ranges, back to back. A reader never trusts a
