@@ -115,6 +115,31 @@ Test(ckpt_untrusted, save_never_writes_through_a_symlinked_latest_tmp, .timeout 
     save_refuses_symlink_at("latest.tmp", true);
 }
 
+Test(ckpt_untrusted, trainers_save_never_writes_through_a_symlinked_shard_tmp,
+     .timeout = 30)
+{
+    /* dt_ckpt_save is what minigpt calls every --ckpt-every steps */
+    char root[64], dir[128], link[256], victim[128];
+    fixture_mkroot(root, sizeof root);
+    snprintf(dir, sizeof dir, "%s/step_%08d", root, STEP);
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    snprintf(link, sizeof link, "%s/rank00000.bin.tmp", dir);
+    make_victim(victim, sizeof victim, "precious\n");
+    cr_assert_eq(symlink(victim, link), 0);
+    full_state f;
+    full_state_init(&f, DT_CKPT_DDP, STEP);
+    dt_ckpt *ck = NULL;
+    cr_assert_eq(dt_ckpt_open(&ck, root, NULL), DT_OK);
+    cr_assert_neq(dt_ckpt_save(ck, NULL, &f.s), DT_OK, "the save succeeded");
+    cr_assert(strstr(dt_ckpt_error(ck), "never writes through it"), "message: %s",
+              dt_ckpt_error(ck));
+    dt_ckpt_close(ck);
+    full_state_free(&f);
+    expect_file_holds(victim, "precious\n");
+    unlink(victim);
+    fixture_rmtree(root);
+}
+
 Test(ckpt_untrusted, save_replaces_a_stale_tmp_of_its_own, .timeout = 30)
 {
     char root[64], dir[128], tmp[256], msg[1100];
