@@ -151,10 +151,11 @@ int ckpt_create_tmp(dt_ckpt *ck, const char *path)
     }
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                   0644);
+    int e = errno;
     if (fd < 0)
         ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "creating %s: %s%s", path,
-                  strerror(errno), errno == EEXIST ? " (it appeared while "
-                  "saving: is another job writing here?)" : "");
+                  strerror(e), e == EEXIST ? " (it appeared while saving: is "
+                  "another job writing here?)" : "");
     return fd;
 }
 
