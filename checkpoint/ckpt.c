@@ -34,10 +34,12 @@
 dt_status ckpt_fail(dt_ckpt *ck, dt_status st, dt_ckpt_fault fault,
                     const char *fmt, ...)
 {
+    char raw[sizeof ck->err];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(ck->err, sizeof ck->err, fmt, ap);
+    vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    dt_ckpt_printable(ck->err, sizeof ck->err, raw); /* hostile names */
     ck->fault = fault;
     ck->status = st;
     return st;
@@ -115,6 +117,8 @@ static dt_status prepare_dir(dt_ckpt *ck, const char *dir, const char *name,
         (mkdir(dir, 0755) != 0 && errno != EEXIST))
         return ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "creating %s: %s",
                          dir, strerror(errno));
+    if (ckpt_check_dir(ck, dir) != DT_OK) /* a symlink would lead outside */
+        return ck->status;
     char man[CKPT_PATH_MAX], latest[CKPT_PATH_MAX], other[64];
     ckpt_join(man, dir, "manifest.json", "");
     if (access(man, F_OK) != 0)

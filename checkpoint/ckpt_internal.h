@@ -20,6 +20,7 @@
 #include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <sys/stat.h>
 
 #include "dt_ckpt.h"
 
@@ -29,7 +30,14 @@
 #define SECTION_BYTES 32
 #define MAX_SECTIONS 4
 #define SHA256_HEX 65           /* 64 hex digits + NUL */
-#define MANIFEST_MAX_BYTES ((size_t)64 << 20)
+/* A manifest is about 370 bytes of header and one entry per shard, ~440
+ * bytes with every number at its bound (JSON_INDENT(1)): these caps hold
+ * any manifest the writer makes and refuse bigger ones before parsing
+ * (a parse costs ~20x its size in memory). */
+#define MANIFEST_HEADER_BYTES 4096
+#define MANIFEST_SHARD_BYTES 512
+#define MANIFEST_MAX_BYTES \
+    ((size_t)MANIFEST_HEADER_BYTES + (size_t)MANIFEST_SHARD_BYTES * DT_CKPT_MAX_WORLD)
 #define CKPT_PATH_MAX 4096
 
 /* The arrays a checkpoint stores, in file order. */
@@ -50,6 +58,8 @@ typedef struct ckpt_shard {
     char sha256[SHA256_HEX];
     ckpt_range ranges[KIND_COUNT];
 } ckpt_shard;
+
+_Static_assert(sizeof(long) >= 8, "a step is a 64-bit count (long)");
 
 typedef struct ckpt_manifest {
     int schema;
@@ -89,6 +99,17 @@ dt_status ckpt_agree(dt_ckpt *ck, dt_comm *comm, const char *what);
 
 /* fsutil.c */
 bool ckpt_name_is_safe(const char *name);
+/* Opens path read-only if it is a regular file: never through a symlink,
+ * never blocking on a FIFO, the type checked on what was opened. Returns
+ * the fd, or -1: errno ENOENT when nothing is there (nothing recorded: the
+ * caller says what that means), else the failure is on ck. */
+int ckpt_open_regular(dt_ckpt *ck, const char *path, struct stat *st);
+/* DT_OK if dir is a directory and not a symlink to one. */
+dt_status ckpt_check_dir(dt_ckpt *ck, const char *dir);
+/* Creates a .tmp to write, never through what is at its name: a stale one
+ * that is a regular file of this user is removed first, anything else is
+ * refused. Returns the fd, or -1 with the failure on ck. */
+int ckpt_create_tmp(dt_ckpt *ck, const char *path);
 int ckpt_fsync_dir(const char *dir);
 /* Writes data to dir/name through name.tmp, fsync, rename, fsync(dir). */
 dt_status ckpt_write_atomic(dt_ckpt *ck, const char *dir, const char *name,

@@ -63,7 +63,9 @@ extern "C" {
 #endif
 
 #define DT_CKPT_SCHEMA_VERSION 1
-#define DT_CKPT_MAX_WORLD 65536
+/* The most ranks one checkpoint describes; with it, the manifest's size
+ * cap (a bit over 2 MiB: 512 bytes a shard) bounds what reading one costs. */
+#define DT_CKPT_MAX_WORLD 4096
 
 typedef enum dt_ckpt_mode { DT_CKPT_DDP = 0, DT_CKPT_ZERO1 = 1 } dt_ckpt_mode;
 
@@ -144,8 +146,14 @@ dt_status dt_ckpt_open(dt_ckpt **out, const char *root,
 /* Waits for the handle's background removal of rotated-out steps (see
  * dt_ckpt_save), then frees it. */
 void dt_ckpt_close(dt_ckpt *ck);
+/* The last failure's message; control characters in it (from hostile
+ * file names) come escaped as \xNN. */
 const char *dt_ckpt_error(const dt_ckpt *ck);
 dt_ckpt_fault dt_ckpt_last_fault(const dt_ckpt *ck);
+/* s into out (cap bytes, cut if it does not fit) with every control
+ * character written as \xNN, so a file name printed cannot drive the
+ * terminal; returns out. */
+const char *dt_ckpt_printable(char *out, size_t cap, const char *s);
 const char *dt_ckpt_root(const dt_ckpt *ck);
 
 /*
@@ -172,6 +180,13 @@ dt_status dt_ckpt_latest(dt_ckpt *ck, char *buf, size_t len);
 /* Reads and checks a step directory's manifest (not the shards). */
 dt_status dt_ckpt_inspect(dt_ckpt *ck, const char *step_dir,
                           dt_ckpt_info *info);
+
+/* Checks that every shard the manifest lists is there as a regular file of
+ * the size it claims, with a header and section table that agree with it,
+ * without hashing (W opens and ~200-byte reads). Run it before allocating
+ * from dt_ckpt_inspect's sizes: a manifest alone is a few bytes that can
+ * claim anything; shards that match it are real data. */
+dt_status dt_ckpt_check(dt_ckpt *ck, const char *step_dir);
 
 /*
  * Verifies the step directory and loads it into s: s->cfg, num_params,

@@ -15,6 +15,7 @@
  * failed, 2 usage.
  */
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,9 +55,11 @@ static int cmd_ls(const char *root)
     if (dt_ckpt_open(&ck, root, NULL) != DT_OK)
         return fprintf(stderr, "dtrain-ckpt: %s\n", dt_ckpt_error(ck)), dt_ckpt_close(ck), 1;
     struct dirent **names;
+    char shown[4200];
     int n = scandir(root, &names, NULL, alphasort);
     if (n < 0) {
-        perror(root);
+        fprintf(stderr, "dtrain-ckpt: %s: %s\n",
+                dt_ckpt_printable(shown, sizeof shown, root), strerror(errno));
         dt_ckpt_close(ck);
         return 1;
     }
@@ -68,17 +71,19 @@ static int cmd_ls(const char *root)
     for (int i = 0; i < n; i++) {
         const char *nm = names[i]->d_name;
         if (strncmp(nm, "step_", 5) == 0) {
+            char name[1100]; /* a hostile name must not reach the terminal raw */
+            dt_ckpt_printable(name, sizeof name, nm);
             char dir[4200];
             snprintf(dir, sizeof dir, "%s/%s", root, nm);
             dt_ckpt_info info;
             bool is_latest = strcmp(dir, latest) == 0;
             if (dt_ckpt_inspect(ck, dir, &info) != DT_OK) {
-                printf("%-16s %8s %6s %6s %14s  not a checkpoint: %s\n", nm, "-",
+                printf("%-16s %8s %6s %6s %14s  not a checkpoint: %s\n", name, "-",
                        "-", "-", "-", dt_ckpt_error(ck));
             } else {
                 bool ok = dt_ckpt_verify(ck, dir) == DT_OK;
                 bad += !ok;
-                printf("%-16s %8ld %6d %6s %14llu  %s%s%s\n", nm, info.step,
+                printf("%-16s %8ld %6d %6s %14llu  %s%s%s\n", name, info.step,
                        info.world, info.mode == DT_CKPT_ZERO1 ? "zero1" : "ddp",
                        (unsigned long long)info.total_bytes, ok ? "ok" : "BAD: ",
                        ok ? "" : dt_ckpt_error(ck), is_latest ? " (latest)" : "");
@@ -91,11 +96,12 @@ static int cmd_ls(const char *root)
     return bad ? 1 : 0;
 }
 
-/* The full state of dir, loaded as rank 0 of 1. */
+/* The full state of dir, loaded as rank 0 of 1. The shards are checked
+ * against the manifest before anything is allocated from its sizes. */
 static int load_full(dt_ckpt *ck, const char *dir, dt_ckpt_state *s)
 {
     dt_ckpt_info info;
-    if (dt_ckpt_inspect(ck, dir, &info) != DT_OK)
+    if (dt_ckpt_inspect(ck, dir, &info) != DT_OK || dt_ckpt_check(ck, dir) != DT_OK)
         return fprintf(stderr, "dtrain-ckpt: %s\n", dt_ckpt_error(ck)), 1;
     size_t n = info.num_params;
     *s = (dt_ckpt_state){.cfg = info.cfg, .mode = info.mode, .rank = 0,
@@ -134,7 +140,7 @@ int main(int argc, char **argv)
         return usage();
     dt_ckpt_options o = {.allow_reshard = true};
     dt_ckpt *ck;
-    char dir[4200];
+    char dir[4200], shown[4200];
     int rc = dt_ckpt_open(&ck, argv[2], &o) != DT_OK ||
              resolve(ck, argv[2], dir, sizeof dir);
     if (!rc && verify) {
@@ -143,7 +149,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "dtrain-ckpt: %s: %s\n",
                     dt_ckpt_fault_name(dt_ckpt_last_fault(ck)), dt_ckpt_error(ck));
         else
-            printf("%s: ok\n", dir);
+            printf("%s: ok\n", dt_ckpt_printable(shown, sizeof shown, dir));
     }
     dt_ckpt_state s = {0};
     if (!rc && (export || reshard))
@@ -153,7 +159,8 @@ int main(int argc, char **argv)
         if (rc)
             fprintf(stderr, "dtrain-ckpt: %s\n", dt_ckpt_error(ck));
         else
-            printf("%s: %zu parameters of step %ld\n", argv[3], s.num_params, s.step);
+            printf("%s: %zu parameters of step %ld\n",
+                   dt_ckpt_printable(shown, sizeof shown, argv[3]), s.num_params, s.step);
     }
     if (!rc && reshard) {
         char *end;
@@ -169,7 +176,8 @@ int main(int argc, char **argv)
         if (rc)
             fprintf(stderr, "dtrain-ckpt: %s\n", dt_ckpt_error(out));
         else
-            printf("%s: step %ld as %ld shards\n", argv[3], s.step, m);
+            printf("%s: step %ld as %ld shards\n",
+                   dt_ckpt_printable(shown, sizeof shown, argv[3]), s.step, m);
         dt_ckpt_close(out);
     }
     free_full(&s);

@@ -10,6 +10,14 @@
  * Also here: the file-name check that keeps a hostile manifest from
  * reading outside its directory, and the step directory's name. Which
  * step directories exist, and removing old ones, is rotate.c.
+ *
+ * Paths under a root are untrusted: anyone who can write there can put a
+ * symlink or a FIFO at a name we are about to use. So nothing here follows
+ * a symlink at the last component (O_NOFOLLOW), a .tmp is created only
+ * when nothing is at its name (O_EXCL), reads open with O_NONBLOCK (a FIFO
+ * must not hang a reader) and check the type on what was opened (fstat)
+ * before reading a byte, and every message escapes control characters
+ * (dt_ckpt_printable), so a hostile name cannot drive a terminal.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -31,6 +39,124 @@ bool ckpt_name_is_safe(const char *name)
             return false;
     }
     return strstr(name, "..") == NULL;
+}
+
+const char *dt_ckpt_printable(char *out, size_t cap, const char *s)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+    for (; s && *s && o + 1 < cap; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c >= 0x20 && c != 0x7f) {
+            out[o++] = (char)c;
+        } else if (o + 5 < cap) {
+            memcpy(out + o, "\\x", 2);
+            out[o + 2] = hex[c >> 4];
+            out[o + 3] = hex[c & 15];
+            o += 4;
+        } else {
+            break;
+        }
+    }
+    if (cap)
+        out[o] = '\0';
+    return out;
+}
+
+/* What a file that is not a regular file (or directory) is. */
+static const char *kind_of(mode_t m)
+{
+    return S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket"
+         : S_ISDIR(m) ? "a directory" : S_ISLNK(m) ? "a symbolic link"
+         : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device"
+         : S_ISREG(m) ? "a regular file" : "of an unknown type";
+}
+
+static dt_status refuse_symlink(dt_ckpt *ck, const char *path)
+{
+    return ckpt_fail(ck, DT_EPROTO, DT_CKPT_FAULT_UNSAFE_NAME, "%s: is a "
+                     "symbolic link; a checkpoint never follows one (it could "
+                     "point anywhere): remove it", path);
+}
+
+/* open(2) of path failed with err: say what is there when that is why. */
+static dt_status open_refused(dt_ckpt *ck, const char *path, int err,
+                              const char *want)
+{
+    struct stat st; /* O_DIRECTORY | O_NOFOLLOW on a symlink says ENOTDIR */
+    if (err == ELOOP || (err == ENOTDIR && lstat(path, &st) == 0 &&
+                         S_ISLNK(st.st_mode)))
+        return refuse_symlink(ck, path);
+    if ((err == ENXIO || err == ENOTDIR || err == ENODEV || err == EISDIR) &&
+        lstat(path, &st) == 0)
+        return ckpt_fail(ck, DT_EPROTO, DT_CKPT_FAULT_IO, "%s: is %s, not %s",
+                         path, kind_of(st.st_mode), want);
+    return ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "%s: %s", path,
+                     strerror(err));
+}
+
+int ckpt_open_regular(dt_ckpt *ck, const char *path, struct stat *st)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) {
+        int e = errno;
+        if (e != ENOENT)
+            open_refused(ck, path, e, "a regular file");
+        errno = e;
+        return -1;
+    }
+    if (fstat(fd, st) != 0)
+        ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "%s: fstat: %s", path,
+                  strerror(errno));
+    else if (!S_ISREG(st->st_mode))
+        ckpt_fail(ck, DT_EPROTO, DT_CKPT_FAULT_IO, "%s: is %s, not a regular "
+                  "file", path, kind_of(st->st_mode));
+    else
+        return fd;
+    close(fd);
+    errno = EINVAL; /* not ENOENT: the failure is recorded */
+    return -1;
+}
+
+dt_status ckpt_check_dir(dt_ckpt *ck, const char *dir)
+{
+    char path[CKPT_PATH_MAX];
+    snprintf(path, sizeof path, "%s", dir);
+    for (size_t n = strlen(path); n > 1 && path[n - 1] == '/'; n--)
+        path[n - 1] = '\0'; /* "d/" would follow a symlink d */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECTORY | O_NOFOLLOW |
+                  O_NONBLOCK);
+    if (fd >= 0) {
+        close(fd);
+        return DT_OK;
+    }
+    if (errno == ENOENT)
+        return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_NO_CHECKPOINT,
+                         "%s: no such directory", path);
+    return open_refused(ck, path, errno, "a directory");
+}
+
+int ckpt_create_tmp(dt_ckpt *ck, const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        if (!S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
+            ckpt_fail(ck, DT_EPROTO, DT_CKPT_FAULT_UNSAFE_NAME, "creating "
+                      "%s: something is in the way (%s of uid %u), and a save "
+                      "never writes through it: remove it", path,
+                      kind_of(st.st_mode), (unsigned)st.st_uid);
+            return -1;
+        }
+        (void)unlink(path); /* a crashed save's; O_EXCL below catches a race */
+    }
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                  0644);
+    int e = errno;
+    if (fd < 0)
+        ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "creating %s: %s%s", path,
+                  strerror(e), e == EEXIST ? " (it appeared while saving: is "
+                  "another job writing here?)" : "");
+    return fd;
 }
 
 int ckpt_fsync_dir(const char *dir)
@@ -64,10 +190,9 @@ dt_status ckpt_write_atomic(dt_ckpt *ck, const char *dir, const char *name,
     char tmp[CKPT_PATH_MAX], dst[CKPT_PATH_MAX];
     ckpt_join(tmp, dir, name, ".tmp");
     ckpt_join(dst, dir, name, "");
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = ckpt_create_tmp(ck, tmp);
     if (fd < 0)
-        return ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "creating %s: %s",
-                         tmp, strerror(errno));
+        return ck->status;
     bool ok = ckpt_write_all(fd, data, len) && fsync(fd) == 0;
     int e = errno;
     ok = close(fd) == 0 && ok;
@@ -86,18 +211,13 @@ dt_status ckpt_read_small(dt_ckpt *ck, const char *path, size_t max,
                           char **out, size_t *len)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return ckpt_fail(ck, errno == ENOENT ? DT_EINVAL : DT_ESYS,
-                         errno == ENOENT ? DT_CKPT_FAULT_NO_CHECKPOINT
-                                         : DT_CKPT_FAULT_IO,
-                         "%s: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_IO,
-                         "%s: not a regular file", path);
-    }
+    int fd = ckpt_open_regular(ck, path, &st);
+    if (fd < 0 && errno == ENOENT)
+        return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_NO_CHECKPOINT, "%s: %s",
+                         path, strerror(ENOENT));
+    if (fd < 0)
+        return ck->status;
     if ((uint64_t)st.st_size > max) {
         close(fd);
         return ckpt_fail(ck, DT_EPROTO, DT_CKPT_FAULT_ABSURD,

@@ -77,6 +77,19 @@ dt_status dt_ckpt_inspect(dt_ckpt *ck, const char *step_dir_path,
     return DT_OK;
 }
 
+dt_status dt_ckpt_check(dt_ckpt *ck, const char *step_dir)
+{
+    ckpt_manifest m;
+    ckpt_reset(ck);
+    dt_status st = ckpt_manifest_read(ck, step_dir, &m);
+    if (st != DT_OK)
+        return st;
+    for (int r = 0; r < m.world && st == DT_OK; r++)
+        st = ckpt_read_shard(ck, step_dir, &m, r, NULL, false);
+    ckpt_manifest_free(&m);
+    return st;
+}
+
 /* The caller's state against the manifest: same model, same world and
  * mode unless resharding is allowed, buffers that fit. */
 static dt_status check_target(dt_ckpt *ck, const ckpt_manifest *m,

@@ -61,8 +61,14 @@ dt_status ckpt_manifest_write(dt_ckpt *ck, const char *dir,
     if (!text)
         return ckpt_fail(ck, DT_ENOMEM, DT_CKPT_FAULT_IO,
                          "manifest: out of memory building the JSON");
-    dt_status st = ckpt_write_atomic(ck, dir, "manifest.json", text,
-                                     strlen(text));
+    size_t len = strlen(text);
+    if (len > MANIFEST_MAX_BYTES) {
+        free(text); /* never commit what no reader would accept */
+        return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_ABSURD, "manifest of "
+                         "%d shards: %zu bytes, over the %zu a reader accepts",
+                         m->world, len, MANIFEST_MAX_BYTES);
+    }
+    dt_status st = ckpt_write_atomic(ck, dir, "manifest.json", text, len);
     free(text);
     return st;
 }
@@ -103,6 +109,35 @@ static dt_status get_int(parse *p, json_t *obj, const char *key,
 
 #define TRY(x) do { dt_status st_ = (x); if (st_ != DT_OK) return st_; } while (0)
 
+/* The keys each object of the manifest may have: a key outside them is
+ * refused by name, so nothing a reader does not check can ride along
+ * (nor make the file any bigger than its shards need). */
+static const char *const top_keys[] = {"format", "schema_version", "step",
+    "world_size", "mode", "num_params", "config", "seed", "data_row",
+    "rng_state", "shards", NULL};
+static const char *const config_keys[] = {"V", "T", "L", "H", "C", NULL};
+static const char *const shard_keys[] = {"rank", "file", "bytes", "sha256",
+                                         "ranges", NULL};
+static const char *const range_keys[] = {"params", "master", "m", "v", NULL};
+
+static dt_status only_known_keys(parse *p, json_t *obj, const char *where,
+                                 const char *const *known)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(obj, key, v) {
+        size_t i = 0;
+        while (known[i] && strcmp(known[i], key) != 0)
+            i++;
+        if (!known[i])
+            return ckpt_fail(p->ck, DT_EPROTO, DT_CKPT_FAULT_FIELD,
+                             "%s: unknown key \"%.64s\" in %s (schema %d "
+                             "has no such field)", p->path, key, where,
+                             DT_CKPT_SCHEMA_VERSION);
+    }
+    return DT_OK;
+}
+
 static dt_status parse_header(parse *p, json_t *root, ckpt_manifest *m)
 {
     json_t *fmt = json_object_get(root, "format");
@@ -117,6 +152,7 @@ static dt_status parse_header(parse *p, json_t *root, ckpt_manifest *m)
                          json_is_integer(sv) ? (long long)json_integer_value(sv) : -1LL,
                          DT_CKPT_SCHEMA_VERSION);
     m->schema = DT_CKPT_SCHEMA_VERSION;
+    TRY(only_known_keys(p, root, "the manifest", top_keys));
     json_int_t v;
     TRY(get_int(p, root, "step", 0, (json_int_t)1 << 50, &v));
     m->step = (long)v;
@@ -131,6 +167,7 @@ static dt_status parse_header(parse *p, json_t *root, ckpt_manifest *m)
     json_t *cfg = json_object_get(root, "config");
     if (!json_is_object(cfg))
         return field_fail(p, "config", "an object");
+    TRY(only_known_keys(p, cfg, "config", config_keys));
     int *dims[5] = {&m->cfg.V, &m->cfg.T, &m->cfg.L, &m->cfg.H, &m->cfg.C};
     const char *names[5] = {"V", "T", "L", "H", "C"};
     for (int i = 0; i < 5; i++) {
@@ -173,6 +210,7 @@ static dt_status parse_shard(parse *p, json_t *e, size_t i, ckpt_manifest *m,
 {
     if (!json_is_object(e))
         return field_fail(p, "shards[i]", "an object");
+    TRY(only_known_keys(p, e, "a shard", shard_keys));
     json_int_t rank, bytes;
     TRY(get_int(p, e, "rank", -((json_int_t)1 << 40), (json_int_t)1 << 40, &rank));
     if (rank < 0 || rank >= m->world)
@@ -203,6 +241,7 @@ static dt_status parse_shard(parse *p, json_t *e, size_t i, ckpt_manifest *m,
     json_t *ranges = json_object_get(e, "ranges");
     if (!json_is_object(ranges))
         return field_fail(p, "shards[i].ranges", "an object");
+    TRY(only_known_keys(p, ranges, "a shard's ranges", range_keys));
     uint64_t expect = SHARD_HEADER_BYTES;
     for (int k = 0; k < KIND_COUNT; k++) {
         json_t *r = json_object_get(ranges, ckpt_kind_names[k]);
@@ -299,6 +338,26 @@ static dt_status parse_shards(parse *p, json_t *root, ckpt_manifest *m)
     return st == DT_OK ? check_coverage(p, m) : st;
 }
 
+/* A step directory's name must be the one its manifest's step makes: a
+ * step_00000010 whose manifest says 20 is not step 20, nor step 10. */
+static dt_status check_step_name(parse *p, const char *dir, long step)
+{
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/')
+        n--;
+    size_t b = n;
+    while (b > 0 && dir[b - 1] != '/')
+        b--;
+    char want[64];
+    ckpt_step_name(want, sizeof want, step);
+    if (n - b != strlen(want) || memcmp(dir + b, want, n - b) != 0)
+        return ckpt_fail(p->ck, DT_EPROTO, DT_CKPT_FAULT_FIELD,
+                         "%s: step %ld belongs in a directory named %s, not "
+                         "\"%.*s\"", p->path, step, want, (int)(n - b),
+                         dir + b);
+    return DT_OK;
+}
+
 dt_status ckpt_manifest_read(dt_ckpt *ck, const char *dir, ckpt_manifest *m)
 {
     memset(m, 0, sizeof *m);
@@ -306,7 +365,10 @@ dt_status ckpt_manifest_read(dt_ckpt *ck, const char *dir, ckpt_manifest *m)
     ckpt_join(path, dir, "manifest.json", "");
     char *text;
     size_t len;
-    dt_status st = ckpt_read_small(ck, path, MANIFEST_MAX_BYTES, &text, &len);
+    dt_status st = ckpt_check_dir(ck, dir);
+    if (st != DT_OK)
+        return st;
+    st = ckpt_read_small(ck, path, MANIFEST_MAX_BYTES, &text, &len);
     if (st != DT_OK) {
         if (ck->fault == DT_CKPT_FAULT_NO_CHECKPOINT)
             ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_NO_CHECKPOINT,
@@ -327,6 +389,8 @@ dt_status ckpt_manifest_read(dt_ckpt *ck, const char *dir, ckpt_manifest *m)
                        "%s: the top level is not a JSON object", path);
     if (st == DT_OK)
         st = parse_header(&p, root, m);
+    if (st == DT_OK)
+        st = check_step_name(&p, dir, m->step);
     if (st == DT_OK)
         st = parse_shards(&p, root, m);
     json_decref(root);

@@ -33,6 +33,8 @@
  * disappear.
  */
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -51,23 +53,28 @@ static long parse_step_name(const char *name)
     return *end == '\0' && v >= 0 ? v : -1;
 }
 
-/* Removes the manifest of dir (if any), its other regular files, then dir. */
+/* Removes the manifest of dir (if any), its other regular files, then dir.
+ * Through a descriptor opened with O_NOFOLLOW: a symlink planted at a step
+ * name is removed itself, never the files of the directory it points to. */
 static void remove_dir(const char *dir)
 {
-    char path[CKPT_PATH_MAX];
-    ckpt_join(path, dir, "manifest.json", "");
-    if (unlink(path) == 0)
-        ckpt_fsync_dir(dir); /* uncommitted, durably, before a shard goes */
-    DIR *d = opendir(dir);
-    if (!d)
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ELOOP || errno == ENOTDIR)
+            unlink(dir);
         return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        ckpt_join(path, dir, e->d_name, "");
-        unlink(path);
     }
+    if (unlinkat(fd, "manifest.json", 0) == 0)
+        fsync(fd); /* uncommitted, durably, before a shard goes */
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            unlinkat(fd, e->d_name, 0);
     closedir(d);
     rmdir(dir);
 }

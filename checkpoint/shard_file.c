@@ -89,10 +89,9 @@ dt_status ckpt_write_shard(dt_ckpt *ck, const char *dir,
     char tmp[CKPT_PATH_MAX], dst[CKPT_PATH_MAX];
     ckpt_join(tmp, dir, rec->file, ".tmp");
     ckpt_join(dst, dir, rec->file, "");
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = ckpt_create_tmp(ck, tmp);
     if (fd < 0)
-        return ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "creating %s: %s", tmp,
-                         strerror(errno));
+        return ck->status;
     size_t off = n > 0 ? lo - s->opt_lo : 0;
     const float *src[KIND_COUNT] = {
         s->params + lo, s->master ? s->master + off : NULL,

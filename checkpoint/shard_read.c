@@ -13,6 +13,7 @@
  *              rank verifies (load.c), so each byte is hashed once per job.
  *
  * Both check, before trusting anything, that the file is a regular file
+ * (opened without following a symlink or blocking on a FIFO, fsutil.c)
  * whose size equals the manifest's (before any read or allocation), every
  * header field against the manifest, and that the section table lists
  * exactly the manifest's ranges, back to back. A reader never trusts a
@@ -262,18 +263,15 @@ dt_status ckpt_read_shard(dt_ckpt *ck, const char *dir,
     char path[CKPT_PATH_MAX];
     ckpt_join(path, dir, sh->file, "");
     reader rd = {.ck = ck, .path = path, .verify = verify};
-    rd.fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (rd.fd < 0)
-        return ckpt_fail(ck, errno == ENOENT ? DT_EPROTO : DT_ESYS,
-                         errno == ENOENT ? DT_CKPT_FAULT_MISSING_FILE
-                                         : DT_CKPT_FAULT_IO,
-                         "%s (rank %d's shard): %s", path, r, strerror(errno));
     struct stat stt;
+    rd.fd = ckpt_open_regular(ck, path, &stt);
+    if (rd.fd < 0 && errno == ENOENT)
+        return ckpt_fail(ck, DT_EPROTO, DT_CKPT_FAULT_MISSING_FILE,
+                         "%s (rank %d's shard): %s", path, r, strerror(ENOENT));
+    if (rd.fd < 0)
+        return ck->status;
     dt_status st = DT_OK;
-    if (fstat(rd.fd, &stt) != 0 || !S_ISREG(stt.st_mode))
-        st = ckpt_fail(ck, DT_EPROTO, DT_CKPT_FAULT_IO,
-                       "%s: not a regular file", path);
-    else if ((uint64_t)stt.st_size != sh->bytes)
+    if ((uint64_t)stt.st_size != sh->bytes)
         st = ckpt_fail(ck, DT_EPROTO, DT_CKPT_FAULT_SIZE,
                        "%s: %lld bytes on disk, the manifest says %llu "
                        "(truncated or replaced?)", path,

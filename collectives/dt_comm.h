@@ -89,9 +89,12 @@ bool dt_redop_parse(const char *name, dt_redop *out);
  * "file:///tmp/NAME": one file in PyTorch c10d FileStore's record format
  * (append-only `u32 len, key, u32 len, value`, flock, 10 ms polling).
  * Keys are scoped by `job_id`, so jobs sharing a file never see each
- * other's keys. A file left by a dead job (no live process holds it open)
- * is reset on open; a file that is not a store is refused with DT_ESTORE
- * and left untouched. dt_store_close by the last holder removes the file.
+ * other's keys. The path must be a regular file of this user that others
+ * cannot write (or nothing, and it is created); a symlink is never
+ * followed. A file left by a dead job (no live process holds it open) is
+ * reset on open if all its records are a store's; anything else is refused
+ * with DT_ESTORE and left untouched. dt_store_close by the last holder
+ * removes the file.
  */
 typedef struct dt_store dt_store;
 

@@ -62,6 +62,37 @@ dt_status store_corrupt(dt_store *s, const char *fmt, ...)
 
 /* ---- records ----------------------------------------------------------------- */
 
+/* out (cap >= 4) = up to 40 bytes of b[0..n), printable ASCII kept and every
+ * other byte as \xNN, so a hostile key cannot reach a terminal raw. */
+static void show_bytes(char *out, size_t cap, const uint8_t *b, size_t n)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n && i < 40 && o + 5 < cap; i++)
+        o += (size_t)snprintf(out + o, cap - o, b[i] >= 0x20 && b[i] < 0x7f &&
+                              b[i] != '\\' ? "%c" : "\\x%02x", b[i]);
+    snprintf(out + o, cap - o, "%s", n > 40 ? "..." : "");
+}
+
+/*
+ * Whether a key is one that some writer of this format makes; NULL if so,
+ * else why not. dtrain writes "<job_id>/<key>" (a job id is 1..256 bytes
+ * without '/', a key a C string); PyTorch's FileStore writes "/<key>",
+ * "-/<key>" (a delete), "cleanup/" and "refcount/". So every real key has
+ * no NUL byte and a '/' within its first 257 bytes. A file of zeros (key
+ * length 0) or of text fails this at its first record, which is what keeps
+ * open from taking somebody's file for a dead job's store and emptying it.
+ */
+static const char *key_problem(const uint8_t *key, uint32_t len)
+{
+    if (len == 0)
+        return "an empty key";
+    if (memchr(key, '\0', len))
+        return "a NUL byte in its key";
+    if (!memchr(key, '/', len < STORE_MAX_JOB_ID + 1 ? len : STORE_MAX_JOB_ID + 1))
+        return "no '/' after a job id of at most 256 bytes";
+    return NULL;
+}
+
 static uint32_t load_u32(const uint8_t *p)
 {
     uint32_t v;
@@ -102,6 +133,14 @@ static dt_status parse_records(dt_store *s, const uint8_t *buf, size_t n,
             field += 4 + len[i];
         }
         const char *key = (const char *)buf + pos + 4;
+        const char *bad = key_problem(buf + pos + 4, len[0]);
+        if (bad) {
+            char shown[200];
+            show_bytes(shown, sizeof shown, buf + pos + 4, len[0]);
+            return store_corrupt(s, "record at byte %llu has %s (key '%s'), "
+                                 "a key that no dtrain or PyTorch writer makes",
+                                 at, bad, shown);
+        }
         if (apply && len[0] >= s->prefix_len &&
             memcmp(key, s->prefix, s->prefix_len) == 0 &&
             !map_put(&s->map, key + s->prefix_len, len[0] - s->prefix_len,

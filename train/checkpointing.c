@@ -19,6 +19,7 @@
  * to keep it.
  */
 #include <ftw.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -187,6 +188,12 @@ dt_status mg_ckpt_resume(mg_run *r)
             printf("resume: no checkpoint under %s yet, starting at step 0\n",
                    r->o.ckpt_dir);
         return DT_OK;
+    }
+    if (s.step > INT_MAX) { /* every rank loaded the same step: all fail */
+        snprintf(r->err, sizeof r->err, "rank %d: checkpoint: resume: %.400s: "
+                 "step %ld is past the last step the trainer counts (%d)",
+                 r->rank, dir, s.step, INT_MAX);
+        return DT_EINVAL;
     }
     r->start_step = (int)s.step;
     r->row0 = s.data_row;
