@@ -13,7 +13,9 @@
  *
  * Failure is recorded once (comm_fail): the first error names the root
  * cause — which rank, at which address, during which op — and every later
- * op returns it. dt_comm_abort is the same path with DT_EABORTED.
+ * op returns it. dt_comm_abort is the same path with DT_EABORTED; it may
+ * run on any thread, so comm_failv is done with the communicator once it
+ * lets go of the mutex that published the failure.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -44,8 +46,12 @@ void comm_failv(dt_comm *c, dt_status st, const char *fmt, va_list ap)
     }
     c->want_fail = true;
     pthread_cond_broadcast(&c->cv_api);
-    pthread_mutex_unlock(&c->mu);
+    /* Wake the loop before letting go of mu, and touch nothing after: a
+     * thread woken by the failure may destroy c the moment mu is free
+     * (dt_comm_abort is called from any thread). Every way out of an op,
+     * and dt_comm_destroy itself, takes mu first. */
     comm_kick(c);
+    pthread_mutex_unlock(&c->mu);
 }
 
 void comm_fail(dt_comm *c, dt_status st, const char *fmt, ...)

@@ -201,8 +201,9 @@ void comm_thread_main(void *arg);        /* queued ops, and the loop */
 /* Run a blocking collective on the caller's thread when the loop is free;
  * false (nothing done) when it must queue instead. */
 bool comm_run_inline(dt_comm *c, dt_work *w, dt_status *st);
-/* Wake the communicator thread after changing what it should do (call
- * after releasing mu). */
+/* Wake the communicator thread after changing what it should do (with mu
+ * held or not; comm_failv holds it, so that nothing touches c after the
+ * failure is published). */
 void comm_kick(dt_comm *c);
 /* executor.c: running an op */
 /* pthread_cond_timedwait on the monotonic clock; deadline in dt_now() seconds. */

@@ -436,7 +436,11 @@ void transport_stop(dt_comm *c)
         pthread_mutex_unlock(&c->mu);
         comm_kick(c);
         uv_thread_join(&c->thread);
+        /* under mu: a comm_kick made under mu (a failure being recorded
+         * on another thread) then never wakes a loop that is closing */
+        pthread_mutex_lock(&c->mu);
         atomic_store(&c->io_running, false);
+        pthread_mutex_unlock(&c->mu);
     }
     if (c->loop_ready) {
         /* Normally every handle is closed by now; if the thread never ran,
