@@ -54,6 +54,32 @@ void comm_failv(dt_comm *c, dt_status st, const char *fmt, va_list ap)
     pthread_mutex_unlock(&c->mu);
 }
 
+bool comm_fail_deferred_locked(dt_comm *c)
+{
+    if (!c->fail_deferred) return false;
+    c->fail_deferred = false;
+    if (c->failed) return false;
+    c->failed = true;
+    c->fail_status = c->deferred_status;
+    snprintf(c->error, sizeof c->error, "%s", c->deferred_error);
+    c->want_fail = true;
+    pthread_cond_broadcast(&c->cv_api);
+    return true;
+}
+
+void comm_fail_deferred(dt_comm *c)
+{
+    pthread_mutex_lock(&c->mu);
+    if (comm_fail_deferred_locked(c)) comm_kick(c);
+    pthread_mutex_unlock(&c->mu);
+}
+
+uint64_t comm_first_unfinished_locked(const dt_comm *c)
+{
+    if (c->in_op) return c->cur_seq;
+    return c->q_head ? c->q_head->seq : c->next_seq;
+}
+
 void comm_fail(dt_comm *c, dt_status st, const char *fmt, ...)
 {
     va_list ap;

@@ -157,6 +157,10 @@ struct dt_comm {
     dt_op_kind cur_kind;
     uint64_t cur_seq;
     char arg_error[256];    /* the last rejected argument (not a failure) */
+    bool fail_deferred;     /* a peer failed in an op after the one running here */
+    double deferred_until;  /* ... and the op running here gets until then */
+    dt_status deferred_status;
+    char deferred_error[DT_ERROR_MAX];
     uint64_t p2p_seq;       /* p2p ops submitted so far */
 
     /* loop owner only */
@@ -170,6 +174,14 @@ struct dt_comm {
 void comm_fail(dt_comm *c, dt_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void comm_failv(dt_comm *c, dt_status st, const char *fmt, va_list ap);
+/* With mu held, as the op running on this rank ends: a failure a peer
+ * reported from a later op (transport.c holds it back until then) becomes
+ * this communicator's failure. True if it did: comm_kick after unlocking. */
+bool comm_fail_deferred_locked(dt_comm *c);
+/* The same before the op ends, once it has had its grace (xfer_wait). */
+void comm_fail_deferred(dt_comm *c);
+/* With mu held: the first collective this rank has not finished. */
+uint64_t comm_first_unfinished_locked(const dt_comm *c);
 /* A line for the log (rejected strangers). */
 void comm_log(dt_comm *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -177,7 +189,7 @@ void comm_log(dt_comm *c, const char *fmt, ...) __attribute__((format(printf, 2,
 void io_post(dt_comm *c, dt_xfer *x);        /* send or match a receive */
 void xfer_release(dt_comm *c, dt_xfer *x, int state); /* hand back to owner */
 void release_list(dt_comm *c, dt_xfer *x);   /* fail a list of receives */
-void send_control(dt_conn *cn, uint8_t kind, const void *payload, size_t len);
+void send_control(dt_conn *cn, uint8_t kind, uint64_t seq, const void *payload, size_t len);
 void rx_next_header(dt_conn *cn);
 /* mesh.c: connections and the loop */
 dt_status transport_start(dt_comm *c);   /* loop, listener, communicator thread */

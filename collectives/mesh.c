@@ -77,6 +77,7 @@ static void io_fail_cleanup(dt_comm *c)
     uint32_t st;
     pthread_mutex_lock(&c->mu);
     st = c->fail_status;
+    uint64_t unfinished = comm_first_unfinished_locked(c);
     snprintf(text + 4, sizeof text - 4, "%s", c->error);
     pthread_mutex_unlock(&c->mu);
     memcpy(text, &st, 4);
@@ -91,7 +92,7 @@ static void io_fail_cleanup(dt_comm *c)
         cn->coll_head = cn->coll_tail = NULL;
         release_list(c, cn->failed_sends);
         cn->failed_sends = NULL;
-        send_control(cn, FRAME_ABORT, text, 4 + strlen(text + 4));
+        send_control(cn, FRAME_ABORT, unfinished, text, 4 + strlen(text + 4));
     }
     release_list(c, c->p2p_head);
     c->p2p_head = c->p2p_tail = NULL;
@@ -131,7 +132,7 @@ static void io_shutdown(dt_comm *c)
         release_list(c, cn->coll_head);
         cn->coll_head = cn->coll_tail = NULL;
         if (cn->closing) continue;
-        send_control(cn, FRAME_BYE, NULL, 0);
+        send_control(cn, FRAME_BYE, 0, NULL, 0);
         uv_shutdown_t *req = malloc(sizeof *req);
         if (req) req->data = cn;
         if (!req || uv_shutdown(req, (uv_stream_t *)&cn->tcp, on_shutdown_done) < 0) {
@@ -355,6 +356,13 @@ static void on_wake(uv_async_t *a)
  * and run the loop until the last handle is closed. */
 void transport_shutdown(dt_comm *c)
 {
+    /* A failure recorded just before the stop (a rank thread that saw its
+     * op fail and destroyed at once) has not been cleaned up yet: tell the
+     * peers why before saying BYE, or they hear only that we left. */
+    pthread_mutex_lock(&c->mu);
+    bool failed = c->failed;
+    pthread_mutex_unlock(&c->mu);
+    if (failed) io_fail_cleanup(c);
     io_shutdown(c);
     maybe_finish(c);
     uv_run(&c->loop, UV_RUN_DEFAULT);
