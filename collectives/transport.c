@@ -271,12 +271,13 @@ static void rx_on_header(dt_conn *cn)
 }
 
 /* A peer failed and said why. If it had already finished the op this rank
- * is running (it failed in a later one), that op can still finish here —
- * everything the peer owed it came before the ABORT — so the failure waits
- * until it ends and fails the next op instead of one that was fine. But
- * only for DEFERRED_FAIL_GRACE_S (xfer_wait watches): a rank that never
- * reached this op fails without sending its part, and this op must not
- * wait for its own timeout to learn that. */
+ * is running or will run next (it failed in a later one), that op can still
+ * finish here — everything the peer owed it came before the ABORT — so the
+ * failure waits until it ends and fails the op after it instead of one that
+ * was fine. But only for DEFERRED_FAIL_GRACE_S (xfer_wait, and the idle
+ * communicator thread, watch): a third rank that never reached this op
+ * fails without sending its part, and this op must not wait for its own
+ * timeout to learn that. */
 #define DEFERRED_FAIL_GRACE_S 1.0
 
 static void rx_on_notice(dt_conn *cn)
@@ -289,7 +290,7 @@ static void rx_on_notice(dt_conn *cn)
     cn->rx_state = RX_STOPPED;
     conn_set_reading(cn, false);
     pthread_mutex_lock(&c->mu);
-    bool later = c->in_op && c->cur_seq < cn->rx_hdr.seq && !c->failed;
+    bool later = !c->failed && comm_first_unfinished_locked(c) < cn->rx_hdr.seq;
     if (later && !c->fail_deferred) {
         c->fail_deferred = true;
         c->deferred_until = dt_now() + DEFERRED_FAIL_GRACE_S;

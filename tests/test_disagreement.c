@@ -10,6 +10,9 @@
  * could return early used to depend on timing (DT_OK "in most runs"), so
  * each case runs several fresh jobs.
  *
+ * A failure in a later op (a peer that had finished this one) fails the op
+ * after the current one, not the current one, which can still finish.
+ *
  * Tagged send/recv: a receive whose size or dtype disagrees with the send
  * that matched it fails with DT_EPROTO naming both, on the receiver at once
  * and on the sender at its next op (a send completes when its bytes are
@@ -122,6 +125,54 @@ ROOT_TESTS(scatter, DT_OP_SCATTER, DT_ALGO_AUTO, SMALL)
 Test(disagreement, broadcast_of_nothing_with_disagreeing_roots_fails_every_rank, .timeout = 120)
 {
     expect_every_rank_fails(SELF_ROOT(DT_OP_BROADCAST, DT_ALGO_AUTO, 0));
+}
+
+/* ---- a failure in a later op leaves the earlier one alone ---------------------- */
+
+#define REDUCE_COUNT ((size_t)4 << 20) /* 16 MiB of f32: takes a while to read */
+#define ABORT_WHY "rank 1 stops after the reduce"
+
+/* Reduce #0 to rank 0 (the tree: rank 1 sends first, then rank 2). Rank 1
+ * is done once the kernel has its bytes, long before rank 0 has read them
+ * and rank 2's, and aborts at once. It had finished #0, so #0 can still
+ * finish on ranks 0 and 2: it must return DT_OK with the right sum there,
+ * and the abort must fail the op after it. */
+static void run_abort_after_reduce(rank_ctx *rc)
+{
+    float *buf = malloc(REDUCE_COUNT * sizeof *buf);
+    if (!buf) {
+        rank_fail(rc, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < REDUCE_COUNT; i++)
+        buf[i] = (float)(rc->rank + 1);
+    dt_status st = dt_reduce(rc->comm, buf, REDUCE_COUNT, DT_F32, DT_SUM, 0);
+    float want = rc->rank == 0 ? 6.0f : (float)(rc->rank + 1);
+    if (st != DT_OK)
+        rank_fail(rc, "rank %d: reduce #0 got %s: %s", rc->rank, dt_status_name(st),
+                  dt_comm_error(rc->comm));
+    else if (buf[0] != want || buf[REDUCE_COUNT - 1] != want)
+        rank_fail(rc, "rank %d: reduce #0 left %g, want %g", rc->rank, buf[0], want);
+    free(buf);
+    if (rc->failed)
+        return;
+    if (rc->rank == 1)
+        dt_comm_abort(rc->comm, ABORT_WHY);
+    st = dt_barrier(rc->comm);
+    if (st != DT_EABORTED || !strstr(dt_comm_error(rc->comm), ABORT_WHY))
+        rank_fail(rc, "rank %d: barrier #1 got %s, want DT_EABORTED naming the abort: %s",
+                  rc->rank, dt_status_name(st), dt_comm_error(rc->comm));
+}
+
+Test(disagreement, a_failure_in_a_later_op_fails_the_next_op_not_the_current_one,
+     .timeout = 120)
+{
+    for (int rep = 0; rep < 3; rep++) {
+        rank_job job;
+        rank_threads_run(&job, 3, run_abort_after_reduce, NULL);
+        for (int r = 0; r < 3; r++)
+            cr_assert(!job.ranks[r].failed, "repetition %d: %s", rep, job.ranks[r].msg);
+    }
 }
 
 /* ---- tagged send/recv that disagree ------------------------------------------ */
