@@ -7,6 +7,7 @@
  *   reduce_scatter  send [p·count] -> recv [count] (this rank's block)
  *   allgather       send [count]   -> recv [p·count]
  *   broadcast       recv [count], the root's contents everywhere
+ *   reduce          recv [count], in place; the result at the root only
  *   alltoall        send [p·count] -> recv [p·count] (block j from rank j)
  *   barrier         nothing
  * Outputs start as a sentinel (-1) that no expected value equals, so an op
@@ -33,6 +34,7 @@ static void layout(bench_case *bc, dt_op_kind kind, size_t bytes, size_t esize)
     switch (kind) {
     case DT_OP_ALLREDUCE:
     case DT_OP_BROADCAST:
+    case DT_OP_REDUCE:
         count = at_least_one(bytes / esize);
         bc->recv_count = count;
         break;
@@ -55,7 +57,8 @@ static void layout(bench_case *bc, dt_op_kind kind, size_t bytes, size_t esize)
         break;
     }
     bc->op.count = count;
-    bc->bytes = (kind == DT_OP_ALLREDUCE || kind == DT_OP_BROADCAST ? count : p * count) * esize;
+    bool whole = kind == DT_OP_ALLREDUCE || kind == DT_OP_BROADCAST || kind == DT_OP_REDUCE;
+    bc->bytes = (whole ? count : p * count) * esize;
     if (kind == DT_OP_BARRIER) bc->bytes = 0;
 }
 
@@ -99,6 +102,7 @@ void bench_case_fill(bench_case *bc)
     for (size_t i = 0; i < bc->recv_count; i++) bench_store(t, bc->recv, i, SENTINEL);
     switch (op->kind) {
     case DT_OP_ALLREDUCE:
+    case DT_OP_REDUCE:
         for (size_t i = 0; i < bc->recv_count; i++)
             bench_store(t, bc->recv, i, bench_reduce_input(op->redop, r, i));
         break;
@@ -148,6 +152,12 @@ size_t bench_case_count_wrong(const bench_case *bc)
         for (size_t i = 0; i < n; i++)
             wrong += !bench_plain_ok(t, bc->recv, i, bench_plain_input(op->root, i));
         break;
+    case DT_OP_REDUCE: /* the root has the result; the others keep their input */
+        for (size_t i = 0; i < n; i++)
+            wrong += bc->rank == op->root
+                         ? !bench_reduced_ok(t, op->redop, bc->p, bc->recv, i, i)
+                         : !bench_plain_ok(t, bc->recv, i, bench_reduce_input(op->redop, bc->rank, i));
+        break;
     default:
         break;
     }
@@ -161,7 +171,8 @@ double bench_busbw_factor(dt_op_kind kind, int p)
     case DT_OP_REDUCE_SCATTER:
     case DT_OP_ALLGATHER:
     case DT_OP_ALLTOALL: return (double)(p - 1) / p;
-    case DT_OP_BROADCAST: return 1.0;
+    case DT_OP_BROADCAST:
+    case DT_OP_REDUCE: return 1.0;
     default: return 0.0;
     }
 }

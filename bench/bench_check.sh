@@ -28,7 +28,9 @@ cases='-c allreduce -d f32 -o sum
 -c broadcast -d i64 --algo chain
 -c barrier
 -c alltoall -d f32
--c alltoall -d u8'
+-c alltoall -d u8
+-c reduce -d f32 -o sum -r 2
+-c reduce -d bf16 -o avg'
 
 total=$(printf '%s\n' "$cases" | wc -l)
 echo "1..$total"

@@ -39,6 +39,7 @@ static const struct {
     {"allreduce", DT_OP_ALLREDUCE}, {"reduce_scatter", DT_OP_REDUCE_SCATTER},
     {"allgather", DT_OP_ALLGATHER}, {"broadcast", DT_OP_BROADCAST},
     {"barrier", DT_OP_BARRIER},     {"alltoall", DT_OP_ALLTOALL},
+    {"reduce", DT_OP_REDUCE},
 };
 
 static const struct {
@@ -111,7 +112,7 @@ static bool set_collective(bench_options *o, const char *v, char *why, size_t n)
         return true;
     }
     snprintf(why, n, "not a collective: use allreduce, reduce_scatter, allgather, "
-             "broadcast, barrier, alltoall or all");
+             "broadcast, barrier, alltoall, reduce or all");
     return false;
 }
 
@@ -209,7 +210,7 @@ static bool set_help(bench_options *o, const char *v, char *why, size_t n)
 
 static const flag flags[] = {
     {"-c", "--collective", "NAME", "allreduce|reduce_scatter|allgather|broadcast|barrier|"
-     "alltoall|all (default allreduce)", set_collective},
+     "alltoall|reduce|all (default allreduce)", set_collective},
     {"-b", "--minbytes", "SIZE", "smallest size, bytes with K/M/G suffix (default 4)",
      set_min_bytes},
     {"-e", "--maxbytes", "SIZE", "largest size (default 64M)", set_max_bytes},
@@ -218,7 +219,7 @@ static const flag flags[] = {
     {"-o", "--op", "OP", "sum prod min max avg band bor bxor (default sum)", set_redop},
     {"-n", "--iters", "N", "timed back-to-back ops per size (default 20)", set_iters},
     {"-w", "--warmup_iters", "N", "untimed ops before them (default 5)", set_warmup},
-    {"-r", "--root", "RANK", "broadcast root (default 0)", set_root},
+    {"-r", "--root", "RANK", "broadcast and reduce root (default 0)", set_root},
     {NULL, "--check", NULL, "verify one more op per size; exit 1 if any element is wrong",
      set_check},
     {NULL, "--algo", "NAME", "force auto|ring|rd|tree|chain (default auto)", set_algo},

@@ -17,7 +17,7 @@
 #include "dt_comm.h"
 
 /* The collectives dtrain-bench measures, in the order `-c all` runs them. */
-#define BENCH_MAX_COLLECTIVES 6
+#define BENCH_MAX_COLLECTIVES 7
 
 typedef struct bench_options {
     dt_op_kind collectives[BENCH_MAX_COLLECTIVES]; /* -c, in run order */

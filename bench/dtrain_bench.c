@@ -76,7 +76,8 @@ static dt_status check_case(dt_comm *c, bench_case *bc, int64_t *wrong)
 
 static void print_header(const bench_options *o, dt_op_kind kind, int p)
 {
-    bool reduces = kind == DT_OP_ALLREDUCE || kind == DT_OP_REDUCE_SCATTER;
+    bool reduces = kind == DT_OP_ALLREDUCE || kind == DT_OP_REDUCE_SCATTER ||
+                   kind == DT_OP_REDUCE;
     printf("# dtrain-bench %s: %d ranks, %s%s%s, algo %s, %d iters after %d warm-up%s\n",
            dt_op_name(kind), p, kind == DT_OP_BARRIER ? "no data" : dt_dtype_name(o->dtype),
            reduces ? " " : "", reduces ? dt_redop_name(o->redop) : "",
@@ -88,7 +89,8 @@ static void print_header(const bench_options *o, dt_op_kind kind, int p)
 static void print_row(const bench_case *bc, double sec, bool checked, int64_t wrong)
 {
     const dt_op *op = &bc->op;
-    bool reduces = op->kind == DT_OP_ALLREDUCE || op->kind == DT_OP_REDUCE_SCATTER;
+    bool reduces = op->kind == DT_OP_ALLREDUCE || op->kind == DT_OP_REDUCE_SCATTER ||
+                   op->kind == DT_OP_REDUCE;
     double algbw = sec > 0 ? (double)bc->bytes / sec / 1e9 : 0;
     char wrong_text[24] = "N/A";
     if (checked) snprintf(wrong_text, sizeof wrong_text, "%lld", (long long)wrong);

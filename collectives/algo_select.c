@@ -15,6 +15,9 @@
  *   reduce           binomial tree                  tree
  *   barrier, gather, scatter, alltoall: one algorithm each, AUTO only
  *
+ * Whatever the algorithm, a rooted op (broadcast, reduce, gather, scatter)
+ * first runs the root agreement (root_agreement.c).
+ *
  * The choice is a pure function of (kind, algo, count, dtype, p), all of
  * which every rank agrees on, so every rank picks the same algorithm:
  * ranks running different algorithms would pair up the wrong messages.
@@ -99,9 +102,19 @@ bool algo_applies(dt_op_kind k, dt_algo a) {
     return false;
 }
 
+static bool is_rooted(dt_op_kind k) {
+    return k == DT_OP_BROADCAST || k == DT_OP_REDUCE || k == DT_OP_GATHER ||
+           k == DT_OP_SCATTER;
+}
+
 dt_status algo_run(dt_opctx *o) {
     const dt_op *op = o->op;
     const size_t bytes = op->count * dt_dtype_size(op->dtype);
+    if (is_rooted(op->kind)) {
+        dt_status st = rooted_op_agree(o);
+        if (st != DT_OK)
+            return st;
+    }
     switch (op->kind) {
     case DT_OP_ALLREDUCE:
         return run_allreduce(o, bytes);

@@ -9,7 +9,8 @@
  * Its α-β cost is written in its file's head comment.
  *
  * algo_run picks the algorithm for an op: by kind, by message size and world
- * size, or as o->op->algo forces.
+ * size, or as o->op->algo forces. A rooted op first checks that every rank
+ * names the same root (root_agreement.c).
  */
 #ifndef DT_ALGORITHMS_H
 #define DT_ALGORITHMS_H
@@ -31,5 +32,7 @@ dt_status reduce_tree(dt_opctx *o);
 dt_status gather_linear(dt_opctx *o);
 dt_status scatter_linear(dt_opctx *o);
 dt_status alltoall_pairwise(dt_opctx *o);
+/* Rooted ops run this first: every rank must name the same root. */
+dt_status rooted_op_agree(dt_opctx *o);
 
 #endif /* DT_ALGORITHMS_H */

@@ -15,7 +15,9 @@
  *
  * Failure is recorded once (comm_fail): the first error names the root
  * cause — which rank, at which address, during which op — and every later
- * op returns it. dt_comm_abort is the same path with DT_EABORTED.
+ * op returns it. dt_comm_abort is the same path with DT_EABORTED; it may
+ * run on any thread, so comm_failv is done with the communicator once it
+ * lets go of the mutex that published the failure.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -62,13 +64,19 @@ static bool record_failure(dt_comm *c, dt_status st, const char *fmt, va_list ap
     }
     c->want_fail = true;
     pthread_cond_broadcast(&c->cv_api);
-    pthread_mutex_unlock(&c->mu);
+    /* Wake the loop before letting go of mu, and touch nothing after: a
+     * thread woken by the failure may destroy c the moment mu is free
+     * (dt_comm_abort is called from any thread). Every way out of an op,
+     * and dt_comm_destroy itself, takes mu first. */
     comm_kick(c);
+    pthread_mutex_unlock(&c->mu);
     return first;
 }
 
 /* Under the family lock of c's groups (group.c), so that the first failure
- * among them reaches all the others before any of them records its own. */
+ * among them reaches all the others before any of them records its own.
+ * Spreading touches c after record_failure let go of its mutex; that is safe
+ * because dt_comm_destroy detaches c under the same family lock first. */
 void comm_failv(dt_comm *c, dt_status st, const char *fmt, va_list ap)
 {
     struct group_family *family = group_lock_family(c);
@@ -82,6 +90,32 @@ void comm_fail_member(dt_comm *c, dt_status st, const char *fmt, ...)
     va_start(ap, fmt);
     record_failure(c, st, fmt, ap);
     va_end(ap);
+}
+
+bool comm_fail_deferred_locked(dt_comm *c)
+{
+    if (!c->fail_deferred) return false;
+    c->fail_deferred = false;
+    if (c->failed) return false;
+    c->failed = true;
+    c->fail_status = c->deferred_status;
+    snprintf(c->error, sizeof c->error, "%s", c->deferred_error);
+    c->want_fail = true;
+    pthread_cond_broadcast(&c->cv_api);
+    return true;
+}
+
+void comm_fail_deferred(dt_comm *c)
+{
+    pthread_mutex_lock(&c->mu);
+    if (comm_fail_deferred_locked(c)) comm_kick(c);
+    pthread_mutex_unlock(&c->mu);
+}
+
+uint64_t comm_first_unfinished_locked(const dt_comm *c)
+{
+    if (c->in_op) return c->cur_seq;
+    return c->q_head ? c->q_head->seq : c->next_seq;
 }
 
 void comm_fail(dt_comm *c, dt_status st, const char *fmt, ...)

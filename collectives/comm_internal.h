@@ -158,6 +158,10 @@ struct dt_comm {
     uint64_t cur_seq;
     char arg_error[DT_ERROR_MAX]; /* the last rejected argument or failed split (not a failure) */
     struct dt_group *group; /* set once (group.c): this communicator's place among its groups */
+    bool fail_deferred;     /* a peer failed in an op after the one running here */
+    double deferred_until;  /* ... and the op running here gets until then */
+    dt_status deferred_status;
+    char deferred_error[DT_ERROR_MAX];
     uint64_t p2p_seq;       /* p2p ops submitted so far */
 
     /* loop owner only */
@@ -180,6 +184,14 @@ void comm_fail_member(dt_comm *c, dt_status st, const char *fmt, ...)
  * for it until `deadline` (dt_now() seconds). */
 dt_status comm_setup(dt_comm *c, const dt_comm_options *o);
 dt_status comm_connect_mesh(dt_comm *c, double deadline);
+/* With mu held, as the op running on this rank ends: a failure a peer
+ * reported from a later op (transport.c holds it back until then) becomes
+ * this communicator's failure. True if it did: comm_kick after unlocking. */
+bool comm_fail_deferred_locked(dt_comm *c);
+/* The same before the op ends, once it has had its grace (xfer_wait). */
+void comm_fail_deferred(dt_comm *c);
+/* With mu held: the first collective this rank has not finished. */
+uint64_t comm_first_unfinished_locked(const dt_comm *c);
 /* A line for the log (rejected strangers). */
 void comm_log(dt_comm *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -187,7 +199,7 @@ void comm_log(dt_comm *c, const char *fmt, ...) __attribute__((format(printf, 2,
 void io_post(dt_comm *c, dt_xfer *x);        /* send or match a receive */
 void xfer_release(dt_comm *c, dt_xfer *x, int state); /* hand back to owner */
 void release_list(dt_comm *c, dt_xfer *x);   /* fail a list of receives */
-void send_control(dt_conn *cn, uint8_t kind, const void *payload, size_t len);
+void send_control(dt_conn *cn, uint8_t kind, uint64_t seq, const void *payload, size_t len);
 void rx_next_header(dt_conn *cn);
 /* mesh.c: connections and the loop */
 dt_status transport_start(dt_comm *c);   /* loop, listener, communicator thread */
@@ -211,8 +223,9 @@ void comm_thread_main(void *arg);        /* queued ops, and the loop */
 /* Run a blocking collective on the caller's thread when the loop is free;
  * false (nothing done) when it must queue instead. */
 bool comm_run_inline(dt_comm *c, dt_work *w, dt_status *st);
-/* Wake the communicator thread after changing what it should do (call
- * after releasing mu). */
+/* Wake the communicator thread after changing what it should do (with mu
+ * held or not; comm_failv holds it, so that nothing touches c after the
+ * failure is published). */
 void comm_kick(dt_comm *c);
 /* executor.c: running an op */
 /* pthread_cond_timedwait on the monotonic clock; deadline in dt_now() seconds. */

@@ -95,7 +95,9 @@ static void run_queued(dt_comm *c, dt_work *w)
     pthread_mutex_lock(&c->mu);
     c->in_op = false;
     work_complete(w, st);
+    bool kick = comm_fail_deferred_locked(c);
     pthread_mutex_unlock(&c->mu);
+    if (kick) comm_kick(c);
 }
 
 /* With mu held and the loop free: take it, and the next op if any. */
@@ -125,6 +127,9 @@ void comm_thread_main(void *arg)
             pthread_cond_wait(&c->cv_thread, &c->mu);
         }
         c->thread_awaits_loop = false;
+        /* a peer's failure held back (transport.c) while no op runs here */
+        if (c->fail_deferred && dt_now() >= c->deferred_until && comm_fail_deferred_locked(c))
+            comm_kick(c);
         if (c->stopping && !c->q_head) break;
         bool needed = loop_needed(c);
         if (!needed) {
@@ -169,12 +174,14 @@ bool comm_run_inline(dt_comm *c, dt_work *w, dt_status *st)
 
     pthread_mutex_lock(&c->mu);
     c->in_op = false;
+    bool kick = comm_fail_deferred_locked(c);
     c->loop_busy = false;
     /* Wake the communicator thread only if it waits for the loop or has
      * work: an idle one wakes on its own poll, and a needless wake-up per
      * op is a context switch the next op's latency pays for. */
     bool wake = c->thread_awaits_loop || loop_needed(c) || c->stopping;
     pthread_mutex_unlock(&c->mu);
-    if (wake) pthread_cond_signal(&c->cv_thread);
+    if (kick) comm_kick(c);
+    else if (wake) pthread_cond_signal(&c->cv_thread);
     return true;
 }

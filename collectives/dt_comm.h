@@ -33,6 +33,8 @@
  *                   pipelined chain (p-2+k)(α + nβ/k) with k segments
  *   reduce          binomial tree ⌈log2 p⌉(α + nβ)
  *   gather/scatter  linear at the root: (p-1)α + ((p-1)/p)nβ
+ *   (each rooted op above also pays ⌈log2 p⌉α first: the ranks check that
+ *   they name the same root, so a disagreement fails every rank in it)
  *   alltoall        pairwise exchange: (p-1)α + ((p-1)/p)nβ
  *   barrier         dissemination: ⌈log2 p⌉α
  *   send/recv       α + nβ
@@ -297,6 +299,9 @@ dt_status dt_scatter(dt_comm *c, const void *send, void *recv, size_t count,
                      dt_dtype t, int root);
 dt_status dt_alltoall(dt_comm *c, const void *send, void *recv, size_t count,
                       dt_dtype t);
+/* A send completes once the kernel has its bytes. The receive that matches
+ * it must name its dtype and count: otherwise DT_EPROTO with both views, on
+ * the receiver at once and on the sender at its next op. */
 dt_status dt_send(dt_comm *c, const void *buf, size_t count, dt_dtype t, int peer,
                   uint32_t tag);
 /* peer may be DT_ANY_SOURCE; *source (if not NULL) gets the sender. */

@@ -104,10 +104,13 @@ dt_status xfer_wait(dt_opctx *o, dt_xfer *x)
     dt_comm *c = o->comm;
     bool fired = false;
     while (x->state == XFER_POSTED) {
-        if (!fired && dt_now() >= o->deadline) {
+        double now = dt_now();
+        if (!fired && now >= o->deadline) {
             fired = true;
             op_timed_out(o, x); /* the loop then fails x along with the rest */
         }
+        if (c->fail_deferred && now >= c->deferred_until)
+            comm_fail_deferred(c); /* a peer's failure, held back (transport.c) */
         uv_run(&c->loop, UV_RUN_ONCE);
     }
     if (x->state == XFER_DONE) return DT_OK;

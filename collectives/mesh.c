@@ -79,6 +79,7 @@ static void io_fail_cleanup(dt_comm *c)
     uint32_t st;
     pthread_mutex_lock(&c->mu);
     st = c->fail_status;
+    uint64_t unfinished = comm_first_unfinished_locked(c);
     snprintf(text + 4, sizeof text - 4, "%s", c->error);
     pthread_mutex_unlock(&c->mu);
     memcpy(text, &st, 4);
@@ -93,7 +94,7 @@ static void io_fail_cleanup(dt_comm *c)
         cn->coll_head = cn->coll_tail = NULL;
         release_list(c, cn->failed_sends);
         cn->failed_sends = NULL;
-        send_control(cn, FRAME_ABORT, text, 4 + strlen(text + 4));
+        send_control(cn, FRAME_ABORT, unfinished, text, 4 + strlen(text + 4));
     }
     release_list(c, c->p2p_head);
     c->p2p_head = c->p2p_tail = NULL;
@@ -133,7 +134,7 @@ static void io_shutdown(dt_comm *c)
         release_list(c, cn->coll_head);
         cn->coll_head = cn->coll_tail = NULL;
         if (cn->closing) continue;
-        send_control(cn, FRAME_BYE, NULL, 0);
+        send_control(cn, FRAME_BYE, 0, NULL, 0);
         uv_shutdown_t *req = malloc(sizeof *req);
         if (req) req->data = cn;
         if (!req || uv_shutdown(req, (uv_stream_t *)&cn->tcp, on_shutdown_done) < 0) {
@@ -446,7 +447,11 @@ void transport_stop(dt_comm *c)
         pthread_mutex_unlock(&c->mu);
         comm_kick(c);
         uv_thread_join(&c->thread);
+        /* under mu: a comm_kick made under mu (a failure being recorded
+         * on another thread) then never wakes a loop that is closing */
+        pthread_mutex_lock(&c->mu);
         atomic_store(&c->io_running, false);
+        pthread_mutex_unlock(&c->mu);
     }
     if (c->loop_ready) {
         /* Normally every handle is closed by now; if the thread never ran,

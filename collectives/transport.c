@@ -24,7 +24,9 @@
  * reduction, root, message index, length) — otherwise the ranks disagree
  * about the op, and both views go into a protocol error. Tagged p2p frames
  * are matched against posted p2p receives by (source or any, tag), oldest
- * first.
+ * first, and must then agree with the receive's dtype and count. A rooted
+ * op's frames can only be matched if the ranks agree on the root, which
+ * root_agreement.c checks before its data moves.
  *
  * Failure (mesh.c does the work): EOF, a reset, a write error, a protocol error, a timeout noticed
  * by the op's runner, or dt_comm_abort all end in comm_fail. The first failure
@@ -122,18 +124,23 @@ void rx_next_header(dt_conn *cn)
 
 static void describe_hdr(char *out, size_t n, const dt_frame_hdr *h)
 {
-    if (h->kind == FRAME_P2P) {
-        snprintf(out, n, "send with tag %u of %llu B", h->index,
+    if (h->kind == FRAME_P2P) { /* seq: the sender's or receiver's own p2p count */
+        snprintf(out, n, "%s #%llu with tag %u (%llu x %s; %llu B)",
+                 h->op == DT_OP_RECV ? "recv" : "send", (unsigned long long)h->seq, h->index,
+                 (unsigned long long)h->count,
+                 h->dtype < DT_NUM_DTYPES ? dt_dtype_name(h->dtype) : "?",
                  (unsigned long long)h->length);
         return;
     }
-    char root[24] = "";
+    char redop[24] = "", root[24] = "";
+    if (h->op == DT_OP_ALLREDUCE || h->op == DT_OP_REDUCE_SCATTER || h->op == DT_OP_REDUCE)
+        snprintf(redop, sizeof redop, ", %s",
+                 h->redop < DT_NUM_REDOPS ? dt_redop_name(h->redop) : "?");
     if (h->root >= 0) snprintf(root, sizeof root, ", root %d", (int)h->root);
-    snprintf(out, n, "%s #%llu message %u (%llu x %s, %s%s; %llu B)",
+    snprintf(out, n, "%s #%llu message %u (%llu x %s%s%s; %llu B)",
              h->op < DT_NUM_OP_KINDS ? dt_op_name(h->op) : "?",
              (unsigned long long)h->seq, h->index, (unsigned long long)h->count,
-             h->dtype < DT_NUM_DTYPES ? dt_dtype_name(h->dtype) : "?",
-             h->redop < DT_NUM_REDOPS ? dt_redop_name(h->redop) : "?", root,
+             h->dtype < DT_NUM_DTYPES ? dt_dtype_name(h->dtype) : "?", redop, root,
              (unsigned long long)h->length);
 }
 
@@ -145,10 +152,12 @@ static void protocol_error(dt_conn *cn, const dt_frame_hdr *expected)
     describe_hdr(want, sizeof want, expected);
     cn->rx_state = RX_STOPPED;
     conn_set_reading(cn, false);
-    comm_fail(c, DT_EPROTO,
-              "rank %d: protocol mismatch: rank %d (%s) sent %s, rank %d expected %s; "
-              "every rank must submit the same collectives in the same order with the same "
-              "arguments", c->rank, cn->peer, cn->addr, got, c->rank, want);
+    const char *rule = expected->kind == FRAME_P2P
+                           ? "a receive must name the dtype and count of the send it matches"
+                           : "every rank must submit the same collectives in the same order "
+                             "with the same arguments";
+    comm_fail(c, DT_EPROTO, "rank %d: protocol mismatch: rank %d (%s) sent %s, rank %d "
+              "expected %s; %s", c->rank, cn->peer, cn->addr, got, c->rank, want, rule);
 }
 
 static bool hdr_matches(const dt_frame_hdr *a, const dt_frame_hdr *b)
@@ -156,6 +165,14 @@ static bool hdr_matches(const dt_frame_hdr *a, const dt_frame_hdr *b)
     return a->kind == b->kind && a->op == b->op && a->dtype == b->dtype &&
            a->redop == b->redop && a->root == b->root && a->index == b->index &&
            a->seq == b->seq && a->count == b->count && a->length == b->length;
+}
+
+/* A tagged send fits a receive of the same dtype and count: equal byte
+ * counts of different types would be a silent reinterpretation. */
+static bool p2p_fits(const dt_frame_hdr *want, const dt_frame_hdr *got)
+{
+    return want->dtype == got->dtype && want->count == got->count &&
+           want->length == got->length;
 }
 
 static void rx_start_payload(dt_conn *cn, dt_xfer *x)
@@ -219,11 +236,12 @@ static void rx_on_header(dt_conn *cn)
     case FRAME_P2P:
         x = p2p_take(c, cn->peer, h->index);
         if (!x) { rx_pause(cn); return; }
-        if (x->len != h->length) {
+        if (!p2p_fits(&x->hdr, h)) {
+            /* Record the failure before letting go: the receive's waiter
+             * wakes on the release and must find the reason in place. */
             x->next = NULL;
-            dt_frame_hdr want = x->hdr;
+            protocol_error(cn, &x->hdr);
             xfer_release(c, x, XFER_FAILED);
-            protocol_error(cn, &want);
             return;
         }
         rx_start_payload(cn, x);
@@ -252,6 +270,16 @@ static void rx_on_header(dt_conn *cn)
     if (was_paused) rx_resume(cn);
 }
 
+/* A peer failed and said why. If it had already finished the op this rank
+ * is running or will run next (it failed in a later one), that op can still
+ * finish here — everything the peer owed it came before the ABORT — so the
+ * failure waits until it ends and fails the op after it instead of one that
+ * was fine. But only for DEFERRED_FAIL_GRACE_S (xfer_wait, and the idle
+ * communicator thread, watch): a third rank that never reached this op
+ * fails without sending its part, and this op must not wait for its own
+ * timeout to learn that. */
+#define DEFERRED_FAIL_GRACE_S 1.0
+
 static void rx_on_notice(dt_conn *cn)
 {
     dt_comm *c = cn->comm;
@@ -261,6 +289,17 @@ static void rx_on_notice(dt_conn *cn)
     if (st == DT_OK || st > DT_ENOMEM) st = DT_EPEER;
     cn->rx_state = RX_STOPPED;
     conn_set_reading(cn, false);
+    pthread_mutex_lock(&c->mu);
+    bool later = !c->failed && comm_first_unfinished_locked(c) < cn->rx_hdr.seq;
+    if (later && !c->fail_deferred) {
+        c->fail_deferred = true;
+        c->deferred_until = dt_now() + DEFERRED_FAIL_GRACE_S;
+        c->deferred_status = (dt_status)st;
+        snprintf(c->deferred_error, sizeof c->deferred_error, "rank %d: rank %d (%s) failed "
+                 "and reported: %s", c->rank, cn->peer, cn->addr, cn->notice + 4);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (later) return;
     comm_fail(c, (dt_status)st, "rank %d: rank %d (%s) failed and reported: %s", c->rank,
               cn->peer, cn->addr, cn->notice + 4);
 }
@@ -482,7 +521,7 @@ static void on_owned_write_done(uv_write_t *req, int status)
 }
 
 /* A frame whose bytes the loop owns (ABORT, BYE). Best effort. */
-void send_control(dt_conn *cn, uint8_t kind, const void *payload, size_t len)
+void send_control(dt_conn *cn, uint8_t kind, uint64_t seq, const void *payload, size_t len)
 {
     if (cn->closing || cn->lost || !cn->authenticated) return;
     owned_write *w = malloc(sizeof *w + len);
@@ -490,6 +529,7 @@ void send_control(dt_conn *cn, uint8_t kind, const void *payload, size_t len)
     memset(&w->hdr, 0, sizeof w->hdr);
     w->hdr.kind = kind;
     w->hdr.root = -1;
+    w->hdr.seq = seq;
     w->hdr.length = len;
     if (len) memcpy(w->payload, payload, len);
     w->req.data = w;

@@ -57,7 +57,8 @@ typedef struct dt_frame_hdr {
 enum {
     FRAME_COLL = 1,  /* part of a collective */
     FRAME_P2P = 2,   /* tagged send/recv */
-    FRAME_ABORT = 3, /* payload: u32 status + text; the sender has failed */
+    FRAME_ABORT = 3, /* payload: u32 status + text; the sender has failed. seq:
+                        the first collective the sender has not finished */
     FRAME_BYE = 4,   /* the sender is destroying its communicator */
 };
 

@@ -449,6 +449,38 @@ Test(failures, an_abort_then_destroy_tells_the_peers_why, .timeout = 60)
     finish(&j);
 }
 
+/* ---- abort racing the destroy it causes ------------------------------------------ */
+
+#define ABORT_RACE_ITERATIONS 3000
+
+static void *abort_now(void *comm)
+{
+    dt_comm_abort(comm, "racing a destroy");
+    return NULL;
+}
+
+/* A thread that sees the abort's failure destroys the communicator at once,
+ * while the aborting thread may still be inside dt_comm_abort: abort must
+ * not touch the communicator after it has published the failure. A world
+ * of one makes the destroy as quick as it gets, so the window is widest;
+ * the ASan build turns a touch of freed memory into a crash. */
+Test(failures, abort_racing_the_destroy_it_wakes_touches_nothing_freed, .timeout = 120)
+{
+    for (int i = 0; i < ABORT_RACE_ITERATIONS; i++) {
+        dt_comm_options o;
+        dt_comm_options_default(&o);
+        dt_comm *c;
+        cr_assert_eq(dt_comm_init(&c, &o), DT_OK, "iteration %d: %s", i, dt_comm_error(c));
+        pthread_t t;
+        cr_assert_eq(pthread_create(&t, NULL, abort_now, c), 0);
+        while (dt_barrier(c) == DT_OK) /* until the abort shows */
+            ;
+        cr_assert(strstr(dt_comm_error(c), "racing a destroy"), "%s", dt_comm_error(c));
+        dt_comm_destroy(c);
+        pthread_join(t, NULL);
+    }
+}
+
 /* ---- a stranger that resets in the middle of the handshake ---------------------- */
 
 /* A well-formed HELLO (the job hash is public: a hash of the job id), then
