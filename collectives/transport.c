@@ -222,8 +222,8 @@ static void rx_on_header(dt_conn *cn)
         if (x->len != h->length) {
             x->next = NULL;
             dt_frame_hdr want = x->hdr;
-            xfer_release(c, x, XFER_FAILED);
-            protocol_error(cn, &want);
+            protocol_error(cn, &want); /* first: the receive then fails */
+            xfer_release(c, x, XFER_FAILED); /* with DT_EPROTO */
             return;
         }
         rx_start_payload(cn, x);
