@@ -175,7 +175,8 @@ typedef struct dt_pipe dt_pipe;
  * One stage's executor: rank s of `group` runs actions[s] of `sched` on
  * `stage` (a dt_model_create_stage model with at least the schedule's
  * act_slots[s] and grad_slots[s] sets). Checks that the group has p ranks
- * and the model's slots suffice. Always sets *out (NULL only on ENOMEM);
+ * and the model's slots suffice. group may be NULL for a one-stage
+ * schedule (p = 1: no transfers). Always sets *out (NULL only on ENOMEM);
  * on failure read dt_pipe_error.
  */
 dt_status dt_pipe_create(dt_pipe **out, dt_comm *group, dt_model *stage,

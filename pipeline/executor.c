@@ -85,9 +85,10 @@ static dt_status check_fit(dt_pipe *p)
     const dt_pipe_schedule *s = p->sched;
     dt_model *m = p->m;
     int st = p->stage, first = m->l0 == 0, last = m->l1 == m->cfg.L;
-    if (dt_comm_size(p->comm) != s->p)
+    int size = p->comm ? dt_comm_size(p->comm) : 1;
+    if (size != s->p)
         return pipe_fail(p, DT_EINVAL, "the group has %d ranks, the "
-                         "schedule %d stages", dt_comm_size(p->comm), s->p);
+                         "schedule %d stages", size, s->p);
     if (first != (st == 0) || last != (st == s->p - 1))
         return pipe_fail(p, DT_EINVAL, "its model owns blocks [%d, %d) of "
                          "%d, which is not stage %d of %d", m->l0, m->l1,
@@ -109,7 +110,8 @@ dt_status dt_pipe_create(dt_pipe **out, dt_comm *group, dt_model *stage,
     if (!p)
         return DT_ENOMEM;
     *p = (dt_pipe){.comm = group, .m = stage, .sched = sched,
-                   .stage = dt_comm_rank(group), .p = sched->p};
+                   .stage = group ? dt_comm_rank(group) : 0,
+                   .p = sched->p};
     dt_status st = check_fit(p);
     if (st != DT_OK)
         return st;
@@ -175,7 +177,7 @@ static int peer_of(const dt_pipe *p, dt_pipe_op op)
 static dt_status transfer_failed(dt_pipe *p, const dt_pipe_action *a,
                                  dt_status st)
 {
-    const char *why = dt_comm_error(p->comm);
+    const char *why = p->comm ? dt_comm_error(p->comm) : "";
     return pipe_fail(p, st, "%s micro-batch %d (stage %d): %s: %s",
                      describe(a->op), a->mb, peer_of(p, a->op),
                      dt_status_name(st), why[0] ? why : "failed");
