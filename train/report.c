@@ -44,12 +44,15 @@ void mg_report_header(FILE *f, const mg_run *r)
     /* a pipeline is one replica whose micro-batches are the accumulation */
     int replicas = r->pipe ? 1 : r->world;
     int accum = r->pipe ? mg_microbatches(o) : o->grad_accum;
-    fprintf(f, "minigpt: V=%d C=%d H=%d L=%d T=%d, %s parameters; %d "
-               "replica%s x batch %d x accum %d x T %d = %d tokens/step; lr "
-               "%g; %s%s%s; data %s\n",
+    char who[48];
+    snprintf(who, sizeof who, "%d %s%s", r->world,
+             r->pipe ? "stage" : "rank", r->world == 1 ? "" : "s");
+    fprintf(f, "minigpt: V=%d C=%d H=%d L=%d T=%d, %s parameters; %s x "
+               "batch %d x accum %d x T %d = %d tokens/step; lr %g; %s%s%s; "
+               "data %s\n",
             o->cfg.V, o->cfg.C, o->cfg.H, o->cfg.L, o->cfg.T,
-            commas(pc, sizeof pc, dt_config_num_params(&o->cfg)),
-            replicas, replicas == 1 ? "" : "s", o->batch, accum,
+            commas(pc, sizeof pc, dt_config_num_params(&o->cfg)), who,
+            o->batch, accum,
             o->cfg.T, replicas * o->batch * accum * o->cfg.T,
             (double)o->lr, r->pipe ? "pipeline"
                            : o->parallel == MG_ZERO1 ? "ZeRO-1" : "DDP",
