@@ -66,7 +66,7 @@ def bubbles(setup):
     per = {}
     for rep in range(1, repeats + 1):
         for line in open(f"{tmp}/out{setup}.{rep}.0"):
-            f = re.match(r"\s+(\d+)\s+\[\d+, \d+\)\s+\d+\s+\d+\s+\d+\s+([\d.]+)%\s+([-\d.]+)%", line)
+            f = re.match(r"\s+(\d+)\s+\[\d+, \d+\)\s+\d+\s+\d+\s+\d+\s+([\d.]+)%\s+([\d.]+)%", line)
             if f:
                 per.setdefault(int(f.group(1)), []).append((float(f.group(2)), float(f.group(3))))
     return {s: (statistics.median(b for b, _ in v), v[0][1]) for s, v in sorted(per.items())}

@@ -14,15 +14,21 @@
  *   logits = lnf . lm_head^T                       (B,T,V)
  *   loss = mean cross-entropy(softmax(logits), y)
  *
- * Backward walks the same list in reverse, each layer adding into the
- * gradients of its inputs and parameters.
+ * Backward (backward.c) walks the same list in reverse, each layer adding
+ * into the gradients of its inputs and parameters.
  *
- * Memory: three allocations through the backend, fixed after create —
- * parameters, gradients (the flat buffers, layout.c), and activations
- * plus their gradients (one buffer each, carved below). Nothing is
- * allocated per step except AdamW's m and v, once, on the first update.
- * A forward with a smaller (B, T) than the allocation uses the front of
- * each activation tensor, laid out as (B, T, ...) contiguous.
+ * A pipeline stage runs a slice of this story: blocks [l0, l1), the
+ * encoder only on the first stage (the others start from activations
+ * received into `encoded`), the head and loss only on the last.
+ *
+ * Memory: allocations through the backend, fixed after create —
+ * parameters, gradients (the flat buffers, layout.c, or a stage's slice
+ * of them), and activation sets plus activation-gradient sets (act_slots
+ * and grad_slots of them, one allocation each, carved below; a whole
+ * model has one of each). Nothing is allocated per step except AdamW's m
+ * and v, once, on the first update. A forward with a smaller (B, T) than
+ * the allocation uses the front of each activation tensor, laid out as
+ * (B, T, ...) contiguous.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -171,7 +171,7 @@ dt_status mg_pipe_step(mg_run *r, int step, mg_step *out)
 }
 
 /* The bubble as a fraction of the step, with unit costs F = 1, B = 2
- * (ZB-H1: input half 1, W 1), for m >= p. */
+ * (ZB-H1: input half 1, W 1; for m >= p only). */
 static double closed_form_bubble(dt_pipe_kind k, int p, int m)
 {
     double work = 3.0 * m, idle = k == DT_PIPE_ZB ? p - 1 : 3.0 * (p - 1);
@@ -199,8 +199,8 @@ dt_status mg_report_pipeline(FILE *f, const mg_run *r)
     if (st == DT_OK && r->rank == 0) {
         fprintf(f, "pipeline: %s, %d stages, %d micro-batches; bubble = idle "
                    "share of the step (measured: 1 - compute/wall, mean over "
-                   "steps after the first; closed form for m >= p with "
-                   "B = 2F%s)\n", dt_pipe_kind_name(s->kind), s->p, s->m,
+                   "steps after the first; closed form with B = 2F%s)\n",
+                dt_pipe_kind_name(s->kind), s->p, s->m,
                 s->kind == DT_PIPE_ZB ? ", W = F" : "");
         fprintf(f, "  %5s %9s %11s %9s %9s %9s %12s\n", "stage", "blocks",
                 "params", "act sets", "grad sets", "bubble", "closed form");
@@ -211,12 +211,13 @@ dt_status mg_report_pipeline(FILE *f, const mg_run *r)
                      (int)v[PF_L1]);
             double bubble = v[PF_WALL] > 0 ? 1 - v[PF_COMPUTE] / v[PF_WALL]
                                            : 0;
-            fprintf(f, "  %5d %9s %11.0f %9.0f %9.0f %8.1f%% %11.1f%%\n", q,
+            char closed[16] = "-"; /* ZB-H1 has none for m < p */
+            if (s->kind != DT_PIPE_ZB || s->m >= s->p)
+                snprintf(closed, sizeof closed, "%.1f%%",
+                         100 * closed_form_bubble(s->kind, s->p, s->m));
+            fprintf(f, "  %5d %9s %11.0f %9.0f %9.0f %8.1f%% %12s\n", q,
                     blocks, v[PF_PARAMS], v[PF_ACT_SETS], v[PF_GRAD_SETS],
-                    100 * bubble,
-                    s->m >= s->p ? 100 * closed_form_bubble(s->kind, s->p,
-                                                            s->m)
-                                 : -1.0);
+                    100 * bubble, closed);
         }
     }
     free(all);
