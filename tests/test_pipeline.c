@@ -4,7 +4,9 @@
  * no list deadlocks against its neighbours even when a send waits for its
  * receiver (dt_pipe_simulate), live activations peak where the theory
  * says, and the simulated bubble with unit costs is the closed form. Then
- * how blocks are partitioned over stages.
+ * how blocks are partitioned over stages, and the executor's own checks
+ * on one stage (no network: the multi-rank runs are in
+ * test_pipeline_train.c).
  *
  * Cases: p = 1..8 stages, m in {1, p-1, p, 2p+1, 32} micro-batches, for
  * GPipe, 1F1B and ZB-H1. Unit costs: F = 1, B = 2 (whole), W = 1 (so the
@@ -268,4 +270,89 @@ Test(partition, more_stages_than_blocks_is_refused_by_name, .timeout = 10)
     cr_expect_eq(dt_pipe_partition(bounds, &c, 3, DT_PARTITION_PARAMS, err,
                                    sizeof err), DT_EINVAL);
     cr_expect(strstr(err, "3 stages for 2 blocks") != NULL, "%s", err);
+}
+
+/* ---- the executor without a network (one stage) --------------------------- */
+
+static const dt_config small = {.V = 64, .T = 8, .L = 2, .H = 2, .C = 16};
+
+Test(executor, refuses_a_model_that_is_not_its_stage_or_has_too_few_slots,
+     .timeout = 10)
+{
+    char err[128];
+    dt_pipe_schedule *s = dt_pipe_schedule_create(DT_PIPE_GPIPE, 1, 3, err,
+                                                  sizeof err);
+    dt_model *half, *one_slot;
+    dt_stage_spec a = {0, 1, 3, 1}, b = {0, 2, 1, 1};
+    cr_assert_eq(dt_model_create_stage(&half, &small, dt_backend_cpu(), 1,
+                                       &a), DT_OK);
+    cr_assert_eq(dt_model_create_stage(&one_slot, &small, dt_backend_cpu(),
+                                       1, &b), DT_OK);
+    dt_pipe *p;
+    cr_expect_eq(dt_pipe_create(&p, NULL, half, s), DT_EINVAL);
+    cr_expect(strstr(dt_pipe_error(p), "blocks [0, 1) of 2, which is not "
+                     "stage 0 of 1") != NULL, "%s", dt_pipe_error(p));
+    dt_pipe_destroy(p);
+    cr_expect_eq(dt_pipe_create(&p, NULL, one_slot, s), DT_EINVAL);
+    cr_expect(strstr(dt_pipe_error(p), "keeps 3 micro-batches") != NULL, "%s",
+              dt_pipe_error(p));
+    dt_pipe_destroy(p);
+    dt_model_destroy(half);
+    dt_model_destroy(one_slot);
+    dt_pipe_schedule_destroy(s);
+}
+
+/* One stage, ZB-H1's split backward through the executor: the gradients
+ * of --grad-accum 3, bitwise. */
+Test(executor, one_stage_with_split_backward_equals_gradient_accumulation,
+     .timeout = 30)
+{
+    enum { M = 3, N = 2 * 8 };
+    int x[M][N], y[M][N];
+    dt_rng r;
+    dt_rng_seed(&r, 3);
+    for (int k = 0; k < M; k++)
+        for (int i = 0; i < N; i++) {
+            x[k][i] = (int)(dt_rng_next(&r) % 64);
+            y[k][i] = (int)(dt_rng_next(&r) % 64);
+        }
+    dt_model *ref, *st;
+    cr_assert_eq(dt_model_create(&ref, &small, dt_backend_cpu(), 2), DT_OK);
+    dt_model_init(ref, 9);
+    dt_model_zero_grad(ref);
+    float want = 0;
+    for (int k = 0; k < M; k++) {
+        cr_assert_eq(dt_model_forward(ref, x[k], y[k], 2, 8), DT_OK);
+        want += ref->mean_loss / (float)M;
+        cr_assert_eq(dt_model_backward(ref, 1.0f / M), DT_OK);
+    }
+    char err[128];
+    dt_pipe_schedule *s = dt_pipe_schedule_create(DT_PIPE_ZB, 1, M, err,
+                                                  sizeof err);
+    dt_stage_spec sp = {0, 2, s->act_slots[0], s->grad_slots[0]};
+    cr_assert_eq(dt_model_create_stage(&st, &small, dt_backend_cpu(), 2, &sp),
+                 DT_OK);
+    dt_model_init(st, 9);
+    dt_model_zero_grad(st);
+    dt_pipe *p;
+    cr_assert_eq(dt_pipe_create(&p, NULL, st, s), DT_OK, "%s",
+                 dt_pipe_error(p));
+    const int *in[M] = {x[0], x[1], x[2]}, *tg[M] = {y[0], y[1], y[2]};
+    float got;
+    cr_assert_eq(dt_pipe_run(p, in, tg, 2, 8, &got), DT_OK, "%s",
+                 dt_pipe_error(p));
+    cr_expect(memcmp(&got, &want, sizeof got) == 0, "loss %.9g, want %.9g",
+              got, want);
+    float *g = malloc(ref->num_params * sizeof(float));
+    float *h = malloc(ref->num_params * sizeof(float));
+    dt_model_get_grads(ref, g);
+    dt_model_get_grads(st, h);
+    cr_expect(memcmp(g, h, ref->num_params * sizeof(float)) == 0,
+              "gradients differ from --grad-accum %d", M);
+    free(g);
+    free(h);
+    dt_pipe_destroy(p);
+    dt_pipe_schedule_destroy(s);
+    dt_model_destroy(st);
+    dt_model_destroy(ref);
 }
