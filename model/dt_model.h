@@ -101,7 +101,8 @@ typedef struct dt_backend {
                             const float *wpe, int B, int T, int C);
     void (*encoder_backward)(float *dwte, float *dwpe, const float *dout,
                              const int *inp, int B, int T, int C);
-    /* out (N, C) = (inp - mean) * rstd * w + b; mean, rstd (N) kept */
+    /* out (N, C) = (inp - mean) * rstd * w + b; mean, rstd (N) kept.
+     * Backward adds into dinp (if dinp) and into dw, db (if dw). */
     void (*layernorm_forward)(float *out, float *mean, float *rstd,
                               const float *inp, const float *w,
                               const float *b, int N, int C);
@@ -112,7 +113,8 @@ typedef struct dt_backend {
     /* out (N, OC) = inp (N, C) . w^T (w is (OC, C)) + bias (OC) or NULL */
     void (*matmul_forward)(float *out, const float *inp, const float *w,
                            const float *bias, int N, int C, int OC);
-    /* dinp = dout . w (if dinp); dw += dout^T . inp; dbias += colsum */
+    /* dinp = dout . w (if dinp); dw += dout^T . inp and dbias += colsum
+     * (if dw; dbias may be NULL): the two halves are independent */
     void (*matmul_backward)(float *dinp, float *dw, float *dbias,
                             const float *dout, const float *inp,
                             const float *w, int N, int C, int OC);
@@ -233,6 +235,34 @@ typedef struct dt_acts {
  */
 typedef void (*dt_grad_ready_fn)(void *user, size_t lo);
 
+/*
+ * A pipeline stage: blocks [l0, l1) of cfg.L, plus the embeddings when
+ * l0 == 0 (the first stage) and ln_f + head when l1 == L (the last). Its
+ * parameters are the [param_lo, param_hi) slice of the full model's flat
+ * layout; it allocates only those, their gradients and optimizer state,
+ * and activations for its own blocks. act_slots activation sets hold the
+ * micro-batches in flight (from forward until their weight gradient is
+ * done); grad_slots sets of activation gradients hold those between the
+ * input-gradient and the weight-gradient half of backward (1 when the two
+ * run together). The whole model is the stage {0, L, 1, 1}.
+ */
+typedef struct dt_stage_spec {
+    int l0, l1;          /* blocks owned: [l0, l1), at least one */
+    int act_slots;       /* >= 1 */
+    int grad_slots;      /* >= 1 */
+} dt_stage_spec;
+
+/* What a backward call computes. Both halves together are the ordinary
+ * backward; split, INPUT must come before WEIGHT for the same slots. */
+typedef enum dt_backward_part {
+    DT_BACKWARD_ALL = 0, /* input and weight gradients */
+    DT_BACKWARD_INPUT,   /* activation gradients down to the stage's input */
+    DT_BACKWARD_WEIGHT,  /* the parameter gradients, from what INPUT kept */
+} dt_backward_part;
+
+/* Per-slot state (shape, loss) — internal to the model. */
+typedef struct dt_act_slot dt_act_slot;
+
 typedef struct dt_model {
     dt_config cfg;
     const dt_backend *be;
@@ -258,6 +288,11 @@ typedef struct dt_model {
     int last_B, last_T;        /* shape of the last forward */
     int have_targets;          /* last forward computed the loss */
     float mean_loss;           /* of the last forward with targets */
+    int l0, l1;                /* blocks owned: [l0, l1) (all: [0, L)) */
+    size_t param_lo, param_hi; /* this slice of the full flat layout */
+    int act_slots, grad_slots; /* activation sets, activation-grad sets */
+    int slot, grad_slot;       /* the sets the next call uses */
+    dt_act_slot *slots;        /* [act_slots] shape and loss of each */
     dt_grad_ready_fn grad_ready; /* backward's progress hook, or NULL */
     void *grad_ready_user;
     char err[256];
@@ -271,6 +306,10 @@ typedef struct dt_model {
  */
 dt_status dt_model_create(dt_model **out, const dt_config *cfg,
                           const dt_backend *be, int max_B);
+/* A pipeline stage of cfg (see dt_stage_spec); the same contract. */
+dt_status dt_model_create_stage(dt_model **out, const dt_config *cfg,
+                                const dt_backend *be, int max_B,
+                                const dt_stage_spec *spec);
 void dt_model_destroy(dt_model *m);
 const char *dt_model_error(const dt_model *m);
 
@@ -278,6 +317,8 @@ const char *dt_model_error(const dt_model *m);
  * distributions: embeddings N(0,1); Linear weights and biases
  * U(-1/sqrt(fan_in), 1/sqrt(fan_in)); LayerNorm weight 1, bias 0. */
 void dt_model_init(dt_model *m, uint64_t seed);
+/* (A stage gets its slice of what the full model gets from this seed,
+ * bitwise.) */
 /* Host copies of the whole flat buffer (num_params floats). */
 void dt_model_get_params(const dt_model *m, float *host);
 void dt_model_set_params(dt_model *m, const float *host);
@@ -297,6 +338,28 @@ dt_status dt_model_forward(dt_model *m, const int *inputs, const int *targets,
  * when accumulating k micro-batches. Adds into m->grads. */
 dt_status dt_model_backward(dt_model *m, float dloss);
 void dt_model_zero_grad(dt_model *m);
+
+/*
+ * Pipeline stages. Forward on a stage that is not the first takes no
+ * tokens (inputs NULL): it reads the (B, T, C) activations placed in
+ * dt_model_input first. A stage that is not the last computes no loss
+ * (targets ignored); its output is dt_model_output, and its backward
+ * starts from the gradient placed in dt_model_output_grad. Backward on a
+ * stage that is not the first leaves the gradient w.r.t. its input in
+ * dt_model_input_grad. All four are device pointers into the selected
+ * slots, valid until the slot is reused.
+ */
+/* Selects the activation set and activation-gradient set that the next
+ * forward / backward (and the four pointers) use. */
+dt_status dt_model_select(dt_model *m, int slot, int grad_slot);
+float *dt_model_input(dt_model *m, int B, int T);        /* (B, T, C) */
+const float *dt_model_output(const dt_model *m);         /* (B, T, C) */
+float *dt_model_output_grad(dt_model *m);                /* (B, T, C) */
+const float *dt_model_input_grad(const dt_model *m);     /* (B, T, C) */
+/* Backward of the selected slot, whole or one half (dloss used by the
+ * last stage's ALL and INPUT only). Adds into m->grads. */
+dt_status dt_model_backward_part(dt_model *m, float dloss,
+                                 dt_backward_part part);
 /* Sets (or, with fn NULL, clears) backward's progress hook. */
 void dt_model_set_grad_hook(dt_model *m, dt_grad_ready_fn fn, void *user);
 /* AdamW over all parameters; allocates m, v on first call. step >= 1. */

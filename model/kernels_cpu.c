@@ -58,8 +58,8 @@ void dt_cpu_matmul_backward(float *dinp, float *dw, float *dbias,
     if (dinp && dt_cpu_gemm(dinp, C, dout, OC, 1, w, C, 1, N, C, OC, 0))
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC,
                     1.0f, dout, OC, w, C, 0.0f, dinp, C);
-    /* dw (OC,C) += dout^T (OC,N) . inp (N,C) */
-    if (dt_cpu_gemm(dw, C, dout, 1, OC, inp, C, 1, OC, C, N, 1))
+    /* dw (OC,C) += dout^T (OC,N) . inp (N,C) (if dw) */
+    if (dw && dt_cpu_gemm(dw, C, dout, 1, OC, inp, C, 1, OC, C, N, 1))
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f,
                     dout, OC, inp, C, 1.0f, dw, C);
     if (dbias)

@@ -83,7 +83,8 @@ void dt_ref_layernorm_forward(float *out, float *mean, float *rstd,
 }
 
 /* With xhat = (x - mean) * rstd and g = dout * w:
- * dx = rstd * (g - mean(g) - xhat * mean(g * xhat)). */
+ * dx = rstd * (g - mean(g) - xhat * mean(g * xhat)). dinp NULL skips dx,
+ * dw NULL skips dw and db (a split backward asks for one half). */
 DT_VECTORIZE
 void dt_ref_layernorm_backward(float *dinp, float *dw, float *db,
                                const float *dout, const float *inp,
@@ -93,10 +94,10 @@ void dt_ref_layernorm_backward(float *dinp, float *dw, float *db,
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         const float *d = dout + (size_t)n * C;
-        float *dx = dinp + (size_t)n * C;
+        float *dx = dinp ? dinp + (size_t)n * C : NULL;
         float m = mean[n], s = rstd[n];
         float gmean = 0.0f, gxmean = 0.0f;
-        for (int i = 0; i < C; i++) {
+        for (int i = 0; dx && i < C; i++) {
             float xhat = (x[i] - m) * s, g = d[i] * w[i];
             gmean += g;
             gxmean += g * xhat;
@@ -105,9 +106,12 @@ void dt_ref_layernorm_backward(float *dinp, float *dw, float *db,
         gxmean /= (float)C;
         for (int i = 0; i < C; i++) {
             float xhat = (x[i] - m) * s, g = d[i] * w[i];
-            db[i] += d[i];
-            dw[i] += xhat * d[i];
-            dx[i] += s * (g - gmean - xhat * gxmean);
+            if (dw) {
+                db[i] += d[i];
+                dw[i] += xhat * d[i];
+            }
+            if (dx)
+                dx[i] += s * (g - gmean - xhat * gxmean);
         }
     }
 }
@@ -138,7 +142,8 @@ void dt_ref_matmul_backward(float *dinp, float *dw, float *dbias,
             for (int i = 0; i < C; i++) {
                 if (dinp)
                     dinp[(size_t)n * C + i] += d * w[(size_t)o * C + i];
-                dw[(size_t)o * C + i] += d * inp[(size_t)n * C + i];
+                if (dw)
+                    dw[(size_t)o * C + i] += d * inp[(size_t)n * C + i];
             }
             if (dbias)
                 dbias[o] += d;

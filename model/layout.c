@@ -16,6 +16,12 @@
  * stream): embeddings N(0, 1), Linear U(+-1/sqrt(fan_in)) for weight and
  * bias, LayerNorm (1, 0). It draws from a splitmix64 stream in layout
  * order, so a seed fixes every value on every machine.
+ *
+ * A pipeline stage owns blocks [l0, l1) (plus the embeddings on the first
+ * stage, ln_f and the head on the last): one contiguous [lo, hi) slice of
+ * the flat layout. dt_layout_build_stage gives its table, offsets local to
+ * its own buffer; dt_layout_init_stage gives its slice of the full
+ * model's initial values, bitwise, without building the full model.
  */
 #include <math.h>
 #include <stdio.h>
@@ -150,8 +156,69 @@ void dt_layout_build(dt_tensor_info *tab, dt_params *p, float *base,
     }
 }
 
+/* ---- a stage's slice ------------------------------------------------------ */
+
+/* Index range [i0, i1) of the full table that a stage owning blocks
+ * [l0, l1) holds: the embeddings if it is the first, ln_f and the head if
+ * it is the last. Forward order makes the range contiguous. */
+static void stage_tensor_range(const dt_config *c, int l0, int l1, int *i0,
+                               int *i1)
+{
+    *i0 = l0 == 0 ? 0 : 2 + 10 * l0;
+    *i1 = l1 == c->L ? dt_layout_num_tensors(c) : 2 + 10 * l1;
+}
+
+/* The pointer field of dt_params that tensor i of the full table fills. */
+static float **param_field(dt_params *p, const dt_config *c, int i)
+{
+    if (i == 0)
+        return &p->wte;
+    if (i == 1)
+        return &p->wpe;
+    if (i < 2 + 10 * c->L) {
+        dt_block_params *b = &p->blocks[(i - 2) / 10];
+        float **f[10] = {&b->ln1w, &b->ln1b, &b->qkvw, &b->attprojw,
+                         &b->ln2w, &b->ln2b, &b->fcw,  &b->fcb,
+                         &b->fcprojw, &b->fcprojb};
+        return f[(i - 2) % 10];
+    }
+    float **tail[3] = {&p->lnfw, &p->lnfb, &p->lm_head};
+    return tail[i - 2 - 10 * c->L];
+}
+
+/*
+ * The stage's table: the tensors it owns, offsets made local to its own
+ * flat buffer (the full model's offset minus *lo). With base, points the
+ * owned fields of p at base + local offset; the others stay as they were
+ * (NULL in a fresh model). Returns the tensor count; *lo, *hi are the
+ * stage's [lo, hi) in the full model's flat layout.
+ */
+int dt_layout_build_stage(dt_tensor_info *tab, dt_params *p, float *base,
+                          const dt_config *c, int l0, int l1, size_t *lo,
+                          size_t *hi)
+{
+    int n = dt_layout_num_tensors(c), i0, i1;
+    dt_tensor_info *full = calloc((size_t)n, sizeof *full);
+    if (!full)
+        return -1;
+    dt_layout_build(full, NULL, NULL, c);
+    stage_tensor_range(c, l0, l1, &i0, &i1);
+    *lo = full[i0].offset;
+    *hi = full[i1 - 1].offset + full[i1 - 1].numel;
+    for (int i = i0; i < i1; i++) {
+        tab[i - i0] = full[i];
+        tab[i - i0].offset -= *lo;
+        if (base)
+            *param_field(p, c, i) = base + tab[i - i0].offset;
+    }
+    free(full);
+    return i1 - i0;
+}
+
 /* ---- deterministic initialisation ---------------------------------------- */
 
+/* The fill functions take x == NULL to mean "draw as if filling, store
+ * nothing": how a stage skips the stream over tensors it does not own. */
 static double rng_uniform_open(dt_rng *r) /* (0, 1) */
 {
     return ((double)(dt_rng_next(r) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
@@ -161,6 +228,8 @@ static void fill_normal(float *x, size_t n, float std, dt_rng *r)
 {
     for (size_t i = 0; i < n; i += 2) { /* Box-Muller, two at a time */
         double u1 = rng_uniform_open(r), u2 = rng_uniform_open(r);
+        if (!x)
+            continue;
         double rad = sqrt(-2.0 * log(u1));
         x[i] = (float)(std * rad * cos(2.0 * M_PI * u2));
         if (i + 1 < n)
@@ -170,30 +239,62 @@ static void fill_normal(float *x, size_t n, float std, dt_rng *r)
 
 static void fill_uniform(float *x, size_t n, float bound, dt_rng *r)
 {
-    for (size_t i = 0; i < n; i++)
-        x[i] = (float)((2.0 * rng_uniform_open(r) - 1.0) * bound);
+    for (size_t i = 0; i < n; i++) {
+        double u = rng_uniform_open(r);
+        if (x)
+            x[i] = (float)((2.0 * u - 1.0) * bound);
+    }
 }
 
-/* Fills host (num_params) by walking the tensor table: the role of each
+/* Tensor i of tab into x (or, x NULL, only its draws): the role of each
  * tensor is read from its name, so the rule lives in one place. */
+static void init_tensor(float *x, const dt_tensor_info *tab, int i,
+                        dt_rng *r)
+{
+    const dt_tensor_info *t = &tab[i];
+    const char *s = t->name;
+    if (strstr(s, "wte") == s || strstr(s, "wpe") == s) {
+        fill_normal(x, t->numel, 1.0f, r);
+    } else if (strstr(s, "ln")) { /* ln1, ln2, ln_f: no draws */
+        float v = strstr(s, ".weight") ? 1.0f : 0.0f;
+        for (size_t k = 0; x && k < t->numel; k++)
+            x[k] = v;
+    } else { /* Linear: weight (out, in); bias has the weight's fan_in */
+        int fan_in = t->ndim == 2 ? t->shape[1] : tab[i - 1].shape[1];
+        fill_uniform(x, t->numel, 1.0f / sqrtf((float)fan_in), r);
+    }
+}
+
+/* Fills host (num_params) by walking the tensor table in layout order. */
 void dt_layout_init(float *host, const dt_tensor_info *tab, int n,
                     uint64_t seed)
 {
     dt_rng r;
     dt_rng_seed(&r, seed);
-    for (int i = 0; i < n; i++) {
-        const dt_tensor_info *t = &tab[i];
-        float *x = host + t->offset;
-        const char *s = t->name;
-        if (strstr(s, "wte") == s || strstr(s, "wpe") == s) {
-            fill_normal(x, t->numel, 1.0f, &r);
-        } else if (strstr(s, "ln")) { /* ln1, ln2, ln_f */
-            float v = strstr(s, ".weight") ? 1.0f : 0.0f;
-            for (size_t k = 0; k < t->numel; k++)
-                x[k] = v;
-        } else { /* Linear: weight (out, in); bias has the weight's fan_in */
-            int fan_in = t->ndim == 2 ? t->shape[1] : tab[i - 1].shape[1];
-            fill_uniform(x, t->numel, 1.0f / sqrtf((float)fan_in), &r);
-        }
-    }
+    for (int i = 0; i < n; i++)
+        init_tensor(host + tab[i].offset, tab, i, &r);
+}
+
+/*
+ * A stage's slice of what dt_layout_init gives the full model, bitwise:
+ * the stream is drawn through every tensor before the stage (storing
+ * nothing), then into host (the stage's hi - lo floats). The skipped draws
+ * cost one splitmix64 step each, no Box-Muller. Returns -1 on ENOMEM.
+ */
+int dt_layout_init_stage(float *host, const dt_config *c, int l0, int l1,
+                         uint64_t seed)
+{
+    int n = dt_layout_num_tensors(c), i0, i1;
+    dt_tensor_info *full = calloc((size_t)n, sizeof *full);
+    if (!full)
+        return -1;
+    dt_layout_build(full, NULL, NULL, c);
+    stage_tensor_range(c, l0, l1, &i0, &i1);
+    dt_rng r;
+    dt_rng_seed(&r, seed);
+    for (int i = 0; i < i1; i++)
+        init_tensor(i < i0 ? NULL : host + full[i].offset - full[i0].offset,
+                    full, i, &r);
+    free(full);
+    return 0;
 }

@@ -14,15 +14,21 @@
  *   logits = lnf . lm_head^T                       (B,T,V)
  *   loss = mean cross-entropy(softmax(logits), y)
  *
- * Backward walks the same list in reverse, each layer adding into the
- * gradients of its inputs and parameters.
+ * Backward (backward.c) walks the same list in reverse, each layer adding
+ * into the gradients of its inputs and parameters.
  *
- * Memory: three allocations through the backend, fixed after create —
- * parameters, gradients (the flat buffers, layout.c), and activations
- * plus their gradients (one buffer each, carved below). Nothing is
- * allocated per step except AdamW's m and v, once, on the first update.
- * A forward with a smaller (B, T) than the allocation uses the front of
- * each activation tensor, laid out as (B, T, ...) contiguous.
+ * A pipeline stage runs a slice of this story: blocks [l0, l1), the
+ * encoder only on the first stage (the others start from activations
+ * received into `encoded`), the head and loss only on the last.
+ *
+ * Memory: allocations through the backend, fixed after create —
+ * parameters, gradients (the flat buffers, layout.c, or a stage's slice
+ * of them), and activation sets plus activation-gradient sets (act_slots
+ * and grad_slots of them, one allocation each, carved below; a whole
+ * model has one of each). Nothing is allocated per step except AdamW's m
+ * and v, once, on the first update. A forward with a smaller (B, T) than
+ * the allocation uses the front of each activation tensor, laid out as
+ * (B, T, ...) contiguous.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,16 +37,19 @@
 #include "model_internal.h"
 
 #define NUM_BLOCK_ACTS 15
+#define NUM_TOP_ACTS 8
 
-/* Element counts of the activation tensors for (B, T): the top-level ones
- * in dt_acts order (without blocks), and one block's in dt_block_acts
- * order. */
-static void act_sizes(size_t top[8], size_t blk[NUM_BLOCK_ACTS],
-                      const dt_config *c, size_t B, size_t T)
+/* Element counts of one activation set for (B, T): the top-level tensors
+ * in dt_acts order (a stage that is not the last has no lnf .. losses),
+ * and one block's in dt_block_acts order. */
+static void act_sizes(size_t top[NUM_TOP_ACTS], size_t blk[NUM_BLOCK_ACTS],
+                      const dt_model *m, size_t B, size_t T)
 {
+    const dt_config *c = &m->cfg;
     size_t N = B * T, C = (size_t)c->C, V = (size_t)c->V;
-    size_t att = B * (size_t)c->H * T * T;
-    size_t t[8] = {N * C, N * C, N, N, N * V, N * V, N, att};
+    size_t att = B * (size_t)c->H * T * T, h = m->l1 == c->L;
+    size_t t[NUM_TOP_ACTS] = {N * C, h * N * C, h * N, h * N,
+                              h * N * V, h * N * V, h * N, att};
     size_t k[NUM_BLOCK_ACTS] = {N * C, N, N, 3 * N * C, N * C, att, N * C,
                                 N * C, N * C, N, N, 4 * N * C, 4 * N * C,
                                 N * C, N * C};
@@ -49,19 +58,21 @@ static void act_sizes(size_t top[8], size_t blk[NUM_BLOCK_ACTS],
 }
 
 /* Points every field of a at its range of base, in the order act_sizes
- * lists them. Returns the total element count (base may be NULL). */
-static size_t carve_acts(dt_acts *a, float *base, const dt_config *c,
+ * lists them; the blocks outside [l0, l1) and absent tensors stay NULL.
+ * Returns the total element count (base may be NULL). */
+static size_t carve_acts(dt_acts *a, float *base, const dt_model *m,
                          size_t B, size_t T)
 {
-    size_t top[8], blk[NUM_BLOCK_ACTS], off = 0;
-    act_sizes(top, blk, c, B, T);
-    float **tp[8] = {&a->encoded, &a->lnf, &a->lnf_mean, &a->lnf_rstd,
-                     &a->logits, &a->probs, &a->losses, &a->scratch};
-    for (int i = 0; i < 8; i++) {
-        *tp[i] = base ? base + off : NULL;
+    size_t top[NUM_TOP_ACTS], blk[NUM_BLOCK_ACTS], off = 0;
+    act_sizes(top, blk, m, B, T);
+    float **tp[NUM_TOP_ACTS] = {&a->encoded, &a->lnf, &a->lnf_mean,
+                                &a->lnf_rstd, &a->logits, &a->probs,
+                                &a->losses, &a->scratch};
+    for (int i = 0; i < NUM_TOP_ACTS; i++) {
+        *tp[i] = base && top[i] ? base + off : NULL;
         off += top[i];
     }
-    for (int l = 0; l < c->L; l++) {
+    for (int l = m->l0; l < m->l1; l++) {
         dt_block_acts *b = &a->blocks[l];
         float **bp[NUM_BLOCK_ACTS] = {
             &b->ln1,      &b->ln1_mean, &b->ln1_rstd, &b->qkv,
@@ -76,14 +87,61 @@ static size_t carve_acts(dt_acts *a, float *base, const dt_config *c,
     return off;
 }
 
+/* Points m->acts and m->grad_acts at the selected sets, laid out for
+ * (B, T) so every tensor is contiguous (B, T, ...), and m->inputs,
+ * m->targets at the selected slot's tokens. */
+void dt_model_carve(dt_model *m, int B, int T)
+{
+    carve_acts(&m->acts, m->acts_memory + (size_t)m->slot * m->num_acts, m,
+               (size_t)B, (size_t)T);
+    carve_acts(&m->grad_acts,
+               m->grad_acts_memory + (size_t)m->grad_slot * m->num_acts, m,
+               (size_t)B, (size_t)T);
+    m->inputs = m->slots[m->slot].inputs;
+    m->targets = m->slots[m->slot].targets;
+}
+
 static dt_status fail(dt_model *m, dt_status s, const char *what)
 {
     snprintf(m->err, sizeof m->err, "minigpt: %s", what);
     return s;
 }
 
-dt_status dt_model_create(dt_model **out, const dt_config *cfg,
-                          const dt_backend *be, int max_B)
+static dt_status check_spec(dt_model *m, const dt_stage_spec *sp)
+{
+    if (sp->l0 < 0 || sp->l1 > m->cfg.L || sp->l0 >= sp->l1) {
+        snprintf(m->err, sizeof m->err,
+                 "minigpt: create: stage blocks [%d, %d) are not a "
+                 "non-empty range of the model's %d blocks",
+                 sp->l0, sp->l1, m->cfg.L);
+        return DT_EINVAL;
+    }
+    if (sp->act_slots < 1 || sp->grad_slots < 1)
+        return fail(m, DT_EINVAL, "create: a stage needs at least one "
+                                  "activation set and one gradient set");
+    return DT_OK;
+}
+
+/* The host-side tables: tensor table and pointer structs, the slots. */
+static dt_status alloc_tables(dt_model *m)
+{
+    size_t L = (size_t)m->cfg.L;
+    m->tensors = calloc((size_t)dt_layout_num_tensors(&m->cfg),
+                        sizeof *m->tensors);
+    m->params.blocks = calloc(L, sizeof(dt_block_params));
+    m->grads.blocks = calloc(L, sizeof(dt_block_params));
+    m->acts.blocks = calloc(L, sizeof(dt_block_acts));
+    m->grad_acts.blocks = calloc(L, sizeof(dt_block_acts));
+    m->slots = calloc((size_t)m->act_slots, sizeof *m->slots);
+    if (!m->tensors || !m->params.blocks || !m->grads.blocks ||
+        !m->acts.blocks || !m->grad_acts.blocks || !m->slots)
+        return fail(m, DT_ENOMEM, "create: out of host memory");
+    return DT_OK;
+}
+
+dt_status dt_model_create_stage(dt_model **out, const dt_config *cfg,
+                                const dt_backend *be, int max_B,
+                                const dt_stage_spec *spec)
 {
     dt_model *m = calloc(1, sizeof *m);
     *out = m;
@@ -98,37 +156,54 @@ dt_status dt_model_create(dt_model **out, const dt_config *cfg,
         return fail(m, DT_EINVAL, "create: batch size must be >= 1");
     if (!be)
         return fail(m, DT_EINVAL, "create: no backend");
-    int L = cfg->L;
-    m->num_tensors = dt_layout_num_tensors(cfg);
-    m->num_params = dt_config_num_params(cfg);
-    m->tensors = calloc((size_t)m->num_tensors, sizeof *m->tensors);
-    m->params.blocks = calloc((size_t)L, sizeof(dt_block_params));
-    m->grads.blocks = calloc((size_t)L, sizeof(dt_block_params));
-    m->acts.blocks = calloc((size_t)L, sizeof(dt_block_acts));
-    m->grad_acts.blocks = calloc((size_t)L, sizeof(dt_block_acts));
-    size_t T = (size_t)cfg->T, bytes_p = m->num_params * sizeof(float);
-    m->num_acts = carve_acts(&m->acts, NULL, cfg, (size_t)max_B, T);
-    size_t bytes_a = m->num_acts * sizeof(float);
-    size_t bytes_tok = (size_t)max_B * T * sizeof(int);
-    if (!m->tensors || !m->params.blocks || !m->grads.blocks ||
-        !m->acts.blocks || !m->grad_acts.blocks)
+    if (check_spec(m, spec) != DT_OK)
+        return DT_EINVAL;
+    m->l0 = spec->l0;
+    m->l1 = spec->l1;
+    m->act_slots = spec->act_slots;
+    m->grad_slots = spec->grad_slots;
+    if (alloc_tables(m) != DT_OK)
+        return DT_ENOMEM;
+    m->num_tensors = dt_layout_build_stage(m->tensors, NULL, NULL, cfg, m->l0,
+                                           m->l1, &m->param_lo, &m->param_hi);
+    if (m->num_tensors < 0)
         return fail(m, DT_ENOMEM, "create: out of host memory");
+    m->num_params = m->param_hi - m->param_lo;
+    size_t T = (size_t)cfg->T, bytes_p = m->num_params * sizeof(float);
+    m->num_acts = carve_acts(&m->acts, NULL, m, (size_t)max_B, T);
+    size_t bytes_a = m->num_acts * sizeof(float);
+    size_t tok = (size_t)max_B * T;
     m->params_memory = be->alloc(bytes_p);
     m->grads_memory = be->alloc(bytes_p);
-    m->acts_memory = be->alloc(bytes_a);
-    m->grad_acts_memory = be->alloc(bytes_a);
-    m->inputs = be->alloc(bytes_tok);
-    m->targets = be->alloc(bytes_tok);
+    m->acts_memory = be->alloc(bytes_a * (size_t)m->act_slots);
+    m->grad_acts_memory = be->alloc(bytes_a * (size_t)m->grad_slots);
+    int *tokens = be->alloc(2 * tok * (size_t)m->act_slots * sizeof(int));
+    m->slots[0].inputs = tokens; /* owns the allocation */
     if (!m->params_memory || !m->grads_memory || !m->acts_memory ||
-        !m->grad_acts_memory || !m->inputs || !m->targets) {
+        !m->grad_acts_memory || !tokens) {
         snprintf(m->err, sizeof m->err,
                  "minigpt: create: %s backend could not allocate %zu MiB",
-                 be->name, (2 * bytes_p + 2 * bytes_a) >> 20);
+                 be->name, (2 * bytes_p + bytes_a * (size_t)(m->act_slots +
+                            m->grad_slots)) >> 20);
         return DT_ENOMEM;
     }
-    dt_layout_build(m->tensors, &m->params, m->params_memory, cfg);
-    dt_layout_build(m->tensors, &m->grads, m->grads_memory, cfg);
+    for (int k = 0; k < m->act_slots; k++) {
+        m->slots[k].inputs = tokens + 2 * (size_t)k * tok;
+        m->slots[k].targets = tokens + (2 * (size_t)k + 1) * tok;
+    }
+    dt_layout_build_stage(m->tensors, &m->params, m->params_memory, cfg,
+                          m->l0, m->l1, &m->param_lo, &m->param_hi);
+    dt_layout_build_stage(m->tensors, &m->grads, m->grads_memory, cfg, m->l0,
+                          m->l1, &m->param_lo, &m->param_hi);
+    dt_model_carve(m, max_B, cfg->T);
     return DT_OK;
+}
+
+dt_status dt_model_create(dt_model **out, const dt_config *cfg,
+                          const dt_backend *be, int max_B)
+{
+    dt_stage_spec whole = {0, cfg->L, 1, 1};
+    return dt_model_create_stage(out, cfg, be, max_B, &whole);
 }
 
 void dt_model_destroy(dt_model *m)
@@ -138,8 +213,9 @@ void dt_model_destroy(dt_model *m)
     const dt_backend *be = m->be;
     if (be) {
         void *dev[] = {m->params_memory, m->grads_memory, m->acts_memory,
-                       m->grad_acts_memory, m->inputs, m->targets,
-                       m->adam_m, m->adam_v};
+                       m->grad_acts_memory,
+                       m->slots ? m->slots[0].inputs : NULL, m->adam_m,
+                       m->adam_v};
         for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
             if (dev[i])
                 be->free(dev[i]);
@@ -149,6 +225,7 @@ void dt_model_destroy(dt_model *m)
     free(m->grads.blocks);
     free(m->acts.blocks);
     free(m->grad_acts.blocks);
+    free(m->slots);
     free(m);
 }
 
@@ -164,8 +241,10 @@ void dt_model_init(dt_model *m, uint64_t seed)
         snprintf(m->err, sizeof m->err, "minigpt: init: out of memory");
         return;
     }
-    dt_layout_init(host, m->tensors, m->num_tensors, seed);
-    dt_model_set_params(m, host);
+    if (dt_layout_init_stage(host, &m->cfg, m->l0, m->l1, seed) != 0)
+        snprintf(m->err, sizeof m->err, "minigpt: init: out of memory");
+    else
+        dt_model_set_params(m, host);
     free(host);
 }
 
@@ -208,158 +287,108 @@ static dt_status check_tokens(dt_model *m, const int *tok, const char *what,
     return DT_OK;
 }
 
-dt_status dt_model_forward(dt_model *m, const int *inputs, const int *targets,
-                           int B, int T)
+/* Shape and tokens: what forward refuses before touching anything. A
+ * stage without embeddings takes activations, not tokens; only the last
+ * stage reads targets. */
+static dt_status check_forward(dt_model *m, const int *inputs,
+                               const int *targets, int B, int T)
 {
-    const dt_backend *be = m->be;
-    int C = m->cfg.C, V = m->cfg.V, NH = m->cfg.H, N = B * T;
     if (B < 1 || B > m->max_B || T < 1 || T > m->cfg.T) {
         snprintf(m->err, sizeof m->err,
                  "minigpt: forward: batch (%d, %d) does not fit the "
                  "allocation (%d, %d)", B, T, m->max_B, m->cfg.T);
         return DT_EINVAL;
     }
-    if (check_tokens(m, inputs, "inputs", B, T) != DT_OK ||
-        (targets && check_tokens(m, targets, "targets", B, T) != DT_OK))
+    if ((m->l0 == 0) != (inputs != NULL)) {
+        snprintf(m->err, sizeof m->err,
+                 "minigpt: forward: the stage of blocks [%d, %d) takes %s",
+                 m->l0, m->l1, m->l0 == 0 ? "token ids (inputs is NULL)"
+                                          : "activations, not token ids");
         return DT_EINVAL;
-    /* carve for this (B, T) so every tensor is contiguous (B, T, ...) */
-    carve_acts(&m->acts, m->acts_memory, &m->cfg, (size_t)B, (size_t)T);
-    carve_acts(&m->grad_acts, m->grad_acts_memory, &m->cfg, (size_t)B,
-               (size_t)T);
-    be->from_host(m->inputs, inputs, (size_t)N * sizeof(int));
-    if (targets)
-        be->from_host(m->targets, targets, (size_t)N * sizeof(int));
-
-    dt_params *p = &m->params;
-    dt_acts *a = &m->acts;
-    be->encoder_forward(a->encoded, m->inputs, p->wte, p->wpe, B, T, C);
-    const float *residual = a->encoded;
-    for (int l = 0; l < m->cfg.L; l++) {
-        dt_block_params *w = &p->blocks[l];
-        dt_block_acts *x = &a->blocks[l];
-        be->layernorm_forward(x->ln1, x->ln1_mean, x->ln1_rstd, residual,
-                              w->ln1w, w->ln1b, N, C);
-        be->matmul_forward(x->qkv, x->ln1, w->qkvw, NULL, N, C, 3 * C);
-        be->attention_forward(x->atty, x->att, x->qkv, B, T, C, NH);
-        be->matmul_forward(x->attproj, x->atty, w->attprojw, NULL, N, C, C);
-        be->residual_forward(x->residual2, residual, x->attproj,
-                             (size_t)N * C);
-        be->layernorm_forward(x->ln2, x->ln2_mean, x->ln2_rstd, x->residual2,
-                              w->ln2w, w->ln2b, N, C);
-        be->matmul_forward(x->fch, x->ln2, w->fcw, w->fcb, N, C, 4 * C);
-        be->gelu_forward(x->fch_gelu, x->fch, (size_t)N * 4 * C);
-        be->matmul_forward(x->fcproj, x->fch_gelu, w->fcprojw, w->fcprojb, N,
-                           4 * C, C);
-        be->residual_forward(x->residual3, x->residual2, x->fcproj,
-                             (size_t)N * C);
-        residual = x->residual3;
     }
-    be->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual, p->lnfw,
-                          p->lnfb, N, C);
-    be->matmul_forward(a->logits, a->lnf, p->lm_head, NULL, N, C, V);
-    be->crossentropy_forward(a->probs, a->losses, a->logits,
-                             targets ? m->targets : NULL, N, V);
-    m->last_B = B;
-    m->last_T = T;
-    m->have_targets = targets != NULL;
-    if (targets) { /* mean in double: the order is fixed, so deterministic */
-        float *losses = malloc((size_t)N * sizeof(float));
-        if (!losses)
-            return fail(m, DT_ENOMEM, "forward: out of memory for losses");
-        be->to_host(losses, a->losses, (size_t)N * sizeof(float));
-        double sum = 0.0;
-        for (int i = 0; i < N; i++)
-            sum += losses[i];
-        free(losses);
-        m->mean_loss = (float)(sum / N);
-    }
+    if ((inputs && check_tokens(m, inputs, "inputs", B, T) != DT_OK) ||
+        (targets && m->l1 == m->cfg.L &&
+         check_tokens(m, targets, "targets", B, T) != DT_OK))
+        return DT_EINVAL;
     return DT_OK;
 }
 
-/* Tells backward's progress hook (if any) that every gradient from grad_lo
- * to the end of the flat buffer is final. Called after each layer that
- * writes parameter gradients, so DDP sees its buckets fill at the finest
- * grain backward offers (blocks are laid out in forward order, tensors
- * within a block too, so each call's lo is below the previous one). */
-static void grad_ready(dt_model *m, const float *grad_lo)
-{
-    if (m->grad_ready)
-        m->grad_ready(m->grad_ready_user, (size_t)(grad_lo - m->grads_memory));
-}
-
-/* One block in reverse. The gradient flowing into the block's output is
- * dx->residual3 (for the last block) or the next block's input gradient;
- * on return the gradient w.r.t. the block's input is in dresidual_in. */
-static void block_backward(dt_model *m, int l, const float *dres3,
-                           const float *residual_in, float *dresidual_in,
-                           int B, int T)
+/* One block forward: residual (N, C) in, x->residual3 out. */
+static void block_forward(dt_model *m, int l, const float *residual, int B,
+                          int T)
 {
     const dt_backend *be = m->be;
     int C = m->cfg.C, NH = m->cfg.H, N = B * T;
-    size_t NC = (size_t)N * C;
-    dt_block_params *w = &m->params.blocks[l], *dw = &m->grads.blocks[l];
-    dt_block_acts *x = &m->acts.blocks[l], *dx = &m->grad_acts.blocks[l];
-    /* residual3 = residual2 + fcproj: fcproj's gradient is dres3 itself */
-    be->matmul_backward(dx->fch_gelu, dw->fcprojw, dw->fcprojb, dres3,
-                        x->fch_gelu, w->fcprojw, N, 4 * C, C);
-    grad_ready(m, dw->fcprojw);
-    be->gelu_backward(dx->fch, dx->fch_gelu, x->fch, 4 * NC);
-    be->matmul_backward(dx->ln2, dw->fcw, dw->fcb, dx->fch, x->ln2, w->fcw, N,
-                        C, 4 * C);
-    grad_ready(m, dw->fcw);
-    /* dresidual2 = dres3 (skip path) + LN2's input gradient */
-    be->copy(dx->residual2, dres3, NC * sizeof(float));
-    be->layernorm_backward(dx->residual2, dw->ln2w, dw->ln2b, dx->ln2,
-                           x->residual2, w->ln2w, x->ln2_mean, x->ln2_rstd,
-                           N, C);
-    grad_ready(m, dw->ln2w);
-    be->matmul_backward(dx->atty, dw->attprojw, NULL, dx->residual2, x->atty,
-                        w->attprojw, N, C, C);
-    grad_ready(m, dw->attprojw);
-    be->attention_backward(dx->qkv, m->grad_acts.scratch, dx->atty, x->qkv,
-                           x->att, B, T, C, NH);
-    be->matmul_backward(dx->ln1, dw->qkvw, NULL, dx->qkv, x->ln1, w->qkvw, N,
-                        C, 3 * C);
-    grad_ready(m, dw->qkvw);
-    /* dresidual_in = dresidual2 (skip path) + LN1's input gradient */
-    be->copy(dresidual_in, dx->residual2, NC * sizeof(float));
-    be->layernorm_backward(dresidual_in, dw->ln1w, dw->ln1b, dx->ln1,
-                           residual_in, w->ln1w, x->ln1_mean, x->ln1_rstd, N,
-                           C);
-    grad_ready(m, dw->ln1w);
+    dt_block_params *w = &m->params.blocks[l];
+    dt_block_acts *x = &m->acts.blocks[l];
+    be->layernorm_forward(x->ln1, x->ln1_mean, x->ln1_rstd, residual,
+                          w->ln1w, w->ln1b, N, C);
+    be->matmul_forward(x->qkv, x->ln1, w->qkvw, NULL, N, C, 3 * C);
+    be->attention_forward(x->atty, x->att, x->qkv, B, T, C, NH);
+    be->matmul_forward(x->attproj, x->atty, w->attprojw, NULL, N, C, C);
+    be->residual_forward(x->residual2, residual, x->attproj, (size_t)N * C);
+    be->layernorm_forward(x->ln2, x->ln2_mean, x->ln2_rstd, x->residual2,
+                          w->ln2w, w->ln2b, N, C);
+    be->matmul_forward(x->fch, x->ln2, w->fcw, w->fcb, N, C, 4 * C);
+    be->gelu_forward(x->fch_gelu, x->fch, (size_t)N * 4 * C);
+    be->matmul_forward(x->fcproj, x->fch_gelu, w->fcprojw, w->fcprojb, N,
+                       4 * C, C);
+    be->residual_forward(x->residual3, x->residual2, x->fcproj,
+                         (size_t)N * C);
 }
 
-/* Activation gradients need no zeroing: every kernel writes its dinp,
- * except layernorm backward, which adds — and every buffer it adds into
- * was just written by a copy, but the first (dlast), zeroed here. */
-dt_status dt_model_backward(dt_model *m, float dloss)
+/* The last stage's head: ln_f, logits, and (with targets) the mean loss,
+ * summed in double in a fixed order so it is deterministic. */
+static dt_status head_forward(dt_model *m, int with_targets, int N)
 {
-    if (!m->have_targets)
-        return fail(m, DT_EINVAL,
-                    "backward: the last forward had no targets (no loss)");
     const dt_backend *be = m->be;
-    int B = m->last_B, T = m->last_T, C = m->cfg.C, V = m->cfg.V, N = B * T;
-    int L = m->cfg.L;
-    dt_acts *a = &m->acts, *da = &m->grad_acts;
-    be->crossentropy_backward(da->logits, a->probs, m->targets, dloss, N, V);
-    be->matmul_backward(da->lnf, m->grads.lm_head, NULL, da->logits, a->lnf,
-                        m->params.lm_head, N, C, V);
-    grad_ready(m, m->grads.lm_head);
-    float *dlast = da->blocks[L - 1].residual3;
-    be->zero(dlast, (size_t)N * C * sizeof(float));
-    be->layernorm_backward(dlast, m->grads.lnfw, m->grads.lnfb, da->lnf,
-                           a->blocks[L - 1].residual3, m->params.lnfw,
-                           a->lnf_mean, a->lnf_rstd, N, C);
-    grad_ready(m, m->grads.lnfw);
-    for (int l = L - 1; l >= 0; l--) {
-        const float *in = l > 0 ? a->blocks[l - 1].residual3 : a->encoded;
-        float *din = l > 0 ? da->blocks[l - 1].residual3 : da->encoded;
-        block_backward(m, l, da->blocks[l].residual3, in, din, B, T);
-    }
-    be->encoder_backward(m->grads.wte, m->grads.wpe, da->encoded, m->inputs,
-                         B, T, C);
-    grad_ready(m, m->grads.wte);
+    int C = m->cfg.C, V = m->cfg.V;
+    dt_params *p = &m->params;
+    dt_acts *a = &m->acts;
+    be->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd,
+                          a->blocks[m->cfg.L - 1].residual3, p->lnfw,
+                          p->lnfb, N, C);
+    be->matmul_forward(a->logits, a->lnf, p->lm_head, NULL, N, C, V);
+    be->crossentropy_forward(a->probs, a->losses, a->logits,
+                             with_targets ? m->targets : NULL, N, V);
+    if (!with_targets)
+        return DT_OK;
+    float *losses = malloc((size_t)N * sizeof(float));
+    if (!losses)
+        return fail(m, DT_ENOMEM, "forward: out of memory for losses");
+    be->to_host(losses, a->losses, (size_t)N * sizeof(float));
+    double sum = 0.0;
+    for (int i = 0; i < N; i++)
+        sum += losses[i];
+    free(losses);
+    m->mean_loss = (float)(sum / N);
     return DT_OK;
+}
+
+dt_status dt_model_forward(dt_model *m, const int *inputs, const int *targets,
+                           int B, int T)
+{
+    const dt_backend *be = m->be;
+    int C = m->cfg.C, N = B * T, last = m->l1 == m->cfg.L;
+    if (check_forward(m, inputs, targets, B, T) != DT_OK)
+        return DT_EINVAL;
+    dt_model_carve(m, B, T);
+    if (inputs) {
+        be->from_host(m->inputs, inputs, (size_t)N * sizeof(int));
+        be->encoder_forward(m->acts.encoded, m->inputs, m->params.wte,
+                            m->params.wpe, B, T, C);
+    }
+    if (targets && last)
+        be->from_host(m->targets, targets, (size_t)N * sizeof(int));
+    const float *residual = m->acts.encoded;
+    for (int l = m->l0; l < m->l1; l++) {
+        block_forward(m, l, residual, B, T);
+        residual = m->acts.blocks[l].residual3;
+    }
+    m->last_B = B;
+    m->last_T = T;
+    m->have_targets = last && targets != NULL;
+    return last ? head_forward(m, targets != NULL, N) : DT_OK;
 }
 
 void dt_model_zero_grad(dt_model *m)

@@ -26,12 +26,30 @@
 #define DT_VECTORIZE
 #endif
 
+/* One activation slot's state (stage.c): the shape and loss of the
+ * micro-batch in it, and its token buffers (device, (max_B, T) each). */
+struct dt_act_slot {
+    int B, T;           /* 0 until a forward ran in the slot */
+    int have_targets;
+    float mean_loss;
+    int *inputs, *targets;
+};
+/* minigpt.c: points m->acts, m->grad_acts, m->inputs, m->targets at the
+ * selected slots, laid out for (B, T). */
+void dt_model_carve(dt_model *m, int B, int T);
+
 /* layout.c */
 int dt_layout_num_tensors(const dt_config *c);
 void dt_layout_build(dt_tensor_info *tab, dt_params *p, float *base,
                      const dt_config *c);
 void dt_layout_init(float *host, const dt_tensor_info *tab, int n,
                     uint64_t seed);
+/* a pipeline stage's slice (blocks [l0, l1)); -1 on ENOMEM */
+int dt_layout_build_stage(dt_tensor_info *tab, dt_params *p, float *base,
+                          const dt_config *c, int l0, int l1, size_t *lo,
+                          size_t *hi);
+int dt_layout_init_stage(float *host, const dt_config *c, int l0, int l1,
+                         uint64_t seed);
 
 /* kernels_ref.c — element-wise and row-wise layers (shared by both CPU
  * backends: they are already the fast form) */

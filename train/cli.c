@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "dt_pipe.h"
 
 typedef enum kind { K_INT, K_U64, K_FLOAT, K_DOUBLE, K_STR, K_BOOL,
                     K_PARALLEL } kind;
@@ -74,6 +75,16 @@ static const flag flags[] = {
      "fault injection, for tests: after step N's update (before its save) "
      "the last rank SIGKILLs itself, on the first attempt only "
      "(DT_RESTART_COUNT unset or 0); 0 = never"},
+    {"--pp", NULL, K_INT, OPT(pp), "P",
+     "pipeline stages, one per rank (the world must be P ranks until "
+     "pipeline groups compose with data parallelism); 0 = no pipeline"},
+    {"--microbatches", NULL, K_INT, OPT(microbatches), "M",
+     "micro-batches per pipelined step, of --batch sequences each "
+     "(0 = --grad-accum)"},
+    {"--schedule", NULL, K_STR, OPT(schedule), "NAME",
+     "pipeline schedule: gpipe, 1f1b or zb (ZB-H1)"},
+    {"--pp-partition", NULL, K_STR, OPT(pp_partition), "HOW",
+     "blocks per stage: params (balance parameter counts) or uniform"},
 };
 #define NFLAGS (sizeof flags / sizeof flags[0])
 
@@ -82,7 +93,8 @@ void mg_options_default(mg_options *o)
     *o = (mg_options){.cfg = dt_config_seed(), .batch = 16, .steps = 600,
                       .grad_accum = 1, .lr = 3e-3f, .seed = 1337, .data = "task",
                       .parallel = MG_DDP, .log_every = 50, .eval_every = 200,
-                      .sample = 48, .threads = 1};
+                      .sample = 48, .threads = 1, .schedule = "1f1b",
+                      .pp_partition = "params"};
 }
 
 /* A preset is a function of the options: it sets what it names. */
@@ -223,6 +235,33 @@ static int apply_preset(mg_options *o, const char *prog, const char *name)
     return bad(prog, "unknown preset", name);
 }
 
+/* The pipeline flags, and what does not combine with them yet. */
+static int check_pipeline(const mg_options *o, const char *prog)
+{
+    dt_pipe_kind k;
+    dt_pipe_partition_kind pk;
+    if (o->pp < 0 || o->microbatches < 0)
+        return bad(prog, "counts must be >= 0:", "--pp/--microbatches");
+    if (!dt_pipe_kind_parse(o->schedule, &k))
+        return bad(prog, "not a schedule (gpipe, 1f1b, zb):", o->schedule);
+    if (!dt_pipe_partition_parse(o->pp_partition, &pk))
+        return bad(prog, "not a partition (params, uniform):",
+                   o->pp_partition);
+    if (o->pp == 0)
+        return 0;
+    if (o->microbatches > 0 && o->grad_accum > 1 &&
+        o->microbatches != o->grad_accum)
+        return bad(prog, "--microbatches and --grad-accum disagree (they "
+                   "are the same thing in a pipeline):", "--microbatches");
+    if (o->check_replicas)
+        return bad(prog, "stages hold different parameters; there are no "
+                   "replicas to compare:", "--pp with --check-replicas");
+    if (o->ckpt_dir || o->resume || o->ckpt_every > 0)
+        return bad(prog, "checkpoints of pipelined runs are not supported "
+                   "yet:", "--pp with --ckpt-dir/--resume/--ckpt-every");
+    return 0;
+}
+
 static int check(const mg_options *o, const char *prog)
 {
     char err[256];
@@ -238,7 +277,7 @@ static int check(const mg_options *o, const char *prog)
         return bad(prog, "--resume auto needs", "--ckpt-dir");
     if (!(o->lr > 0) || !isfinite(o->lr) || o->bucket_mb < 0)
         return bad(prog, "lr must be > 0 and bucket-mb >= 0", "lr/bucket-mb");
-    return 0;
+    return check_pipeline(o, prog);
 }
 
 int mg_options_parse(mg_options *o, int argc, char **argv)

@@ -40,6 +40,10 @@ typedef struct mg_options {
     const char *resume;    /* "auto", a root or a step directory, or NULL */
     bool verify_resume;    /* reload the first checkpoint and compare */
     int die_at_step;       /* fault injection: the last rank SIGKILLs itself */
+    int pp;                /* pipeline stages; 0 = no pipeline */
+    int microbatches;      /* per pipelined step; 0 = --grad-accum */
+    const char *schedule;  /* gpipe, 1f1b or zb */
+    const char *pp_partition; /* params or uniform */
 } mg_options;
 
 /* Defaults: the seed model on the embedded reverse task, DDP. */

@@ -74,7 +74,7 @@ static int join_job(mg_run *r)
  * the replicas are identical, so one rank's answer is everyone's. */
 static double evaluate(mg_run *r, mg_metrics *mx, int step)
 {
-    if (r->rank != 0)
+    if (r->rank != 0 || r->pipe) /* a stage cannot evaluate alone */
         return -1;
     float val = mg_val_loss(r);
     double acc = r->is_task ? dt_task_accuracy(r->m, r->data, 200) : -1;
@@ -170,7 +170,7 @@ static dt_status finish(mg_run *r, mg_metrics *mx, double secs,
                         double mean_hidden, double acc)
 {
     const mg_options *o = &r->o;
-    dt_status st = check_replicas(r, o->steps, false);
+    dt_status st = r->pipe ? DT_OK : check_replicas(r, o->steps, false);
     if (st != DT_OK)
         return st;
     if (r->rank == 0) {
@@ -188,11 +188,14 @@ static dt_status finish(mg_run *r, mg_metrics *mx, double secs,
         if (r->zero1)
             printf("optimizer shard bytes per rank: %zu\n",
                    dt_zero1_optimizer_bytes(r->zero1));
-        mg_report_memory_model(stdout, r);
+        if (!r->pipe)
+            mg_report_memory_model(stdout, r);
     }
     fflush(stdout);
+    if (r->pipe && (st = mg_report_pipeline(stdout, r)) != DT_OK)
+        return st;
     st = mg_report_memory(stdout, r);
-    if (st == DT_OK && r->rank == 0 && o->sample > 0)
+    if (st == DT_OK && r->rank == 0 && o->sample > 0 && !r->pipe)
         mg_sample(r, stdout, o->sample);
     return st;
 }

@@ -41,16 +41,27 @@ void mg_report_header(FILE *f, const mg_run *r)
 {
     const mg_options *o = &r->o;
     char pc[32];
-    fprintf(f, "minigpt: V=%d C=%d H=%d L=%d T=%d, %s parameters; %d rank%s "
-               "x batch %d x accum %d x T %d = %d tokens/step; lr %g; %s%s%s; "
+    /* a pipeline is one replica whose micro-batches are the accumulation */
+    int replicas = r->pipe ? 1 : r->world;
+    int accum = r->pipe ? mg_microbatches(o) : o->grad_accum;
+    char who[48];
+    snprintf(who, sizeof who, "%d %s%s", r->world,
+             r->pipe ? "stage" : "rank", r->world == 1 ? "" : "s");
+    fprintf(f, "minigpt: V=%d C=%d H=%d L=%d T=%d, %s parameters; %s x "
+               "batch %d x accum %d x T %d = %d tokens/step; lr %g; %s%s%s; "
                "data %s\n",
             o->cfg.V, o->cfg.C, o->cfg.H, o->cfg.L, o->cfg.T,
-            commas(pc, sizeof pc, r->m->num_params),
-            r->world, r->world == 1 ? "" : "s", o->batch, o->grad_accum,
-            o->cfg.T, r->world * o->batch * o->grad_accum * o->cfg.T,
-            (double)o->lr, o->parallel == MG_ZERO1 ? "ZeRO-1" : "DDP",
+            commas(pc, sizeof pc, dt_config_num_params(&o->cfg)), who,
+            o->batch, accum,
+            o->cfg.T, replicas * o->batch * accum * o->cfg.T,
+            (double)o->lr, r->pipe ? "pipeline"
+                           : o->parallel == MG_ZERO1 ? "ZeRO-1" : "DDP",
             o->preset ? ", preset " : "", o->preset ? o->preset : "",
             o->data ? o->data : "embedded task (reverse digits)");
+    if (r->pipe)
+        fprintf(f, "pipeline: %s over %d stages (one per rank), %d "
+                   "micro-batches of %d sequences per step\n", o->schedule, o->pp,
+                mg_microbatches(o), o->batch);
     if (r->ddp)
         fprintf(f, "ddp: %d gradient bucket%s\n", dt_ddp_num_buckets(r->ddp),
                 dt_ddp_num_buckets(r->ddp) == 1 ? "" : "s");
@@ -128,7 +139,8 @@ static void my_memory(const mg_run *r, int64_t v[MEM_FIELDS])
     v[MEM_OPTIM] = r->zero1 ? (int64_t)dt_zero1_optimizer_bytes(r->zero1)
                    : m->adam_m ? (int64_t)(2 * P4) : 0;
     v[MEM_STAGING] = r->zero1 ? (int64_t)dt_zero1_staging_bytes(r->zero1) : 0;
-    v[MEM_ACTS] = (int64_t)(2 * m->num_acts * sizeof(float));
+    v[MEM_ACTS] = (int64_t)((size_t)(m->act_slots + m->grad_slots) *
+                            m->num_acts * sizeof(float));
     struct mallinfo2 mi = mallinfo2();
     v[MEM_HEAP] = (int64_t)(mi.uordblks + mi.hblkhd);
     struct rusage ru;

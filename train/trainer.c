@@ -70,6 +70,8 @@ dt_status mg_run_open(mg_run *r)
     dt_status st = open_data(r);
     if (st != DT_OK)
         return st;
+    if (o->pp > 0)
+        return mg_pipe_open(r);
     st = dt_model_create(&r->m, &o->cfg, dt_backend_cpu(), o->batch);
     if (st != DT_OK)
         return run_fail(r, st, "model", r->m ? dt_model_error(r->m) : NULL);
@@ -97,6 +99,7 @@ dt_status mg_run_open(mg_run *r)
 
 void mg_run_close(mg_run *r)
 {
+    mg_pipe_close(r);
     dt_ddp_destroy(r->ddp);
     dt_zero1_destroy(r->zero1);
     dt_model_destroy(r->m);
@@ -136,6 +139,8 @@ static dt_status micro_step(mg_run *r, int step, int j, float *loss)
 
 dt_status mg_train_step(mg_run *r, int step, mg_step *out)
 {
+    if (r->pipe)
+        return mg_pipe_step(r, step, out);
     double t0 = now_s();
     float loss = 0;
     dt_status st = DT_OK;

@@ -13,6 +13,7 @@
 #include "dt_comm.h"
 #include "dt_model.h"
 #include "dt_optim.h"
+#include "dt_pipe.h"
 
 /* One rank's training run. */
 typedef struct mg_run {
@@ -32,6 +33,9 @@ typedef struct mg_run {
     int start_step;         /* first step to run: 0, or the resumed step */
     uint64_t row0;          /* data position at start_step */
     bool verified;          /* RESUME VERIFIED already printed */
+    dt_pipe_schedule *sched; /* --pp: the schedule, this rank's stage runs */
+    dt_pipe *pipe;           /* --pp: its executor; r->m is the stage */
+    double pipe_wall_s, pipe_compute_s; /* summed over steps, for bubbles */
     char err[768];
 } mg_run;
 
@@ -52,6 +56,14 @@ dt_status mg_train_step(mg_run *r, int step, mg_step *out);
 float mg_val_loss(mg_run *r);
 /* Writes a sample of n tokens after a prompt from the validation split. */
 void mg_sample(mg_run *r, FILE *f, int n);
+
+/* pipelined.c: --pp (every rank calls each) */
+int mg_microbatches(const mg_options *o);
+dt_status mg_pipe_open(mg_run *r);     /* stage model, schedule, executor */
+void mg_pipe_close(mg_run *r);
+dt_status mg_pipe_step(mg_run *r, int step, mg_step *out);
+/* Each stage's blocks, memory sets and bubble, gathered to rank 0. */
+dt_status mg_report_pipeline(FILE *f, const mg_run *r);
 
 /* checkpointing.c: collective (every rank calls) */
 dt_status mg_ckpt_open(mg_run *r);

@@ -1,0 +1,362 @@
+/*
+ * executor.c — runs one stage's list of a pipeline schedule on a real
+ * rank: the only place that turns schedule data into compute and
+ * transfers.
+ *
+ * Per action:
+ *   F, B, W     select the micro-batch's slots in the stage model, then
+ *               forward, backward (whole, or its input half when the
+ *               schedule is split) or the weight half. The last stage's B
+ *               starts from dloss = 1/m: the loss of the step is the mean
+ *               over micro-batches, as in `--grad-accum m`.
+ *   transfers   a run of consecutive transfers is posted together, every
+ *               send and receive async (dt_send_async / dt_recv_async,
+ *               tagged by kind and micro-batch), then only the receives
+ *               are waited. The tensors go straight from and into the
+ *               model's activation slots (dt_model_output, _input, ...).
+ *   STEP        every send still in flight is waited: after it the
+ *               gradients are final and every buffer is free.
+ *
+ * Why sends are never waited where they are posted: two neighbours that
+ * send to each other at the same time (stage s its activations forward,
+ * stage s+1 a gradient back, as 1F1B does every step) would each block in
+ * its send once the message outgrows the socket buffers, and neither would
+ * ever reach its receive. Posting the receive with the send, and waiting a
+ * send only before its slot is reused by another micro-batch or at STEP,
+ * makes the exchange complete whatever the size; dt_pipe_simulate checks
+ * the same rules on every schedule with sends that never buffer.
+ *
+ * Failures: any failed transfer fails the communicator (the transport's
+ * contract), which fails every other pending transfer at once, and the
+ * error names the stage, the action, the micro-batch and the peer, with
+ * the communicator's root cause (a dead rank is named by every survivor;
+ * a receive of another size is a DT_EPROTO naming both sides).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "pipe_internal.h"
+
+#define TAG_BASE 0x70000000u /* pipeline transfers: base + 2 mb + kind */
+
+struct dt_pipe {
+    dt_comm *comm;
+    dt_model *m;
+    const dt_pipe_schedule *sched;
+    int stage, p;
+    dt_work **pending[2]; /* [slots] send leaving each act / grad slot */
+    int *pending_mb[2];
+    dt_work **recvs;      /* the current batch's receives */
+    int *recv_at;         /* their action indices */
+    float *losses;        /* [m] last stage: each micro-batch's loss */
+    dt_pipe_stats stats;
+    char err[1024];
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static dt_status pipe_fail(dt_pipe *p, dt_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static dt_status pipe_fail(dt_pipe *p, dt_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (!p->err[0]) {
+        int n = snprintf(p->err, sizeof p->err, "pipeline stage %d: ",
+                         p->stage);
+        vsnprintf(p->err + n, sizeof p->err - (size_t)n, fmt, ap);
+    }
+    va_end(ap);
+    return st;
+}
+
+/* The checks a mismatched model or group would otherwise turn into a
+ * hang or garbage. */
+static dt_status check_fit(dt_pipe *p)
+{
+    const dt_pipe_schedule *s = p->sched;
+    dt_model *m = p->m;
+    int st = p->stage, first = m->l0 == 0, last = m->l1 == m->cfg.L;
+    int size = p->comm ? dt_comm_size(p->comm) : 1;
+    if (size != s->p)
+        return pipe_fail(p, DT_EINVAL, "the group has %d ranks, the "
+                         "schedule %d stages", size, s->p);
+    if (first != (st == 0) || last != (st == s->p - 1))
+        return pipe_fail(p, DT_EINVAL, "its model owns blocks [%d, %d) of "
+                         "%d, which is not stage %d of %d", m->l0, m->l1,
+                         m->cfg.L, st, s->p);
+    if (m->act_slots < s->act_slots[st] || m->grad_slots < s->grad_slots[st])
+        return pipe_fail(p, DT_EINVAL, "the %s schedule keeps %d micro-"
+                         "batches (%d gradient sets) alive here, the model "
+                         "has %d (%d)", dt_pipe_kind_name(s->kind),
+                         s->act_slots[st], s->grad_slots[st], m->act_slots,
+                         m->grad_slots);
+    return DT_OK;
+}
+
+dt_status dt_pipe_create(dt_pipe **out, dt_comm *group, dt_model *stage,
+                         const dt_pipe_schedule *sched)
+{
+    dt_pipe *p = calloc(1, sizeof *p);
+    *out = p;
+    if (!p)
+        return DT_ENOMEM;
+    *p = (dt_pipe){.comm = group, .m = stage, .sched = sched,
+                   .stage = group ? dt_comm_rank(group) : 0,
+                   .p = sched->p};
+    dt_status st = check_fit(p);
+    if (st != DT_OK)
+        return st;
+    size_t n = (size_t)sched->n[p->stage], m = (size_t)sched->m;
+    for (int k = 0; k < 2; k++) {
+        p->pending[k] = calloc(m, sizeof(dt_work *));
+        p->pending_mb[k] = calloc(m, sizeof(int));
+    }
+    p->recvs = calloc(n, sizeof(dt_work *));
+    p->recv_at = calloc(n, sizeof(int));
+    p->losses = calloc(m, sizeof(float));
+    if (!p->pending[0] || !p->pending[1] || !p->pending_mb[0] ||
+        !p->pending_mb[1] || !p->recvs || !p->recv_at || !p->losses)
+        return pipe_fail(p, DT_ENOMEM, "out of memory");
+    return DT_OK;
+}
+
+void dt_pipe_destroy(dt_pipe *p)
+{
+    if (!p)
+        return;
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; p->pending[k] && i < p->sched->m; i++)
+            if (p->pending[k][i])
+                dt_work_wait(p->pending[k][i]);
+        free(p->pending[k]);
+        free(p->pending_mb[k]);
+    }
+    free(p->recvs);
+    free(p->recv_at);
+    free(p->losses);
+    free(p);
+}
+
+const char *dt_pipe_error(const dt_pipe *p)
+{
+    return p ? p->err : "pipeline: out of memory";
+}
+
+void dt_pipe_last_stats(const dt_pipe *p, dt_pipe_stats *out)
+{
+    *out = p->stats;
+}
+
+/* ---- transfers -------------------------------------------------------------- */
+
+static const char *describe(dt_pipe_op op)
+{
+    switch (op) {
+    case DT_PIPE_SEND_ACT: return "sending the activations of";
+    case DT_PIPE_RECV_ACT: return "receiving the activations of";
+    case DT_PIPE_SEND_GRAD: return "sending the gradient of";
+    default: return "receiving the gradient of";
+    }
+}
+
+static int peer_of(const dt_pipe *p, dt_pipe_op op)
+{
+    return op == DT_PIPE_SEND_ACT || op == DT_PIPE_RECV_GRAD ? p->stage + 1
+                                                             : p->stage - 1;
+}
+
+static dt_status transfer_failed(dt_pipe *p, const dt_pipe_action *a,
+                                 dt_status st)
+{
+    const char *why = p->comm ? dt_comm_error(p->comm) : "";
+    return pipe_fail(p, st, "%s micro-batch %d (stage %d): %s: %s",
+                     describe(a->op), a->mb, peer_of(p, a->op),
+                     dt_status_name(st), why[0] ? why : "failed");
+}
+
+/* Waits for the send still leaving from one of a's slots for another
+ * micro-batch, before a overwrites that slot. */
+static dt_status free_slots(dt_pipe *p, const dt_pipe_action *a)
+{
+    int slots[2] = {a->slot, a->grad_slot};
+    for (int k = 0; k < 2; k++) {
+        if (slots[k] < 0 || !p->pending[k][slots[k]] ||
+            p->pending_mb[k][slots[k]] == a->mb)
+            continue;
+        dt_work *w = p->pending[k][slots[k]];
+        p->pending[k][slots[k]] = NULL;
+        dt_status st = dt_work_wait(w);
+        if (st != DT_OK) {
+            dt_pipe_action sent = {k ? DT_PIPE_SEND_GRAD : DT_PIPE_SEND_ACT,
+                                   p->pending_mb[k][slots[k]], -1, -1};
+            return transfer_failed(p, &sent, st);
+        }
+    }
+    return DT_OK;
+}
+
+/* Posts one transfer, straight from or into the model's slot. */
+static dt_status post(dt_pipe *p, const dt_pipe_action *a, int B, int T,
+                      dt_work **w)
+{
+    dt_model *m = p->m;
+    size_t count = (size_t)B * T * m->cfg.C;
+    int kind = a->op == DT_PIPE_SEND_GRAD || a->op == DT_PIPE_RECV_GRAD;
+    uint32_t tag = TAG_BASE + 2u * (uint32_t)a->mb + (uint32_t)kind;
+    dt_model_select(m, a->slot, a->grad_slot >= 0 ? a->grad_slot : 0);
+    switch (a->op) {
+    case DT_PIPE_SEND_ACT:
+        return dt_send_async(p->comm, dt_model_output(m), count, DT_F32,
+                             p->stage + 1, tag, w);
+    case DT_PIPE_RECV_ACT:
+        return dt_recv_async(p->comm, dt_model_input(m, B, T), count, DT_F32,
+                             p->stage - 1, tag, NULL, w);
+    case DT_PIPE_SEND_GRAD:
+        return dt_send_async(p->comm, dt_model_input_grad(m), count, DT_F32,
+                             p->stage - 1, tag, w);
+    default:
+        return dt_recv_async(p->comm, dt_model_output_grad(m), count, DT_F32,
+                             p->stage + 1, tag, NULL, w);
+    }
+}
+
+/* The run of transfers from action i: post all, wait the receives.
+ * Returns the index after the run in *next. */
+static dt_status run_batch(dt_pipe *p, int i, int B, int T, int *next)
+{
+    const dt_pipe_action *acts = p->sched->actions[p->stage];
+    int end = i, nrecv = 0;
+    while (end < p->sched->n[p->stage] && dt_pipe_is_transfer(acts[end].op))
+        end++;
+    *next = end;
+    dt_status st = DT_OK;
+    for (int k = i; k < end && st == DT_OK; k++) {
+        const dt_pipe_action *a = &acts[k];
+        dt_work *w = NULL;
+        if ((st = free_slots(p, a)) != DT_OK)
+            break;
+        if ((st = post(p, a, B, T, &w)) != DT_OK) {
+            transfer_failed(p, a, st);
+            break;
+        }
+        int recv = a->op == DT_PIPE_RECV_ACT || a->op == DT_PIPE_RECV_GRAD;
+        if (recv) {
+            p->recvs[nrecv] = w;
+            p->recv_at[nrecv++] = k;
+        } else {
+            int kind = a->op == DT_PIPE_SEND_GRAD;
+            int slot = kind ? a->grad_slot : a->slot;
+            p->pending[kind][slot] = w;
+            p->pending_mb[kind][slot] = a->mb;
+        }
+    }
+    for (int r = 0; r < nrecv; r++) { /* wait each exactly once */
+        dt_status rs = dt_work_wait(p->recvs[r]);
+        if (rs != DT_OK && st == DT_OK)
+            st = transfer_failed(p, &acts[p->recv_at[r]], rs);
+    }
+    return st;
+}
+
+/* STEP: every send done. */
+static dt_status wait_sends(dt_pipe *p)
+{
+    dt_status st = DT_OK;
+    for (int k = 0; k < 2; k++)
+        for (int s = 0; s < p->sched->m; s++) {
+            dt_work *w = p->pending[k][s];
+            if (!w)
+                continue;
+            p->pending[k][s] = NULL;
+            dt_status ws = dt_work_wait(w);
+            if (ws != DT_OK && st == DT_OK) {
+                dt_pipe_action a = {k ? DT_PIPE_SEND_GRAD : DT_PIPE_SEND_ACT,
+                                    p->pending_mb[k][s], -1, -1};
+                st = transfer_failed(p, &a, ws);
+            }
+        }
+    return st;
+}
+
+/* ---- compute ---------------------------------------------------------------- */
+
+static dt_status compute(dt_pipe *p, const dt_pipe_action *a,
+                         const int *const *inputs, const int *const *targets,
+                         int B, int T)
+{
+    dt_model *m = p->m;
+    dt_status st = free_slots(p, a);
+    if (st != DT_OK)
+        return st;
+    dt_model_select(m, a->slot, a->grad_slot >= 0 ? a->grad_slot : 0);
+    int last = p->stage == p->p - 1;
+    float dloss = 1.0f / (float)p->sched->m;
+    if (a->op == DT_PIPE_F) {
+        st = dt_model_forward(m, p->stage == 0 ? inputs[a->mb] : NULL,
+                              last ? targets[a->mb] : NULL, B, T);
+        if (st == DT_OK && last)
+            p->losses[a->mb] = m->mean_loss;
+    } else if (a->op == DT_PIPE_B) {
+        st = dt_model_backward_part(m, dloss, p->sched->split_backward
+                                                  ? DT_BACKWARD_INPUT
+                                                  : DT_BACKWARD_ALL);
+    } else {
+        st = dt_model_backward_part(m, dloss, DT_BACKWARD_WEIGHT);
+    }
+    if (st != DT_OK)
+        return pipe_fail(p, st, "%s of micro-batch %d: %s",
+                         dt_pipe_op_name(a->op), a->mb, dt_model_error(m));
+    return DT_OK;
+}
+
+static dt_status check_batch(dt_pipe *p, const int *const *inputs,
+                             const int *const *targets)
+{
+    if (p->stage == 0 && !inputs)
+        return pipe_fail(p, DT_EINVAL, "the first stage needs inputs");
+    if (p->stage == p->p - 1 && !targets)
+        return pipe_fail(p, DT_EINVAL, "the last stage needs targets");
+    return DT_OK;
+}
+
+dt_status dt_pipe_run(dt_pipe *p, const int *const *inputs,
+                      const int *const *targets, int B, int T, float *loss)
+{
+    const dt_pipe_schedule *s = p->sched;
+    const dt_pipe_action *acts = s->actions[p->stage];
+    dt_status st = check_batch(p, inputs, targets);
+    memset(&p->stats, 0, sizeof p->stats);
+    double t0 = now_s();
+    for (int i = 0; i < s->n[p->stage] && st == DT_OK;) {
+        const dt_pipe_action *a = &acts[i];
+        double ta = now_s();
+        if (dt_pipe_is_transfer(a->op)) {
+            st = run_batch(p, i, B, T, &i);
+        } else if (a->op == DT_PIPE_STEP) {
+            st = wait_sends(p);
+            i++;
+        } else {
+            st = compute(p, a, inputs, targets, B, T);
+            i++;
+        }
+        p->stats.op_s[a->op] += now_s() - ta;
+    }
+    if (st != DT_OK)
+        wait_sends(p); /* the failed communicator completes them at once */
+    p->stats.wall_s = now_s() - t0;
+    float sum = 0.0f; /* the trainer's order: += loss_k / m, k = 0 .. m-1 */
+    for (int k = 0; k < s->m && p->stage == s->p - 1; k++)
+        sum += p->losses[k] / (float)s->m;
+    if (loss)
+        *loss = sum;
+    return st;
+}

@@ -1,0 +1,48 @@
+#!/bin/sh
+# minigpt_pipeline.sh — minigpt --pp end to end, through dtrain-launch.
+#
+# A pipelined run is the same training as one process accumulating the
+# same micro-batches: `dtrain-launch -n 2 minigpt --pp 2 --microbatches 4`
+# must print a loss table identical, digit for digit, to `minigpt
+# --grad-accum 4` with the same flags, for every schedule (the stages add
+# the micro-batches' gradients in the same order, so the sums are
+# bitwise equal). A --pp that does not match the world size is refused
+# with a message saying what to run instead. Output is TAP.
+#
+# usage: minigpt_pipeline.sh PATH/TO/dtrain-launch PATH/TO/minigpt
+launch=$1; minigpt=$2
+tmp=$(mktemp -d /tmp/dtrain-pipe-e2e-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+unset RANK WORLD_SIZE LOCAL_RANK DT_INIT_URL DT_SECRET DT_JOB_ID
+echo "1..4"
+n=0
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
+flags="--data random --steps 4 --batch 4 --layers 3 --loss-table --log-every 100"
+
+# the loss table's rows, without the launcher's rank prefix
+losses() { sed -n 's/^\(\[0\] \)\{0,1\}  *\([0-9][0-9]*\)   *\([0-9.]*\)$/\2 \3/p' "$1"; }
+
+timeout 120 "$minigpt" $flags --grad-accum 4 >"$tmp/one.out" 2>&1
+losses "$tmp/one.out" >"$tmp/one.loss"
+for s in gpipe 1f1b zb; do
+    name="2 stages with $s print the loss table of one process with --grad-accum 4"
+    if timeout 120 "$launch" -n 2 "$minigpt" $flags --pp 2 --microbatches 4 \
+            --schedule "$s" >"$tmp/$s.out" 2>&1 &&
+       losses "$tmp/$s.out" >"$tmp/$s.loss" && [ -s "$tmp/$s.loss" ] &&
+       cmp -s "$tmp/one.loss" "$tmp/$s.loss"; then
+        ok "$name"
+    else
+        not_ok "$name" "$(paste "$tmp/one.loss" "$tmp/$s.loss" 2>&1)" \
+            "$(tail -n 5 "$tmp/$s.out")"
+    fi
+done
+
+name="--pp 2 in a world of 1 is refused, naming the launch to run"
+if ! timeout 60 "$minigpt" $flags --pp 2 >"$tmp/refused.out" 2>&1 &&
+   grep -q "needs a world of exactly 2 ranks (this one has 1)" "$tmp/refused.out" &&
+   grep -q "dtrain-launch -n 2" "$tmp/refused.out"; then
+    ok "$name"
+else
+    not_ok "$name" "$(cat "$tmp/refused.out")"
+fi
