@@ -83,7 +83,7 @@ void worker_env_free(char **env);
 /* ---- output_prefix.c ------------------------------------------------------- */
 
 #define OUTPUT_TAIL_LINES 8
-#define OUTPUT_TAIL_WIDTH 240
+#define OUTPUT_TAIL_WIDTH 1024   /* longer lines keep their start and end */
 
 /* The last lines a rank printed (both streams), for the failure report. */
 typedef struct output_tail {
@@ -108,6 +108,7 @@ void output_stream_feed(output_stream *s, const char *data, size_t n);
 void output_stream_finish(output_stream *s);
 void output_stream_free(output_stream *s);
 void output_tail_print(const output_tail *t, int rank, FILE *f);
+bool output_tail_mentions(const output_tail *t, const char *needle);
 
 /* ---- worker_group.c -------------------------------------------------------- */
 

@@ -10,11 +10,27 @@
  * the cause. torchrun's local agent does the same (its "first failure" in
  * the ChildFailedError report).
  *
+ * The first failure is not always the cause. A rank that is stopped
+ * (SIGSTOP, a debugger) makes no progress and says nothing; its peers wait
+ * for it until their op timeout and the first of them to time out exits
+ * first. So when the first failure arrives, before anything is signalled,
+ * the launcher reads the state of every worker still running from
+ * /proc/PID/stat; a worker in state T (stopped) or t (stopped by a tracer)
+ * is noted. Once the group is down and every line is drained, the verdict
+ * is made: if the first failure reported a timeout ("timed out" in its last
+ * lines) and a worker was stopped, the stopped worker is the root cause and
+ * the first failure is shown as what followed; otherwise the first failure
+ * is the root cause and a stopped worker is mentioned beside it. The exit
+ * code is the first failure's either way: it is what the job ended with.
+ * The check costs one small file read per worker, once per failure.
+ *
  * Stopping is SIGTERM, a grace period, then SIGKILL. TERM first so a worker
  * can flush its logs, finish a checkpoint write or tell its peers why it is
  * leaving; KILL after the grace period because a worker stuck in a blocking
- * call or ignoring TERM must not keep the job alive forever. A second
- * SIGINT/SIGTERM to the launcher skips the wait.
+ * call or ignoring TERM must not keep the job alive forever. TERM is
+ * followed by CONT, so a stopped worker acts on it instead of holding the
+ * group until the KILL. A second SIGINT/SIGTERM to the launcher skips the
+ * wait.
  *
  * Each worker runs in its own session and process group (libuv's
  * UV_PROCESS_DETACHED = setsid), and signals go to the whole group
@@ -60,6 +76,8 @@ typedef struct worker {
     int64_t exit_status;
     int term_signal;
     int spawn_error;                /* libuv error from uv_spawn, or 0 */
+    uint64_t last_output_ms;        /* uv_now of its last output, or of its start */
+    char stopped_state;             /* 'T' or 't' when the first failure came, else 0 */
 } worker;
 
 struct worker_group {
@@ -75,7 +93,8 @@ struct worker_group {
     bool stopping;                  /* SIGTERM sent */
     bool killed;                    /* SIGKILL sent */
     int interrupted_by;             /* the launcher's signal, or 0 */
-    worker *root_cause;             /* the first failure, or NULL */
+    worker *first_failure;          /* the first worker to fail, or NULL */
+    uint64_t first_failure_ms;      /* uv_now when it was reaped */
 };
 
 static void on_drain_timeout(uv_timer_t *t);
@@ -131,6 +150,7 @@ static void group_stop(worker_group *g)
     g->stopping = true;
     if (g->running == 0) return;
     signal_running(g, SIGTERM);
+    signal_running(g, SIGCONT);  /* a stopped worker can act on TERM only once resumed */
     uv_timer_start(&g->grace_timer, on_grace_over, (uint64_t)(g->opts->grace_s * 1000), 0);
 }
 
@@ -191,6 +211,44 @@ static void on_drain_timeout(uv_timer_t *t)
     }
 }
 
+/* ---- stopped workers -------------------------------------------------------------- */
+
+/* The state letter of a process from /proc/PID/stat ("PID (comm) S ..."; the
+ * command may itself hold spaces and parentheses, so look after the last
+ * ')'), or 0 if it cannot be read (gone, or no /proc). */
+static char process_state(int pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    const char *end = strrchr(buf, ')');
+    return end && end[1] == ' ' ? end[2] : 0;
+}
+
+static const char *stopped_how(const worker *w)
+{
+    return w->stopped_state == 'T' ? "SIGSTOP" : "by a debugger or tracer";
+}
+
+/* Called at the first failure, before any signal: which workers are stopped. */
+static void note_stopped_workers(worker_group *g)
+{
+    for (int i = 0; i < g->n; i++) {
+        worker *w = &g->workers[i];
+        if (!w->running) continue;
+        char state = process_state(w->proc.pid);
+        if (state != 'T' && state != 't') continue;
+        w->stopped_state = state;
+        fprintf(stderr, "dtrain-launch: rank %d (pid %d) is stopped (%s) and makes no progress\n",
+                w->rank, w->proc.pid, stopped_how(w));
+    }
+}
+
 /* ---- events ------------------------------------------------------------------ */
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
@@ -204,7 +262,10 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
     worker *w = s->data;
     int which = s == (uv_stream_t *)&w->pipes[0] ? 0 : 1;
-    if (n > 0) output_stream_feed(&w->streams[which], buf->base, (size_t)n);
+    if (n > 0) {
+        output_stream_feed(&w->streams[which], buf->base, (size_t)n);
+        w->last_output_ms = uv_now(w->group->loop);
+    }
     free(buf->base);
     if (n < 0) close_pipe(w, which);  /* UV_EOF, or the pipe failed: either way it is over */
 }
@@ -224,8 +285,10 @@ static void on_worker_exit(uv_process_t *p, int64_t exit_status, int term_signal
     if (failed && !g->stopping) {
         char what[128];
         describe_exit(w, what, sizeof what);
-        g->root_cause = w;
+        g->first_failure = w;
+        g->first_failure_ms = uv_now(g->loop);
         fprintf(stderr, "dtrain-launch: rank %d %s; stopping the other workers\n", w->rank, what);
+        note_stopped_workers(g);
         group_stop(g);
     }
     if (g->running == 0 && uv_is_active((uv_handle_t *)&g->grace_timer))
@@ -283,6 +346,7 @@ static void spawn_worker(worker_group *g, worker *w, const launch_job *job)
         return;
     }
     w->running = true;
+    w->last_output_ms = uv_now(g->loop);
     g->running++;
     uv_read_start((uv_stream_t *)&w->pipes[0], on_alloc, on_read);
     uv_read_start((uv_stream_t *)&w->pipes[1], on_alloc, on_read);
@@ -312,7 +376,7 @@ worker_group *group_start(uv_loop_t *loop, const launch_options *o, const launch
             char what[128];
             describe_exit(&ws[i], what, sizeof what);
             fprintf(stderr, "dtrain-launch: rank %d (%s) %s\n", ws[i].rank, o->program[0], what);
-            g->root_cause = &ws[i];
+            g->first_failure = &ws[i];
             group_stop(g);
             break;
         }
@@ -323,13 +387,22 @@ worker_group *group_start(uv_loop_t *loop, const launch_options *o, const launch
 
 /* ---- the verdict ------------------------------------------------------------------ */
 
-static void report_root_cause(const worker_group *g)
+/* The stopped worker the first failure was waiting for, or NULL: only a
+ * timeout can be caused by a rank that merely stopped (its sockets stay
+ * open, so its peers see silence, never an error). The lowest rank if
+ * several were stopped. */
+static const worker *stopped_culprit(const worker_group *g)
 {
-    const worker *w = g->root_cause;
-    char what[128];
-    describe_exit(w, what, sizeof what);
-    fprintf(stderr, "dtrain-launch: ROOT CAUSE: rank %d (local rank %d on node %d, pid %d) %s\n",
-            w->rank, w->local_rank, g->opts->node_rank, w->spawn_error ? 0 : w->proc.pid, what);
+    const worker *first = g->first_failure;
+    if (!first || first->spawn_error || !output_tail_mentions(&first->tail, "timed out"))
+        return NULL;
+    for (int i = 0; i < g->n; i++)
+        if (g->workers[i].stopped_state) return &g->workers[i];
+    return NULL;
+}
+
+static void print_last_lines(const worker *w)
+{
     if (w->tail.count > 0) {
         fprintf(stderr, "dtrain-launch: last %d line%s of rank %d:\n", w->tail.count,
                 w->tail.count == 1 ? "" : "s", w->rank);
@@ -337,11 +410,50 @@ static void report_root_cause(const worker_group *g)
     } else if (!w->spawn_error) {
         fprintf(stderr, "dtrain-launch: rank %d printed nothing\n", w->rank);
     }
+}
+
+static void report_stopped_cause(const worker_group *g, const worker *w)
+{
+    const worker *first = g->first_failure;
+    double silent_s = (double)(g->first_failure_ms - w->last_output_ms) / 1000;
+    fprintf(stderr, "dtrain-launch: ROOT CAUSE: rank %d (local rank %d on node %d, pid %d) "
+            "was stopped (%s) and made no progress; the others timed out waiting for it\n",
+            w->rank, w->local_rank, g->opts->node_rank, w->proc.pid, stopped_how(w));
+    if (w->tail.count)
+        fprintf(stderr, "dtrain-launch: rank %d was in state %c when rank %d failed; its last "
+                "output came %.1f s before that\n", w->rank, w->stopped_state, first->rank,
+                silent_s);
+    else
+        fprintf(stderr, "dtrain-launch: rank %d was in state %c when rank %d failed and had "
+                "printed nothing in the %.1f s since it started\n", w->rank, w->stopped_state,
+                first->rank, silent_s);
+    if (w->tail.count) print_last_lines(w);
+}
+
+static void report_first_failure(const worker_group *g, bool is_cause)
+{
+    const worker *w = g->first_failure;
+    char what[128];
+    describe_exit(w, what, sizeof what);
+    fprintf(stderr, "dtrain-launch: %s: rank %d (local rank %d on node %d, pid %d) %s\n",
+            is_cause ? "ROOT CAUSE" : "first to fail", w->rank, w->local_rank,
+            g->opts->node_rank, w->spawn_error ? 0 : w->proc.pid, what);
+    print_last_lines(w);
+}
+
+static void report_root_cause(const worker_group *g)
+{
+    const worker *culprit = stopped_culprit(g);
+    if (culprit) report_stopped_cause(g, culprit);
+    report_first_failure(g, !culprit);
     /* What became of the others: consequences, not causes. */
     int term = 0, killed = 0, clean = 0, failed = 0;
     for (int i = 0; i < g->n; i++) {
         const worker *o = &g->workers[i];
-        if (o == w || o->spawn_error || !o->proc.pid) continue;  /* never started */
+        if (!culprit && o->stopped_state)
+            fprintf(stderr, "dtrain-launch: note: rank %d (pid %d) was stopped (%s) when rank %d "
+                    "failed\n", o->rank, o->proc.pid, stopped_how(o), g->first_failure->rank);
+        if (o == g->first_failure || o == culprit || o->spawn_error || !o->proc.pid) continue;
         if (o->term_signal == SIGTERM) term++;
         else if (o->term_signal == SIGKILL) killed++;
         else if (!o->term_signal && o->exit_status == 0) clean++;
@@ -354,16 +466,16 @@ static void report_root_cause(const worker_group *g)
 
 group_result group_finish(worker_group *g, int *exit_code)
 {
-    if (g->root_cause) report_root_cause(g);
+    if (g->first_failure) report_root_cause(g);
     if (g->interrupted_by) {  /* the user's decision overrides any failure */
         *exit_code = 128 + g->interrupted_by;
         return GROUP_INTERRUPTED;
     }
-    if (!g->root_cause) {
+    if (!g->first_failure) {
         *exit_code = 0;
         return GROUP_SUCCEEDED;
     }
-    const worker *w = g->root_cause;
+    const worker *w = g->first_failure;
     if (w->spawn_error) {
         *exit_code = w->spawn_error == UV_ENOENT ? 127 : 126;  /* as a shell reports it */
         return GROUP_SPAWN_FAILED;

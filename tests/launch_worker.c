@@ -15,6 +15,12 @@
  *   launch_worker allreduce              join the job from the environment
  *                                        (dt_comm_options_from_env), all-reduce
  *                                        rank+1 and print the sum
+ *   launch_worker allreduce-loop DIR     join, write DIR/pid_<RANK>, all-reduce
+ *                                        until an op fails (DT_TIMEOUT bounds
+ *                                        each); print the error, exit 94
+ *   launch_worker long-error LEN CODE    one error line of about LEN bytes that
+ *                                        names a rank at its start and another
+ *                                        at its end, then exit CODE
  *
  * Pid files let the test signal a particular rank and later check that every
  * rank is gone. They are written to a temporary name and renamed, so the
@@ -89,30 +95,73 @@ static int mode_lines(int count)
     return write(1, tail, (size_t)n) < 0 ? 91 : 0;
 }
 
-static int mode_allreduce(void)
+/* Joins the job described by the environment; NULL (after printing why)
+ * on failure. An op timeout from DT_TIMEOUT wins over the 20 s default. */
+static dt_comm *join_from_env(void)
 {
-    dt_comm_options o;
     uint8_t scratch[64];
+    dt_comm_options o;
     char err[256];
     dt_comm_options_default(&o);
-    if (dt_comm_options_from_env(&o, scratch, sizeof scratch, err, sizeof err) != DT_OK) {
-        fprintf(stderr, "options: %s\n", err);
-        return 92;
-    }
     o.init_timeout_s = 20;
     o.timeout_s = 20;
+    if (dt_comm_options_from_env(&o, scratch, sizeof scratch, err, sizeof err) != DT_OK) {
+        fprintf(stderr, "options: %s\n", err);
+        return NULL;
+    }
     dt_comm *c;
     if (dt_comm_init(&c, &o) != DT_OK) {
         fprintf(stderr, "init: %s\n", c ? dt_comm_error(c) : "out of memory");
         dt_comm_destroy(c);
-        return 93;
+        return NULL;
     }
-    float v = (float)(o.rank + 1);
+    return c;
+}
+
+static int mode_allreduce(void)
+{
+    dt_comm *c = join_from_env();
+    if (!c) return 93;
+    int rank = dt_comm_rank(c), world = dt_comm_size(c);
+    float v = (float)(rank + 1);
     dt_status st = dt_allreduce(c, &v, 1, DT_F32, DT_SUM);
-    if (st == DT_OK) printf("rank=%d world=%d sum=%g\n", o.rank, o.world_size, v);
+    if (st == DT_OK) printf("rank=%d world=%d sum=%g\n", rank, world, v);
     else fprintf(stderr, "allreduce: %s\n", dt_comm_error(c));
     dt_comm_destroy(c);
     return st == DT_OK ? 0 : 94;
+}
+
+/* All-reduces until an op fails, as a training loop would; the test stops
+ * one rank (SIGSTOP) once every pid file is there, so the others time out. */
+static int mode_allreduce_loop(const char *dir)
+{
+    dt_comm *c = join_from_env();
+    if (!c) return 93;
+    write_pid_file(dir);
+    float v = 1;
+    dt_status st;
+    for (unsigned long i = 0;; i++) {
+        if ((st = dt_allreduce(c, &v, 1, DT_F32, DT_MAX)) != DT_OK) {
+            fprintf(stderr, "allreduce %lu: %s\n", i, dt_comm_error(c));
+            break;
+        }
+    }
+    dt_comm_destroy(c);
+    return 94;
+}
+
+/* One line of about `len` bytes naming this rank first and rank 3 last, the
+ * way an error names the rank that reports it and the peer it blames. */
+static int mode_long_error(int len, int code)
+{
+    char *line = malloc((size_t)len + 64);
+    if (!line) return 95;
+    int n = sprintf(line, "error on rank %d: ", env_int("RANK"));
+    for (; n < len; n++) line[n] = n % 10 ? '.' : '|';
+    sprintf(line + n, " blamed peer rank 3");
+    fprintf(stderr, "%s\n", line);
+    free(line);
+    return code;
 }
 
 int main(int argc, char **argv)
@@ -144,6 +193,9 @@ int main(int argc, char **argv)
         return restart < atoi(argv[2]) ? atoi(argv[3]) : 0;
     }
     if (!strcmp(mode, "allreduce")) return mode_allreduce();
+    if (!strcmp(mode, "allreduce-loop") && argc > 2) return mode_allreduce_loop(argv[2]);
+    if (!strcmp(mode, "long-error") && argc > 3)
+        return mode_long_error(atoi(argv[2]), atoi(argv[3]));
     fprintf(stderr, "launch_worker: unknown mode '%s'\n", mode);
     return 99;
 }

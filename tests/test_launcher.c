@@ -513,3 +513,88 @@ Test(launcher, two_launchers_as_two_nodes_form_one_job, .timeout = 60)
     }
     for (int k = 0; k < 2; k++) launch_cleanup(&node[k]);
 }
+
+/* ---- blaming the right rank ------------------------------------------------------------ */
+
+/* Reads field 3 of /proc/PID/stat: R, S, T (stopped), ... */
+static char proc_state(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return '?';
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *close = strrchr(buf, ')');
+    return close && close[1] == ' ' ? close[2] : '?';
+}
+
+/* Four ranks all-reduce in a loop with a 1 s op timeout; rank 2 is stopped.
+ * The others time out one by one, blaming whichever rank they waited on;
+ * the launcher must name rank 2, every time (an outside test saw a healthy
+ * rank named in 6 of 6 runs). */
+Test(launcher, a_stopped_rank_is_named_as_the_root_cause_not_those_that_timed_out,
+     .timeout = 120)
+{
+    for (int trial = 0; trial < 4; trial++) {
+        launch_run r;
+        launch_start_env(&r, (const char *[]){"DT_TIMEOUT=1", NULL},
+                         (const char *[]){"-n", "4", "--grace", "1", W, "allreduce-loop", "DIR",
+                                          NULL});
+        for (int i = 0; i < 4; i++) wait_pid_file(&r, i);
+        pid_t stopped = wait_pid_file(&r, 2);
+        kill(stopped, SIGSTOP);
+        while (proc_state(stopped) != 'T') nanosleep(&(struct timespec){0, 1000000}, NULL);
+        launch_wait(&r);
+        char want[128];
+        snprintf(want, sizeof want, "ROOT CAUSE: rank 2 (local rank 2 on node 0, pid %d) was "
+                 "stopped (SIGSTOP)", (int)stopped);
+        cr_assert(strstr(r.err, want), "trial %d: '%s' missing from:\n%s", trial, want, r.err);
+        cr_assert(strstr(r.err, "the others timed out waiting for it"), "trial %d:\n%s", trial,
+                  r.err);
+        cr_assert_eq(r.code, 94, "trial %d: exit %d (not the first failure's), stderr:\n%s",
+                     trial, r.code, r.err);
+        assert_all_gone(&r, 4);
+        launch_cleanup(&r);
+    }
+}
+
+/* A stopped worker cannot act on SIGTERM until it is resumed; the launcher
+ * resumes it, so the group ends now and not after the 60 s grace period
+ * (the test's 20 s timeout would fail first). */
+Test(launcher, a_stopped_worker_ends_on_sigterm_without_waiting_for_the_grace_period,
+     .timeout = 20)
+{
+    launch_run r;
+    launch_start(&r, (const char *[]){"-n", "2", "--grace", "60", W, "sleep", "DIR", NULL});
+    pid_t stopped = wait_pid_file(&r, 1);
+    kill(stopped, SIGSTOP);
+    while (proc_state(stopped) != 'T') nanosleep(&(struct timespec){0, 1000000}, NULL);
+    kill(wait_pid_file(&r, 0), SIGKILL);
+    launch_wait(&r);
+    cr_assert_eq(r.code, 128 + SIGKILL, "exit %d, stderr:\n%s", r.code, r.err);
+    cr_assert(strstr(r.err, "ROOT CAUSE: rank 0"), "%s", r.err);
+    cr_assert(strstr(r.err, "note: rank 1"), "the stopped rank is not mentioned:\n%s", r.err);
+    assert_all_gone(&r, 2);
+    launch_cleanup(&r);
+}
+
+/* The report quotes a rank's last lines; a long one must keep both ends,
+ * where errors name the rank that reports and the rank it blames. */
+Test(launcher, a_long_error_line_keeps_the_ranks_it_names_in_the_report, .timeout = 20)
+{
+    launch_run r;
+    launch_start(&r, (const char *[]){W, "long-error", "3000", "5", NULL});
+    launch_wait(&r);
+    cr_assert_eq(r.code, 5, "exit %d, stderr:\n%s", r.code, r.err);
+    const char *report = strstr(r.err, "ROOT CAUSE");
+    cr_assert(report, "no root cause in:\n%s", r.err);
+    const char *quoted = strstr(report, "    [0] error on rank 0: ");
+    cr_assert(quoted, "the quoted line lost its start:\n%s", report);
+    size_t n = strcspn(quoted, "\n");
+    cr_assert(n < 2000, "the quoted line is not shortened (%zu bytes)", n);
+    cr_assert(n >= 18 && !strncmp(quoted + n - 18, "blamed peer rank 3", 18),
+              "the quoted line lost its end:\n%.*s", (int)n, quoted);
+    launch_cleanup(&r);
+}
