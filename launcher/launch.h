@@ -16,6 +16,7 @@
  *   output_prefix.c   rank-prefixed, line-atomic relaying of output, log tee,
  *                     and the ring of last lines kept for the failure report
  *   worker_group.c    spawning, watching and stopping one group (libuv)
+ *   root_cause.c      the verdict on a failed group: whose failure it was
  *   launch_main.c     signals, the restart loop and the exit code
  *
  * Everything hangs off structs owned by main; nothing here is global.
@@ -133,5 +134,52 @@ void group_interrupt(worker_group *g, int signum);
  * cause report on stderr. */
 group_result group_finish(worker_group *g, int *exit_code);
 void group_free(worker_group *g);
+
+/* The state worker_group.c keeps and root_cause.c reads. */
+typedef struct worker {
+    worker_group *group;
+    int local_rank, rank;
+    uv_process_t proc;
+    uv_pipe_t pipes[2];             /* the worker's stdout, stderr */
+    output_stream streams[2];
+    output_tail tail;
+    int log_fd;
+    char **env;
+    bool running;                   /* spawned and not yet reaped */
+    bool pipe_open[2];
+    int64_t exit_status;
+    int term_signal;
+    int spawn_error;                /* libuv error from uv_spawn, or 0 */
+    uint64_t last_output_ms;        /* uv_now of its last output, or of its start */
+    char stopped_state;             /* 'T' or 't' when the first failure came, else 0 */
+} worker;
+
+struct worker_group {
+    uv_loop_t *loop;
+    const launch_options *opts;
+    int restart;
+    int n;
+    worker *workers;
+    uv_timer_t grace_timer;         /* SIGTERM -> SIGKILL */
+    uv_timer_t drain_timer;         /* all exited -> stop waiting for EOF */
+    bool timers_closing;
+    int running, open_pipes;
+    bool stopping;                  /* SIGTERM sent */
+    bool killed;                    /* SIGKILL sent */
+    int interrupted_by;             /* the launcher's signal, or 0 */
+    worker *first_failure;          /* the first worker to fail, or NULL */
+    uint64_t first_failure_ms;      /* uv_now when it was reaped */
+};
+
+/* "exited with code 3", "was killed by signal 9 (SIGKILL)", ... */
+void worker_describe_exit(const worker *w, char *buf, size_t len);
+/* How a worker with stopped_state set was stopped: "SIGSTOP", ... */
+const char *worker_stopped_how(const worker *w);
+const char *launch_signal_name(int sig);
+
+/* ---- root_cause.c ---------------------------------------------------------- */
+
+/* Prints the verdict on a group whose first_failure is set. */
+void root_cause_report(const worker_group *g);
 
 #endif

@@ -62,44 +62,9 @@
 
 #define DRAIN_AFTER_EXIT_MS 2000
 
-typedef struct worker {
-    worker_group *group;
-    int local_rank, rank;
-    uv_process_t proc;
-    uv_pipe_t pipes[2];             /* the worker's stdout, stderr */
-    output_stream streams[2];
-    output_tail tail;
-    int log_fd;
-    char **env;
-    bool running;                   /* spawned and not yet reaped */
-    bool pipe_open[2];
-    int64_t exit_status;
-    int term_signal;
-    int spawn_error;                /* libuv error from uv_spawn, or 0 */
-    uint64_t last_output_ms;        /* uv_now of its last output, or of its start */
-    char stopped_state;             /* 'T' or 't' when the first failure came, else 0 */
-} worker;
-
-struct worker_group {
-    uv_loop_t *loop;
-    const launch_options *opts;
-    int restart;
-    int n;
-    worker *workers;
-    uv_timer_t grace_timer;         /* SIGTERM -> SIGKILL */
-    uv_timer_t drain_timer;         /* all exited -> stop waiting for EOF */
-    bool timers_closing;
-    int running, open_pipes;
-    bool stopping;                  /* SIGTERM sent */
-    bool killed;                    /* SIGKILL sent */
-    int interrupted_by;             /* the launcher's signal, or 0 */
-    worker *first_failure;          /* the first worker to fail, or NULL */
-    uint64_t first_failure_ms;      /* uv_now when it was reaped */
-};
-
 static void on_drain_timeout(uv_timer_t *t);
 
-static const char *signal_name(int sig)
+const char *launch_signal_name(int sig)
 {
     static const struct { int sig; const char *name; } names[] = {
         {SIGHUP, "SIGHUP"}, {SIGINT, "SIGINT"}, {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
@@ -112,13 +77,13 @@ static const char *signal_name(int sig)
     return "a signal";
 }
 
-static void describe_exit(const worker *w, char *buf, size_t len)
+void worker_describe_exit(const worker *w, char *buf, size_t len)
 {
     if (w->spawn_error)
         snprintf(buf, len, "could not be started: %s", uv_strerror(w->spawn_error));
     else if (w->term_signal)
         snprintf(buf, len, "was killed by signal %d (%s)", w->term_signal,
-                 signal_name(w->term_signal));
+                 launch_signal_name(w->term_signal));
     else
         snprintf(buf, len, "exited with code %lld", (long long)w->exit_status);
 }
@@ -159,7 +124,7 @@ void group_interrupt(worker_group *g, int signum)
     if (!g->interrupted_by) g->interrupted_by = signum;
     if (!g->stopping) {
         fprintf(stderr, "dtrain-launch: got %s, stopping %d worker%s (SIGTERM, then SIGKILL "
-                "after %g s; repeat to kill now)\n", signal_name(signum), g->running,
+                "after %g s; repeat to kill now)\n", launch_signal_name(signum), g->running,
                 g->running == 1 ? "" : "s", g->opts->grace_s);
         group_stop(g);
     } else {
@@ -230,7 +195,7 @@ static char process_state(int pid)
     return end && end[1] == ' ' ? end[2] : 0;
 }
 
-static const char *stopped_how(const worker *w)
+const char *worker_stopped_how(const worker *w)
 {
     return w->stopped_state == 'T' ? "SIGSTOP" : "by a debugger or tracer";
 }
@@ -245,7 +210,7 @@ static void note_stopped_workers(worker_group *g)
         if (state != 'T' && state != 't') continue;
         w->stopped_state = state;
         fprintf(stderr, "dtrain-launch: rank %d (pid %d) is stopped (%s) and makes no progress\n",
-                w->rank, w->proc.pid, stopped_how(w));
+                w->rank, w->proc.pid, worker_stopped_how(w));
     }
 }
 
@@ -284,7 +249,7 @@ static void on_worker_exit(uv_process_t *p, int64_t exit_status, int term_signal
     bool failed = exit_status != 0 || term_signal != 0;
     if (failed && !g->stopping) {
         char what[128];
-        describe_exit(w, what, sizeof what);
+        worker_describe_exit(w, what, sizeof what);
         g->first_failure = w;
         g->first_failure_ms = uv_now(g->loop);
         fprintf(stderr, "dtrain-launch: rank %d %s; stopping the other workers\n", w->rank, what);
@@ -374,7 +339,7 @@ worker_group *group_start(uv_loop_t *loop, const launch_options *o, const launch
         spawn_worker(g, &ws[i], job);
         if (ws[i].spawn_error) {
             char what[128];
-            describe_exit(&ws[i], what, sizeof what);
+            worker_describe_exit(&ws[i], what, sizeof what);
             fprintf(stderr, "dtrain-launch: rank %d (%s) %s\n", ws[i].rank, o->program[0], what);
             g->first_failure = &ws[i];
             group_stop(g);
@@ -385,88 +350,11 @@ worker_group *group_start(uv_loop_t *loop, const launch_options *o, const launch
     return g;
 }
 
-/* ---- the verdict ------------------------------------------------------------------ */
-
-/* The stopped worker the first failure was waiting for, or NULL: only a
- * timeout can be caused by a rank that merely stopped (its sockets stay
- * open, so its peers see silence, never an error). The lowest rank if
- * several were stopped. */
-static const worker *stopped_culprit(const worker_group *g)
-{
-    const worker *first = g->first_failure;
-    if (!first || first->spawn_error || !output_tail_mentions(&first->tail, "timed out"))
-        return NULL;
-    for (int i = 0; i < g->n; i++)
-        if (g->workers[i].stopped_state) return &g->workers[i];
-    return NULL;
-}
-
-static void print_last_lines(const worker *w)
-{
-    if (w->tail.count > 0) {
-        fprintf(stderr, "dtrain-launch: last %d line%s of rank %d:\n", w->tail.count,
-                w->tail.count == 1 ? "" : "s", w->rank);
-        output_tail_print(&w->tail, w->rank, stderr);
-    } else if (!w->spawn_error) {
-        fprintf(stderr, "dtrain-launch: rank %d printed nothing\n", w->rank);
-    }
-}
-
-static void report_stopped_cause(const worker_group *g, const worker *w)
-{
-    const worker *first = g->first_failure;
-    double silent_s = (double)(g->first_failure_ms - w->last_output_ms) / 1000;
-    fprintf(stderr, "dtrain-launch: ROOT CAUSE: rank %d (local rank %d on node %d, pid %d) "
-            "was stopped (%s) and made no progress; the others timed out waiting for it\n",
-            w->rank, w->local_rank, g->opts->node_rank, w->proc.pid, stopped_how(w));
-    if (w->tail.count)
-        fprintf(stderr, "dtrain-launch: rank %d was in state %c when rank %d failed; its last "
-                "output came %.1f s before that\n", w->rank, w->stopped_state, first->rank,
-                silent_s);
-    else
-        fprintf(stderr, "dtrain-launch: rank %d was in state %c when rank %d failed and had "
-                "printed nothing in the %.1f s since it started\n", w->rank, w->stopped_state,
-                first->rank, silent_s);
-    if (w->tail.count) print_last_lines(w);
-}
-
-static void report_first_failure(const worker_group *g, bool is_cause)
-{
-    const worker *w = g->first_failure;
-    char what[128];
-    describe_exit(w, what, sizeof what);
-    fprintf(stderr, "dtrain-launch: %s: rank %d (local rank %d on node %d, pid %d) %s\n",
-            is_cause ? "ROOT CAUSE" : "first to fail", w->rank, w->local_rank,
-            g->opts->node_rank, w->spawn_error ? 0 : w->proc.pid, what);
-    print_last_lines(w);
-}
-
-static void report_root_cause(const worker_group *g)
-{
-    const worker *culprit = stopped_culprit(g);
-    if (culprit) report_stopped_cause(g, culprit);
-    report_first_failure(g, !culprit);
-    /* What became of the others: consequences, not causes. */
-    int term = 0, killed = 0, clean = 0, failed = 0;
-    for (int i = 0; i < g->n; i++) {
-        const worker *o = &g->workers[i];
-        if (!culprit && o->stopped_state)
-            fprintf(stderr, "dtrain-launch: note: rank %d (pid %d) was stopped (%s) when rank %d "
-                    "failed\n", o->rank, o->proc.pid, stopped_how(o), g->first_failure->rank);
-        if (o == g->first_failure || o == culprit || o->spawn_error || !o->proc.pid) continue;
-        if (o->term_signal == SIGTERM) term++;
-        else if (o->term_signal == SIGKILL) killed++;
-        else if (!o->term_signal && o->exit_status == 0) clean++;
-        else failed++;
-    }
-    if (term + killed + clean + failed > 0)
-        fprintf(stderr, "dtrain-launch: the other workers: %d stopped by SIGTERM, %d by "
-                "SIGKILL, %d failed after it, %d exited 0\n", term, killed, failed, clean);
-}
+/* ---- the verdict (the report itself is root_cause.c) ------------------------------ */
 
 group_result group_finish(worker_group *g, int *exit_code)
 {
-    if (g->first_failure) report_root_cause(g);
+    if (g->first_failure) root_cause_report(g);
     if (g->interrupted_by) {  /* the user's decision overrides any failure */
         *exit_code = 128 + g->interrupted_by;
         return GROUP_INTERRUPTED;
