@@ -2,31 +2,94 @@
  * root_cause.c — the verdict on a failed group: which worker's failure
  * caused the others', and the report a person reads.
  *
- * The first worker to fail is the root cause, with one exception read from
- * the kernel rather than from the output: a rank that is stopped (SIGSTOP,
- * a debugger) says nothing at all, and its peers only time out.
- * worker_group.c notes the stopped workers at the first failure; if that
- * failure is a timeout, the stopped worker is the cause (see
- * worker_group.c's head comment).
+ * The first worker to fail is where the search starts, not always where it
+ * ends. Workers fail because of each other: when a rank fails it aborts
+ * its communicator, and its peers' ops fail with "rank K (ADDR) failed and
+ * reported: <K's error>" (the ABORT frame carries K's status and error);
+ * whichever of them exits first reaches the launcher first, while K may
+ * still be closing its connections. So the verdict follows the blame: from
+ * the first failure's last lines to the rank they say failed first (the
+ * innermost report, when reports nest), as long as that rank is one of
+ * ours, until a worker whose last lines blame nobody: its failure is its
+ * own. A chain that loops stops at the first failure; one that leads to
+ * another node stops here and says so.
+ *
+ * One case is read from the kernel rather than from the output: a rank that
+ * is stopped (SIGSTOP, a debugger) says nothing at all, and its peers only
+ * time out. worker_group.c notes the stopped workers at the first failure;
+ * if the failure the blame leads to is a timeout, the stopped worker is the
+ * cause (see worker_group.c's head comment).
  *
  * The launcher's exit code is not decided here: it is the first failure's
  * (what the job ended with), whoever caused it.
  */
+#include <ctype.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "launch.h"
 
-/* The stopped worker the first failure was waiting for, or NULL: only a
- * timeout can be caused by a rank that merely stopped (its sockets stay
- * open, so its peers see silence, never an error). The lowest rank if
- * several were stopped. */
-static const worker *stopped_culprit(const worker_group *g)
+#define REPORTED " failed and reported:"
+
+/* The rank a line says failed first: K of the last "rank K (ADDR) failed
+ * and reported:" in it (reports nest outward-in, so the last one is the
+ * innermost), or -1. */
+static int blamed_in_line(const char *line)
 {
-    const worker *first = g->first_failure;
-    if (!first || first->spawn_error || !output_tail_mentions(&first->tail, "timed out"))
-        return NULL;
+    int blamed = -1;
+    for (const char *p = line; (p = strstr(p, "rank ")); p += 5) {
+        if (!isdigit((unsigned char)p[5])) continue;
+        char *end;
+        long k = strtol(p + 5, &end, 10);
+        if (k > 1 << 30 || strncmp(end, " (", 2)) continue;
+        const char *close = strchr(end + 2, ')');
+        if (close && !strncmp(close + 1, REPORTED, strlen(REPORTED))) blamed = (int)k;
+    }
+    return blamed;
+}
+
+/* The rank w's last lines blame, newest line first, or -1. */
+static int blamed_by(const worker *w)
+{
+    const output_tail *t = &w->tail;
+    for (int i = 0; i < t->count; i++) {
+        int slot = (t->next - 1 - i + 2 * OUTPUT_TAIL_LINES) % OUTPUT_TAIL_LINES;
+        int k = blamed_in_line(t->lines[slot]);
+        if (k >= 0) return k;
+    }
+    return -1;
+}
+
+static const worker *local_worker(const worker_group *g, int rank)
+{
+    int local = rank - g->opts->node_rank * g->opts->nproc_per_node;
+    return rank >= 0 && local >= 0 && local < g->n ? &g->workers[local] : NULL;
+}
+
+/* From the first failure along the blame to the worker whose failure is
+ * its own. *remote gets a rank on another node the chain ends at, or -1. */
+static const worker *own_failure(const worker_group *g, int *remote)
+{
+    const worker *w = g->first_failure;
+    *remote = -1;
+    for (int hops = 0; hops < g->n; hops++) {
+        int k = blamed_by(w);
+        const worker *next = local_worker(g, k);
+        if (k >= 0 && !next) *remote = k;
+        if (!next || next == w) return w;
+        w = next;
+    }
+    return g->first_failure;  /* the lines blame each other in a loop: trust the order */
+}
+
+/* The stopped worker that `cause` was waiting for, or NULL: only a timeout
+ * can be caused by a rank that merely stopped (its sockets stay open, so
+ * its peers see silence, never an error). The lowest rank if several
+ * were stopped. */
+static const worker *stopped_culprit(const worker_group *g, const worker *cause)
+{
+    if (cause->spawn_error || !output_tail_mentions(&cause->tail, "timed out")) return NULL;
     for (int i = 0; i < g->n; i++)
         if (g->workers[i].stopped_state) return &g->workers[i];
     return NULL;
@@ -61,30 +124,40 @@ static void report_stopped_cause(const worker_group *g, const worker *w)
     if (w->tail.count) print_last_lines(w);
 }
 
-static void report_first_failure(const worker_group *g, bool is_cause)
+static void report_own_failure(const worker_group *g, const worker *w)
+{
+    char what[128];
+    worker_describe_exit(w, what, sizeof what);
+    fprintf(stderr, "dtrain-launch: ROOT CAUSE: rank %d (local rank %d on node %d, pid %d) "
+            "failed on its own, and its peers failed because it did; it %s after rank %d "
+            "failed first\n", w->rank, w->local_rank, g->opts->node_rank, w->proc.pid, what,
+            g->first_failure->rank);
+    print_last_lines(w);
+}
+
+static void report_first_failure(const worker_group *g, const worker *cause)
 {
     const worker *w = g->first_failure;
     char what[128];
     worker_describe_exit(w, what, sizeof what);
-    fprintf(stderr, "dtrain-launch: %s: rank %d (local rank %d on node %d, pid %d) %s\n",
-            is_cause ? "ROOT CAUSE" : "first to fail", w->rank, w->local_rank,
-            g->opts->node_rank, w->spawn_error ? 0 : w->proc.pid, what);
+    fprintf(stderr, "dtrain-launch: %s: rank %d (local rank %d on node %d, pid %d) %s%s\n",
+            cause == w ? "ROOT CAUSE" : "first to fail", w->rank, w->local_rank,
+            g->opts->node_rank, w->spawn_error ? 0 : w->proc.pid, what,
+            cause == w ? "" : ", because of the root cause above");
     print_last_lines(w);
 }
 
-void root_cause_report(const worker_group *g)
+/* What became of the others: consequences, not causes. */
+static void report_the_others(const worker_group *g, const worker *cause)
 {
-    const worker *culprit = stopped_culprit(g);
-    if (culprit) report_stopped_cause(g, culprit);
-    report_first_failure(g, !culprit);
-    /* What became of the others: consequences, not causes. */
     int term = 0, killed = 0, clean = 0, failed = 0;
     for (int i = 0; i < g->n; i++) {
         const worker *o = &g->workers[i];
-        if (!culprit && o->stopped_state)
+        if (o != cause && o->stopped_state)
             fprintf(stderr, "dtrain-launch: note: rank %d (pid %d) was stopped (%s) when rank %d "
-                    "failed\n", o->rank, o->proc.pid, worker_stopped_how(o), g->first_failure->rank);
-        if (o == g->first_failure || o == culprit || o->spawn_error || !o->proc.pid) continue;
+                    "failed\n", o->rank, o->proc.pid, worker_stopped_how(o),
+                    g->first_failure->rank);
+        if (o == g->first_failure || o == cause || o->spawn_error || !o->proc.pid) continue;
         if (o->term_signal == SIGTERM) term++;
         else if (o->term_signal == SIGKILL) killed++;
         else if (!o->term_signal && o->exit_status == 0) clean++;
@@ -95,3 +168,17 @@ void root_cause_report(const worker_group *g)
                 "SIGKILL, %d failed after it, %d exited 0\n", term, killed, failed, clean);
 }
 
+void root_cause_report(const worker_group *g)
+{
+    int remote;
+    const worker *own = own_failure(g, &remote);
+    const worker *stopped = stopped_culprit(g, own);
+    const worker *cause = stopped ? stopped : own;
+    if (stopped) report_stopped_cause(g, stopped);
+    else if (own != g->first_failure) report_own_failure(g, own);
+    report_first_failure(g, cause);
+    if (remote >= 0)
+        fprintf(stderr, "dtrain-launch: rank %d's error says rank %d failed first; it runs on "
+                "another node, whose launcher reports its cause\n", own->rank, remote);
+    report_the_others(g, cause);
+}

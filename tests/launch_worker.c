@@ -18,6 +18,10 @@
  *   launch_worker allreduce-loop DIR     join, write DIR/pid_<RANK>, all-reduce
  *                                        until an op fails (DT_TIMEOUT bounds
  *                                        each); print the error, exit 94
+ *   launch_worker abort-one DIR K CODE   join, write the pid file; rank K prints an
+ *                                        error, aborts the communicator with it,
+ *                                        lingers 0.5 s and exits CODE; the others'
+ *                                        next all-reduce fails: print, exit 94
  *   launch_worker long-error LEN CODE    one error line of about LEN bytes that
  *                                        names a rank at its start and another
  *                                        at its end, then exit CODE
@@ -150,6 +154,29 @@ static int mode_allreduce_loop(const char *dir)
     return 94;
 }
 
+/* Rank `culprit` fails on its own and tells its peers through the abort;
+ * it lingers so that a peer, failing because of it, exits first. */
+static int mode_abort_one(const char *dir, int culprit, int code)
+{
+    dt_comm *c = join_from_env();
+    if (!c) return 93;
+    write_pid_file(dir);
+    if (dt_comm_rank(c) == culprit) {
+        char why[128];
+        snprintf(why, sizeof why, "rank %d: cannot open /nonexistent/data.bin", culprit);
+        fprintf(stderr, "%s\n", why);
+        dt_comm_abort(c, why);
+        nanosleep(&(struct timespec){0, 500 * 1000 * 1000}, NULL);
+        dt_comm_destroy(c);
+        return code;
+    }
+    float v = 1;
+    dt_status st = dt_allreduce(c, &v, 1, DT_F32, DT_SUM);
+    if (st != DT_OK) fprintf(stderr, "allreduce: %s\n", dt_comm_error(c));
+    dt_comm_destroy(c);
+    return st == DT_OK ? 0 : 94;
+}
+
 /* One line of about `len` bytes naming this rank first and rank 3 last, the
  * way an error names the rank that reports it and the peer it blames. */
 static int mode_long_error(int len, int code)
@@ -194,6 +221,8 @@ int main(int argc, char **argv)
     }
     if (!strcmp(mode, "allreduce")) return mode_allreduce();
     if (!strcmp(mode, "allreduce-loop") && argc > 2) return mode_allreduce_loop(argv[2]);
+    if (!strcmp(mode, "abort-one") && argc > 4)
+        return mode_abort_one(argv[2], atoi(argv[3]), atoi(argv[4]));
     if (!strcmp(mode, "long-error") && argc > 3)
         return mode_long_error(atoi(argv[2]), atoi(argv[3]));
     fprintf(stderr, "launch_worker: unknown mode '%s'\n", mode);

@@ -560,6 +560,34 @@ Test(launcher, a_stopped_rank_is_named_as_the_root_cause_not_those_that_timed_ou
     }
 }
 
+/* Rank 2 fails on its own and aborts; the others fail because it did
+ * ("rank 2 (ADDR) failed and reported: ...") and exit first, while rank 2
+ * lingers. The launcher must follow the blame to rank 2 and show its own
+ * error, not a bystander's report of it. */
+Test(launcher, the_rank_whose_failure_is_its_own_is_the_root_cause_not_the_first_to_exit,
+     .timeout = 60)
+{
+    for (int trial = 0; trial < 3; trial++) {
+        launch_run r;
+        launch_start(&r, (const char *[]){"-n", "4", W, "abort-one", "DIR", "2", "3", NULL});
+        launch_wait(&r);
+        cr_assert(strstr(r.err, "ROOT CAUSE: rank 2 (local rank 2 on node 0"),
+                  "trial %d: rank 2 is not the root cause:\n%s", trial, r.err);
+        const char *report = strstr(r.err, "ROOT CAUSE");
+        cr_assert(strstr(report, "[2] rank 2: cannot open /nonexistent/data.bin"),
+                  "trial %d: rank 2's own error is not in the report:\n%s", trial, report);
+        const char *first = strstr(report, "first to fail: rank ");
+        cr_assert(first, "trial %d: the first failure is not shown:\n%s", trial, report);
+        int first_code = -1;
+        const char *said = strstr(first, "exited with code ");
+        cr_assert(said && sscanf(said, "exited with code %d", &first_code) == 1, "%s", report);
+        cr_assert_eq(r.code, first_code, "trial %d: exit %d, not the first failure's", trial,
+                     r.code);
+        assert_all_gone(&r, 4);
+        launch_cleanup(&r);
+    }
+}
+
 /* A stopped worker cannot act on SIGTERM until it is resumed; the launcher
  * resumes it, so the group ends now and not after the 60 s grace period
  * (the test's 20 s timeout would fail first). */
