@@ -5,14 +5,16 @@
  * The first worker to fail is where the search starts, not always where it
  * ends. Workers fail because of each other: when a rank fails it aborts
  * its communicator, and its peers' ops fail with "rank K (ADDR) failed and
- * reported: <K's error>" (the ABORT frame carries K's status and error);
- * whichever of them exits first reaches the launcher first, while K may
- * still be closing its connections. So the verdict follows the blame: from
- * the first failure's last lines to the rank they say failed first (the
- * innermost report, when reports nest), as long as that rank is one of
- * ours, until a worker whose last lines blame nobody: its failure is its
- * own. A chain that loops stops at the first failure; one that leads to
- * another node stops here and says so.
+ * reported: <K's error>" (the ABORT frame carries K's status and error), or,
+ * where no ABORT got through, "connection to rank K lost ...; rank K died
+ * or its process was killed"; whichever of them exits first reaches the
+ * launcher first, while K may still be closing its connections. So the
+ * verdict follows the blame: from the first failure's last lines to the
+ * rank they say failed first (the innermost report, when reports nest), as
+ * long as that rank is one of ours and failed too, until a worker whose
+ * last lines blame nobody: its failure is its own. A chain that loops stops
+ * at the first failure; one that leads to another node stops here and says
+ * so.
  *
  * One case is read from the kernel rather than from the output: a rank that
  * is stopped (SIGSTOP, a debugger) says nothing at all, and its peers only
@@ -30,11 +32,15 @@
 
 #include "launch.h"
 
+/* The two ways a rank's error names the rank that failed before it (both
+ * worded by collectives/transport.c): the ABORT frame it got, and a
+ * connection the other side dropped. */
 #define REPORTED " failed and reported:"
+#define DIED " died or its process was killed"
 
 /* The rank a line says failed first: K of the last "rank K (ADDR) failed
- * and reported:" in it (reports nest outward-in, so the last one is the
- * innermost), or -1. */
+ * and reported:" or "rank K died or its process was killed" in it (reports
+ * nest outward-in, so the last one is the innermost), or -1. */
 static int blamed_in_line(const char *line)
 {
     int blamed = -1;
@@ -42,9 +48,11 @@ static int blamed_in_line(const char *line)
         if (!isdigit((unsigned char)p[5])) continue;
         char *end;
         long k = strtol(p + 5, &end, 10);
-        if (k > 1 << 30 || strncmp(end, " (", 2)) continue;
-        const char *close = strchr(end + 2, ')');
-        if (close && !strncmp(close + 1, REPORTED, strlen(REPORTED))) blamed = (int)k;
+        if (k > 1 << 30) continue;
+        const char *close = strncmp(end, " (", 2) ? NULL : strchr(end + 2, ')');
+        if ((close && !strncmp(close + 1, REPORTED, strlen(REPORTED))) ||
+            !strncmp(end, DIED, strlen(DIED)))
+            blamed = (int)k;
     }
     return blamed;
 }
@@ -77,7 +85,8 @@ static const worker *own_failure(const worker_group *g, int *remote)
         int k = blamed_by(w);
         const worker *next = local_worker(g, k);
         if (k >= 0 && !next) *remote = k;
-        if (!next || next == w) return w;
+        bool next_failed = next && (next->term_signal || next->exit_status != 0);
+        if (!next_failed || next == w) return w;
         w = next;
     }
     return g->first_failure;  /* the lines blame each other in a loop: trust the order */

@@ -22,6 +22,10 @@
  *                                        error, aborts the communicator with it,
  *                                        lingers 0.5 s and exits CODE; the others'
  *                                        next all-reduce fails: print, exit 94
+ *   launch_worker peer-died DIR K        every rank writes its pid file; rank K
+ *                                        prints an error, lingers 0.5 s, exits 3;
+ *                                        the others print what a rank prints when
+ *                                        K's connection drops, and exit 1
  *   launch_worker long-error LEN CODE    one error line of about LEN bytes that
  *                                        names a rank at its start and another
  *                                        at its end, then exit CODE
@@ -177,6 +181,29 @@ static int mode_abort_one(const char *dir, int culprit, int code)
     return st == DT_OK ? 0 : 94;
 }
 
+/* The words of collectives/transport.c when a peer's connection drops
+ * without an ABORT (a rank killed mid-handshake, say); the culprit lingers
+ * so that the others exit first. */
+static int mode_peer_died(const char *dir, int culprit)
+{
+    int rank = env_int("RANK");
+    char said[4096];
+    snprintf(said, sizeof said, "%s/said", dir);
+    write_pid_file(dir);
+    if (rank == culprit) {
+        fprintf(stderr, "rank %d: out of memory for the activations\n", rank);
+        FILE *f = fopen(said, "w");  /* the others fail once it has spoken */
+        if (!f) return 90;
+        fclose(f);
+        nanosleep(&(struct timespec){0, 500 * 1000 * 1000}, NULL);
+        return 3;
+    }
+    while (access(said, F_OK) != 0) nanosleep(&(struct timespec){0, 5000000}, NULL);
+    fprintf(stderr, "rank %d: connection to rank %d (127.0.0.1:9) lost: end of file; rank %d "
+            "died or its process was killed\n", rank, culprit, culprit);
+    return 1;
+}
+
 /* One line of about `len` bytes naming this rank first and rank 3 last, the
  * way an error names the rank that reports it and the peer it blames. */
 static int mode_long_error(int len, int code)
@@ -223,6 +250,7 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "allreduce-loop") && argc > 2) return mode_allreduce_loop(argv[2]);
     if (!strcmp(mode, "abort-one") && argc > 4)
         return mode_abort_one(argv[2], atoi(argv[3]), atoi(argv[4]));
+    if (!strcmp(mode, "peer-died") && argc > 3) return mode_peer_died(argv[2], atoi(argv[3]));
     if (!strcmp(mode, "long-error") && argc > 3)
         return mode_long_error(atoi(argv[2]), atoi(argv[3]));
     fprintf(stderr, "launch_worker: unknown mode '%s'\n", mode);

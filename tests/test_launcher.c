@@ -588,6 +588,21 @@ Test(launcher, the_rank_whose_failure_is_its_own_is_the_root_cause_not_the_first
     }
 }
 
+/* Where no ABORT got through, the others only saw rank 1's connection
+ * drop ("rank 1 died or its process was killed"); they exit first. */
+Test(launcher, the_rank_whose_connection_dropped_first_is_the_root_cause, .timeout = 30)
+{
+    launch_run r;
+    launch_start(&r, (const char *[]){"-n", "3", W, "peer-died", "DIR", "1", NULL});
+    launch_wait(&r);
+    cr_assert(strstr(r.err, "ROOT CAUSE: rank 1 (local rank 1 on node 0"),
+              "rank 1 is not the root cause:\n%s", r.err);
+    cr_assert(strstr(strstr(r.err, "ROOT CAUSE"), "[1] rank 1: out of memory"), "%s", r.err);
+    cr_assert_eq(r.code, 1, "exit %d, not the first failure's", r.code);
+    assert_all_gone(&r, 3);
+    launch_cleanup(&r);
+}
+
 /* A stopped worker cannot act on SIGTERM until it is resumed; the launcher
  * resumes it, so the group ends now and not after the 60 s grace period
  * (the test's 20 s timeout would fail first). */
