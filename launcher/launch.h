@@ -64,12 +64,13 @@ typedef struct launch_job {
     char run_id[72];                              /* hex, or the user's --run-id */
     char init_url[LAUNCH_URL_MAX];                /* file:///... */
     char secret_hex[2 * LAUNCH_SECRET_BYTES + 1]; /* handed to workers as DT_SECRET */
-    bool owns_rendezvous_file;                    /* we made the name: remove leftovers */
+    bool owns_rendezvous_file;                    /* this run made the file: remove it */
 } launch_job;
 
 /* Returns 0, or -1 with a message in err (a usage problem: exit 2). */
 int launch_job_init(launch_job *out, const launch_options *o, char *err, size_t errlen);
-/* Removes a rendezvous file this launcher named, if a crashed group left it. */
+/* Removes the rendezvous file this run created, if a failed or interrupted
+ * group left it. */
 void launch_job_cleanup(const launch_job *job);
 
 /* ---- worker_env.c ---------------------------------------------------------- */

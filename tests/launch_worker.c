@@ -18,6 +18,8 @@
  *   launch_worker allreduce-loop DIR     join, write DIR/pid_<RANK>, all-reduce
  *                                        until an op fails (DT_TIMEOUT bounds
  *                                        each); print the error, exit 94
+ *   launch_worker join-sleep DIR         join the job, print its DT_INIT_URL, write
+ *                                        the pid file, sleep until killed
  *   launch_worker abort-one DIR K CODE   join, write the pid file; rank K prints an
  *                                        error, aborts the communicator with it,
  *                                        lingers 0.5 s and exits CODE; the others'
@@ -61,7 +63,7 @@ static void write_pid_file(const char *dir)
     if (rename(tmp, path) != 0) { perror(path); exit(90); }
 }
 
-static void sleep_forever(void)
+static _Noreturn void sleep_forever(void)
 {
     for (;;) pause();
 }
@@ -158,6 +160,16 @@ static int mode_allreduce_loop(const char *dir)
     return 94;
 }
 
+/* A rank that holds the rendezvous file open until it is killed. */
+static int mode_join_sleep(const char *dir)
+{
+    dt_comm *c = join_from_env();
+    if (!c) return 93;
+    printf("init_url=%s\n", getenv("DT_INIT_URL"));
+    write_pid_file(dir);
+    sleep_forever();
+}
+
 /* Rank `culprit` fails on its own and tells its peers through the abort;
  * it lingers so that a peer, failing because of it, exits first. */
 static int mode_abort_one(const char *dir, int culprit, int code)
@@ -248,6 +260,7 @@ int main(int argc, char **argv)
     }
     if (!strcmp(mode, "allreduce")) return mode_allreduce();
     if (!strcmp(mode, "allreduce-loop") && argc > 2) return mode_allreduce_loop(argv[2]);
+    if (!strcmp(mode, "join-sleep") && argc > 2) return mode_join_sleep(argv[2]);
     if (!strcmp(mode, "abort-one") && argc > 4)
         return mode_abort_one(argv[2], atoi(argv[3]), atoi(argv[4]));
     if (!strcmp(mode, "peer-died") && argc > 3) return mode_peer_died(argv[2], atoi(argv[3]));

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -388,6 +389,66 @@ Test(launcher, a_missing_program_exits_127_naming_it, .timeout = 20)
     launch_wait(&r);
     cr_assert_eq(r.code, 127, "exit %d, stderr:\n%s", r.code, r.err);
     cr_assert(strstr(r.err, "/nonexistent/dt-program"), "%s", r.err);
+    launch_cleanup(&r);
+}
+
+/* ---- the rendezvous file ---------------------------------------------------------------- */
+
+static bool exists(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+/* Two ranks join (the file now exists, held open by both) and sleep; Ctrl-C
+ * kills them before they can remove it, so the launcher must. */
+static void assert_ctrl_c_removes_the_rendezvous_file(const char *rdzv_flag)
+{
+    launch_run r;
+    launch_start(&r, rdzv_flag ? (const char *[]){"-n", "2", "--rdzv", rdzv_flag, W,
+                                                  "join-sleep", "DIR", NULL}
+                               : (const char *[]){"-n", "2", W, "join-sleep", "DIR", NULL});
+    for (int i = 0; i < 2; i++) wait_pid_file(&r, i);
+    kill(r.pid, SIGINT);
+    launch_wait(&r);
+    cr_assert_eq(r.code, 130, "exit %d, stderr:\n%s", r.code, r.err);
+    char url[256];
+    value_of(r.out, 0, "init_url", url, sizeof url);
+    cr_assert(!strncmp(url, "file://", 7), "%s", url);
+    cr_assert(!exists(url + 7), "the rendezvous file %s outlived the launcher", url + 7);
+    launch_cleanup(&r);
+}
+
+Test(launcher, ctrl_c_removes_the_rendezvous_file_the_launcher_named, .timeout = 60)
+{
+    assert_ctrl_c_removes_the_rendezvous_file(NULL);
+}
+
+Test(launcher, ctrl_c_removes_an_rdzv_file_that_did_not_exist_before_the_launch, .timeout = 60)
+{
+    char url[128];
+    snprintf(url, sizeof url, "file:///tmp/dt-launch-test-rdzv-%d", (int)getpid());
+    unlink(url + 7);
+    assert_ctrl_c_removes_the_rendezvous_file(url);
+}
+
+Test(launcher, an_rdzv_file_that_existed_before_the_launch_is_left_alone, .timeout = 30)
+{
+    char url[128];
+    snprintf(url, sizeof url, "file:///tmp/dt-launch-test-keep-%d", (int)getpid());
+    FILE *f = fopen(url + 7, "w");
+    cr_assert(f);
+    fputs("not ours to remove\n", f);
+    fclose(f);
+    launch_run r;
+    launch_start(&r, (const char *[]){"-n", "2", "--rdzv", url, W, "fail", "DIR", "1", "4",
+                                      NULL});
+    launch_wait(&r);
+    cr_assert_eq(r.code, 4, "exit %d, stderr:\n%s", r.code, r.err);
+    char *left = slurp("/tmp", strrchr(url, '/') + 1);
+    cr_assert_str_eq(left, "not ours to remove\n", "the user's file was touched");
+    free(left);
+    unlink(url + 7);
     launch_cleanup(&r);
 }
 
