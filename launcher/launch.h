@@ -152,7 +152,7 @@ typedef struct worker {
     int term_signal;
     int spawn_error;                /* libuv error from uv_spawn, or 0 */
     uint64_t last_output_ms;        /* uv_now of its last output, or of its start */
-    char stopped_state;             /* 'T' or 't' when the first failure came, else 0 */
+    bool stopped;                   /* in state T (SIGSTOP) when the first failure came */
 } worker;
 
 struct worker_group {
@@ -174,8 +174,6 @@ struct worker_group {
 
 /* "exited with code 3", "was killed by signal 9 (SIGKILL)", ... */
 void worker_describe_exit(const worker *w, char *buf, size_t len);
-/* How a worker with stopped_state set was stopped: "SIGSTOP", ... */
-const char *worker_stopped_how(const worker *w);
 const char *launch_signal_name(int sig);
 
 /* ---- root_cause.c ---------------------------------------------------------- */

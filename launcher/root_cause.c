@@ -17,10 +17,10 @@
  * so.
  *
  * One case is read from the kernel rather than from the output: a rank that
- * is stopped (SIGSTOP, a debugger) says nothing at all, and its peers only
- * time out. worker_group.c notes the stopped workers at the first failure;
- * if the failure the blame leads to is a timeout, the stopped worker is the
- * cause (see worker_group.c's head comment).
+ * is stopped (SIGSTOP) says nothing at all, and its peers only time out.
+ * worker_group.c notes the stopped workers at the first failure; if the
+ * failure the blame leads to is a timeout, the stopped worker is the cause
+ * (see worker_group.c's head comment).
  *
  * The launcher's exit code is not decided here: it is the first failure's
  * (what the job ended with), whoever caused it.
@@ -100,7 +100,7 @@ static const worker *stopped_culprit(const worker_group *g, const worker *cause)
 {
     if (cause->spawn_error || !output_tail_mentions(&cause->tail, "timed out")) return NULL;
     for (int i = 0; i < g->n; i++)
-        if (g->workers[i].stopped_state) return &g->workers[i];
+        if (g->workers[i].stopped) return &g->workers[i];
     return NULL;
 }
 
@@ -120,15 +120,15 @@ static void report_stopped_cause(const worker_group *g, const worker *w)
     const worker *first = g->first_failure;
     double silent_s = (double)(g->first_failure_ms - w->last_output_ms) / 1000;
     fprintf(stderr, "dtrain-launch: ROOT CAUSE: rank %d (local rank %d on node %d, pid %d) "
-            "was stopped (%s) and made no progress; the others timed out waiting for it\n",
-            w->rank, w->local_rank, g->opts->node_rank, w->proc.pid, worker_stopped_how(w));
+            "was stopped (SIGSTOP) and made no progress; the others timed out waiting for it\n",
+            w->rank, w->local_rank, g->opts->node_rank, w->proc.pid);
     if (w->tail.count)
-        fprintf(stderr, "dtrain-launch: rank %d was in state %c when rank %d failed; its last "
-                "output came %.1f s before that\n", w->rank, w->stopped_state, first->rank,
+        fprintf(stderr, "dtrain-launch: rank %d was in state T when rank %d failed; its last "
+                "output came %.1f s before that\n", w->rank, first->rank,
                 silent_s);
     else
-        fprintf(stderr, "dtrain-launch: rank %d was in state %c when rank %d failed and had "
-                "printed nothing in the %.1f s since it started\n", w->rank, w->stopped_state,
+        fprintf(stderr, "dtrain-launch: rank %d was in state T when rank %d failed and had "
+                "printed nothing in the %.1f s since it started\n", w->rank,
                 first->rank, silent_s);
     if (w->tail.count) print_last_lines(w);
 }
@@ -162,10 +162,9 @@ static void report_the_others(const worker_group *g, const worker *cause)
     int term = 0, killed = 0, clean = 0, failed = 0;
     for (int i = 0; i < g->n; i++) {
         const worker *o = &g->workers[i];
-        if (o != cause && o->stopped_state)
-            fprintf(stderr, "dtrain-launch: note: rank %d (pid %d) was stopped (%s) when rank %d "
-                    "failed\n", o->rank, o->proc.pid, worker_stopped_how(o),
-                    g->first_failure->rank);
+        if (o != cause && o->stopped)
+            fprintf(stderr, "dtrain-launch: note: rank %d (pid %d) was stopped (SIGSTOP) when "
+                    "rank %d failed\n", o->rank, o->proc.pid, g->first_failure->rank);
         if (o == g->first_failure || o == cause || o->spawn_error || !o->proc.pid) continue;
         if (o->term_signal == SIGTERM) term++;
         else if (o->term_signal == SIGKILL) killed++;

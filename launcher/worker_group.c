@@ -11,18 +11,17 @@
  * the ChildFailedError report).
  *
  * The first failure is not always the cause. A rank that is stopped
- * (SIGSTOP, a debugger) makes no progress and says nothing; its peers wait
- * for it until their op timeout and the first of them to time out exits
- * first. So when the first failure arrives, before anything is signalled,
- * the launcher reads the state of every worker still running from
- * /proc/PID/stat; a worker in state T (stopped) or t (stopped by a tracer)
- * is noted. Once the group is down and every line is drained, the verdict
- * is made: if the first failure reported a timeout ("timed out" in its last
- * lines) and a worker was stopped, the stopped worker is the root cause and
- * the first failure is shown as what followed; otherwise the first failure
- * is the root cause and a stopped worker is mentioned beside it. The exit
- * code is the first failure's either way: it is what the job ended with.
- * The check costs one small file read per worker, once per failure.
+ * (SIGSTOP) makes no progress and says nothing; its peers wait for it until
+ * their op timeout, and the first of them to time out exits first. So at
+ * the first failure, before anything is signalled, the launcher reads the
+ * state of every worker still running from /proc/PID/stat and notes those
+ * in state T (stopped by a signal). State t (stopped by a tracer) is not
+ * noted: it is also the passing state of a process that a profiler samples
+ * or that LeakSanitizer inspects while it exits. The check costs one small
+ * file read per worker, once per failure. The verdict is made once the
+ * group is down and every line is drained (root_cause.c): a stopped worker
+ * is the cause when the failure it led to is a timeout. The exit code is
+ * the first failure's either way: it is what the job ended with.
  *
  * Stopping is SIGTERM, a grace period, then SIGKILL. TERM first so a worker
  * can flush its logs, finish a checkpoint write or tell its peers why it is
@@ -195,11 +194,6 @@ static char process_state(int pid)
     return end && end[1] == ' ' ? end[2] : 0;
 }
 
-const char *worker_stopped_how(const worker *w)
-{
-    return w->stopped_state == 'T' ? "SIGSTOP" : "by a debugger or tracer";
-}
-
 /* Called at the first failure, before any signal: which workers are stopped. */
 static void note_stopped_workers(worker_group *g)
 {
@@ -207,10 +201,10 @@ static void note_stopped_workers(worker_group *g)
         worker *w = &g->workers[i];
         if (!w->running) continue;
         char state = process_state(w->proc.pid);
-        if (state != 'T' && state != 't') continue;
-        w->stopped_state = state;
-        fprintf(stderr, "dtrain-launch: rank %d (pid %d) is stopped (%s) and makes no progress\n",
-                w->rank, w->proc.pid, worker_stopped_how(w));
+        if (state != 'T') continue;
+        w->stopped = true;
+        fprintf(stderr, "dtrain-launch: rank %d (pid %d) is stopped (SIGSTOP) and makes no "
+                "progress\n", w->rank, w->proc.pid);
     }
 }
 
