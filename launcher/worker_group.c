@@ -3,12 +3,13 @@
  *
  * The group is the unit of failure. Ranks of a collective job depend on
  * each other: when one dies the others block in their next collective
- * until a timeout, so waiting for them is pointless. The first worker to
- * exit non-zero or die from a signal is the ROOT CAUSE; the launcher then
- * stops everyone else. Workers that die afterwards — from our SIGTERM, or
- * because their peer vanished — are consequences and are not reported as
- * the cause. torchrun's local agent does the same (its "first failure" in
- * the ChildFailedError report).
+ * until a timeout, so waiting for them is pointless. When the first worker
+ * exits non-zero or dies from a signal, the launcher stops everyone else.
+ * torchrun's local agent reports that first failure as the cause (its
+ * ChildFailedError); we start from it and follow what the workers said to
+ * the rank whose failure was its own (root_cause.c), since the first to
+ * exit is often a rank that only reported a peer's failure. Workers that
+ * die from our SIGTERM are consequences, never the cause by themselves.
  *
  * The first failure is not always the cause. A rank that is stopped
  * (SIGSTOP) makes no progress and says nothing; its peers wait for it until
