@@ -591,7 +591,7 @@ static char proc_state(pid_t pid)
     return close && close[1] == ' ' ? close[2] : '?';
 }
 
-/* Four ranks all-reduce in a loop with a 1 s op timeout; rank 2 is stopped.
+/* Four ranks all-reduce in a loop with a 2 s op timeout; rank 2 is stopped.
  * The others time out one by one, blaming whichever rank they waited on;
  * the launcher must name rank 2, every time (an outside test saw a healthy
  * rank named in 6 of 6 runs). */
@@ -600,7 +600,7 @@ Test(launcher, a_stopped_rank_is_named_as_the_root_cause_not_those_that_timed_ou
 {
     for (int trial = 0; trial < 4; trial++) {
         launch_run r;
-        launch_start_env(&r, (const char *[]){"DT_TIMEOUT=1", NULL},
+        launch_start_env(&r, (const char *[]){"DT_TIMEOUT=2", NULL},
                          (const char *[]){"-n", "4", "--grace", "1", W, "allreduce-loop", "DIR",
                                           NULL});
         for (int i = 0; i < 4; i++) wait_pid_file(&r, i);
