@@ -153,6 +153,7 @@ typedef struct worker {
     int spawn_error;                /* libuv error from uv_spawn, or 0 */
     uint64_t last_output_ms;        /* uv_now of its last output, or of its start */
     bool stopped;                   /* in state T (SIGSTOP) when the first failure came */
+    bool ignored_term;              /* still running when the grace period ended */
 } worker;
 
 struct worker_group {

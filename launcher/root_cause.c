@@ -16,11 +16,12 @@
  * at the first failure; one that leads to another node stops here and says
  * so.
  *
- * One case is read from the kernel rather than from the output: a rank that
- * is stopped (SIGSTOP) says nothing at all, and its peers only time out.
- * worker_group.c notes the stopped workers at the first failure; if the
- * failure the blame leads to is a timeout, the stopped worker is the cause
- * (see worker_group.c's head comment).
+ * Silent ranks are found by their behaviour rather than their output: a
+ * rank that is stopped (SIGSTOP) or hung says nothing at all, and its peers
+ * only time out. worker_group.c notes the workers in state T at the first
+ * failure and those still running when the grace period after SIGTERM
+ * ends; if the failure the blame leads to is a timeout, such a worker is
+ * the cause (see worker_group.c's head comment).
  *
  * The launcher's exit code is not decided here: it is the first failure's
  * (what the job ended with), whoever caused it.
@@ -92,15 +93,20 @@ static const worker *own_failure(const worker_group *g, int *remote)
     return g->first_failure;  /* the lines blame each other in a loop: trust the order */
 }
 
-/* The stopped worker that `cause` was waiting for, or NULL: only a timeout
- * can be caused by a rank that merely stopped (its sockets stay open, so
- * its peers see silence, never an error). The lowest rank if several
- * were stopped. */
-static const worker *stopped_culprit(const worker_group *g, const worker *cause)
+/* The silent worker that `cause` was waiting for, or NULL: only a timeout
+ * can be caused by a rank that merely stopped or hung (its sockets stay
+ * open, so its peers see silence, never an error). A stopped one first
+ * (state T at the first failure), else one that printed nothing after the
+ * first failure and outlived SIGTERM; the lowest rank of several. */
+static const worker *silent_culprit(const worker_group *g, const worker *cause)
 {
     if (cause->spawn_error || !output_tail_mentions(&cause->tail, "timed out")) return NULL;
     for (int i = 0; i < g->n; i++)
         if (g->workers[i].stopped) return &g->workers[i];
+    for (int i = 0; i < g->n; i++) {
+        const worker *w = &g->workers[i];
+        if (w->ignored_term && w->last_output_ms <= g->first_failure_ms) return w;
+    }
     return NULL;
 }
 
@@ -115,21 +121,21 @@ static void print_last_lines(const worker *w)
     }
 }
 
-static void report_stopped_cause(const worker_group *g, const worker *w)
+static void report_silent_cause(const worker_group *g, const worker *w)
 {
     const worker *first = g->first_failure;
     double silent_s = (double)(g->first_failure_ms - w->last_output_ms) / 1000;
-    fprintf(stderr, "dtrain-launch: ROOT CAUSE: rank %d (local rank %d on node %d, pid %d) "
-            "was stopped (SIGSTOP) and made no progress; the others timed out waiting for it\n",
-            w->rank, w->local_rank, g->opts->node_rank, w->proc.pid);
+    fprintf(stderr, "dtrain-launch: ROOT CAUSE: rank %d (local rank %d on node %d, pid %d) %s; "
+            "the others timed out waiting for it\n", w->rank, w->local_rank,
+            g->opts->node_rank, w->proc.pid, w->stopped
+            ? "was stopped (SIGSTOP) and made no progress"
+            : "seems hung: it printed nothing after the first failure and ignored SIGTERM");
+    fprintf(stderr, "dtrain-launch: when rank %d failed, rank %d %s", first->rank, w->rank,
+            w->stopped ? "was in state T" : "was running (not stopped)");
     if (w->tail.count)
-        fprintf(stderr, "dtrain-launch: rank %d was in state T when rank %d failed; its last "
-                "output came %.1f s before that\n", w->rank, first->rank,
-                silent_s);
+        fprintf(stderr, "; its last output came %.1f s before that\n", silent_s);
     else
-        fprintf(stderr, "dtrain-launch: rank %d was in state T when rank %d failed and had "
-                "printed nothing in the %.1f s since it started\n", w->rank,
-                first->rank, silent_s);
+        fprintf(stderr, " and had printed nothing in the %.1f s since it started\n", silent_s);
     if (w->tail.count) print_last_lines(w);
 }
 
@@ -180,9 +186,9 @@ void root_cause_report(const worker_group *g)
 {
     int remote;
     const worker *own = own_failure(g, &remote);
-    const worker *stopped = stopped_culprit(g, own);
-    const worker *cause = stopped ? stopped : own;
-    if (stopped) report_stopped_cause(g, stopped);
+    const worker *silent = silent_culprit(g, own);
+    const worker *cause = silent ? silent : own;
+    if (silent) report_silent_cause(g, silent);
     else if (own != g->first_failure) report_own_failure(g, own);
     report_first_failure(g, cause);
     if (remote >= 0)

@@ -19,10 +19,13 @@
  * in state T (stopped by a signal). State t (stopped by a tracer) is not
  * noted: it is also the passing state of a process that a profiler samples
  * or that LeakSanitizer inspects while it exits. The check costs one small
- * file read per worker, once per failure. The verdict is made once the
- * group is down and every line is drained (root_cause.c): a stopped worker
- * is the cause when the failure it led to is a timeout. The exit code is
- * the first failure's either way: it is what the job ended with.
+ * file read per worker, once per failure. A rank can also hang without
+ * being stopped (a deadlock in its own code, SIGTERM blocked): it shows as
+ * the worker still running when the grace period ends. The verdict is made
+ * once the group is down and every line is drained (root_cause.c): a
+ * stopped worker, or else a silent one that outlived SIGTERM, is the cause
+ * when the failure it led to is a timeout. The exit code is the first
+ * failure's either way: it is what the job ended with.
  *
  * Stopping is SIGTERM, a grace period, then SIGKILL. TERM first so a worker
  * can flush its logs, finish a checkpoint write or tell its peers why it is
@@ -106,6 +109,8 @@ static void on_grace_over(uv_timer_t *t)
     g->killed = true;
     fprintf(stderr, "dtrain-launch: %d worker%s still running after SIGTERM; sending SIGKILL\n",
             g->running, g->running == 1 ? "" : "s");
+    for (int i = 0; i < g->n; i++)
+        if (g->workers[i].running && !g->interrupted_by) g->workers[i].ignored_term = true;
     signal_running(g, SIGKILL);
 }
 

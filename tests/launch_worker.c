@@ -15,9 +15,10 @@
  *   launch_worker allreduce              join the job from the environment
  *                                        (dt_comm_options_from_env), all-reduce
  *                                        rank+1 and print the sum
- *   launch_worker allreduce-loop DIR     join, write DIR/pid_<RANK>, all-reduce
+ *   launch_worker allreduce-loop DIR [H] join, write DIR/pid_<RANK>, all-reduce
  *                                        until an op fails (DT_TIMEOUT bounds
- *                                        each); print the error, exit 94
+ *                                        each); print the error, exit 94. Rank H
+ *                                        hangs instead, ignoring SIGTERM
  *   launch_worker join-sleep DIR         join the job, print its DT_INIT_URL, write
  *                                        the pid file, sleep until killed
  *   launch_worker abort-one DIR K CODE   join, write the pid file; rank K prints an
@@ -142,12 +143,15 @@ static int mode_allreduce(void)
 }
 
 /* All-reduces until an op fails, as a training loop would; the test stops
- * one rank (SIGSTOP) once every pid file is there, so the others time out. */
-static int mode_allreduce_loop(const char *dir)
+ * one rank (SIGSTOP) once every pid file is there, or rank `hung` hangs on
+ * its own, so the others time out. */
+static int mode_allreduce_loop(const char *dir, int hung)
 {
     dt_comm *c = join_from_env();
     if (!c) return 93;
+    if (dt_comm_rank(c) == hung) signal(SIGTERM, SIG_IGN);
     write_pid_file(dir);
+    if (dt_comm_rank(c) == hung) sleep_forever();
     float v = 1;
     dt_status st;
     for (unsigned long i = 0;; i++) {
@@ -259,7 +263,8 @@ int main(int argc, char **argv)
         return restart < atoi(argv[2]) ? atoi(argv[3]) : 0;
     }
     if (!strcmp(mode, "allreduce")) return mode_allreduce();
-    if (!strcmp(mode, "allreduce-loop") && argc > 2) return mode_allreduce_loop(argv[2]);
+    if (!strcmp(mode, "allreduce-loop") && argc > 2)
+        return mode_allreduce_loop(argv[2], argc > 3 ? atoi(argv[3]) : -1);
     if (!strcmp(mode, "join-sleep") && argc > 2) return mode_join_sleep(argv[2]);
     if (!strcmp(mode, "abort-one") && argc > 4)
         return mode_abort_one(argv[2], atoi(argv[3]), atoi(argv[4]));

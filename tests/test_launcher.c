@@ -664,6 +664,23 @@ Test(launcher, the_rank_whose_connection_dropped_first_is_the_root_cause, .timeo
     launch_cleanup(&r);
 }
 
+/* Rank 1 hangs (not stopped: asleep, ignoring SIGTERM) and prints nothing;
+ * the others time out waiting for it. It is the one that outlives SIGTERM. */
+Test(launcher, a_hung_rank_that_ignores_sigterm_is_named_as_the_root_cause, .timeout = 60)
+{
+    launch_run r;
+    launch_start_env(&r, (const char *[]){"DT_TIMEOUT=1", NULL},
+                     (const char *[]){"-n", "3", "--grace", "1", W, "allreduce-loop", "DIR", "1",
+                                      NULL});
+    launch_wait(&r);
+    cr_assert(strstr(r.err, "ROOT CAUSE: rank 1 (local rank 1 on node 0"),
+              "rank 1 is not the root cause:\n%s", r.err);
+    cr_assert(strstr(r.err, "ignored SIGTERM"), "%s", r.err);
+    cr_assert_eq(r.code, 94, "exit %d, not the first failure's:\n%s", r.code, r.err);
+    assert_all_gone(&r, 3);
+    launch_cleanup(&r);
+}
+
 /* A stopped worker cannot act on SIGTERM until it is resumed; the launcher
  * resumes it, so the group ends now and not after the 60 s grace period
  * (the test's 20 s timeout would fail first). */
