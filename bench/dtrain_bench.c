@@ -24,9 +24,14 @@
  *
  * --ranks N forks N ranks that meet through a fresh file:///tmp rendezvous
  * with a random job secret; without it the process is one rank of a job
- * described by the environment (dt_comm_options_from_env).
+ * described by the environment (dt_comm_options_from_env). When a forked
+ * rank dies, the others are given a moment to report their own failure,
+ * then stopped; the bench exits with the dead rank's status (128 + signal
+ * if it was killed) and removes the rendezvous file.
  */
+#include <errno.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,6 +89,7 @@ static void print_header(const bench_options *o, dt_op_kind kind, int p)
            bench_algo_name(o->algo), o->iters, o->warmup, o->check ? ", checked" : "");
     printf("# %10s %12s %6s %6s %12s %11s %11s %6s\n", "size", "count", "type", "op",
            "time_us", "algbw_GBps", "busbw_GBps", "wrong");
+    fflush(stdout); /* seen now, and not lost if this rank is killed before its first row */
 }
 
 static void print_row(const bench_case *bc, double sec, bool checked, int64_t wrong)
@@ -168,25 +174,83 @@ static int run_rank(const dt_comm_options *co, const bench_options *o)
 
 /* ---- local ranks ------------------------------------------------------------------- */
 
-/* Waits for every child; when one fails the others are stopped, since they
- * would only wait for it until their timeout. Returns the first failure's
- * exit status, or 0. */
+/* When a rank dies its peers notice within milliseconds (their connections
+ * to it close) and fail with their own message naming it; they are given
+ * this long to do so before they are told to stop, and as long again
+ * before they are killed. Bounded, so a rank stuck elsewhere cannot keep
+ * the bench alive. */
+#define SURVIVORS_GRACE_S 2.0
+
+static int status_code(int status)
+{
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static void signal_ranks(const pid_t *pids, const bool *reaped, int n, int sig)
+{
+    for (int r = 0; r < n; r++)
+        if (!reaped[r]) kill(pids[r], sig);
+}
+
+static void report_failure(int rank, int status)
+{
+    if (WIFEXITED(status))
+        fprintf(stderr, "dtrain-bench: rank %d exited with code %d; waiting up to %g s for the "
+                "others to report\n", rank, WEXITSTATUS(status), SURVIVORS_GRACE_S);
+    else
+        fprintf(stderr, "dtrain-bench: rank %d was killed by signal %d (%s); waiting up to %g s "
+                "for the others to report\n", rank, WTERMSIG(status), strsignal(WTERMSIG(status)),
+                SURVIVORS_GRACE_S);
+}
+
+/* Waits for every child. After the first failure the others get
+ * SURVIVORS_GRACE_S to fail and say why on their own, then SIGTERM, then
+ * SIGKILL after as long again. Returns the first failure's status (its exit
+ * code, or 128 + the signal that killed it), or 0. */
 static int wait_ranks(const pid_t *pids, int n)
 {
-    int result = 0, left = n;
+    bool reaped[64] = {false};
+    int result = 0, left = n, sent = 0;
+    double failed_at = 0;
     while (left > 0) {
         int status;
-        pid_t pid = wait(&status);
+        pid_t pid = waitpid(-1, &status, result ? WNOHANG : 0);
+        if (pid < 0 && errno == EINTR) continue;
         if (pid < 0) break;
+        if (pid == 0) { /* a rank failed; the others are still running */
+            double waited = now_s() - failed_at;
+            int due = waited > 2 * SURVIVORS_GRACE_S ? SIGKILL
+                      : waited > SURVIVORS_GRACE_S  ? SIGTERM : 0;
+            if (due && due != sent) {
+                signal_ranks(pids, reaped, n, sent = due);
+                signal_ranks(pids, reaped, n, SIGCONT); /* a stopped rank acts on TERM */
+            }
+            nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+            continue;
+        }
+        int rank = 0;
+        while (rank < n && pids[rank] != pid) rank++;
+        if (rank == n) continue; /* not one of ours */
+        reaped[rank] = true;
         left--;
-        int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-        if (code != 0 && result == 0) {
-            result = code;
-            for (int r = 0; r < n; r++)
-                if (pids[r] != pid) kill(pids[r], SIGTERM);
+        if (status_code(status) != 0 && result == 0) {
+            result = status_code(status);
+            failed_at = now_s();
+            report_failure(rank, status);
         }
     }
     return result;
+}
+
+/* The ranks remove the file when they all leave cleanly; one that died
+ * leaves it behind. Its name was ours alone (pid and random), and every
+ * rank is reaped by now, so nobody else can be using it. */
+static void remove_rendezvous_file(const char *url)
+{
+    const char *path = url + strlen("file://");
+    if (unlink(path) != 0 && errno != ENOENT)
+        fprintf(stderr, "dtrain-bench: could not remove the rendezvous file %s: %s\n", path,
+                strerror(errno));
 }
 
 static int run_local_ranks(const bench_options *o)
@@ -210,6 +274,7 @@ static int run_local_ranks(const bench_options *o)
             perror("dtrain-bench: fork");
             for (int k = 0; k < r; k++) kill(pids[k], SIGTERM);
             wait_ranks(pids, r);
+            remove_rendezvous_file(url);
             return 1;
         }
         if (pids[r] == 0) {
@@ -221,10 +286,14 @@ static int run_local_ranks(const bench_options *o)
             co.job_id = "bench";
             co.secret = secret;
             co.secret_len = sizeof secret;
-            _exit(run_rank(&co, o));
+            int status = run_rank(&co, o);
+            fflush(NULL); /* _exit skips stdio; the parent's atexit work is not ours */
+            _exit(status);
         }
     }
-    return wait_ranks(pids, o->ranks);
+    int status = wait_ranks(pids, o->ranks);
+    remove_rendezvous_file(url);
+    return status;
 }
 
 int main(int argc, char **argv)

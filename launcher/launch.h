@@ -16,6 +16,7 @@
  *   output_prefix.c   rank-prefixed, line-atomic relaying of output, log tee,
  *                     and the ring of last lines kept for the failure report
  *   worker_group.c    spawning, watching and stopping one group (libuv)
+ *   root_cause.c      the verdict on a failed group: whose failure it was
  *   launch_main.c     signals, the restart loop and the exit code
  *
  * Everything hangs off structs owned by main; nothing here is global.
@@ -63,12 +64,13 @@ typedef struct launch_job {
     char run_id[72];                              /* hex, or the user's --run-id */
     char init_url[LAUNCH_URL_MAX];                /* file:///... */
     char secret_hex[2 * LAUNCH_SECRET_BYTES + 1]; /* handed to workers as DT_SECRET */
-    bool owns_rendezvous_file;                    /* we made the name: remove leftovers */
+    bool owns_rendezvous_file;                    /* this run made the file: remove it */
 } launch_job;
 
 /* Returns 0, or -1 with a message in err (a usage problem: exit 2). */
 int launch_job_init(launch_job *out, const launch_options *o, char *err, size_t errlen);
-/* Removes a rendezvous file this launcher named, if a crashed group left it. */
+/* Removes the rendezvous file this run created, if a failed or interrupted
+ * group left it. */
 void launch_job_cleanup(const launch_job *job);
 
 /* ---- worker_env.c ---------------------------------------------------------- */
@@ -83,7 +85,7 @@ void worker_env_free(char **env);
 /* ---- output_prefix.c ------------------------------------------------------- */
 
 #define OUTPUT_TAIL_LINES 8
-#define OUTPUT_TAIL_WIDTH 240
+#define OUTPUT_TAIL_WIDTH 1024   /* longer lines keep their start and end */
 
 /* The last lines a rank printed (both streams), for the failure report. */
 typedef struct output_tail {
@@ -108,6 +110,7 @@ void output_stream_feed(output_stream *s, const char *data, size_t n);
 void output_stream_finish(output_stream *s);
 void output_stream_free(output_stream *s);
 void output_tail_print(const output_tail *t, int rank, FILE *f);
+bool output_tail_mentions(const output_tail *t, const char *needle);
 
 /* ---- worker_group.c -------------------------------------------------------- */
 
@@ -132,5 +135,51 @@ void group_interrupt(worker_group *g, int signum);
  * cause report on stderr. */
 group_result group_finish(worker_group *g, int *exit_code);
 void group_free(worker_group *g);
+
+/* The state worker_group.c keeps and root_cause.c reads. */
+typedef struct worker {
+    worker_group *group;
+    int local_rank, rank;
+    uv_process_t proc;
+    uv_pipe_t pipes[2];             /* the worker's stdout, stderr */
+    output_stream streams[2];
+    output_tail tail;
+    int log_fd;
+    char **env;
+    bool running;                   /* spawned and not yet reaped */
+    bool pipe_open[2];
+    int64_t exit_status;
+    int term_signal;
+    int spawn_error;                /* libuv error from uv_spawn, or 0 */
+    uint64_t last_output_ms;        /* uv_now of its last output, or of its start */
+    bool stopped;                   /* in state T (SIGSTOP) when the first failure came */
+    bool ignored_term;              /* still running when the grace period ended */
+} worker;
+
+struct worker_group {
+    uv_loop_t *loop;
+    const launch_options *opts;
+    int restart;
+    int n;
+    worker *workers;
+    uv_timer_t grace_timer;         /* SIGTERM -> SIGKILL */
+    uv_timer_t drain_timer;         /* all exited -> stop waiting for EOF */
+    bool timers_closing;
+    int running, open_pipes;
+    bool stopping;                  /* SIGTERM sent */
+    bool killed;                    /* SIGKILL sent */
+    int interrupted_by;             /* the launcher's signal, or 0 */
+    worker *first_failure;          /* the first worker to fail, or NULL */
+    uint64_t first_failure_ms;      /* uv_now when it was reaped */
+};
+
+/* "exited with code 3", "was killed by signal 9 (SIGKILL)", ... */
+void worker_describe_exit(const worker *w, char *buf, size_t len);
+const char *launch_signal_name(int sig);
+
+/* ---- root_cause.c ---------------------------------------------------------- */
+
+/* Prints the verdict on a group whose first_failure is set. */
+void root_cause_report(const worker_group *g);
 
 #endif

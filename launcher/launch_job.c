@@ -9,6 +9,9 @@
  *     the group it replaces.
  *   - the rendezvous URL is where ranks meet: by default a fresh
  *     file:///tmp/dtrain-<run id>, so two jobs on one machine never share it.
+ *     The launcher removes the file when it exits if the run created it: the
+ *     default name always, a --rdzv file only if nothing was at that path
+ *     when the launcher started (a file that was there is the user's).
  *   - the secret (32 random bytes, hex in DT_SECRET) keys the challenge-
  *     response every connection runs, so only this job's ranks can join.
  *
@@ -23,6 +26,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <sodium.h>
@@ -89,6 +93,9 @@ int launch_job_init(launch_job *job, const launch_options *o, char *err, size_t 
     int n;
     if (o->rdzv) {
         n = snprintf(job->init_url, sizeof job->init_url, "%s", o->rdzv);
+        struct stat st;
+        job->owns_rendezvous_file = !strncmp(o->rdzv, "file://", 7) &&
+                                    lstat(o->rdzv + 7, &st) != 0 && errno == ENOENT;
     } else {
         n = snprintf(job->init_url, sizeof job->init_url, "file:///tmp/dtrain-%s", job->run_id);
         job->owns_rendezvous_file = true;
@@ -102,12 +109,19 @@ int launch_job_init(launch_job *job, const launch_options *o, char *err, size_t 
 }
 
 /* Ranks remove the file when the last of them leaves cleanly; a group that
- * crashed leaves it behind. By the time this runs every worker has exited,
- * so nobody can still be using a file whose name only this launcher knew. */
+ * crashed or was interrupted leaves it behind. By the time this runs every
+ * worker has exited. Only a regular file of ours is removed: whatever else
+ * turned up at the path is not the store our ranks made. */
 void launch_job_cleanup(const launch_job *job)
 {
     if (!job->owns_rendezvous_file) return;
     const char *path = job->init_url + strlen("file://");
+    struct stat st;
+    if (lstat(path, &st) != 0) return;  /* the ranks removed it */
+    if (!S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
+        fprintf(stderr, "dtrain-launch: left %s alone: not a regular file of this user\n", path);
+        return;
+    }
     if (unlink(path) != 0 && errno != ENOENT)
         fprintf(stderr, "dtrain-launch: could not remove the rendezvous file %s: %s\n", path,
                 strerror(errno));

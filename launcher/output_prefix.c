@@ -20,7 +20,8 @@
  * Two more consumers see each line: the per-rank log file (the line without
  * prefix, both streams in order of arrival) and the rank's ring of its last
  * OUTPUT_TAIL_LINES lines, which the failure report prints. The ring costs
- * a fixed 2 KB per rank and nothing per line beyond a bounded copy.
+ * a fixed 8 KB per rank and nothing per line beyond a bounded copy; a line
+ * longer than a slot keeps its start and its end and loses its middle.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -42,13 +43,52 @@ static void write_all(int *fd, const char *p, size_t n)
     }
 }
 
-static void tail_push(output_tail *t, const char *line, size_t n)
+/* Byte i of the line a ‖ b. */
+static char joined_at(const char *a, size_t na, const char *b, size_t i)
 {
-    if (n >= OUTPUT_TAIL_WIDTH) n = OUTPUT_TAIL_WIDTH - 1;
-    if (n) memcpy(t->lines[t->next], line, n);
-    t->lines[t->next][n] = '\0';
+    return i < na ? a[i] : b[i - na];
+}
+
+static void copy_joined(char *dst, const char *a, size_t na, const char *b, size_t from,
+                        size_t to)
+{
+    for (size_t i = from; i < to; i++) *dst++ = joined_at(a, na, b, i);
+}
+
+static bool utf8_continuation(char c) { return ((unsigned char)c & 0xC0) == 0x80; }
+
+/* Keeps the line a ‖ b in the ring. A line too long for a slot loses its
+ * middle, not its end: errors name the rank that reports at the start and
+ * the peer it blames at the end, and both must reach the report. The cuts
+ * fall on UTF-8 character boundaries. */
+static void tail_push(output_tail *t, const char *a, size_t na, const char *b, size_t nb)
+{
+    char *dst = t->lines[t->next];
+    size_t n = na + nb;
+    if (n < OUTPUT_TAIL_WIDTH) {
+        copy_joined(dst, a, na, b, 0, n);
+        dst[n] = '\0';
+    } else {
+        char marker[48];
+        size_t room = OUTPUT_TAIL_WIDTH - 1 - (sizeof marker - 1);  /* worst-case marker */
+        size_t head = room * 2 / 3, tail_from = n - (room - head);
+        while (head > 0 && utf8_continuation(joined_at(a, na, b, head))) head--;
+        while (tail_from < n && utf8_continuation(joined_at(a, na, b, tail_from))) tail_from++;
+        int m = snprintf(marker, sizeof marker, " [... %zu bytes cut ...] ", tail_from - head);
+        copy_joined(dst, a, na, b, 0, head);
+        memcpy(dst + head, marker, (size_t)m);
+        copy_joined(dst + head + (size_t)m, a, na, b, tail_from, n);
+        dst[head + (size_t)m + (n - tail_from)] = '\0';
+    }
     t->next = (t->next + 1) % OUTPUT_TAIL_LINES;
     if (t->count < OUTPUT_TAIL_LINES) t->count++;
+}
+
+bool output_tail_mentions(const output_tail *t, const char *needle)
+{
+    for (int i = 0; i < t->count; i++)
+        if (strstr(t->lines[i], needle)) return true;
+    return false;
 }
 
 void output_tail_print(const output_tail *t, int rank, FILE *f)
@@ -104,12 +144,7 @@ static void emit_line(output_stream *s, char **out, size_t *len, size_t *cap, co
         write_all(&s->log_fd, b, nb);
         write_all(&s->log_fd, "\n", 1);
     }
-    char joined[OUTPUT_TAIL_WIDTH];
-    size_t ja = na < sizeof joined ? na : sizeof joined;
-    size_t jb = nb < sizeof joined - ja ? nb : sizeof joined - ja;
-    if (ja) memcpy(joined, a, ja);
-    if (jb) memcpy(joined + ja, b, jb);
-    tail_push(s->tail, joined, ja + jb);
+    tail_push(s->tail, a, na, b, nb);
 }
 
 static bool hold_partial(output_stream *s, const char *data, size_t n)

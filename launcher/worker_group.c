@@ -3,18 +3,37 @@
  *
  * The group is the unit of failure. Ranks of a collective job depend on
  * each other: when one dies the others block in their next collective
- * until a timeout, so waiting for them is pointless. The first worker to
- * exit non-zero or die from a signal is the ROOT CAUSE; the launcher then
- * stops everyone else. Workers that die afterwards — from our SIGTERM, or
- * because their peer vanished — are consequences and are not reported as
- * the cause. torchrun's local agent does the same (its "first failure" in
- * the ChildFailedError report).
+ * until a timeout, so waiting for them is pointless. When the first worker
+ * exits non-zero or dies from a signal, the launcher stops everyone else.
+ * torchrun's local agent reports that first failure as the cause (its
+ * ChildFailedError); we start from it and follow what the workers said to
+ * the rank whose failure was its own (root_cause.c), since the first to
+ * exit is often a rank that only reported a peer's failure. Workers that
+ * die from our SIGTERM are consequences, never the cause by themselves.
+ *
+ * The first failure is not always the cause. A rank that is stopped
+ * (SIGSTOP) makes no progress and says nothing; its peers wait for it until
+ * their op timeout, and the first of them to time out exits first. So at
+ * the first failure, before anything is signalled, the launcher reads the
+ * state of every worker still running from /proc/PID/stat and notes those
+ * in state T (stopped by a signal). State t (stopped by a tracer) is not
+ * noted: it is also the passing state of a process that a profiler samples
+ * or that LeakSanitizer inspects while it exits. The check costs one small
+ * file read per worker, once per failure. A rank can also hang without
+ * being stopped (a deadlock in its own code, SIGTERM blocked): it shows as
+ * the worker still running when the grace period ends. The verdict is made
+ * once the group is down and every line is drained (root_cause.c): a
+ * stopped worker, or else a silent one that outlived SIGTERM, is the cause
+ * when the failure it led to is a timeout. The exit code is the first
+ * failure's either way: it is what the job ended with.
  *
  * Stopping is SIGTERM, a grace period, then SIGKILL. TERM first so a worker
  * can flush its logs, finish a checkpoint write or tell its peers why it is
  * leaving; KILL after the grace period because a worker stuck in a blocking
- * call or ignoring TERM must not keep the job alive forever. A second
- * SIGINT/SIGTERM to the launcher skips the wait.
+ * call or ignoring TERM must not keep the job alive forever. TERM is
+ * followed by CONT, so a stopped worker acts on it instead of holding the
+ * group until the KILL. A second SIGINT/SIGTERM to the launcher skips the
+ * wait.
  *
  * Each worker runs in its own session and process group (libuv's
  * UV_PROCESS_DETACHED = setsid), and signals go to the whole group
@@ -46,41 +65,9 @@
 
 #define DRAIN_AFTER_EXIT_MS 2000
 
-typedef struct worker {
-    worker_group *group;
-    int local_rank, rank;
-    uv_process_t proc;
-    uv_pipe_t pipes[2];             /* the worker's stdout, stderr */
-    output_stream streams[2];
-    output_tail tail;
-    int log_fd;
-    char **env;
-    bool running;                   /* spawned and not yet reaped */
-    bool pipe_open[2];
-    int64_t exit_status;
-    int term_signal;
-    int spawn_error;                /* libuv error from uv_spawn, or 0 */
-} worker;
-
-struct worker_group {
-    uv_loop_t *loop;
-    const launch_options *opts;
-    int restart;
-    int n;
-    worker *workers;
-    uv_timer_t grace_timer;         /* SIGTERM -> SIGKILL */
-    uv_timer_t drain_timer;         /* all exited -> stop waiting for EOF */
-    bool timers_closing;
-    int running, open_pipes;
-    bool stopping;                  /* SIGTERM sent */
-    bool killed;                    /* SIGKILL sent */
-    int interrupted_by;             /* the launcher's signal, or 0 */
-    worker *root_cause;             /* the first failure, or NULL */
-};
-
 static void on_drain_timeout(uv_timer_t *t);
 
-static const char *signal_name(int sig)
+const char *launch_signal_name(int sig)
 {
     static const struct { int sig; const char *name; } names[] = {
         {SIGHUP, "SIGHUP"}, {SIGINT, "SIGINT"}, {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
@@ -93,13 +80,13 @@ static const char *signal_name(int sig)
     return "a signal";
 }
 
-static void describe_exit(const worker *w, char *buf, size_t len)
+void worker_describe_exit(const worker *w, char *buf, size_t len)
 {
     if (w->spawn_error)
         snprintf(buf, len, "could not be started: %s", uv_strerror(w->spawn_error));
     else if (w->term_signal)
         snprintf(buf, len, "was killed by signal %d (%s)", w->term_signal,
-                 signal_name(w->term_signal));
+                 launch_signal_name(w->term_signal));
     else
         snprintf(buf, len, "exited with code %lld", (long long)w->exit_status);
 }
@@ -122,6 +109,8 @@ static void on_grace_over(uv_timer_t *t)
     g->killed = true;
     fprintf(stderr, "dtrain-launch: %d worker%s still running after SIGTERM; sending SIGKILL\n",
             g->running, g->running == 1 ? "" : "s");
+    for (int i = 0; i < g->n; i++)
+        if (g->workers[i].running && !g->interrupted_by) g->workers[i].ignored_term = true;
     signal_running(g, SIGKILL);
 }
 
@@ -131,6 +120,7 @@ static void group_stop(worker_group *g)
     g->stopping = true;
     if (g->running == 0) return;
     signal_running(g, SIGTERM);
+    signal_running(g, SIGCONT);  /* a stopped worker can act on TERM only once resumed */
     uv_timer_start(&g->grace_timer, on_grace_over, (uint64_t)(g->opts->grace_s * 1000), 0);
 }
 
@@ -139,7 +129,7 @@ void group_interrupt(worker_group *g, int signum)
     if (!g->interrupted_by) g->interrupted_by = signum;
     if (!g->stopping) {
         fprintf(stderr, "dtrain-launch: got %s, stopping %d worker%s (SIGTERM, then SIGKILL "
-                "after %g s; repeat to kill now)\n", signal_name(signum), g->running,
+                "after %g s; repeat to kill now)\n", launch_signal_name(signum), g->running,
                 g->running == 1 ? "" : "s", g->opts->grace_s);
         group_stop(g);
     } else {
@@ -191,6 +181,39 @@ static void on_drain_timeout(uv_timer_t *t)
     }
 }
 
+/* ---- stopped workers -------------------------------------------------------------- */
+
+/* The state letter of a process from /proc/PID/stat ("PID (comm) S ..."; the
+ * command may itself hold spaces and parentheses, so look after the last
+ * ')'), or 0 if it cannot be read (gone, or no /proc). */
+static char process_state(int pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    const char *end = strrchr(buf, ')');
+    return end && end[1] == ' ' ? end[2] : 0;
+}
+
+/* Called at the first failure, before any signal: which workers are stopped. */
+static void note_stopped_workers(worker_group *g)
+{
+    for (int i = 0; i < g->n; i++) {
+        worker *w = &g->workers[i];
+        if (!w->running) continue;
+        char state = process_state(w->proc.pid);
+        if (state != 'T') continue;
+        w->stopped = true;
+        fprintf(stderr, "dtrain-launch: rank %d (pid %d) is stopped (SIGSTOP) and makes no "
+                "progress\n", w->rank, w->proc.pid);
+    }
+}
+
 /* ---- events ------------------------------------------------------------------ */
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
@@ -204,7 +227,10 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
     worker *w = s->data;
     int which = s == (uv_stream_t *)&w->pipes[0] ? 0 : 1;
-    if (n > 0) output_stream_feed(&w->streams[which], buf->base, (size_t)n);
+    if (n > 0) {
+        output_stream_feed(&w->streams[which], buf->base, (size_t)n);
+        w->last_output_ms = uv_now(w->group->loop);
+    }
     free(buf->base);
     if (n < 0) close_pipe(w, which);  /* UV_EOF, or the pipe failed: either way it is over */
 }
@@ -223,9 +249,11 @@ static void on_worker_exit(uv_process_t *p, int64_t exit_status, int term_signal
     bool failed = exit_status != 0 || term_signal != 0;
     if (failed && !g->stopping) {
         char what[128];
-        describe_exit(w, what, sizeof what);
-        g->root_cause = w;
+        worker_describe_exit(w, what, sizeof what);
+        g->first_failure = w;
+        g->first_failure_ms = uv_now(g->loop);
         fprintf(stderr, "dtrain-launch: rank %d %s; stopping the other workers\n", w->rank, what);
+        note_stopped_workers(g);
         group_stop(g);
     }
     if (g->running == 0 && uv_is_active((uv_handle_t *)&g->grace_timer))
@@ -283,6 +311,7 @@ static void spawn_worker(worker_group *g, worker *w, const launch_job *job)
         return;
     }
     w->running = true;
+    w->last_output_ms = uv_now(g->loop);
     g->running++;
     uv_read_start((uv_stream_t *)&w->pipes[0], on_alloc, on_read);
     uv_read_start((uv_stream_t *)&w->pipes[1], on_alloc, on_read);
@@ -310,9 +339,9 @@ worker_group *group_start(uv_loop_t *loop, const launch_options *o, const launch
         spawn_worker(g, &ws[i], job);
         if (ws[i].spawn_error) {
             char what[128];
-            describe_exit(&ws[i], what, sizeof what);
+            worker_describe_exit(&ws[i], what, sizeof what);
             fprintf(stderr, "dtrain-launch: rank %d (%s) %s\n", ws[i].rank, o->program[0], what);
-            g->root_cause = &ws[i];
+            g->first_failure = &ws[i];
             group_stop(g);
             break;
         }
@@ -321,49 +350,20 @@ worker_group *group_start(uv_loop_t *loop, const launch_options *o, const launch
     return g;
 }
 
-/* ---- the verdict ------------------------------------------------------------------ */
-
-static void report_root_cause(const worker_group *g)
-{
-    const worker *w = g->root_cause;
-    char what[128];
-    describe_exit(w, what, sizeof what);
-    fprintf(stderr, "dtrain-launch: ROOT CAUSE: rank %d (local rank %d on node %d, pid %d) %s\n",
-            w->rank, w->local_rank, g->opts->node_rank, w->spawn_error ? 0 : w->proc.pid, what);
-    if (w->tail.count > 0) {
-        fprintf(stderr, "dtrain-launch: last %d line%s of rank %d:\n", w->tail.count,
-                w->tail.count == 1 ? "" : "s", w->rank);
-        output_tail_print(&w->tail, w->rank, stderr);
-    } else if (!w->spawn_error) {
-        fprintf(stderr, "dtrain-launch: rank %d printed nothing\n", w->rank);
-    }
-    /* What became of the others: consequences, not causes. */
-    int term = 0, killed = 0, clean = 0, failed = 0;
-    for (int i = 0; i < g->n; i++) {
-        const worker *o = &g->workers[i];
-        if (o == w || o->spawn_error || !o->proc.pid) continue;  /* never started */
-        if (o->term_signal == SIGTERM) term++;
-        else if (o->term_signal == SIGKILL) killed++;
-        else if (!o->term_signal && o->exit_status == 0) clean++;
-        else failed++;
-    }
-    if (term + killed + clean + failed > 0)
-        fprintf(stderr, "dtrain-launch: the other workers: %d stopped by SIGTERM, %d by "
-                "SIGKILL, %d failed after it, %d exited 0\n", term, killed, failed, clean);
-}
+/* ---- the verdict (the report itself is root_cause.c) ------------------------------ */
 
 group_result group_finish(worker_group *g, int *exit_code)
 {
-    if (g->root_cause) report_root_cause(g);
+    if (g->first_failure) root_cause_report(g);
     if (g->interrupted_by) {  /* the user's decision overrides any failure */
         *exit_code = 128 + g->interrupted_by;
         return GROUP_INTERRUPTED;
     }
-    if (!g->root_cause) {
+    if (!g->first_failure) {
         *exit_code = 0;
         return GROUP_SUCCEEDED;
     }
-    const worker *w = g->root_cause;
+    const worker *w = g->first_failure;
     if (w->spawn_error) {
         *exit_code = w->spawn_error == UV_ENOENT ? 127 : 126;  /* as a shell reports it */
         return GROUP_SPAWN_FAILED;

@@ -4,169 +4,11 @@
  * chosen by its arguments), and the tests read its exit status, its stdout
  * and stderr (redirected to files), and the pid files the workers write.
  *
- * Each test runs in its own temporary directory. Waiting (for pid files,
- * for the launcher) is unbounded here and bounded by each test's Criterion
- * timeout, so a launcher that hangs fails the test instead of hanging it;
- * no assertion is about time.
- *
- * "All workers gone" is checked after the launcher exits: the launcher
- * reaps its workers before it exits, so a worker pid that still answers
- * kill(pid, 0) is a worker the launcher left behind.
+ * The helpers (launch_run.h) bound every wait by the test's Criterion
+ * timeout; no assertion is about time. Which rank a failure is blamed on
+ * is test_launcher_blame.c.
  */
-#include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
-#include <signal.h>
-#include <spawn.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-#include <criterion/criterion.h>
-
-#ifndef LAUNCH_BIN
-#error "LAUNCH_BIN must name the built dtrain-launch"
-#endif
-#define W LAUNCH_WORKER_BIN
-
-extern char **environ;
-
-typedef struct launch_run {
-    pid_t pid;
-    char dir[64];
-    char *out, *err;   /* after launch_wait: the launcher's stdout and stderr */
-    int code;          /* exit code, or 128+signal */
-} launch_run;
-
-/* The launcher's environment: ours without any inherited launch contract,
- * plus `extra` ("NAME=value" strings). */
-static char **test_env(const char *const *extra)
-{
-    size_t n = 0, k = 0;
-    while (environ[n]) n++;
-    char **env = calloc(n + 8, sizeof *env);
-    cr_assert(env);
-    for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], "DT_", 3) && strncmp(environ[i], "RANK=", 5) &&
-            strncmp(environ[i], "WORLD_SIZE=", 11))
-            env[k++] = environ[i];
-    for (; extra && *extra; extra++) env[k++] = (char *)*extra;
-    return env;
-}
-
-static void launch_start_env(launch_run *r, const char *const *extra_env, const char **args)
-{
-    *r = (launch_run){0};
-    snprintf(r->dir, sizeof r->dir, "/tmp/dt-launch-test-XXXXXX");
-    cr_assert(mkdtemp(r->dir), "mkdtemp: %s", strerror(errno));
-    char out[128], err[128];
-    snprintf(out, sizeof out, "%s/stdout", r->dir);
-    snprintf(err, sizeof err, "%s/stderr", r->dir);
-    const char *argv[32] = {LAUNCH_BIN};
-    int n = 1;
-    for (; *args; args++) argv[n++] = strcmp(*args, "DIR") ? *args : r->dir;
-    argv[n] = NULL;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    char **env = test_env(extra_env);
-    int rc = posix_spawn(&r->pid, LAUNCH_BIN, &fa, NULL, (char **)argv, env);
-    cr_assert_eq(rc, 0, "posix_spawn %s: %s", LAUNCH_BIN, strerror(rc));
-    posix_spawn_file_actions_destroy(&fa);
-    free(env);
-}
-
-static void launch_start(launch_run *r, const char **args) { launch_start_env(r, NULL, args); }
-
-static char *slurp(const char *dir, const char *name)
-{
-    char path[128];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "r");
-    cr_assert(f, "cannot read %s", path);
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    size_t got;
-    while ((got = fread(buf + len, 1, cap - len - 1, f)) > 0) {
-        len += got;
-        if (cap - len < 2) buf = realloc(buf, cap *= 2);
-    }
-    buf[len] = '\0';
-    fclose(f);
-    return buf;
-}
-
-static void launch_wait(launch_run *r)
-{
-    int status;
-    while (waitpid(r->pid, &status, 0) < 0) cr_assert_eq(errno, EINTR);
-    r->code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    r->out = slurp(r->dir, "stdout");
-    r->err = slurp(r->dir, "stderr");
-}
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
-}
-
-static void launch_cleanup(launch_run *r)
-{
-    free(r->out);
-    free(r->err);
-    nftw(r->dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
-}
-
-static pid_t wait_pid_file(const launch_run *r, int rank)
-{
-    char path[128];
-    snprintf(path, sizeof path, "%s/pid_%d", r->dir, rank);
-    FILE *f;
-    while (!(f = fopen(path, "r"))) nanosleep(&(struct timespec){0, 5000000}, NULL);
-    int pid = 0;
-    cr_assert_eq(fscanf(f, "%d", &pid), 1);
-    fclose(f);
-    return pid;
-}
-
-static void assert_all_gone(const launch_run *r, int n)
-{
-    for (int i = 0; i < n; i++) {
-        char path[128];
-        snprintf(path, sizeof path, "%s/pid_%d", r->dir, i);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;  /* stopped before it wrote its pid */
-        int pid = 0;
-        cr_assert_eq(fscanf(f, "%d", &pid), 1);
-        fclose(f);
-        cr_assert(kill(pid, 0) != 0 && errno == ESRCH, "rank %d (pid %d) outlived the launcher",
-                  i, pid);
-    }
-}
-
-/* The value of NAME in the line "[rank] NAME=value" of `out`, copied to buf. */
-static const char *value_of(const char *out, int rank, const char *name, char *buf, size_t len)
-{
-    char key[96];
-    snprintf(key, sizeof key, "[%d] %s=", rank, name);
-    for (const char *p = out; (p = strstr(p, key)); p++) {
-        if (p != out && p[-1] != '\n') continue;
-        p += strlen(key);
-        size_t n = strcspn(p, "\n");
-        cr_assert(n < len);
-        memcpy(buf, p, n);
-        buf[n] = '\0';
-        return buf;
-    }
-    cr_assert_fail("no line '%s' in the launcher's output:\n%s", key, out);
-    return NULL;
-}
+#include "launch_run.h"
 
 static bool is_hex(const char *s, size_t n)
 {
@@ -388,6 +230,66 @@ Test(launcher, a_missing_program_exits_127_naming_it, .timeout = 20)
     launch_wait(&r);
     cr_assert_eq(r.code, 127, "exit %d, stderr:\n%s", r.code, r.err);
     cr_assert(strstr(r.err, "/nonexistent/dt-program"), "%s", r.err);
+    launch_cleanup(&r);
+}
+
+/* ---- the rendezvous file ---------------------------------------------------------------- */
+
+static bool exists(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+/* Two ranks join (the file now exists, held open by both) and sleep; Ctrl-C
+ * kills them before they can remove it, so the launcher must. */
+static void assert_ctrl_c_removes_the_rendezvous_file(const char *rdzv_flag)
+{
+    launch_run r;
+    launch_start(&r, rdzv_flag ? (const char *[]){"-n", "2", "--rdzv", rdzv_flag, W,
+                                                  "join-sleep", "DIR", NULL}
+                               : (const char *[]){"-n", "2", W, "join-sleep", "DIR", NULL});
+    for (int i = 0; i < 2; i++) wait_pid_file(&r, i);
+    kill(r.pid, SIGINT);
+    launch_wait(&r);
+    cr_assert_eq(r.code, 130, "exit %d, stderr:\n%s", r.code, r.err);
+    char url[256];
+    value_of(r.out, 0, "init_url", url, sizeof url);
+    cr_assert(!strncmp(url, "file://", 7), "%s", url);
+    cr_assert(!exists(url + 7), "the rendezvous file %s outlived the launcher", url + 7);
+    launch_cleanup(&r);
+}
+
+Test(launcher, ctrl_c_removes_the_rendezvous_file_the_launcher_named, .timeout = 60)
+{
+    assert_ctrl_c_removes_the_rendezvous_file(NULL);
+}
+
+Test(launcher, ctrl_c_removes_an_rdzv_file_that_did_not_exist_before_the_launch, .timeout = 60)
+{
+    char url[128];
+    snprintf(url, sizeof url, "file:///tmp/dt-launch-test-rdzv-%d", (int)getpid());
+    unlink(url + 7);
+    assert_ctrl_c_removes_the_rendezvous_file(url);
+}
+
+Test(launcher, an_rdzv_file_that_existed_before_the_launch_is_left_alone, .timeout = 30)
+{
+    char url[128];
+    snprintf(url, sizeof url, "file:///tmp/dt-launch-test-keep-%d", (int)getpid());
+    FILE *f = fopen(url + 7, "w");
+    cr_assert(f);
+    fputs("not ours to remove\n", f);
+    fclose(f);
+    launch_run r;
+    launch_start(&r, (const char *[]){"-n", "2", "--rdzv", url, W, "fail", "DIR", "1", "4",
+                                      NULL});
+    launch_wait(&r);
+    cr_assert_eq(r.code, 4, "exit %d, stderr:\n%s", r.code, r.err);
+    char *left = slurp("/tmp", strrchr(url, '/') + 1);
+    cr_assert_str_eq(left, "not ours to remove\n", "the user's file was touched");
+    free(left);
+    unlink(url + 7);
     launch_cleanup(&r);
 }
 

@@ -200,8 +200,27 @@ static dt_status finish(mg_run *r, mg_metrics *mx, double secs,
     return st;
 }
 
+/* Tells the peers why this rank is leaving: the ABORT frame carries the
+ * text, so their errors name the real reason ("cannot open ...") and a
+ * launcher can see whose failure it was. abort adds "rank N: aborted: ",
+ * so the rank prefix of our own message is dropped. */
+static void abort_job(mg_run *r, dt_status st)
+{
+    char prefix[32];
+    int n = snprintf(prefix, sizeof prefix, "rank %d: ", r->rank);
+    const char *why = r->err[0] ? r->err : dt_status_name(st);
+    if (!strncmp(why, prefix, (size_t)n))
+        why += n;
+    dt_comm_abort(r->comm, why);
+}
+
 int main(int argc, char **argv)
 {
+    /* Under a launcher stdout is a pipe, which stdio buffers fully: step
+     * lines would arrive at the end of the run, and all of them would be
+     * lost if the rank were killed. A line at a time costs a write per
+     * line, and there are only a few lines per log interval. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     mg_run r = {0};
     mg_options_default(&r.o);
     int rc = mg_options_parse(&r.o, argc, argv);
@@ -233,7 +252,7 @@ int main(int argc, char **argv)
     if (st != DT_OK) {
         fprintf(stderr, "minigpt: %s\n", r.err[0] ? r.err : dt_status_name(st));
         if (r.comm)
-            dt_comm_abort(r.comm, "minigpt failed on this rank");
+            abort_job(&r, st);
     }
     mg_metrics_close(mx);
     mg_ckpt_close(&r);

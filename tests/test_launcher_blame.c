@@ -1,0 +1,154 @@
+/*
+ * test_launcher_blame.c — which rank dtrain-launch names as the ROOT CAUSE
+ * when ranks fail because of each other: the rank whose failure is its own
+ * (followed through "rank K failed and reported" and "rank K died"), a
+ * stopped (SIGSTOP) or hung rank the others timed out waiting for, and the
+ * report's quoted lines keeping the ranks they name.
+ *
+ * The launcher runs tests/launch_worker as in test_launcher.c (helpers in
+ * launch_run.h); every wait is bounded by the test's Criterion timeout.
+ */
+#include "launch_run.h"
+
+/* Reads field 3 of /proc/PID/stat: R, S, T (stopped), ... */
+static char proc_state(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return '?';
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *close = strrchr(buf, ')');
+    return close && close[1] == ' ' ? close[2] : '?';
+}
+
+/* Four ranks all-reduce in a loop with a 2 s op timeout; rank 2 is stopped.
+ * The others time out one by one, blaming whichever rank they waited on;
+ * the launcher must name rank 2, every time (an outside test saw a healthy
+ * rank named in 6 of 6 runs). */
+Test(launcher_blame, a_stopped_rank_is_named_as_the_root_cause_not_those_that_timed_out,
+     .timeout = 120)
+{
+    for (int trial = 0; trial < 4; trial++) {
+        launch_run r;
+        launch_start_env(&r, (const char *[]){"DT_TIMEOUT=2", NULL},
+                         (const char *[]){"-n", "4", "--grace", "1", W, "allreduce-loop", "DIR",
+                                          NULL});
+        for (int i = 0; i < 4; i++) wait_pid_file(&r, i);
+        pid_t stopped = wait_pid_file(&r, 2);
+        kill(stopped, SIGSTOP);
+        while (proc_state(stopped) != 'T') nanosleep(&(struct timespec){0, 1000000}, NULL);
+        launch_wait(&r);
+        char want[128];
+        snprintf(want, sizeof want, "ROOT CAUSE: rank 2 (local rank 2 on node 0, pid %d) was "
+                 "stopped (SIGSTOP)", (int)stopped);
+        cr_assert(strstr(r.err, want), "trial %d: '%s' missing from:\n%s", trial, want, r.err);
+        cr_assert(strstr(r.err, "the others timed out waiting for it"), "trial %d:\n%s", trial,
+                  r.err);
+        cr_assert_eq(r.code, 94, "trial %d: exit %d (not the first failure's), stderr:\n%s",
+                     trial, r.code, r.err);
+        assert_all_gone(&r, 4);
+        launch_cleanup(&r);
+    }
+}
+
+/* Rank 2 fails on its own and aborts; the others fail because it did
+ * ("rank 2 (ADDR) failed and reported: ...") and exit first, while rank 2
+ * lingers. The launcher must follow the blame to rank 2 and show its own
+ * error, not a bystander's report of it. */
+Test(launcher_blame, the_rank_whose_failure_is_its_own_is_the_root_cause_not_the_first_to_exit,
+     .timeout = 60)
+{
+    for (int trial = 0; trial < 3; trial++) {
+        launch_run r;
+        launch_start(&r, (const char *[]){"-n", "4", W, "abort-one", "DIR", "2", "3", NULL});
+        launch_wait(&r);
+        cr_assert(strstr(r.err, "ROOT CAUSE: rank 2 (local rank 2 on node 0"),
+                  "trial %d: rank 2 is not the root cause:\n%s", trial, r.err);
+        const char *report = strstr(r.err, "ROOT CAUSE");
+        cr_assert(strstr(report, "[2] rank 2: cannot open /nonexistent/data.bin"),
+                  "trial %d: rank 2's own error is not in the report:\n%s", trial, report);
+        const char *first = strstr(report, "first to fail: rank ");
+        cr_assert(first, "trial %d: the first failure is not shown:\n%s", trial, report);
+        int first_code = -1;
+        const char *said = strstr(first, "exited with code ");
+        cr_assert(said && sscanf(said, "exited with code %d", &first_code) == 1, "%s", report);
+        cr_assert_eq(r.code, first_code, "trial %d: exit %d, not the first failure's", trial,
+                     r.code);
+        assert_all_gone(&r, 4);
+        launch_cleanup(&r);
+    }
+}
+
+/* Where no ABORT got through, the others only saw rank 1's connection
+ * drop ("rank 1 died or its process was killed"); they exit first. */
+Test(launcher_blame, the_rank_whose_connection_dropped_first_is_the_root_cause, .timeout = 30)
+{
+    launch_run r;
+    launch_start(&r, (const char *[]){"-n", "3", W, "peer-died", "DIR", "1", NULL});
+    launch_wait(&r);
+    cr_assert(strstr(r.err, "ROOT CAUSE: rank 1 (local rank 1 on node 0"),
+              "rank 1 is not the root cause:\n%s", r.err);
+    cr_assert(strstr(strstr(r.err, "ROOT CAUSE"), "[1] rank 1: out of memory"), "%s", r.err);
+    cr_assert_eq(r.code, 1, "exit %d, not the first failure's", r.code);
+    assert_all_gone(&r, 3);
+    launch_cleanup(&r);
+}
+
+/* Rank 1 hangs (not stopped: asleep, ignoring SIGTERM) and prints nothing;
+ * the others time out waiting for it. It is the one that outlives SIGTERM. */
+Test(launcher_blame, a_hung_rank_that_ignores_sigterm_is_named_as_the_root_cause, .timeout = 60)
+{
+    launch_run r;
+    launch_start_env(&r, (const char *[]){"DT_TIMEOUT=1", NULL},
+                     (const char *[]){"-n", "3", "--grace", "1", W, "allreduce-loop", "DIR", "1",
+                                      NULL});
+    launch_wait(&r);
+    cr_assert(strstr(r.err, "ROOT CAUSE: rank 1 (local rank 1 on node 0"),
+              "rank 1 is not the root cause:\n%s", r.err);
+    cr_assert(strstr(r.err, "ignored SIGTERM"), "%s", r.err);
+    cr_assert_eq(r.code, 94, "exit %d, not the first failure's:\n%s", r.code, r.err);
+    assert_all_gone(&r, 3);
+    launch_cleanup(&r);
+}
+
+/* A stopped worker cannot act on SIGTERM until it is resumed; the launcher
+ * resumes it, so the group ends now and not after the 60 s grace period
+ * (the test's 20 s timeout would fail first). */
+Test(launcher_blame, a_stopped_worker_ends_on_sigterm_without_waiting_for_the_grace_period,
+     .timeout = 20)
+{
+    launch_run r;
+    launch_start(&r, (const char *[]){"-n", "2", "--grace", "60", W, "sleep", "DIR", NULL});
+    pid_t stopped = wait_pid_file(&r, 1);
+    kill(stopped, SIGSTOP);
+    while (proc_state(stopped) != 'T') nanosleep(&(struct timespec){0, 1000000}, NULL);
+    kill(wait_pid_file(&r, 0), SIGKILL);
+    launch_wait(&r);
+    cr_assert_eq(r.code, 128 + SIGKILL, "exit %d, stderr:\n%s", r.code, r.err);
+    cr_assert(strstr(r.err, "ROOT CAUSE: rank 0"), "%s", r.err);
+    cr_assert(strstr(r.err, "note: rank 1"), "the stopped rank is not mentioned:\n%s", r.err);
+    assert_all_gone(&r, 2);
+    launch_cleanup(&r);
+}
+
+/* The report quotes a rank's last lines; a long one must keep both ends,
+ * where errors name the rank that reports and the rank it blames. */
+Test(launcher_blame, a_long_error_line_keeps_the_ranks_it_names_in_the_report, .timeout = 20)
+{
+    launch_run r;
+    launch_start(&r, (const char *[]){W, "long-error", "3000", "5", NULL});
+    launch_wait(&r);
+    cr_assert_eq(r.code, 5, "exit %d, stderr:\n%s", r.code, r.err);
+    const char *report = strstr(r.err, "ROOT CAUSE");
+    cr_assert(report, "no root cause in:\n%s", r.err);
+    const char *quoted = strstr(report, "    [0] error on rank 0: ");
+    cr_assert(quoted, "the quoted line lost its start:\n%s", report);
+    size_t n = strcspn(quoted, "\n");
+    cr_assert(n < 2000, "the quoted line is not shortened (%zu bytes)", n);
+    cr_assert(n >= 18 && !strncmp(quoted + n - 18, "blamed peer rank 3", 18),
+              "the quoted line lost its end:\n%.*s", (int)n, quoted);
+    launch_cleanup(&r);
+}
