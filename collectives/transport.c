@@ -300,6 +300,8 @@ static void rx_on_notice(dt_conn *cn)
     }
     pthread_mutex_unlock(&c->mu);
     if (later) return;
+    /* launcher/root_cause.c follows this wording ("failed and reported:",
+     * "died or its process was killed") to the rank that failed first. */
     comm_fail(c, (dt_status)st, "rank %d: rank %d (%s) failed and reported: %s", c->rank,
               cn->peer, cn->addr, cn->notice + 4);
 }
