@@ -163,6 +163,7 @@ static dt_status run_pair(dt_comm *c, dt_device *dev, bench_case *bc, const benc
     print_row(bc, d, o->check, wrong_dev, o->device);
     printf("#   %s buffers: %.1f%% of the host buffers' busbw (median of %d rounds)\n",
            o->device, d > 0 ? 100.0 * h / d : 0, DEVICE_ROUNDS);
+    fflush(stdout); /* forked ranks leave through _exit */
     return (wrong_host || wrong_dev) ? DT_EPROTO : DT_OK;
 }
 
