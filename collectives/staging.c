@@ -61,6 +61,12 @@
  * waits for every copy it enqueued before returning, so the copy engine
  * never writes into an arena that a later op (or dt_comm_destroy) reuses.
  *
+ * Send and receive run on the caller's thread, not the communicator's, and
+ * may be many and outstanding at once: each stages through its own pageable
+ * buffer with a synchronous copy (a send copies out in dt_submit, a receive
+ * copies in inside dt_work_wait, so dt_work_test may say done before the
+ * bytes are on the device). A pinned pool for them is still to come.
+ *
  * Contract: device buffers must hold their input when the op is submitted
  * (synchronize the stream that wrote them first) and hold the result when
  * dt_work_wait returns.
