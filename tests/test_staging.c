@@ -279,6 +279,41 @@ static void run_on_fake(int world, rank_fn fn, dt_fake_device_options *o) {
     cr_assert_eq(failed, 0);
 }
 
+/* Needs a GPU (skips without one): the same matrix with real pinned memory,
+ * streams and DMA, every rank (thread) on device 0. */
+ParameterizedTestParameters(staging, every_collective_on_cuda_buffers_equals_the_host_result) {
+    static int worlds[] = {1, 2, 3, 4, 5};
+    return cr_make_param_array(int, worlds, sizeof worlds / sizeof worlds[0]);
+}
+ParameterizedTest(int *world, staging, every_collective_on_cuda_buffers_equals_the_host_result,
+                  .timeout = TEST_TIMEOUT_S) {
+    job_arg a = {0};
+    dt_device *devs[RANK_THREADS_MAX];
+    char err[512];
+    for (int r = 0; r < *world; r++) {
+        rank_dev *d = &a.rd[r];
+        if (dt_device_open(&d->dev, "cuda", err, sizeof err) != DT_OK) {
+            dt_device_close(d->dev);
+            for (int k = 0; k < r; k++) dt_device_close(a.rd[k].dev);
+            cr_skip_test("needs a CUDA device: %s", err);
+        }
+        cr_assert_eq(dt_device_stream_create(d->dev, &d->stream), DT_OK, "%s",
+                     dt_device_error(d->dev));
+        cr_assert_eq(dt_device_event_create(d->dev, &d->event), DT_OK, "%s",
+                     dt_device_error(d->dev));
+        devs[r] = d->dev;
+    }
+    rank_job job;
+    int failed = rank_threads_run_on(&job, *world, rank_every_collective, &a, devs);
+    for (int r = 0; r < *world; r++) {
+        dt_device_event_destroy(a.rd[r].dev, a.rd[r].event);
+        dt_device_stream_destroy(a.rd[r].dev, a.rd[r].stream);
+        dt_device_close(a.rd[r].dev);
+        cr_expect_not(job.ranks[r].failed, "rank %d: %s", r, job.ranks[r].msg);
+    }
+    cr_assert_eq(failed, 0);
+}
+
 ParameterizedTestParameters(staging, every_collective_on_device_buffers_equals_the_host_result) {
     static int worlds[] = {1, 2, 3, 4, 5};
     return cr_make_param_array(int, worlds, sizeof worlds / sizeof worlds[0]);
