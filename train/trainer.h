@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "dt_ckpt_train.h"
 #include "dt_comm.h"
+#include "dt_device.h"
 #include "dt_model.h"
 #include "dt_optim.h"
 
@@ -19,6 +20,7 @@ typedef struct mg_run {
     mg_options o;
     int rank, world;
     dt_comm *comm;          /* NULL when running alone */
+    dt_device *dev;         /* --device cuda with ranks: stages comm's ops */
     dt_model *m;
     dt_dataset *data;
     bool is_task;           /* the embedded task: has an accuracy */
@@ -44,6 +46,8 @@ typedef struct mg_step {
 } mg_step;
 
 /* trainer.c */
+/* This rank's GPU on its node: LOCAL_RANK (or Open MPI's, Slurm's), 0. */
+int mg_local_rank(void);
 dt_status mg_run_open(mg_run *r);      /* data, model, optimizer */
 void mg_run_close(mg_run *r);
 /* Optimizer step `step` (0-based): micro-steps, gradient sync, AdamW. */
