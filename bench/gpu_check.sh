@@ -63,9 +63,10 @@ fi
 #    buffers, against the CPU reference; then minigpt --device cuda as a
 #    program (tests/test_minigpt_device: it must train, not merely fail well);
 # 5. the seed preset trained on the GPU and on the CPU, one process each with
-#    --grad-accum 4 (the 4-rank seed's global batch; no checkpoints: a CUDA
-#    run does not save yet), per-step losses from --metrics compared: each
-#    within 1e-4 relative. With 2 or more GPUs, the same run as one rank per
+#    --grad-accum 4 (the 4-rank seed's global batch), per-step losses from
+#    --metrics compared: each within 1e-4 relative; the GPU run's step-10
+#    checkpoint, saved through host copies of the device state, must reload
+#    byte-equal (RESUME VERIFIED). With 2 or more GPUs, the same run as one rank per
 #    GPU under dtrain-launch (DDP and ZeRO-1 on staged device gradients)
 #    against the same CPU curve.
 echo "gpu_check: model kernels on the device (DT_KERNEL_BACKEND=cuda)"
@@ -81,8 +82,10 @@ trap 'rm -rf "$tmp"' EXIT
 curve() {
     name=$1
     shift
-    "$@" --preset seed --ckpt-every 0 --sample 0 --metrics "$tmp/$name" \
+    "$@" --preset seed --sample 0 --metrics "$tmp/$name" \
         >"$tmp/$name.log" 2>&1 || { tail -5 "$tmp/$name.log"; return 1; }
+    grep -q 'RESUME VERIFIED' "$tmp/$name.log" ||
+        { echo "  $name: the checkpoint was not verified"; return 1; }
 }
 # same_curve A B: every step's loss of A within 1e-4 relative of B's
 same_curve() {

@@ -62,7 +62,8 @@ static const flag flags[] = {
      "compare parameter hashes across ranks after every step"},
     {"--threads", "-t", K_INT, OPT(threads), "N", "OpenBLAS threads per rank"},
     {"--device", NULL, K_STR, OPT(device), "DEV",
-     "cpu, or cuda (one GPU per rank: the rank's LOCAL_RANK; no checkpoints yet)"},
+     "cpu; cuda (one GPU per rank: the rank's LOCAL_RANK); or cuda-host "
+     "(the CUDA kernels run on the host: a slow check without a GPU)"},
     {"--ckpt-dir", NULL, K_STR, OPT(ckpt_dir), "DIR",
      "checkpoint root (step_NNNNNNNN/ per save, 'latest')"},
     {"--ckpt-every", NULL, K_INT, OPT(ckpt_every), "K",
@@ -240,15 +241,9 @@ static int check(const mg_options *o, const char *prog)
         return bad(prog, "--resume auto needs", "--ckpt-dir");
     if (!(o->lr > 0) || !isfinite(o->lr) || o->bucket_mb < 0)
         return bad(prog, "lr must be > 0 and bucket-mb >= 0", "lr/bucket-mb");
-    if (strcmp(o->device, "cpu") && strcmp(o->device, "cuda"))
-        return bad(prog, "--device is cpu or cuda, not", o->device);
-    /* the checkpoint layer reads host memory; a CUDA run's state is on the
-     * device, and staging it through the host is not written yet */
-    if (strcmp(o->device, "cuda") == 0 &&
-        (o->ckpt_dir || o->resume || (o->verify_resume && o->ckpt_every > 0)))
-        return bad(prog, "--device cuda cannot checkpoint yet (device state is "
-                   "not staged to the host); add --ckpt-every 0 and drop",
-                   "--ckpt-dir/--resume");
+    if (strcmp(o->device, "cpu") && strcmp(o->device, "cuda") &&
+        strcmp(o->device, "cuda-host"))
+        return bad(prog, "--device is cpu, cuda or cuda-host, not", o->device);
     return 0;
 }
 

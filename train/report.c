@@ -52,9 +52,10 @@ void mg_report_header(FILE *f, const mg_run *r)
             o->preset ? ", preset " : "", o->preset ? o->preset : "",
             o->data ? o->data : "embedded task (reverse digits)");
     if (strcmp(r->m->be->name, "cpu") != 0)
-        fprintf(f, "backend: %s (one GPU per rank, by LOCAL_RANK)%s\n",
-                r->m->be->name, r->dev ? "; collectives staged through pinned "
-                "host memory" : "");
+        fprintf(f, "backend: %s%s%s\n", r->m->be->name,
+                strcmp(r->m->be->name, "cuda") == 0
+                    ? " (one GPU per rank, by LOCAL_RANK)" : "",
+                r->dev ? "; collectives staged through pinned host memory" : "");
     if (r->ddp)
         fprintf(f, "ddp: %d gradient bucket%s\n", dt_ddp_num_buckets(r->ddp),
                 dt_ddp_num_buckets(r->ddp) == 1 ? "" : "s");

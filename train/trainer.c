@@ -80,8 +80,11 @@ int mg_local_rank(void)
  * collectives take those device buffers, staged by the communicator. */
 static dt_status open_backend(mg_run *r, const dt_backend **be)
 {
+    if (strcmp(r->o.device, "cuda-host") == 0)
+        *be = dt_backend_cuda_host();
     if (strcmp(r->o.device, "cuda") != 0) {
-        *be = dt_backend_cpu();
+        if (strcmp(r->o.device, "cpu") == 0)
+            *be = dt_backend_cpu();
         return DT_OK;
     }
     char err[256] = "";

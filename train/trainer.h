@@ -65,6 +65,17 @@ dt_status mg_ckpt_resume(mg_run *r);
 /* After `done` steps: saves on the --ckpt-every cadence, verifies once. */
 dt_status mg_ckpt_after_step(mg_run *r, int done);
 
+/* ckpt_staging.c: the checkpoint layer reads host memory; on a device
+ * backend the state is mirrored (host arrays malloc'd, same lengths). */
+bool mg_state_on_device(const mg_run *r);
+/* host = dev with host copies of its arrays (filled when copy_out). */
+dt_status mg_state_mirror(mg_run *r, const dt_ckpt_state *dev,
+                          dt_ckpt_state *host, bool copy_out);
+/* Copies the host mirror's arrays into the device state's. */
+void mg_state_copy_in(mg_run *r, const dt_ckpt_state *dev,
+                      const dt_ckpt_state *host);
+void mg_state_mirror_free(mg_run *r, dt_ckpt_state *host);
+
 /* metrics.c: JSONL, one object per line, rank 0 only */
 typedef struct mg_metrics mg_metrics;
 mg_metrics *mg_metrics_open(const char *path, const mg_run *r);
