@@ -25,14 +25,15 @@ bool mg_state_on_device(const mg_run *r)
     return be != dt_backend_cpu() && be != dt_backend_cpu_reference();
 }
 
-/* The arrays of a state, in one order, with their lengths. */
-static int arrays(dt_ckpt_state *s, float ***p, size_t *n)
+/* The four arrays of a state, by address, and their lengths. */
+static void arrays_of(dt_ckpt_state *s, float **p[4], size_t n[4])
 {
-    float **a[4] = {&s->params, &s->master, &s->adam_m, &s->adam_v};
-    size_t k[4] = {s->num_params, s->opt_n, s->opt_n, s->opt_n};
-    memcpy(p, a, sizeof a);
-    memcpy(n, k, sizeof k);
-    return 4;
+    p[0] = &s->params;
+    p[1] = &s->master;
+    p[2] = &s->adam_m;
+    p[3] = &s->adam_v;
+    n[0] = s->num_params;
+    n[1] = n[2] = n[3] = s->opt_n;
 }
 
 dt_status mg_state_mirror(mg_run *r, const dt_ckpt_state *dev,
@@ -41,22 +42,21 @@ dt_status mg_state_mirror(mg_run *r, const dt_ckpt_state *dev,
     *host = *dev;
     if (!mg_state_on_device(r))
         return DT_OK;
-    float **h[4], **d[4];
+    float **h[4];
     size_t n[4];
-    dt_ckpt_state src = *dev;
-    int k = arrays(host, h, n);
-    arrays(&src, d, n);
-    for (int i = 0; i < k; i++)
+    arrays_of(host, h, n);
+    float *d[4] = {dev->params, dev->master, dev->adam_m, dev->adam_v};
+    for (int i = 0; i < 4; i++)
         *h[i] = NULL;
-    for (int i = 0; i < k; i++) {
-        if (!*d[i])
+    for (int i = 0; i < 4; i++) {
+        if (!d[i]) /* no master under DDP */
             continue;
         if (!(*h[i] = malloc(n[i] ? n[i] * sizeof(float) : 1))) {
             mg_state_mirror_free(r, host);
             return DT_ENOMEM;
         }
         if (copy_out && n[i])
-            r->m->be->to_host(*h[i], *d[i], n[i] * sizeof(float));
+            r->m->be->to_host(*h[i], d[i], n[i] * sizeof(float));
     }
     return DT_OK;
 }
@@ -66,14 +66,13 @@ void mg_state_copy_in(mg_run *r, const dt_ckpt_state *dev,
 {
     if (!mg_state_on_device(r))
         return;
-    float **h[4], **d[4];
-    size_t n[4];
-    dt_ckpt_state hs = *host, ds = *dev;
-    int k = arrays(&hs, h, n);
-    arrays(&ds, d, n);
-    for (int i = 0; i < k; i++)
-        if (*d[i] && *h[i] && n[i])
-            r->m->be->from_host(*d[i], *h[i], n[i] * sizeof(float));
+    float *d[4] = {dev->params, dev->master, dev->adam_m, dev->adam_v};
+    const float *h[4] = {host->params, host->master, host->adam_m,
+                         host->adam_v};
+    size_t n[4] = {dev->num_params, dev->opt_n, dev->opt_n, dev->opt_n};
+    for (int i = 0; i < 4; i++)
+        if (d[i] && h[i] && n[i])
+            r->m->be->from_host(d[i], h[i], n[i] * sizeof(float));
 }
 
 void mg_state_mirror_free(mg_run *r, dt_ckpt_state *host)
