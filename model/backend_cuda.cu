@@ -444,8 +444,14 @@ static void explain_no_device(cudaError_t e, char *err, size_t errlen)
 static dt_status open_locked(int device, char *err, size_t errlen)
 {
     if (g_cuda.device >= 0) {
-        if (g_cuda.device == device)
-            return cuda_ok(cudaSetDevice(device), "cudaSetDevice") ? DT_OK : DT_ESYS;
+        if (g_cuda.device == device) { /* again, maybe from another thread */
+            cudaError_t e = cudaSetDevice(device);
+            if (e == cudaSuccess)
+                return DT_OK;
+            snprintf(err, errlen, "cuda: cudaSetDevice(%d): %s (%s)", device,
+                     cudaGetErrorString(e), cudaGetErrorName(e));
+            return DT_ESYS;
+        }
         snprintf(err, errlen, "cuda: this process already uses device %d; one device per "
                  "process (one rank per GPU), asked for %d", g_cuda.device, device);
         return DT_EINVAL;
