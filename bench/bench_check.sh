@@ -3,7 +3,8 @@
 # a few dtypes and reductions, the forced algorithms, 4 local ranks, sizes
 # 4 B .. 1 MiB, each with --check (exit status 0 only when no element of any
 # rank's output is wrong). Prints TAP so meson counts each run as a test.
-# Timing is printed but never asserted.
+# Timing is printed but never asserted. `--device fake` checks every
+# collective on (fake) device buffers too, staged through host memory.
 #
 #   bench_check.sh path/to/dtrain-bench
 set -u
@@ -30,7 +31,8 @@ cases='-c allreduce -d f32 -o sum
 -c alltoall -d f32
 -c alltoall -d u8
 -c reduce -d f32 -o sum -r 2
--c reduce -d bf16 -o avg'
+-c reduce -d bf16 -o avg
+-c all -d f32 --device fake'
 
 total=$(printf '%s\n' "$cases" | wc -l)
 echo "1..$total"

@@ -201,6 +201,16 @@ static bool set_ranks(bench_options *o, const char *v, char *why, size_t n)
     return false;
 }
 
+static bool set_device(bench_options *o, const char *v, char *why, size_t n)
+{
+    if (strcmp(v, "fake") == 0 || strcmp(v, "cuda") == 0 || strncmp(v, "cuda:", 5) == 0) {
+        o->device = v;
+        return true;
+    }
+    snprintf(why, n, "not a device: use fake, cuda or cuda:N");
+    return false;
+}
+
 static bool set_help(bench_options *o, const char *v, char *why, size_t n)
 {
     (void)v, (void)why, (void)n;
@@ -225,6 +235,8 @@ static const flag flags[] = {
     {NULL, "--algo", "NAME", "force auto|ring|rd|tree|chain (default auto)", set_algo},
     {NULL, "--ranks", "N", "fork N local ranks (default: be one rank of a launched job, "
      "from RANK, WORLD_SIZE, DT_INIT_URL, ...)", set_ranks},
+    {NULL, "--device", "NAME", "also time each size on buffers of device fake|cuda|cuda:N, "
+     "staged through pinned memory, beside host buffers (medians of 5 rounds)", set_device},
     {"-h", "--help", NULL, "print this text", set_help},
 };
 #define N_FLAGS (sizeof flags / sizeof flags[0])

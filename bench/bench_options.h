@@ -32,6 +32,7 @@ typedef struct bench_options {
     bool check;                  /* --check: verify one extra op per size */
     dt_algo algo;                /* --algo: DT_ALGO_AUTO unless forced */
     int ranks;                   /* --ranks: local ranks to fork; 0 = launched */
+    const char *device;          /* --device: also time device buffers; NULL = host only */
     bool help;                   /* -h */
 } bench_options;
 

@@ -28,6 +28,14 @@
  * rank dies, the others are given a moment to report their own failure,
  * then stopped; the bench exits with the dead rank's status (128 + signal
  * if it was killed) and removes the rendezvous file.
+ *
+ * --device NAME (fake, cuda, cuda:N) gives every rank that device and times
+ * each size twice in the same run: on host buffers, then on device buffers
+ * holding the same data, staged through pinned memory (collectives/staging.c).
+ * The two alternate for DEVICE_ROUNDS rounds; the rows show each one's
+ * median, the last column says which buffers, and a comment line gives the
+ * device's busbw as a share of the host's. With --check the device's output
+ * is copied back and checked like the host's.
  */
 #include <errno.h>
 #include <signal.h>
@@ -43,8 +51,11 @@
 #include <sodium.h>
 
 #include "bench_case.h"
+#include "bench_device.h"
 #include "bench_options.h"
 #include "dt_comm.h"
+
+#define DEVICE_ROUNDS 5
 
 static double now_s(void)
 {
@@ -92,7 +103,8 @@ static void print_header(const bench_options *o, dt_op_kind kind, int p)
     fflush(stdout); /* seen now, and not lost if this rank is killed before its first row */
 }
 
-static void print_row(const bench_case *bc, double sec, bool checked, int64_t wrong)
+static void print_row(const bench_case *bc, double sec, bool checked, int64_t wrong,
+                      const char *buffers)
 {
     const dt_op *op = &bc->op;
     bool reduces = op->kind == DT_OP_ALLREDUCE || op->kind == DT_OP_REDUCE_SCATTER ||
@@ -100,17 +112,74 @@ static void print_row(const bench_case *bc, double sec, bool checked, int64_t wr
     double algbw = sec > 0 ? (double)bc->bytes / sec / 1e9 : 0;
     char wrong_text[24] = "N/A";
     if (checked) snprintf(wrong_text, sizeof wrong_text, "%lld", (long long)wrong);
-    printf("%12zu %12zu %6s %6s %12.1f %11.3f %11.3f %6s\n", bc->bytes, op->count,
+    printf("%12zu %12zu %6s %6s %12.1f %11.3f %11.3f %6s%s%s\n", bc->bytes, op->count,
            op->kind == DT_OP_BARRIER ? "none" : dt_dtype_name(op->dtype),
            reduces ? dt_redop_name(op->redop) : "none", sec * 1e6, algbw,
-           algbw * bench_busbw_factor(op->kind, bc->p), wrong_text);
+           algbw * bench_busbw_factor(op->kind, bc->p), wrong_text, buffers ? " " : "",
+           buffers ? buffers : "");
     fflush(stdout);
+}
+
+/* ---- host buffers beside device buffers ------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The op on device buffers, checked: run on fresh inputs, copy back, count. */
+static dt_status check_device_case(dt_comm *c, bench_case *bc, bench_device_case *dc,
+                                   int64_t *wrong)
+{
+    bench_case_fill(bc);
+    dt_status st = bench_device_case_upload(dc, bc);
+    if (st == DT_OK) st = dt_run(c, &dc->op);
+    if (st == DT_OK) st = bench_device_case_download(dc, bc);
+    *wrong = st == DT_OK ? (int64_t)bench_case_count_wrong(bc) : 0;
+    if (st == DT_OK) st = dt_allreduce(c, wrong, 1, DT_I64, DT_SUM);
+    return st;
+}
+
+/* Host and device rows of one size: DEVICE_ROUNDS alternating rounds,
+ * medians. */
+static dt_status run_pair(dt_comm *c, dt_device *dev, bench_case *bc, const bench_options *o)
+{
+    bench_device_case dc;
+    dt_status st = bench_device_case_init(&dc, dev, bc);
+    if (st != DT_OK) {
+        fprintf(stderr, "dtrain-bench: rank %d: device buffers: %s\n", dt_comm_rank(c),
+                dt_device_error(dev));
+        return st;
+    }
+    bench_case on_dev = *bc;
+    on_dev.op = dc.op;
+    double host[DEVICE_ROUNDS], devs[DEVICE_ROUNDS];
+    for (int r = 0; r < DEVICE_ROUNDS && st == DT_OK; r++) {
+        st = time_case(c, bc, o, &host[r]);
+        if (st == DT_OK) st = time_case(c, &on_dev, o, &devs[r]);
+    }
+    int64_t wrong_host = 0, wrong_dev = 0;
+    if (st == DT_OK && o->check) st = check_case(c, bc, &wrong_host);
+    if (st == DT_OK && o->check) st = check_device_case(c, bc, &dc, &wrong_dev);
+    bench_device_case_free(&dc);
+    if (st != DT_OK || dt_comm_rank(c) != 0) return st;
+    qsort(host, DEVICE_ROUNDS, sizeof *host, cmp_double);
+    qsort(devs, DEVICE_ROUNDS, sizeof *devs, cmp_double);
+    double h = host[DEVICE_ROUNDS / 2], d = devs[DEVICE_ROUNDS / 2];
+    print_row(bc, h, o->check, wrong_host, "host");
+    print_row(bc, d, o->check, wrong_dev, o->device);
+    printf("#   %s buffers: %.1f%% of the host buffers' busbw (median of %d rounds)\n",
+           o->device, d > 0 ? 100.0 * h / d : 0, DEVICE_ROUNDS);
+    fflush(stdout); /* forked ranks leave through _exit */
+    return (wrong_host || wrong_dev) ? DT_EPROTO : DT_OK;
 }
 
 /* ---- one collective, every size -------------------------------------------------- */
 
 /* One row per size; returns 0, 1 (wrong elements) or -1 (an op failed). */
-static int run_collective(dt_comm *c, const bench_options *o, dt_op_kind kind)
+static int run_collective(dt_comm *c, dt_device *dev, const bench_options *o,
+                          dt_op_kind kind)
 {
     int rank = dt_comm_rank(c), p = dt_comm_size(c), result = 0;
     if (rank == 0) print_header(o, kind, p);
@@ -125,10 +194,16 @@ static int run_collective(dt_comm *c, const bench_options *o, dt_op_kind kind)
         double sec = 0;
         int64_t wrong = 0;
         dt_status st = DT_OK;
-        if (bc.bytes != last_bytes) { /* sizes that round alike run once */
+        if (bc.bytes != last_bytes && dev) {
+            st = run_pair(c, dev, &bc, o);
+            if (st == DT_EPROTO) { /* wrong elements, already printed */
+                st = DT_OK;
+                wrong = 1;
+            }
+        } else if (bc.bytes != last_bytes) { /* sizes that round alike run once */
             st = time_case(c, &bc, o, &sec);
             if (st == DT_OK && o->check) st = check_case(c, &bc, &wrong);
-            if (st == DT_OK && rank == 0) print_row(&bc, sec, o->check, wrong);
+            if (st == DT_OK && rank == 0) print_row(&bc, sec, o->check, wrong, NULL);
         }
         last_bytes = bc.bytes;
         bench_case_free(&bc);
@@ -145,23 +220,33 @@ static int run_collective(dt_comm *c, const bench_options *o, dt_op_kind kind)
 }
 
 /* Joins the job, runs every requested collective, leaves. Exit status. */
-static int run_rank(const dt_comm_options *co, const bench_options *o)
+static int run_rank(const dt_comm_options *opts, const bench_options *o)
 {
-    if (o->root >= co->world_size) {
+    if (o->root >= opts->world_size) {
         fprintf(stderr, "dtrain-bench: -r '%d': no such rank in a job of %d\n", o->root,
-                co->world_size);
+                opts->world_size);
         return 2;
     }
+    dt_comm_options co = *opts;
+    dt_device *dev = NULL;
+    char err[512];
+    if (o->device && dt_device_open(&dev, o->device, err, sizeof err) != DT_OK) {
+        fprintf(stderr, "dtrain-bench: rank %d: --device %s: %s\n", co.rank, o->device, err);
+        dt_device_close(dev);
+        return 1;
+    }
+    co.device = dev;
     dt_comm *c;
-    if (dt_comm_init(&c, co) != DT_OK) {
-        fprintf(stderr, "dtrain-bench: rank %d: joining the job failed: %s\n", co->rank,
+    if (dt_comm_init(&c, &co) != DT_OK) {
+        fprintf(stderr, "dtrain-bench: rank %d: joining the job failed: %s\n", co.rank,
                 c ? dt_comm_error(c) : "out of memory");
         dt_comm_destroy(c);
+        dt_device_close(dev);
         return 1;
     }
     int status = 0;
     for (int i = 0; i < o->n_collectives; i++) {
-        int r = run_collective(c, o, o->collectives[i]);
+        int r = run_collective(c, dev, o, o->collectives[i]);
         if (r < 0) {
             status = 1;
             break;
@@ -169,6 +254,7 @@ static int run_rank(const dt_comm_options *co, const bench_options *o)
         if (r > 0) status = 1;
     }
     dt_comm_destroy(c);
+    dt_device_close(dev);
     return status;
 }
 
@@ -206,11 +292,14 @@ static void report_failure(int rank, int status)
 /* Waits for every child. After the first failure the others get
  * SURVIVORS_GRACE_S to fail and say why on their own, then SIGTERM, then
  * SIGKILL after as long again. Returns the first failure's status (its exit
- * code, or 128 + the signal that killed it), or 0. */
+ * code, or 128 + the signal that killed it), or 0; a rank killed from
+ * outside counts as first even when a peer that saw it die was reaped
+ * before it. */
 static int wait_ranks(const pid_t *pids, int n)
 {
     bool reaped[64] = {false};
     int result = 0, left = n, sent = 0;
+    bool killed = false; /* a rank died of a signal the bench did not send */
     double failed_at = 0;
     while (left > 0) {
         int status;
@@ -233,11 +322,19 @@ static int wait_ranks(const pid_t *pids, int n)
         if (rank == n) continue; /* not one of ours */
         reaped[rank] = true;
         left--;
-        if (status_code(status) != 0 && result == 0) {
+        if (status_code(status) == 0) continue;
+        if (result == 0) {
             result = status_code(status);
             failed_at = now_s();
             report_failure(rank, status);
+        } else if (WIFSIGNALED(status) && !killed && !sent) {
+            /* Killed from outside, but reaped after a peer that noticed its
+             * death first (a process closes its sockets before its parent
+             * can reap it): the kill is the root cause, not the peer. */
+            result = status_code(status);
+            report_failure(rank, status);
         }
+        if (WIFSIGNALED(status) && !sent) killed = true;
     }
     return result;
 }

@@ -56,13 +56,25 @@
  */
 #define BROADCAST_TREE_MAX_BYTES ((size_t)1024 * 1024)
 
-static dt_status run_allreduce(dt_opctx *o, size_t bytes) {
-    switch (o->op->algo) {
-    case DT_ALGO_AUTO:
-        if (bytes <= ALLREDUCE_RECURSIVE_DOUBLING_MAX_BYTES ||
-            o->op->count < (size_t)o->size)
-            return allreduce_recursive_doubling(o);
-        return allreduce_ring(o);
+/* The algorithm AUTO stands for, for an all-reduce or a broadcast of
+ * `bytes`; the forced one otherwise. */
+dt_algo algo_chosen(const dt_op *op, int p) {
+    const size_t bytes = op->count * dt_dtype_size(op->dtype);
+    if (op->algo != DT_ALGO_AUTO)
+        return op->algo;
+    switch (op->kind) {
+    case DT_OP_ALLREDUCE:
+        return bytes <= ALLREDUCE_RECURSIVE_DOUBLING_MAX_BYTES || op->count < (size_t)p
+                   ? DT_ALGO_RECURSIVE_DOUBLING : DT_ALGO_RING;
+    case DT_OP_BROADCAST:
+        return bytes <= BROADCAST_TREE_MAX_BYTES || p <= 2 ? DT_ALGO_TREE : DT_ALGO_CHAIN;
+    default:
+        return DT_ALGO_AUTO; /* one algorithm: nothing to choose */
+    }
+}
+
+static dt_status run_allreduce(dt_opctx *o) {
+    switch (algo_chosen(o->op, o->size)) {
     case DT_ALGO_RING:
         return allreduce_ring(o);
     case DT_ALGO_RECURSIVE_DOUBLING:
@@ -72,12 +84,8 @@ static dt_status run_allreduce(dt_opctx *o, size_t bytes) {
     }
 }
 
-static dt_status run_broadcast(dt_opctx *o, size_t bytes) {
-    switch (o->op->algo) {
-    case DT_ALGO_AUTO:
-        if (bytes <= BROADCAST_TREE_MAX_BYTES || o->size <= 2)
-            return broadcast_tree(o);
-        return broadcast_chain(o);
+static dt_status run_broadcast(dt_opctx *o) {
+    switch (algo_chosen(o->op, o->size)) {
     case DT_ALGO_TREE:
         return broadcast_tree(o);
     case DT_ALGO_CHAIN:
@@ -109,7 +117,6 @@ static bool is_rooted(dt_op_kind k) {
 
 dt_status algo_run(dt_opctx *o) {
     const dt_op *op = o->op;
-    const size_t bytes = op->count * dt_dtype_size(op->dtype);
     if (is_rooted(op->kind)) {
         dt_status st = rooted_op_agree(o);
         if (st != DT_OK)
@@ -117,14 +124,14 @@ dt_status algo_run(dt_opctx *o) {
     }
     switch (op->kind) {
     case DT_OP_ALLREDUCE:
-        return run_allreduce(o, bytes);
+        return run_allreduce(o);
     case DT_OP_REDUCE_SCATTER:
         return reduce_scatter_ring(o);
     case DT_OP_ALLGATHER:
     case DT_OP_ALLGATHERV:
         return allgather_ring(o);
     case DT_OP_BROADCAST:
-        return run_broadcast(o, bytes);
+        return run_broadcast(o);
     case DT_OP_REDUCE:
         return reduce_tree(o);
     case DT_OP_BARRIER:

@@ -20,6 +20,9 @@
 dt_status algo_run(dt_opctx *o);
 /* May algorithm a be forced on ops of kind k? */
 bool algo_applies(dt_op_kind k, dt_algo a);
+/* The algorithm algo_run will run for op in a world of p: the forced one,
+ * or AUTO's choice; DT_ALGO_AUTO for kinds with a single algorithm. */
+dt_algo algo_chosen(const dt_op *op, int p);
 
 dt_status allreduce_ring(dt_opctx *o);
 dt_status allreduce_recursive_doubling(dt_opctx *o);

@@ -41,6 +41,7 @@
 
 #include "algorithms.h"
 #include "ring.h"
+#include "staging.h"
 
 /* Count the segments of all chunks but `skip`. */
 static size_t segments_except(const ring_chunks *k, int p, int skip,
@@ -103,6 +104,8 @@ dt_status ring_allgather(dt_opctx *o, void *buf, const ring_chunks *k) {
         for (size_t lo = 0; lo < n && st == DT_OK; lo += seg_elems) {
             size_t len = n - lo < seg_elems ? n - lo : seg_elems;
             st = xfer_wait(o, &recvs[waited++]);
+            if (st == DT_OK) /* final: device buffers copy it back now */
+                stage_ready(o, base + lo * esize, len * esize);
             if (st == DT_OK && step < p - 2)
                 xfer_send(o, &sends[posted_send++], right, base + lo * esize,
                           len * esize);
@@ -128,5 +131,6 @@ dt_status allgather_ring(dt_opctx *o) {
     size_t bytes = ring_chunk_count(&k, o->rank) * esize;
     if (bytes && mine != (const char *)op->send)
         memmove(mine, op->send, bytes);
+    stage_ready(o, mine, bytes);
     return ring_allgather(o, op->recv, &k);
 }

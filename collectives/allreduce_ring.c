@@ -53,6 +53,7 @@
 #include "algorithms.h"
 #include "reduce.h"
 #include "ring.h"
+#include "staging.h"
 
 dt_status allreduce_ring(dt_opctx *o) {
     const dt_op *op = o->op;
@@ -68,5 +69,6 @@ dt_status allreduce_ring(dt_opctx *o) {
     if (st != DT_OK)
         return st;
     dt_reduce_finish(owned, owned_count, op->dtype, op->redop, o->size);
+    stage_ready(o, owned, owned_count * esize); /* final: to the device now */
     return ring_allgather(o, buf, &k);
 }

@@ -42,6 +42,7 @@
 #include <stdlib.h>
 
 #include "algorithms.h"
+#include "staging.h"
 
 #define CHAIN_SEGMENT_BYTES ((size_t)1024 * 1024)
 
@@ -77,6 +78,10 @@ dt_status broadcast_chain(dt_opctx *o) {
                                                       : CHAIN_SEGMENT_BYTES;
         if (has_prev)
             st = xfer_wait(o, &recvs[j]);
+        if (st == DT_OK && has_prev) /* device buffers: back to the device now */
+            stage_ready(o, buf + lo, len);
+        if (!has_prev) /* device buffers: the root's segment has reached the host */
+            st = stage_need(o, buf + lo, len);
         if (st == DT_OK && has_next)
             xfer_send(o, &sends[j], next, buf + lo, len);
     }

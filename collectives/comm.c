@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "comm_internal.h"
+#include "staging.h"
 
 #define DEFAULT_TIMEOUT_S 30.0
 #define DEFAULT_INIT_TIMEOUT_S 60.0
@@ -188,6 +189,7 @@ dt_status comm_setup(dt_comm *c, const dt_comm_options *o)
     c->socket_buffer = o->socket_buffer;
     c->log = o->log;
     c->log_user = o->log_user;
+    c->device = o->device;
     c->job_id = dup_or(o->job_id, "dtrain");
     if (o->ifname) {
         c->host = interface_address(o->ifname);
@@ -367,6 +369,7 @@ void dt_comm_destroy(dt_comm *c)
     transport_stop(c);
     if (c->store) dt_store_close(c->store);
     for (int i = 0; i < 2; i++) free(c->scratch[i]);
+    staging_destroy(c);
     free(c->peers);
     free(c->dial);
     free(c->peer_addr);

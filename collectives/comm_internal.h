@@ -102,6 +102,8 @@ struct dt_work {
     dt_status status;
     struct dt_work *next;   /* executor queue */
     dt_xfer xfer;           /* p2p: the one transfer */
+    bool staged;            /* a buffer of op is device memory (staging.c) */
+    void *p2p_device;       /* staged p2p: the caller's device buffer */
 };
 
 struct dt_comm {
@@ -117,6 +119,8 @@ struct dt_comm {
     int port;
     char (*peer_addr)[64];  /* [size] "host:port", fixed after init */
     atomic_uint_fast64_t rejected;
+    struct dt_device *device; /* options.device: buffers it owns are staged; or NULL */
+    struct staging *staging;  /* staging.c: pinned buffers, stream; loop owner only */
 
     /* loop owner only */
     uv_loop_t loop;

@@ -149,6 +149,9 @@ typedef struct dt_comm_options {
     size_t socket_buffer;     /* SO_SNDBUF/SO_RCVBUF; 0 = the kernel's autotuning */
     dt_log_fn log;            /* rejected strangers etc.; NULL = stderr */
     void *log_user;
+    struct dt_device *device; /* dt_device.h: ops on buffers this device owns are
+                                 staged through pinned host memory; NULL = host
+                                 buffers only. Must outlive the communicator. */
 } dt_comm_options;
 
 void dt_comm_options_default(dt_comm_options *o);

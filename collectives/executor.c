@@ -35,6 +35,7 @@
 
 #include "algorithms.h"
 #include "comm_internal.h"
+#include "staging.h"
 
 void comm_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, double deadline)
 {
@@ -167,7 +168,7 @@ dt_status run_collective(dt_comm *c, dt_work *w)
     };
     memset(c->sent_index, 0, sizeof *c->sent_index * (size_t)c->size);
     memset(c->recv_index, 0, sizeof *c->recv_index * (size_t)c->size);
-    dt_status st = algo_run(&o);
+    dt_status st = w->staged ? staging_run(&o) : algo_run(&o);
     if (st != DT_OK) {
         /* Peers may be waiting on us mid-op: a local failure fails the job. */
         pthread_mutex_lock(&c->mu);
@@ -225,6 +226,7 @@ void work_prepare(dt_comm *c, dt_work *w, const dt_op *op)
     if (op->kind != DT_OP_BROADCAST && op->kind != DT_OP_REDUCE && op->kind != DT_OP_GATHER &&
         op->kind != DT_OP_SCATTER)
         w->op.root = -1;
+    w->staged = staging_wants(c, op);
 }
 
 dt_status dt_submit(dt_comm *c, const dt_op *op, dt_work **work)
@@ -235,6 +237,11 @@ dt_status dt_submit(dt_comm *c, const dt_op *op, dt_work **work)
     dt_work *w = calloc(1, sizeof *w);
     if (!w) return DT_ENOMEM;
     work_prepare(c, w, op);
+    if (w->staged && (op->kind == DT_OP_SEND || op->kind == DT_OP_RECV) &&
+        (st = staging_p2p_begin(c, w)) != DT_OK) {
+        free(w);
+        return st;
+    }
     *work = w;
     if (op->kind == DT_OP_SEND || op->kind == DT_OP_RECV) {
         w->deadline = dt_now() + (op->timeout_s > 0 ? op->timeout_s : c->timeout_s);
@@ -291,6 +298,7 @@ dt_status dt_work_wait(dt_work *w)
     dt_status st = w->status;
     pthread_mutex_unlock(&c->mu);
     if (w->op.kind == DT_OP_RECV && w->op.source) *w->op.source = w->xfer.source;
+    st = staging_p2p_end(w, st);
     free(w);
     return st;
 }

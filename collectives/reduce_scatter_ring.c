@@ -52,6 +52,7 @@
 #include "algorithms.h"
 #include "reduce.h"
 #include "ring.h"
+#include "staging.h"
 
 /* Everything one reduce-scatter carries from step to step. */
 typedef struct rs_state {
@@ -89,17 +90,22 @@ static void post_step_receives(rs_state *s, int step) {
 }
 
 /* Step 0 sends this rank's own contribution to chunk rank-1: nothing to add
- * to it yet, so it goes straight from the caller's buffer. */
-static void post_first_sends(rs_state *s) {
+ * to it yet, so it goes straight from the caller's buffer (device buffers:
+ * each segment as soon as its copy to the host has landed, staging.h). */
+static dt_status post_first_sends(rs_state *s) {
     const dt_opctx *o = s->o;
     int c = ring_mod(o->rank - 1, o->size);
     size_t n = ring_chunk_count(s->k, c);
     const char *src = s->contrib + ring_chunk_offset(s->k, c) * s->esize;
     for (size_t j = 0, nseg = ring_segments(n, s->seg_elems); j < nseg; j++) {
         size_t lo, len = segment_len(s, n, j, &lo);
+        dt_status st = stage_need(s->o, src + lo * s->esize, len * s->esize);
+        if (st != DT_OK)
+            return st;
         xfer_send(s->o, &s->sends[0][j], s->right, src + lo * s->esize,
                   len * s->esize);
     }
+    return DT_OK;
 }
 
 /*
@@ -120,9 +126,11 @@ static dt_status reduce_scatter_step(rs_state *s, int step) {
 
     for (size_t j = 0, nseg = ring_segments(n, s->seg_elems); j < nseg; j++) {
         dt_status st = xfer_wait(o, &s->recvs[j]);
+        size_t lo, len = segment_len(s, n, j, &lo);
+        if (st == DT_OK)
+            st = stage_need(o, mine + lo * s->esize, len * s->esize);
         if (st != DT_OK)
             return st;
-        size_t lo, len = segment_len(s, n, j, &lo);
         char *partial = slot + lo * s->esize;
         dt_reduce_into(partial, mine + lo * s->esize, len, o->op->dtype,
                        o->op->redop);
@@ -182,8 +190,7 @@ dt_status ring_reduce_scatter(dt_opctx *o, void *result, const void *contrib,
     s.sends[1] = xs + 2 * nseg;
 
     post_step_receives(&s, 0);
-    post_first_sends(&s);
-    dt_status st = DT_OK;
+    dt_status st = post_first_sends(&s);
     for (int step = 0; step < p - 1 && st == DT_OK; step++)
         st = reduce_scatter_step(&s, step);
 

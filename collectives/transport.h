@@ -98,6 +98,7 @@ struct dt_opctx {
     int outstanding;       /* transfers posted and not yet let go; under mutex */
     uint32_t *sent_index;  /* [size] next message index to each peer */
     uint32_t *recv_index;  /* [size] next message index expected from each */
+    struct stage_op *stage; /* device buffers being staged (staging.h), or NULL */
 };
 
 /* Post a transfer of `len` bytes to/from `peer` as part of op `o`. */

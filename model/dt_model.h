@@ -147,6 +147,22 @@ const dt_backend *dt_backend_cpu(void);           /* OpenBLAS + loops */
 const dt_backend *dt_backend_cpu_reference(void); /* plain loops only */
 
 /*
+ * The CUDA backend (backend_cuda.cu; model/README.md, "The CUDA backend").
+ * dt_backend_cuda_open selects GPU `device` (a rank's LOCAL_RANK) for this
+ * process — one per process — and returns its table, or a status with a
+ * message in err naming what is missing (no driver, no device, a build
+ * without CUDA). Kernels report failures late: dt_backend_cuda_check waits
+ * for the device and returns the first failure since it last reported.
+ * "cuda-host" runs the same kernel bodies as host loops on host memory:
+ * what tests compare against the CPU reference without a GPU.
+ */
+dt_status dt_backend_cuda_open(const dt_backend **out, int device, char *err,
+                               size_t errlen);
+dt_status dt_backend_cuda_check(char *err, size_t errlen);
+int dt_backend_cuda_built(void); /* 1 if this build has the CUDA backend */
+const dt_backend *dt_backend_cuda_host(void);
+
+/*
  * AdamW, PyTorch's formula, on n elements of any range of the flat
  * buffers (a ZeRO-1 shard is a sub-range). Host memory. step >= 1.
  *   p -= lr*wd*p;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2

@@ -67,6 +67,7 @@ struct rank_job {
     int arrived;
     unsigned long generation;
     bool broken;
+    struct dt_device **devices; /* NULL, or [world]: options.device of each rank */
     rank_ctx ranks[RANK_THREADS_MAX];
 };
 
@@ -121,6 +122,7 @@ static inline dt_status rank_join(rank_ctx *rc, const char *url,
     o.job_id = job_id;
     o.timeout_s = RANK_OP_TIMEOUT_S;
     o.init_timeout_s = RANK_INIT_TIMEOUT_S;
+    o.device = rc->job->devices ? rc->job->devices[rc->rank] : NULL;
     dt_status st = dt_comm_init(out, &o);
     if (st != DT_OK) {
         rank_fail(rc, "init of %s: %s: %s", url, dt_status_name(st),
@@ -146,11 +148,13 @@ static inline void *rank_thread_main(void *p) {
 
 /* Runs fn on ranks 0 .. world-1 of a new job and waits for all of them.
  * Verdicts are in job->ranks[r].failed / .msg. Returns the number of ranks
- * that failed (threads that could not start count as failed). */
-static inline int rank_threads_run(rank_job *job, int world, rank_fn fn,
-                                   void *arg) {
+ * that failed (threads that could not start count as failed). devices: NULL,
+ * or [world] with rank r's communicator staging devices[r]'s buffers. */
+static inline int rank_threads_run_on(rank_job *job, int world, rank_fn fn,
+                                      void *arg, struct dt_device **devices) {
     static atomic_uint counter;
     memset(job, 0, sizeof *job);
+    job->devices = devices;
     job->world = world;
     job->fn = fn;
     job->arg = arg;
@@ -182,6 +186,12 @@ static inline int rank_threads_run(rank_job *job, int world, rank_fn fn,
     pthread_cond_destroy(&job->cv);
     pthread_mutex_destroy(&job->mu);
     return failed;
+}
+
+/* rank_threads_run_on with no devices: host buffers only. */
+static inline int rank_threads_run(rank_job *job, int world, rank_fn fn,
+                                   void *arg) {
+    return rank_threads_run_on(job, world, fn, arg, NULL);
 }
 
 #endif /* DT_TEST_RANK_THREADS_H */

@@ -16,7 +16,8 @@
  * verdict for all), and so is the save. With the seed preset and no
  * --ckpt-dir, rank 0 makes a temporary root (its name broadcast to all),
  * removed at exit: the curriculum's check needs a checkpoint, not a place
- * to keep it.
+ * to keep it. A device backend's state is saved and loaded through host
+ * copies (ckpt_staging.c).
  */
 #include <ftw.h>
 #include <limits.h>
@@ -157,13 +158,14 @@ dt_status mg_ckpt_resume(mg_run *r)
     dt_ckpt_options co = {.allow_reshard = true};
     char dir[4200], msg[1024] = "";
     bool none = false;
-    dt_ckpt_state s;
-    int32_t code = RESUME_READY, lo, hi;
+    dt_ckpt_state s = {0}, dev; /* s: host (a mirror of dev on a device) */
+    int32_t code = RESUME_READY, lo = RESUME_FAILED, hi = RESUME_FAILED;
     if (own && dt_ckpt_open(&h, r->o.resume, &co) != DT_OK)
         code = RESUME_FAILED;
     else if (resume_dir(r, h, dir, sizeof dir, &none) != DT_OK)
         code = none ? RESUME_NONE : RESUME_FAILED;
-    else if (dt_ckpt_state_of(&s, r->m, r->zero1, r->rank, r->world) != DT_OK)
+    else if (dt_ckpt_state_of(&dev, r->m, r->zero1, r->rank, r->world) != DT_OK ||
+             mg_state_mirror(r, &dev, &s, false) != DT_OK)
         code = RESUME_FAILED;
     if (code == RESUME_FAILED)
         snprintf(msg, sizeof msg, "resume: %s", h && *dt_ckpt_error(h)
@@ -174,6 +176,9 @@ dt_status mg_ckpt_resume(mg_run *r)
         snprintf(msg, sizeof msg, "resume: %s", dt_ckpt_error(h));
         lo = RESUME_FAILED;
     }
+    if (st == DT_OK && lo == RESUME_READY)
+        mg_state_copy_in(r, &dev, &s);
+    mg_state_mirror_free(r, &s);
     if (own)
         dt_ckpt_close(h);
     if (st != DT_OK || lo != hi || lo == RESUME_FAILED) {
@@ -249,19 +254,35 @@ static bool snapshot_equal(mg_run *r, const dt_ckpt_state *live, char *why,
     return ok;
 }
 
+static dt_status save_and_verify(mg_run *r, const dt_ckpt_state *s, int done);
+
 dt_status mg_ckpt_after_step(mg_run *r, int done)
 {
     const mg_options *o = &r->o;
     if (!r->ck || o->ckpt_every <= 0 || done % o->ckpt_every != 0)
         return DT_OK;
-    dt_ckpt_state s;
-    dt_status st = dt_ckpt_state_of(&s, r->m, r->zero1, r->rank, r->world);
+    dt_ckpt_state dev, s;
+    dt_status st = dt_ckpt_state_of(&dev, r->m, r->zero1, r->rank, r->world);
     if (st != DT_OK)
         return ck_fail(r, st, "describing the state");
-    s.step = done;
-    s.seed = o->seed;
-    s.rng_state = o->seed;
-    s.data_row = r->row0 + (uint64_t)(done - r->start_step) * global_batch(r);
+    dev.step = done;
+    dev.seed = o->seed;
+    dev.rng_state = o->seed;
+    dev.data_row = r->row0 + (uint64_t)(done - r->start_step) * global_batch(r);
+    if ((st = mg_state_mirror(r, &dev, &s, true)) != DT_OK)
+        return ck_fail(r, st, "copying the device state to the host");
+    st = save_and_verify(r, &s, done);
+    mg_state_mirror_free(r, &s);
+    return st;
+}
+
+/* Saves s (host memory) and, the first time with --verify-resume, reloads
+ * it and compares. */
+static dt_status save_and_verify(mg_run *r, const dt_ckpt_state *sp, int done)
+{
+    const mg_options *o = &r->o;
+    dt_ckpt_state s = *sp;
+    dt_status st;
     if ((st = dt_ckpt_save(r->ck, r->comm, &s)) != DT_OK)
         return ck_fail(r, st, "save");
     if (r->rank == 0)

@@ -62,6 +62,9 @@ static const flag flags[] = {
     {"--check-replicas", NULL, K_BOOL, OPT(check_replicas), NULL,
      "compare parameter hashes across ranks after every step"},
     {"--threads", "-t", K_INT, OPT(threads), "N", "OpenBLAS threads per rank"},
+    {"--device", NULL, K_STR, OPT(device), "DEV",
+     "cpu; cuda (one GPU per rank: the rank's LOCAL_RANK); or cuda-host "
+     "(the CUDA kernels run on the host: a slow check without a GPU)"},
     {"--ckpt-dir", NULL, K_STR, OPT(ckpt_dir), "DIR",
      "checkpoint root (step_NNNNNNNN/ per save, 'latest')"},
     {"--ckpt-every", NULL, K_INT, OPT(ckpt_every), "K",
@@ -94,7 +97,7 @@ void mg_options_default(mg_options *o)
                       .grad_accum = 1, .lr = 3e-3f, .seed = 1337, .data = "task",
                       .parallel = MG_DDP, .log_every = 50, .eval_every = 200,
                       .sample = 48, .threads = 1, .schedule = "1f1b",
-                      .pp_partition = "params"};
+                      .pp_partition = "params", .device = "cpu"};
 }
 
 /* A preset is a function of the options: it sets what it names. */
@@ -277,6 +280,11 @@ static int check(const mg_options *o, const char *prog)
         return bad(prog, "--resume auto needs", "--ckpt-dir");
     if (!(o->lr > 0) || !isfinite(o->lr) || o->bucket_mb < 0)
         return bad(prog, "lr must be > 0 and bucket-mb >= 0", "lr/bucket-mb");
+    if (strcmp(o->device, "cpu") && strcmp(o->device, "cuda") &&
+        strcmp(o->device, "cuda-host"))
+        return bad(prog, "--device is cpu, cuda or cuda-host, not", o->device);
+    if (o->pp > 0 && strcmp(o->device, "cpu"))
+        return bad(prog, "--pp runs on the CPU backend for now; drop", "--device");
     return check_pipeline(o, prog);
 }
 

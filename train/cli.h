@@ -34,6 +34,8 @@ typedef struct mg_options {
     bool loss_table;       /* print every step's loss at the end */
     bool check_replicas;   /* compare parameter hashes after every step */
     int threads;           /* OpenBLAS threads per rank */
+    const char *device;    /* "cpu"; "cuda": GPU LOCAL_RANK of this node;
+                              "cuda-host": the CUDA kernels on the host */
     const char *ckpt_dir;  /* checkpoint root, or NULL */
     int ckpt_every;        /* save every K steps; 0 = never */
     int keep;              /* keep the K newest checkpoints; 0 = all */

@@ -59,6 +59,18 @@ static int join_job(mg_run *r)
     r->world = co.world_size;
     if (r->world == 1)
         return 0;
+    if (strcmp(r->o.device, "cuda") == 0) { /* stage device buffers */
+        char name[32];
+        snprintf(name, sizeof name, "cuda:%d", mg_local_rank());
+        if (dt_device_open(&r->dev, name, err, sizeof err) != DT_OK) {
+            fprintf(stderr, "minigpt: rank %d: %s\n", r->rank,
+                    r->dev ? dt_device_error(r->dev) : err);
+            dt_device_close(r->dev);
+            r->dev = NULL;
+            return 1;
+        }
+        co.device = r->dev;
+    }
     dt_status st = dt_comm_init(&r->comm, &co);
     if (st != DT_OK) {
         fprintf(stderr, "minigpt: rank %d: joining the job: %s\n", r->rank,
@@ -227,8 +239,10 @@ int main(int argc, char **argv)
     if (rc)
         return rc == 1 ? 0 : rc;
     openblas_set_num_threads(r.o.threads);
-    if (join_job(&r))
+    if (join_job(&r)) {
+        dt_device_close(r.dev);
         return 1;
+    }
     if (r.rank == 0 && r.o.expect_ranks && r.o.expect_ranks != r.world)
         printf("note: preset %s expects %d ranks, running on %d\n",
                r.o.preset, r.o.expect_ranks, r.world);
@@ -259,5 +273,6 @@ int main(int argc, char **argv)
     mg_run_close(&r);
     fflush(stdout);
     dt_comm_destroy(r.comm);
+    dt_device_close(r.dev);
     return st == DT_OK ? 0 : 1;
 }

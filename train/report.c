@@ -62,6 +62,11 @@ void mg_report_header(FILE *f, const mg_run *r)
         fprintf(f, "pipeline: %s over %d stages (one per rank), %d "
                    "micro-batches of %d sequences per step\n", o->schedule, o->pp,
                 mg_microbatches(o), o->batch);
+    if (r->m && strcmp(r->m->be->name, "cpu") != 0)
+        fprintf(f, "backend: %s%s%s\n", r->m->be->name,
+                strcmp(r->m->be->name, "cuda") == 0
+                    ? " (one GPU per rank, by LOCAL_RANK)" : "",
+                r->dev ? "; collectives staged through pinned host memory" : "");
     if (r->ddp)
         fprintf(f, "ddp: %d gradient bucket%s\n", dt_ddp_num_buckets(r->ddp),
                 dt_ddp_num_buckets(r->ddp) == 1 ? "" : "s");

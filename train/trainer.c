@@ -64,6 +64,34 @@ static dt_status open_data(mg_run *r)
     return DT_OK;
 }
 
+int mg_local_rank(void)
+{
+    const char *names[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+                           "SLURM_LOCALID"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (getenv(names[i]))
+            return atoi(getenv(names[i]));
+    return 0;
+}
+
+/* --device cuda: this rank's GPU, or a message naming what is missing. The
+ * model's parameters, gradients, activations and optimizer state (ZeRO-1's
+ * shard too) then live on the device; DDP's buckets and ZeRO-1's
+ * collectives take those device buffers, staged by the communicator. */
+static dt_status open_backend(mg_run *r, const dt_backend **be)
+{
+    if (strcmp(r->o.device, "cuda-host") == 0)
+        *be = dt_backend_cuda_host();
+    if (strcmp(r->o.device, "cuda") != 0) {
+        if (strcmp(r->o.device, "cpu") == 0)
+            *be = dt_backend_cpu();
+        return DT_OK;
+    }
+    char err[256] = "";
+    dt_status st = dt_backend_cuda_open(be, mg_local_rank(), err, sizeof err);
+    return st == DT_OK ? DT_OK : run_fail(r, st, "device", err);
+}
+
 dt_status mg_run_open(mg_run *r)
 {
     const mg_options *o = &r->o;
@@ -72,7 +100,10 @@ dt_status mg_run_open(mg_run *r)
         return st;
     if (o->pp > 0)
         return mg_pipe_open(r);
-    st = dt_model_create(&r->m, &o->cfg, dt_backend_cpu(), o->batch);
+    const dt_backend *be;
+    if ((st = open_backend(r, &be)) != DT_OK)
+        return st;
+    st = dt_model_create(&r->m, &o->cfg, be, o->batch);
     if (st != DT_OK)
         return run_fail(r, st, "model", r->m ? dt_model_error(r->m) : NULL);
     dt_model_init(r->m, o->seed);
@@ -160,6 +191,11 @@ dt_status mg_train_step(mg_run *r, int step, mg_step *out)
         st = dt_zero1_step(r->zero1, &r->h, step + 1, &out->comm);
         if (st != DT_OK)
             return run_fail(r, st, "zero1 step", dt_zero1_error(r->zero1));
+    }
+    if (strcmp(r->m->be->name, "cuda") == 0) { /* kernels fail late */
+        char err[256] = "";
+        if ((st = dt_backend_cuda_check(err, sizeof err)) != DT_OK)
+            return run_fail(r, st, "device", err);
     }
     out->ms = 1e3 * (now_s() - t0);
     /* the logged loss is the global batch's: 4 bytes, after the step */

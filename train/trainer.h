@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "dt_ckpt_train.h"
 #include "dt_comm.h"
+#include "dt_device.h"
 #include "dt_model.h"
 #include "dt_optim.h"
 #include "dt_pipe.h"
@@ -20,6 +21,7 @@ typedef struct mg_run {
     mg_options o;
     int rank, world;
     dt_comm *comm;          /* NULL when running alone */
+    dt_device *dev;         /* --device cuda with ranks: stages comm's ops */
     dt_model *m;
     dt_dataset *data;
     bool is_task;           /* the embedded task: has an accuracy */
@@ -48,6 +50,8 @@ typedef struct mg_step {
 } mg_step;
 
 /* trainer.c */
+/* This rank's GPU on its node: LOCAL_RANK (or Open MPI's, Slurm's), 0. */
+int mg_local_rank(void);
 dt_status mg_run_open(mg_run *r);      /* data, model, optimizer */
 void mg_run_close(mg_run *r);
 /* Optimizer step `step` (0-based): micro-steps, gradient sync, AdamW. */
@@ -72,6 +76,17 @@ void mg_ckpt_close(mg_run *r);
 dt_status mg_ckpt_resume(mg_run *r);
 /* After `done` steps: saves on the --ckpt-every cadence, verifies once. */
 dt_status mg_ckpt_after_step(mg_run *r, int done);
+
+/* ckpt_staging.c: the checkpoint layer reads host memory; on a device
+ * backend the state is mirrored (host arrays malloc'd, same lengths). */
+bool mg_state_on_device(const mg_run *r);
+/* host = dev with host copies of its arrays (filled when copy_out). */
+dt_status mg_state_mirror(mg_run *r, const dt_ckpt_state *dev,
+                          dt_ckpt_state *host, bool copy_out);
+/* Copies the host mirror's arrays into the device state's. */
+void mg_state_copy_in(mg_run *r, const dt_ckpt_state *dev,
+                      const dt_ckpt_state *host);
+void mg_state_mirror_free(mg_run *r, dt_ckpt_state *host);
 
 /* metrics.c: JSONL, one object per line, rank 0 only */
 typedef struct mg_metrics mg_metrics;

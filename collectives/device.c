@@ -1,0 +1,172 @@
+/*
+ * device.c — what every dt_device shares: opening by name, the last error,
+ * and the dispatch of each call to the implementation's table.
+ *
+ * The dispatch functions add nothing but a check that the device exists, so
+ * a call costs one indirect jump on top of the implementation.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device_internal.h"
+
+dt_device *device_new(const dt_device_ops *ops, const char *name)
+{
+    dt_device *d = calloc(1, sizeof *d);
+    if (!d) return NULL;
+    d->ops = ops;
+    snprintf(d->name, sizeof d->name, "%s", name);
+    pthread_mutex_init(&d->mu, NULL);
+    return d;
+}
+
+dt_status device_fail(dt_device *d, dt_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    pthread_mutex_lock(&d->mu);
+    vsnprintf(d->error, sizeof d->error, fmt, ap);
+    pthread_mutex_unlock(&d->mu);
+    va_end(ap);
+    return st;
+}
+
+bool dt_device_cuda_built(void)
+{
+#ifdef DT_HAVE_CUDA
+    return true;
+#else
+    return false;
+#endif
+}
+
+/* "cuda" -> 0, "cuda:3" -> 3; -1 if name is not a CUDA device name. */
+static int cuda_ordinal(const char *name)
+{
+    if (strcmp(name, "cuda") == 0) return 0;
+    if (strncmp(name, "cuda:", 5) != 0) return -1;
+    char *end;
+    long n = strtol(name + 5, &end, 10);
+    return (*end || end == name + 5 || n < 0 || n > 1024) ? -1 : (int)n;
+}
+
+dt_status dt_device_open(dt_device **out, const char *name, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (name && strcmp(name, "fake") == 0) {
+        dt_fake_device_options o = {0};
+        dt_status st = dt_device_open_fake(out, &o);
+        if (st != DT_OK) snprintf(err, errlen, "fake device: %s",
+                                  *out ? dt_device_error(*out) : "out of memory");
+        return st;
+    }
+    int ordinal = name ? cuda_ordinal(name) : -1;
+    if (ordinal < 0) {
+        snprintf(err, errlen, "unknown device \"%s\" (expected fake, cuda or cuda:N)",
+                 name ? name : "(null)");
+        return DT_EINVAL;
+    }
+#ifdef DT_HAVE_CUDA
+    dt_status st = device_cuda_open(out, ordinal);
+    if (st != DT_OK) snprintf(err, errlen, "%s", *out ? dt_device_error(*out) : "out of memory");
+    return st;
+#else
+    snprintf(err, errlen, "device \"%s\": this dtrain was built without CUDA (reconfigure with "
+             "meson setup -Dcuda=enabled on a machine with the CUDA toolkit)", name);
+    return DT_EINVAL;
+#endif
+}
+
+void dt_device_close(dt_device *d)
+{
+    if (!d) return;
+    if (d->ops && d->ops->close) d->ops->close(d);
+    pthread_mutex_destroy(&d->mu);
+    free(d);
+}
+
+const char *dt_device_name(const dt_device *d) { return d->name; }
+const char *dt_device_error(const dt_device *d) { return d->error; }
+
+dt_status dt_device_pinned_alloc(dt_device *d, void **p, size_t bytes)
+{
+    *p = NULL;
+    return d->ops->pinned_alloc(d, p, bytes);
+}
+
+void dt_device_pinned_free(dt_device *d, void *p)
+{
+    if (p) d->ops->pinned_free(d, p);
+}
+
+dt_status dt_device_alloc(dt_device *d, void **p, size_t bytes)
+{
+    *p = NULL;
+    return d->ops->alloc(d, p, bytes);
+}
+
+void dt_device_free(dt_device *d, void *p)
+{
+    if (p) d->ops->free(d, p);
+}
+
+bool dt_device_owns(dt_device *d, const void *p)
+{
+    return p && d->ops->owns(d, p);
+}
+
+dt_status dt_device_stream_create(dt_device *d, dt_device_stream **s)
+{
+    *s = NULL;
+    return d->ops->stream_create(d, s);
+}
+
+void dt_device_stream_destroy(dt_device *d, dt_device_stream *s)
+{
+    if (s) d->ops->stream_destroy(d, s);
+}
+
+dt_status dt_device_copy_d2h(dt_device *d, void *host, const void *dev, size_t bytes,
+                             dt_device_stream *s)
+{
+    return bytes ? d->ops->copy_d2h(d, host, dev, bytes, s) : DT_OK;
+}
+
+dt_status dt_device_copy_h2d(dt_device *d, void *dev, const void *host, size_t bytes,
+                             dt_device_stream *s)
+{
+    return bytes ? d->ops->copy_h2d(d, dev, host, bytes, s) : DT_OK;
+}
+
+dt_status dt_device_event_create(dt_device *d, dt_device_event **e)
+{
+    *e = NULL;
+    return d->ops->event_create(d, e);
+}
+
+void dt_device_event_destroy(dt_device *d, dt_device_event *e)
+{
+    if (e) d->ops->event_destroy(d, e);
+}
+
+dt_status dt_device_event_record(dt_device *d, dt_device_event *e, dt_device_stream *s)
+{
+    return d->ops->event_record(d, e, s);
+}
+
+dt_status dt_device_event_query(dt_device *d, dt_device_event *e, bool *done)
+{
+    return d->ops->event_query(d, e, done);
+}
+
+dt_status dt_device_event_synchronize(dt_device *d, dt_device_event *e)
+{
+    return d->ops->event_synchronize(d, e);
+}
+
+size_t dt_device_fake_live_allocations(const dt_device *d)
+{
+    return d->ops->live_allocations ? d->ops->live_allocations(d) : 0;
+}

@@ -1,0 +1,56 @@
+/*
+ * device_internal.h — internal: the table behind a dt_device.
+ *
+ * device.c holds what every device shares (the name, the last error, the
+ * dispatch through `ops`); each implementation (device_fake.c,
+ * device_cuda.c) fills a dt_device_ops and keeps its own state in `impl`.
+ * An implementation reports a failure with device_fail, which keeps the
+ * message for dt_device_error, and returns the status.
+ */
+#ifndef DT_DEVICE_INTERNAL_H
+#define DT_DEVICE_INTERNAL_H
+
+#include <pthread.h>
+
+#include "dt_device.h"
+
+typedef struct dt_device_ops {
+    dt_status (*pinned_alloc)(dt_device *d, void **p, size_t bytes);
+    void (*pinned_free)(dt_device *d, void *p);
+    dt_status (*alloc)(dt_device *d, void **p, size_t bytes);
+    void (*free)(dt_device *d, void *p);
+    bool (*owns)(dt_device *d, const void *p);
+    dt_status (*stream_create)(dt_device *d, dt_device_stream **s);
+    void (*stream_destroy)(dt_device *d, dt_device_stream *s);
+    dt_status (*copy_d2h)(dt_device *d, void *host, const void *dev, size_t bytes,
+                          dt_device_stream *s);
+    dt_status (*copy_h2d)(dt_device *d, void *dev, const void *host, size_t bytes,
+                          dt_device_stream *s);
+    dt_status (*event_create)(dt_device *d, dt_device_event **e);
+    void (*event_destroy)(dt_device *d, dt_device_event *e);
+    dt_status (*event_record)(dt_device *d, dt_device_event *e, dt_device_stream *s);
+    dt_status (*event_query)(dt_device *d, dt_device_event *e, bool *done);
+    dt_status (*event_synchronize)(dt_device *d, dt_device_event *e);
+    size_t (*live_allocations)(const dt_device *d);
+    void (*close)(dt_device *d); /* frees impl */
+} dt_device_ops;
+
+struct dt_device {
+    const dt_device_ops *ops;
+    void *impl;
+    char name[128];
+    pthread_mutex_t mu;   /* guards error */
+    char error[512];
+};
+
+/* A device with empty error and the given ops; NULL on ENOMEM. */
+dt_device *device_new(const dt_device_ops *ops, const char *name);
+/* Keep the message for dt_device_error; returns st. */
+dt_status device_fail(dt_device *d, dt_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* device_cuda.c (only in CUDA builds): opens ordinal `ordinal`; *out as
+ * dt_device_open. */
+dt_status device_cuda_open(dt_device **out, int ordinal);
+
+#endif /* DT_DEVICE_INTERNAL_H */

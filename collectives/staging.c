@@ -1,0 +1,489 @@
+/*
+ * staging.c — collectives on device buffers: copy out through pinned host
+ * memory, run the host algorithm, copy back, with the copies hidden behind
+ * the wire.
+ *
+ * Why stage. The algorithms compute on the CPU and the transport writes
+ * from host memory, so device bytes must cross to the host and back. The
+ * copy engine moves page-locked ("pinned") memory by DMA at full PCIe speed
+ * and asynchronously; pageable memory goes through a driver bounce buffer at
+ * about half the speed, synchronously. Pinned memory is slow to allocate
+ * (it locks pages), so each communicator allocates one arena once, grows it
+ * only when an op needs more, and reuses it for every op.
+ *
+ * How an op finds out it is staged. The communicator's options name a
+ * device (dt_comm_options.device); for every op on such a communicator the
+ * executor asks the device whether the send and receive buffers are its
+ * memory (a pointer query: cudaPointerGetAttributes, ~1 µs). So every
+ * collective and p2p op, typed wrappers included, takes device buffers with
+ * no new API and no flag to get wrong; a communicator without a device pays
+ * nothing. Mixed ops (host send, device receive) stage only the device side.
+ *
+ * The pipeline, for a ring all-reduce of 4 chunks on rank 0 (chunk c is
+ * reduced first by rank c+1, so rank 0 needs chunk 3 first, then 2, 1, 0;
+ * pieces are STAGE_PIECE_BYTES, each with an event):
+ *
+ *   copy engine  D2H 3a 3b 2a 2b 1a 1b 0a 0b            H2D 0 ..1a 1b 2a ..
+ *   wire              send 3a 3b  recv 2a+2a ... (reduce-scatter) | all-gather
+ *   CPU                        wait(2a) reduce 2a, wait(2b) ...   | each segment
+ *                                                                  final -> H2D
+ *
+ * The D2H copies are issued up front in the order the algorithm will read
+ * them, and the algorithm waits (stage_need) only for the piece it is about
+ * to read, so the copy of piece i+1 runs while piece i is on the wire. On
+ * the way back, each segment is copied to the device the moment it is final
+ * (stage_ready): in the all-gather phase that is as soon as it arrives, so
+ * the H2D copies run while later segments are still on the wire and only
+ * the last segment's copy is exposed. This is the shape of Gloo's chunked
+ * CUDA ring all-reduce; PyTorch's Gloo backend instead copies the whole
+ * tensor out, runs the host all-reduce, and copies it all back, paying both
+ * copies in full on top of the transfer.
+ *
+ * Why an arena the size of the op, not a ring of a few 1 MiB slots: a ring
+ * algorithm keeps reading its contributions until its last step and
+ * receives into every chunk, so a slot could only be reused by splitting the
+ * op into windows, each its own smaller collective — which changes which
+ * rank reduces which element in which order, so float results would no
+ * longer be bitwise those of the same op on host buffers. The arena is
+ * reused across ops; the pieces, not the arena, are 1 MiB. (Gloo's CUDA ring
+ * likewise stages into a pinned buffer of the whole op.)
+ *
+ * Pipelined (hooks in the algorithm): ring all-reduce, ring reduce-scatter
+ * (input side), ring all-gather(v) (output side), chain broadcast. Every
+ * other op (recursive doubling, trees, gather, scatter, all-to-all, p2p, and
+ * any op in a world of one) copies all its input in, runs, and copies all
+ * its output back: correct, not overlapped. Whatever the hooks did, an
+ * output whose bytes were not all staged out through stage_ready is copied
+ * back whole at the end, so a missed hook costs time, never correctness.
+ *
+ * Failure. If a pinned allocation fails, the arena falls back to pageable
+ * memory with one warning in the log. Whatever the op's outcome, staging_run
+ * waits for every copy it enqueued before returning, so the copy engine
+ * never writes into an arena that a later op (or dt_comm_destroy) reuses.
+ *
+ * Send and receive run on the caller's thread, not the communicator's, and
+ * may be many and outstanding at once: each stages through its own pageable
+ * buffer with a synchronous copy (a send copies out in dt_submit, a receive
+ * copies in inside dt_work_wait, so dt_work_test may say done before the
+ * bytes are on the device). A pinned pool for them is still to come.
+ *
+ * Contract: device buffers must hold their input when the op is submitted
+ * (synchronize the stream that wrote them first) and hold the result when
+ * dt_work_wait returns.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "algorithms.h"
+#include "dt_device.h"
+#include "ring.h"
+#include "staging.h"
+
+#define STAGE_PIECE_BYTES ((size_t)1024 * 1024)
+#define ARENA_ALIGN ((size_t)64)
+
+enum { PIECE_IDLE, PIECE_ISSUED, PIECE_SYNCED };
+
+/* Per communicator, made on first use, freed by dt_comm_destroy. */
+typedef struct staging {
+    dt_device *dev;
+    dt_device_stream *stream;
+    dt_device_event **events; /* [cap_pieces] one per input piece */
+    unsigned char *piece;     /* [cap_pieces] PIECE_* */
+    size_t cap_pieces;
+    dt_device_event *done;    /* behind the last copy of an op */
+    char *arena;
+    size_t cap;
+    bool pinned;              /* arena from dt_device_pinned_alloc, else malloc */
+} staging;
+
+/* One of an op's two buffers (send, recv), as this rank uses it. */
+typedef struct stage_buf {
+    char *dev;     /* the caller's device pointer; NULL if on the host or unused */
+    char *host;    /* what the algorithm uses */
+    size_t bytes;
+    bool in, out;  /* holds input / output on this rank */
+    size_t piece0; /* index of its first input piece */
+} stage_buf;
+
+struct stage_op {
+    dt_comm *comm;
+    staging *s;
+    stage_buf b[2]; /* send, recv */
+    size_t out_staged; /* bytes of b[1] copied back through stage_ready */
+    dt_status err;     /* first failure of a stage_ready copy */
+};
+
+static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+/* Fail the communicator with the device's message; returns the status. */
+static dt_status stage_fail(dt_comm *c, dt_status st, const char *what)
+{
+    comm_fail(c, st, "rank %d: staging through %s: %s: %s", c->rank,
+              dt_device_name(c->device), what, dt_device_error(c->device));
+    return st;
+}
+
+/* ---- which bytes of an op are input and output on this rank ---------------- */
+
+static size_t sum_counts(const dt_op *op, int p)
+{
+    size_t n = 0;
+    for (int r = 0; r < p; r++) n += op->counts[r];
+    return n;
+}
+
+/* Fill b[0] (send) and b[1] (recv): bytes and direction, host pointers. */
+static void describe(const dt_comm *c, const dt_op *op, stage_buf b[2])
+{
+    const size_t e = dt_dtype_size(op->dtype), n = op->count * e, p = (size_t)c->size;
+    const bool root = op->root == c->rank;
+    memset(b, 0, 2 * sizeof *b);
+    b[0].host = (char *)op->send;
+    b[1].host = op->recv;
+    switch (op->kind) {
+    case DT_OP_ALLREDUCE: b[1].bytes = n; b[1].in = b[1].out = true; break;
+    case DT_OP_REDUCE_SCATTER: b[0].bytes = p * n; b[0].in = true;
+        b[1].bytes = n; b[1].out = true; break;
+    case DT_OP_ALLGATHER: b[0].bytes = n; b[0].in = true; b[1].bytes = p * n; b[1].out = true;
+        break;
+    case DT_OP_ALLGATHERV: b[0].bytes = op->counts[c->rank] * e; b[0].in = true;
+        b[1].bytes = sum_counts(op, c->size) * e; b[1].out = true; break;
+    case DT_OP_BROADCAST: b[1].bytes = n; b[1].in = root; b[1].out = !root; break;
+    case DT_OP_REDUCE: b[1].bytes = n; b[1].in = true; b[1].out = root; break;
+    case DT_OP_GATHER: b[0].bytes = n; b[0].in = true; b[1].bytes = root ? p * n : 0;
+        b[1].out = root; break;
+    case DT_OP_SCATTER: b[0].bytes = root ? p * n : 0; b[0].in = root; b[1].bytes = n;
+        b[1].out = true; break;
+    case DT_OP_ALLTOALL: b[0].bytes = b[1].bytes = p * n; b[0].in = b[1].out = true; break;
+    case DT_OP_SEND: b[0].bytes = n; b[0].in = true; break;
+    case DT_OP_RECV: b[1].bytes = n; b[1].out = true; break;
+    default: break;
+    }
+    for (int i = 0; i < 2; i++)
+        if (!b[i].host || b[i].bytes == 0) b[i] = (stage_buf){0};
+}
+
+bool staging_wants(dt_comm *c, const dt_op *op)
+{
+    if (!c->device || op->kind == DT_OP_BARRIER) return false;
+    return dt_device_owns(c->device, op->send) || dt_device_owns(c->device, op->recv);
+}
+
+/* ---- the per-communicator state ----------------------------------------------- */
+
+static dt_status staging_get(dt_comm *c, staging **out)
+{
+    if (!c->staging) {
+        staging *s = calloc(1, sizeof *s);
+        if (!s) return DT_ENOMEM;
+        s->dev = c->device;
+        c->staging = s;
+        if (dt_device_stream_create(s->dev, &s->stream) != DT_OK ||
+            dt_device_event_create(s->dev, &s->done) != DT_OK)
+            return stage_fail(c, DT_ESYS, "cannot create the copy stream");
+    }
+    *out = c->staging;
+    return DT_OK;
+}
+
+static void arena_free(staging *s)
+{
+    if (s->pinned) dt_device_pinned_free(s->dev, s->arena);
+    else free(s->arena);
+    s->arena = NULL;
+    s->cap = 0;
+}
+
+/* At least `bytes` of host memory: pinned if the device gives it, else
+ * pageable with a warning (copies from pageable memory are about half as
+ * fast and not asynchronous on CUDA). */
+static dt_status arena_reserve(dt_comm *c, staging *s, size_t bytes)
+{
+    if (bytes <= s->cap) return DT_OK;
+    arena_free(s);
+    size_t want = round_up(bytes, STAGE_PIECE_BYTES);
+    void *p;
+    if (dt_device_pinned_alloc(s->dev, &p, want) == DT_OK) {
+        s->pinned = true;
+    } else {
+        comm_log(c, "rank %d: warning: %s: no pinned host memory for staging (%s); using "
+                 "pageable memory, copies will be slower", c->rank, dt_device_name(s->dev),
+                 dt_device_error(s->dev));
+        s->pinned = false;
+        p = malloc(want);
+        if (!p) return DT_ENOMEM;
+    }
+    s->arena = p;
+    s->cap = want;
+    return DT_OK;
+}
+
+static dt_status pieces_reserve(dt_comm *c, staging *s, size_t n)
+{
+    if (n <= s->cap_pieces) return DT_OK;
+    dt_device_event **ev = realloc(s->events, n * sizeof *ev);
+    if (!ev) return DT_ENOMEM;
+    s->events = ev;
+    unsigned char *st = realloc(s->piece, n);
+    if (!st) return DT_ENOMEM;
+    s->piece = st;
+    for (size_t i = s->cap_pieces; i < n; i++) {
+        s->events[i] = NULL;
+        if (dt_device_event_create(s->dev, &s->events[i]) != DT_OK) {
+            s->cap_pieces = i;
+            return stage_fail(c, DT_ESYS, "cannot create an event");
+        }
+    }
+    s->cap_pieces = n;
+    return DT_OK;
+}
+
+void staging_destroy(dt_comm *c)
+{
+    staging *s = c->staging;
+    if (!s) return;
+    arena_free(s);
+    for (size_t i = 0; i < s->cap_pieces; i++) dt_device_event_destroy(s->dev, s->events[i]);
+    free(s->events);
+    free(s->piece);
+    dt_device_event_destroy(s->dev, s->done);
+    dt_device_stream_destroy(s->dev, s->stream);
+    free(s);
+    c->staging = NULL;
+}
+
+/* ---- one op ------------------------------------------------------------------------ */
+
+/* Give each device buffer its host view: a place in the arena, or, when it
+ * lies inside the other buffer (an in-place op), the same place in that
+ * buffer's view. */
+static dt_status layout(dt_comm *c, stage_op *so)
+{
+    stage_buf *b = so->b;
+    bool alias[2] = {false, false};
+    for (int i = 0; i < 2; i++) {
+        stage_buf *o = &b[1 - i];
+        alias[i] = b[i].dev && o->dev && b[i].dev >= o->dev &&
+                   b[i].dev + b[i].bytes <= o->dev + o->bytes && !alias[1 - i];
+    }
+    size_t need = 0, at[2] = {0, 0};
+    for (int i = 0; i < 2; i++)
+        if (b[i].dev && !alias[i]) {
+            at[i] = need;
+            need += round_up(b[i].bytes, ARENA_ALIGN);
+        }
+    dt_status st = arena_reserve(c, so->s, need);
+    if (st != DT_OK) return st;
+    for (int i = 0; i < 2; i++)
+        if (b[i].dev && !alias[i]) b[i].host = so->s->arena + at[i];
+    for (int i = 0; i < 2; i++)
+        if (alias[i]) b[i].host = b[1 - i].host + (b[i].dev - b[1 - i].dev);
+    return DT_OK;
+}
+
+/* Enqueue the D2H copies of the input pieces overlapping bytes [lo, hi) of
+ * buffer b that are not enqueued yet, each followed by its event. */
+static dt_status issue_range(stage_op *so, stage_buf *b, size_t lo, size_t hi)
+{
+    staging *s = so->s;
+    for (size_t i = lo / STAGE_PIECE_BYTES; i * STAGE_PIECE_BYTES < hi; i++) {
+        if (s->piece[b->piece0 + i] != PIECE_IDLE) continue;
+        size_t off = i * STAGE_PIECE_BYTES;
+        size_t len = b->bytes - off < STAGE_PIECE_BYTES ? b->bytes - off : STAGE_PIECE_BYTES;
+        if (dt_device_copy_d2h(s->dev, b->host + off, b->dev + off, len, s->stream) != DT_OK ||
+            dt_device_event_record(s->dev, s->events[b->piece0 + i], s->stream) != DT_OK)
+            return stage_fail(so->comm, DT_ESYS, "copying the input to the host");
+        s->piece[b->piece0 + i] = PIECE_ISSUED;
+    }
+    return DT_OK;
+}
+
+/* Enqueue every input piece, in the order the algorithm will read them: for
+ * the ring reductions chunk rank-1 first, then rank-2, ... (ring.h), for
+ * everything else from the start. */
+static dt_status issue_inputs(stage_op *so, const dt_op *op, int rank, int p)
+{
+    const size_t e = dt_dtype_size(op->dtype);
+    bool ring = p > 1 && (op->kind == DT_OP_REDUCE_SCATTER ||
+                          (op->kind == DT_OP_ALLREDUCE && algo_chosen(op, p) == DT_ALGO_RING));
+    size_t npieces = 0;
+    for (int i = 0; i < 2; i++) {
+        so->b[i].piece0 = npieces;
+        if (so->b[i].dev && so->b[i].in) npieces += round_up(so->b[i].bytes, STAGE_PIECE_BYTES) /
+                                                    STAGE_PIECE_BYTES;
+    }
+    dt_status st = pieces_reserve(so->comm, so->s, npieces);
+    if (st != DT_OK) return st;
+    memset(so->s->piece, PIECE_IDLE, npieces);
+    stage_buf *in = &so->b[op->kind == DT_OP_ALLREDUCE ? 1 : 0];
+    if (ring && in->dev) {
+        ring_chunks k = op->kind == DT_OP_ALLREDUCE ? ring_chunks_split(op->count, p)
+                                                    : ring_chunks_uniform(op->count);
+        for (int step = 1; step <= p && st == DT_OK; step++) {
+            int ch = ring_mod(rank - step, p);
+            size_t lo = ring_chunk_offset(&k, ch) * e;
+            st = issue_range(so, in, lo, lo + ring_chunk_count(&k, ch) * e);
+        }
+    }
+    for (int i = 0; i < 2 && st == DT_OK; i++)
+        if (so->b[i].dev && so->b[i].in) st = issue_range(so, &so->b[i], 0, so->b[i].bytes);
+    return st;
+}
+
+/* Wait for the input pieces of b overlapping bytes [lo, hi). */
+static dt_status sync_range(stage_op *so, stage_buf *b, size_t lo, size_t hi)
+{
+    staging *s = so->s;
+    for (size_t i = lo / STAGE_PIECE_BYTES; i * STAGE_PIECE_BYTES < hi; i++) {
+        unsigned char *state = &s->piece[b->piece0 + i];
+        if (*state != PIECE_ISSUED) continue;
+        if (dt_device_event_synchronize(s->dev, s->events[b->piece0 + i]) != DT_OK)
+            return stage_fail(so->comm, DT_ESYS, "waiting for a copy to the host");
+        *state = PIECE_SYNCED;
+    }
+    return DT_OK;
+}
+
+dt_status stage_need_slow(dt_opctx *o, const void *p, size_t n)
+{
+    stage_op *so = o->stage;
+    const char *q = p;
+    for (int i = 0; i < 2; i++) {
+        stage_buf *b = &so->b[i];
+        if (!b->dev || !b->in || q < b->host || q >= b->host + b->bytes) continue;
+        size_t lo = (size_t)(q - b->host), hi = lo + n;
+        return sync_range(so, b, lo, hi < b->bytes ? hi : b->bytes);
+    }
+    return DT_OK; /* not a staged input: host memory, or scratch */
+}
+
+void stage_ready_slow(dt_opctx *o, const void *p, size_t n)
+{
+    stage_op *so = o->stage;
+    stage_buf *b = &so->b[1];
+    const char *q = p;
+    if (!b->dev || !b->out || q < b->host || q + n > b->host + b->bytes || so->err != DT_OK)
+        return;
+    size_t off = (size_t)(q - b->host);
+    if (dt_device_copy_h2d(so->s->dev, b->dev + off, q, n, so->s->stream) != DT_OK)
+        so->err = stage_fail(so->comm, DT_ESYS, "copying the result to the device");
+    else
+        so->out_staged += n;
+}
+
+/* Do the algorithm's hooks cover every read of its input? (See the list in
+ * the head comment; a world of one takes shortcuts that read the input
+ * without asking.) */
+static bool inputs_hooked(const dt_op *op, int p)
+{
+    if (p == 1) return false;
+    switch (op->kind) {
+    case DT_OP_ALLREDUCE: return algo_chosen(op, p) == DT_ALGO_RING;
+    case DT_OP_REDUCE_SCATTER: return true;
+    case DT_OP_BROADCAST: return algo_chosen(op, p) == DT_ALGO_CHAIN;
+    default: return false;
+    }
+}
+
+/* After the algorithm: the output bytes no hook copied back, then wait for
+ * every copy this op enqueued (on failure too: the arena must be idle). */
+static dt_status finish(stage_op *so, dt_status st)
+{
+    staging *s = so->s;
+    stage_buf *b = &so->b[1];
+    if (st == DT_OK && so->err == DT_OK && b->dev && b->out && so->out_staged != b->bytes &&
+        dt_device_copy_h2d(s->dev, b->dev, b->host, b->bytes, s->stream) != DT_OK)
+        so->err = stage_fail(so->comm, DT_ESYS, "copying the result to the device");
+    if (dt_device_event_record(s->dev, s->done, s->stream) != DT_OK ||
+        dt_device_event_synchronize(s->dev, s->done) != DT_OK)
+        return stage_fail(so->comm, DT_ESYS, "waiting for the copies of this op");
+    return st != DT_OK ? st : so->err;
+}
+
+dt_status staging_run(dt_opctx *o)
+{
+    dt_comm *c = o->comm;
+    const dt_op *user = o->op;
+    stage_op so = {.comm = c};
+    dt_status st = staging_get(c, &so.s);
+    if (st != DT_OK) return st;
+    describe(c, user, so.b);
+    for (int i = 0; i < 2; i++)
+        if (so.b[i].host && dt_device_owns(c->device, so.b[i].host)) so.b[i].dev = so.b[i].host;
+    if ((st = layout(c, &so)) != DT_OK || (st = issue_inputs(&so, user, c->rank, c->size)) != DT_OK)
+        return finish(&so, st);
+    if (!inputs_hooked(user, c->size))
+        for (int i = 0; i < 2 && st == DT_OK; i++)
+            if (so.b[i].dev && so.b[i].in) st = sync_range(&so, &so.b[i], 0, so.b[i].bytes);
+    if (st != DT_OK) return finish(&so, st);
+
+    dt_op host = *user;
+    if (so.b[0].dev) host.send = so.b[0].host;
+    if (so.b[1].dev) host.recv = so.b[1].host;
+    o->op = &host;
+    o->stage = &so;
+    st = algo_run(o);
+    o->op = user;
+    o->stage = NULL;
+    return finish(&so, st);
+}
+
+/* ---- send and receive ------------------------------------------------------------ */
+
+/* One synchronous copy on its own stream (p2p runs on the caller's thread,
+ * beside the communicator's). */
+static dt_status copy_now(dt_comm *c, void *dst, const void *src, size_t bytes, bool to_host)
+{
+    dt_device *d = c->device;
+    dt_device_stream *s = NULL;
+    dt_device_event *e = NULL;
+    dt_status st = dt_device_stream_create(d, &s);
+    if (st == DT_OK) st = dt_device_event_create(d, &e);
+    if (st == DT_OK) st = to_host ? dt_device_copy_d2h(d, dst, src, bytes, s)
+                                  : dt_device_copy_h2d(d, dst, src, bytes, s);
+    if (st == DT_OK) st = dt_device_event_record(d, e, s);
+    if (st == DT_OK) st = dt_device_event_synchronize(d, e);
+    dt_device_event_destroy(d, e);
+    dt_device_stream_destroy(d, s);
+    return st == DT_OK ? DT_OK : stage_fail(c, st, to_host ? "send: copying to the host"
+                                                           : "recv: copying to the device");
+}
+
+dt_status staging_p2p_begin(dt_comm *c, dt_work *w)
+{
+    dt_op *op = &w->op;
+    size_t bytes = op->count * dt_dtype_size(op->dtype);
+    bool send = op->kind == DT_OP_SEND;
+    char *dev = send ? (char *)op->send : op->recv;
+    if (bytes == 0 || !dt_device_owns(c->device, dev)) {
+        w->staged = false;
+        return DT_OK;
+    }
+    /* Pageable and per op: p2p ops may be many and outstanding at once. */
+    char *host = malloc(bytes);
+    if (!host) return DT_ENOMEM;
+    if (send) {
+        dt_status st = copy_now(c, host, dev, bytes, true);
+        if (st != DT_OK) {
+            free(host);
+            return st;
+        }
+        op->send = host;
+    } else {
+        op->recv = host;
+    }
+    w->p2p_device = dev;
+    return DT_OK;
+}
+
+dt_status staging_p2p_end(dt_work *w, dt_status st)
+{
+    dt_op *op = &w->op;
+    if (!w->staged || (op->kind != DT_OP_SEND && op->kind != DT_OP_RECV)) return st;
+    char *host = op->kind == DT_OP_SEND ? (char *)op->send : op->recv;
+    if (op->kind == DT_OP_RECV && st == DT_OK)
+        st = copy_now(w->comm, w->p2p_device, host, op->count * dt_dtype_size(op->dtype), false);
+    free(host);
+    return st;
+}

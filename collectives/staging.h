@@ -1,0 +1,49 @@
+/*
+ * staging.h — internal: how ops on device buffers reach the host
+ * algorithms (staging.c has the picture and the costs).
+ *
+ * The executor asks staging_wants() once per op (a pointer query, only on a
+ * communicator that has a device) and runs a staged op through
+ * staging_run() instead of algo_run(). The algorithms see host buffers only;
+ * the pipelined ones (ring all-reduce, reduce-scatter, all-gather, chain
+ * broadcast) tell the staging layer two things through the hooks below:
+ *
+ *   stage_need(o, p, n)    about to read input bytes [p, p+n): wait until
+ *                          their device-to-host copy has completed
+ *   stage_ready(o, p, n)   output bytes [p, p+n) are final: start their
+ *                          host-to-device copy now
+ *
+ * With no device buffers (o->stage == NULL) both are one predictable branch.
+ */
+#ifndef DT_STAGING_H
+#define DT_STAGING_H
+
+#include "comm_internal.h"
+
+typedef struct stage_op stage_op; /* one staged op (staging.c) */
+
+/* executor.c */
+bool staging_wants(dt_comm *c, const dt_op *op);
+dt_status staging_run(dt_opctx *o);
+/* p2p: before the transfer is posted (copies a device send buffer out,
+ * points the op at host memory), and in dt_work_wait (copies a received
+ * message in, frees the host copy); returns the op's final status. */
+dt_status staging_p2p_begin(dt_comm *c, dt_work *w);
+dt_status staging_p2p_end(dt_work *w, dt_status st);
+/* comm.c: frees the pinned buffers, the stream and the events. */
+void staging_destroy(dt_comm *c);
+
+/* Hooks for the pipelined algorithms. */
+dt_status stage_need_slow(dt_opctx *o, const void *p, size_t n);
+void stage_ready_slow(dt_opctx *o, const void *p, size_t n);
+
+static inline dt_status stage_need(dt_opctx *o, const void *p, size_t n) {
+    return o->stage ? stage_need_slow(o, p, n) : DT_OK;
+}
+
+static inline void stage_ready(dt_opctx *o, const void *p, size_t n) {
+    if (o->stage)
+        stage_ready_slow(o, p, n);
+}
+
+#endif /* DT_STAGING_H */
