@@ -43,7 +43,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dt_comm.h" /* dt_status */
+#include "dt_status.h"
 
 #ifdef __cplusplus
 extern "C" {
