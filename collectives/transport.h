@@ -94,7 +94,9 @@ struct dt_opctx {
     uint64_t wire_count;   /* count sent in frame headers (allgatherv: the sum) */
     int rank, size;
     double deadline;       /* monotonic seconds (dt_now) */
-    int outstanding;       /* transfers posted and not yet let go; under mutex */
+    int outstanding;       /* transfers posted and not yet let go; no lock:
+                            * only the loop's holder (comm_thread.c) posts
+                            * and releases them */
     uint32_t *sent_index;  /* [size] next message index to each peer */
     uint32_t *recv_index;  /* [size] next message index expected from each */
 };

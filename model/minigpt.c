@@ -17,10 +17,11 @@
  * Backward walks the same list in reverse, each layer adding into the
  * gradients of its inputs and parameters.
  *
- * Memory: three allocations through the backend, fixed after create —
- * parameters, gradients (the flat buffers, layout.c), and activations
- * plus their gradients (one buffer each, carved below). Nothing is
- * allocated per step except AdamW's m and v, once, on the first update.
+ * Memory: six allocations through the backend, fixed after create —
+ * parameters and gradients (the flat buffers, layout.c), activations and
+ * their gradients (one buffer each, carved below), and the batch's input
+ * and target tokens (B, T). Nothing is allocated per step except AdamW's
+ * m and v, once, on the first update.
  * A forward with a smaller (B, T) than the allocation uses the front of
  * each activation tensor, laid out as (B, T, ...) contiguous.
  */
