@@ -39,14 +39,8 @@
 
 #include "bench_case.h"
 #include "bench_options.h"
+#include "dt_clock.h"
 #include "dt_comm.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ---- one row ------------------------------------------------------------------- */
 
@@ -57,9 +51,9 @@ static dt_status time_case(dt_comm *c, bench_case *bc, const bench_options *o, d
     dt_status st = DT_OK;
     for (int i = 0; i < o->warmup && st == DT_OK; i++) st = dt_run(c, &bc->op);
     if (st == DT_OK) st = dt_barrier(c);
-    double t0 = now_s();
+    double t0 = dt_now();
     for (int i = 0; i < o->iters && st == DT_OK; i++) st = dt_run(c, &bc->op);
-    *sec = (now_s() - t0) / o->iters;
+    *sec = (dt_now() - t0) / o->iters;
     if (st == DT_OK) st = dt_allreduce(c, sec, 1, DT_F64, DT_MAX);
     return st;
 }

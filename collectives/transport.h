@@ -36,6 +36,7 @@
 
 #include <uv.h>
 
+#include "dt_clock.h"
 #include "dt_comm.h"
 
 /* The frame header, 40 bytes on the wire in host byte order (every rank of a
@@ -117,8 +118,5 @@ void xfer_drain(dt_opctx *o);
  * (grown, never shrunk). `slot` 0 or 1: two independent buffers. NULL on
  * ENOMEM. */
 void *opctx_scratch(dt_opctx *o, int slot, size_t bytes);
-
-/* Monotonic clock in seconds. */
-double dt_now(void);
 
 #endif /* DT_TRANSPORT_H */

@@ -22,14 +22,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "dt_clock.h"
 #include "trainer.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static dt_status run_fail(mg_run *r, dt_status st, const char *what,
                           const char *detail)
@@ -136,7 +130,7 @@ static dt_status micro_step(mg_run *r, int step, int j, float *loss)
 
 dt_status mg_train_step(mg_run *r, int step, mg_step *out)
 {
-    double t0 = now_s();
+    double t0 = dt_now();
     float loss = 0;
     dt_status st = DT_OK;
     dt_model_zero_grad(r->m);
@@ -156,7 +150,7 @@ dt_status mg_train_step(mg_run *r, int step, mg_step *out)
         if (st != DT_OK)
             return run_fail(r, st, "zero1 step", dt_zero1_error(r->zero1));
     }
-    out->ms = 1e3 * (now_s() - t0);
+    out->ms = 1e3 * (dt_now() - t0);
     /* the logged loss is the global batch's: 4 bytes, after the step */
     if (r->comm) {
         st = dt_allreduce(r->comm, &loss, 1, DT_F32, DT_AVG);
