@@ -134,7 +134,7 @@ static void group_stop(worker_group *g)
     uv_timer_start(&g->grace_timer, on_grace_over, (uint64_t)(g->opts->grace_s * 1000), 0);
 }
 
-void group_interrupt(worker_group *g, int signum)
+void launch_group_interrupt(worker_group *g, int signum)
 {
     if (!g->interrupted_by) g->interrupted_by = signum;
     if (!g->stopping) {
@@ -176,7 +176,7 @@ static void close_pipe(worker *w, int which)
 {
     if (!w->pipe_open[which]) return;
     w->pipe_open[which] = false;
-    output_stream_finish(&w->streams[which]);
+    launch_output_finish(&w->streams[which]);
     uv_close((uv_handle_t *)&w->pipes[which], on_pipe_closed);
 }
 
@@ -204,7 +204,7 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
     worker *w = s->data;
     int which = s == (uv_stream_t *)&w->pipes[0] ? 0 : 1;
-    if (n > 0) output_stream_feed(&w->streams[which], buf->base, (size_t)n);
+    if (n > 0) launch_output_feed(&w->streams[which], buf->base, (size_t)n);
     free(buf->base);
     if (n < 0) close_pipe(w, which);  /* UV_EOF, or the pipe failed: either way it is over */
 }
@@ -257,13 +257,13 @@ static void spawn_worker(worker_group *g, worker *w, const launch_job *job)
     w->rank = o->node_rank * o->nproc_per_node + w->local_rank;
     w->log_fd = open_log(o, w->rank, g->restart);
     for (int i = 0; i < 2; i++) {
-        output_stream_init(&w->streams[i], w->rank, i + 1, w->log_fd, &w->tail);
+        launch_output_init(&w->streams[i], w->rank, i + 1, w->log_fd, &w->tail);
         uv_pipe_init(g->loop, &w->pipes[i], 0);
         w->pipes[i].data = w;
         w->pipe_open[i] = true;
         g->open_pipes++;
     }
-    w->env = worker_env_build(o, job, w->local_rank, g->restart);
+    w->env = launch_env_build(o, job, w->local_rank, g->restart);
     uv_stdio_container_t stdio[3] = {
         {.flags = UV_IGNORE},  /* stdin: /dev/null; N ranks cannot share a terminal */
         {.flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE, .data.stream = (uv_stream_t *)&w->pipes[0]},
@@ -288,8 +288,8 @@ static void spawn_worker(worker_group *g, worker *w, const launch_job *job)
     uv_read_start((uv_stream_t *)&w->pipes[1], on_alloc, on_read);
 }
 
-worker_group *group_start(uv_loop_t *loop, const launch_options *o, const launch_job *job,
-                          int restart, char *err, size_t errlen)
+worker_group *launch_group_start(uv_loop_t *loop, const launch_options *o, const launch_job *job,
+                                 int restart, char *err, size_t errlen)
 {
     worker_group *g = calloc(1, sizeof *g);
     worker *ws = calloc((size_t)o->nproc_per_node, sizeof *ws);
@@ -333,7 +333,7 @@ static void report_root_cause(const worker_group *g)
     if (w->tail.count > 0) {
         fprintf(stderr, "dtrain-launch: last %d line%s of rank %d:\n", w->tail.count,
                 w->tail.count == 1 ? "" : "s", w->rank);
-        output_tail_print(&w->tail, w->rank, stderr);
+        launch_output_tail_print(&w->tail, w->rank, stderr);
     } else if (!w->spawn_error) {
         fprintf(stderr, "dtrain-launch: rank %d printed nothing\n", w->rank);
     }
@@ -352,7 +352,7 @@ static void report_root_cause(const worker_group *g)
                 "SIGKILL, %d failed after it, %d exited 0\n", term, killed, failed, clean);
 }
 
-group_result group_finish(worker_group *g, int *exit_code)
+group_result launch_group_finish(worker_group *g, int *exit_code)
 {
     if (g->root_cause) report_root_cause(g);
     if (g->interrupted_by) {  /* the user's decision overrides any failure */
@@ -373,14 +373,14 @@ group_result group_finish(worker_group *g, int *exit_code)
     return GROUP_FAILED;
 }
 
-void group_free(worker_group *g)
+void launch_group_free(worker_group *g)
 {
     if (!g) return;
     for (int i = 0; i < g->n; i++) {
         worker *w = &g->workers[i];
-        output_stream_free(&w->streams[0]);
-        output_stream_free(&w->streams[1]);
-        worker_env_free(w->env);
+        launch_output_free(&w->streams[0]);
+        launch_output_free(&w->streams[1]);
+        launch_env_free(w->env);
         if (w->log_fd >= 0) close(w->log_fd);
     }
     free(g->workers);
