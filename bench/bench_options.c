@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dt_parse.h"
+
 typedef bool (*flag_setter)(bench_options *o, const char *value, char *why, size_t whylen);
 
 typedef struct flag {
@@ -87,16 +89,6 @@ static bool parse_size(const char *s, size_t *out)
     return true;
 }
 
-static bool parse_int(const char *s, long lo, long hi, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return false;
-    *out = (int)v;
-    return true;
-}
-
 /* ---- setters: one per flag -------------------------------------------------- */
 
 static bool set_collective(bench_options *o, const char *v, char *why, size_t n)
@@ -133,7 +125,7 @@ static bool set_max_bytes(bench_options *o, const char *v, char *why, size_t n)
 static bool set_factor(bench_options *o, const char *v, char *why, size_t n)
 {
     int f;
-    if (parse_int(v, 2, 1 << 20, &f)) {
+    if (dt_parse_int(v, 2, 1 << 20, &f)) {
         o->factor = (size_t)f;
         return true;
     }
@@ -157,21 +149,21 @@ static bool set_redop(bench_options *o, const char *v, char *why, size_t n)
 
 static bool set_iters(bench_options *o, const char *v, char *why, size_t n)
 {
-    if (parse_int(v, 1, 1000000, &o->iters)) return true;
+    if (dt_parse_int(v, 1, 1000000, &o->iters)) return true;
     snprintf(why, n, "not an iteration count in 1..1000000");
     return false;
 }
 
 static bool set_warmup(bench_options *o, const char *v, char *why, size_t n)
 {
-    if (parse_int(v, 0, 1000000, &o->warmup)) return true;
+    if (dt_parse_int(v, 0, 1000000, &o->warmup)) return true;
     snprintf(why, n, "not a warm-up count in 0..1000000");
     return false;
 }
 
 static bool set_root(bench_options *o, const char *v, char *why, size_t n)
 {
-    if (parse_int(v, 0, 1 << 20, &o->root)) return true;
+    if (dt_parse_int(v, 0, 1 << 20, &o->root)) return true;
     snprintf(why, n, "not a rank number");
     return false;
 }
@@ -196,7 +188,7 @@ static bool set_algo(bench_options *o, const char *v, char *why, size_t n)
 
 static bool set_ranks(bench_options *o, const char *v, char *why, size_t n)
 {
-    if (parse_int(v, 1, 64, &o->ranks)) return true;
+    if (dt_parse_int(v, 1, 64, &o->ranks)) return true;
     snprintf(why, n, "not a number of local ranks in 1..64");
     return false;
 }

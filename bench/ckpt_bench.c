@@ -50,6 +50,7 @@
 #include <sodium.h>
 
 #include "dt_ckpt.h"
+#include "dt_clock.h"
 
 #define WORLD 4
 #define MAX_ROUNDS 64
@@ -75,13 +76,6 @@ typedef struct rank_arg {
     bench *b;
     int rank;
 } rank_arg;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int rm_one(const char *p, const struct stat *sb, int f, struct FTW *w)
 {
@@ -124,11 +118,11 @@ static size_t read_plain(const char *path, void *buf, size_t cap)
 #define TIMED(b, rank, ph, round, body)                     \
     do {                                                    \
         pthread_barrier_wait(&(b)->bar);                    \
-        double t0_ = now_s();                               \
+        double t0_ = dt_now();                               \
         body;                                               \
         pthread_barrier_wait(&(b)->bar);                    \
         if ((rank) == 0)                                    \
-            (b)->t[ph][round] = now_s() - t0_;              \
+            (b)->t[ph][round] = dt_now() - t0_;              \
     } while (0)
 
 static void fill(float *p, size_t n, int seed)

@@ -53,16 +53,10 @@
 #include "bench_case.h"
 #include "bench_device.h"
 #include "bench_options.h"
+#include "dt_clock.h"
 #include "dt_comm.h"
 
 #define DEVICE_ROUNDS 5
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ---- one row ------------------------------------------------------------------- */
 
@@ -73,9 +67,9 @@ static dt_status time_case(dt_comm *c, bench_case *bc, const bench_options *o, d
     dt_status st = DT_OK;
     for (int i = 0; i < o->warmup && st == DT_OK; i++) st = dt_run(c, &bc->op);
     if (st == DT_OK) st = dt_barrier(c);
-    double t0 = now_s();
+    double t0 = dt_now();
     for (int i = 0; i < o->iters && st == DT_OK; i++) st = dt_run(c, &bc->op);
-    *sec = (now_s() - t0) / o->iters;
+    *sec = (dt_now() - t0) / o->iters;
     if (st == DT_OK) st = dt_allreduce(c, sec, 1, DT_F64, DT_MAX);
     return st;
 }
@@ -307,7 +301,7 @@ static int wait_ranks(const pid_t *pids, int n)
         if (pid < 0 && errno == EINTR) continue;
         if (pid < 0) break;
         if (pid == 0) { /* a rank failed; the others are still running */
-            double waited = now_s() - failed_at;
+            double waited = dt_now() - failed_at;
             int due = waited > 2 * SURVIVORS_GRACE_S ? SIGKILL
                       : waited > SURVIVORS_GRACE_S  ? SIGTERM : 0;
             if (due && due != sent) {
@@ -325,7 +319,7 @@ static int wait_ranks(const pid_t *pids, int n)
         if (status_code(status) == 0) continue;
         if (result == 0) {
             result = status_code(status);
-            failed_at = now_s();
+            failed_at = dt_now();
             report_failure(rank, status);
         } else if (WIFSIGNALED(status) && !killed && !sent) {
             /* Killed from outside, but reaped after a peer that noticed its

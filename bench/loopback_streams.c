@@ -28,6 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dt_clock.h"
+
 #define MAX_STREAMS 64
 #define CHUNK ((size_t)1 << 20)
 
@@ -43,13 +45,6 @@ typedef struct stream_job {
     size_t bytes;
     int failed;
 } stream_job;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void usage(const option *opts, int n)
 {
@@ -110,7 +105,7 @@ static double run_stream(int listen_fd, int next_port, size_t bytes, int buf_mib
     set_buffers(in, buf_mib);
     char b = 1;
     if (write(ready_fd, &b, 1) != 1 || read(go_fd, &b, 1) != 1) return -1;
-    double t0 = now_s();
+    double t0 = dt_now();
     stream_job job = {.fd = out, .bytes = bytes};
     pthread_t sender;
     if (pthread_create(&sender, NULL, send_all, &job) != 0) return -1;
@@ -121,7 +116,7 @@ static double run_stream(int listen_fd, int next_port, size_t bytes, int buf_mib
         if (n <= 0) break;
         got += (size_t)n;
     }
-    double t = now_s() - t0;
+    double t = dt_now() - t0;
     pthread_join(sender, NULL);
     free(buf);
     close(in);

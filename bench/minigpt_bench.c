@@ -23,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "dt_clock.h"
 #include "dt_model.h"
 
 typedef struct option {
@@ -30,13 +31,6 @@ typedef struct option {
     const char *help;
     int *value;
 } option;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -109,13 +103,13 @@ int main(int argc, char **argv)
     }
     dt_adamw_hparams h = dt_adamw_defaults(1e-3f);
     for (int s = 0; s < warmup + steps; s++) {
-        double t0 = now_s();
+        double t0 = dt_now();
         dt_model_forward(m, in, tg, B, c.T);
         dt_model_zero_grad(m);
         dt_model_backward(m, 1.0f);
         dt_model_update(m, &h, s + 1);
         if (s >= warmup)
-            times[s - warmup] = now_s() - t0;
+            times[s - warmup] = dt_now() - t0;
     }
     qsort(times, (size_t)steps, sizeof(double), cmp_double);
     double med = times[steps / 2];

@@ -31,43 +31,6 @@
 
 #define RECORD_BYTES 72 /* ok u8 @0, sha256 hex @8 */
 
-dt_status ckpt_fail(dt_ckpt *ck, dt_status st, dt_ckpt_fault fault,
-                    const char *fmt, ...)
-{
-    char raw[sizeof ck->err];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(raw, sizeof raw, fmt, ap);
-    va_end(ap);
-    dt_ckpt_printable(ck->err, sizeof ck->err, raw); /* hostile names */
-    ck->fault = fault;
-    ck->status = st;
-    return st;
-}
-
-const char *dt_ckpt_fault_name(dt_ckpt_fault f)
-{
-    static const char *const names[] = {
-        "DT_CKPT_FAULT_NONE", "DT_CKPT_FAULT_IO", "DT_CKPT_FAULT_NO_CHECKPOINT",
-        "DT_CKPT_FAULT_BAD_JSON", "DT_CKPT_FAULT_SCHEMA", "DT_CKPT_FAULT_FIELD",
-        "DT_CKPT_FAULT_WORLD", "DT_CKPT_FAULT_CONFIG",
-        "DT_CKPT_FAULT_RANK_RANGE", "DT_CKPT_FAULT_RANK_DUP",
-        "DT_CKPT_FAULT_RANK_MISSING", "DT_CKPT_FAULT_UNSAFE_NAME",
-        "DT_CKPT_FAULT_MISSING_FILE", "DT_CKPT_FAULT_SIZE",
-        "DT_CKPT_FAULT_HASH", "DT_CKPT_FAULT_ABSURD", "DT_CKPT_FAULT_HEADER",
-        "DT_CKPT_FAULT_COVERAGE"};
-    return (unsigned)f < sizeof names / sizeof names[0] ? names[f] : "?";
-}
-
-void dt_ckpt_partition(size_t n, int world, int r, size_t *lo, size_t *count)
-{
-    size_t s = (n + (size_t)world - 1) / (size_t)world;
-    *lo = (size_t)r * s;
-    if (*lo > n)
-        *lo = n;
-    *count = n - *lo < s ? n - *lo : s;
-}
-
 dt_status dt_ckpt_open(dt_ckpt **out, const char *root,
                        const dt_ckpt_options *opts)
 {
@@ -93,13 +56,6 @@ void dt_ckpt_close(dt_ckpt *ck)
 const char *dt_ckpt_error(const dt_ckpt *ck) { return ck->err; }
 dt_ckpt_fault dt_ckpt_last_fault(const dt_ckpt *ck) { return ck->fault; }
 const char *dt_ckpt_root(const dt_ckpt *ck) { return ck->root; }
-
-void ckpt_reset(dt_ckpt *ck)
-{
-    ck->fault = DT_CKPT_FAULT_NONE;
-    ck->status = DT_OK;
-    ck->err[0] = '\0';
-}
 
 /* ---- save ---------------------------------------------------------------- */
 

@@ -82,6 +82,7 @@ struct dt_ckpt {
     bool reaping;         /* reaper started and not yet joined */
 };
 
+/* failure.c: every file of the layer reports through these. */
 /* Records the failure (status, fault, message) and returns st. */
 __attribute__((format(printf, 4, 5)))
 dt_status ckpt_fail(dt_ckpt *ck, dt_status st, dt_ckpt_fault fault,

@@ -1,8 +1,9 @@
 /*
  * dt_ckpt_train.h — the checkpoint layer's glue to the optimizer layer:
  * describe a live model + DDP or ZeRO-1 optimizer as a dt_ckpt_state
- * (train_state.c). Separate from dt_ckpt.h so that the format and the
- * tools need nothing from optim/.
+ * (train_state.c). Separate from dt_ckpt.h, and built into an archive of
+ * its own (dt_ckpt_train), so that the format and the tools need nothing
+ * from optim/: dtrain-ckpt is linked without it.
  */
 #ifndef DT_CKPT_TRAIN_H
 #define DT_CKPT_TRAIN_H

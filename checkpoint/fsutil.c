@@ -16,8 +16,8 @@
  * a symlink at the last component (O_NOFOLLOW), a .tmp is created only
  * when nothing is at its name (O_EXCL), reads open with O_NONBLOCK (a FIFO
  * must not hang a reader) and check the type on what was opened (fstat)
- * before reading a byte, and every message escapes control characters
- * (dt_ckpt_printable), so a hostile name cannot drive a terminal.
+ * before reading a byte; every message escapes control characters
+ * (dt_ckpt_printable, failure.c), so a hostile name cannot drive a terminal.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -39,28 +39,6 @@ bool ckpt_name_is_safe(const char *name)
             return false;
     }
     return strstr(name, "..") == NULL;
-}
-
-const char *dt_ckpt_printable(char *out, size_t cap, const char *s)
-{
-    static const char hex[] = "0123456789abcdef";
-    size_t o = 0;
-    for (; s && *s && o + 1 < cap; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c >= 0x20 && c != 0x7f) {
-            out[o++] = (char)c;
-        } else if (o + 5 < cap) {
-            memcpy(out + o, "\\x", 2);
-            out[o + 2] = hex[c >> 4];
-            out[o + 3] = hex[c & 15];
-            o += 4;
-        } else {
-            break;
-        }
-    }
-    if (cap)
-        out[o] = '\0';
-    return out;
 }
 
 /* What a file that is not a regular file (or directory) is. */

@@ -22,6 +22,15 @@
 const char *const ckpt_kind_names[KIND_COUNT] = {"params", "master", "m",
                                                  "v"};
 
+void dt_ckpt_partition(size_t n, int world, int r, size_t *lo, size_t *count)
+{
+    size_t s = (n + (size_t)world - 1) / (size_t)world;
+    *lo = (size_t)r * s;
+    if (*lo > n)
+        *lo = n;
+    *count = n - *lo < s ? n - *lo : s;
+}
+
 /* Fills the record and the header bytes for rank r's shard of s. */
 static size_t build_header(unsigned char *hdr, ckpt_shard *rec,
                            const dt_ckpt_state *s, int r, int world,

@@ -17,6 +17,7 @@
 #include <sodium.h>
 
 #include "dt_comm.h"
+#include "dt_parse.h"
 
 static const char *first_env(const char *const *names, const char **which)
 {
@@ -25,16 +26,6 @@ static const char *first_env(const char *const *names, const char **which)
         if (v && *v) { *which = *names; return v; }
     }
     return NULL;
-}
-
-static bool parse_int(const char *s, long lo, long hi, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return false;
-    *out = (int)v;
-    return true;
 }
 
 static dt_status env_int(const char *const *names, long lo, long hi, int *out, char *err,
@@ -46,7 +37,7 @@ static dt_status env_int(const char *const *names, long lo, long hi, int *out, c
                  "it yourself", names[0]);
         return DT_EINVAL;
     }
-    if (!parse_int(v, lo, hi, out)) {
+    if (!dt_parse_int(v, lo, hi, out)) {
         snprintf(err, errlen, "%s='%s' is not an integer in %ld..%ld", which, v, lo, hi);
         return DT_EINVAL;
     }

@@ -46,25 +46,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dt_status.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* ---- status, dtypes, reductions ------------------------------------------ */
 
-typedef enum dt_status {
-    DT_OK = 0,
-    DT_EINVAL,    /* a bad argument; nothing was sent */
-    DT_ETIMEDOUT, /* an op or the rendezvous passed its deadline */
-    DT_EPEER,     /* a peer died or its connection failed */
-    DT_EPROTO,    /* ranks disagree about an op, or a peer spoke garbage */
-    DT_EABORTED,  /* dt_comm_abort was called */
-    DT_ESTORE,    /* the rendezvous store is unusable */
-    DT_ESYS,      /* a system call failed */
-    DT_ENOMEM,
-} dt_status;
-
-const char *dt_status_name(dt_status s); /* "DT_ETIMEDOUT" */
+/* dt_status and dt_status_name: dt_status.h. */
 
 typedef enum dt_dtype {
     DT_F32, DT_F64, DT_F16, DT_BF16, DT_I8, DT_U8, DT_I32, DT_I64,

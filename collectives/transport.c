@@ -53,13 +53,6 @@
 
 #define MAX_READ (1u << 30)
 
-double dt_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* ---- letting go of transfers ------------------------------------------- */
 
 /* Hand a transfer back to its owner. After this the loop never touches x.

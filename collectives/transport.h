@@ -36,6 +36,7 @@
 
 #include <uv.h>
 
+#include "dt_clock.h"
 #include "dt_comm.h"
 
 /* The frame header, 40 bytes on the wire in host byte order (every rank of a
@@ -95,7 +96,9 @@ struct dt_opctx {
     uint64_t wire_count;   /* count sent in frame headers (allgatherv: the sum) */
     int rank, size;
     double deadline;       /* monotonic seconds (dt_now) */
-    int outstanding;       /* transfers posted and not yet let go; under mutex */
+    int outstanding;       /* transfers posted and not yet let go; no lock:
+                            * only the loop's holder (comm_thread.c) posts
+                            * and releases them */
     uint32_t *sent_index;  /* [size] next message index to each peer */
     uint32_t *recv_index;  /* [size] next message index expected from each */
     struct stage_op *stage; /* device buffers being staged (staging.h), or NULL */
@@ -117,8 +120,5 @@ void xfer_drain(dt_opctx *o);
  * (grown, never shrunk). `slot` 0 or 1: two independent buffers. NULL on
  * ENOMEM. */
 void *opctx_scratch(dt_opctx *o, int slot, size_t bytes);
-
-/* Monotonic clock in seconds. */
-double dt_now(void);
 
 #endif /* DT_TRANSPORT_H */

@@ -77,10 +77,10 @@ void launch_job_cleanup(const launch_job *job);
 
 /* The environment of local worker `local_rank` in group attempt `restart`:
  * the launcher's own environment with the contract's names replaced. NULL on
- * out-of-memory; free with worker_env_free. */
-char **worker_env_build(const launch_options *o, const launch_job *job, int local_rank,
+ * out-of-memory; free with launch_env_free. */
+char **launch_env_build(const launch_options *o, const launch_job *job, int local_rank,
                         int restart);
-void worker_env_free(char **env);
+void launch_env_free(char **env);
 
 /* ---- output_prefix.c ------------------------------------------------------- */
 
@@ -104,13 +104,13 @@ typedef struct output_stream {
     size_t len, cap;
 } output_stream;
 
-void output_stream_init(output_stream *s, int rank, int out_fd, int log_fd, output_tail *tail);
-void output_stream_feed(output_stream *s, const char *data, size_t n);
+void launch_output_init(output_stream *s, int rank, int out_fd, int log_fd, output_tail *tail);
+void launch_output_feed(output_stream *s, const char *data, size_t n);
 /* End of stream: a last line without its newline is printed with one. */
-void output_stream_finish(output_stream *s);
-void output_stream_free(output_stream *s);
-void output_tail_print(const output_tail *t, int rank, FILE *f);
-bool output_tail_mentions(const output_tail *t, const char *needle);
+void launch_output_finish(output_stream *s);
+void launch_output_free(output_stream *s);
+void launch_output_tail_print(const output_tail *t, int rank, FILE *f);
+bool launch_output_tail_mentions(const output_tail *t, const char *needle);
 
 /* ---- worker_group.c -------------------------------------------------------- */
 
@@ -127,14 +127,14 @@ typedef struct worker_group worker_group;
  * exited and its output is drained. Returns NULL (with err) if nothing could
  * be set up at all; a spawn failure of one worker is a GROUP_SPAWN_FAILED
  * outcome instead. */
-worker_group *group_start(uv_loop_t *loop, const launch_options *o, const launch_job *job,
-                          int restart, char *err, size_t errlen);
+worker_group *launch_group_start(uv_loop_t *loop, const launch_options *o, const launch_job *job,
+                                 int restart, char *err, size_t errlen);
 /* The launcher was asked to stop: TERM everyone; a second call sends KILL. */
-void group_interrupt(worker_group *g, int signum);
+void launch_group_interrupt(worker_group *g, int signum);
 /* After uv_run: the result, the launcher's exit code for it, and the root
  * cause report on stderr. */
-group_result group_finish(worker_group *g, int *exit_code);
-void group_free(worker_group *g);
+group_result launch_group_finish(worker_group *g, int *exit_code);
+void launch_group_free(worker_group *g);
 
 /* The state worker_group.c keeps and root_cause.c reads. */
 typedef struct worker {
@@ -174,12 +174,12 @@ struct worker_group {
 };
 
 /* "exited with code 3", "was killed by signal 9 (SIGKILL)", ... */
-void worker_describe_exit(const worker *w, char *buf, size_t len);
+void launch_worker_describe_exit(const worker *w, char *buf, size_t len);
 const char *launch_signal_name(int sig);
 
 /* ---- root_cause.c ---------------------------------------------------------- */
 
 /* Prints the verdict on a group whose first_failure is set. */
-void root_cause_report(const worker_group *g);
+void launch_root_cause_report(const worker_group *g);
 
 #endif

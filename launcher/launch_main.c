@@ -46,7 +46,7 @@ static void on_signal(uv_signal_t *h, int signum)
 {
     launcher *l = h->data;
     if (!l->got_signal) l->got_signal = signum;
-    if (l->running) group_interrupt(l->running, signum);
+    if (l->running) launch_group_interrupt(l->running, signum);
 }
 
 static void watch_signals(launcher *l)
@@ -96,7 +96,7 @@ static group_result run_attempt(launcher *l, const launch_options *o, const laun
         *exit_code = 128 + l->got_signal;
         return GROUP_INTERRUPTED;
     }
-    worker_group *g = group_start(&l->loop, o, job, restart, err, sizeof err);
+    worker_group *g = launch_group_start(&l->loop, o, job, restart, err, sizeof err);
     if (!g) {
         fprintf(stderr, "dtrain-launch: %s\n", err);
         *exit_code = 1;
@@ -105,8 +105,8 @@ static group_result run_attempt(launcher *l, const launch_options *o, const laun
     l->running = g;
     uv_run(&l->loop, UV_RUN_DEFAULT);
     l->running = NULL;
-    group_result r = group_finish(g, exit_code);
-    group_free(g);
+    group_result r = launch_group_finish(g, exit_code);
+    launch_group_free(g);
     return r;
 }
 

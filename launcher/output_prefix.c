@@ -84,21 +84,21 @@ static void tail_push(output_tail *t, const char *a, size_t na, const char *b, s
     if (t->count < OUTPUT_TAIL_LINES) t->count++;
 }
 
-bool output_tail_mentions(const output_tail *t, const char *needle)
+bool launch_output_tail_mentions(const output_tail *t, const char *needle)
 {
     for (int i = 0; i < t->count; i++)
         if (strstr(t->lines[i], needle)) return true;
     return false;
 }
 
-void output_tail_print(const output_tail *t, int rank, FILE *f)
+void launch_output_tail_print(const output_tail *t, int rank, FILE *f)
 {
     int first = (t->next - t->count + OUTPUT_TAIL_LINES) % OUTPUT_TAIL_LINES;
     for (int i = 0; i < t->count; i++)
         fprintf(f, "    [%d] %s\n", rank, t->lines[(first + i) % OUTPUT_TAIL_LINES]);
 }
 
-void output_stream_init(output_stream *s, int rank, int out_fd, int log_fd, output_tail *tail)
+void launch_output_init(output_stream *s, int rank, int out_fd, int log_fd, output_tail *tail)
 {
     *s = (output_stream){.rank = rank, .out_fd = out_fd, .log_fd = log_fd, .tail = tail};
 }
@@ -162,7 +162,7 @@ static bool hold_partial(output_stream *s, const char *data, size_t n)
     return true;
 }
 
-void output_stream_feed(output_stream *s, const char *data, size_t n)
+void launch_output_feed(output_stream *s, const char *data, size_t n)
 {
     char *out = NULL;
     size_t len = 0, cap = 0;
@@ -193,7 +193,7 @@ void output_stream_feed(output_stream *s, const char *data, size_t n)
     free(out);
 }
 
-void output_stream_finish(output_stream *s)
+void launch_output_finish(output_stream *s)
 {
     if (s->len == 0) return;
     char *out = NULL;
@@ -204,7 +204,7 @@ void output_stream_finish(output_stream *s)
     free(out);
 }
 
-void output_stream_free(output_stream *s)
+void launch_output_free(output_stream *s)
 {
     free(s->partial);
     s->partial = NULL;

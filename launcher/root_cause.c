@@ -100,7 +100,7 @@ static const worker *own_failure(const worker_group *g, int *remote)
  * first failure and outlived SIGTERM; the lowest rank of several. */
 static const worker *silent_culprit(const worker_group *g, const worker *cause)
 {
-    if (cause->spawn_error || !output_tail_mentions(&cause->tail, "timed out")) return NULL;
+    if (cause->spawn_error || !launch_output_tail_mentions(&cause->tail, "timed out")) return NULL;
     for (int i = 0; i < g->n; i++)
         if (g->workers[i].stopped) return &g->workers[i];
     for (int i = 0; i < g->n; i++) {
@@ -115,7 +115,7 @@ static void print_last_lines(const worker *w)
     if (w->tail.count > 0) {
         fprintf(stderr, "dtrain-launch: last %d line%s of rank %d:\n", w->tail.count,
                 w->tail.count == 1 ? "" : "s", w->rank);
-        output_tail_print(&w->tail, w->rank, stderr);
+        launch_output_tail_print(&w->tail, w->rank, stderr);
     } else if (!w->spawn_error) {
         fprintf(stderr, "dtrain-launch: rank %d printed nothing\n", w->rank);
     }
@@ -142,7 +142,7 @@ static void report_silent_cause(const worker_group *g, const worker *w)
 static void report_own_failure(const worker_group *g, const worker *w)
 {
     char what[128];
-    worker_describe_exit(w, what, sizeof what);
+    launch_worker_describe_exit(w, what, sizeof what);
     fprintf(stderr, "dtrain-launch: ROOT CAUSE: rank %d (local rank %d on node %d, pid %d) "
             "failed on its own, and its peers failed because it did; it %s after rank %d "
             "failed first\n", w->rank, w->local_rank, g->opts->node_rank, w->proc.pid, what,
@@ -154,7 +154,7 @@ static void report_first_failure(const worker_group *g, const worker *cause)
 {
     const worker *w = g->first_failure;
     char what[128];
-    worker_describe_exit(w, what, sizeof what);
+    launch_worker_describe_exit(w, what, sizeof what);
     fprintf(stderr, "dtrain-launch: %s: rank %d (local rank %d on node %d, pid %d) %s%s\n",
             cause == w ? "ROOT CAUSE" : "first to fail", w->rank, w->local_rank,
             g->opts->node_rank, w->spawn_error ? 0 : w->proc.pid, what,
@@ -182,7 +182,7 @@ static void report_the_others(const worker_group *g, const worker *cause)
                 "SIGKILL, %d failed after it, %d exited 0\n", term, killed, failed, clean);
 }
 
-void root_cause_report(const worker_group *g)
+void launch_root_cause_report(const worker_group *g)
 {
     int remote;
     const worker *own = own_failure(g, &remote);

@@ -58,7 +58,7 @@ static char *entry(const char *name, const char *fmt, ...)
     return e;
 }
 
-char **worker_env_build(const launch_options *o, const launch_job *job, int local_rank,
+char **launch_env_build(const launch_options *o, const launch_job *job, int local_rank,
                         int restart)
 {
     int world = o->nproc_per_node * o->nnodes;
@@ -105,7 +105,7 @@ char **worker_env_build(const launch_options *o, const launch_job *job, int loca
     return env;
 }
 
-void worker_env_free(char **env)
+void launch_env_free(char **env)
 {
     if (!env) return;
     for (char **p = env; *p; p++) free(*p);

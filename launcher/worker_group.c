@@ -80,7 +80,7 @@ const char *launch_signal_name(int sig)
     return "a signal";
 }
 
-void worker_describe_exit(const worker *w, char *buf, size_t len)
+void launch_worker_describe_exit(const worker *w, char *buf, size_t len)
 {
     if (w->spawn_error)
         snprintf(buf, len, "could not be started: %s", uv_strerror(w->spawn_error));
@@ -124,7 +124,7 @@ static void group_stop(worker_group *g)
     uv_timer_start(&g->grace_timer, on_grace_over, (uint64_t)(g->opts->grace_s * 1000), 0);
 }
 
-void group_interrupt(worker_group *g, int signum)
+void launch_group_interrupt(worker_group *g, int signum)
 {
     if (!g->interrupted_by) g->interrupted_by = signum;
     if (!g->stopping) {
@@ -166,7 +166,7 @@ static void close_pipe(worker *w, int which)
 {
     if (!w->pipe_open[which]) return;
     w->pipe_open[which] = false;
-    output_stream_finish(&w->streams[which]);
+    launch_output_finish(&w->streams[which]);
     uv_close((uv_handle_t *)&w->pipes[which], on_pipe_closed);
 }
 
@@ -228,7 +228,7 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
     worker *w = s->data;
     int which = s == (uv_stream_t *)&w->pipes[0] ? 0 : 1;
     if (n > 0) {
-        output_stream_feed(&w->streams[which], buf->base, (size_t)n);
+        launch_output_feed(&w->streams[which], buf->base, (size_t)n);
         w->last_output_ms = uv_now(w->group->loop);
     }
     free(buf->base);
@@ -249,7 +249,7 @@ static void on_worker_exit(uv_process_t *p, int64_t exit_status, int term_signal
     bool failed = exit_status != 0 || term_signal != 0;
     if (failed && !g->stopping) {
         char what[128];
-        worker_describe_exit(w, what, sizeof what);
+        launch_worker_describe_exit(w, what, sizeof what);
         g->first_failure = w;
         g->first_failure_ms = uv_now(g->loop);
         fprintf(stderr, "dtrain-launch: rank %d %s; stopping the other workers\n", w->rank, what);
@@ -285,13 +285,13 @@ static void spawn_worker(worker_group *g, worker *w, const launch_job *job)
     w->rank = o->node_rank * o->nproc_per_node + w->local_rank;
     w->log_fd = open_log(o, w->rank, g->restart);
     for (int i = 0; i < 2; i++) {
-        output_stream_init(&w->streams[i], w->rank, i + 1, w->log_fd, &w->tail);
+        launch_output_init(&w->streams[i], w->rank, i + 1, w->log_fd, &w->tail);
         uv_pipe_init(g->loop, &w->pipes[i], 0);
         w->pipes[i].data = w;
         w->pipe_open[i] = true;
         g->open_pipes++;
     }
-    w->env = worker_env_build(o, job, w->local_rank, g->restart);
+    w->env = launch_env_build(o, job, w->local_rank, g->restart);
     uv_stdio_container_t stdio[3] = {
         {.flags = UV_IGNORE},  /* stdin: /dev/null; N ranks cannot share a terminal */
         {.flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE, .data.stream = (uv_stream_t *)&w->pipes[0]},
@@ -317,8 +317,8 @@ static void spawn_worker(worker_group *g, worker *w, const launch_job *job)
     uv_read_start((uv_stream_t *)&w->pipes[1], on_alloc, on_read);
 }
 
-worker_group *group_start(uv_loop_t *loop, const launch_options *o, const launch_job *job,
-                          int restart, char *err, size_t errlen)
+worker_group *launch_group_start(uv_loop_t *loop, const launch_options *o, const launch_job *job,
+                                 int restart, char *err, size_t errlen)
 {
     worker_group *g = calloc(1, sizeof *g);
     worker *ws = calloc((size_t)o->nproc_per_node, sizeof *ws);
@@ -339,7 +339,7 @@ worker_group *group_start(uv_loop_t *loop, const launch_options *o, const launch
         spawn_worker(g, &ws[i], job);
         if (ws[i].spawn_error) {
             char what[128];
-            worker_describe_exit(&ws[i], what, sizeof what);
+            launch_worker_describe_exit(&ws[i], what, sizeof what);
             fprintf(stderr, "dtrain-launch: rank %d (%s) %s\n", ws[i].rank, o->program[0], what);
             g->first_failure = &ws[i];
             group_stop(g);
@@ -352,9 +352,9 @@ worker_group *group_start(uv_loop_t *loop, const launch_options *o, const launch
 
 /* ---- the verdict (the report itself is root_cause.c) ------------------------------ */
 
-group_result group_finish(worker_group *g, int *exit_code)
+group_result launch_group_finish(worker_group *g, int *exit_code)
 {
-    if (g->first_failure) root_cause_report(g);
+    if (g->first_failure) launch_root_cause_report(g);
     if (g->interrupted_by) {  /* the user's decision overrides any failure */
         *exit_code = 128 + g->interrupted_by;
         return GROUP_INTERRUPTED;
@@ -373,14 +373,14 @@ group_result group_finish(worker_group *g, int *exit_code)
     return GROUP_FAILED;
 }
 
-void group_free(worker_group *g)
+void launch_group_free(worker_group *g)
 {
     if (!g) return;
     for (int i = 0; i < g->n; i++) {
         worker *w = &g->workers[i];
-        output_stream_free(&w->streams[0]);
-        output_stream_free(&w->streams[1]);
-        worker_env_free(w->env);
+        launch_output_free(&w->streams[0]);
+        launch_output_free(&w->streams[1]);
+        launch_env_free(w->env);
         if (w->log_fd >= 0) close(w->log_fd);
     }
     free(g->workers);

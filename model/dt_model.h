@@ -6,11 +6,12 @@
  * qkv and output projections have no bias; an MLP C -> 4C -> C with bias and
  * erf-GELU), a final LayerNorm and an untied head C -> V without bias.
  *
- * Memory layout is the contract with the layers below (optim, checkpoint,
- * train): all parameters live in ONE flat float buffer, all gradients in
- * another of the same size and layout. A tensor is an offset range in that
- * buffer, so a DDP gradient bucket or a ZeRO-1 shard is a plain [lo, hi)
- * range. Tensors are laid out in forward order, block by block:
+ * Memory layout is the contract with the layers above, which use the model
+ * (optim, checkpoint, train): all parameters live in ONE flat float
+ * buffer, all gradients in another of the same size and layout. A tensor is
+ * an offset range in that buffer, so a DDP gradient bucket or a ZeRO-1
+ * shard is a plain [lo, hi) range. Tensors are laid out in forward order,
+ * block by block:
  *
  *   wte, wpe, blocks.0.{ln1.w, ln1.b, attn.qkv.w, attn.proj.w, ln2.w, ln2.b,
  *   mlp.fc.w, mlp.fc.b, mlp.proj.w, mlp.proj.b}, blocks.1..., ln_f.w,
@@ -43,7 +44,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dt_comm.h" /* dt_status */
+#include "dt_status.h"
 
 #ifdef __cplusplus
 extern "C" {

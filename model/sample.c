@@ -1,11 +1,7 @@
 /*
- * sample.c — randomness and sampling: the splitmix64 generator every
- * seeded thing in the model uses, and text generation with temperature
- * and top-k.
- *
- * Randomness is a value (dt_rng, 8 bytes) the caller owns, never a global:
- * the same seed gives the same weights, batches and samples on every
- * machine and in every thread.
+ * sample.c — sampling: text generation with temperature and top-k. The
+ * uniform draws come from the caller's dt_rng (rng.c), so the same seed
+ * gives the same samples on every machine and in every thread.
  *
  * Sampling one token from logits z (V):
  *   temperature <= 0   argmax (lowest id on ties): greedy decoding
@@ -23,25 +19,6 @@
 #include <string.h>
 
 #include "dt_model.h"
-
-void dt_rng_seed(dt_rng *r, uint64_t seed)
-{
-    r->state = seed;
-}
-
-/* splitmix64: a 64-bit counter passed through a strong mixer. */
-uint64_t dt_rng_next(dt_rng *r)
-{
-    uint64_t z = (r->state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-float dt_rng_uniform(dt_rng *r)
-{
-    return (float)(dt_rng_next(r) >> 40) * (1.0f / 16777216.0f); /* 24 bits */
-}
 
 static int cmp_desc(const void *a, const void *b)
 {

@@ -47,7 +47,7 @@ typedef struct bucket {
     size_t lo, n;        /* range of the flat buffer, in elements */
     dt_work *work;       /* in flight, or NULL */
     bool launched, done;
-    double t_submit, t_done; /* seconds, dt_optim_now() */
+    double t_submit, t_done; /* seconds, dt_now() */
 } bucket;
 
 struct dt_ddp {
@@ -146,7 +146,7 @@ static void poll_buckets(dt_ddp *d)
         bucket *b = &d->buckets[i];
         if (b->launched && !b->done && dt_work_test(b->work)) {
             b->done = true;
-            b->t_done = dt_optim_now();
+            b->t_done = dt_now();
         }
     }
 }
@@ -159,7 +159,7 @@ static void on_grads_ready(void *user, size_t lo)
     while (d->next < d->nb && d->buckets[d->next].lo >= lo &&
            d->st == DT_OK) {
         bucket *b = &d->buckets[d->next];
-        b->t_submit = dt_optim_now();
+        b->t_submit = dt_now();
         dt_status st = dt_allreduce_async(d->comm, d->m->grads_memory + b->lo,
                                           b->n, DT_F32, DT_AVG, &b->work);
         if (st != DT_OK) {
@@ -208,7 +208,7 @@ static double comm_seconds(const dt_ddp *d)
 
 dt_status dt_ddp_wait(dt_ddp *d, dt_comm_stats *stats)
 {
-    double t0 = dt_optim_now();
+    double t0 = dt_now();
     poll_buckets(d);
     for (int i = 0; i < d->next; i++) {
         bucket *b = &d->buckets[i];
@@ -216,12 +216,12 @@ dt_status dt_ddp_wait(dt_ddp *d, dt_comm_stats *stats)
         b->work = NULL;
         if (!b->done) {
             b->done = true;
-            b->t_done = dt_optim_now();
+            b->t_done = dt_now();
         }
         if (st != DT_OK)
             ddp_fail(d, st, "wait: a bucket's all-reduce");
     }
-    double t1 = dt_optim_now();
+    double t1 = dt_now();
     if (stats) {
         *stats = (dt_comm_stats){.ops = d->next, .hidden = -1};
         if (d->next > 0) {

@@ -1,20 +1,12 @@
 /*
  * optim_internal.h — helpers shared by the optimizer layer's files, not
- * part of its public interface: a monotonic clock for the communication
- * timings, and the one formula for the share of communication hidden.
+ * part of its public interface: the one formula for the share of
+ * communication hidden.
  */
 #ifndef DT_OPTIM_INTERNAL_H
 #define DT_OPTIM_INTERNAL_H
 
-#include <time.h>
-
-/* Seconds on the monotonic clock. */
-static inline double dt_optim_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "dt_clock.h" /* dt_now, for the communication timings */
 
 /* 1 - exposed/comm clipped to [0, 1]: the share of the time collectives
  * ran that the training thread did not spend waiting for them. */

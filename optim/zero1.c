@@ -159,10 +159,10 @@ dt_status dt_zero1_step(dt_zero1 *z, const dt_adamw_hparams *h, long step,
     double comm_s = 0, t0;
     if (z->world > 1) {
         be->copy(z->grad_pad, m->grads_memory, m->num_params * sizeof(float));
-        t0 = dt_optim_now();
+        t0 = dt_now();
         dt_status st = dt_reduce_scatter(z->comm, z->grad_pad, z->grad_shard,
                                          z->s, DT_F32, DT_AVG);
-        comm_s += dt_optim_now() - t0;
+        comm_s += dt_now() - t0;
         if (st != DT_OK)
             return zero1_fail(z, st, "step: reduce-scatter of the gradients");
     } else {
@@ -172,10 +172,10 @@ dt_status dt_zero1_step(dt_zero1 *z, const dt_adamw_hparams *h, long step,
         be->adamw(z->master, z->grad_shard, z->adam_m, z->adam_v, z->n, step,
                   h);
     if (z->world > 1) {
-        t0 = dt_optim_now();
+        t0 = dt_now();
         dt_status st = dt_allgatherv(z->comm, z->master, m->params_memory,
                                      z->counts, DT_F32);
-        comm_s += dt_optim_now() - t0;
+        comm_s += dt_now() - t0;
         if (st != DT_OK)
             return zero1_fail(z, st, "step: all-gather of the parameters");
     } else if (z->n > 0) {

@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dt_clock.h"
 #include "dt_comm.h"
 
 #define MAX_RANKS 8
@@ -37,13 +38,6 @@ typedef struct job {
 } job;
 
 typedef void (*child_fn)(int rank, job *j, FILE *report);
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void job_url(job *j, const char *name)
 {
@@ -75,7 +69,7 @@ static dt_comm *child_join(job *j, int rank, double timeout_s, FILE *report)
     dt_comm *c;
     dt_status st = dt_comm_init(&c, &o);
     if (st != DT_OK) {
-        say(report, st, now_s(), dt_comm_error(c));
+        say(report, st, dt_now(), dt_comm_error(c));
         _exit(1);
     }
     return c;
@@ -107,10 +101,10 @@ static void start(job *j, int n, const char *name, child_fn fn)
 static void report_of(job *j, int r, double timeout_s, char *line, size_t n)
 {
     size_t got = 0;
-    double deadline = now_s() + timeout_s;
+    double deadline = dt_now() + timeout_s;
     line[0] = '\0';
     while (got + 1 < n) {
-        int left = (int)((deadline - now_s()) * 1000);
+        int left = (int)((deadline - dt_now()) * 1000);
         struct pollfd pfd = {.fd = j->fd[r], .events = POLLIN};
         if (left <= 0 || poll(&pfd, 1, left) <= 0) break;
         ssize_t k = read(j->fd[r], line + got, 1);
@@ -173,7 +167,7 @@ static void allreduce_forever(int rank, job *j, FILE *report)
     for (int i = 0;; i++) {
         dt_status st = dt_allreduce(c, buf, n, DT_F32, DT_SUM);
         if (st != DT_OK) {
-            say(report, st, now_s(), dt_comm_error(c));
+            say(report, st, dt_now(), dt_comm_error(c));
             break;
         }
         if (i == 3) { fprintf(report, "running\n"); fflush(report); }
@@ -194,7 +188,7 @@ Test(failures, killed_rank_is_named_by_every_survivor_within_5_seconds, .timeout
     }
     const int victim = 2;
     kill(j.pid[victim], SIGKILL);
-    double killed_at = now_s();
+    double killed_at = dt_now();
     for (int r = 0; r < 4; r++) {
         if (r == victim) continue;
         verdict v;
@@ -222,9 +216,9 @@ static void one_rank_skips_the_op(int rank, job *j, FILE *report)
     float x[4] = {1, 2, 3, 4};
     dt_op op = {.kind = DT_OP_ALLREDUCE, .recv = x, .count = 4, .dtype = DT_F32,
                 .redop = DT_SUM, .timeout_s = 0.5};
-    double t0 = now_s();
+    double t0 = dt_now();
     dt_status st = dt_run(c, &op);
-    say(report, st, now_s() - t0, dt_comm_error(c));
+    say(report, st, dt_now() - t0, dt_comm_error(c));
     dt_comm_destroy(c);
 }
 
@@ -249,7 +243,7 @@ static void mismatched_counts(int rank, job *j, FILE *report)
     size_t count = rank == 0 ? 4096 : 8192;
     float *buf = calloc(count, sizeof *buf);
     dt_status st = dt_allreduce(c, buf, count, DT_F32, DT_SUM);
-    say(report, st, now_s(), dt_comm_error(c));
+    say(report, st, dt_now(), dt_comm_error(c));
     dt_comm_destroy(c);
     free(buf);
 }
@@ -307,8 +301,8 @@ static bool closed_by_peer(int fd)
 {
     char buf[256];
     struct pollfd pfd = {.fd = fd, .events = POLLIN};
-    double deadline = now_s() + 5;
-    while (now_s() < deadline) {
+    double deadline = dt_now() + 5;
+    while (dt_now() < deadline) {
         if (poll(&pfd, 1, 100) > 0 && read(fd, buf, sizeof buf) <= 0) return true;
     }
     return false;
@@ -401,10 +395,10 @@ static void abort_from_another_thread(int rank, job *j, FILE *report)
         _exit(1);
     }
     usleep(200 * 1000);
-    double t0 = now_s();
+    double t0 = dt_now();
     dt_comm_abort(c, "test says stop");
     st = dt_work_wait(w);
-    say(report, st, now_s() - t0, dt_comm_error(c));
+    say(report, st, dt_now() - t0, dt_comm_error(c));
     dt_comm_destroy(c);
 }
 
@@ -434,7 +428,7 @@ static void abort_then_destroy_at_once(int rank, job *j, FILE *report)
     }
     float x = 1;
     dt_status st = dt_allreduce(c, &x, 1, DT_F32, DT_SUM);
-    say(report, st, now_s(), dt_comm_error(c));
+    say(report, st, dt_now(), dt_comm_error(c));
     dt_comm_destroy(c);
 }
 
@@ -515,11 +509,11 @@ static void barriers_beside_resetting_strangers(int rank, job *j, FILE *report)
         if (rank == 0) hello_then_reset(dt_comm_port(c));
         dt_status st = dt_barrier(c);
         if (st != DT_OK) {
-            say(report, st, now_s(), dt_comm_error(c));
+            say(report, st, dt_now(), dt_comm_error(c));
             return;
         }
     }
-    say(report, DT_OK, now_s(), "20 barriers");
+    say(report, DT_OK, dt_now(), "20 barriers");
     dt_comm_destroy(c);
 }
 
@@ -622,10 +616,10 @@ Test(failures, an_abort_frame_of_impossible_length_fails_the_op_and_stops, .time
     dt_comm *c;
     cr_assert_eq(dt_comm_init(&c, &o), DT_OK, "%s", dt_comm_error(c));
     usleep(400 * 1000); /* the frame is there before the op */
-    double t0 = now_s();
+    double t0 = dt_now();
     dt_status st = dt_barrier(c);
     cr_expect_eq(st, DT_EPROTO, "barrier: %s: %s", dt_status_name(st), dt_comm_error(c));
-    cr_expect_lt(now_s() - t0, 4.0, "the failure took %.1f s to surface", now_s() - t0);
+    cr_expect_lt(dt_now() - t0, 4.0, "the failure took %.1f s to surface", dt_now() - t0);
     cr_expect_not_null(strstr(dt_comm_error(c), "ABORT frame of 2000 B"), "%s",
                        dt_comm_error(c));
     dt_comm_destroy(c);

@@ -27,14 +27,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dt_clock.h"
 #include "trainer.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Joins the job the environment describes, or none when no world size is
  * set (then r->comm stays NULL and the run is one process). */
@@ -258,11 +252,11 @@ int main(int argc, char **argv)
             fprintf(stderr, "minigpt: cannot write metrics to %s\n",
                     r.o.metrics);
     }
-    double t0 = now_s(), hidden = -1, acc = -1;
+    double t0 = dt_now(), hidden = -1, acc = -1;
     if (st == DT_OK)
         st = train(&r, mx, &hidden, &acc);
     if (st == DT_OK)
-        st = finish(&r, mx, now_s() - t0, hidden, acc);
+        st = finish(&r, mx, dt_now() - t0, hidden, acc);
     if (st != DT_OK) {
         fprintf(stderr, "minigpt: %s\n", r.err[0] ? r.err : dt_status_name(st));
         if (r.comm)

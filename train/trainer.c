@@ -22,14 +22,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "dt_clock.h"
 #include "trainer.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static dt_status run_fail(mg_run *r, dt_status st, const char *what,
                           const char *detail)
@@ -172,7 +166,7 @@ dt_status mg_train_step(mg_run *r, int step, mg_step *out)
 {
     if (r->pipe)
         return mg_pipe_step(r, step, out);
-    double t0 = now_s();
+    double t0 = dt_now();
     float loss = 0;
     dt_status st = DT_OK;
     dt_model_zero_grad(r->m);
@@ -197,7 +191,7 @@ dt_status mg_train_step(mg_run *r, int step, mg_step *out)
         if ((st = dt_backend_cuda_check(err, sizeof err)) != DT_OK)
             return run_fail(r, st, "device", err);
     }
-    out->ms = 1e3 * (now_s() - t0);
+    out->ms = 1e3 * (dt_now() - t0);
     /* the logged loss is the global batch's: 4 bytes, after the step */
     if (r->comm) {
         st = dt_allreduce(r->comm, &loss, 1, DT_F32, DT_AVG);

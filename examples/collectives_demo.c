@@ -19,14 +19,8 @@
 
 #include <sodium.h>
 
+#include "dt_clock.h"
 #include "dt_comm.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int check(int rank, const char *what, dt_status st, dt_comm *c, int ok)
 {
@@ -86,9 +80,9 @@ static int tour(dt_comm *c)
     float *big = malloc(count * sizeof *big);
     for (size_t i = 0; i < count; i++) big[i] = 1.0f;
     dt_allreduce(c, big, count, DT_F32, DT_SUM); /* warm-up */
-    double t0 = now_s();
+    double t0 = dt_now();
     st = dt_allreduce(c, big, count, DT_F32, DT_SUM);
-    double dt = now_s() - t0;
+    double dt = dt_now() - t0;
     double busbw = 2.0 * (n - 1) / n * (double)(count * sizeof(float)) / dt / 1e9;
     printf("[%d] allreduce      16 MiB f32 in %.1f ms, busbw %.2f GB/s\n", r, dt * 1e3, busbw);
     bad += check(r, "allreduce 16M", st, c, big[0] == (float)n * n && big[count - 1] == (float)n * n);
@@ -107,7 +101,7 @@ static int run_rank(int rank, int n, const char *url, const uint8_t *secret)
     o.secret = secret;
     o.secret_len = 32;
     dt_comm *c;
-    double t0 = now_s();
+    double t0 = dt_now();
     dt_status st = dt_comm_init(&c, &o);
     if (st != DT_OK) {
         printf("[%d] init FAILED: %s\n", rank, c ? dt_comm_error(c) : "out of memory");
@@ -115,7 +109,7 @@ static int run_rank(int rank, int n, const char *url, const uint8_t *secret)
         return 1;
     }
     printf("[%d] joined         listening on 127.0.0.1:%d, %d peers authenticated in %.0f ms\n",
-           rank, dt_comm_port(c), n - 1, (now_s() - t0) * 1e3);
+           rank, dt_comm_port(c), n - 1, (dt_now() - t0) * 1e3);
     fflush(stdout);
     int bad = tour(c);
     fflush(stdout);
