@@ -208,6 +208,14 @@ static dt_status check_tokens(dt_model *m, const int *tok, const char *what,
     return DT_OK;
 }
 
+/* Tells forward's parameter hook (if any) that parameters below hi are
+ * about to be read (see dt_params_needed_fn). */
+static void params_needed(dt_model *m, const float *hi)
+{
+    if (m->params_needed)
+        m->params_needed(m->params_needed_user, (size_t)(hi - m->params_memory));
+}
+
 dt_status dt_model_forward(dt_model *m, const int *inputs, const int *targets,
                            int B, int T)
 {
@@ -232,11 +240,14 @@ dt_status dt_model_forward(dt_model *m, const int *inputs, const int *targets,
 
     dt_params *p = &m->params;
     dt_acts *a = &m->acts;
+    int L = m->cfg.L;
+    params_needed(m, L > 0 ? p->blocks[0].ln1w : p->lnfw);
     be->encoder_forward(a->encoded, m->inputs, p->wte, p->wpe, B, T, C);
     const float *residual = a->encoded;
     for (int l = 0; l < m->cfg.L; l++) {
         dt_block_params *w = &p->blocks[l];
         dt_block_acts *x = &a->blocks[l];
+        params_needed(m, l + 1 < L ? p->blocks[l + 1].ln1w : p->lnfw);
         be->layernorm_forward(x->ln1, x->ln1_mean, x->ln1_rstd, residual,
                               w->ln1w, w->ln1b, N, C);
         be->matmul_forward(x->qkv, x->ln1, w->qkvw, NULL, N, C, 3 * C);
@@ -254,6 +265,7 @@ dt_status dt_model_forward(dt_model *m, const int *inputs, const int *targets,
                              (size_t)N * C);
         residual = x->residual3;
     }
+    params_needed(m, m->params_memory + m->num_params);
     be->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual, p->lnfw,
                           p->lnfb, N, C);
     be->matmul_forward(a->logits, a->lnf, p->lm_head, NULL, N, C, V);
@@ -371,6 +383,12 @@ void dt_model_set_grad_hook(dt_model *m, dt_grad_ready_fn fn, void *user)
 {
     m->grad_ready = fn;
     m->grad_ready_user = user;
+}
+
+void dt_model_set_params_hook(dt_model *m, dt_params_needed_fn fn, void *user)
+{
+    m->params_needed = fn;
+    m->params_needed_user = user;
 }
 
 dt_status dt_model_update(dt_model *m, const dt_adamw_hparams *h, long step)
