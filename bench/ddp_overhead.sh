@@ -86,8 +86,6 @@ def med(setup):
     hidden = 1 - exposed / comm if comm > 0 else float("nan")
     return m("ms_per_step"), m("comm_ms"), m("exposed_ms"), hidden
 base = med("1")[0]
-print(f"{'ranks':>5} {'ms/step':>9} {'comm ms':>9} {'exposed':>9} {'hidden':>7} "
-      f"{'solo ms':>9} {'vs 1 proc':>10} {'vs N solo':>10}")
 def rep_median(setup, rep):
     rows = [json.loads(l) for l in open(f"{tmp}/m{setup}.{rep}.jsonl")]
     return statistics.median([r["ms_per_step"] for r in rows if r["event"] == "step"][5:])

@@ -106,7 +106,7 @@ typedef struct dt_zero1 dt_zero1;
  * most bucket_bytes; 0 = DT_DDP_DEFAULT_BUCKET_BYTES), each bucket again at
  * shard boundaries: a piece is reduced (avg) to the rank that owns it. The
  * parameter all-gather is cut at forward's stages (embeddings, each block,
- * head). Broadcasts m's parameters from rank 0, then copies this rank's
+ * head), neighbours merged up to bucket_bytes. Broadcasts m's parameters from rank 0, then copies this rank's
  * shard into the fp32 master. Blocks for the broadcast. Always sets *out
  * (NULL only on DT_ENOMEM). dt_zero1_create: default bucket size.
  */

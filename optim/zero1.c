@@ -29,8 +29,9 @@
  *
  * Parameters: after AdamW on the shard, the all-gather is cut at the
  * stages forward reads in order (embeddings, each block, final LayerNorm
- * and head): one allgatherv per stage, counts = the stage's intersection
- * with each shard, straight into the model's flat buffer.
+ * and head), neighbouring stages merged up to bucket_bytes: one
+ * allgatherv per piece, counts = its intersection with each shard,
+ * straight into the model's flat buffer.
  * dt_zero1_step waits for them; dt_zero1_step_async leaves them in flight
  * and dt_zero1_forward waits for each stage's piece just before forward
  * reads it (the model's parameter hook), so the gather of later blocks
@@ -142,32 +143,40 @@ static int build_reduces(piece **out, const dt_model *m, size_t cap, size_t s,
     return nb;
 }
 
-/* Gather pieces: the stages forward reads in order, [0, block 0),
- * each block, [ln_f, Ψ); counts[r] = the stage ∩ rank r's shard. */
-static int build_gathers(dt_zero1 *z)
+/* Gather pieces: the stages forward reads in order, [0, block 0), each
+ * block, [ln_f, Ψ), neighbours merged while they fit in cap elements
+ * (DeepSpeed's prefetch bucket: fewer, larger collectives, each still
+ * waited just before forward needs it); counts[r] = the piece ∩ rank r's
+ * shard. Returns the count, -1 on ENOMEM. */
+static int build_gathers(dt_zero1 *z, size_t cap)
 {
     const dt_model *m = z->m;
-    int L = m->cfg.L, ng = L + 2;
-    z->gathers = calloc((size_t)ng, sizeof *z->gathers);
-    z->gather_counts = calloc((size_t)ng * (size_t)z->world, sizeof(size_t));
-    if (!z->gathers || !z->gather_counts)
-        return -1;
-    size_t bound[ng + 1];
+    int L = m->cfg.L, nstages = L + 2, ng = 0;
+    size_t bound[nstages + 1];
     bound[0] = 0;
     for (int l = 0; l < L; l++)
         bound[l + 1] = (size_t)(m->params.blocks[l].ln1w - m->params_memory);
     bound[L + 1] = (size_t)(m->params.lnfw - m->params_memory);
     bound[L + 2] = m->num_params;
-    for (int k = 0; k < ng; k++) {
-        piece *g = &z->gathers[k];
-        *g = (piece){.lo = bound[k], .n = bound[k + 1] - bound[k],
-                     .counts = z->gather_counts + (size_t)k * (size_t)z->world};
+    z->gathers = calloc((size_t)nstages, sizeof *z->gathers);
+    z->gather_counts = calloc((size_t)nstages * (size_t)z->world, sizeof(size_t));
+    if (!z->gathers || !z->gather_counts)
+        return -1;
+    for (int k = 0; k < nstages;) {
+        int end = k + 1; /* merge stages [k, end) */
+        while (end < nstages && bound[end + 1] - bound[k] <= cap)
+            end++;
+        piece *g = &z->gathers[ng];
+        *g = (piece){.lo = bound[k], .n = bound[end] - bound[k],
+                     .counts = z->gather_counts + (size_t)ng * (size_t)z->world};
         for (int r = 0; r < z->world; r++) {
             size_t a = (size_t)r * z->s, b = a + z->counts[r];
             a = a > g->lo ? a : g->lo;
             b = b < g->lo + g->n ? b : g->lo + g->n;
             g->counts[r] = b > a ? b - a : 0;
         }
+        ng++;
+        k = end;
     }
     return ng;
 }
@@ -199,7 +208,7 @@ dt_status dt_zero1_create_bucketed(dt_zero1 **out, dt_model *m, dt_comm *comm,
     size_t cap = (bucket_bytes ? bucket_bytes : DT_DDP_DEFAULT_BUCKET_BYTES) /
                  sizeof(float);
     z->nreduce = build_reduces(&z->reduces, m, cap ? cap : 1, z->s, z->world);
-    z->ngather = build_gathers(z);
+    z->ngather = build_gathers(z, cap ? cap : 1);
     if (z->nreduce < 0 || z->ngather < 0)
         return zero1_fail(z, DT_ENOMEM, "create: out of memory for buckets");
     if (z->world > 1) {
