@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-PACKAGES="gcc pkg-config meson ninja-build libuv1-dev libsodium-dev libjansson-dev
+PACKAGES="gcc pkg-config meson ninja-build libuv1-dev libsodium-dev libssl-dev libjansson-dev
           libcriterion-dev libopenblas-dev python3 openmpi-bin"
 
 install_missing() {

@@ -2,12 +2,13 @@
 # ddp_overhead.sh — what data parallelism costs on the 865k config.
 #
 # Runs minigpt --preset 865k (V=256 C=128 H=4 L=4 T=64, 8 sequences per
-# rank, DDP, 1 MB buckets) in five setups, one after another, and repeats
+# rank, DDP, 1 MB buckets) in seven setups, one after another, and repeats
 # the whole cycle R times, so that a shared machine's drift hits every setup
 # alike (side by side, not one setup now and another a minute later):
 #
 #   1        one process alone
 #   2, 4     DDP on 2 and 4 ranks
+#   2z, 4z   ZeRO-1 (--parallel zero1, the same 1 MB buckets) on 2 and 4
 #   2s, 4s   2 and 4 independent single processes at once, no communication:
 #            the same per-rank compute with the same sharing of cores and
 #            caches as the DDP run, minus the all-reduces
@@ -24,6 +25,12 @@
 #               core count serialised (4 ranks on 2 cores cannot beat 2 steps)
 #   vs N solo   ms/step / (N independent processes' ms/step): communication's
 #               own cost, the core sharing factored out
+#   vs DDP      ZeRO-1 rows: median over repeats of (ZeRO-1 ms/step / DDP
+#               ms/step), both from the same cycle
+#
+# Then rank 0's memory table of the last DDP and ZeRO-1 runs on 4 ranks
+# (accounted buffers, the allocator's heap and the kernel's peak RSS per
+# rank), and the measured saving beside the formula.
 #
 # Ranks are started with the launcher's variables (RANK, WORLD_SIZE,
 # DT_INIT_URL), each with one OpenBLAS thread.
@@ -40,15 +47,16 @@ cores=$(nproc)
 
 run() { # run SETUP REP: metrics of rank 0 in $tmp/m<SETUP>.<REP>.jsonl
     setup=$1; rep=$2; shift 2
-    n=${setup%s}; pids=""
+    n=${setup%[sz]}; pids=""; mode=ddp
+    [ "$setup" = "${n}z" ] && mode=zero1
     for r in $(seq 0 $((n - 1))); do
         m="$tmp/m$setup.$rep.jsonl"; [ "$r" = 0 ] || m="$tmp/ignored.$setup.$r.jsonl"
-        if [ "$n" = 1 ] || [ "$setup" != "$n" ]; then
+        if [ "$n" = 1 ] || [ "$setup" = "${n}s" ]; then
             env -u RANK -u WORLD_SIZE "$minigpt" --preset 865k --steps "$steps" \
                 --metrics "$m" "$@" >"$tmp/out$setup.$r" 2>&1 &
         else
             RANK=$r WORLD_SIZE=$n DT_INIT_URL="file://$tmp/store$setup.$rep" \
-                "$minigpt" --preset 865k --steps "$steps" \
+                "$minigpt" --preset 865k --steps "$steps" --parallel $mode \
                 --metrics "$m" "$@" >"$tmp/out$setup.$r" 2>&1 &
         fi
         pids="$pids $!"
@@ -59,7 +67,7 @@ run() { # run SETUP REP: metrics of rank 0 in $tmp/m<SETUP>.<REP>.jsonl
 echo "config: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'))"
 echo "command: $0 $build $steps $repeats $*"
 for rep in $(seq "$repeats"); do
-    for setup in 1 2s 2 4s 4; do run "$setup" "$rep" "$@"; done
+    for setup in 1 2s 2 2z 4s 4 4z; do run "$setup" "$rep" "$@"; done
 done
 head -n 3 "$tmp/out4.0" | sed "s/^/  [4] /"
 python3 - "$tmp" "$cores" "$repeats" <<'PY'
@@ -78,15 +86,52 @@ def med(setup):
     hidden = 1 - exposed / comm if comm > 0 else float("nan")
     return m("ms_per_step"), m("comm_ms"), m("exposed_ms"), hidden
 base = med("1")[0]
-print(f"{'ranks':>5} {'ms/step':>9} {'comm ms':>9} {'exposed':>9} {'hidden':>7} "
-      f"{'solo ms':>9} {'vs 1 proc':>10} {'vs N solo':>10}")
-for n in (1, 2, 4):
-    ms, comm, exp, hid = med(str(n))
+def rep_median(setup, rep):
+    rows = [json.loads(l) for l in open(f"{tmp}/m{setup}.{rep}.jsonl")]
+    return statistics.median([r["ms_per_step"] for r in rows if r["event"] == "step"][5:])
+print(f"{'ranks':>7} {'ms/step':>9} {'comm ms':>9} {'exposed':>9} {'hidden':>7} "
+      f"{'solo ms':>9} {'vs 1 proc':>10} {'vs N solo':>10} {'vs DDP':>8}")
+for setup in ("1", "2", "2z", "4", "4z"):
+    n = int(setup.rstrip("z"))
+    ms, comm, exp, hid = med(setup)
     solo = med(f"{n}s")[0] if n > 1 else base
     serial = n / min(n, cores)
     hs = "-" if hid != hid else f"{100*hid:.0f}%"
-    print(f"{n:>5} {ms:>9.2f} {comm:>9.2f} {exp:>9.2f} {hs:>7} {solo:>9.2f} "
-          f"{ms/(base*serial):>9.2f}x {ms/solo:>9.2f}x")
+    vs = "-"
+    if setup.endswith("z"):
+        vs = statistics.median(rep_median(setup, k) / rep_median(str(n), k)
+                               for k in range(1, repeats + 1))
+        vs = f"{vs:.2f}x"
+    name = f"{n} zero1" if setup.endswith("z") else (f"{n} ddp" if n > 1 else "1")
+    print(f"{name:>7} {ms:>9.2f} {comm:>9.2f} {exp:>9.2f} {hs:>7} {solo:>9.2f} "
+          f"{ms/(base*serial):>9.2f}x {ms/solo:>9.2f}x {vs:>8}")
 print(f"medians over {repeats} interleaved repeats, steps after the 5th; "
-      "hidden = 1 - sum(exposed)/sum(comm)")
+      "hidden = 1 - sum(exposed)/sum(comm); vs DDP = median of per-repeat ratios")
+PY
+for setup in 4 4z; do
+    echo "memory per rank, $( [ $setup = 4 ] && echo DDP || echo ZeRO-1 ) on 4 ranks (rank 0's table, last repeat):"
+    sed -n '/^memory per rank/,$p' "$tmp/out$setup.0" | sed -n '2,6p' | sed 's/^/  /'
+done
+python3 - "$tmp/out4.0" "$tmp/out4z.0" <<'PY'
+import re, sys
+def rows(path):
+    out = {}
+    for line in open(path):
+        m = re.match(r"\s+(\d+)((?:\s+\d+){5})\s+\|\s+(\d+)\s+(\d+)\s*$", line)
+        if m:
+            out[int(m.group(1))] = (int(m.group(3)), int(m.group(4)))
+    return out
+ddp, z = rows(sys.argv[1]), rows(sys.argv[2])
+P = None
+for line in open(sys.argv[1]):
+    m = re.search(r"([\d,]+) parameters", line)
+    if m:
+        P = int(m.group(1).replace(",", "")); break
+for r in sorted(ddp):
+    if r in z:
+        print(f"  rank {r}: measured DDP - ZeRO-1: heap {ddp[r][0] - z[r][0]:,} B, "
+              f"peak RSS {ddp[r][1] - z[r][1]:,} B")
+if P:
+    print(f"  formula: 12Psi(N-1)/N = {12 * P * 3 // 4:,} B against a DDP with an fp32 "
+          f"master; this DDP keeps none (m, v only): 8Psi - 12Psi/N = {8 * P - 3 * P:,} B")
 PY

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "dt_comm.h"
+#include "dt_clock.h"
 
 #define MAX_RANKS 8
 #define MAX_ROUNDS 200
@@ -45,20 +46,14 @@ typedef struct rank_arg {
     int rank;
 } rank_arg;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* Times `call` on rank 0, from a barrier on `sync` that every rank passes. */
 #define TIMED(b, rank, sync, slot, round, call)                                    \
     do {                                                                           \
         if (dt_barrier(sync) != DT_OK) goto fail;                                  \
-        double t0_ = now_s();                                                      \
+        double t0_ = dt_now();                                                      \
         if ((call) != DT_OK) goto fail;                                            \
-        if ((rank) == 0) (b)->t[slot][round] = now_s() - t0_;                      \
+        if ((rank) == 0) (b)->t[slot][round] = dt_now() - t0_;                      \
     } while (0)
 
 static void *rank_main(void *p)

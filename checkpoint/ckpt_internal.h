@@ -17,9 +17,10 @@
 #define DT_CKPT_INTERNAL_H
 
 #include <pthread.h>
-#include <sodium.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 
 #include "dt_ckpt.h"
@@ -151,17 +152,15 @@ dt_status ckpt_read_shard(dt_ckpt *ck, const char *dir,
                           const ckpt_manifest *m, int r, dt_ckpt_state *s,
                           bool verify);
 
-/* SHA-256 is libsodium's; these names only keep the call sites short. */
-typedef crypto_hash_sha256_state ckpt_sha256;
-static inline void ckpt_sha256_init(ckpt_sha256 *s) { crypto_hash_sha256_init(s); }
-static inline void ckpt_sha256_update(ckpt_sha256 *s, const void *data, size_t n)
-{
-    crypto_hash_sha256_update(s, data, n);
-}
-static inline void ckpt_sha256_final(ckpt_sha256 *s, unsigned char out[32])
-{
-    crypto_hash_sha256_final(s, out);
-}
+/* sha256.c: SHA-256 as a stream (OpenSSL libcrypto; the one file that
+ * names the implementation). new: NULL when out of memory. final: false
+ * if any step failed inside the library (then out is not the digest);
+ * call it once, then free. */
+typedef struct ckpt_sha256 ckpt_sha256;
+ckpt_sha256 *ckpt_sha256_new(void);
+void ckpt_sha256_update(ckpt_sha256 *h, const void *data, size_t n);
+bool ckpt_sha256_final(ckpt_sha256 *h, unsigned char out[32]);
+void ckpt_sha256_free(ckpt_sha256 *h);
 
 /* fsutil.c: write all of data[0..len), retrying short writes; false on error */
 bool ckpt_write_all(int fd, const void *data, size_t len);

@@ -155,6 +155,12 @@ dt_ckpt_fault dt_ckpt_last_fault(const dt_ckpt *ck);
  * terminal; returns out. */
 const char *dt_ckpt_printable(char *out, size_t cap, const char *s);
 const char *dt_ckpt_root(const dt_ckpt *ck);
+/* SHA-256 of data[0..n) exactly as shards are hashed (out: 32 bytes);
+ * DT_ENOMEM if the hashing library failed. */
+dt_status dt_ckpt_sha256(unsigned char out[32], const void *data, size_t n);
+/* Which SHA-256 code runs, e.g. "SHA-256 by OpenSSL 3.0.19 ..., EVP_sha256();
+ * CPU SHA extensions: yes", written into out (cap bytes); returns out. */
+const char *dt_ckpt_sha256_impl(char *out, size_t cap);
 
 /*
  * Collective over comm (NULL: one process, world 1): writes this rank's

@@ -43,7 +43,7 @@ typedef struct reader {
     int fd;
     const char *path;
     bool verify;            /* stream and hash every byte */
-    ckpt_sha256 h;          /* verify: SHA-256 of the bytes so far */
+    ckpt_sha256 *h;         /* verify: SHA-256 of the bytes so far */
     unsigned char *scratch; /* verify: CHUNK_BYTES for bytes nobody holds */
 } reader;
 
@@ -65,7 +65,7 @@ static dt_status read_hashed(reader *rd, void *dst, size_t len)
             continue;
         if (r <= 0)
             return read_failed(rd, r);
-        ckpt_sha256_update(&rd->h, (unsigned char *)p, (size_t)r);
+        ckpt_sha256_update(rd->h, (unsigned char *)p, (size_t)r);
         p += r;
         len -= (size_t)r;
     }
@@ -214,9 +214,12 @@ static dt_status check_sections(reader *rd, const unsigned char *t, int nsec,
 
 static dt_status check_digest(reader *rd, const ckpt_shard *sh)
 {
-    unsigned char digest[crypto_hash_sha256_BYTES];
+    unsigned char digest[32];
     char hex[SHA256_HEX];
-    ckpt_sha256_final(&rd->h, digest);
+    if (!ckpt_sha256_final(rd->h, digest))
+        return ckpt_fail(rd->ck, DT_ENOMEM, DT_CKPT_FAULT_IO,
+                         "%s: the SHA-256 library failed (out of memory?)",
+                         rd->path);
     ckpt_to_hex(hex, digest, sizeof digest);
     if (strcmp(hex, sh->sha256) != 0)
         return ckpt_fail(rd->ck, DT_EPROTO, DT_CKPT_FAULT_HASH,
@@ -277,12 +280,12 @@ dt_status ckpt_read_shard(dt_ckpt *ck, const char *dir,
                        "(truncated or replaced?)", path,
                        (long long)stt.st_size,
                        (unsigned long long)sh->bytes);
-    if (st == DT_OK && verify && !(rd.scratch = malloc(CHUNK_BYTES)))
+    if (st == DT_OK && verify && (!(rd.scratch = malloc(CHUNK_BYTES)) ||
+                                  !(rd.h = ckpt_sha256_new())))
         st = ckpt_fail(ck, DT_ENOMEM, DT_CKPT_FAULT_IO, "out of memory");
-    if (st == DT_OK) {
-        ckpt_sha256_init(&rd.h);
+    if (st == DT_OK)
         st = read_body(&rd, m, r, s);
-    }
+    ckpt_sha256_free(rd.h);
     free(rd.scratch);
     close(rd.fd);
     return st;

@@ -251,6 +251,15 @@ typedef struct dt_acts {
  * caller's thread and must not touch gradients below lo.
  */
 typedef void (*dt_grad_ready_fn)(void *user, size_t lo);
+/*
+ * Forward's parameter hook, backward's mirror: parameters are laid out in
+ * forward order, so before each stage that reads them (embeddings, each
+ * block, final LayerNorm and head) forward calls hook(user, hi) meaning
+ * "parameters [0, hi) are about to be read" (hi only grows; the last call
+ * has hi == num_params). ZeRO-1 waits there for the all-gather pieces that
+ * cover them, so the gather of later blocks overlaps earlier compute.
+ */
+typedef void (*dt_params_needed_fn)(void *user, size_t hi);
 
 /*
  * A pipeline stage: blocks [l0, l1) of cfg.L, plus the embeddings when
@@ -312,6 +321,8 @@ typedef struct dt_model {
     dt_act_slot *slots;        /* [act_slots] shape and loss of each */
     dt_grad_ready_fn grad_ready; /* backward's progress hook, or NULL */
     void *grad_ready_user;
+    dt_params_needed_fn params_needed; /* forward's hook, or NULL */
+    void *params_needed_user;
     char err[256];
 } dt_model;
 
@@ -379,6 +390,8 @@ dt_status dt_model_backward_part(dt_model *m, float dloss,
                                  dt_backward_part part);
 /* Sets (or, with fn NULL, clears) backward's progress hook. */
 void dt_model_set_grad_hook(dt_model *m, dt_grad_ready_fn fn, void *user);
+/* Sets (or, with fn NULL, clears) forward's parameter hook. */
+void dt_model_set_params_hook(dt_model *m, dt_params_needed_fn fn, void *user);
 /* AdamW over all parameters; allocates m, v on first call. step >= 1. */
 dt_status dt_model_update(dt_model *m, const dt_adamw_hparams *h, long step);
 /* Host copy of the logits row of sequence b at position t (V floats). */

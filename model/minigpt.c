@@ -287,6 +287,23 @@ static dt_status check_tokens(dt_model *m, const int *tok, const char *what,
     return DT_OK;
 }
 
+/* Tells forward's parameter hook (if any) that parameters below hi are
+ * about to be read (see dt_params_needed_fn). */
+static void params_needed(dt_model *m, const float *hi)
+{
+    if (m->params_needed)
+        m->params_needed(m->params_needed_user, (size_t)(hi - m->params_memory));
+}
+
+/* Just past block l's parameters: the next block's, ln_f's on the last
+ * stage, or the end of this stage's slice. */
+static const float *block_params_end(const dt_model *m, int l)
+{
+    if (l + 1 < m->l1)
+        return m->params.blocks[l + 1].ln1w;
+    return m->l1 == m->cfg.L ? m->params.lnfw : m->params_memory + m->num_params;
+}
+
 /* Shape and tokens: what forward refuses before touching anything. A
  * stage without embeddings takes activations, not tokens; only the last
  * stage reads targets. */
@@ -375,6 +392,7 @@ dt_status dt_model_forward(dt_model *m, const int *inputs, const int *targets,
     dt_model_carve(m, B, T);
     if (inputs) {
         be->from_host(m->inputs, inputs, (size_t)N * sizeof(int));
+        params_needed(m, m->l1 > 0 ? m->params.blocks[0].ln1w : m->params.lnfw);
         be->encoder_forward(m->acts.encoded, m->inputs, m->params.wte,
                             m->params.wpe, B, T, C);
     }
@@ -382,13 +400,17 @@ dt_status dt_model_forward(dt_model *m, const int *inputs, const int *targets,
         be->from_host(m->targets, targets, (size_t)N * sizeof(int));
     const float *residual = m->acts.encoded;
     for (int l = m->l0; l < m->l1; l++) {
+        params_needed(m, block_params_end(m, l));
         block_forward(m, l, residual, B, T);
         residual = m->acts.blocks[l].residual3;
     }
     m->last_B = B;
     m->last_T = T;
     m->have_targets = last && targets != NULL;
-    return last ? head_forward(m, targets != NULL, N) : DT_OK;
+    if (!last)
+        return DT_OK;
+    params_needed(m, m->params_memory + m->num_params); /* ln_f, head */
+    return head_forward(m, targets != NULL, N);
 }
 
 void dt_model_zero_grad(dt_model *m)
@@ -400,6 +422,12 @@ void dt_model_set_grad_hook(dt_model *m, dt_grad_ready_fn fn, void *user)
 {
     m->grad_ready = fn;
     m->grad_ready_user = user;
+}
+
+void dt_model_set_params_hook(dt_model *m, dt_params_needed_fn fn, void *user)
+{
+    m->params_needed = fn;
+    m->params_needed_user = user;
 }
 
 dt_status dt_model_update(dt_model *m, const dt_adamw_hparams *h, long step)

@@ -13,10 +13,12 @@
  *                    params 4Ψ + grads 4Ψ + AdamW m, v 8Ψ (Ψ = parameters).
  *                    Traffic per step: one all-reduce of 4Ψ bytes,
  *                    2(p-1)/p · 4Ψ per rank on a ring.
- *   ZeRO-1 (zero1.c) reduce-scatter (avg) the gradient, so each rank holds
- *                    the mean of its 1/p shard only; AdamW on that shard
+ *   ZeRO-1 (zero1.c) reduce (avg) the gradient in buckets, each to the rank
+ *                    owning it, overlapped with backward, so each rank
+ *                    holds the mean of its 1/p shard only; AdamW on that shard
  *                    (fp32 master copy, m, v: 12 B per element, 12Ψ/p per
- *                    rank), then all-gather the updated parameters. The
+ *                    rank), then all-gather the updated parameters, stage
+ *                    by stage, overlapped with the next forward. The
  *                    same traffic as DDP's all-reduce (a ring all-reduce IS
  *                    reduce-scatter + all-gather), p times less optimizer
  *                    state.
@@ -93,40 +95,73 @@ dt_status dt_ddp_backward(dt_ddp *d, float dloss, bool sync);
  * timing. The first failed all-reduce's status is returned. */
 dt_status dt_ddp_wait(dt_ddp *d, dt_comm_stats *stats);
 
-/* ---- ZeRO-1: sharded optimizer state ----------------------------------------- */
+/* ---- ZeRO-1: sharded optimizer state, overlapped ------------------------------ */
 
 typedef struct dt_zero1 dt_zero1;
 
 /*
- * Shards AdamW over comm's ranks (NULL: one process, one shard). The flat
- * buffer is padded to a multiple of p; rank r owns [r·s, (r+1)·s) with
- * s = ceil(Ψ/p), clipped to Ψ. Broadcasts m's parameters from rank 0, then
- * copies this rank's shard into the fp32 master. Blocks for the broadcast.
- * Always sets *out (NULL only on DT_ENOMEM).
+ * Shards AdamW over comm's ranks (NULL: one process, one shard). Rank r
+ * owns [r·s, (r+1)·s) of the flat buffer with s = ceil(Ψ/p), clipped to Ψ.
+ * The gradient is cut like DDP's buckets (whole tensors from the tail, at
+ * most bucket_bytes; 0 = DT_DDP_DEFAULT_BUCKET_BYTES), each bucket again at
+ * shard boundaries: a piece is reduced (avg) to the rank that owns it. The
+ * parameter all-gather is cut at forward's stages (embeddings, each block,
+ * head), neighbours merged up to bucket_bytes. Broadcasts m's parameters from rank 0, then copies this rank's
+ * shard into the fp32 master. Blocks for the broadcast. Always sets *out
+ * (NULL only on DT_ENOMEM). dt_zero1_create: default bucket size.
  */
+dt_status dt_zero1_create_bucketed(dt_zero1 **out, dt_model *m, dt_comm *comm,
+                                   size_t bucket_bytes);
 dt_status dt_zero1_create(dt_zero1 **out, dt_model *m, dt_comm *comm);
+/* Waits for what is in flight, then frees. */
 void dt_zero1_destroy(dt_zero1 *z);
 const char *dt_zero1_error(const dt_zero1 *z);
+int dt_zero1_num_buckets(const dt_zero1 *z); /* gradient pieces */
 /* This rank's shard of the flat buffer: [*lo, *lo + *n), n may be < s on
  * the last ranks (even 0 when Ψ < p). */
 void dt_zero1_shard(const dt_zero1 *z, size_t *lo, size_t *n);
 /* This rank's optimizer state, for checkpoints: the fp32 master, m and v
  * of its shard, n valid elements each (dt_zero1_shard), device memory
- * (host on the CPU backend). Writable: a resumed run loads into them. */
+ * (host on the CPU backend). Writable: a resumed run loads into them.
+ * Waits for a parameter all-gather in flight first (it reads the master). */
 void dt_zero1_state(dt_zero1 *z, float **master, float **m, float **v);
 /* Bytes of optimizer state on this rank: master, m, v of s elements. */
 size_t dt_zero1_optimizer_bytes(const dt_zero1 *z);
-/* Bytes of the padded gradient staging buffers (the reduce-scatter's input
- * and output), allocated beside the model's own gradients. */
+/* Bytes of gradient staging beside the model's own gradients: 0, the
+ * reduces run in place (kept for the trainer's memory table). */
 size_t dt_zero1_staging_bytes(const dt_zero1 *z);
 
 /*
+ * dt_model_forward, waiting for each stage's parameters (from the last
+ * dt_zero1_step_async) just before forward reads them.
+ */
+dt_status dt_zero1_forward(dt_zero1 *z, const int *inputs, const int *targets,
+                           int B, int T);
+/*
+ * dt_model_backward of the last forward, adding into m's gradients. With
+ * sync, each gradient piece's async reduce to its owner is launched from
+ * backward's hook the moment its gradients are final; without (no_sync,
+ * the first micro-steps of accumulation) nothing is sent. A plain
+ * dt_model_backward works too: the step then reduces everything itself.
+ */
+dt_status dt_zero1_backward(dt_zero1 *z, float dloss, bool sync);
+/*
  * One optimizer step after backward has accumulated this rank's gradients
- * in m: reduce-scatter (avg) into the shard, AdamW (step >= 1) on the
- * master shard, all-gather of the parameters into every rank's m. Blocks.
+ * in m: waits for the reduces (launching any backward did not), AdamW
+ * (step >= 1) on the master shard, then the all-gather of the parameters
+ * into every rank's m. dt_zero1_step blocks until the parameters are
+ * complete. dt_zero1_step_async returns with the gather in flight: until
+ * dt_zero1_forward has run (or dt_zero1_wait_params), nothing may read m's
+ * parameters. On a non-owner rank the gradient buffer still holds its own
+ * local sums afterwards. stats (may be NULL): the reduces of this step and
+ * the gathers waited since the last stats.
  */
 dt_status dt_zero1_step(dt_zero1 *z, const dt_adamw_hparams *h, long step,
                         dt_comm_stats *stats);
+dt_status dt_zero1_step_async(dt_zero1 *z, const dt_adamw_hparams *h,
+                              long step, dt_comm_stats *stats);
+/* Waits for the parameter all-gather in flight, if any. */
+dt_status dt_zero1_wait_params(dt_zero1 *z);
 
 /* ---- replica consistency ---------------------------------------------------- */
 

@@ -1,28 +1,55 @@
 /*
- * zero1.c — ZeRO stage 1: AdamW state sharded over the ranks.
+ * zero1.c — ZeRO stage 1: AdamW state sharded over the ranks, its
+ * communication overlapped with backward and with the next forward.
  *
  * The idea (Rajbhandari et al., "ZeRO", 2020, stage 1). Under DDP every
  * rank keeps AdamW's m and v (and, with low-precision weights, an fp32
  * master copy) for every parameter and runs the same update p times over.
  * Instead, rank r owns one 1/p shard of the flat buffer: it needs the mean
- * gradient only on that shard (a reduce-scatter, half an all-reduce), keeps
- * master, m and v only for it, updates it, and then everyone exchanges the
- * updated shards (an all-gather, the other half). Same bytes on the wire as
- * DDP's ring all-reduce; optimizer memory 12Ψ/p instead of 12Ψ.
+ * gradient only on that shard, keeps master, m and v only for it, updates
+ * it, and then everyone exchanges the updated shards. Same bytes on the
+ * wire as DDP's ring all-reduce; optimizer memory 12Ψ/p instead of 12Ψ.
  *
- *   grads (Ψ) --copy--> grad_pad (p·s, zero tail)
- *   reduce_scatter(avg): grad_pad -> grad_shard (s)        rank r: shard r
- *   AdamW(master, grad_shard, m, v) on the n_r valid elements
- *   allgatherv: master (n_r) -> params (Ψ) on every rank
+ * Shards: s = ceil(Ψ/p); rank r owns [r·s, (r+1)·s) clipped to Ψ (n_r
+ * valid elements, 0 on the last ranks when Ψ < p). The checkpoint layer
+ * and resharding rely on exactly this layout.
  *
- * s = ceil(Ψ/p); the padding (p·s - Ψ < p elements) stays zero and is never
- * gathered: allgatherv sends each rank's valid count n_r = clip(Ψ - r·s),
- * so parameters are written straight into the model's flat buffer.
+ * Gradients: a bucket is a slice reduced to its owner. The flat gradient
+ * is cut like DDP's buckets (whole tensors from the tail, at most
+ * bucket_bytes each) and each bucket again at shard boundaries, so every
+ * piece lies in one shard. Backward's progress hook (dt_zero1_backward)
+ * launches a piece the moment its gradients are final, as an async
+ * reduce (avg) to the owner, in place in the model's gradient buffer: the
+ * owner's slice becomes the mean, the other ranks' stay as they were. All
+ * pieces together move what one ring reduce-scatter moves: every rank
+ * sends each element it does not own once ((p-1)/p · 4Ψ bytes), and every
+ * element is reduced p-1 times; a binomial tree puts ⌈log2 p⌉ hops on one
+ * piece's critical path, hidden behind backward. No padded staging copy
+ * is needed: AdamW reads the owner's slice of the gradient buffer.
  *
- * Memory: master, m, v: 12·s bytes ("optimizer state"); grad_pad and
- * grad_shard: 4·(p+1)·s bytes of staging. The copy into grad_pad exists
- * because reduce-scatter needs p equal blocks and the model's gradient
- * buffer holds exactly Ψ; it costs one memcpy of 4Ψ bytes per step.
+ * Parameters: after AdamW on the shard, the all-gather is cut at the
+ * stages forward reads in order (embeddings, each block, final LayerNorm
+ * and head), neighbouring stages merged up to bucket_bytes: one
+ * allgatherv per piece, counts = its intersection with each shard,
+ * straight into the model's flat buffer.
+ * dt_zero1_step waits for them; dt_zero1_step_async leaves them in flight
+ * and dt_zero1_forward waits for each stage's piece just before forward
+ * reads it (the model's parameter hook), so the gather of later blocks
+ * overlaps the compute of earlier ones — FSDP's and DeepSpeed's prefetch.
+ *
+ * Ordering: every rank builds the same pieces and launches them in the same
+ * order (reduces as backward reaches them, gathers in forward order), as
+ * the collectives' ordering contract requires.
+ *
+ * Memory: master, m, v: 12·s bytes ("optimizer state"); no gradient
+ * staging; the tree reduce borrows 2·(piece) bytes of communicator scratch
+ * on ranks with children while a piece is in flight.
+ *
+ * Timing ("hidden"): pieces of one communicator run one after another, so
+ * a piece is on the wire from max(submitted, previous done) to done; done
+ * is when this thread first saw it finished (polled at each hook), exact
+ * for pieces it waited on. exposed = time spent waiting (in the step for
+ * reduces, in forward or the step for gathers).
  *
  * The master copy holds the same fp32 values as the parameters it shards
  * (the model is fp32 throughout); it is kept so the shard's update is the
@@ -34,7 +61,18 @@
 #include <string.h>
 
 #include "dt_optim.h"
+#include "dt_clock.h"
 #include "optim_internal.h"
+
+/* One collective on a range of the flat buffer. */
+typedef struct piece {
+    size_t lo, n;      /* elements */
+    int owner;         /* reduce: the rank whose shard holds [lo, lo+n) */
+    size_t *counts;    /* gather: [world] intersection with each shard */
+    dt_work *work;     /* in flight, or NULL */
+    bool done;
+    double t_submit, t_done;
+} piece;
 
 struct dt_zero1 {
     dt_model *m;
@@ -42,11 +80,17 @@ struct dt_zero1 {
     int rank, world;
     size_t s;         /* shard size (padded) */
     size_t lo, n;     /* this rank's valid range of the flat buffer */
-    size_t *counts;   /* [world]: each rank's valid count, for allgatherv */
-    float *grad_pad;  /* (world * s), tail zero */
-    float *grad_shard;/* (s) the mean gradient of this rank's shard */
+    size_t *counts;   /* [world]: each rank's valid count */
     float *master;    /* (s) fp32 master of the shard */
     float *adam_m, *adam_v; /* (s) */
+    piece *reduces;   /* [nreduce], in backward order (tail first) */
+    int nreduce, reduced;  /* launched this backward */
+    piece *gathers;   /* [ngather], in forward order */
+    size_t *gather_counts; /* [ngather * world] */
+    int ngather, gathered, settled; /* launched / waited */
+    bool syncing;     /* the current backward launches reduces */
+    double busy_s, exposed_s, prev_done; /* since the last stats */
+    int ops;
     dt_status st;
     char err[512];
 };
@@ -72,7 +116,74 @@ static size_t shard_count(size_t num_params, size_t s, int r)
     return num_params - lo < s ? num_params - lo : s;
 }
 
-dt_status dt_zero1_create(dt_zero1 **out, dt_model *m, dt_comm *comm)
+/* Reduce pieces: DDP's buckets (whole tensors from the tail, at most cap
+ * elements, a bigger tensor alone), each cut at shard boundaries, in the
+ * order backward finishes them. Returns the count, -1 on ENOMEM. */
+static int build_reduces(piece **out, const dt_model *m, size_t cap, size_t s,
+                         int world)
+{
+    piece *b = calloc((size_t)m->num_tensors + (size_t)world, sizeof *b);
+    *out = b;
+    if (!b)
+        return -1;
+    int nb = 0;
+    size_t hi = m->num_params;
+    for (int t = m->num_tensors - 1; t >= 0; t--) {
+        size_t lo = m->tensors[t].offset;
+        size_t next_lo = t == 0 ? 0 : m->tensors[t - 1].offset;
+        if (t > 0 && hi - next_lo <= cap)
+            continue; /* the next tensor still fits this bucket */
+        for (size_t top = hi; top > lo;) { /* [lo, hi) cut at shards */
+            int owner = (int)((top - 1) / s);
+            size_t base = (size_t)owner * s > lo ? (size_t)owner * s : lo;
+            b[nb++] = (piece){.lo = base, .n = top - base, .owner = owner};
+            top = base;
+        }
+        hi = lo;
+    }
+    return nb;
+}
+
+/* Gather pieces: the stages forward reads in order, [0, block 0), each
+ * block, [ln_f, Ψ), neighbours merged while they fit in cap elements
+ * (DeepSpeed's prefetch bucket: fewer, larger collectives, each still
+ * waited just before forward needs it); counts[r] = the piece ∩ rank r's
+ * shard. Returns the count, -1 on ENOMEM. */
+static int build_gathers(dt_zero1 *z, size_t cap)
+{
+    const dt_model *m = z->m;
+    int L = m->cfg.L, nstages = L + 2, ng = 0;
+    size_t bound[nstages + 1];
+    bound[0] = 0;
+    for (int l = 0; l < L; l++)
+        bound[l + 1] = (size_t)(m->params.blocks[l].ln1w - m->params_memory);
+    bound[L + 1] = (size_t)(m->params.lnfw - m->params_memory);
+    bound[L + 2] = m->num_params;
+    z->gathers = calloc((size_t)nstages, sizeof *z->gathers);
+    z->gather_counts = calloc((size_t)nstages * (size_t)z->world, sizeof(size_t));
+    if (!z->gathers || !z->gather_counts)
+        return -1;
+    for (int k = 0; k < nstages;) {
+        int end = k + 1; /* merge stages [k, end) */
+        while (end < nstages && bound[end + 1] - bound[k] <= cap)
+            end++;
+        piece *g = &z->gathers[ng];
+        *g = (piece){.lo = bound[k], .n = bound[end] - bound[k],
+                     .counts = z->gather_counts + (size_t)ng * (size_t)z->world};
+        for (int r = 0; r < z->world; r++) {
+            size_t a = (size_t)r * z->s, b = a + z->counts[r];
+            a = a > g->lo ? a : g->lo;
+            b = b < g->lo + g->n ? b : g->lo + g->n;
+            g->counts[r] = b > a ? b - a : 0;
+        }
+        ng++;
+        k = end;
+    }
+    return ng;
+}
+
+dt_status dt_zero1_create_bucketed(dt_zero1 **out, dt_model *m, dt_comm *comm,
+                                   size_t bucket_bytes)
 {
     dt_zero1 *z = calloc(1, sizeof *z);
     *out = z;
@@ -88,16 +199,19 @@ dt_status dt_zero1_create(dt_zero1 **out, dt_model *m, dt_comm *comm)
     z->lo = (size_t)z->rank * z->s;
     z->n = shard_count(P, z->s, z->rank);
     z->counts = calloc(p, sizeof *z->counts);
-    z->grad_pad = be->alloc(p * z->s * sizeof(float));
-    z->grad_shard = be->alloc(z->s * sizeof(float));
     z->master = be->alloc(z->s * sizeof(float));
     z->adam_m = be->alloc(z->s * sizeof(float));
     z->adam_v = be->alloc(z->s * sizeof(float));
-    if (!z->counts || !z->grad_pad || !z->grad_shard || !z->master ||
-        !z->adam_m || !z->adam_v)
+    if (!z->counts || !z->master || !z->adam_m || !z->adam_v)
         return zero1_fail(z, DT_ENOMEM, "create: out of memory for the shard");
     for (int r = 0; r < z->world; r++)
         z->counts[r] = shard_count(P, z->s, r);
+    size_t cap = (bucket_bytes ? bucket_bytes : DT_DDP_DEFAULT_BUCKET_BYTES) /
+                 sizeof(float);
+    z->nreduce = build_reduces(&z->reduces, m, cap ? cap : 1, z->s, z->world);
+    z->ngather = build_gathers(z, cap ? cap : 1);
+    if (z->nreduce < 0 || z->ngather < 0)
+        return zero1_fail(z, DT_ENOMEM, "create: out of memory for buckets");
     if (z->world > 1) {
         dt_status st = dt_broadcast(comm, m->params_memory, P, DT_F32, 0);
         if (st != DT_OK)
@@ -108,16 +222,150 @@ dt_status dt_zero1_create(dt_zero1 **out, dt_model *m, dt_comm *comm)
     return DT_OK;
 }
 
+dt_status dt_zero1_create(dt_zero1 **out, dt_model *m, dt_comm *comm)
+{
+    return dt_zero1_create_bucketed(out, m, comm, 0);
+}
+
+/* Waits for a launched piece, noting its timing; the first failure is
+ * kept. */
+static void settle(dt_zero1 *z, piece *pc, const char *what)
+{
+    double t0 = dt_now();
+    dt_status st = dt_work_wait(pc->work);
+    double t1 = dt_now();
+    pc->work = NULL;
+    if (!pc->done) {
+        pc->done = true;
+        pc->t_done = t1;
+        z->exposed_s += t1 - t0;
+    }
+    double start = pc->t_submit > z->prev_done ? pc->t_submit : z->prev_done;
+    if (pc->t_done > start)
+        z->busy_s += pc->t_done - start;
+    z->prev_done = pc->t_done > z->prev_done ? pc->t_done : z->prev_done;
+    z->ops++;
+    if (st != DT_OK)
+        zero1_fail(z, st, what);
+}
+
+/* Notes, for the timing, which launched pieces have finished. */
+static void poll(piece *list, int from, int to)
+{
+    for (int i = from; i < to; i++)
+        if (!list[i].done && dt_work_test(list[i].work)) {
+            list[i].done = true;
+            list[i].t_done = dt_now();
+        }
+}
+
+static void launch(dt_zero1 *z, piece *pc, const dt_op *op, const char *what)
+{
+    pc->done = false;
+    pc->t_submit = dt_now();
+    dt_status st = dt_submit(z->comm, op, &pc->work);
+    if (st != DT_OK) {
+        pc->work = NULL;
+        zero1_fail(z, st, what);
+    }
+}
+
+/* Launches every reduce piece lying in [lo, Ψ) not launched yet. */
+static void launch_reduces(dt_zero1 *z, size_t lo)
+{
+    while (z->reduced < z->nreduce && z->reduces[z->reduced].lo >= lo &&
+           z->st == DT_OK) {
+        piece *pc = &z->reduces[z->reduced];
+        dt_op op = {.kind = DT_OP_REDUCE, .recv = z->m->grads_memory + pc->lo,
+                    .count = pc->n, .dtype = DT_F32, .redop = DT_AVG,
+                    .root = pc->owner};
+        launch(z, pc, &op, "backward: launching a gradient piece's reduce");
+        z->reduced++;
+    }
+}
+
+/* The model's backward hook: gradients [lo, Ψ) are final. */
+static void on_grads_ready(void *user, size_t lo)
+{
+    dt_zero1 *z = user;
+    poll(z->reduces, 0, z->reduced);
+    launch_reduces(z, lo);
+}
+
+dt_status dt_zero1_backward(dt_zero1 *z, float dloss, bool sync)
+{
+    if (z->st != DT_OK)
+        return z->st;
+    if (z->syncing)
+        return zero1_fail(z, DT_EINVAL,
+                          "backward: the last synced backward had no step");
+    dt_zero1_wait_params(z); /* backward reads the parameters */
+    bool comm = sync && z->world > 1;
+    z->syncing = comm;
+    z->reduced = 0;
+    dt_model_set_grad_hook(z->m, comm ? on_grads_ready : NULL, z);
+    dt_status st = dt_model_backward(z->m, dloss);
+    dt_model_set_grad_hook(z->m, NULL, NULL);
+    if (st != DT_OK && z->st == DT_OK) {
+        z->st = st;
+        snprintf(z->err, sizeof z->err, "zero1: %s", dt_model_error(z->m));
+    }
+    return z->st;
+}
+
+/* Waits for the gather pieces that start below hi, in launch order. */
+static void wait_gathers_below(dt_zero1 *z, size_t hi)
+{
+    poll(z->gathers, z->settled, z->gathered);
+    while (z->settled < z->gathered && z->gathers[z->settled].lo < hi)
+        settle(z, &z->gathers[z->settled++],
+               "all-gather of the updated parameters");
+}
+
+/* The model's parameter hook: forward is about to read [0, hi). */
+static void on_params_needed(void *user, size_t hi)
+{
+    wait_gathers_below(user, hi);
+}
+
+dt_status dt_zero1_wait_params(dt_zero1 *z)
+{
+    wait_gathers_below(z, (size_t)-1);
+    return z->st;
+}
+
+dt_status dt_zero1_forward(dt_zero1 *z, const int *inputs, const int *targets,
+                           int B, int T)
+{
+    dt_model_set_params_hook(z->m, on_params_needed, z);
+    dt_status st = dt_model_forward(z->m, inputs, targets, B, T);
+    dt_model_set_params_hook(z->m, NULL, NULL);
+    if (z->st != DT_OK)
+        return z->st;
+    if (st != DT_OK) {
+        z->st = st;
+        snprintf(z->err, sizeof z->err, "zero1: %s", dt_model_error(z->m));
+    }
+    return st;
+}
+
 void dt_zero1_destroy(dt_zero1 *z)
 {
     if (!z)
         return;
+    for (int i = 0; i < z->reduced; i++)
+        if (z->reduces && z->reduces[i].work)
+            dt_work_wait(z->reduces[i].work);
+    if (z->gathers)
+        dt_zero1_wait_params(z);
     const dt_backend *be = z->m->be;
-    void *dev[] = {z->grad_pad, z->grad_shard, z->master, z->adam_m,
-                   z->adam_v};
+    void *dev[] = {z->master, z->adam_m, z->adam_v};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i])
             be->free(dev[i]);
+    free(z->reduces);
+    free(z->gathers);
+    free(z->gather_counts);
     free(z->counts);
     free(z);
 }
@@ -132,6 +380,7 @@ void dt_zero1_shard(const dt_zero1 *z, size_t *lo, size_t *n)
 
 void dt_zero1_state(dt_zero1 *z, float **master, float **m, float **v)
 {
+    dt_zero1_wait_params(z); /* the gather reads the master */
     *master = z->master;
     *m = z->adam_m;
     *v = z->adam_v;
@@ -144,11 +393,61 @@ size_t dt_zero1_optimizer_bytes(const dt_zero1 *z)
 
 size_t dt_zero1_staging_bytes(const dt_zero1 *z)
 {
-    return ((size_t)z->world + 1) * z->s * sizeof(float);
+    (void)z;
+    return 0; /* reduces run in place in the model's gradient buffer */
 }
 
-dt_status dt_zero1_step(dt_zero1 *z, const dt_adamw_hparams *h, long step,
-                        dt_comm_stats *stats)
+int dt_zero1_num_buckets(const dt_zero1 *z) { return z->nreduce; }
+
+/* Waits for every reduce piece (launching those backward did not), so
+ * this rank's shard of the gradient buffer holds the mean. */
+static void reduce_gradients(dt_zero1 *z)
+{
+    if (!z->syncing)
+        z->reduced = 0; /* a plain backward: nothing launched yet */
+    launch_reduces(z, 0);
+    for (int i = 0; i < z->reduced; i++)
+        if (z->reduces[i].work)
+            settle(z, &z->reduces[i], "step: reduce of a gradient piece");
+    if (z->st == DT_OK && z->reduced != z->nreduce)
+        zero1_fail(z, DT_EPROTO, "step: a gradient piece was never reduced");
+    z->syncing = false;
+    z->reduced = 0;
+}
+
+/* Launches the stage-by-stage all-gather of the updated shard. */
+static void launch_gathers(dt_zero1 *z)
+{
+    for (int k = 0; k < z->ngather && z->st == DT_OK; k++) {
+        piece *g = &z->gathers[k];
+        size_t from = g->lo > z->lo ? g->lo - z->lo : 0;
+        dt_op op = {.kind = DT_OP_ALLGATHERV,
+                    .send = g->counts[z->rank] ? z->master + from : z->master,
+                    .recv = z->m->params_memory + g->lo, .counts = g->counts,
+                    .dtype = DT_F32};
+        launch(z, g, &op, "step: launching a stage's parameter all-gather");
+        if (g->work)
+            z->gathered = k + 1;
+    }
+}
+
+static void take_stats(dt_zero1 *z, dt_comm_stats *stats)
+{
+    if (stats) {
+        *stats = (dt_comm_stats){.ops = z->ops, .hidden = -1};
+        if (z->ops > 0) {
+            stats->comm_ms = 1e3 * z->busy_s;
+            stats->exposed_ms = 1e3 * z->exposed_s;
+            stats->hidden = dt_optim_hidden_share(stats->comm_ms,
+                                                  stats->exposed_ms);
+        }
+    }
+    z->busy_s = z->exposed_s = 0;
+    z->ops = 0;
+}
+
+/* Reduce, AdamW on the shard, launch of the gather. */
+static dt_status step_launch(dt_zero1 *z, const dt_adamw_hparams *h, long step)
 {
     if (z->st != DT_OK)
         return z->st;
@@ -156,38 +455,36 @@ dt_status dt_zero1_step(dt_zero1 *z, const dt_adamw_hparams *h, long step,
         return zero1_fail(z, DT_EINVAL, "step: AdamW steps count from 1");
     const dt_backend *be = z->m->be;
     dt_model *m = z->m;
-    double comm_s = 0, t0;
-    if (z->world > 1) {
-        be->copy(z->grad_pad, m->grads_memory, m->num_params * sizeof(float));
-        t0 = dt_now();
-        dt_status st = dt_reduce_scatter(z->comm, z->grad_pad, z->grad_shard,
-                                         z->s, DT_F32, DT_AVG);
-        comm_s += dt_now() - t0;
-        if (st != DT_OK)
-            return zero1_fail(z, st, "step: reduce-scatter of the gradients");
-    } else {
-        be->copy(z->grad_shard, m->grads_memory, z->n * sizeof(float));
-    }
+    dt_zero1_wait_params(z);
+    if (z->world > 1)
+        reduce_gradients(z);
+    if (z->st != DT_OK)
+        return z->st;
     if (z->n > 0)
-        be->adamw(z->master, z->grad_shard, z->adam_m, z->adam_v, z->n, step,
-                  h);
-    if (z->world > 1) {
-        t0 = dt_now();
-        dt_status st = dt_allgatherv(z->comm, z->master, m->params_memory,
-                                     z->counts, DT_F32);
-        comm_s += dt_now() - t0;
-        if (st != DT_OK)
-            return zero1_fail(z, st, "step: all-gather of the parameters");
-    } else if (z->n > 0) {
-        be->copy(m->params_memory, z->master, z->n * sizeof(float));
-    }
-    if (stats) {
-        /* blocking collectives: all of it is exposed */
-        *stats = (dt_comm_stats){.ops = z->world > 1 ? 2 : 0, .hidden = -1};
-        if (z->world > 1) {
-            stats->comm_ms = stats->exposed_ms = 1e3 * comm_s;
-            stats->hidden = 0;
-        }
-    }
-    return DT_OK;
+        be->adamw(z->master, m->grads_memory + z->lo, z->adam_m, z->adam_v,
+                  z->n, step, h);
+    z->settled = z->gathered = 0;
+    if (z->world > 1)
+        launch_gathers(z);
+    else if (z->n > 0)
+        be->copy(m->params_memory + z->lo, z->master, z->n * sizeof(float));
+    return z->st;
+}
+
+dt_status dt_zero1_step_async(dt_zero1 *z, const dt_adamw_hparams *h,
+                              long step, dt_comm_stats *stats)
+{
+    dt_status st = step_launch(z, h, step);
+    take_stats(z, stats);
+    return st;
+}
+
+dt_status dt_zero1_step(dt_zero1 *z, const dt_adamw_hparams *h, long step,
+                        dt_comm_stats *stats)
+{
+    dt_status st = step_launch(z, h, step);
+    if (st == DT_OK)
+        st = dt_zero1_wait_params(z);
+    take_stats(z, stats);
+    return st;
 }

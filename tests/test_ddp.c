@@ -8,9 +8,12 @@
  * (relative). That holds for DDP at every bucket size (one tensor per
  * bucket up to one bucket for everything), with gradient accumulation
  * (no_sync on all micro-steps but the last), and for ZeRO-1, including a
- * parameter count that no world size divides (805 = 5·7·23). After every
+ * parameter count that no world size divides (805 = 5·7·23), at every
+ * bucket size (a piece of gradient per tensor, cut again at shard
+ * boundaries, up to one bucket) and both overlapped and plain. After every
  * step all ranks must hold bitwise identical parameters (hashes compared
- * across ranks).
+ * across ranks; overlapped ZeRO-1: after the next forward, which is when
+ * its prefetched parameters are complete).
  *
  * Ranks run as threads over loopback TCP (rank_threads.h); the serial
  * reference runs on the test's thread first. Rank 0 initialises its model
@@ -29,7 +32,11 @@
 #define MAX_STEPS 8
 #define TOL 1e-6
 
-typedef enum mode { MODE_DDP, MODE_ZERO1 } mode;
+/* ZeRO-1 overlapped: dt_zero1_forward / _backward / _step_async (reduces
+ * from backward's hook, the gather prefetched stage by stage by the next
+ * forward); ZeRO-1 plain: dt_model_forward / _backward and the blocking
+ * dt_zero1_step, which reduces everything itself. */
+typedef enum mode { MODE_DDP, MODE_ZERO1, MODE_ZERO1_PLAIN } mode;
 
 typedef struct scenario {
     dt_config cfg;
@@ -118,9 +125,37 @@ static dt_status rank_step(rank_ctx *rc, scenario *s, dt_model *m,
         st = dt_model_update(m, &h, step + 1);
         return st;
     }
-    st = dt_zero1_step(z, &h, step + 1, NULL);
+    st = s->how == MODE_ZERO1 ? dt_zero1_step_async(z, &h, step + 1, NULL)
+                              : dt_zero1_step(z, &h, step + 1, NULL);
     if (st != DT_OK)
         rank_fail(rc, "%s", dt_zero1_error(z));
+    return st;
+}
+
+/* Forward and backward of micro-step j of step t. */
+static dt_status micro_step(scenario *s, dt_model *m, dt_ddp *ddp, dt_zero1 *z,
+                            const int *x, const int *y, int j)
+{
+    bool last = j == s->k - 1;
+    float dloss = 1.0f / (float)s->k;
+    if (s->how == MODE_ZERO1) {
+        dt_status st = dt_zero1_forward(z, x, y, s->B, s->cfg.T);
+        return st != DT_OK ? st : dt_zero1_backward(z, dloss, last);
+    }
+    dt_status st = dt_model_forward(m, x, y, s->B, s->cfg.T);
+    if (st == DT_OK && ddp)
+        return dt_ddp_backward(ddp, dloss, last);
+    return st != DT_OK ? st : dt_model_backward(m, dloss);
+}
+
+/* Every rank's parameters bitwise equal (the replica check). */
+static dt_status expect_same_replicas(rank_ctx *rc, dt_comm *comm,
+                                      const dt_model *m, int t)
+{
+    bool same = false;
+    dt_status st = dt_check_replicas(comm, m, &same, NULL);
+    if (st == DT_OK && !same)
+        rank_fail(rc, "step %d: replicas differ", t);
     return st;
 }
 
@@ -140,7 +175,7 @@ static void train_on(rank_ctx *rc, scenario *s, dt_comm *comm)
     dt_zero1 *z = NULL;
     dt_status st = s->how == MODE_DDP
                        ? dt_ddp_create(&ddp, m, comm, s->bucket_bytes)
-                       : dt_zero1_create(&z, m, comm);
+                       : dt_zero1_create_bucketed(&z, m, comm, s->bucket_bytes);
     if (st != DT_OK)
         rank_fail(rc, "create: %s",
                   ddp ? dt_ddp_error(ddp) : z ? dt_zero1_error(z) : "ENOMEM");
@@ -148,6 +183,7 @@ static void train_on(rank_ctx *rc, scenario *s, dt_comm *comm)
     dt_dataset_random(&d, s->cfg.V, 4096, s->seed);
     int T = s->cfg.T, n = s->B * T;
     int *x = malloc(sizeof(int) * (size_t)n), *y = malloc(sizeof(int) * (size_t)n);
+    bool prefetch = s->how == MODE_ZERO1;
     for (int t = 0; st == DT_OK && t < s->steps; t++) {
         dt_model_zero_grad(m);
         float loss = 0;
@@ -155,26 +191,24 @@ static void train_on(rank_ctx *rc, scenario *s, dt_comm *comm)
             dt_dataset_batch(x, y, d, DT_TRAIN, s->seed,
                              first_row(s, world, t, rank * s->k + j),
                              s->B, T);
-            st = dt_model_forward(m, x, y, s->B, T);
+            st = micro_step(s, m, ddp, z, x, y, j);
             loss += m->mean_loss / (float)s->k;
-            if (st == DT_OK && ddp)
-                st = dt_ddp_backward(ddp, 1.0f / (float)s->k, j == s->k - 1);
-            else if (st == DT_OK)
-                st = dt_model_backward(m, 1.0f / (float)s->k);
+            if (st == DT_OK && prefetch && t > 0 && j == 0)
+                st = expect_same_replicas(rc, comm, m, t - 1);
         }
         if (st == DT_OK)
             st = rank_step(rc, s, m, ddp, z, t);
         if (st == DT_OK)
             st = dt_allreduce(comm, &loss, 1, DT_F32, DT_AVG);
         s->losses[rank][t] = loss;
-        bool same = false;
-        if (st == DT_OK)
-            st = dt_check_replicas(comm, m, &same, NULL);
-        if (st == DT_OK && !same)
-            rank_fail(rc, "step %d: replicas differ", t);
+        if (st == DT_OK && !prefetch)
+            st = expect_same_replicas(rc, comm, m, t);
     }
+    if (st == DT_OK && prefetch && (st = dt_zero1_wait_params(z)) == DT_OK)
+        st = expect_same_replicas(rc, comm, m, s->steps - 1);
     if (st != DT_OK)
-        rank_fail(rc, "training: %s", dt_status_name(st));
+        rank_fail(rc, "training: %s: %s", dt_status_name(st),
+                  z ? dt_zero1_error(z) : ddp ? dt_ddp_error(ddp) : "");
     s->params[rank] = malloc(m->num_params * sizeof(float));
     dt_model_get_params(m, s->params[rank]);
     free(x);
@@ -271,22 +305,72 @@ Test(ddp, seed_model_on_four_ranks_equals_serial, .timeout = 60)
     expect_equals_serial(&s, 4);
 }
 
-Test(zero1, equals_serial_on_one_to_four_ranks_with_odd_params,
-     .timeout = 60)
+static void zero1_equals_serial_on(int world, mode how)
 {
-    cr_assert_eq(dt_config_num_params(&(dt_config){.V = 8, .T = 5, .L = 2,
-                                                    .H = 1, .C = 5}),
-                 805);
-    for (int world = 1; world <= 4; world++) {
-        scenario s = make_scenario(MODE_ZERO1, 1, 0);
+    for (size_t i = 0; i < sizeof bucket_sizes / sizeof bucket_sizes[0]; i++) {
+        scenario s = make_scenario(how, 1, bucket_sizes[i]);
         expect_equals_serial(&s, world);
     }
 }
 
+Test(zero1, overlapped_equals_serial_on_one_to_four_ranks_at_every_bucket_size,
+     .timeout = 120)
+{
+    cr_assert_eq(dt_config_num_params(&(dt_config){.V = 8, .T = 5, .L = 2,
+                                                    .H = 1, .C = 5}),
+                 805);
+    for (int world = 1; world <= 4; world++)
+        zero1_equals_serial_on(world, MODE_ZERO1);
+}
+
+Test(zero1, plain_backward_and_blocking_step_equal_serial_on_one_to_four_ranks,
+     .timeout = 120)
+{
+    for (int world = 1; world <= 4; world++)
+        zero1_equals_serial_on(world, MODE_ZERO1_PLAIN);
+}
+
 Test(zero1, equals_serial_with_gradient_accumulation, .timeout = 60)
 {
-    scenario s = make_scenario(MODE_ZERO1, 2, 0);
+    scenario s = make_scenario(MODE_ZERO1, 2, 64);
     expect_equals_serial(&s, 3);
+    scenario plain = make_scenario(MODE_ZERO1_PLAIN, 2, 0);
+    expect_equals_serial(&plain, 3);
+}
+
+/* Rank's check for the test below: one bucket for everything (bucket
+ * size 0 = 25 MB) is one gradient piece per shard. */
+static void expect_one_piece_per_shard(rank_ctx *rc)
+{
+    dt_config c = odd_config();
+    dt_model *m = NULL;
+    dt_zero1 *z = NULL;
+    if (dt_model_create(&m, &c, dt_backend_cpu(), 1) != DT_OK ||
+        dt_zero1_create_bucketed(&z, m, rc->comm, 0) != DT_OK)
+        rank_fail(rc, "create failed");
+    else if (dt_zero1_num_buckets(z) != dt_comm_size(rc->comm))
+        rank_fail(rc, "%d pieces on %d ranks", dt_zero1_num_buckets(z),
+                  dt_comm_size(rc->comm));
+    dt_zero1_destroy(z);
+    dt_model_destroy(m);
+}
+
+/* Buckets are cut at every shard boundary they cross, so a piece is
+ * always reduced to the one rank that owns it; one tensor per bucket on
+ * one rank is one piece per tensor. */
+Test(zero1, a_bucket_is_cut_at_shard_boundaries, .timeout = 30)
+{
+    rank_job job;
+    cr_assert_eq(rank_threads_run(&job, 3, expect_one_piece_per_shard, NULL),
+                 0, "%s", job.ranks[0].msg);
+    dt_config c = odd_config();
+    dt_model *m;
+    cr_assert_eq(dt_model_create(&m, &c, dt_backend_cpu(), 1), DT_OK);
+    dt_zero1 *z;
+    cr_assert_eq(dt_zero1_create_bucketed(&z, m, NULL, 4), DT_OK);
+    cr_expect_eq(dt_zero1_num_buckets(z), m->num_tensors);
+    dt_zero1_destroy(z);
+    dt_model_destroy(m);
 }
 
 /* ZeRO-1 against DDP directly, both on 3 ranks. */

@@ -95,10 +95,13 @@ static double evaluate(mg_run *r, mg_metrics *mx, int step)
 
 static dt_status check_replicas(mg_run *r, int step, bool quiet)
 {
+    dt_status st = mg_settle_params(r);
+    if (st != DT_OK)
+        return st;
     bool same = false;
     uint64_t hash0[1];
     uint64_t *hashes = calloc((size_t)r->world, sizeof *hashes);
-    dt_status st = dt_check_replicas(r->comm, r->m, &same,
+    st = dt_check_replicas(r->comm, r->m, &same,
                                      hashes ? hashes : hash0);
     if (st == DT_OK && !same) {
         fprintf(stderr, "minigpt: rank %d: after step %d the ranks' "

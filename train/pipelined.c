@@ -18,13 +18,7 @@
 #include <time.h>
 
 #include "trainer.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "dt_clock.h"
 
 static dt_status pipe_fail(mg_run *r, dt_status st, const char *what,
                            const char *detail)
@@ -143,7 +137,7 @@ dt_status mg_pipe_step(mg_run *r, int step, mg_step *out)
     int M = mg_microbatches(o), last = r->rank == o->pp - 1;
     size_t rows = (size_t)o->batch * o->cfg.T;
     const int *in[M], *tg[M];
-    double t0 = now_s();
+    double t0 = dt_now();
     dt_status st = load_microbatches(r, step, M);
     if (st != DT_OK)
         return st;
@@ -159,7 +153,7 @@ dt_status mg_pipe_step(mg_run *r, int step, mg_step *out)
     st = dt_model_update(r->m, &r->h, step + 1);
     if (st != DT_OK)
         return pipe_fail(r, st, "update", dt_model_error(r->m));
-    out->ms = 1e3 * (now_s() - t0);
+    out->ms = 1e3 * (dt_now() - t0);
     if (r->comm && (st = dt_broadcast(r->comm, &loss, 1, DT_F32,
                                       o->pp - 1)) != DT_OK)
         return pipe_fail(r, st, "loss broadcast", dt_comm_error(r->comm));

@@ -10,10 +10,16 @@
  * reproduces an N-rank run (tests/test_ddp.c relies on exactly this).
  *
  * Each micro-step's backward gets dloss = 1/K, so the accumulated gradient
- * is this rank's mean; DDP's all-reduce (avg) or ZeRO-1's reduce-scatter
- * (avg) turns it into the global batch's mean. DDP syncs only the last
- * micro-step (no_sync before), and its buckets go out during that
- * backward; ZeRO-1 exchanges after backward.
+ * is this rank's mean; DDP's all-reduce (avg) or ZeRO-1's reduces (avg, each
+ * gradient piece to the rank owning it) turn it into the global batch's
+ * mean. Both sync only the last micro-step (no_sync before), and their
+ * buckets go out during that backward. ZeRO-1's step leaves the parameter
+ * all-gather in flight; the next forward waits for each block's
+ * parameters as it reaches them, and anything else that reads the
+ * parameters (evaluation, the replica check) calls mg_settle_params first
+ * (a checkpoint's dt_zero1_state waits by itself). The logged loss's
+ * all-reduce is launched before the optimizer step, so it does not queue
+ * behind the gather.
  *
  * Every rank starts from the same weights because the optimizer wrappers
  * broadcast rank 0's at creation.
@@ -114,7 +120,8 @@ dt_status mg_run_open(mg_run *r)
         if (st != DT_OK)
             return run_fail(r, st, "ddp", r->ddp ? dt_ddp_error(r->ddp) : NULL);
     } else {
-        st = dt_zero1_create(&r->zero1, r->m, r->comm);
+        size_t bytes = (size_t)(o->bucket_mb * 1024 * 1024);
+        st = dt_zero1_create_bucketed(&r->zero1, r->m, r->comm, bytes);
         if (st != DT_OK)
             return run_fail(r, st, "zero1",
                             r->zero1 ? dt_zero1_error(r->zero1) : NULL);
@@ -145,15 +152,22 @@ static dt_status micro_step(mg_run *r, int step, int j, float *loss)
                                     o->batch, o->cfg.T);
     if (st != DT_OK)
         return run_fail(r, st, "data", dt_dataset_error(r->data));
-    st = dt_model_forward(r->m, r->x, r->y, o->batch, o->cfg.T);
+    st = r->zero1 ? dt_zero1_forward(r->zero1, r->x, r->y, o->batch, o->cfg.T)
+                  : dt_model_forward(r->m, r->x, r->y, o->batch, o->cfg.T);
     if (st != DT_OK)
-        return run_fail(r, st, "forward", dt_model_error(r->m));
+        return run_fail(r, st, "forward", r->zero1 ? dt_zero1_error(r->zero1)
+                                                   : dt_model_error(r->m));
     *loss += r->m->mean_loss / (float)o->grad_accum;
     float dloss = 1.0f / (float)o->grad_accum;
+    bool sync = j == o->grad_accum - 1;
     if (r->ddp) {
-        st = dt_ddp_backward(r->ddp, dloss, j == o->grad_accum - 1);
+        st = dt_ddp_backward(r->ddp, dloss, sync);
         if (st != DT_OK)
             return run_fail(r, st, "backward", dt_ddp_error(r->ddp));
+    } else if (r->zero1) {
+        st = dt_zero1_backward(r->zero1, dloss, sync);
+        if (st != DT_OK)
+            return run_fail(r, st, "backward", dt_zero1_error(r->zero1));
     } else {
         st = dt_model_backward(r->m, dloss);
         if (st != DT_OK)
@@ -174,6 +188,12 @@ dt_status mg_train_step(mg_run *r, int step, mg_step *out)
         st = micro_step(r, step, j, &loss);
     if (st != DT_OK)
         return st;
+    /* the logged loss is the global batch's: 4 bytes, queued before the
+     * parameter all-gather so that waiting for it does not wait for that */
+    dt_work *loss_work = NULL;
+    if (r->comm && (st = dt_allreduce_async(r->comm, &loss, 1, DT_F32, DT_AVG,
+                                            &loss_work)) != DT_OK)
+        return run_fail(r, st, "loss all-reduce", dt_comm_error(r->comm));
     if (r->ddp) {
         st = dt_ddp_wait(r->ddp, &out->comm);
         if (st != DT_OK)
@@ -182,7 +202,7 @@ dt_status mg_train_step(mg_run *r, int step, mg_step *out)
         if (st != DT_OK)
             return run_fail(r, st, "update", dt_model_error(r->m));
     } else {
-        st = dt_zero1_step(r->zero1, &r->h, step + 1, &out->comm);
+        st = dt_zero1_step_async(r->zero1, &r->h, step + 1, &out->comm);
         if (st != DT_OK)
             return run_fail(r, st, "zero1 step", dt_zero1_error(r->zero1));
     }
@@ -192,12 +212,8 @@ dt_status mg_train_step(mg_run *r, int step, mg_step *out)
             return run_fail(r, st, "device", err);
     }
     out->ms = 1e3 * (dt_now() - t0);
-    /* the logged loss is the global batch's: 4 bytes, after the step */
-    if (r->comm) {
-        st = dt_allreduce(r->comm, &loss, 1, DT_F32, DT_AVG);
-        if (st != DT_OK)
-            return run_fail(r, st, "loss all-reduce", dt_comm_error(r->comm));
-    }
+    if (loss_work && (st = dt_work_wait(loss_work)) != DT_OK)
+        return run_fail(r, st, "loss all-reduce", dt_comm_error(r->comm));
     out->loss = loss;
     r->losses[step] = loss;
     double tokens = (double)r->world * r->o.grad_accum * r->o.batch * r->o.cfg.T;
@@ -205,9 +221,19 @@ dt_status mg_train_step(mg_run *r, int step, mg_step *out)
     return DT_OK;
 }
 
+dt_status mg_settle_params(mg_run *r)
+{
+    dt_status st = r->zero1 ? dt_zero1_wait_params(r->zero1) : DT_OK;
+    if (st != DT_OK)
+        return run_fail(r, st, "parameter all-gather", dt_zero1_error(r->zero1));
+    return DT_OK;
+}
+
 float mg_val_loss(mg_run *r)
 {
     const mg_options *o = &r->o;
+    if (mg_settle_params(r) != DT_OK)
+        return -1.0f;
     double sum = 0;
     int n = 0;
     for (int k = 0; k < 4; k++) {

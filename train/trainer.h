@@ -56,6 +56,9 @@ dt_status mg_run_open(mg_run *r);      /* data, model, optimizer */
 void mg_run_close(mg_run *r);
 /* Optimizer step `step` (0-based): micro-steps, gradient sync, AdamW. */
 dt_status mg_train_step(mg_run *r, int step, mg_step *out);
+/* Waits for ZeRO-1's parameter all-gather left in flight by the last step:
+ * call before reading the parameters outside a training forward. */
+dt_status mg_settle_params(mg_run *r);
 /* Mean loss over the validation split's first batches (this rank only). */
 float mg_val_loss(mg_run *r);
 /* Writes a sample of n tokens after a prompt from the validation split. */
