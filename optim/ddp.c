@@ -171,7 +171,9 @@ static void on_grads_ready(void *user, size_t lo)
     }
 }
 
-dt_status dt_ddp_backward(dt_ddp *d, float dloss, bool sync)
+/* Resets the buckets for a backward that syncs (or not); the hook to
+ * install for it, NULL when nothing is sent. */
+static dt_status arm(dt_ddp *d, bool sync, dt_grad_ready_fn *fn)
 {
     if (d->syncing)
         return ddp_fail(d, DT_EINVAL,
@@ -181,7 +183,23 @@ dt_status dt_ddp_backward(dt_ddp *d, float dloss, bool sync)
     d->next = 0;
     for (int i = 0; i < d->nb; i++)
         d->buckets[i] = (bucket){.lo = d->buckets[i].lo, .n = d->buckets[i].n};
-    dt_model_set_grad_hook(d->m, comm ? on_grads_ready : NULL, d);
+    *fn = comm ? on_grads_ready : NULL;
+    return d->st;
+}
+
+dt_status dt_ddp_arm(dt_ddp *d, dt_grad_ready_fn *fn, void **user)
+{
+    *user = d;
+    return arm(d, true, fn);
+}
+
+dt_status dt_ddp_backward(dt_ddp *d, float dloss, bool sync)
+{
+    dt_grad_ready_fn fn;
+    dt_status st0 = arm(d, sync, &fn);
+    if (st0 != DT_OK)
+        return st0;
+    dt_model_set_grad_hook(d->m, fn, d);
     dt_status st = dt_model_backward(d->m, dloss);
     dt_model_set_grad_hook(d->m, NULL, NULL);
     if (st != DT_OK) {

@@ -88,6 +88,14 @@ void dt_ddp_bucket(const dt_ddp *d, int i, size_t *lo, size_t *n);
  * the gradients.
  */
 dt_status dt_ddp_backward(dt_ddp *d, float dloss, bool sync);
+/*
+ * For a caller that runs the final backward itself (a pipeline stage, whose
+ * last B or W finishes its gradients): prepares the buckets as a synced
+ * dt_ddp_backward would and returns the progress hook to install on m for
+ * that backward (*fn NULL when there is nothing to send: one rank). Then
+ * dt_ddp_wait as usual.
+ */
+dt_status dt_ddp_arm(dt_ddp *d, dt_grad_ready_fn *fn, void **user);
 /* Waits for every bucket launched by the last synced backward; on return
  * m's gradients are the mean over ranks. stats (may be NULL) gets the
  * timing. The first failed all-reduce's status is returned. */

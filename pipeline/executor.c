@@ -17,6 +17,15 @@
  *   STEP        every send still in flight is waited: after it the
  *               gradients are final and every buffer is free.
  *
+ * Data parallelism across pipelines (dt_pipe_set_grad_hook): the stage's
+ * last action that writes weight gradients (its last B, or in a split
+ * schedule its last W) is the one after which each parameter's gradient
+ * is final for the step. Only that action runs with the caller's backward
+ * hook installed, so DDP launches each bucket's all-reduce over the
+ * stage's data-parallel group the moment that backward has finished it,
+ * overlapped with the rest of it; whatever follows in the list (sends,
+ * other stages' W) overlaps too.
+ *
  * Why sends are never waited where they are posted: two neighbours that
  * send to each other at the same time (stage s its activations forward,
  * stage s+1 a gradient back, as 1F1B does every step) would each block in
@@ -52,6 +61,9 @@ struct dt_pipe {
     dt_work **recvs;      /* the current batch's receives */
     int *recv_at;         /* their action indices */
     float *losses;        /* [m] last stage: each micro-batch's loss */
+    int last_weights;     /* index of the step's last weight-gradient action */
+    dt_grad_ready_fn hook; /* installed for that action only, or NULL */
+    void *hook_user;
     dt_pipe_stats stats;
     char err[1024];
 };
@@ -123,6 +135,12 @@ dt_status dt_pipe_create(dt_pipe **out, dt_comm *group, dt_model *stage,
     p->recvs = calloc(n, sizeof(dt_work *));
     p->recv_at = calloc(n, sizeof(int));
     p->losses = calloc(m, sizeof(float));
+    p->last_weights = -1;
+    for (int i = 0; i < sched->n[p->stage]; i++) {
+        dt_pipe_op op = sched->actions[p->stage][i].op;
+        if (op == (sched->split_backward ? DT_PIPE_W : DT_PIPE_B))
+            p->last_weights = i;
+    }
     if (!p->pending[0] || !p->pending[1] || !p->pending_mb[0] ||
         !p->pending_mb[1] || !p->recvs || !p->recv_at || !p->losses)
         return pipe_fail(p, DT_ENOMEM, "out of memory");
@@ -149,6 +167,12 @@ void dt_pipe_destroy(dt_pipe *p)
 const char *dt_pipe_error(const dt_pipe *p)
 {
     return p ? p->err : "pipeline: out of memory";
+}
+
+void dt_pipe_set_grad_hook(dt_pipe *p, dt_grad_ready_fn fn, void *user)
+{
+    p->hook = fn;
+    p->hook_user = user;
 }
 
 void dt_pipe_last_stats(const dt_pipe *p, dt_pipe_stats *out)
@@ -291,7 +315,7 @@ static dt_status wait_sends(dt_pipe *p)
 
 static dt_status compute(dt_pipe *p, const dt_pipe_action *a,
                          const int *const *inputs, const int *const *targets,
-                         int B, int T)
+                         int B, int T, bool hooked)
 {
     dt_model *m = p->m;
     dt_status st = free_slots(p, a);
@@ -305,12 +329,15 @@ static dt_status compute(dt_pipe *p, const dt_pipe_action *a,
                               last ? targets[a->mb] : NULL, B, T);
         if (st == DT_OK && last)
             p->losses[a->mb] = m->mean_loss;
-    } else if (a->op == DT_PIPE_B) {
-        st = dt_model_backward_part(m, dloss, p->sched->split_backward
-                                                  ? DT_BACKWARD_INPUT
-                                                  : DT_BACKWARD_ALL);
     } else {
-        st = dt_model_backward_part(m, dloss, DT_BACKWARD_WEIGHT);
+        dt_backward_part part = a->op == DT_PIPE_W ? DT_BACKWARD_WEIGHT
+                                : p->sched->split_backward ? DT_BACKWARD_INPUT
+                                                           : DT_BACKWARD_ALL;
+        if (hooked)
+            dt_model_set_grad_hook(m, p->hook, p->hook_user);
+        st = dt_model_backward_part(m, dloss, part);
+        if (hooked)
+            dt_model_set_grad_hook(m, NULL, NULL);
     }
     if (st != DT_OK)
         return pipe_fail(p, st, "%s of micro-batch %d: %s",
@@ -345,7 +372,8 @@ dt_status dt_pipe_run(dt_pipe *p, const int *const *inputs,
             st = wait_sends(p);
             i++;
         } else {
-            st = compute(p, a, inputs, targets, B, T);
+            st = compute(p, a, inputs, targets, B, T,
+                         p->hook && i == p->last_weights);
             i++;
         }
         p->stats.op_s[a->op] += now_s() - ta;

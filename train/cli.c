@@ -76,8 +76,10 @@ static const flag flags[] = {
      "the last rank SIGKILLs itself, on the first attempt only "
      "(DT_RESTART_COUNT unset or 0); 0 = never"},
     {"--pp", NULL, K_INT, OPT(pp), "P",
-     "pipeline stages, one per rank (the world must be P ranks until "
-     "pipeline groups compose with data parallelism); 0 = no pipeline"},
+     "pipeline stages, one rank each; the world is D x P ranks, D "
+     "data-parallel pipelines; 0 = no pipeline"},
+    {"--dp", NULL, K_INT, OPT(dp), "D",
+     "with --pp: data-parallel replicas of the pipeline (0 = world / P)"},
     {"--microbatches", NULL, K_INT, OPT(microbatches), "M",
      "micro-batches per pipelined step, of --batch sequences each "
      "(0 = --grad-accum)"},
@@ -240,8 +242,11 @@ static int check_pipeline(const mg_options *o, const char *prog)
 {
     dt_pipe_kind k;
     dt_pipe_partition_kind pk;
-    if (o->pp < 0 || o->microbatches < 0)
-        return bad(prog, "counts must be >= 0:", "--pp/--microbatches");
+    if (o->pp < 0 || o->dp < 0 || o->microbatches < 0)
+        return bad(prog, "counts must be >= 0:", "--pp/--dp/--microbatches");
+    if (o->dp > 0 && o->pp == 0)
+        return bad(prog, "--dp counts the replicas of a pipeline; without "
+                   "--pp every rank is one:", "--dp");
     if (!dt_pipe_kind_parse(o->schedule, &k))
         return bad(prog, "not a schedule (gpipe, 1f1b, zb):", o->schedule);
     if (!dt_pipe_partition_parse(o->pp_partition, &pk))
@@ -253,9 +258,6 @@ static int check_pipeline(const mg_options *o, const char *prog)
         o->microbatches != o->grad_accum)
         return bad(prog, "--microbatches and --grad-accum disagree (they "
                    "are the same thing in a pipeline):", "--microbatches");
-    if (o->check_replicas)
-        return bad(prog, "stages hold different parameters; there are no "
-                   "replicas to compare:", "--pp with --check-replicas");
     if (o->ckpt_dir || o->resume || o->ckpt_every > 0)
         return bad(prog, "checkpoints of pipelined runs are not supported "
                    "yet:", "--pp with --ckpt-dir/--resume/--ckpt-every");

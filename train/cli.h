@@ -41,6 +41,7 @@ typedef struct mg_options {
     bool verify_resume;    /* reload the first checkpoint and compare */
     int die_at_step;       /* fault injection: the last rank SIGKILLs itself */
     int pp;                /* pipeline stages; 0 = no pipeline */
+    int dp;                /* with --pp: replicas; 0 = world / pp */
     int microbatches;      /* per pipelined step; 0 = --grad-accum */
     const char *schedule;  /* gpipe, 1f1b or zb */
     const char *pp_partition; /* params or uniform */

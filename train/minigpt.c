@@ -89,6 +89,8 @@ static double evaluate(mg_run *r, mg_metrics *mx, int step)
 
 static dt_status check_replicas(mg_run *r, int step, bool quiet)
 {
+    if (r->pipe)
+        return mg_pipe_check_replicas(r, step, quiet);
     bool same = false;
     uint64_t hash0[1];
     uint64_t *hashes = calloc((size_t)r->world, sizeof *hashes);
@@ -170,7 +172,7 @@ static dt_status finish(mg_run *r, mg_metrics *mx, double secs,
                         double mean_hidden, double acc)
 {
     const mg_options *o = &r->o;
-    dt_status st = r->pipe ? DT_OK : check_replicas(r, o->steps, false);
+    dt_status st = check_replicas(r, o->steps, false);
     if (st != DT_OK)
         return st;
     if (r->rank == 0) {

@@ -36,6 +36,9 @@ typedef struct mg_run {
     dt_pipe_schedule *sched; /* --pp: the schedule, this rank's stage runs */
     dt_pipe *pipe;           /* --pp: its executor; r->m is the stage */
     double pipe_wall_s, pipe_compute_s; /* summed over steps, for bubbles */
+    int stage, replica, dp;  /* --pp: world rank = stage · dp + replica */
+    dt_comm *pipe_comm;      /* --pp: this replica's stages (NULL: P = 1) */
+    dt_comm *dp_comm;        /* --pp: this stage's replicas (NULL: D = 1) */
     char err[768];
 } mg_run;
 
@@ -62,6 +65,9 @@ int mg_microbatches(const mg_options *o);
 dt_status mg_pipe_open(mg_run *r);     /* stage model, schedule, executor */
 void mg_pipe_close(mg_run *r);
 dt_status mg_pipe_step(mg_run *r, int step, mg_step *out);
+/* Every stage's replicas hold bitwise identical parameters (one verdict
+ * for the world; prints it on rank 0 unless quiet). */
+dt_status mg_pipe_check_replicas(mg_run *r, int step, bool quiet);
 /* Each stage's blocks, memory sets and bubble, gathered to rank 0. */
 dt_status mg_report_pipeline(FILE *f, const mg_run *r);
 
