@@ -258,9 +258,6 @@ static int check_pipeline(const mg_options *o, const char *prog)
         o->microbatches != o->grad_accum)
         return bad(prog, "--microbatches and --grad-accum disagree (they "
                    "are the same thing in a pipeline):", "--microbatches");
-    if (o->ckpt_dir || o->resume || o->ckpt_every > 0)
-        return bad(prog, "checkpoints of pipelined runs are not supported "
-                   "yet:", "--pp with --ckpt-dir/--resume/--ckpt-every");
     return 0;
 }
 

@@ -48,6 +48,25 @@ int mg_microbatches(const mg_options *o)
     return o->microbatches > 0 ? o->microbatches : o->grad_accum;
 }
 
+/* Who saves which slice of a checkpoint: each stage's range of the flat
+ * buffer, cut over its replicas (dt_ckpt_pipeline_slices). */
+static dt_status checkpoint_slices(mg_run *r, const int *bounds)
+{
+    int P = r->o.pp;
+    size_t *stage = malloc(((size_t)P + 1) * sizeof *stage);
+    r->ckpt_slices = malloc(((size_t)r->world + 1) * sizeof *r->ckpt_slices);
+    if (!stage || !r->ckpt_slices) {
+        free(stage);
+        return pipe_fail(r, DT_ENOMEM, "pipeline", "out of memory");
+    }
+    for (int s = 0; s < P; s++)
+        dt_config_stage_range(&r->o.cfg, bounds[s], bounds[s + 1], &stage[s],
+                              &stage[s + 1]);
+    dt_ckpt_pipeline_slices(r->ckpt_slices, stage, P, r->dp);
+    free(stage);
+    return DT_OK;
+}
+
 /* The schedule and this rank's stage of the model. */
 static dt_status open_stage(mg_run *r, int M)
 {
@@ -72,7 +91,10 @@ static dt_status open_stage(mg_run *r, int M)
     int s = r->stage;
     dt_stage_spec sp = {bounds[s], bounds[s + 1], r->sched->act_slots[s],
                         r->sched->grad_slots[s]};
+    st = checkpoint_slices(r, bounds);
     free(bounds);
+    if (st != DT_OK)
+        return st;
     st = dt_model_create_stage(&r->m, &o->cfg, dt_backend_cpu(), o->batch,
                                &sp);
     if (st != DT_OK)
@@ -181,6 +203,8 @@ void mg_pipe_close(mg_run *r)
     if (r->dp_comm != r->comm)
         dt_comm_destroy(r->dp_comm);
     r->pipe_comm = r->dp_comm = NULL;
+    free(r->ckpt_slices);
+    r->ckpt_slices = NULL;
 }
 
 /* The step's micro-batches: replica r's rows step·D·M·B + (r·M + j)·B

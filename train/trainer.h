@@ -39,6 +39,7 @@ typedef struct mg_run {
     int stage, replica, dp;  /* --pp: world rank = stage · dp + replica */
     dt_comm *pipe_comm;      /* --pp: this replica's stages (NULL: P = 1) */
     dt_comm *dp_comm;        /* --pp: this stage's replicas (NULL: D = 1) */
+    size_t *ckpt_slices;     /* --pp: [world + 1] who saves what */
     char err[768];
 } mg_run;
 
