@@ -139,6 +139,15 @@ void dt_ddp_bucket(const dt_ddp *d, int i, size_t *lo, size_t *n)
     *n = d->buckets[i].n;
 }
 
+bool dt_ddp_bucket_times(const dt_ddp *d, int i, double *submit,
+                         double *done)
+{
+    const bucket *b = &d->buckets[i];
+    *submit = b->t_submit;
+    *done = b->t_done;
+    return b->launched && b->done;
+}
+
 /* Notes, for the timing, which launched buckets have finished. */
 static void poll_buckets(dt_ddp *d)
 {

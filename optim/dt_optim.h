@@ -78,6 +78,11 @@ int dt_ddp_num_buckets(const dt_ddp *d);
 /* Bucket i's range [*lo, *lo + *n) in the flat buffer; bucket 0 is the
  * tail (launched first). */
 void dt_ddp_bucket(const dt_ddp *d, int i, size_t *lo, size_t *n);
+/* When bucket i's all-reduce of the last synced backward was launched and
+ * seen finished (seconds, CLOCK_MONOTONIC), for traces; false if it was
+ * not launched (no sync, or one rank). Valid after dt_ddp_wait. */
+bool dt_ddp_bucket_times(const dt_ddp *d, int i, double *submit,
+                         double *done);
 
 /*
  * dt_model_backward of the last forward, adding into m's gradients. With

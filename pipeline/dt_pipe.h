@@ -214,6 +214,14 @@ typedef struct dt_pipe_stats {
     double op_s[DT_PIPE_NUM_OPS]; /* transfers: time blocked waiting */
 } dt_pipe_stats;
 void dt_pipe_last_stats(const dt_pipe *p, dt_pipe_stats *out);
+/* The last run's timeline, one entry per action of this stage's list
+ * (sched->actions[stage]), seconds on CLOCK_MONOTONIC: compute and STEP
+ * from start to end; a transfer from its post to its completion as this
+ * rank saw it (a receive's wait returning; a send's wait, before its slot
+ * was reused or at STEP). 0 for what did not run (a failed step). Valid
+ * until the next run; for traces and the measured Gantt chart. */
+void dt_pipe_last_timeline(const dt_pipe *p, const double **start,
+                           const double **end);
 
 #ifdef __cplusplus
 }

@@ -75,6 +75,9 @@ static const flag flags[] = {
      "fault injection, for tests: after step N's update (before its save) "
      "the last rank SIGKILLs itself, on the first attempt only "
      "(DT_RESTART_COUNT unset or 0); 0 = never"},
+    {"--trace", NULL, K_STR, OPT(trace), "FILE",
+     "write what every rank did, when, as Chrome trace-event JSON "
+     "(Perfetto, chrome://tracing)"},
     {"--pp", NULL, K_INT, OPT(pp), "P",
      "pipeline stages, one rank each; the world is D x P ranks, D "
      "data-parallel pipelines; 0 = no pipeline"},

@@ -42,6 +42,7 @@ typedef struct mg_options {
     int die_at_step;       /* fault injection: the last rank SIGKILLs itself */
     int pp;                /* pipeline stages; 0 = no pipeline */
     int dp;                /* with --pp: replicas; 0 = world / pp */
+    const char *trace;     /* Chrome trace-event JSON to write, or NULL */
     int microbatches;      /* per pipelined step; 0 = --grad-accum */
     const char *schedule;  /* gpipe, 1f1b or zb */
     const char *pp_partition; /* params or uniform */

@@ -197,6 +197,8 @@ static dt_status finish(mg_run *r, mg_metrics *mx, double secs,
     if (r->pipe && (st = mg_report_pipeline(stdout, r)) != DT_OK)
         return st;
     st = mg_report_memory(stdout, r);
+    if (st == DT_OK && r->trace)
+        st = mg_trace_write(r->trace, r, o->trace);
     if (st == DT_OK && r->rank == 0 && o->sample > 0 && !r->pipe)
         mg_sample(r, stdout, o->sample);
     return st;
@@ -217,6 +219,8 @@ int main(int argc, char **argv)
                r.o.preset, r.o.expect_ranks, r.world);
     mg_metrics *mx = NULL;
     dt_status st = mg_run_open(&r);
+    if (st == DT_OK && r.o.trace && !(r.trace = mg_trace_open()))
+        st = DT_ENOMEM;
     if (st == DT_OK)
         st = mg_ckpt_open(&r);
     if (st == DT_OK)
@@ -238,6 +242,7 @@ int main(int argc, char **argv)
             dt_comm_abort(r.comm, "minigpt failed on this rank");
     }
     mg_metrics_close(mx);
+    mg_trace_close(r.trace);
     mg_ckpt_close(&r);
     mg_run_close(&r);
     fflush(stdout);

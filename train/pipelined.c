@@ -258,17 +258,23 @@ static dt_status arm_sync(mg_run *r)
 static dt_status sync_and_update(mg_run *r, int step, mg_step *out)
 {
     dt_status st;
+    double t0;
     if (r->ddp) {
         if ((st = dt_ddp_wait(r->ddp, &out->comm)) != DT_OK)
             return pipe_fail(r, st, "gradient all-reduce",
                              dt_ddp_error(r->ddp));
+        mg_trace_ddp(r->trace, r->ddp);
+        t0 = now_s();
         if ((st = dt_model_update(r->m, &r->h, step + 1)) != DT_OK)
             return pipe_fail(r, st, "update", dt_model_error(r->m));
-        return DT_OK;
+    } else {
+        t0 = now_s();
+        if ((st = dt_zero1_step(r->zero1, &r->h, step + 1, &out->comm)) !=
+            DT_OK)
+            return pipe_fail(r, st, "zero1 step", dt_zero1_error(r->zero1));
     }
-    st = dt_zero1_step(r->zero1, &r->h, step + 1, &out->comm);
-    return st == DT_OK ? DT_OK : pipe_fail(r, st, "zero1 step",
-                                           dt_zero1_error(r->zero1));
+    mg_trace_add(r->trace, MG_EV_OPTIMIZER, -1, t0, now_s());
+    return DT_OK;
 }
 
 /* The step's loss for every rank: the last stages average their replicas'
@@ -308,6 +314,7 @@ dt_status mg_pipe_step(mg_run *r, int step, mg_step *out)
     if (st != DT_OK)
         return pipe_fail(r, st, "pipeline", dt_pipe_error(r->pipe));
     add_stats(r, step);
+    mg_trace_pipe(r->trace, r->pipe, r->sched, r->stage);
     out->comm.hidden = -1;
     if ((st = sync_and_update(r, step, out)) != DT_OK)
         return st;

@@ -15,6 +15,8 @@
 #include "dt_optim.h"
 #include "dt_pipe.h"
 
+typedef struct mg_trace mg_trace;
+
 /* One rank's training run. */
 typedef struct mg_run {
     mg_options o;
@@ -40,6 +42,7 @@ typedef struct mg_run {
     dt_comm *pipe_comm;      /* --pp: this replica's stages (NULL: P = 1) */
     dt_comm *dp_comm;        /* --pp: this stage's replicas (NULL: D = 1) */
     size_t *ckpt_slices;     /* --pp: [world + 1] who saves what */
+    mg_trace *trace;         /* --trace: this rank's slices, or NULL */
     char err[768];
 } mg_run;
 
@@ -71,6 +74,27 @@ dt_status mg_pipe_step(mg_run *r, int step, mg_step *out);
 dt_status mg_pipe_check_replicas(mg_run *r, int step, bool quiet);
 /* Each stage's blocks, memory sets and bubble, gathered to rank 0. */
 dt_status mg_report_pipeline(FILE *f, const mg_run *r);
+
+/* trace.c: --trace. Slice kinds beyond the pipeline's dt_pipe_op. */
+enum mg_event_kind {
+    MG_EV_FORWARD = DT_PIPE_NUM_OPS, /* a data-parallel micro-step's */
+    MG_EV_BACKWARD,
+    MG_EV_ALLREDUCE,                 /* a DDP bucket */
+    MG_EV_OPTIMIZER,                 /* AdamW (ZeRO-1: with its collectives) */
+};
+mg_trace *mg_trace_open(void);
+void mg_trace_close(mg_trace *t);
+/* The step the next slices belong to. Every mg_trace_* ignores t NULL. */
+void mg_trace_set_step(mg_trace *t, int step);
+/* One slice [t0, t1] in seconds on CLOCK_MONOTONIC; arg -1 for none. */
+void mg_trace_add(mg_trace *t, int kind, int arg, double t0, double t1);
+/* The executor's last step, every action of this stage's list. */
+void mg_trace_pipe(mg_trace *t, const dt_pipe *p, const dt_pipe_schedule *s,
+                   int stage);
+/* The buckets of DDP's last synced backward. */
+void mg_trace_ddp(mg_trace *t, const dt_ddp *d);
+/* Collective: every rank's slices to rank 0, which writes the JSON. */
+dt_status mg_trace_write(mg_trace *t, mg_run *r, const char *path);
 
 /* checkpointing.c: collective (every rank calls) */
 dt_status mg_ckpt_open(mg_run *r);
