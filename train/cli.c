@@ -78,6 +78,11 @@ static const flag flags[] = {
     {"--trace", NULL, K_STR, OPT(trace), "FILE",
      "write what every rank did, when, as Chrome trace-event JSON "
      "(Perfetto, chrome://tracing)"},
+    {"--gantt", NULL, K_BOOL, OPT(gantt), NULL,
+     "with --pp: print the last step as a Gantt chart from the ranks' clocks"},
+    {"--bubble-table", NULL, K_BOOL, OPT(bubble_table), NULL,
+     "with --pp: measure the bubble of GPipe, 1F1B and ZB-H1 for m = 1..64 "
+     "beside the closed form, and their activation memory per stage"},
     {"--pp", NULL, K_INT, OPT(pp), "P",
      "pipeline stages, one rank each; the world is D x P ranks, D "
      "data-parallel pipelines; 0 = no pipeline"},
@@ -142,10 +147,34 @@ static void preset_865k(mg_options *o)
     o->sample = 0;
 }
 
+/* The curriculum's pipeline lesson on real ranks: 4 stages of one block,
+ * 8 micro-batches of 1F1B, the last step's Gantt chart and the bubble
+ * table of every schedule for m = 1..64. */
+static void preset_pipeline(mg_options *o)
+{
+    o->cfg = (dt_config){.V = 64, .T = 32, .L = 4, .H = 4, .C = 64};
+    o->expect_ranks = 4;
+    o->pp = 4;
+    o->microbatches = 8;
+    o->schedule = "1f1b";
+    o->batch = 4;
+    o->steps = 6;
+    o->lr = 3e-3f;
+    o->data = "random";
+    o->log_every = 1;
+    o->eval_every = 0;
+    o->sample = 0;
+    o->gantt = true;
+    o->bubble_table = true;
+}
+
 static const preset presets[] = {
     {"seed", "4 ranks, 20 steps, batch 4, lr 5e-3, ZeRO-1, random tokens, "
              "checkpoint at step 10 verified (RESUME VERIFIED)", preset_seed},
     {"865k", "V=256 C=128 H=4 L=4 T=64, batch 8, DDP with 1 MB buckets", preset_865k},
+    {"pipeline", "the pipeline lesson: 4 ranks = 4 stages, 8 micro-batches "
+                 "of 1F1B, a measured Gantt chart and bubble table",
+     preset_pipeline},
 };
 #define NPRESETS (sizeof presets / sizeof presets[0])
 
@@ -255,6 +284,9 @@ static int check_pipeline(const mg_options *o, const char *prog)
     if (!dt_pipe_partition_parse(o->pp_partition, &pk))
         return bad(prog, "not a partition (params, uniform):",
                    o->pp_partition);
+    if (o->pp == 0 && (o->gantt || o->bubble_table))
+        return bad(prog, "a Gantt chart and the bubble table need a "
+                   "pipeline:", "--gantt/--bubble-table without --pp");
     if (o->pp == 0)
         return 0;
     if (o->microbatches > 0 && o->grad_accum > 1 &&

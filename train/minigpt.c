@@ -196,6 +196,13 @@ static dt_status finish(mg_run *r, mg_metrics *mx, double secs,
     fflush(stdout);
     if (r->pipe && (st = mg_report_pipeline(stdout, r)) != DT_OK)
         return st;
+    fflush(stdout);
+    if (r->pipe && o->gantt && (st = mg_lesson_gantt(stdout, r)) != DT_OK)
+        return st;
+    fflush(stdout);
+    if (r->pipe && o->bubble_table &&
+        (st = mg_lesson_bubbles(stdout, r)) != DT_OK)
+        return st;
     st = mg_report_memory(stdout, r);
     if (st == DT_OK && r->trace)
         st = mg_trace_write(r->trace, r, o->trace);

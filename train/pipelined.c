@@ -363,7 +363,7 @@ dt_status mg_pipe_check_replicas(mg_run *r, int step, bool quiet)
 
 /* The bubble as a fraction of the step, with unit costs F = 1, B = 2
  * (ZB-H1: input half 1, W 1; for m >= p only). */
-static double closed_form_bubble(dt_pipe_kind k, int p, int m)
+double mg_closed_form_bubble(dt_pipe_kind k, int p, int m)
 {
     double work = 3.0 * m, idle = k == DT_PIPE_ZB ? p - 1 : 3.0 * (p - 1);
     return idle / (work + idle);
@@ -407,7 +407,7 @@ dt_status mg_report_pipeline(FILE *f, const mg_run *r)
             char closed[16] = "-"; /* ZB-H1 has none for m < p */
             if (s->kind != DT_PIPE_ZB || s->m >= s->p)
                 snprintf(closed, sizeof closed, "%.1f%%",
-                         100 * closed_form_bubble(s->kind, s->p, s->m));
+                         100 * mg_closed_form_bubble(s->kind, s->p, s->m));
             fprintf(f, "  %5d %9s %11.0f %9.0f %9.0f %8.1f%% %12s\n", q,
                     blocks, v[PF_PARAMS], v[PF_ACT_SETS], v[PF_GRAD_SETS],
                     100 * bubble, closed);

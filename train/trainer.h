@@ -72,6 +72,15 @@ dt_status mg_pipe_step(mg_run *r, int step, mg_step *out);
 /* Every stage's replicas hold bitwise identical parameters (one verdict
  * for the world; prints it on rank 0 unless quiet). */
 dt_status mg_pipe_check_replicas(mg_run *r, int step, bool quiet);
+/* The idle share of a step with unit costs F = 1, B = 2 (ZB-H1: input
+ * half 1, W 1; meaningful for m >= p only). */
+double mg_closed_form_bubble(dt_pipe_kind k, int p, int m);
+/* lesson.c (--pp, collective over the pipeline group): the last step as
+ * a text Gantt chart from the executor's clocks; the measured bubble of
+ * every schedule for m = 1 .. 64 beside the closed form, and each
+ * schedule's peak activation memory per stage. Rank 0 prints. */
+dt_status mg_lesson_gantt(FILE *f, mg_run *r);
+dt_status mg_lesson_bubbles(FILE *f, mg_run *r);
 /* Each stage's blocks, memory sets and bubble, gathered to rank 0. */
 dt_status mg_report_pipeline(FILE *f, const mg_run *r);
 
