@@ -22,6 +22,9 @@
  * validation loss, the task's accuracy and the sample need the whole
  * model on one rank, so a pipelined run skips them; it prints instead each
  * stage's blocks, memory and measured bubble beside the closed form.
+ * Checkpoints: each rank saves its replica's share of its stage's range
+ * (dt_ckpt_pipeline_slices, set up here); --trace and lesson.c read the
+ * executor's timeline of each step.
  */
 #include <stdlib.h>
 #include <string.h>
