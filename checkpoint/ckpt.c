@@ -125,16 +125,31 @@ static dt_status commit(dt_ckpt *ck, const char *dir, const char *name,
     return st;
 }
 
-static dt_status check_state(dt_ckpt *ck, const dt_ckpt_state *s)
+/* slices, if given: world + 1 nondecreasing bounds from 0 to Ψ. */
+static bool slices_ok(const dt_ckpt_state *s, int world)
+{
+    if (!s->slices)
+        return true;
+    if (s->slices[0] != 0 || s->slices[world] != s->num_params)
+        return false;
+    for (int r = 0; r < world; r++)
+        if (s->slices[r] > s->slices[r + 1])
+            return false;
+    return true;
+}
+
+static dt_status check_state(dt_ckpt *ck, const dt_ckpt_state *s, int world)
 {
     char err[128];
     if (dt_config_check(&s->cfg, err, sizeof err) != DT_OK ||
         dt_config_num_params(&s->cfg) != s->num_params || !s->params ||
         s->step < 0 || s->opt_lo > s->num_params ||
-        s->opt_n > s->num_params - s->opt_lo)
+        s->opt_n > s->num_params - s->opt_lo ||
+        s->held_lo > s->num_params ||
+        s->held_n > s->num_params - s->held_lo || !slices_ok(s, world))
         return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_CONFIG,
-                         "state: config, parameter count, step or optimizer "
-                         "range inconsistent");
+                         "state: config, parameter count, step, held, "
+                         "optimizer or slice ranges inconsistent");
     return DT_OK;
 }
 
@@ -193,7 +208,7 @@ dt_status dt_ckpt_save(dt_ckpt *ck, dt_comm *comm, const dt_ckpt_state *s)
     ckpt_reset(ck);
     char name[64], dir[CKPT_PATH_MAX];
     step_dir(ck, s->step, name, dir);
-    bool ok = check_state(ck, s) == DT_OK;
+    bool ok = check_state(ck, s, world) == DT_OK;
     if (ok && (s->rank != rank || s->world != world))
         ok = ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_WORLD, "save: the state "
                        "says rank %d of %d, the communicator %d of %d",
@@ -228,14 +243,14 @@ dt_status dt_ckpt_save(dt_ckpt *ck, dt_comm *comm, const dt_ckpt_state *s)
 dt_status dt_ckpt_save_all(dt_ckpt *ck, const dt_ckpt_state *full, int world)
 {
     ckpt_reset(ck);
-    dt_status st = check_state(ck, full);
-    if (st != DT_OK)
-        return st;
     if (world < 1 || world > DT_CKPT_MAX_WORLD || full->opt_lo != 0 ||
-        full->opt_n != full->num_params)
+        full->opt_n != full->num_params || full->held_n != 0)
         return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_WORLD, "save_all: needs "
                          "1..%d ranks and optimizer arrays over all %zu "
                          "parameters", DT_CKPT_MAX_WORLD, full->num_params);
+    dt_status st = check_state(ck, full, world);
+    if (st != DT_OK)
+        return st;
     char name[64], dir[CKPT_PATH_MAX];
     step_dir(ck, full->step, name, dir);
     if ((st = prepare_dir(ck, dir, name, full->step)) != DT_OK)

@@ -111,7 +111,16 @@ typedef struct dt_ckpt_state {
     uint64_t data_row;   /* next global row of the batch sequence */
     uint64_t rng_state;  /* the trainer's RNG state */
     size_t num_params;
-    float *params;       /* (num_params) */
+    float *params;       /* (held_n, or num_params when held_n is 0) */
+    /* What params holds: [held_lo, held_lo + held_n) of the flat buffer,
+     * a pipeline stage's range; held_n = 0: all of it (a replica). */
+    size_t held_lo, held_n;
+    /* Who saves what: rank r's shard is [slices[r], slices[r + 1]) of the
+     * flat buffer (world + 1 entries, nondecreasing from 0 to num_params,
+     * the same on every rank: dt_ckpt_pipeline_slices), or with slices
+     * NULL dt_ckpt_partition's r-th. Each slice lies in what its rank
+     * holds (params and optimizer range). Loading ignores it. */
+    const size_t *slices;
     size_t opt_lo, opt_n;
     float *master;       /* (opt_n) or NULL */
     float *adam_m;       /* (opt_n) */
@@ -120,6 +129,16 @@ typedef struct dt_ckpt_state {
 
 /* Rank r's slice of a flat buffer of n elements over world ranks. */
 void dt_ckpt_partition(size_t n, int world, int r, size_t *lo, size_t *count);
+/*
+ * The slices (P·D + 1 entries) of a pipelined world of P stages x D
+ * replicas, rank g = stage g / D of replica g % D: stage s's range
+ * [stage_bounds[s], stage_bounds[s + 1]) of the flat buffer cut over its
+ * replicas as dt_ckpt_partition cuts (ZeRO-1's shards of the stage).
+ * Ranks in order hold consecutive slices, so a checkpoint of a pipelined
+ * run is one of another world size for whoever loads it.
+ */
+void dt_ckpt_pipeline_slices(size_t *slices, const size_t *stage_bounds,
+                             int P, int D);
 
 /* What the manifest of one step directory says (dt_ckpt_inspect). */
 typedef struct dt_ckpt_info {

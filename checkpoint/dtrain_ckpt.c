@@ -6,7 +6,10 @@
  *   dtrain-ckpt verify DIR               a step directory (or a root: its
  *                                        latest); exit 0 if it verifies, 1 not
  *   dtrain-ckpt export DIR OUT.safetensors   consolidated weights
- *   dtrain-ckpt reshard DIR OUTROOT M    the same state as M shards
+ *   dtrain-ckpt reshard DIR OUTROOT M [--pp P [--pp-partition HOW]]
+ *                                        the same state as M shards; with
+ *                                        --pp, laid out for P stages x M/P
+ *                                        replicas (minigpt --pp P's layout)
  *
  * Everything goes through the library: verify is a load into nothing;
  * export and reshard load the full state as one rank of one (the
@@ -22,6 +25,7 @@
 #include <unistd.h>
 
 #include "dt_ckpt.h"
+#include "dt_pipe.h"
 
 static int usage(void)
 {
@@ -29,7 +33,8 @@ static int usage(void)
             "usage: dtrain-ckpt ls ROOT\n"
             "       dtrain-ckpt verify DIR|ROOT\n"
             "       dtrain-ckpt export DIR|ROOT OUT.safetensors\n"
-            "       dtrain-ckpt reshard DIR|ROOT OUTROOT M\n");
+            "       dtrain-ckpt reshard DIR|ROOT OUTROOT M "
+            "[--pp P [--pp-partition params|uniform]]\n");
     return 2;
 }
 
@@ -126,6 +131,90 @@ static void free_full(dt_ckpt_state *s)
     free(s->master);
 }
 
+/* reshard's layout flags (argv[5..]): none, or --pp P [--pp-partition
+ * HOW]. *pp = 0 without --pp. Returns 0, or 2 for a usage error. */
+static int parse_layout(int argc, char **argv, int *pp,
+                        dt_pipe_partition_kind *kind)
+{
+    *pp = 0;
+    *kind = DT_PARTITION_PARAMS;
+    for (int i = 5; i < argc; i += 2) {
+        char *end;
+        if (i + 1 >= argc)
+            return 2;
+        if (strcmp(argv[i], "--pp") == 0) {
+            long p = strtol(argv[i + 1], &end, 10);
+            if (*end || p < 1 || p > DT_CKPT_MAX_WORLD)
+                return 2;
+            *pp = (int)p;
+        } else if (strcmp(argv[i], "--pp-partition") != 0 ||
+                   !dt_pipe_partition_parse(argv[i + 1], kind)) {
+            return 2;
+        }
+    }
+    return 0;
+}
+
+/* minigpt --pp P's checkpoint layout over M ranks, into slices (M + 1). */
+static int pipeline_layout(const dt_config *cfg, int pp, int m,
+                           dt_pipe_partition_kind kind, size_t *slices)
+{
+    char err[256];
+    int *blocks = malloc(((size_t)pp + 1) * sizeof *blocks);
+    size_t *stage = malloc(((size_t)pp + 1) * sizeof *stage);
+    int rc = 1;
+    if (!blocks || !stage)
+        fprintf(stderr, "dtrain-ckpt: out of memory\n");
+    else if (m % pp != 0)
+        fprintf(stderr, "dtrain-ckpt: reshard: %d ranks are not a whole "
+                "number of pipelines of %d stages\n", m, pp);
+    else if (dt_pipe_partition(blocks, cfg, pp, kind, err, sizeof err))
+        fprintf(stderr, "dtrain-ckpt: reshard: %s\n", err);
+    else
+        rc = 0;
+    for (int s = 0; rc == 0 && s < pp; s++)
+        dt_config_stage_range(cfg, blocks[s], blocks[s + 1], &stage[s],
+                              &stage[s + 1]);
+    if (rc == 0)
+        dt_ckpt_pipeline_slices(slices, stage, pp, m / pp);
+    free(blocks);
+    free(stage);
+    return rc;
+}
+
+/* Writes the full state s as m shards under outroot (pp > 0: the
+ * pipeline layout). */
+static int cmd_reshard(dt_ckpt_state *s, const char *outroot, int m, int pp,
+                       dt_pipe_partition_kind kind)
+{
+    char shown[4200];
+    size_t *slices = NULL;
+    if (pp > 0) {
+        slices = malloc(((size_t)m + 1) * sizeof *slices);
+        if (!slices || pipeline_layout(&s->cfg, pp, m, kind, slices)) {
+            free(slices);
+            return 1;
+        }
+        s->slices = slices;
+    }
+    dt_ckpt *out;
+    int rc = dt_ckpt_open(&out, outroot, NULL) != DT_OK ||
+             dt_ckpt_save_all(out, s, m) != DT_OK;
+    if (rc)
+        fprintf(stderr, "dtrain-ckpt: %s\n", dt_ckpt_error(out));
+    else if (pp > 0)
+        printf("%s: step %ld as %d shards: %d stages x %d replicas\n",
+               dt_ckpt_printable(shown, sizeof shown, outroot), s->step, m, pp,
+               m / pp);
+    else
+        printf("%s: step %ld as %d shards\n",
+               dt_ckpt_printable(shown, sizeof shown, outroot), s->step, m);
+    dt_ckpt_close(out);
+    s->slices = NULL;
+    free(slices);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3)
@@ -135,7 +224,11 @@ int main(int argc, char **argv)
         return argc == 3 ? cmd_ls(argv[2]) : usage();
     bool verify = strcmp(cmd, "verify") == 0 && argc == 3;
     bool export = strcmp(cmd, "export") == 0 && argc == 4;
-    bool reshard = strcmp(cmd, "reshard") == 0 && argc == 5;
+    bool reshard = strcmp(cmd, "reshard") == 0 && argc >= 5 && argc % 2;
+    int pp = 0;
+    dt_pipe_partition_kind kind;
+    if (reshard && parse_layout(argc, argv, &pp, &kind))
+        return usage();
     if (!verify && !export && !reshard)
         return usage();
     dt_ckpt_options o = {.allow_reshard = true};
@@ -165,20 +258,12 @@ int main(int argc, char **argv)
     if (!rc && reshard) {
         char *end;
         long m = strtol(argv[4], &end, 10);
-        dt_ckpt *out;
         if (*end || m < 1 || m > DT_CKPT_MAX_WORLD) {
             free_full(&s);
             dt_ckpt_close(ck);
             return usage();
         }
-        rc = dt_ckpt_open(&out, argv[3], NULL) != DT_OK ||
-             dt_ckpt_save_all(out, &s, (int)m) != DT_OK;
-        if (rc)
-            fprintf(stderr, "dtrain-ckpt: %s\n", dt_ckpt_error(out));
-        else
-            printf("%s: step %ld as %ld shards\n",
-                   dt_ckpt_printable(shown, sizeof shown, argv[3]), s.step, m);
-        dt_ckpt_close(out);
+        rc = cmd_reshard(&s, argv[3], (int)m, pp, kind);
     }
     free_full(&s);
     dt_ckpt_close(ck);

@@ -108,11 +108,16 @@ static dt_status check_target(dt_ckpt *ck, const ckpt_manifest *m,
                          "allow resharding to load it", dir, m->world,
                          m->mode == DT_CKPT_ZERO1 ? "zero1" : "ddp", s->world,
                          s->mode == DT_CKPT_ZERO1 ? "zero1" : "ddp");
+    size_t held_n = s->held_n ? s->held_n : s->num_params;
     if (!s->params || s->opt_lo > s->num_params ||
-        s->opt_n > s->num_params - s->opt_lo)
+        s->opt_n > s->num_params - s->opt_lo ||
+        s->held_lo > s->num_params || held_n > s->num_params - s->held_lo ||
+        (s->master && s->opt_n > 0 && (s->opt_lo < s->held_lo ||
+                                       s->opt_lo + s->opt_n >
+                                           s->held_lo + held_n)))
         return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_FIELD,
-                         "load: no parameter buffer, or an optimizer range "
-                         "outside the model");
+                         "load: no parameter buffer, or a held or optimizer "
+                         "range outside the model");
     return DT_OK;
 }
 
@@ -147,7 +152,8 @@ static dt_status load_part(dt_ckpt *ck, const char *dir, dt_ckpt_state *s,
     if (st == DT_OK && s) {
         /* a DDP checkpoint has no master: fp32 master = the parameters */
         if (s->master && m.mode != DT_CKPT_ZERO1 && s->opt_n > 0)
-            memcpy(s->master, s->params + s->opt_lo, s->opt_n * sizeof(float));
+            memcpy(s->master, s->params + (s->opt_lo - s->held_lo),
+                   s->opt_n * sizeof(float));
         s->step = m.step;
         s->seed = m.seed;
         s->data_row = m.data_row;

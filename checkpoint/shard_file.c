@@ -30,6 +30,19 @@ void dt_ckpt_partition(size_t n, int world, int r, size_t *lo, size_t *count)
     *count = n - *lo < s ? n - *lo : s;
 }
 
+void dt_ckpt_pipeline_slices(size_t *slices, const size_t *stage_bounds,
+                             int P, int D)
+{
+    for (int s = 0; s < P; s++)
+        for (int r = 0; r < D; r++) {
+            size_t lo, n;
+            dt_ckpt_partition(stage_bounds[s + 1] - stage_bounds[s], D, r,
+                              &lo, &n);
+            slices[s * D + r] = stage_bounds[s] + lo;
+        }
+    slices[P * D] = stage_bounds[P];
+}
+
 /* Fills the record and the header bytes for rank r's shard of s. */
 static size_t build_header(unsigned char *hdr, ckpt_shard *rec,
                            const dt_ckpt_state *s, int r, int world,
@@ -69,12 +82,24 @@ static size_t build_header(unsigned char *hdr, ckpt_shard *rec,
     return hbytes;
 }
 
+/* Rank r's slice: the state's own layout, or the even partition. */
+static void slice_of(const dt_ckpt_state *s, int r, int world, size_t *lo,
+                     size_t *n)
+{
+    if (s->slices) {
+        *lo = s->slices[r];
+        *n = s->slices[r + 1] - s->slices[r];
+    } else {
+        dt_ckpt_partition(s->num_params, world, r, lo, n);
+    }
+}
+
 void ckpt_describe_shard(const dt_ckpt_state *s, int r, int world,
                          ckpt_shard *rec)
 {
     unsigned char hdr[SHARD_HEADER_BYTES + MAX_SECTIONS * SECTION_BYTES];
     size_t lo, n;
-    dt_ckpt_partition(s->num_params, world, r, &lo, &n);
+    slice_of(s, r, world, &lo, &n);
     build_header(hdr, rec, s, r, world, lo, n);
 }
 
@@ -83,12 +108,18 @@ dt_status ckpt_write_shard(dt_ckpt *ck, const char *dir,
                            ckpt_shard *rec)
 {
     size_t lo, n;
-    dt_ckpt_partition(s->num_params, world, r, &lo, &n);
+    slice_of(s, r, world, &lo, &n);
+    size_t held_n = s->held_n ? s->held_n : s->num_params;
     if (n > 0 && (lo < s->opt_lo || lo + n > s->opt_lo + s->opt_n))
         return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_FIELD,
                          "save: rank %d's slice [%zu, %zu) is outside the "
                          "optimizer range [%zu, %zu) it was given", r, lo,
                          lo + n, s->opt_lo, s->opt_lo + s->opt_n);
+    if (n > 0 && (lo < s->held_lo || lo + n > s->held_lo + held_n))
+        return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_FIELD,
+                         "save: rank %d's slice [%zu, %zu) is outside the "
+                         "parameters [%zu, %zu) it holds", r, lo, lo + n,
+                         s->held_lo, s->held_lo + held_n);
     if (s->mode == DT_CKPT_ZERO1 && !s->master)
         return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_FIELD,
                          "save: a ZeRO-1 state needs its master shard");
@@ -102,7 +133,7 @@ dt_status ckpt_write_shard(dt_ckpt *ck, const char *dir,
         return ck->status;
     size_t off = n > 0 ? lo - s->opt_lo : 0;
     const float *src[KIND_COUNT] = {
-        s->params + lo, s->master ? s->master + off : NULL,
+        s->params + (n > 0 ? lo - s->held_lo : 0), s->master ? s->master + off : NULL,
         s->adam_m ? s->adam_m + off : NULL, s->adam_v ? s->adam_v + off : NULL};
     ckpt_span spans[1 + KIND_COUNT] = {{hdr, hbytes}};
     int nspans = 1;

@@ -115,8 +115,8 @@ static float *dest_of(dt_ckpt_state *s, int k, uint64_t *lo, uint64_t *n)
 {
     if (!s)
         return NULL;
-    *lo = k == KIND_PARAMS ? 0 : s->opt_lo;
-    *n = k == KIND_PARAMS ? s->num_params : s->opt_n;
+    *lo = k == KIND_PARAMS ? s->held_lo : s->opt_lo;
+    *n = k != KIND_PARAMS ? s->opt_n : s->held_n ? s->held_n : s->num_params;
     float *b[KIND_COUNT] = {s->params, s->master, s->adam_m, s->adam_v};
     return b[k];
 }

@@ -66,6 +66,11 @@ dt_config dt_config_seed(void);
 dt_status dt_config_check(const dt_config *cfg, char *err, size_t errlen);
 /* Parameter count of the flat buffer (exact, no padding). */
 size_t dt_config_num_params(const dt_config *cfg);
+/* The range [*lo, *hi) of the flat buffer that a pipeline stage owning
+ * blocks [l0, l1) holds (dt_stage_spec): the embeddings too if l0 = 0,
+ * ln_f and the head if l1 = L. */
+void dt_config_stage_range(const dt_config *cfg, int l0, int l1, size_t *lo,
+                           size_t *hi);
 /* Matmul + attention FLOPs of one training step (forward + backward) on
  * B x T tokens: 6 per weight per token, plus attention's q.k and att.v
  * (computed over the full T x T square, as the kernels do). */

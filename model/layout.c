@@ -72,6 +72,15 @@ size_t dt_config_num_params(const dt_config *c)
     return V * C + T * C + (size_t)c->L * block_params(C) + 2 * C + V * C;
 }
 
+void dt_config_stage_range(const dt_config *c, int l0, int l1, size_t *lo,
+                           size_t *hi)
+{
+    size_t emb = ((size_t)c->V + (size_t)c->T) * (size_t)c->C;
+    size_t block = block_params((size_t)c->C);
+    *lo = l0 == 0 ? 0 : emb + (size_t)l0 * block;
+    *hi = l1 == c->L ? dt_config_num_params(c) : emb + (size_t)l1 * block;
+}
+
 double dt_config_flops_per_step(const dt_config *c, int B, int T)
 {
     double C = c->C, V = c->V, L = c->L, tokens = (double)B * T;

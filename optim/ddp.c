@@ -139,6 +139,15 @@ void dt_ddp_bucket(const dt_ddp *d, int i, size_t *lo, size_t *n)
     *n = d->buckets[i].n;
 }
 
+bool dt_ddp_bucket_times(const dt_ddp *d, int i, double *submit,
+                         double *done)
+{
+    const bucket *b = &d->buckets[i];
+    *submit = b->t_submit;
+    *done = b->t_done;
+    return b->launched && b->done;
+}
+
 /* Notes, for the timing, which launched buckets have finished. */
 static void poll_buckets(dt_ddp *d)
 {
@@ -171,7 +180,9 @@ static void on_grads_ready(void *user, size_t lo)
     }
 }
 
-dt_status dt_ddp_backward(dt_ddp *d, float dloss, bool sync)
+/* Resets the buckets for a backward that syncs (or not); the hook to
+ * install for it, NULL when nothing is sent. */
+static dt_status arm(dt_ddp *d, bool sync, dt_grad_ready_fn *fn)
 {
     if (d->syncing)
         return ddp_fail(d, DT_EINVAL,
@@ -181,7 +192,23 @@ dt_status dt_ddp_backward(dt_ddp *d, float dloss, bool sync)
     d->next = 0;
     for (int i = 0; i < d->nb; i++)
         d->buckets[i] = (bucket){.lo = d->buckets[i].lo, .n = d->buckets[i].n};
-    dt_model_set_grad_hook(d->m, comm ? on_grads_ready : NULL, d);
+    *fn = comm ? on_grads_ready : NULL;
+    return d->st;
+}
+
+dt_status dt_ddp_arm(dt_ddp *d, dt_grad_ready_fn *fn, void **user)
+{
+    *user = d;
+    return arm(d, true, fn);
+}
+
+dt_status dt_ddp_backward(dt_ddp *d, float dloss, bool sync)
+{
+    dt_grad_ready_fn fn;
+    dt_status st0 = arm(d, sync, &fn);
+    if (st0 != DT_OK)
+        return st0;
+    dt_model_set_grad_hook(d->m, fn, d);
     dt_status st = dt_model_backward(d->m, dloss);
     dt_model_set_grad_hook(d->m, NULL, NULL);
     if (st != DT_OK) {

@@ -80,6 +80,11 @@ int dt_ddp_num_buckets(const dt_ddp *d);
 /* Bucket i's range [*lo, *lo + *n) in the flat buffer; bucket 0 is the
  * tail (launched first). */
 void dt_ddp_bucket(const dt_ddp *d, int i, size_t *lo, size_t *n);
+/* When bucket i's all-reduce of the last synced backward was launched and
+ * seen finished (seconds, CLOCK_MONOTONIC), for traces; false if it was
+ * not launched (no sync, or one rank). Valid after dt_ddp_wait. */
+bool dt_ddp_bucket_times(const dt_ddp *d, int i, double *submit,
+                         double *done);
 
 /*
  * dt_model_backward of the last forward, adding into m's gradients. With
@@ -90,6 +95,14 @@ void dt_ddp_bucket(const dt_ddp *d, int i, size_t *lo, size_t *n);
  * the gradients.
  */
 dt_status dt_ddp_backward(dt_ddp *d, float dloss, bool sync);
+/*
+ * For a caller that runs the final backward itself (a pipeline stage, whose
+ * last B or W finishes its gradients): prepares the buckets as a synced
+ * dt_ddp_backward would and returns the progress hook to install on m for
+ * that backward (*fn NULL when there is nothing to send: one rank). Then
+ * dt_ddp_wait as usual.
+ */
+dt_status dt_ddp_arm(dt_ddp *d, dt_grad_ready_fn *fn, void **user);
 /* Waits for every bucket launched by the last synced backward; on return
  * m's gradients are the mean over ranks. stats (may be NULL) gets the
  * timing. The first failed all-reduce's status is returned. */

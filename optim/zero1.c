@@ -145,20 +145,27 @@ static int build_reduces(piece **out, const dt_model *m, size_t cap, size_t s,
 }
 
 /* Gather pieces: the stages forward reads in order, [0, block 0), each
- * block, [ln_f, Ψ), neighbours merged while they fit in cap elements
+ * block, [ln_f, Ψ) (of a pipeline stage: those it holds), neighbours merged while they fit in cap elements
  * (DeepSpeed's prefetch bucket: fewer, larger collectives, each still
  * waited just before forward needs it); counts[r] = the piece ∩ rank r's
  * shard. Returns the count, -1 on ENOMEM. */
 static int build_gathers(dt_zero1 *z, size_t cap)
 {
     const dt_model *m = z->m;
-    int L = m->cfg.L, nstages = L + 2, ng = 0;
-    size_t bound[nstages + 1];
+    /* a pipeline stage holds blocks [l0, l1) and the embeddings or the
+     * head only at its ends, so its bounds are those it has */
+    int nstages = 0, ng = 0;
+    size_t bound[m->l1 - m->l0 + 3];
     bound[0] = 0;
-    for (int l = 0; l < L; l++)
-        bound[l + 1] = (size_t)(m->params.blocks[l].ln1w - m->params_memory);
-    bound[L + 1] = (size_t)(m->params.lnfw - m->params_memory);
-    bound[L + 2] = m->num_params;
+    for (int l = m->l0; l < m->l1; l++) {
+        size_t at = (size_t)(m->params.blocks[l].ln1w - m->params_memory);
+        if (at > bound[nstages])
+            bound[++nstages] = at;
+    }
+    if (m->l1 == m->cfg.L)
+        bound[++nstages] = (size_t)(m->params.lnfw - m->params_memory);
+    if (m->num_params > bound[nstages])
+        bound[++nstages] = m->num_params;
     z->gathers = calloc((size_t)nstages, sizeof *z->gathers);
     z->gather_counts = calloc((size_t)nstages * (size_t)z->world, sizeof(size_t));
     if (!z->gathers || !z->gather_counts)

@@ -197,6 +197,15 @@ const char *dt_pipe_error(const dt_pipe *p);
 dt_status dt_pipe_run(dt_pipe *p, const int *const *inputs,
                       const int *const *targets, int B, int T, float *loss);
 
+/*
+ * Installs backward's progress hook (model/'s dt_grad_ready_fn; NULL
+ * clears it) for the one action of each step after which the stage's
+ * parameter gradients are final: its last B (its last W in a split
+ * schedule). DDP over the stage's data-parallel group passes the hook of
+ * dt_ddp_arm, so its buckets go out during that backward.
+ */
+void dt_pipe_set_grad_hook(dt_pipe *p, dt_grad_ready_fn fn, void *user);
+
 /* Seconds this stage spent in each kind of action in the last run, and
  * the run's wall time: idle = wall - compute is the stage's bubble (plus
  * transfer time). */
@@ -205,6 +214,14 @@ typedef struct dt_pipe_stats {
     double op_s[DT_PIPE_NUM_OPS]; /* transfers: time blocked waiting */
 } dt_pipe_stats;
 void dt_pipe_last_stats(const dt_pipe *p, dt_pipe_stats *out);
+/* The last run's timeline, one entry per action of this stage's list
+ * (sched->actions[stage]), seconds on CLOCK_MONOTONIC: compute and STEP
+ * from start to end; a transfer from its post to its completion as this
+ * rank saw it (a receive's wait returning; a send's wait, before its slot
+ * was reused or at STEP). 0 for what did not run (a failed step). Valid
+ * until the next run; for traces and the measured Gantt chart. */
+void dt_pipe_last_timeline(const dt_pipe *p, const double **start,
+                           const double **end);
 
 #ifdef __cplusplus
 }

@@ -17,6 +17,15 @@
  *   STEP        every send still in flight is waited: after it the
  *               gradients are final and every buffer is free.
  *
+ * Data parallelism across pipelines (dt_pipe_set_grad_hook): the stage's
+ * last action that writes weight gradients (its last B, or in a split
+ * schedule its last W) is the one after which each parameter's gradient
+ * is final for the step. Only that action runs with the caller's backward
+ * hook installed, so DDP launches each bucket's all-reduce over the
+ * stage's data-parallel group the moment that backward has finished it,
+ * overlapped with the rest of it; whatever follows in the list (sends,
+ * other stages' W) overlaps too.
+ *
  * Why sends are never waited where they are posted: two neighbours that
  * send to each other at the same time (stage s its activations forward,
  * stage s+1 a gradient back, as 1F1B does every step) would each block in
@@ -49,10 +58,15 @@ struct dt_pipe {
     int stage, p;
     dt_work **pending[2]; /* [slots] send leaving each act / grad slot */
     int *pending_mb[2];
+    int *pending_at[2];   /* its action index, for the timeline */
     dt_work **recvs;      /* the current batch's receives */
     int *recv_at;         /* their action indices */
     float *losses;        /* [m] last stage: each micro-batch's loss */
+    int last_weights;     /* index of the step's last weight-gradient action */
+    dt_grad_ready_fn hook; /* installed for that action only, or NULL */
+    void *hook_user;
     dt_pipe_stats stats;
+    double *t_start, *t_end; /* [n] the last run's timeline */
     char err[1024];
 };
 
@@ -119,12 +133,22 @@ dt_status dt_pipe_create(dt_pipe **out, dt_comm *group, dt_model *stage,
     for (int k = 0; k < 2; k++) {
         p->pending[k] = calloc(m, sizeof(dt_work *));
         p->pending_mb[k] = calloc(m, sizeof(int));
+        p->pending_at[k] = calloc(m, sizeof(int));
     }
+    p->t_start = calloc(n, sizeof(double));
+    p->t_end = calloc(n, sizeof(double));
     p->recvs = calloc(n, sizeof(dt_work *));
     p->recv_at = calloc(n, sizeof(int));
     p->losses = calloc(m, sizeof(float));
+    p->last_weights = -1;
+    for (int i = 0; i < sched->n[p->stage]; i++) {
+        dt_pipe_op op = sched->actions[p->stage][i].op;
+        if (op == (sched->split_backward ? DT_PIPE_W : DT_PIPE_B))
+            p->last_weights = i;
+    }
     if (!p->pending[0] || !p->pending[1] || !p->pending_mb[0] ||
-        !p->pending_mb[1] || !p->recvs || !p->recv_at || !p->losses)
+        !p->pending_mb[1] || !p->pending_at[0] || !p->pending_at[1] ||
+        !p->recvs || !p->recv_at || !p->losses || !p->t_start || !p->t_end)
         return pipe_fail(p, DT_ENOMEM, "out of memory");
     return DT_OK;
 }
@@ -139,7 +163,10 @@ void dt_pipe_destroy(dt_pipe *p)
                 dt_work_wait(p->pending[k][i]);
         free(p->pending[k]);
         free(p->pending_mb[k]);
+        free(p->pending_at[k]);
     }
+    free(p->t_start);
+    free(p->t_end);
     free(p->recvs);
     free(p->recv_at);
     free(p->losses);
@@ -149,6 +176,19 @@ void dt_pipe_destroy(dt_pipe *p)
 const char *dt_pipe_error(const dt_pipe *p)
 {
     return p ? p->err : "pipeline: out of memory";
+}
+
+void dt_pipe_set_grad_hook(dt_pipe *p, dt_grad_ready_fn fn, void *user)
+{
+    p->hook = fn;
+    p->hook_user = user;
+}
+
+void dt_pipe_last_timeline(const dt_pipe *p, const double **start,
+                           const double **end)
+{
+    *start = p->t_start;
+    *end = p->t_end;
 }
 
 void dt_pipe_last_stats(const dt_pipe *p, dt_pipe_stats *out)
@@ -195,6 +235,7 @@ static dt_status free_slots(dt_pipe *p, const dt_pipe_action *a)
         dt_work *w = p->pending[k][slots[k]];
         p->pending[k][slots[k]] = NULL;
         dt_status st = dt_work_wait(w);
+        p->t_end[p->pending_at[k][slots[k]]] = now_s();
         if (st != DT_OK) {
             dt_pipe_action sent = {k ? DT_PIPE_SEND_GRAD : DT_PIPE_SEND_ACT,
                                    p->pending_mb[k][slots[k]], -1, -1};
@@ -244,6 +285,7 @@ static dt_status run_batch(dt_pipe *p, int i, int B, int T, int *next)
         dt_work *w = NULL;
         if ((st = free_slots(p, a)) != DT_OK)
             break;
+        p->t_start[k] = now_s();
         if ((st = post(p, a, B, T, &w)) != DT_OK) {
             transfer_failed(p, a, st);
             break;
@@ -257,10 +299,12 @@ static dt_status run_batch(dt_pipe *p, int i, int B, int T, int *next)
             int slot = kind ? a->grad_slot : a->slot;
             p->pending[kind][slot] = w;
             p->pending_mb[kind][slot] = a->mb;
+            p->pending_at[kind][slot] = k;
         }
     }
     for (int r = 0; r < nrecv; r++) { /* wait each exactly once */
         dt_status rs = dt_work_wait(p->recvs[r]);
+        p->t_end[p->recv_at[r]] = now_s();
         if (rs != DT_OK && st == DT_OK)
             st = transfer_failed(p, &acts[p->recv_at[r]], rs);
     }
@@ -278,6 +322,7 @@ static dt_status wait_sends(dt_pipe *p)
                 continue;
             p->pending[k][s] = NULL;
             dt_status ws = dt_work_wait(w);
+            p->t_end[p->pending_at[k][s]] = now_s();
             if (ws != DT_OK && st == DT_OK) {
                 dt_pipe_action a = {k ? DT_PIPE_SEND_GRAD : DT_PIPE_SEND_ACT,
                                     p->pending_mb[k][s], -1, -1};
@@ -291,7 +336,7 @@ static dt_status wait_sends(dt_pipe *p)
 
 static dt_status compute(dt_pipe *p, const dt_pipe_action *a,
                          const int *const *inputs, const int *const *targets,
-                         int B, int T)
+                         int B, int T, bool hooked)
 {
     dt_model *m = p->m;
     dt_status st = free_slots(p, a);
@@ -305,12 +350,15 @@ static dt_status compute(dt_pipe *p, const dt_pipe_action *a,
                               last ? targets[a->mb] : NULL, B, T);
         if (st == DT_OK && last)
             p->losses[a->mb] = m->mean_loss;
-    } else if (a->op == DT_PIPE_B) {
-        st = dt_model_backward_part(m, dloss, p->sched->split_backward
-                                                  ? DT_BACKWARD_INPUT
-                                                  : DT_BACKWARD_ALL);
     } else {
-        st = dt_model_backward_part(m, dloss, DT_BACKWARD_WEIGHT);
+        dt_backward_part part = a->op == DT_PIPE_W ? DT_BACKWARD_WEIGHT
+                                : p->sched->split_backward ? DT_BACKWARD_INPUT
+                                                           : DT_BACKWARD_ALL;
+        if (hooked)
+            dt_model_set_grad_hook(m, p->hook, p->hook_user);
+        st = dt_model_backward_part(m, dloss, part);
+        if (hooked)
+            dt_model_set_grad_hook(m, NULL, NULL);
     }
     if (st != DT_OK)
         return pipe_fail(p, st, "%s of micro-batch %d: %s",
@@ -335,6 +383,8 @@ dt_status dt_pipe_run(dt_pipe *p, const int *const *inputs,
     const dt_pipe_action *acts = s->actions[p->stage];
     dt_status st = check_batch(p, inputs, targets);
     memset(&p->stats, 0, sizeof p->stats);
+    memset(p->t_start, 0, (size_t)s->n[p->stage] * sizeof(double));
+    memset(p->t_end, 0, (size_t)s->n[p->stage] * sizeof(double));
     double t0 = now_s();
     for (int i = 0; i < s->n[p->stage] && st == DT_OK;) {
         const dt_pipe_action *a = &acts[i];
@@ -342,11 +392,14 @@ dt_status dt_pipe_run(dt_pipe *p, const int *const *inputs,
         if (dt_pipe_is_transfer(a->op)) {
             st = run_batch(p, i, B, T, &i);
         } else if (a->op == DT_PIPE_STEP) {
+            p->t_start[i] = ta;
             st = wait_sends(p);
-            i++;
+            p->t_end[i++] = now_s();
         } else {
-            st = compute(p, a, inputs, targets, B, T);
-            i++;
+            p->t_start[i] = ta;
+            st = compute(p, a, inputs, targets, B, T,
+                         p->hook && i == p->last_weights);
+            p->t_end[i++] = now_s();
         }
         p->stats.op_s[a->op] += now_s() - ta;
     }

@@ -6,15 +6,21 @@
 # must print a loss table identical, digit for digit, to `minigpt
 # --grad-accum 4` with the same flags, for every schedule (the stages add
 # the micro-batches' gradients in the same order, so the sums are
-# bitwise equal). A --pp that does not match the world size is refused
-# with a message saying what to run instead. Output is TAP.
+# bitwise equal). Two pipelines of 2 stages, data-parallel (a world of 4),
+# print the loss table of `dtrain-launch -n 2 minigpt --grad-accum 4`,
+# under DDP and ZeRO-1, and every stage's replicas agree bitwise
+# (--check-replicas). A --pp that does not divide the world size is
+# refused with a message saying what to run instead. --preset pipeline
+# prints a measured Gantt chart of its 4 stages and the bubble table of
+# every schedule for m = 1..64 beside the closed forms, with each
+# schedule's activation sets per stage. Output is TAP.
 #
 # usage: minigpt_pipeline.sh PATH/TO/dtrain-launch PATH/TO/minigpt
 launch=$1; minigpt=$2
 tmp=$(mktemp -d /tmp/dtrain-pipe-e2e-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 unset RANK WORLD_SIZE LOCAL_RANK DT_INIT_URL DT_SECRET DT_JOB_ID
-echo "1..4"
+echo "1..10"
 n=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
 not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
@@ -38,11 +44,73 @@ for s in gpipe 1f1b zb; do
     fi
 done
 
+# dp x pp = 2 x 2 against DDP (or ZeRO-1) on 2 ranks with --grad-accum 4
+for par in ddp zero1; do
+    timeout 120 "$launch" -n 2 "$minigpt" $flags --parallel $par \
+        --grad-accum 4 >"$tmp/dp-$par.out" 2>&1
+    losses "$tmp/dp-$par.out" >"$tmp/dp-$par.loss"
+done
+for run in gpipe:ddp 1f1b:ddp zb:zero1; do
+    s=${run%:*}; par=${run#*:}
+    name="2 x 2 ranks with $s and $par print the loss table of $par on 2 ranks with --grad-accum 4"
+    if timeout 120 "$launch" -n 4 "$minigpt" $flags --pp 2 --microbatches 4 \
+            --schedule "$s" --parallel $par --check-replicas \
+            >"$tmp/2x2-$s.out" 2>&1 &&
+       losses "$tmp/2x2-$s.out" >"$tmp/2x2-$s.loss" && [ -s "$tmp/2x2-$s.loss" ] &&
+       cmp -s "$tmp/dp-$par.loss" "$tmp/2x2-$s.loss" &&
+       grep -q "replicas: the 2 ranks of each of the 2 stages hold bitwise identical" \
+           "$tmp/2x2-$s.out"; then
+        ok "$name"
+    else
+        not_ok "$name" "$(paste "$tmp/dp-$par.loss" "$tmp/2x2-$s.loss" 2>&1)" \
+            "$(tail -n 5 "$tmp/2x2-$s.out")"
+    fi
+done
+
 name="--pp 2 in a world of 1 is refused, naming the launch to run"
 if ! timeout 60 "$minigpt" $flags --pp 2 >"$tmp/refused.out" 2>&1 &&
-   grep -q "needs a world of exactly 2 ranks (this one has 1)" "$tmp/refused.out" &&
+   grep -q "needs a world of a multiple of 2 ranks" "$tmp/refused.out" &&
+   grep -q "(this one has 1)" "$tmp/refused.out" &&
    grep -q "dtrain-launch -n 2" "$tmp/refused.out"; then
     ok "$name"
 else
     not_ok "$name" "$(cat "$tmp/refused.out")"
+fi
+
+name="--pp 2 --dp 3 in a world of 4 is refused, naming the world it needs"
+if ! timeout 60 "$launch" -n 4 "$minigpt" $flags --pp 2 --dp 3 \
+        >"$tmp/refused-dp.out" 2>&1 &&
+   grep -q "needs a world of exactly 6 ranks (this one has 4)" "$tmp/refused-dp.out"; then
+    ok "$name"
+else
+    not_ok "$name" "$(cat "$tmp/refused-dp.out")"
+fi
+
+# the lesson: 4 stages, 8 micro-batches, Gantt chart and bubble table
+timeout 280 "$launch" -n 4 "$minigpt" --preset pipeline >"$tmp/lesson.out" 2>&1
+sed 's/^\[0\] //' "$tmp/lesson.out" >"$tmp/lesson.txt"
+name="--preset pipeline draws the measured last step of each of its 4 stages"
+rows=$(grep -c '^  stage [0-3] |[FB.]*|$' "$tmp/lesson.txt")
+fb=$(grep '^  stage [0-3] |' "$tmp/lesson.txt" | grep -c 'F.*B')
+if [ "$rows" = 4 ] && [ "$fb" = 4 ]; then
+    ok "$name"
+else
+    not_ok "$name" "$rows Gantt rows, $fb with F then B" "$(tail -n 30 "$tmp/lesson.out")"
+fi
+
+name="--preset pipeline prints the bubble for m = 1..64 beside the closed form, and activation sets"
+bad=""
+for m in 1 2 4 8 16 32 64; do
+    grep -q "^ *$m | " "$tmp/lesson.txt" || bad="$bad no row for m=$m;"
+done
+# closed forms (p - 1)/(m + p - 1) for GPipe and 1F1B, (p - 1)/(3m + p - 1) for ZB-H1
+grep -q '^ *8 |  *27\.3%.*|  *27\.3%.*|  *11\.1%' "$tmp/lesson.txt" || bad="$bad m=8 closed forms;"
+grep -q '^ *64 |  *4\.5%.*|  *4\.5%.*|  *1\.5%' "$tmp/lesson.txt" || bad="$bad m=64 closed forms;"
+# GPipe keeps all 8 micro-batches (+1 gradient set) on every stage, 1F1B p - s (+1)
+grep -q '^  *0  *9 sets  *[0-9]* B  *5 sets' "$tmp/lesson.txt" || bad="$bad stage 0 sets;"
+grep -q '^  *3  *9 sets  *[0-9]* B  *2 sets' "$tmp/lesson.txt" || bad="$bad stage 3 sets;"
+if [ -z "$bad" ]; then
+    ok "$name"
+else
+    not_ok "$name" "$bad" "$(tail -n 20 "$tmp/lesson.out")"
 fi

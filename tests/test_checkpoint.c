@@ -89,6 +89,48 @@ Test(checkpoint, manifest_lists_every_shard_with_its_ranges, .timeout = 30)
     fx_close(&x);
 }
 
+Test(checkpoint, a_state_holding_a_stages_range_loads_exactly_that_range,
+     .timeout = 30)
+{
+    fx x;
+    fx_open(&x, DT_CKPT_DDP, &(dt_ckpt_options){.allow_reshard = true});
+    size_t n = x.f.s.num_params, lo = n / 3, k = n / 2;
+    float *p = calloc(k, sizeof(float)), *m = calloc(k, sizeof(float)),
+          *v = calloc(k, sizeof(float));
+    dt_ckpt_state s = x.f.s;
+    s.params = p, s.adam_m = m, s.adam_v = v;
+    s.held_lo = lo, s.held_n = k, s.opt_lo = lo, s.opt_n = k;
+    cr_assert_eq(dt_ckpt_load(x.ck, x.step_dir, &s), DT_OK, "%s",
+                 dt_ckpt_error(x.ck));
+    cr_expect(memcmp(p, x.f.params + lo, k * sizeof(float)) == 0);
+    cr_expect(memcmp(m, x.f.m + lo, k * sizeof(float)) == 0);
+    cr_expect(memcmp(v, x.f.v + lo, k * sizeof(float)) == 0);
+    free(p);
+    free(m);
+    free(v);
+    fx_close(&x);
+}
+
+Test(checkpoint, a_slice_outside_the_parameters_a_rank_holds_is_refused,
+     .timeout = 30)
+{
+    fx x;
+    fx_open(&x, DT_CKPT_DDP, NULL);
+    size_t n = x.f.s.num_params, slices[2] = {0, n};
+    dt_ckpt_state s = x.f.s;
+    s.step = 11;
+    s.held_n = n / 2; /* holds the first half, asked to save all of it */
+    s.slices = slices;
+    cr_assert_eq(dt_ckpt_save(x.ck, NULL, &s), DT_EINVAL);
+    cr_expect(strstr(dt_ckpt_error(x.ck), "outside the parameters") != NULL,
+              "%s", dt_ckpt_error(x.ck));
+    slices[1] = n - 1; /* slices must end at the parameter count */
+    s.held_n = 0;
+    cr_assert_eq(dt_ckpt_save(x.ck, NULL, &s), DT_EINVAL);
+    cr_expect_eq(dt_ckpt_last_fault(x.ck), DT_CKPT_FAULT_CONFIG);
+    fx_close(&x);
+}
+
 Test(checkpoint, reshard_loads_three_shards_on_two_and_five_ranks, .timeout = 30)
 {
     dt_ckpt_options o = {.allow_reshard = true};

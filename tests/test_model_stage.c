@@ -176,6 +176,21 @@ static void stages_match_full_model(int split)
     destroy_all(full, st);
 }
 
+Test(model_stage, config_stage_range_is_the_stage_models_slice, .timeout = 10)
+{
+    dt_model *st[NSTAGE];
+    make_stages(st, 1, 1);
+    for (int s = 0; s < NSTAGE; s++) {
+        size_t lo, hi;
+        dt_config_stage_range(&cfg, bounds[s], bounds[s + 1], &lo, &hi);
+        cr_expect(lo == st[s]->param_lo && hi == st[s]->param_hi,
+                  "blocks [%d, %d): [%zu, %zu), the stage holds [%zu, %zu)",
+                  bounds[s], bounds[s + 1], lo, hi, st[s]->param_lo,
+                  st[s]->param_hi);
+    }
+    destroy_all(NULL, st);
+}
+
 Test(model_stage, stages_in_sequence_give_the_full_models_loss_and_grads,
      .timeout = 60)
 {

@@ -102,9 +102,22 @@ void mg_ckpt_close(mg_run *r)
         nftw(r->ckpt_tmp, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+/* Rows per step: D replicas x M micro-batches in a pipelined run. */
 static uint64_t global_batch(const mg_run *r)
 {
+    if (r->pipe)
+        return (uint64_t)r->dp * (uint64_t)mg_microbatches(&r->o) *
+               (uint64_t)r->o.batch;
     return (uint64_t)r->world * (uint64_t)r->o.grad_accum * (uint64_t)r->o.batch;
+}
+
+/* The model and optimizer of this rank as a checkpoint state; a stage
+ * saves the slice the pipeline layout gives it. */
+static dt_status state_of(mg_run *r, dt_ckpt_state *s)
+{
+    dt_status st = dt_ckpt_state_of(s, r->m, r->zero1, r->rank, r->world);
+    s->slices = r->ckpt_slices;
+    return st;
 }
 
 /* The step directory --resume names: "auto" = latest under --ckpt-dir (or
@@ -164,7 +177,7 @@ dt_status mg_ckpt_resume(mg_run *r)
         code = RESUME_FAILED;
     else if (resume_dir(r, h, dir, sizeof dir, &none) != DT_OK)
         code = none ? RESUME_NONE : RESUME_FAILED;
-    else if (dt_ckpt_state_of(&dev, r->m, r->zero1, r->rank, r->world) != DT_OK ||
+    else if (state_of(r, &dev) != DT_OK ||
              mg_state_mirror(r, &dev, &s, false) != DT_OK)
         code = RESUME_FAILED;
     if (code == RESUME_FAILED)
@@ -215,7 +228,8 @@ static bool snapshot_equal(mg_run *r, const dt_ckpt_state *live, char *why,
 {
     char dir[4200];
     dt_ckpt_state s = *live;
-    size_t n = live->num_params, k = live->opt_n ? live->opt_n : 1;
+    size_t n = live->held_n ? live->held_n : live->num_params;
+    size_t k = live->opt_n ? live->opt_n : 1;
     s.params = calloc(n, sizeof(float));
     s.adam_m = calloc(k, sizeof(float));
     s.adam_v = calloc(k, sizeof(float));
@@ -262,7 +276,7 @@ dt_status mg_ckpt_after_step(mg_run *r, int done)
     if (!r->ck || o->ckpt_every <= 0 || done % o->ckpt_every != 0)
         return DT_OK;
     dt_ckpt_state dev, s;
-    dt_status st = dt_ckpt_state_of(&dev, r->m, r->zero1, r->rank, r->world);
+    dt_status st = state_of(r, &dev);
     if (st != DT_OK)
         return ck_fail(r, st, "describing the state");
     dev.step = done;

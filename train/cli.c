@@ -78,9 +78,19 @@ static const flag flags[] = {
      "fault injection, for tests: after step N's update (before its save) "
      "the last rank SIGKILLs itself, on the first attempt only "
      "(DT_RESTART_COUNT unset or 0); 0 = never"},
+    {"--trace", NULL, K_STR, OPT(trace), "FILE",
+     "write what every rank did, when, as Chrome trace-event JSON "
+     "(Perfetto, chrome://tracing)"},
+    {"--gantt", NULL, K_BOOL, OPT(gantt), NULL,
+     "with --pp: print the last step as a Gantt chart from the ranks' clocks"},
+    {"--bubble-table", NULL, K_BOOL, OPT(bubble_table), NULL,
+     "with --pp: measure the bubble of GPipe, 1F1B and ZB-H1 for m = 1..64 "
+     "beside the closed form, and their activation memory per stage"},
     {"--pp", NULL, K_INT, OPT(pp), "P",
-     "pipeline stages, one per rank (the world must be P ranks until "
-     "pipeline groups compose with data parallelism); 0 = no pipeline"},
+     "pipeline stages, one rank each; the world is D x P ranks, D "
+     "data-parallel pipelines; 0 = no pipeline"},
+    {"--dp", NULL, K_INT, OPT(dp), "D",
+     "with --pp: data-parallel replicas of the pipeline (0 = world / P)"},
     {"--microbatches", NULL, K_INT, OPT(microbatches), "M",
      "micro-batches per pipelined step, of --batch sequences each "
      "(0 = --grad-accum)"},
@@ -140,10 +150,34 @@ static void preset_865k(mg_options *o)
     o->sample = 0;
 }
 
+/* The curriculum's pipeline lesson on real ranks: 4 stages of one block,
+ * 8 micro-batches of 1F1B, the last step's Gantt chart and the bubble
+ * table of every schedule for m = 1..64. */
+static void preset_pipeline(mg_options *o)
+{
+    o->cfg = (dt_config){.V = 64, .T = 32, .L = 4, .H = 4, .C = 64};
+    o->expect_ranks = 4;
+    o->pp = 4;
+    o->microbatches = 8;
+    o->schedule = "1f1b";
+    o->batch = 4;
+    o->steps = 6;
+    o->lr = 3e-3f;
+    o->data = "random";
+    o->log_every = 1;
+    o->eval_every = 0;
+    o->sample = 0;
+    o->gantt = true;
+    o->bubble_table = true;
+}
+
 static const preset presets[] = {
     {"seed", "4 ranks, 20 steps, batch 4, lr 5e-3, ZeRO-1, random tokens, "
              "checkpoint at step 10 verified (RESUME VERIFIED)", preset_seed},
     {"865k", "V=256 C=128 H=4 L=4 T=64, batch 8, DDP with 1 MB buckets", preset_865k},
+    {"pipeline", "the pipeline lesson: 4 ranks = 4 stages, 8 micro-batches "
+                 "of 1F1B, a measured Gantt chart and bubble table",
+     preset_pipeline},
 };
 #define NPRESETS (sizeof presets / sizeof presets[0])
 
@@ -243,25 +277,25 @@ static int check_pipeline(const mg_options *o, const char *prog)
 {
     dt_pipe_kind k;
     dt_pipe_partition_kind pk;
-    if (o->pp < 0 || o->microbatches < 0)
-        return bad(prog, "counts must be >= 0:", "--pp/--microbatches");
+    if (o->pp < 0 || o->dp < 0 || o->microbatches < 0)
+        return bad(prog, "counts must be >= 0:", "--pp/--dp/--microbatches");
+    if (o->dp > 0 && o->pp == 0)
+        return bad(prog, "--dp counts the replicas of a pipeline; without "
+                   "--pp every rank is one:", "--dp");
     if (!dt_pipe_kind_parse(o->schedule, &k))
         return bad(prog, "not a schedule (gpipe, 1f1b, zb):", o->schedule);
     if (!dt_pipe_partition_parse(o->pp_partition, &pk))
         return bad(prog, "not a partition (params, uniform):",
                    o->pp_partition);
+    if (o->pp == 0 && (o->gantt || o->bubble_table))
+        return bad(prog, "a Gantt chart and the bubble table need a "
+                   "pipeline:", "--gantt/--bubble-table without --pp");
     if (o->pp == 0)
         return 0;
     if (o->microbatches > 0 && o->grad_accum > 1 &&
         o->microbatches != o->grad_accum)
         return bad(prog, "--microbatches and --grad-accum disagree (they "
                    "are the same thing in a pipeline):", "--microbatches");
-    if (o->check_replicas)
-        return bad(prog, "stages hold different parameters; there are no "
-                   "replicas to compare:", "--pp with --check-replicas");
-    if (o->ckpt_dir || o->resume || o->ckpt_every > 0)
-        return bad(prog, "checkpoints of pipelined runs are not supported "
-                   "yet:", "--pp with --ckpt-dir/--resume/--ckpt-every");
     return 0;
 }
 

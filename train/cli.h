@@ -43,6 +43,10 @@ typedef struct mg_options {
     bool verify_resume;    /* reload the first checkpoint and compare */
     int die_at_step;       /* fault injection: the last rank SIGKILLs itself */
     int pp;                /* pipeline stages; 0 = no pipeline */
+    int dp;                /* with --pp: replicas; 0 = world / pp */
+    const char *trace;     /* Chrome trace-event JSON to write, or NULL */
+    bool gantt;            /* --pp: print the last step as a Gantt chart */
+    bool bubble_table;     /* --pp: measure every schedule's bubble */
     int microbatches;      /* per pipelined step; 0 = --grad-accum */
     const char *schedule;  /* gpipe, 1f1b or zb */
     const char *pp_partition; /* params or uniform */

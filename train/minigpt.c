@@ -95,6 +95,8 @@ static double evaluate(mg_run *r, mg_metrics *mx, int step)
 
 static dt_status check_replicas(mg_run *r, int step, bool quiet)
 {
+    if (r->pipe)
+        return mg_pipe_check_replicas(r, step, quiet);
     dt_status st = mg_settle_params(r);
     if (st != DT_OK)
         return st;
@@ -179,7 +181,7 @@ static dt_status finish(mg_run *r, mg_metrics *mx, double secs,
                         double mean_hidden, double acc)
 {
     const mg_options *o = &r->o;
-    dt_status st = r->pipe ? DT_OK : check_replicas(r, o->steps, false);
+    dt_status st = check_replicas(r, o->steps, false);
     if (st != DT_OK)
         return st;
     if (r->rank == 0) {
@@ -203,7 +205,16 @@ static dt_status finish(mg_run *r, mg_metrics *mx, double secs,
     fflush(stdout);
     if (r->pipe && (st = mg_report_pipeline(stdout, r)) != DT_OK)
         return st;
+    fflush(stdout);
+    if (r->pipe && o->gantt && (st = mg_lesson_gantt(stdout, r)) != DT_OK)
+        return st;
+    fflush(stdout);
+    if (r->pipe && o->bubble_table &&
+        (st = mg_lesson_bubbles(stdout, r)) != DT_OK)
+        return st;
     st = mg_report_memory(stdout, r);
+    if (st == DT_OK && r->trace)
+        st = mg_trace_write(r->trace, r, o->trace);
     if (st == DT_OK && r->rank == 0 && o->sample > 0 && !r->pipe)
         mg_sample(r, stdout, o->sample);
     return st;
@@ -245,6 +256,8 @@ int main(int argc, char **argv)
                r.o.preset, r.o.expect_ranks, r.world);
     mg_metrics *mx = NULL;
     dt_status st = mg_run_open(&r);
+    if (st == DT_OK && r.o.trace && !(r.trace = mg_trace_open()))
+        st = DT_ENOMEM;
     if (st == DT_OK)
         st = mg_ckpt_open(&r);
     if (st == DT_OK)
@@ -266,6 +279,7 @@ int main(int argc, char **argv)
             abort_job(&r, st);
     }
     mg_metrics_close(mx);
+    mg_trace_close(r.trace);
     mg_ckpt_close(&r);
     mg_run_close(&r);
     fflush(stdout);

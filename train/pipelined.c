@@ -1,17 +1,30 @@
 /*
  * pipelined.c — minigpt's pipelined step: `--pp P` cuts the model into P
- * stages, one per rank, and every step streams `--microbatches M`
- * micro-batches through them on the chosen schedule (pipeline/).
+ * stages and every step streams `--microbatches M` micro-batches through
+ * them on the chosen schedule (pipeline/); `--dp D` (default world / P)
+ * runs D such pipelines side by side, data-parallel.
  *
- * Same arithmetic as one process with `--grad-accum M`: micro-batch j of
- * step s reads rows s·M·B + j·B .. +B (rank 0 of data parallelism), each
- * micro-batch's loss is scaled by 1/M, the last stage adds the losses in
- * micro-batch order and broadcasts their mean for the step line. Each rank
- * then runs AdamW on its own stage's parameters: with one pipeline (data
- * parallelism 1, world = P) there is no gradient to synchronise. The
- * validation loss, the task's accuracy and the sample need the whole model
- * on one rank, so a pipelined run skips them; it prints instead each
+ * Groups. Rank g of the world of D x P is stage g / D of replica g % D
+ * (Megatron-LM's order: a stage's replicas are neighbours). dt_comm_split
+ * makes the pipeline group of each replica (stage s = its rank s) and the
+ * data-parallel group of each stage (replica r = its rank r).
+ *
+ * Same arithmetic as `dtrain-launch -n D minigpt --grad-accum M`: replica
+ * r's micro-batch j of step s reads the rows DDP rank r's micro-step j
+ * reads, s·D·M·B + (r·M + j)·B .. +B; each micro-batch's loss is scaled by
+ * 1/M, so a stage's gradient is its replica's mean. DDP then all-reduces
+ * (avg) it over the stage's data-parallel group, its buckets launched
+ * during the stage's last backward (its last W under ZB-H1: the executor
+ * installs DDP's hook for that action only), or ZeRO-1 reduce-scatters it
+ * after the step; each rank then runs AdamW on its stage (or shard). The
+ * last stages average their replicas' losses over their group, and the
+ * last stage of each pipeline broadcasts that for the step line. The
+ * validation loss, the task's accuracy and the sample need the whole
+ * model on one rank, so a pipelined run skips them; it prints instead each
  * stage's blocks, memory and measured bubble beside the closed form.
+ * Checkpoints: each rank saves its replica's share of its stage's range
+ * (dt_ckpt_pipeline_slices, set up here); --trace and lesson.c read the
+ * executor's timeline of each step.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +43,25 @@ static dt_status pipe_fail(mg_run *r, dt_status st, const char *what,
 int mg_microbatches(const mg_options *o)
 {
     return o->microbatches > 0 ? o->microbatches : o->grad_accum;
+}
+
+/* Who saves which slice of a checkpoint: each stage's range of the flat
+ * buffer, cut over its replicas (dt_ckpt_pipeline_slices). */
+static dt_status checkpoint_slices(mg_run *r, const int *bounds)
+{
+    int P = r->o.pp;
+    size_t *stage = malloc(((size_t)P + 1) * sizeof *stage);
+    r->ckpt_slices = malloc(((size_t)r->world + 1) * sizeof *r->ckpt_slices);
+    if (!stage || !r->ckpt_slices) {
+        free(stage);
+        return pipe_fail(r, DT_ENOMEM, "pipeline", "out of memory");
+    }
+    for (int s = 0; s < P; s++)
+        dt_config_stage_range(&r->o.cfg, bounds[s], bounds[s + 1], &stage[s],
+                              &stage[s + 1]);
+    dt_ckpt_pipeline_slices(r->ckpt_slices, stage, P, r->dp);
+    free(stage);
+    return DT_OK;
 }
 
 /* The schedule and this rank's stage of the model. */
@@ -53,10 +85,13 @@ static dt_status open_stage(mg_run *r, int M)
         free(bounds);
         return pipe_fail(r, st, "pipeline", err);
     }
-    int s = r->rank;
+    int s = r->stage;
     dt_stage_spec sp = {bounds[s], bounds[s + 1], r->sched->act_slots[s],
                         r->sched->grad_slots[s]};
+    st = checkpoint_slices(r, bounds);
     free(bounds);
+    if (st != DT_OK)
+        return st;
     st = dt_model_create_stage(&r->m, &o->cfg, dt_backend_cpu(), o->batch,
                                &sp);
     if (st != DT_OK)
@@ -66,19 +101,79 @@ static dt_status open_stage(mg_run *r, int M)
     return DT_OK;
 }
 
+/* D = --dp, or world / P; the world must be exactly D x P. */
+static dt_status check_world(mg_run *r)
+{
+    const mg_options *o = &r->o;
+    char msg[320];
+    int P = o->pp, D = o->dp > 0 ? o->dp : r->world / P;
+    if (D >= 1 && D * P == r->world) {
+        r->dp = D;
+        r->stage = r->rank / D;
+        r->replica = r->rank % D;
+        return DT_OK;
+    }
+    if (o->dp > 0)
+        snprintf(msg, sizeof msg, "--pp %d --dp %d needs a world of exactly "
+                 "%d ranks (this one has %d); run dtrain-launch -n %d", P,
+                 o->dp, P * o->dp, r->world, P * o->dp);
+    else
+        snprintf(msg, sizeof msg, "--pp %d needs a world of a multiple of %d "
+                 "ranks, one pipeline per data-parallel replica (this one "
+                 "has %d); run dtrain-launch -n %d", P, P, r->world,
+                 P * (r->world / P > 0 ? r->world / P : 1));
+    return pipe_fail(r, DT_EINVAL, "pipeline", msg);
+}
+
+/* The pipeline group of this rank's replica and the data-parallel group
+ * of its stage; a group of one rank is NULL, a group of the whole world
+ * is the world's communicator. */
+static dt_status open_groups(mg_run *r)
+{
+    int P = r->o.pp, D = r->dp;
+    dt_status st = DT_OK;
+    r->pipe_comm = P == 1 ? NULL : D == 1 ? r->comm : NULL;
+    r->dp_comm = D == 1 ? NULL : P == 1 ? r->comm : NULL;
+    if (P > 1 && D > 1)
+        st = dt_comm_split(r->comm, r->replica, r->stage, &r->pipe_comm);
+    if (st == DT_OK && P > 1 && D > 1)
+        st = dt_comm_split(r->comm, r->stage, r->replica, &r->dp_comm);
+    if (st != DT_OK)
+        return pipe_fail(r, st, "splitting the world into pipeline and "
+                         "data-parallel groups", dt_comm_error(r->comm));
+    return DT_OK;
+}
+
+/* DDP or ZeRO-1 of this stage over its data-parallel group. */
+static dt_status open_optimizer(mg_run *r)
+{
+    const mg_options *o = &r->o;
+    dt_status st;
+    if (o->parallel == MG_DDP) {
+        size_t bytes = (size_t)(o->bucket_mb * 1024 * 1024);
+        st = dt_ddp_create(&r->ddp, r->m, r->dp_comm, bytes);
+        if (st != DT_OK)
+            return pipe_fail(r, st, "ddp", r->ddp ? dt_ddp_error(r->ddp)
+                                                  : "out of memory");
+    } else {
+        st = dt_zero1_create(&r->zero1, r->m, r->dp_comm);
+        if (st != DT_OK)
+            return pipe_fail(r, st, "zero1", r->zero1
+                                                 ? dt_zero1_error(r->zero1)
+                                                 : "out of memory");
+    }
+    return DT_OK;
+}
+
 dt_status mg_pipe_open(mg_run *r)
 {
     const mg_options *o = &r->o;
     int M = mg_microbatches(o);
-    if (r->world != o->pp) {
-        char msg[256];
-        snprintf(msg, sizeof msg, "--pp %d needs a world of exactly %d ranks "
-                 "(this one has %d): pipeline stages do not compose with "
-                 "data parallelism yet; run dtrain-launch -n %d", o->pp,
-                 o->pp, r->world, o->pp);
-        return pipe_fail(r, DT_EINVAL, "pipeline", msg);
-    }
-    dt_status st = open_stage(r, M);
+    dt_status st = check_world(r);
+    if (st == DT_OK)
+        st = open_groups(r);
+    if (st == DT_OK)
+        st = open_stage(r, M);
     if (st != DT_OK)
         return st;
     size_t n = (size_t)M * o->batch * o->cfg.T;
@@ -88,10 +183,10 @@ dt_status mg_pipe_open(mg_run *r)
     if (!r->x || !r->y || !r->losses)
         return pipe_fail(r, DT_ENOMEM, "trainer", "out of memory");
     r->h = dt_adamw_defaults(o->lr);
-    st = dt_pipe_create(&r->pipe, r->comm, r->m, r->sched);
+    st = dt_pipe_create(&r->pipe, r->pipe_comm, r->m, r->sched);
     if (st != DT_OK)
         return pipe_fail(r, st, "pipeline", dt_pipe_error(r->pipe));
-    return DT_OK;
+    return open_optimizer(r);
 }
 
 void mg_pipe_close(mg_run *r)
@@ -100,14 +195,24 @@ void mg_pipe_close(mg_run *r)
     dt_pipe_schedule_destroy(r->sched);
     r->pipe = NULL;
     r->sched = NULL;
+    if (r->pipe_comm != r->comm)
+        dt_comm_destroy(r->pipe_comm);
+    if (r->dp_comm != r->comm)
+        dt_comm_destroy(r->dp_comm);
+    r->pipe_comm = r->dp_comm = NULL;
+    free(r->ckpt_slices);
+    r->ckpt_slices = NULL;
 }
 
-/* The step's micro-batches: rows step·M·B + j·B .. +B, j = 0 .. M-1. */
+/* The step's micro-batches: replica r's rows step·D·M·B + (r·M + j)·B
+ * .. +B, j = 0 .. M-1, as DDP rank r's micro-steps. */
 static dt_status load_microbatches(mg_run *r, int step, int M)
 {
     const mg_options *o = &r->o;
     size_t rows = (size_t)o->batch * o->cfg.T;
-    uint64_t row = r->row0 + (uint64_t)(step - r->start_step) * M * o->batch;
+    uint64_t per_replica = (uint64_t)M * (uint64_t)o->batch;
+    uint64_t row = r->row0 + (uint64_t)(step - r->start_step) * (uint64_t)r->dp
+                   * per_replica + (uint64_t)r->replica * per_replica;
     for (int j = 0; j < M; j++) {
         dt_status st = dt_dataset_batch(r->x + j * rows, r->y + j * rows,
                                         r->data, DT_TRAIN, o->seed,
@@ -131,10 +236,64 @@ static void add_stats(mg_run *r, int step)
                          ps.op_s[DT_PIPE_W];
 }
 
+/* DDP: arms the buckets to go out during the stage's last backward. */
+static dt_status arm_sync(mg_run *r)
+{
+    dt_grad_ready_fn fn = NULL;
+    void *user = NULL;
+    if (!r->ddp)
+        return DT_OK;
+    dt_status st = dt_ddp_arm(r->ddp, &fn, &user);
+    if (st != DT_OK)
+        return pipe_fail(r, st, "ddp", dt_ddp_error(r->ddp));
+    dt_pipe_set_grad_hook(r->pipe, fn, user);
+    return DT_OK;
+}
+
+/* After the step's last backward: the gradient's mean over the stage's
+ * replicas, and AdamW on the stage (DDP) or on this rank's shard (ZeRO-1). */
+static dt_status sync_and_update(mg_run *r, int step, mg_step *out)
+{
+    dt_status st;
+    double t0;
+    if (r->ddp) {
+        if ((st = dt_ddp_wait(r->ddp, &out->comm)) != DT_OK)
+            return pipe_fail(r, st, "gradient all-reduce",
+                             dt_ddp_error(r->ddp));
+        mg_trace_ddp(r->trace, r->ddp);
+        t0 = dt_now();
+        if ((st = dt_model_update(r->m, &r->h, step + 1)) != DT_OK)
+            return pipe_fail(r, st, "update", dt_model_error(r->m));
+    } else {
+        t0 = dt_now();
+        if ((st = dt_zero1_step(r->zero1, &r->h, step + 1, &out->comm)) !=
+            DT_OK)
+            return pipe_fail(r, st, "zero1 step", dt_zero1_error(r->zero1));
+    }
+    mg_trace_add(r->trace, MG_EV_OPTIMIZER, -1, t0, dt_now());
+    return DT_OK;
+}
+
+/* The step's loss for every rank: the last stages average their replicas'
+ * (as DDP averages its ranks'), then each pipeline's last stage tells
+ * the others. */
+static dt_status share_loss(mg_run *r, float *loss)
+{
+    dt_status st = DT_OK;
+    if (r->stage == r->o.pp - 1 && r->dp_comm &&
+        (st = dt_allreduce(r->dp_comm, loss, 1, DT_F32, DT_AVG)) != DT_OK)
+        return pipe_fail(r, st, "loss all-reduce", dt_comm_error(r->dp_comm));
+    if (r->pipe_comm && (st = dt_broadcast(r->pipe_comm, loss, 1, DT_F32,
+                                           r->o.pp - 1)) != DT_OK)
+        return pipe_fail(r, st, "loss broadcast",
+                         dt_comm_error(r->pipe_comm));
+    return DT_OK;
+}
+
 dt_status mg_pipe_step(mg_run *r, int step, mg_step *out)
 {
     const mg_options *o = &r->o;
-    int M = mg_microbatches(o), last = r->rank == o->pp - 1;
+    int M = mg_microbatches(o), last = r->stage == o->pp - 1;
     size_t rows = (size_t)o->batch * o->cfg.T;
     const int *in[M], *tg[M];
     double t0 = dt_now();
@@ -145,28 +304,63 @@ dt_status mg_pipe_step(mg_run *r, int step, mg_step *out)
         in[j] = r->x + j * rows, tg[j] = r->y + j * rows;
     float loss = 0;
     dt_model_zero_grad(r->m);
-    st = dt_pipe_run(r->pipe, r->rank == 0 ? in : NULL, last ? tg : NULL,
+    if ((st = arm_sync(r)) != DT_OK)
+        return st;
+    st = dt_pipe_run(r->pipe, r->stage == 0 ? in : NULL, last ? tg : NULL,
                      o->batch, o->cfg.T, &loss);
     if (st != DT_OK)
         return pipe_fail(r, st, "pipeline", dt_pipe_error(r->pipe));
     add_stats(r, step);
-    st = dt_model_update(r->m, &r->h, step + 1);
-    if (st != DT_OK)
-        return pipe_fail(r, st, "update", dt_model_error(r->m));
-    out->ms = 1e3 * (dt_now() - t0);
-    if (r->comm && (st = dt_broadcast(r->comm, &loss, 1, DT_F32,
-                                      o->pp - 1)) != DT_OK)
-        return pipe_fail(r, st, "loss broadcast", dt_comm_error(r->comm));
-    out->loss = loss;
+    mg_trace_pipe(r->trace, r->pipe, r->sched, r->stage);
     out->comm.hidden = -1;
+    if ((st = sync_and_update(r, step, out)) != DT_OK)
+        return st;
+    out->ms = 1e3 * (dt_now() - t0);
+    if ((st = share_loss(r, &loss)) != DT_OK)
+        return st;
+    out->loss = loss;
     r->losses[step] = loss;
-    out->tokens_per_s = (double)M * rows / (out->ms * 1e-3);
+    out->tokens_per_s = (double)r->dp * M * rows / (out->ms * 1e-3);
+    return DT_OK;
+}
+
+/* --check-replicas for a pipeline: the ranks of each stage's data-parallel
+ * group hold bitwise identical parameters; one verdict for the world. */
+dt_status mg_pipe_check_replicas(mg_run *r, int step, bool quiet)
+{
+    bool same = true;
+    uint64_t *hashes = calloc((size_t)r->dp, sizeof *hashes);
+    if (!hashes)
+        return pipe_fail(r, DT_ENOMEM, "replica check", "out of memory");
+    dt_status st = DT_OK;
+    if (r->dp_comm)
+        st = dt_check_replicas(r->dp_comm, r->m, &same, hashes);
+    int32_t v = same;
+    if (st == DT_OK && r->comm)
+        st = dt_allreduce(r->comm, &v, 1, DT_I32, DT_MIN);
+    if (st == DT_OK && !same) {
+        fprintf(stderr, "minigpt: rank %d: after step %d the %d replicas of "
+                "stage %d hold different parameters:", r->rank, step, r->dp,
+                r->stage);
+        for (int q = 0; q < r->dp; q++)
+            fprintf(stderr, " %d:%016llx", q, (unsigned long long)hashes[q]);
+        fprintf(stderr, "\n");
+    }
+    free(hashes);
+    if (st != DT_OK)
+        return pipe_fail(r, st, "replica check", dt_comm_error(r->comm));
+    if (!v)
+        return pipe_fail(r, DT_EPROTO, "replica check", "the replicas of a "
+                         "stage differ (their ranks print the hashes)");
+    if (!quiet && r->rank == 0 && r->dp > 1)
+        printf("replicas: the %d ranks of each of the %d stages hold bitwise "
+               "identical parameters\n", r->dp, r->o.pp);
     return DT_OK;
 }
 
 /* The bubble as a fraction of the step, with unit costs F = 1, B = 2
  * (ZB-H1: input half 1, W 1; for m >= p only). */
-static double closed_form_bubble(dt_pipe_kind k, int p, int m)
+double mg_closed_form_bubble(dt_pipe_kind k, int p, int m)
 {
     double work = 3.0 * m, idle = k == DT_PIPE_ZB ? p - 1 : 3.0 * (p - 1);
     return idle / (work + idle);
@@ -181,24 +375,26 @@ dt_status mg_report_pipeline(FILE *f, const mg_run *r)
     double mine[PF_FIELDS] = {m->l0, m->l1, (double)m->num_params,
                               m->act_slots, m->grad_slots, r->pipe_wall_s,
                               r->pipe_compute_s};
-    double *all = calloc((size_t)r->world * PF_FIELDS, sizeof *all);
+    int P = r->o.pp;
+    double *all = calloc((size_t)P * PF_FIELDS, sizeof *all);
     if (!all)
         return DT_ENOMEM;
     dt_status st = DT_OK;
-    if (r->comm)
-        st = dt_gather(r->comm, mine, all, PF_FIELDS, DT_F64, 0);
+    if (r->pipe_comm) /* this replica's stages; replica 0's are printed */
+        st = dt_gather(r->pipe_comm, mine, all, PF_FIELDS, DT_F64, 0);
     else
         memcpy(all, mine, sizeof mine);
     const dt_pipe_schedule *s = r->sched;
     if (st == DT_OK && r->rank == 0) {
-        fprintf(f, "pipeline: %s, %d stages, %d micro-batches; bubble = idle "
-                   "share of the step (measured: 1 - compute/wall, mean over "
-                   "steps after the first; closed form with B = 2F%s)\n",
-                dt_pipe_kind_name(s->kind), s->p, s->m,
+        fprintf(f, "pipeline: %s, %d stages, %d micro-batches (replica 0 of "
+                   "%d); bubble = idle share of the step (measured: 1 - "
+                   "compute/wall, mean over steps after the first; closed "
+                   "form with B = 2F%s)\n",
+                dt_pipe_kind_name(s->kind), s->p, s->m, r->dp,
                 s->kind == DT_PIPE_ZB ? ", W = F" : "");
         fprintf(f, "  %5s %9s %11s %9s %9s %9s %12s\n", "stage", "blocks",
                 "params", "act sets", "grad sets", "bubble", "closed form");
-        for (int q = 0; q < r->world; q++) {
+        for (int q = 0; q < P; q++) {
             double *v = all + (size_t)q * PF_FIELDS;
             char blocks[24];
             snprintf(blocks, sizeof blocks, "[%d, %d)", (int)v[PF_L0],
@@ -208,7 +404,7 @@ dt_status mg_report_pipeline(FILE *f, const mg_run *r)
             char closed[16] = "-"; /* ZB-H1 has none for m < p */
             if (s->kind != DT_PIPE_ZB || s->m >= s->p)
                 snprintf(closed, sizeof closed, "%.1f%%",
-                         100 * closed_form_bubble(s->kind, s->p, s->m));
+                         100 * mg_closed_form_bubble(s->kind, s->p, s->m));
             fprintf(f, "  %5d %9s %11.0f %9.0f %9.0f %8.1f%% %12s\n", q,
                     blocks, v[PF_PARAMS], v[PF_ACT_SETS], v[PF_GRAD_SETS],
                     100 * bubble, closed);

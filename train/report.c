@@ -41,12 +41,12 @@ void mg_report_header(FILE *f, const mg_run *r)
 {
     const mg_options *o = &r->o;
     char pc[32];
-    /* a pipeline is one replica whose micro-batches are the accumulation */
-    int replicas = r->pipe ? 1 : r->world;
+    /* each pipeline is one replica; its micro-batches, the accumulation */
+    int replicas = r->pipe ? r->dp : r->world;
     int accum = r->pipe ? mg_microbatches(o) : o->grad_accum;
     char who[48];
-    snprintf(who, sizeof who, "%d %s%s", r->world,
-             r->pipe ? "stage" : "rank", r->world == 1 ? "" : "s");
+    snprintf(who, sizeof who, "%d %s%s", replicas,
+             r->pipe ? "pipeline" : "rank", replicas == 1 ? "" : "s");
     fprintf(f, "minigpt: V=%d C=%d H=%d L=%d T=%d, %s parameters; %s x "
                "batch %d x accum %d x T %d = %d tokens/step; lr %g; %s%s%s; "
                "data %s\n",
@@ -59,9 +59,10 @@ void mg_report_header(FILE *f, const mg_run *r)
             o->preset ? ", preset " : "", o->preset ? o->preset : "",
             o->data ? o->data : "embedded task (reverse digits)");
     if (r->pipe)
-        fprintf(f, "pipeline: %s over %d stages (one per rank), %d "
-                   "micro-batches of %d sequences per step\n", o->schedule, o->pp,
-                mg_microbatches(o), o->batch);
+        fprintf(f, "pipeline: %s over %d stages (one per rank) x %d "
+                   "data-parallel replica%s, %d micro-batches of %d "
+                   "sequences per step\n", o->schedule, o->pp, r->dp,
+                r->dp == 1 ? "" : "s", mg_microbatches(o), o->batch);
     if (r->m && strcmp(r->m->be->name, "cpu") != 0)
         fprintf(f, "backend: %s%s%s\n", r->m->be->name,
                 strcmp(r->m->be->name, "cuda") == 0

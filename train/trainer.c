@@ -152,11 +152,14 @@ static dt_status micro_step(mg_run *r, int step, int j, float *loss)
                                     o->batch, o->cfg.T);
     if (st != DT_OK)
         return run_fail(r, st, "data", dt_dataset_error(r->data));
+    double t0 = dt_now();
     st = r->zero1 ? dt_zero1_forward(r->zero1, r->x, r->y, o->batch, o->cfg.T)
                   : dt_model_forward(r->m, r->x, r->y, o->batch, o->cfg.T);
     if (st != DT_OK)
         return run_fail(r, st, "forward", r->zero1 ? dt_zero1_error(r->zero1)
                                                    : dt_model_error(r->m));
+    double t1 = dt_now();
+    mg_trace_add(r->trace, MG_EV_FORWARD, j, t0, t1);
     *loss += r->m->mean_loss / (float)o->grad_accum;
     float dloss = 1.0f / (float)o->grad_accum;
     bool sync = j == o->grad_accum - 1;
@@ -173,11 +176,13 @@ static dt_status micro_step(mg_run *r, int step, int j, float *loss)
         if (st != DT_OK)
             return run_fail(r, st, "backward", dt_model_error(r->m));
     }
+    mg_trace_add(r->trace, MG_EV_BACKWARD, j, t1, dt_now());
     return DT_OK;
 }
 
 dt_status mg_train_step(mg_run *r, int step, mg_step *out)
 {
+    mg_trace_set_step(r->trace, step);
     if (r->pipe)
         return mg_pipe_step(r, step, out);
     double t0 = dt_now();
@@ -198,13 +203,18 @@ dt_status mg_train_step(mg_run *r, int step, mg_step *out)
         st = dt_ddp_wait(r->ddp, &out->comm);
         if (st != DT_OK)
             return run_fail(r, st, "gradient all-reduce", dt_ddp_error(r->ddp));
+        mg_trace_ddp(r->trace, r->ddp);
+        double tu = dt_now();
         st = dt_model_update(r->m, &r->h, step + 1);
         if (st != DT_OK)
             return run_fail(r, st, "update", dt_model_error(r->m));
+        mg_trace_add(r->trace, MG_EV_OPTIMIZER, -1, tu, dt_now());
     } else {
+        double tu = dt_now();
         st = dt_zero1_step_async(r->zero1, &r->h, step + 1, &out->comm);
         if (st != DT_OK)
             return run_fail(r, st, "zero1 step", dt_zero1_error(r->zero1));
+        mg_trace_add(r->trace, MG_EV_OPTIMIZER, -1, tu, dt_now());
     }
     if (strcmp(r->m->be->name, "cuda") == 0) { /* kernels fail late */
         char err[256] = "";

@@ -16,6 +16,8 @@
 #include "dt_optim.h"
 #include "dt_pipe.h"
 
+typedef struct mg_trace mg_trace;
+
 /* One rank's training run. */
 typedef struct mg_run {
     mg_options o;
@@ -38,6 +40,11 @@ typedef struct mg_run {
     dt_pipe_schedule *sched; /* --pp: the schedule, this rank's stage runs */
     dt_pipe *pipe;           /* --pp: its executor; r->m is the stage */
     double pipe_wall_s, pipe_compute_s; /* summed over steps, for bubbles */
+    int stage, replica, dp;  /* --pp: world rank = stage · dp + replica */
+    dt_comm *pipe_comm;      /* --pp: this replica's stages (NULL: P = 1) */
+    dt_comm *dp_comm;        /* --pp: this stage's replicas (NULL: D = 1) */
+    size_t *ckpt_slices;     /* --pp: [world + 1] who saves what */
+    mg_trace *trace;         /* --trace: this rank's slices, or NULL */
     char err[768];
 } mg_run;
 
@@ -69,8 +76,41 @@ int mg_microbatches(const mg_options *o);
 dt_status mg_pipe_open(mg_run *r);     /* stage model, schedule, executor */
 void mg_pipe_close(mg_run *r);
 dt_status mg_pipe_step(mg_run *r, int step, mg_step *out);
+/* Every stage's replicas hold bitwise identical parameters (one verdict
+ * for the world; prints it on rank 0 unless quiet). */
+dt_status mg_pipe_check_replicas(mg_run *r, int step, bool quiet);
+/* The idle share of a step with unit costs F = 1, B = 2 (ZB-H1: input
+ * half 1, W 1; meaningful for m >= p only). */
+double mg_closed_form_bubble(dt_pipe_kind k, int p, int m);
+/* lesson.c (--pp, collective over the pipeline group): the last step as
+ * a text Gantt chart from the executor's clocks; the measured bubble of
+ * every schedule for m = 1 .. 64 beside the closed form, and each
+ * schedule's peak activation memory per stage. Rank 0 prints. */
+dt_status mg_lesson_gantt(FILE *f, mg_run *r);
+dt_status mg_lesson_bubbles(FILE *f, mg_run *r);
 /* Each stage's blocks, memory sets and bubble, gathered to rank 0. */
 dt_status mg_report_pipeline(FILE *f, const mg_run *r);
+
+/* trace.c: --trace. Slice kinds beyond the pipeline's dt_pipe_op. */
+enum mg_event_kind {
+    MG_EV_FORWARD = DT_PIPE_NUM_OPS, /* a data-parallel micro-step's */
+    MG_EV_BACKWARD,
+    MG_EV_ALLREDUCE,                 /* a DDP bucket */
+    MG_EV_OPTIMIZER,                 /* AdamW (ZeRO-1: with its collectives) */
+};
+mg_trace *mg_trace_open(void);
+void mg_trace_close(mg_trace *t);
+/* The step the next slices belong to. Every mg_trace_* ignores t NULL. */
+void mg_trace_set_step(mg_trace *t, int step);
+/* One slice [t0, t1] in seconds on CLOCK_MONOTONIC; arg -1 for none. */
+void mg_trace_add(mg_trace *t, int kind, int arg, double t0, double t1);
+/* The executor's last step, every action of this stage's list. */
+void mg_trace_pipe(mg_trace *t, const dt_pipe *p, const dt_pipe_schedule *s,
+                   int stage);
+/* The buckets of DDP's last synced backward. */
+void mg_trace_ddp(mg_trace *t, const dt_ddp *d);
+/* Collective: every rank's slices to rank 0, which writes the JSON. */
+dt_status mg_trace_write(mg_trace *t, mg_run *r, const char *path);
 
 /* checkpointing.c: collective (every rank calls) */
 dt_status mg_ckpt_open(mg_run *r);
