@@ -1,0 +1,96 @@
+/*
+ * test_cli.c — every program's command line, as a person first meets it.
+ *
+ * `--help` prints a usage on stdout and exits 0 for each program (a help
+ * that exits 2 reads as a failure to a script); a bad value is refused with
+ * a message that names its flag and the value; dtrain-launch takes
+ * torchrun's underscore spellings. The programs run as built, through
+ * run_program.h; nothing here starts a training run longer than a step.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "run_program.h"
+
+static char *run(const char *const *argv, int *code)
+{
+    char log[64];
+    snprintf(log, sizeof log, "/tmp/dtrain-test-cli-%d.log", (int)getpid());
+    char *out;
+    *code = run_program(argv, log, &out);
+    unlink(log);
+    return out;
+}
+
+static void assert_help(const char *bin)
+{
+    int code;
+    char *out = run((const char *[]){bin, "--help", NULL}, &code);
+    cr_assert_eq(code, 0, "%s --help exited %d:\n%s", bin, code, out);
+    cr_assert(strstr(out, "usage:"), "%s --help printed no usage:\n%s", bin, out);
+    free(out);
+}
+
+Test(cli, help_exits_0_with_a_usage_in_every_program, .timeout = 60)
+{
+    const char *bins[] = {DTRAIN_DEMO_BIN, DT_CKPT_BIN, MINIGPT_BENCH_BIN, CKPT_BENCH_BIN,
+                          LOOPBACK_STREAMS_BIN, DTRAIN_BENCH_BIN, LAUNCH_BIN, MINIGPT_BIN};
+    for (size_t i = 0; i < sizeof bins / sizeof bins[0]; i++)
+        assert_help(bins[i]);
+}
+
+static void assert_refused(const char *const *argv, const char *needle)
+{
+    int code;
+    char *out = run(argv, &code);
+    cr_assert_eq(code, 2, "%s %s %s exited %d:\n%s", argv[0], argv[1], argv[2], code, out);
+    cr_assert(strstr(out, needle), "expected \"%s\" in:\n%s", needle, out);
+    free(out);
+}
+
+Test(cli, minigpt_names_the_flag_of_a_bad_value, .timeout = 30)
+{
+    assert_refused((const char *[]){MINIGPT_BIN, "--steps", "-5", NULL},
+                   "--steps: must be a positive integer, got '-5'");
+    assert_refused((const char *[]){MINIGPT_BIN, "--keep", "-1", NULL},
+                   "--keep: must be a non-negative integer, got '-1'");
+    assert_refused((const char *[]){MINIGPT_BIN, "-B", "two", NULL},
+                   "--batch: must be a positive integer, got 'two'");
+}
+
+Test(cli, minigpt_refuses_a_negative_seed_rather_than_wrapping_it, .timeout = 30)
+{
+    assert_refused((const char *[]){MINIGPT_BIN, "--seed", "-1", NULL},
+                   "--seed: must be a non-negative integer below 2^64, got '-1'");
+}
+
+Test(cli, the_small_programs_name_the_flag_of_a_bad_value, .timeout = 30)
+{
+    assert_refused((const char *[]){DTRAIN_DEMO_BIN, "-n", "0", NULL}, "--ranks");
+    assert_refused((const char *[]){CKPT_BENCH_BIN, "--rounds", "x", NULL}, "--rounds");
+    assert_refused((const char *[]){MINIGPT_BENCH_BIN, "-n", "x", NULL}, "-n: must be");
+    assert_refused((const char *[]){LOOPBACK_STREAMS_BIN, "-n", "1", NULL}, "-n: must be");
+}
+
+Test(cli, launcher_takes_torchruns_underscore_spellings, .timeout = 30)
+{
+    int code;
+    char *out = run((const char *[]){LAUNCH_BIN, "--nproc_per_node", "2", "--nnodes=1",
+                                     "--node_rank", "0", "--max_restarts", "0", "/bin/sh",
+                                     "-c", "echo hello from $RANK of $WORLD_SIZE", NULL},
+                    &code);
+    cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
+    cr_assert(strstr(out, "hello from 0 of 2"), "rank 0 missing:\n%s", out);
+    cr_assert(strstr(out, "hello from 1 of 2"), "rank 1 missing:\n%s", out);
+    free(out);
+}
+
+Test(cli, launcher_help_mentions_the_underscore_spellings, .timeout = 10)
+{
+    int code;
+    char *out = run((const char *[]){LAUNCH_BIN, "--help", NULL}, &code);
+    cr_assert(strstr(out, "--nproc_per_node"), "help:\n%s", out);
+    free(out);
+}
