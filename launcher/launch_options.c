@@ -57,6 +57,9 @@ static const flag_spec flags[] = {
      "also write each rank's output to D/rank_NNNNN.log"},
     {0, "grace", NULL, "SECONDS", FLAG_SECONDS, FIELD(grace_s), 0, 3600,
      "wait between SIGTERM and SIGKILL when stopping workers (default 5)"},
+    {0, "init-timeout", NULL, "SECONDS", FLAG_SECONDS, FIELD(init_timeout_s), 1, 86400,
+     "start-up deadline of each worker (rendezvous + connecting), passed\n"
+     "as DT_INIT_TIMEOUT (default: the workers' own, 60 s for dtrain's)"},
     {'h', "help", NULL, NULL, FLAG_SWITCH, FIELD(help), 0, 0, "print this help and exit"},
 };
 #define NUM_FLAGS (sizeof flags / sizeof flags[0])

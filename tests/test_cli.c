@@ -8,6 +8,7 @@
  * run_program.h; nothing here starts a training run longer than a step.
  */
 #include <criterion/criterion.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -92,5 +93,43 @@ Test(cli, launcher_help_mentions_the_underscore_spellings, .timeout = 10)
     int code;
     char *out = run((const char *[]){LAUNCH_BIN, "--help", NULL}, &code);
     cr_assert(strstr(out, "--nproc_per_node"), "help:\n%s", out);
+    free(out);
+}
+
+/* The launcher runs on one CPU (the affinity its children inherit). */
+static char *launch_on_one_cpu(const char *nproc, int *code)
+{
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(sched_getcpu() >= 0 ? sched_getcpu() : 0, &one);
+    cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0);
+    return run((const char *[]){LAUNCH_BIN, "-n", nproc, "/bin/true", NULL}, code);
+}
+
+Test(cli, launcher_warns_when_workers_far_exceed_the_cpus, .timeout = 30)
+{
+    int code;
+    char *out = launch_on_one_cpu("5", &code);
+    cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
+    cr_expect(strstr(out, "warning: 5 workers on 1 CPU core"), "no warning:\n%s", out);
+    free(out);
+}
+
+Test(cli, launcher_is_quiet_about_a_few_workers_per_cpu, .timeout = 30)
+{
+    int code;
+    char *out = launch_on_one_cpu("4", &code);
+    cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
+    cr_expect(!strstr(out, "warning"), "unexpected warning:\n%s", out);
+    free(out);
+}
+
+Test(cli, launcher_init_timeout_reaches_the_workers_as_dt_init_timeout, .timeout = 30)
+{
+    int code;
+    char *out = run((const char *[]){LAUNCH_BIN, "--init-timeout", "90", "/bin/sh", "-c",
+                                     "echo deadline=$DT_INIT_TIMEOUT", NULL}, &code);
+    cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
+    cr_expect(strstr(out, "deadline=90"), "DT_INIT_TIMEOUT not passed on:\n%s", out);
     free(out);
 }
