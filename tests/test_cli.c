@@ -133,3 +133,36 @@ Test(cli, launcher_init_timeout_reaches_the_workers_as_dt_init_timeout, .timeout
     cr_expect(strstr(out, "deadline=90"), "DT_INIT_TIMEOUT not passed on:\n%s", out);
     free(out);
 }
+
+/* ---- minigpt's checkpoint flags, checked at start -------------------------- */
+
+Test(cli, an_unwritable_ckpt_dir_fails_before_step_1, .timeout = 60)
+{
+    char file[64], dir[96];
+    snprintf(file, sizeof file, "/tmp/dtrain-test-cli-file-%d", (int)getpid());
+    FILE *f = fopen(file, "w");
+    cr_assert(f);
+    fclose(f);
+    snprintf(dir, sizeof dir, "%s/ckpt", file); /* under a regular file */
+    int code;
+    char *out = run((const char *[]){MINIGPT_BIN, "--steps", "20", "--ckpt-every", "10",
+                                     "--ckpt-dir", dir, NULL}, &code);
+    unlink(file);
+    cr_assert_eq(code, 1, "exit %d:\n%s", code, out);
+    cr_expect(strstr(out, "--ckpt-dir") && strstr(out, "Not a directory"), "%s", out);
+    cr_expect(!strstr(out, "step      loss"), "training started before the check:\n%s", out);
+    free(out);
+}
+
+Test(cli, a_ckpt_dir_without_a_scheduled_save_is_reported, .timeout = 60)
+{
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/dtrain-test-cli-ckpt-%d", (int)getpid());
+    int code;
+    char *out = run((const char *[]){MINIGPT_BIN, "--steps", "1", "--sample", "0",
+                                     "--ckpt-dir", dir, NULL}, &code);
+    rmdir(dir);
+    cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
+    cr_expect(strstr(out, "no save is scheduled"), "%s", out);
+    free(out);
+}
