@@ -103,6 +103,8 @@ typedef struct output_stream {
     output_tail *tail;  /* shared by the rank's two streams */
     char *partial;      /* bytes after the last newline seen */
     size_t len, cap;
+    bool tty;           /* out_fd is a terminal: '\r' status lines are drawn */
+    bool transient;     /* partial began after a '\r': a status line */
 } output_stream;
 
 void output_stream_init(output_stream *s, int rank, int out_fd, int log_fd, output_tail *tail);
