@@ -375,6 +375,7 @@ void dt_comm_destroy(dt_comm *c)
     if (!c) return;
     group_detach(c); /* no failure reaches c through its groups any more */
     transport_stop(c);
+    reject_log_flush(c); /* the loop thread is gone: its state is ours */
     if (c->store) dt_store_close(c->store);
     for (int i = 0; i < 2; i++) free(c->scratch[i]);
     free(c->peers);
