@@ -9,6 +9,7 @@
  */
 #include <criterion/criterion.h>
 #include <sched.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -164,5 +165,56 @@ Test(cli, a_ckpt_dir_without_a_scheduled_save_is_reported, .timeout = 60)
     rmdir(dir);
     cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
     cr_expect(strstr(out, "no save is scheduled"), "%s", out);
+    free(out);
+}
+
+/* ---- minigpt --data with llm.c token shards ---------------------------------- */
+
+static void write_token_shard(const char *path, int count, int stride)
+{
+    FILE *f = fopen(path, "wb");
+    cr_assert(f, "cannot write %s", path);
+    int32_t hdr[256] = {20240520, 1, count};
+    fwrite(hdr, sizeof hdr, 1, f);
+    for (int i = 0; i < count; i++) {
+        uint16_t t = (uint16_t)(i * stride % 50257);
+        fwrite(&t, sizeof t, 1, f);
+    }
+    fclose(f);
+}
+
+#define TINY_MODEL "-C", "16", "-H", "2", "-L", "1", "-T", "8", "-B", "2", "--steps", "2", \
+                   "--sample", "0", "--eval-every", "0"
+
+Test(cli, minigpt_trains_on_an_llm_c_shard_with_gpt2s_vocabulary, .timeout = 120)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/dtrain-test-cli-shard-%d.bin", (int)getpid());
+    write_token_shard(path, 4000, 7919);
+    int code;
+    char *out = run((const char *[]){MINIGPT_BIN, "--data", path, TINY_MODEL, NULL}, &code);
+    unlink(path);
+    cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
+    cr_expect(strstr(out, "llm.c token shards") && strstr(out, "3600 train + 400 validation"),
+              "%s", out);
+    cr_expect(strstr(out, "V=50257"), "the model did not take GPT-2's vocabulary:\n%s", out);
+    free(out);
+}
+
+Test(cli, minigpt_takes_a_glob_of_shards, .timeout = 120)
+{
+    char a[64], b[64], pattern[64];
+    snprintf(a, sizeof a, "/tmp/dtrain-test-cli-%d-train_000000.bin", (int)getpid());
+    snprintf(b, sizeof b, "/tmp/dtrain-test-cli-%d-train_000001.bin", (int)getpid());
+    snprintf(pattern, sizeof pattern, "/tmp/dtrain-test-cli-%d-train_*.bin", (int)getpid());
+    write_token_shard(a, 1000, 13);
+    write_token_shard(b, 1000, 17);
+    int code;
+    char *out = run((const char *[]){MINIGPT_BIN, "--data", pattern, "-V", "20000", TINY_MODEL,
+                                     NULL}, &code);
+    unlink(a);
+    unlink(b);
+    cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
+    cr_expect(strstr(out, "1800 train + 200 validation") && strstr(out, "V=20000"), "%s", out);
     free(out);
 }

@@ -50,7 +50,9 @@ static const flag flags[] = {
     {"--lr", NULL, K_FLOAT, OPT(lr), "X", "AdamW learning rate"},
     {"--seed", NULL, K_U64, OPT(seed), "N", "seed of the weights and the data"},
     {"--data", NULL, K_STR, OPT(data), "SRC",
-     "'task' (embedded digit reversal), 'random' (seed tokens) or a text file"},
+     "'task' (embedded digit reversal), 'random' (seed tokens), llm.c token "
+     "shards (a file or a glob, 'train_*.bin'; the vocabulary becomes GPT-2's "
+     "50257 unless -V is given) or a text file (bytes)"},
     {"--parallel", NULL, K_PARALLEL, OPT(parallel), "MODE", "ddp or zero1"},
     {"--bucket-mb", NULL, K_DOUBLE, OPT(bucket_mb), "MB",
      "DDP gradient bucket size (0 = 25 MB)"},
@@ -349,6 +351,7 @@ int mg_options_parse(mg_options *o, int argc, char **argv)
         }
         if (!set_value(o, fl, v))
             return bad_value(prog, fl, v);
+        o->vocab_set |= fl->offset == OPT(cfg.V);
     }
     if (o->data && strcmp(o->data, "task") == 0)
         o->data = NULL;
