@@ -254,22 +254,51 @@ static void report(const bench *b)
            median_ratio(b, PH_SAVE), median_ratio(b, PH_LOAD));
 }
 
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: ckpt-bench [--rounds R] [--dir D]\n"
+               "  --rounds R  timed rounds of each phase, 1..%d (default 5)\n"
+               "  --dir D     where the checkpoints are written (default $TMPDIR or /tmp)\n"
+               "  -h, --help  print this help and exit\n", MAX_ROUNDS);
+}
+
+/* Returns 0, or 1 after --help, 2 after a usage error it printed. */
+static int parse_args(int argc, char **argv, int *rounds, const char **dir)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help"))
+            return usage(stdout), 1;
+        if ((strcmp(a, "--rounds") && strcmp(a, "--dir")) || i + 1 >= argc) {
+            fprintf(stderr, "ckpt-bench: unknown flag or missing value: '%s'\n", a);
+            return usage(stderr), 2;
+        }
+        const char *v = argv[++i];
+        if (!strcmp(a, "--dir")) {
+            *dir = v;
+            continue;
+        }
+        char *end;
+        long r = strtol(v, &end, 10);
+        if (end == v || *end || r < 1 || r > MAX_ROUNDS) {
+            fprintf(stderr, "ckpt-bench: --rounds: must be an integer in 1..%d, got '%s'\n",
+                    MAX_ROUNDS, v);
+            return 2;
+        }
+        *rounds = (int)r;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static bench b;
     b.rounds = 5;
     const char *base = getenv("TMPDIR");
     base = base && *base ? base : "/tmp";
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--rounds") == 0)
-            b.rounds = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--dir") == 0)
-            base = argv[i + 1];
-    }
-    if (b.rounds < 1 || b.rounds > MAX_ROUNDS || argc % 2 == 0) {
-        fprintf(stderr, "usage: ckpt-bench [--rounds 1..%d] [--dir D]\n", MAX_ROUNDS);
-        return 2;
-    }
+    int prc = parse_args(argc, argv, &b.rounds, &base);
+    if (prc)
+        return prc == 1 ? 0 : 2;
     snprintf(b.dir, sizeof b.dir, "%s/ckpt-bench-XXXXXX", base);
     if (!mkdtemp(b.dir))
         return perror("mkdtemp"), 1;

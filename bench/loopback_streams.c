@@ -46,12 +46,13 @@ typedef struct stream_job {
     int failed;
 } stream_job;
 
-static void usage(const option *opts, int n)
+static void usage(FILE *f, const option *opts, int n)
 {
-    fprintf(stderr, "usage: loopback-streams [flags]\n");
+    fprintf(f, "usage: loopback-streams [flags]\n");
     for (int i = 0; i < n; i++)
-        fprintf(stderr, "  %s N   %s (default %d)\n", opts[i].flag, opts[i].help,
-                *opts[i].value);
+        fprintf(f, "  %s N   %s, %d..%d (default %d)\n", opts[i].flag, opts[i].help,
+                opts[i].lo, opts[i].hi, *opts[i].value);
+    fprintf(f, "  -h, --help  print this help and exit\n");
 }
 
 /* A listening socket on 127.0.0.1 and an ephemeral port; -1 on failure. */
@@ -140,13 +141,22 @@ int main(int argc, char **argv)
     };
     int n_opts = (int)(sizeof opts / sizeof opts[0]);
     for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout, opts, n_opts);
+            return 0;
+        }
         int k = 0;
         while (k < n_opts && strcmp(argv[i], opts[k].flag) != 0) k++;
         char *end = NULL;
         long v = k < n_opts && i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
         if (k == n_opts || !end || *end || v < opts[k].lo || v > opts[k].hi) {
-            fprintf(stderr, "loopback-streams: bad flag or value at '%s'\n", argv[i]);
-            usage(opts, n_opts);
+            if (k == n_opts || i + 1 >= argc)
+                fprintf(stderr, "loopback-streams: unknown flag or missing value: '%s'\n",
+                        argv[i]);
+            else
+                fprintf(stderr, "loopback-streams: %s: must be an integer in %d..%d, "
+                        "got '%s'\n", argv[i], opts[k].lo, opts[k].hi, argv[i + 1]);
+            usage(stderr, opts, n_opts);
             return 2;
         }
         *opts[k].value = (int)v;

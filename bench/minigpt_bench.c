@@ -38,13 +38,14 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static void usage(const option *opts, int n)
+static void usage(FILE *f, const option *opts, int n)
 {
-    fprintf(stderr, "usage: minigpt-bench [options]\n");
+    fprintf(f, "usage: minigpt-bench [options]\n");
     for (int i = 0; i < n; i++)
-        fprintf(stderr, "  %s N   %s (default %d)\n", opts[i].flag,
+        fprintf(f, "  %s N   %s (default %d)\n", opts[i].flag,
                 opts[i].help, *opts[i].value);
-    fprintf(stderr, "  -b NAME   backend: cpu or cpu-reference (default cpu)\n");
+    fprintf(f, "  -b NAME   backend: cpu or cpu-reference (default cpu)\n"
+               "  -h, --help  print this help and exit\n");
 }
 
 int main(int argc, char **argv)
@@ -62,17 +63,30 @@ int main(int argc, char **argv)
     int nopts = (int)(sizeof opts / sizeof opts[0]);
     for (int i = 1; i < argc; i++) {
         int matched = 0;
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout, opts, nopts);
+            return 0;
+        }
         if (strcmp(argv[i], "-b") == 0 && i + 1 < argc) {
             backend = argv[++i];
             continue;
         }
         for (int k = 0; k < nopts && !matched; k++)
             if (strcmp(argv[i], opts[k].flag) == 0 && i + 1 < argc) {
-                *opts[k].value = atoi(argv[++i]);
+                char *end;
+                long v = strtol(argv[++i], &end, 10);
+                if (end == argv[i] || *end || v < 0 || v > 1000000) {
+                    fprintf(stderr, "minigpt-bench: %s: must be an integer in "
+                            "0..1000000, got '%s'\n", opts[k].flag, argv[i]);
+                    return 2;
+                }
+                *opts[k].value = (int)v;
                 matched = 1;
             }
         if (!matched) {
-            usage(opts, nopts);
+            fprintf(stderr, "minigpt-bench: unknown flag or missing value: '%s'\n",
+                    argv[i]);
+            usage(stderr, opts, nopts);
             return 2;
         }
     }
@@ -80,7 +94,7 @@ int main(int argc, char **argv)
                                ? dt_backend_cpu_reference()
                                : dt_backend_cpu();
     if (steps < 1 || warmup < 0 || threads < 1) {
-        usage(opts, nopts);
+        fprintf(stderr, "minigpt-bench: -n and -t must be >= 1, -w >= 0\n");
         return 2;
     }
     openblas_set_num_threads(threads);

@@ -27,15 +27,22 @@
 #include "dt_ckpt.h"
 #include "dt_pipe.h"
 
-static int usage(void)
+/* Prints the usage to f; returns the exit code of a usage error. */
+static int usage_to(FILE *f)
 {
-    fprintf(stderr,
+    fprintf(f,
             "usage: dtrain-ckpt ls ROOT\n"
             "       dtrain-ckpt verify DIR|ROOT\n"
             "       dtrain-ckpt export DIR|ROOT OUT.safetensors\n"
             "       dtrain-ckpt reshard DIR|ROOT OUTROOT M "
-            "[--pp P [--pp-partition params|uniform]]\n");
+            "[--pp P [--pp-partition params|uniform]]\n"
+            "       dtrain-ckpt --help\n");
     return 2;
+}
+
+static int usage(void)
+{
+    return usage_to(stderr);
 }
 
 /* A step directory as given, or the one `latest` names under a root. */
@@ -217,6 +224,8 @@ static int cmd_reshard(dt_ckpt_state *s, const char *outroot, int m, int pp,
 
 int main(int argc, char **argv)
 {
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")))
+        return usage_to(stdout), 0;
     if (argc < 3)
         return usage();
     const char *cmd = argv[1];

@@ -11,6 +11,9 @@
  * names), so `safetensors.torch.load_file` gives a dict that loads into
  * the PyTorch twin of MiniGPT. The flat buffer is already in table order,
  * so the data section is the parameter buffer written as it is.
+ * The header's "__metadata__" (string values only, as the format asks)
+ * carries the model config, "V", "C", "H", "L", "T", so a reader can build
+ * the model without the checkpoint's manifest.
  */
 #include <errno.h>
 #include <jansson.h>
@@ -19,10 +22,23 @@
 
 #include "ckpt_internal.h"
 
+/* {"format": "pt", "V": "256", "C": "128", ...}: the config as strings. */
+static json_t *config_metadata(const dt_config *cfg)
+{
+    char v[5][16];
+    const int values[5] = {cfg->V, cfg->C, cfg->H, cfg->L, cfg->T};
+    for (int i = 0; i < 5; i++)
+        snprintf(v[i], sizeof v[i], "%d", values[i]);
+    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "format", "pt", "V", v[0],
+                     "C", v[1], "H", v[2], "L", v[3], "T", v[4]);
+}
+
 /* The JSON header, padded to a multiple of 8 bytes; NULL on ENOMEM. */
-static char *build_header(const dt_model *m, size_t *len)
+static char *build_header(const dt_model *m, const dt_config *cfg, size_t *len)
 {
     json_t *root = json_object();
+    if (root)
+        json_object_set_new(root, "__metadata__", config_metadata(cfg));
     for (int i = 0; root && i < m->num_tensors; i++) {
         const dt_tensor_info *t = &m->tensors[i];
         json_t *shape = json_array();
@@ -63,7 +79,7 @@ dt_status dt_ckpt_export_safetensors(dt_ckpt *ck, const char *path,
         return st;
     }
     size_t hlen = 0;
-    char *header = build_header(m, &hlen);
+    char *header = build_header(m, cfg, &hlen);
     size_t nbytes = m->num_params * sizeof(float);
     dt_model_destroy(m);
     if (!header)

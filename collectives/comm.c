@@ -289,6 +289,16 @@ static dt_status exchange_addresses(dt_comm *c, double deadline)
         snprintf(key, sizeof key, "addr/%d", r);
         double left = deadline - dt_now();
         st = dt_store_get(c->store, key, &got, &len, left > 0 ? left : 0);
+        if (st == DT_ETIMEDOUT) {
+            /* The store only knows the slice it was given; the person
+             * needs the time since start-up began, and what sets it. */
+            double waited = dt_now() - (deadline - c->init_timeout_s);
+            comm_fail(c, DT_ETIMEDOUT, "rank %d: waiting for rank %d to join: timed out after "
+                      "%.1f s, the start-up deadline (DT_INIT_TIMEOUT, dtrain-launch "
+                      "--init-timeout); is it running, with the same init URL and job id?",
+                      c->rank, r, waited);
+            return st;
+        }
         if (st != DT_OK) {
             char doing[128];
             snprintf(doing, sizeof doing, "waiting for rank %d to join (is it running, with "
@@ -367,6 +377,7 @@ void dt_comm_destroy(dt_comm *c)
     if (!c) return;
     group_detach(c); /* no failure reaches c through its groups any more */
     transport_stop(c);
+    reject_log_flush(c); /* the loop thread is gone: its state is ours */
     if (c->store) dt_store_close(c->store);
     for (int i = 0; i < 2; i++) free(c->scratch[i]);
     staging_destroy(c);

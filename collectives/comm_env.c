@@ -7,7 +7,9 @@
  * (SLURM_PROCID/SLURM_NTASKS) find their rank and size the same way; they
  * still need DT_INIT_URL (e.g. `mpirun -x DT_INIT_URL=file:///tmp/job`).
  * Optional: DT_HOST (address to listen on) or DT_IFNAME (an interface whose
- * IPv4 address to use, for multi-node jobs), DT_TIMEOUT (seconds per op).
+ * IPv4 address to use, for multi-node jobs), DT_TIMEOUT (seconds per op),
+ * DT_INIT_TIMEOUT (seconds for the whole start-up: rendezvous + connecting;
+ * dtrain-launch --init-timeout sets it).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -41,6 +43,21 @@ static dt_status env_int(const char *const *names, long lo, long hi, int *out, c
         snprintf(err, errlen, "%s='%s' is not an integer in %ld..%ld", which, v, lo, hi);
         return DT_EINVAL;
     }
+    return DT_OK;
+}
+
+/* A positive number of seconds from `name`, if it is set; *out unchanged if not. */
+static dt_status env_seconds(const char *name, double *out, char *err, size_t errlen)
+{
+    const char *t = getenv(name);
+    if (!t || !*t) return DT_OK;
+    char *end;
+    double v = strtod(t, &end);
+    if (end == t || *end || !(v > 0) || !(v < 1e9)) {
+        snprintf(err, errlen, "%s='%s' is not a positive number of seconds", name, t);
+        return DT_EINVAL;
+    }
+    *out = v;
     return DT_OK;
 }
 
@@ -83,15 +100,8 @@ dt_status dt_comm_options_from_env(dt_comm_options *o, uint8_t *scratch, size_t 
     if (host && *host) o->host = host;
     const char *ifname = getenv("DT_IFNAME");
     if (ifname && *ifname) o->ifname = ifname;
-    const char *t = getenv("DT_TIMEOUT");
-    if (t && *t) {
-        char *end;
-        double v = strtod(t, &end);
-        if (end == t || *end || !(v > 0)) {
-            snprintf(err, errlen, "DT_TIMEOUT='%s' is not a positive number of seconds", t);
-            return DT_EINVAL;
-        }
-        o->timeout_s = v;
-    }
+    if ((st = env_seconds("DT_TIMEOUT", &o->timeout_s, err, errlen)) != DT_OK ||
+        (st = env_seconds("DT_INIT_TIMEOUT", &o->init_timeout_s, err, errlen)) != DT_OK)
+        return st;
     return env_secret(o, scratch, scratch_len, err, errlen);
 }

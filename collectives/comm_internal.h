@@ -106,6 +106,16 @@ struct dt_work {
     void *p2p_device;       /* staged p2p: the caller's device buffer */
 };
 
+/* Rejected connections, logged without flooding (reject_log.c). */
+#define REJECT_LOG_ADDRS 4
+typedef struct reject_log {
+    int full;               /* logged in full since the last quiet interval */
+    uint64_t suppressed;    /* counted, not yet in a summary line */
+    double since, last;     /* the summary interval's start; the last rejection */
+    int n_addrs;            /* distinct hosts among the suppressed, at most 4 */
+    char addrs[REJECT_LOG_ADDRS][64];
+} reject_log;
+
 struct dt_comm {
     int rank, size;
     double timeout_s, init_timeout_s;
@@ -121,6 +131,7 @@ struct dt_comm {
     atomic_uint_fast64_t rejected;
     struct dt_device *device; /* options.device: buffers it owns are staged; or NULL */
     struct staging *staging;  /* staging.c: pinned buffers, stream; loop owner only */
+    reject_log reject_log;  /* loop owner only (then destroy): reject_log.c */
 
     /* loop owner only */
     uv_loop_t loop;
@@ -217,6 +228,11 @@ void handshake_start_outgoing(dt_conn *cn);
 void handshake_start_incoming(dt_conn *cn);
 void handshake_step(dt_conn *cn);        /* hs_buf holds rx_need bytes */
 void conn_reject(dt_conn *cn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* reject_log.c: a rejection to log or count (loop thread); the ticker's
+ * summary once an interval has passed; the count left at destroy. */
+void reject_log_note(dt_comm *c, const char *addr, const char *why);
+void reject_log_tick(dt_comm *c);
+void reject_log_flush(dt_comm *c);
 void conn_authenticated(dt_conn *cn, int peer);
 void conn_expect(dt_conn *cn, int state, size_t bytes);
 void conn_set_reading(dt_conn *cn, bool on);

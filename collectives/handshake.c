@@ -77,8 +77,7 @@ void conn_reject(dt_conn *cn, const char *fmt, ...)
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
     atomic_fetch_add(&c->rejected, 1);
-    comm_log(c, "dtrain rank %d: rejected connection from %s: %s", c->rank,
-             cn->addr[0] ? cn->addr : "?", why);
+    reject_log_note(c, cn->addr[0] ? cn->addr : "?", why);
     cn->lost = true;
     conn_close(cn);
 }

@@ -333,6 +333,7 @@ static void on_tick(uv_timer_t *t)
         }
     }
     if (c->close_at > 0 && now >= c->close_at) close_all_conns(c);
+    reject_log_tick(c);
     maybe_finish(c);
 }
 

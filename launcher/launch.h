@@ -41,6 +41,7 @@ typedef struct launch_options {
     int max_restarts;     /* group restarts after a failure */
     const char *log_dir;  /* NULL = no per-rank log files */
     double grace_s;       /* SIGTERM -> SIGKILL delay */
+    double init_timeout_s; /* DT_INIT_TIMEOUT for the workers; 0 = not set */
     bool help;
     char **program;       /* PROGRAM ARGS..., NULL-terminated, points into argv */
 } launch_options;
@@ -102,6 +103,8 @@ typedef struct output_stream {
     output_tail *tail;  /* shared by the rank's two streams */
     char *partial;      /* bytes after the last newline seen */
     size_t len, cap;
+    bool tty;           /* out_fd is a terminal: '\r' status lines are drawn */
+    bool transient;     /* partial began after a '\r': a status line */
 } output_stream;
 
 void launch_output_init(output_stream *s, int rank, int out_fd, int log_fd, output_tail *tail);

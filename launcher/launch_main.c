@@ -28,6 +28,7 @@
  * 2 for bad flags.
  */
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,6 +111,23 @@ static group_result run_attempt(launcher *l, const launch_options *o, const laun
     return r;
 }
 
+/* More workers than this per CPU starve each other: every rank's threads
+ * compete for the same cores, start-up crawls and can miss its deadline. */
+#define WORKERS_PER_CPU_WARN 4
+
+/* Warns (and only warns: a test may oversubscribe on purpose) when this
+ * node's workers far exceed the CPUs this process may run on. */
+static void warn_if_oversubscribed(const launch_options *o)
+{
+    cpu_set_t set;
+    int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+    if (cpus <= 0 || o->nproc_per_node <= WORKERS_PER_CPU_WARN * cpus) return;
+    fprintf(stderr, "dtrain-launch: warning: %d workers on %d CPU core%s (%.0f per core): they "
+            "will starve each other and start-up may miss its deadline; start fewer, or give "
+            "them time with --init-timeout\n", o->nproc_per_node, cpus, cpus == 1 ? "" : "s",
+            (double)o->nproc_per_node / cpus);
+}
+
 static int supervise(launcher *l, const launch_options *o, const launch_job *job)
 {
     int exit_code = 0;
@@ -160,6 +178,7 @@ int main(int argc, char **argv)
                 strerror(errno));
         return 2;
     }
+    warn_if_oversubscribed(&o);
     launcher l = {0};
     if (uv_loop_init(&l.loop) != 0) {
         fprintf(stderr, "dtrain-launch: cannot create an event loop\n");

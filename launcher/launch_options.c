@@ -57,6 +57,9 @@ static const flag_spec flags[] = {
      "also write each rank's output to D/rank_NNNNN.log"},
     {0, "grace", NULL, "SECONDS", FLAG_SECONDS, FIELD(grace_s), 0, 3600,
      "wait between SIGTERM and SIGKILL when stopping workers (default 5)"},
+    {0, "init-timeout", NULL, "SECONDS", FLAG_SECONDS, FIELD(init_timeout_s), 1, 86400,
+     "start-up deadline of each worker (rendezvous + connecting), passed\n"
+     "as DT_INIT_TIMEOUT (default: the workers' own, 60 s for dtrain's)"},
     {'h', "help", NULL, NULL, FLAG_SWITCH, FIELD(help), 0, 0, "print this help and exit"},
 };
 #define NUM_FLAGS (sizeof flags / sizeof flags[0])
@@ -83,6 +86,8 @@ void launch_options_usage(FILE *f)
         if (s->alias) fprintf(f, "\n%-28s(torchrun's --%s)", "", s->alias);
         fputc('\n', f);
     }
+    fprintf(f, "\nEvery flag also takes torchrun's underscore spelling (--nproc_per_node,\n"
+               "--node_rank, --max_restarts, ...).\n");
     fprintf(f, "\nexit status: 0 when every worker exits 0; the first failing worker's code\n"
                "(128+signal if it was killed); 130/143 when interrupted; 2 for bad flags.\n");
 }
@@ -96,6 +101,20 @@ static const flag_spec *find_long(const char *name, size_t len)
             return s;
     }
     return NULL;
+}
+
+/* ---- torchrun's underscore spellings --------------------------------------
+ * torchrun accepts --nproc_per_node as well as --nproc-per-node (and so for
+ * --nnodes, --node_rank, --rdzv_endpoint, --max_restarts, ...). Rather than a
+ * second column of names, any flag's name with '-' written as '_' is that
+ * flag: the table stays the one list, and a flag added to it gets its
+ * underscore spelling for free. */
+static const flag_spec *find_underscored(const char *name, size_t len)
+{
+    char dashed[64];
+    if (len >= sizeof dashed || !memchr(name, '_', len)) return NULL;
+    for (size_t i = 0; i < len; i++) dashed[i] = name[i] == '_' ? '-' : name[i];
+    return find_long(dashed, len);
 }
 
 static const flag_spec *find_letter(char c)
@@ -143,7 +162,9 @@ static bool parse_one(launch_options *o, int argc, char **argv, int *i, char *er
     const flag_spec *s;
     if (arg[1] == '-') {
         const char *name = arg + 2, *eq = strchr(name, '=');
-        s = find_long(name, eq ? (size_t)(eq - name) : strlen(name));
+        size_t len = eq ? (size_t)(eq - name) : strlen(name);
+        s = find_long(name, len);
+        if (!s) s = find_underscored(name, len);
         if (eq) value = eq + 1;
     } else {
         s = find_letter(arg[1]);

@@ -17,6 +17,14 @@
  * buffering. If our reader goes away (EPIPE), output is dropped; the log
  * files and the failure report still get it.
  *
+ * A '\r' starts a status line (a progress bar redrawn in place): the text
+ * after it is shown at once, as "\r[0] [####....] 3/10\033[K", when our
+ * stdout is a terminal, and never otherwise; status lines reach neither the
+ * log file nor the tail ring, which keep only real lines. On a terminal
+ * every real line starts with "\r\033[K" to wipe a status line it follows.
+ * A worker clears its bar with "\r\033[K" before a real line; that clear is
+ * dropped from the line.
+ *
  * Two more consumers see each line: the per-rank log file (the line without
  * prefix, both streams in order of arrival) and the rank's ring of its last
  * OUTPUT_TAIL_LINES lines, which the failure report prints. The ring costs
@@ -100,14 +108,15 @@ void launch_output_tail_print(const output_tail *t, int rank, FILE *f)
 
 void launch_output_init(output_stream *s, int rank, int out_fd, int log_fd, output_tail *tail)
 {
-    *s = (output_stream){.rank = rank, .out_fd = out_fd, .log_fd = log_fd, .tail = tail};
+    *s = (output_stream){.rank = rank, .out_fd = out_fd, .log_fd = log_fd, .tail = tail,
+                         .tty = isatty(out_fd) == 1};
 }
 
 /* Appends "[rank] line\n" to the batch `out` (grown as needed). */
 static bool batch_line(const output_stream *s, char **out, size_t *len, size_t *cap,
                        const char *a, size_t na, const char *b, size_t nb)
 {
-    size_t need = *len + 16 + na + nb;
+    size_t need = *len + 24 + na + nb;
     if (need > *cap) {
         size_t c = *cap ? *cap : 4096;
         while (c < need) c *= 2;
@@ -116,7 +125,8 @@ static bool batch_line(const output_stream *s, char **out, size_t *len, size_t *
         *out = p;
         *cap = c;
     }
-    *len += (size_t)snprintf(*out + *len, 16, "[%d] ", s->rank);
+    *len += (size_t)snprintf(*out + *len, 24, "%s[%d] ", s->tty ? "\r\033[K" : "",
+                             s->rank);
     if (na) memcpy(*out + *len, a, na); /* a is NULL when nothing was held */
     if (nb) memcpy(*out + *len + na, b, nb);
     *len += na + nb;
@@ -162,40 +172,83 @@ static bool hold_partial(output_stream *s, const char *data, size_t n)
     return true;
 }
 
+/* The first '\n' or '\r' in data[0..n), or NULL. */
+static const char *line_break(const char *data, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (data[i] == '\n' || data[i] == '\r') return data + i;
+    return NULL;
+}
+
+/* A status line's text, on a terminal only: redrawn in place. */
+static void draw_status(output_stream *s)
+{
+    if (!s->tty || s->len == 0) return;
+    char prefix[24];
+    int np = snprintf(prefix, sizeof prefix, "\r[%d] ", s->rank);
+    write_all(&s->out_fd, prefix, (size_t)np);
+    write_all(&s->out_fd, s->partial, s->len);
+    write_all(&s->out_fd, "\033[K", 3);
+}
+
+/* A real line that followed a '\r': without the worker's clear sequence. */
+static void emit_after_status(output_stream *s, char **out, size_t *len, size_t *cap,
+                              const char *b, size_t nb)
+{
+    const char *a = s->partial;
+    size_t na = s->len;
+    if (na >= 3 && !memcmp(a, "\033[K", 3)) a += 3, na -= 3;
+    else if (na == 0 && nb >= 3 && !memcmp(b, "\033[K", 3)) b += 3, nb -= 3;
+    emit_line(s, out, len, cap, a, na, b, nb);
+}
+
 void launch_output_feed(output_stream *s, const char *data, size_t n)
 {
     char *out = NULL;
     size_t len = 0, cap = 0;
     while (n > 0) {
-        const char *nl = memchr(data, '\n', n);
+        const char *br = line_break(data, n);
         size_t room = LINE_MAX_BYTES - s->len;  /* s->len < LINE_MAX_BYTES always */
-        size_t take = nl ? (size_t)(nl - data) : n;
+        size_t take = br ? (size_t)(br - data) : n;
         if (take >= room) {        /* over-long line: cut it here */
             emit_line(s, &out, &len, &cap, s->partial, s->len, data, room);
             s->len = 0;
+            s->transient = false;
             data += room;
             n -= room;
             continue;
         }
-        if (!nl) {
+        if (!br) {
             if (!hold_partial(s, data, n)) {  /* no memory: print the piece as a line */
                 emit_line(s, &out, &len, &cap, s->partial, s->len, data, n);
                 s->len = 0;
             }
             break;
         }
-        emit_line(s, &out, &len, &cap, s->partial, s->len, data, take);
+        if (*br == '\n' && s->transient) {
+            if (s->len + take > 0)  /* "\r\n" alone ends a line already printed */
+                emit_after_status(s, &out, &len, &cap, data, take);
+        }
+        else if (*br == '\n' || (!s->transient && s->len + take > 0))
+            emit_line(s, &out, &len, &cap, s->partial, s->len, data, take);
+        /* else: a status line superseded by the next '\r' before it was drawn */
         s->len = 0;
+        s->transient = *br == '\r';
         data += take + 1;
         n -= take + 1;
     }
     write_all(&s->out_fd, out, len);
     free(out);
+    if (s->transient) draw_status(s);
 }
 
 void launch_output_finish(output_stream *s)
 {
-    if (s->len == 0) return;
+    if (s->transient && s->tty) write_all(&s->out_fd, "\r\033[K", 4);
+    if (s->len == 0 || s->transient) {  /* a last status line is not kept */
+        s->len = 0;
+        return;
+    }
     char *out = NULL;
     size_t len = 0, cap = 0;
     emit_line(s, &out, &len, &cap, s->partial, s->len, "", 0);

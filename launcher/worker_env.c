@@ -18,6 +18,10 @@
  *   DT_JOB_ID          <run id>-r<restart>: scopes rendezvous keys per attempt
  *   DT_INIT_URL        the rendezvous URL
  *   DT_SECRET          the job secret, 64 hex digits
+ *   DT_INIT_TIMEOUT    --init-timeout, when given (else inherited, if set)
+ *   DT_PROGRESS        1 if the launcher's stdout is a terminal, else 0:
+ *                      whether rank 0 may draw a progress bar ('\r' lines,
+ *                      which output_prefix.c draws in place)
  *
  * collectives/comm_env.c (dt_comm_options_from_env) is the reading side.
  * Everything else in the launcher's environment passes through unchanged;
@@ -27,12 +31,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "launch.h"
 
 extern char **environ;
 
-enum { ENV_SET = 16 };
+enum { ENV_SET = 20 };
 
 static bool is_contract_name(const char *entry, char *const *ours, int n)
 {
@@ -80,6 +85,8 @@ char **launch_env_build(const launch_options *o, const launch_job *job, int loca
     ours[n++] = entry("DT_JOB_ID", "%s-r%d", job->run_id, restart);
     ours[n++] = entry("DT_INIT_URL", "%s", job->init_url);
     ours[n++] = entry("DT_SECRET", "%s", job->secret_hex);
+    ours[n++] = entry("DT_PROGRESS", "%d", isatty(STDOUT_FILENO) == 1);
+    if (o->init_timeout_s > 0) ours[n++] = entry("DT_INIT_TIMEOUT", "%g", o->init_timeout_s);
 
     size_t inherited = 0;
     while (environ[inherited]) inherited++;

@@ -51,6 +51,14 @@ int dt_dataset_vocab(const dt_dataset *d)
     return d->vocab;
 }
 
+int dt_dataset_max_token(const dt_dataset *d)
+{
+    int maxid = 0;
+    for (size_t i = 0; i < d->n_train + d->n_val; i++)
+        maxid = d->tokens[i] > maxid ? d->tokens[i] : maxid;
+    return maxid;
+}
+
 static dt_status split_tail(dt_dataset *d, size_t n, double val_fraction)
 {
     if (!(val_fraction >= 0.0 && val_fraction < 1.0)) {

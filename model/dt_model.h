@@ -41,6 +41,7 @@
 #ifndef DT_MODEL_H
 #define DT_MODEL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -439,9 +440,17 @@ dt_status dt_dataset_open_text(dt_dataset **out, const char *path,
                                double val_fraction);
 /* llm.c token shards: a header of 256 int32 (magic 20240520, version 1,
  * token count) then uint16 tokens; the file size must match. val_path may
- * be NULL (then the last 10% of train is validation). */
+ * be NULL (then the last 10% of train is validation). The vocabulary is
+ * GPT-2's, DT_GPT2_VOCAB (or 1 + the largest id, if that is larger). */
+#define DT_GPT2_VOCAB 50257
 dt_status dt_dataset_open_shards(dt_dataset **out, const char *train_path,
                                  const char *val_path);
+/* Every shard a glob pattern matches ("data/train_*.bin"), in sorted order,
+ * as one stream; the last 10% of it is validation. A pattern matching
+ * nothing is DT_EINVAL naming it. */
+dt_status dt_dataset_open_shard_glob(dt_dataset **out, const char *pattern);
+/* Whether the file starts with an llm.c shard's magic (20240520). */
+bool dt_dataset_is_shard_file(const char *path);
 /* The seed's data: n uniform random tokens in [0, V), seeded. */
 dt_status dt_dataset_random(dt_dataset **out, int V, size_t n,
                             uint64_t seed);
@@ -460,7 +469,9 @@ dt_status dt_dataset_task(dt_dataset **out, dt_task_kind kind,
 void dt_dataset_close(dt_dataset *d);
 const char *dt_dataset_error(const dt_dataset *d);
 size_t dt_dataset_tokens(const dt_dataset *d, dt_split split);
-int dt_dataset_vocab(const dt_dataset *d); /* 1 + largest token id */
+int dt_dataset_vocab(const dt_dataset *d); /* the ids it may hold: 256 for
+                                             bytes, 50257 for shards, ... */
+int dt_dataset_max_token(const dt_dataset *d); /* the largest id present */
 
 /*
  * Batch rows first_row .. first_row+B-1 of a deterministic sequence of

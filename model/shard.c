@@ -9,8 +9,15 @@
  * usual failure, and would otherwise train on a short file silently).
  * Each error names the file, the field, what it found and what it
  * expected. Cost: one read of the file.
+ *
+ * Several shards are taken as llm.c takes them, by a glob pattern
+ * (`train_*.bin`), in sorted order, concatenated. The vocabulary of shard
+ * data is GPT-2's 50,257 (the tokenizer llm.c's scripts use), not the
+ * largest id seen: a model sized from one shard's ids would not fit the
+ * next shard's.
  */
 #include <errno.h>
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +27,16 @@
 #define SHARD_MAGIC 20240520
 #define SHARD_VERSION 1
 #define SHARD_HEADER_BYTES (256 * sizeof(int32_t))
+
+bool dt_dataset_is_shard_file(const char *path)
+{
+    int32_t magic = 0;
+    FILE *f = fopen(path, "rb");
+    bool yes = f && fread(&magic, sizeof magic, 1, f) == 1 && magic == SHARD_MAGIC;
+    if (f)
+        fclose(f);
+    return yes;
+}
 
 /* Reads one shard into a malloc'ed array; *n its token count. */
 static dt_status read_shard(dt_dataset *d, const char *path, uint16_t **out,
@@ -109,9 +126,61 @@ dt_status dt_dataset_open_shards(dt_dataset **out, const char *train_path,
     free(val);
     d->n_train = n_train;
     d->n_val = n_val;
-    int maxid = 0;
-    for (size_t i = 0; i < n_train + n_val; i++)
-        maxid = d->tokens[i] > maxid ? d->tokens[i] : maxid;
-    d->vocab = maxid + 1;
+    int maxid = dt_dataset_max_token(d);
+    d->vocab = maxid < DT_GPT2_VOCAB ? DT_GPT2_VOCAB : maxid + 1;
     return DT_OK;
+}
+
+/* Appends one shard's tokens to *all (grown); on failure d->err says why. */
+static dt_status append_shard(dt_dataset *d, const char *path, uint16_t **all,
+                              size_t *n)
+{
+    uint16_t *tok;
+    size_t k;
+    dt_status s = read_shard(d, path, &tok, &k);
+    if (s != DT_OK)
+        return s;
+    uint16_t *grown = realloc(*all, (*n + k + 1) * sizeof(uint16_t));
+    if (!grown) {
+        free(tok);
+        return DT_ENOMEM;
+    }
+    memcpy(grown + *n, tok, k * sizeof(uint16_t));
+    free(tok);
+    *all = grown;
+    *n += k;
+    return DT_OK;
+}
+
+dt_status dt_dataset_open_shard_glob(dt_dataset **out, const char *pattern)
+{
+    dt_dataset *d = dt_dataset_alloc();
+    *out = d;
+    if (!d)
+        return DT_ENOMEM;
+    glob_t g;
+    int rc = glob(pattern, 0, NULL, &g);
+    if (rc != 0) {
+        snprintf(d->err, sizeof d->err, "shards %s: %s", pattern,
+                 rc == GLOB_NOMATCH ? "no file matches" : "cannot list them");
+        if (rc != GLOB_NOMATCH)
+            globfree(&g);
+        return rc == GLOB_NOMATCH ? DT_EINVAL : DT_ESYS;
+    }
+    uint16_t *all = NULL;
+    size_t n = 0;
+    dt_status s = DT_OK;
+    for (size_t i = 0; i < g.gl_pathc && s == DT_OK; i++) /* glob sorts */
+        s = append_shard(d, g.gl_pathv[i], &all, &n);
+    globfree(&g);
+    if (s != DT_OK) {
+        free(all);
+        return s;
+    }
+    d->tokens = all ? all : calloc(1, sizeof(uint16_t));
+    d->n_val = n / 10; /* the last 10% of the last shards is validation */
+    d->n_train = n - d->n_val;
+    int maxid = dt_dataset_max_token(d);
+    d->vocab = maxid < DT_GPT2_VOCAB ? DT_GPT2_VOCAB : maxid + 1;
+    return d->tokens ? DT_OK : DT_ENOMEM;
 }

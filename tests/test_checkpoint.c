@@ -523,3 +523,37 @@ Test(checkpoint, safetensors_export_has_named_tensors_and_raw_data, .timeout = 3
     json_decref(root);
     fx_close(&x);
 }
+
+Test(checkpoint, safetensors_metadata_carries_the_model_config, .timeout = 30)
+{
+    fx x;
+    fx_open(&x, DT_CKPT_DDP, NULL);
+    char p[256];
+    snprintf(p, sizeof p, "%s/model.safetensors", x.root);
+    cr_assert_eq(dt_ckpt_export_safetensors(x.ck, p, &x.f.s.cfg, x.f.params),
+                 DT_OK, "%s", dt_ckpt_error(x.ck));
+    FILE *f = fopen(p, "rb");
+    cr_assert_not_null(f);
+    unsigned char lb[8];
+    cr_assert_eq(fread(lb, 1, 8, f), 8);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--)
+        hlen = hlen << 8 | lb[i];
+    char *h = calloc(1, hlen + 1);
+    cr_assert_eq(fread(h, 1, hlen, f), hlen);
+    fclose(f);
+    json_error_t e;
+    json_t *root = json_loads(h, 0, &e);
+    cr_assert_not_null(root, "header: %s", e.text);
+    json_t *meta = json_object_get(root, "__metadata__");
+    cr_assert_not_null(meta, "no __metadata__ in %s", h);
+    const char *want[][2] = {{"V", "8"}, {"C", "5"}, {"H", "1"}, {"L", "2"}, {"T", "5"}};
+    for (int i = 0; i < 5; i++) {
+        const char *got = json_string_value(json_object_get(meta, want[i][0]));
+        cr_expect(got && !strcmp(got, want[i][1]), "%s: %s, expected \"%s\"", want[i][0],
+                  got ? got : "(missing, or not a string)", want[i][1]);
+    }
+    free(h);
+    json_decref(root);
+    fx_close(&x);
+}

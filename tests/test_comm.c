@@ -205,3 +205,55 @@ Test(comm, a_rank_that_never_joins_times_out_init_naming_it, .timeout = 30)
     cr_expect(strstr(dt_comm_error(c), "rank 1") != NULL, "%s", dt_comm_error(c));
     dt_comm_destroy(c);
 }
+
+Test(comm, dt_init_timeout_sets_the_start_up_deadline, .timeout = 10)
+{
+    setenv("RANK", "0", 1);
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("DT_INIT_URL", "file:///tmp/env-job", 1);
+    setenv("DT_INIT_TIMEOUT", "240", 1);
+    dt_comm_options o;
+    dt_comm_options_default(&o);
+    uint8_t scratch[64];
+    char err[256] = "";
+    cr_assert_eq(dt_comm_options_from_env(&o, scratch, sizeof scratch, err, sizeof err), DT_OK,
+                 "%s", err);
+    cr_expect(o.init_timeout_s == 240.0, "init_timeout_s %g", o.init_timeout_s);
+    setenv("DT_INIT_TIMEOUT", "soon", 1);
+    cr_expect_eq(dt_comm_options_from_env(&o, scratch, sizeof scratch, err, sizeof err),
+                 DT_EINVAL);
+    cr_expect(strstr(err, "DT_INIT_TIMEOUT='soon'") != NULL, "%s", err);
+}
+
+/* Rank 1 joins late and rank 2 never: by the time rank 0 waits for rank 2
+ * most of the deadline is spent, and the message must give the time that
+ * passed (the whole deadline), not the slice that was left. */
+static void *join_late(void *p)
+{
+    usleep(1200 * 1000);
+    return join_and_sum(p);
+}
+
+Test(comm, a_start_up_timeout_gives_the_time_that_passed, .timeout = 30)
+{
+    char url[128];
+    unique_url(url, sizeof url, "late");
+    join_arg a[2];
+    pthread_t t[2];
+    for (int r = 0; r < 2; r++) {
+        dt_comm_options_default(&a[r].o);
+        a[r].o.rank = r;
+        a[r].o.world_size = 3;
+        a[r].o.init_url = url;
+        a[r].o.init_timeout_s = 2.0;
+        pthread_create(&t[r], NULL, r == 0 ? join_and_sum : join_late, &a[r]);
+    }
+    for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
+    cr_assert_eq(a[0].st, DT_ETIMEDOUT, "%s", a[0].error);
+    const char *after = strstr(a[0].error, "timed out after ");
+    cr_assert(after && strstr(a[0].error, "rank 2"), "%s", a[0].error);
+    double waited = atof(after + strlen("timed out after "));
+    cr_expect(waited >= 1.9, "reported %.1f s, but the whole 2 s deadline passed: %s", waited,
+              a[0].error);
+    cr_expect(strstr(a[0].error, "DT_INIT_TIMEOUT") != NULL, "%s", a[0].error);
+}

@@ -49,7 +49,8 @@ Test(shard, valid_shard_is_read_with_its_tokens, .timeout = 10)
     cr_assert_eq(s, DT_OK, "%s", dt_dataset_error(d));
     cr_expect_eq(dt_dataset_tokens(d, DT_TRAIN), 900);
     cr_expect_eq(dt_dataset_tokens(d, DT_VAL), 100);
-    cr_expect_eq(dt_dataset_vocab(d), 999 * 7 % 50257 + 1);
+    cr_expect_eq(dt_dataset_vocab(d), 50257, "GPT-2's vocabulary, not max id + 1");
+    cr_expect_eq(dt_dataset_max_token(d), 999 * 7 % 50257);
     int in[4], tg[4];
     cr_assert_eq(dt_dataset_batch(in, tg, d, DT_TRAIN, 1, 0, 1, 4), DT_OK);
     cr_expect_eq(tg[0], in[1], "targets are inputs shifted by one");
@@ -103,6 +104,74 @@ Test(shard, file_shorter_than_header_is_refused, .timeout = 10)
 Test(shard, missing_file_is_refused, .timeout = 10)
 {
     expect_refused("/nonexistent/dt_shard.bin", "cannot open");
+}
+
+/* A shard of `count` copies of `token` at a path of our choosing. */
+static void write_shard_of(const char *path, int count, uint16_t token)
+{
+    FILE *f = fopen(path, "wb");
+    cr_assert(f, "cannot write %s", path);
+    int32_t hdr[256] = {20240520, 1, count};
+    fwrite(hdr, sizeof hdr, 1, f);
+    for (int i = 0; i < count; i++) fwrite(&token, sizeof token, 1, f);
+    fclose(f);
+}
+
+Test(shard, a_glob_reads_every_matching_shard_in_sorted_order, .timeout = 10)
+{
+    char dir[64] = "/tmp/dt_test_shards_XXXXXX", a[96], b[96], other[96], pattern[96];
+    cr_assert(mkdtemp(dir));
+    snprintf(a, sizeof a, "%s/train_000001.bin", dir);
+    snprintf(b, sizeof b, "%s/train_000000.bin", dir);
+    snprintf(other, sizeof other, "%s/val_000000.bin", dir);
+    write_shard_of(a, 50, 2);
+    write_shard_of(b, 50, 1);
+    write_shard_of(other, 50, 9);
+    snprintf(pattern, sizeof pattern, "%s/train_*.bin", dir);
+    dt_dataset *d;
+    cr_assert_eq(dt_dataset_open_shard_glob(&d, pattern), DT_OK, "%s", dt_dataset_error(d));
+    cr_expect_eq(dt_dataset_tokens(d, DT_TRAIN) + dt_dataset_tokens(d, DT_VAL), 100);
+    cr_expect_eq(dt_dataset_max_token(d), 2, "val_000000.bin was not matched");
+    int in[2], tg[2];
+    cr_assert_eq(dt_dataset_batch(in, tg, d, DT_TRAIN, 1, 0, 1, 2), DT_OK);
+    cr_expect_eq(dt_dataset_vocab(d), 50257);
+    dt_dataset_close(d);
+    cr_expect(dt_dataset_is_shard_file(a));
+    cr_expect(!dt_dataset_is_shard_file("/nonexistent/x.bin"));
+    unlink(a);
+    unlink(b);
+    unlink(other);
+    rmdir(dir);
+}
+
+Test(shard, the_first_shard_comes_first, .timeout = 10)
+{
+    char dir[64] = "/tmp/dt_test_shards_XXXXXX", a[96], b[96], pattern[96];
+    cr_assert(mkdtemp(dir));
+    snprintf(a, sizeof a, "%s/s_1.bin", dir);
+    snprintf(b, sizeof b, "%s/s_0.bin", dir);
+    write_shard_of(a, 100, 7);
+    write_shard_of(b, 100, 3);
+    snprintf(pattern, sizeof pattern, "%s/s_*.bin", dir);
+    dt_dataset *d;
+    cr_assert_eq(dt_dataset_open_shard_glob(&d, pattern), DT_OK, "%s", dt_dataset_error(d));
+    /* 200 tokens, 20 of validation at the end: the tail of s_1 (7s) */
+    int in[4], tg[4];
+    cr_assert_eq(dt_dataset_batch(in, tg, d, DT_VAL, 1, 0, 1, 4), DT_OK);
+    cr_expect_eq(in[0], 7, "validation is the end of the last shard, s_1.bin");
+    dt_dataset_close(d);
+    unlink(a);
+    unlink(b);
+    rmdir(dir);
+}
+
+Test(shard, a_glob_matching_nothing_is_refused_naming_it, .timeout = 10)
+{
+    dt_dataset *d;
+    cr_assert_eq(dt_dataset_open_shard_glob(&d, "/nonexistent/train_*.bin"), DT_EINVAL);
+    cr_expect(strstr(dt_dataset_error(d), "/nonexistent/train_*.bin") &&
+              strstr(dt_dataset_error(d), "no file matches"), "%s", dt_dataset_error(d));
+    dt_dataset_close(d);
 }
 
 Test(text, bytes_become_tokens_with_a_tail_validation_split, .timeout = 10)

@@ -19,8 +19,10 @@
  * to keep it. A device backend's state is saved and loaded through host
  * copies (ckpt_staging.c).
  */
+#include <errno.h>
 #include <ftw.h>
 #include <limits.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -69,6 +71,34 @@ static dt_status temp_root(mg_run *r)
     return DT_OK;
 }
 
+/* Makes the root if it is missing and writes and removes a file in it, so
+ * that a path the run cannot write fails before step 1, not at the first
+ * save. Every rank checks (each writes its own shard); all agree. */
+static dt_status check_writable(mg_run *r, const char *root)
+{
+    char probe[PATH_MAX], why[512] = "";
+    snprintf(probe, sizeof probe, "%s/.minigpt-write-check-XXXXXX", root);
+    int fd = -1;
+    if (mkdir(root, 0755) != 0 && errno != EEXIST)
+        snprintf(why, sizeof why, "cannot create it: %s", strerror(errno));
+    else if ((fd = mkstemp(probe)) < 0)
+        snprintf(why, sizeof why, "cannot write in it: %s", strerror(errno));
+    if (fd >= 0) {
+        close(fd);
+        unlink(probe);
+    }
+    bool ok = !why[0];
+    dt_status st = agree(r, &ok);
+    if (st != DT_OK)
+        return ck_fail(r, st, "agreeing that --ckpt-dir is writable");
+    if (ok)
+        return DT_OK;
+    snprintf(r->err, sizeof r->err, "rank %d: checkpoint: --ckpt-dir %.300s: %s "
+             "(checked at start, before step 1)", r->rank, root,
+             why[0] ? why : "another rank cannot write it");
+    return DT_ESYS;
+}
+
 dt_status mg_ckpt_open(mg_run *r)
 {
     const mg_options *o = &r->o;
@@ -81,9 +111,15 @@ dt_status mg_ckpt_open(mg_run *r)
     }
     if (!root)
         return DT_OK;
+    if (o->ckpt_dir && o->ckpt_every <= 0 && r->rank == 0)
+        fprintf(stderr, "minigpt: note: --ckpt-dir %s is given but no save is "
+                "scheduled (--ckpt-every is 0): this run writes no checkpoint\n",
+                o->ckpt_dir);
     dt_ckpt_options co = {.keep = o->keep, .allow_reshard = true};
     dt_status st = dt_ckpt_open(&r->ck, root, &co);
-    return st == DT_OK ? DT_OK : ck_fail(r, st, "open");
+    if (st != DT_OK)
+        return ck_fail(r, st, "open");
+    return o->ckpt_dir && o->ckpt_every > 0 ? check_writable(r, o->ckpt_dir) : DT_OK;
 }
 
 static int rm_one(const char *p, const struct stat *sb, int f, struct FTW *w)

@@ -21,7 +21,9 @@
 #include "cli.h"
 #include "dt_pipe.h"
 
-typedef enum kind { K_INT, K_U64, K_FLOAT, K_DOUBLE, K_STR, K_BOOL,
+/* K_INT is a count (>= 0), K_POS a positive one (>= 1); K_U64 is
+ * unsigned, a '-' refused rather than wrapped. */
+typedef enum kind { K_INT, K_POS, K_U64, K_FLOAT, K_DOUBLE, K_STR, K_BOOL,
                     K_PARALLEL } kind;
 
 typedef struct flag {
@@ -36,23 +38,25 @@ typedef struct flag {
 #define OPT(f) offsetof(mg_options, f)
 
 static const flag flags[] = {
-    {"--vocab", "-V", K_INT, OPT(cfg.V), "N", "vocabulary size"},
-    {"--width", "-C", K_INT, OPT(cfg.C), "N", "embedding width"},
-    {"--heads", "-H", K_INT, OPT(cfg.H), "N", "attention heads"},
-    {"--layers", "-L", K_INT, OPT(cfg.L), "N", "blocks"},
-    {"--context", "-T", K_INT, OPT(cfg.T), "N", "context length"},
-    {"--batch", "-B", K_INT, OPT(batch), "N", "sequences per rank per micro-step"},
-    {"--steps", "-n", K_INT, OPT(steps), "N", "optimizer steps"},
-    {"--grad-accum", NULL, K_INT, OPT(grad_accum), "K",
+    {"--vocab", "-V", K_POS, OPT(cfg.V), "N", "vocabulary size"},
+    {"--width", "-C", K_POS, OPT(cfg.C), "N", "embedding width"},
+    {"--heads", "-H", K_POS, OPT(cfg.H), "N", "attention heads"},
+    {"--layers", "-L", K_POS, OPT(cfg.L), "N", "blocks"},
+    {"--context", "-T", K_POS, OPT(cfg.T), "N", "context length"},
+    {"--batch", "-B", K_POS, OPT(batch), "N", "sequences per rank per micro-step"},
+    {"--steps", "-n", K_POS, OPT(steps), "N", "optimizer steps"},
+    {"--grad-accum", NULL, K_POS, OPT(grad_accum), "K",
      "micro-steps per step (DDP syncs only the last)"},
     {"--lr", NULL, K_FLOAT, OPT(lr), "X", "AdamW learning rate"},
     {"--seed", NULL, K_U64, OPT(seed), "N", "seed of the weights and the data"},
     {"--data", NULL, K_STR, OPT(data), "SRC",
-     "'task' (embedded digit reversal), 'random' (seed tokens) or a text file"},
+     "'task' (embedded digit reversal), 'random' (seed tokens), llm.c token "
+     "shards (a file or a glob, 'train_*.bin'; the vocabulary becomes GPT-2's "
+     "50257 unless -V is given) or a text file (bytes)"},
     {"--parallel", NULL, K_PARALLEL, OPT(parallel), "MODE", "ddp or zero1"},
     {"--bucket-mb", NULL, K_DOUBLE, OPT(bucket_mb), "MB",
      "DDP gradient bucket size (0 = 25 MB)"},
-    {"--log-every", NULL, K_INT, OPT(log_every), "N", "print a step line every N steps"},
+    {"--log-every", NULL, K_POS, OPT(log_every), "N", "print a step line every N steps"},
     {"--eval-every", NULL, K_INT, OPT(eval_every), "N",
      "task accuracy every N steps (0 = at the end only)"},
     {"--sample", NULL, K_INT, OPT(sample), "N", "tokens to generate at the end"},
@@ -61,7 +65,7 @@ static const flag flags[] = {
      "print every step's loss at the end"},
     {"--check-replicas", NULL, K_BOOL, OPT(check_replicas), NULL,
      "compare parameter hashes across ranks after every step"},
-    {"--threads", "-t", K_INT, OPT(threads), "N", "OpenBLAS threads per rank"},
+    {"--threads", "-t", K_POS, OPT(threads), "N", "OpenBLAS threads per rank"},
     {"--device", NULL, K_STR, OPT(device), "DEV",
      "cpu; cuda (one GPU per rank: the rank's LOCAL_RANK); or cuda-host "
      "(the CUDA kernels run on the host: a slow check without a GPU)"},
@@ -185,7 +189,8 @@ static void print_default(FILE *f, const flag *fl, const mg_options *d)
 {
     const char *p = (const char *)d + fl->offset;
     switch (fl->kind) {
-    case K_INT: fprintf(f, " (default %d)", *(const int *)p); break;
+    case K_INT:
+    case K_POS: fprintf(f, " (default %d)", *(const int *)p); break;
     case K_U64: fprintf(f, " (default %llu)", (unsigned long long)*(const uint64_t *)p); break;
     case K_FLOAT: fprintf(f, " (default %g)", (double)*(const float *)p); break;
     case K_DOUBLE: fprintf(f, " (default %g)", *(const double *)p); break;
@@ -224,20 +229,41 @@ static int bad(const char *prog, const char *what, const char *arg)
     return 2;
 }
 
+/* What a value of each kind must be, for the message naming a bad one. */
+static const char *kind_wants(kind k)
+{
+    switch (k) {
+    case K_INT: return "a non-negative integer";
+    case K_POS: return "a positive integer";
+    case K_U64: return "a non-negative integer below 2^64";
+    case K_FLOAT:
+    case K_DOUBLE: return "a number";
+    case K_PARALLEL: return "ddp or zero1";
+    case K_STR:
+    case K_BOOL: break;
+    }
+    return "a value";
+}
+
 /* Stores text into the field; false if it is not a value of that kind. */
 static bool set_value(mg_options *o, const flag *fl, const char *text)
 {
     char *p = (char *)o + fl->offset, *end = NULL;
     errno = 0;
     switch (fl->kind) {
-    case K_INT: {
+    case K_INT:
+    case K_POS: {
         long v = strtol(text, &end, 10);
-        if (v < -1000000000L || v > 1000000000L)
+        if (v < (fl->kind == K_POS) || v > 1000000000L)
             return false;
         *(int *)p = (int)v;
         break;
     }
-    case K_U64: *(uint64_t *)p = strtoull(text, &end, 10); break;
+    case K_U64:
+        if (strchr(text, '-'))
+            return false;
+        *(uint64_t *)p = strtoull(text, &end, 10);
+        break;
     case K_FLOAT: *(float *)p = strtof(text, &end); break;
     case K_DOUBLE: *(double *)p = strtod(text, &end); break;
     case K_STR: *(const char **)p = text; return true;
@@ -249,6 +275,14 @@ static bool set_value(mg_options *o, const flag *fl, const char *text)
     case K_BOOL: *(bool *)p = true; return true;
     }
     return errno == 0 && end != text && *end == '\0';
+}
+
+/* "--steps: must be a positive integer, got '-5'", and where to look. */
+static int bad_value(const char *prog, const flag *fl, const char *text)
+{
+    fprintf(stderr, "%s: %s: must be %s, got '%s' (--help lists the flags)\n",
+            prog, fl->name, kind_wants(fl->kind), text);
+    return 2;
 }
 
 static const flag *find_flag(const char *arg, size_t len)
@@ -358,7 +392,8 @@ int mg_options_parse(mg_options *o, int argc, char **argv)
                 return bad(prog, "missing a value after", a);
         }
         if (!set_value(o, fl, v))
-            return bad(prog, "not a valid value for", fl->name);
+            return bad_value(prog, fl, v);
+        o->vocab_set |= fl->offset == OPT(cfg.V);
     }
     if (o->data && strcmp(o->data, "task") == 0)
         o->data = NULL;

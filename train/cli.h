@@ -17,12 +17,14 @@ typedef enum mg_parallel { MG_DDP = 0, MG_ZERO1 } mg_parallel;
 
 typedef struct mg_options {
     dt_config cfg;         /* -V -C -H -L -T */
+    bool vocab_set;        /* -V given: token shards do not resize it */
     int batch;             /* sequences per rank per micro-step */
     int steps;
     int grad_accum;        /* micro-steps per optimizer step */
     float lr;
     uint64_t seed;
-    const char *data;      /* NULL: embedded task; "random"; else a file */
+    const char *data;      /* NULL: embedded task; "random"; an llm.c
+                              token shard or a glob of them; else text */
     mg_parallel parallel;
     double bucket_mb;      /* DDP bucket cap; 0 = 25 MB */
     int log_every;         /* print a step line every N steps */

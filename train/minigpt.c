@@ -140,7 +140,7 @@ static dt_status train(mg_run *r, mg_metrics *mx, double *mean_hidden,
                        double *acc)
 {
     const mg_options *o = &r->o;
-    bool tty = r->rank == 0 && isatty(STDOUT_FILENO);
+    bool tty = mg_progress_wanted(r->rank);
     double hidden_sum = 0;
     int hidden_n = 0;
     for (int s = r->start_step; s < o->steps; s++) {

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "trainer.h"
 
@@ -88,6 +89,31 @@ void mg_report_step(FILE *f, int step, const mg_step *s)
         snprintf(hidden, sizeof hidden, "%.0f%%", 100 * s->comm.hidden);
     fprintf(f, "%6d %9.4f %11.0f %9.2f %9.2f %7s\n", step + 1, (double)s->loss,
             s->tokens_per_s, s->ms, s->comm.comm_ms, hidden);
+}
+
+/*
+ * A bar is escape codes and '\r's: right on a terminal, noise in a file.
+ * Our stdout being a terminal is not enough: mpirun and srun hand rank 0 a
+ * pseudo-terminal even when their own output goes to a file. So the rule:
+ * a launcher that knows says so in DT_PROGRESS (dtrain-launch sets 1 when
+ * its stdout is a terminal, where it draws '\r' lines in place; 0 when
+ * not); under another launcher (OpenMPI, PMI, Slurm) without DT_PROGRESS,
+ * no bar; alone, a bar when stdout is a terminal that is not "dumb".
+ */
+bool mg_progress_wanted(int rank)
+{
+    if (rank != 0)
+        return false;
+    const char *says = getenv("DT_PROGRESS");
+    if (says && *says)
+        return strcmp(says, "1") == 0;
+    static const char *const foreign[] = {"OMPI_COMM_WORLD_SIZE", "PMI_RANK",
+                                          "PMIX_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof foreign / sizeof foreign[0]; i++)
+        if (getenv(foreign[i]))
+            return false;
+    const char *term = getenv("TERM");
+    return isatty(STDOUT_FILENO) == 1 && !(term && strcmp(term, "dumb") == 0);
 }
 
 void mg_progress(FILE *f, int done, int total, float loss)

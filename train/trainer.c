@@ -39,6 +39,23 @@ static dt_status run_fail(mg_run *r, dt_status st, const char *what,
     return st;
 }
 
+/* llm.c token shards (--data a shard, or a glob of them): the model's
+ * vocabulary becomes the data's (GPT-2's 50257) unless -V was given. */
+static dt_status open_shards(mg_run *r)
+{
+    dt_status st = dt_dataset_open_shard_glob(&r->data, r->o.data);
+    if (st != DT_OK)
+        return st;
+    if (!r->o.vocab_set)
+        r->o.cfg.V = dt_dataset_vocab(r->data);
+    if (r->rank == 0)
+        printf("data: llm.c token shards %s: %zu train + %zu validation "
+               "tokens, vocabulary %d\n", r->o.data,
+               dt_dataset_tokens(r->data, DT_TRAIN),
+               dt_dataset_tokens(r->data, DT_VAL), r->o.cfg.V);
+    return DT_OK;
+}
+
 static dt_status open_data(mg_run *r)
 {
     const mg_options *o = &r->o;
@@ -48,17 +65,19 @@ static dt_status open_data(mg_run *r)
         r->is_task = true;
     } else if (strcmp(o->data, "random") == 0) {
         st = dt_dataset_random(&r->data, o->cfg.V, (size_t)1 << 16, o->seed);
+    } else if (strpbrk(o->data, "*?[") || dt_dataset_is_shard_file(o->data)) {
+        st = open_shards(r);
     } else {
         st = dt_dataset_open_text(&r->data, o->data, 0.1);
     }
     if (st != DT_OK)
         return run_fail(r, st, "data",
                         r->data ? dt_dataset_error(r->data) : "out of memory");
-    if (dt_dataset_vocab(r->data) > o->cfg.V) {
+    if (dt_dataset_max_token(r->data) >= o->cfg.V) {
         char msg[128];
         snprintf(msg, sizeof msg, "the data has token ids up to %d, the "
                  "model's vocabulary is %d (set --vocab)",
-                 dt_dataset_vocab(r->data) - 1, o->cfg.V);
+                 dt_dataset_max_token(r->data), o->cfg.V);
         return run_fail(r, DT_EINVAL, "data", msg);
     }
     return DT_OK;

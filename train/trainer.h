@@ -143,6 +143,9 @@ void mg_metrics_close(mg_metrics *mx);
 /* report.c */
 void mg_report_header(FILE *f, const mg_run *r);
 void mg_report_step(FILE *f, int step, const mg_step *s);
+/* Whether this rank draws a progress bar: rank 0 only, and only when the
+ * output really ends on a terminal (see report.c). */
+bool mg_progress_wanted(int rank);
 void mg_progress(FILE *f, int done, int total, float loss);
 void mg_progress_clear(FILE *f);
 void mg_report_loss_table(FILE *f, const mg_run *r);
