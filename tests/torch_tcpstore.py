@@ -4,8 +4,10 @@
 Usage: torch_tcpstore.py DTRAIN_LAUNCH
 Starts `dtrain-launch --rdzv-endpoint 127.0.0.1:PORT sleep 30`, whose node 0
 hosts dtrain's store server, and drives it with torch.distributed.TCPStore
-(is_master=False), the client of Debian's python3-torch (1.13). Each check
-names the operation; any mismatch exits 1.
+(is_master=False), the client of Debian's python3-torch (1.13); then two
+dtrain ranks (launch_worker, no launcher) rendezvous at a TCPStore(is_master
+=True) that torch hosts and all-reduce. Each check names what it checks;
+any mismatch exits 1.
 """
 import datetime, socket, subprocess, sys, time
 import torch.distributed as dist
@@ -54,3 +56,20 @@ try:
 finally:
     server.terminate()
     server.wait()
+
+# The other direction: dtrain's ranks (two launch_workers, no launcher) meet
+# at a TCPStore(is_master=True) that torch hosts, and reduce.
+port = free_port()
+master = dist.TCPStore("127.0.0.1", port, is_master=True,
+                       timeout=datetime.timedelta(seconds=10))
+worker = sys.argv[1].replace("launcher/dtrain-launch", "tests/launch_worker")
+env = {"WORLD_SIZE": "2", "DT_INIT_URL": f"tcp://127.0.0.1:{port}", "DT_JOB_ID": "torchjob",
+       "DT_SECRET": "00" * 32, "PATH": "/usr/bin:/bin"}
+ranks = [subprocess.Popen([worker, "allreduce"], env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+         for r in range(2)]
+outs = [p.communicate(timeout=30)[0] for p in ranks]
+for r, (p, out) in enumerate(zip(ranks, outs)):
+    check(f"dtrain rank {r} through torch's server exits 0", (p.returncode, out.strip()),
+          (0, f"rank={r} world=2 sum=3"))
+check("dtrain's keys live in torch's server", master.num_keys() >= 2, True)
