@@ -6,6 +6,8 @@
 #                            dtrain-launch -n 4 ./minigpt [ARGS]
 #   ./dev.sh test            install what is missing, build, run every test suite
 #   ./dev.sh test-sanitize   the same tests in an AddressSanitizer+UBSan build
+#   ./dev.sh test-torch      PyTorch 1.13's TCPStore client against dtrain's store
+#                            (installs Debian's python3-torch, which is large)
 #
 # Builds go to build/ (and build-sanitize/). Warnings are errors.
 set -euo pipefail
@@ -71,6 +73,12 @@ test)
     install_missing
     build build
     run_tests build
+    ;;
+test-torch)
+    PACKAGES="$PACKAGES python3-torch"
+    install_missing
+    build build
+    /usr/bin/python3 tests/torch_tcpstore.py build/launcher/dtrain-launch
     ;;
 test-sanitize)
     install_missing

@@ -237,6 +237,12 @@ static dt_status agree_on_key(dt_comm *c, const dt_comm_options *o)
     void *got = NULL;
     if (!secret || len == 0) {
         dt_status st;
+        if (strncmp(c->init_url, "file://", 7) != 0) { /* a server anyone may read */
+            comm_fail(c, DT_EINVAL, "rank %d: a %s store has no authentication, so the "
+                      "job secret is not shared through it: give every rank the same "
+                      "secret (o.secret, or DT_SECRET as hex)", c->rank, c->init_url);
+            return DT_EINVAL;
+        }
         if (c->rank == 0) {
             randombytes_buf(made, sizeof made);
             st = dt_store_set(c->store, "secret", made, sizeof made);

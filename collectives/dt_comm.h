@@ -86,7 +86,9 @@ bool dt_redop_parse(const char *name, dt_redop *out);
  * followed. A file left by a dead job (no live process holds it open) is
  * reset on open if all its records are a store's; anything else is refused
  * with DT_ESTORE and left untouched. dt_store_close by the last holder
- * removes the file.
+ * removes the file. "tcp://HOST:PORT" and "env://" (MASTER_ADDR,
+ * MASTER_PORT) connect to a dt_store_server instead (below); open waits up
+ * to 60 s for it to listen.
  */
 typedef struct dt_store dt_store;
 
@@ -109,6 +111,20 @@ dt_status dt_store_wait(dt_store *s, const char *const *keys, int n,
 dt_status dt_store_add(dt_store *s, const char *key, int64_t delta,
                        int64_t *result);
 
+/*
+ * The TCP store's server: a key-value table in memory on a libuv loop in its
+ * own thread, speaking PyTorch c10d TCPStore's protocol (docs/store-tcp.md),
+ * so "tcp://HOST:PORT" stores and torch's TCPStore clients can use it.
+ * port 0 picks a free port (read it with dt_store_server_port). No
+ * authentication: anyone who can reach the port can read and write it.
+ * On failure *out is NULL and err says why.
+ */
+typedef struct dt_store_server dt_store_server;
+dt_status dt_store_server_start(dt_store_server **out, const char *host, int port,
+                                char *err, size_t errlen);
+int dt_store_server_port(const dt_store_server *s);
+void dt_store_server_stop(dt_store_server *s);
+
 /* ---- communicator --------------------------------------------------------- */
 
 typedef struct dt_comm dt_comm;
@@ -128,10 +144,11 @@ typedef void (*dt_log_fn)(void *user, const char *line);
 typedef struct dt_comm_options {
     int rank;                 /* 0 .. world_size-1 */
     int world_size;           /* >= 1 */
-    const char *init_url;     /* "file:///tmp/NAME" */
+    const char *init_url;     /* "file:///tmp/NAME", "tcp://HOST:PORT", "env://" */
     const char *job_id;       /* scopes store keys and handshakes; NULL = "dtrain" */
     const uint8_t *secret;    /* per-job key for the handshake ...          */
-    size_t secret_len;        /* ... NULL/0: rank 0 makes one, shares it via the store */
+    size_t secret_len;        /* ... NULL/0: rank 0 makes one, shares it via a file://
+                                 store (a tcp:// or env:// store refuses: DT_EINVAL) */
     const char *host;         /* address to listen on and advertise; NULL = 127.0.0.1 */
     const char *ifname;       /* or: the network interface whose IPv4 address to use */
     double timeout_s;         /* default per-op timeout; 0 = 30 s */

@@ -258,18 +258,55 @@ static dt_status open_attempt(dt_store *s, bool *again)
     return DT_OK;
 }
 
+static bool is_tcp_url(const char *url)
+{
+    return url && (strncmp(url, "tcp://", 6) == 0 || strcmp(url, "env://") == 0);
+}
+
 static dt_status check_url_and_job(dt_store *s, const char *url, const char *job)
 {
-    if (!url || strncmp(url, "file://", 7) != 0 || url[7] != '/')
-        return store_fail(s, DT_EINVAL, "unsupported store URL '%s': only "
-                          "file:///absolute/path is accepted", url ? url : "(null)");
+    if (!is_tcp_url(url) && (!url || strncmp(url, "file://", 7) != 0 || url[7] != '/'))
+        return store_fail(s, DT_EINVAL, "unsupported store URL '%s': use "
+                          "file:///absolute/path, tcp://HOST:PORT or env://",
+                          url ? url : "(null)");
     size_t n = strlen(job);
     if (n == 0 || n > STORE_MAX_JOB_ID || strchr(job, '/'))
         return store_fail(s, DT_EINVAL, "bad job id '%s': it must be 1..%d "
                           "bytes without '/'", job, STORE_MAX_JOB_ID);
-    if (!(s->path = strdup(url + 7)))
+    if (!(s->path = strdup(is_tcp_url(url) ? url : url + 7)))
         return store_fail(s, DT_ENOMEM, "out of memory");
     return DT_OK;
+}
+
+/* Connects to the server a tcp:// URL names, or env://'s MASTER_ADDR and
+ * MASTER_PORT (torch's env:// names). */
+static dt_status store_open_tcp(dt_store *s, const char *url)
+{
+    char target[300], err[STORE_ERR_LEN];
+    if (strcmp(url, "env://") == 0) {
+        const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
+        if (!addr || !*addr || !port || !*port)
+            return store_fail(s, DT_EINVAL, "env:// needs MASTER_ADDR and MASTER_PORT "
+                              "(%s is not set)", !addr || !*addr ? "MASTER_ADDR"
+                                                                 : "MASTER_PORT");
+        snprintf(target, sizeof target, "%s:%s", addr, port);
+    } else {
+        snprintf(target, sizeof target, "%s", url + 6);
+    }
+    dt_status st = tcp_client_open(&s->tcp, target, STORE_TCP_CONNECT_S, err, sizeof err);
+    return st == DT_OK ? DT_OK : store_fail(s, st, "%s", err);
+}
+
+/* "<job>/<key>", malloc'ed, for a TCP store's keys; NULL on ENOMEM. */
+static char *scoped(const dt_store *s, const char *key)
+{
+    size_t n = strlen(key);
+    char *k = malloc(s->prefix_len + n + 1);
+    if (k) {
+        memcpy(k, s->prefix, s->prefix_len);
+        memcpy(k + s->prefix_len, key, n + 1);
+    }
+    return k;
 }
 
 /* Joins the live holders of the file, then reads what they wrote so far. */
@@ -311,7 +348,7 @@ dt_status dt_store_open(dt_store **out, const char *url, const char *job_id)
     *out = s;
     dt_status st = check_url_and_job(s, url, job);
     if (st == DT_OK)
-        st = store_open_file(s);
+        st = is_tcp_url(url) ? store_open_tcp(s, url) : store_open_file(s);
     s->healthy = st == DT_OK;
     if (st != DT_OK && s->fd >= 0) { /* drop our locks; touch nothing */
         close(s->fd);
@@ -338,6 +375,7 @@ void dt_store_close(dt_store *s)
     }
     if (s->fd >= 0)
         close(s->fd);
+    tcp_client_close(s->tcp);
     map_free(&s->map);
     free(s->url);
     free(s->path);
@@ -373,6 +411,12 @@ dt_status dt_store_set(dt_store *s, const char *key, const void *val, size_t len
     if (len > STORE_MAX_VALUE || (!val && len))
         return store_fail(s, DT_EINVAL, "set '%s': a %zu-byte value%s", key, len,
                           val ? " is over the 64 MiB limit" : " from NULL");
+    if (s->tcp) {
+        char *k = scoped(s, key), err[STORE_ERR_LEN] = "out of memory";
+        st = k ? tcp_client_set(s->tcp, k, val, len, err, sizeof err) : DT_ENOMEM;
+        free(k);
+        return st == DT_OK ? DT_OK : store_fail(s, st, "%s", err);
+    }
     if ((st = store_flock(s, LOCK_EX)) != DT_OK)
         return st;
     if ((st = store_replay(s)) == DT_OK)
@@ -409,12 +453,34 @@ static void list_missing(const dt_store *s, const char *const *keys, int n,
         snprintf(out + o, cap - o, " and %d more", missing - listed);
 }
 
+/* A TCP store's wait: the server answers once every key exists. */
+static dt_status wait_tcp(dt_store *s, const char *op, const char *const *keys, int n,
+                          double timeout_s)
+{
+    char **k = calloc((size_t)n + 1, sizeof *k), err[STORE_ERR_LEN];
+    dt_status st = k ? DT_OK : DT_ENOMEM;
+    for (int i = 0; i < n && st == DT_OK; i++)
+        if (!(k[i] = scoped(s, keys[i])))
+            st = DT_ENOMEM;
+    if (st == DT_OK)
+        st = tcp_client_wait(s->tcp, (const char *const *)k, n, s->prefix_len,
+                             timeout_s, op, err, sizeof err);
+    for (int i = 0; k && i < n; i++)
+        free(k[i]);
+    free(k);
+    if (st == DT_ENOMEM)
+        snprintf(err, sizeof err, "%s: out of memory", op);
+    return st == DT_OK ? DT_OK : store_fail(s, st, "%s", err);
+}
+
 /* Polls every 10 ms until every key exists or the deadline passes. */
 static dt_status wait_for_keys(dt_store *s, const char *op,
                                const char *const *keys, int n, double timeout_s)
 {
     if (isnan(timeout_s) || timeout_s < 0)
         return store_fail(s, DT_EINVAL, "%s: bad timeout %g s", op, timeout_s);
+    if (s->tcp)
+        return wait_tcp(s, op, keys, n, timeout_s);
     double deadline = monotonic_s() + timeout_s;
     for (;;) {
         dt_status st = store_flock(s, LOCK_SH);
@@ -457,6 +523,12 @@ dt_status dt_store_get(dt_store *s, const char *key, void **val, size_t *len,
         return store_fail(s, DT_EINVAL, "get '%s': val and len must not be NULL", key);
     if ((st = wait_for_keys(s, "get", &key, 1, timeout_s)) != DT_OK)
         return st;
+    if (s->tcp) {
+        char *k = scoped(s, key), err[STORE_ERR_LEN] = "out of memory";
+        st = k ? tcp_client_get(s->tcp, k, val, len, err, sizeof err) : DT_ENOMEM;
+        free(k);
+        return st == DT_OK ? DT_OK : store_fail(s, st, "%s", err);
+    }
     const store_entry *e = map_find(&s->map, key, strlen(key));
     uint8_t *copy = malloc(e->len + 1);
     if (!copy)
@@ -503,6 +575,12 @@ dt_status dt_store_add(dt_store *s, const char *key, int64_t delta,
     dt_status st = check_usable(s, "add", key);
     if (st != DT_OK)
         return st;
+    if (s->tcp) {
+        char *k = scoped(s, key), err[STORE_ERR_LEN] = "out of memory";
+        st = k ? tcp_client_add(s->tcp, k, delta, result, err, sizeof err) : DT_ENOMEM;
+        free(k);
+        return st == DT_OK ? DT_OK : store_fail(s, st, "%s", err);
+    }
     if ((st = store_flock(s, LOCK_EX)) != DT_OK)
         return st;
     if ((st = store_replay(s)) != DT_OK)

@@ -12,6 +12,7 @@
 
 #include "dt_comm.h"
 #include "store_map.h"
+#include "store_tcp.h"
 
 #define STORE_MAX_KEY (64u << 10)      /* bytes of a record's key */
 #define STORE_MAX_VALUE (64u << 20)    /* bytes of a record's value */
@@ -21,6 +22,7 @@
 #define STORE_LIVENESS_OFFSET ((off_t)1 << 40)
 #define STORE_OPEN_ATTEMPTS 64
 #define STORE_ERR_LEN 1024
+#define STORE_TCP_CONNECT_S 60.0       /* how long open waits for a tcp:// server */
 
 _Static_assert(sizeof(off_t) >= 8, "the liveness byte needs a 64-bit off_t");
 
@@ -35,6 +37,7 @@ struct dt_store {
     char *prefix;       /* "<job_id>/" */
     size_t prefix_len;
     store_map map;
+    store_tcp_client *tcp; /* tcp:// and env:// stores; NULL for file:// */
     char err[STORE_ERR_LEN];
 };
 

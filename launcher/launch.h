@@ -37,6 +37,10 @@ typedef struct launch_options {
     int nnodes;           /* nodes in the job, >= 1 */
     int node_rank;        /* this node, 0 .. nnodes-1; -1 until given */
     const char *rdzv;     /* rendezvous URL; NULL = a fresh file per job */
+    const char *master_addr;   /* --master-addr: with master_port, rdzv = tcp://A:P */
+    int master_port;           /* 0 = not given */
+    const char *rdzv_endpoint; /* --rdzv-endpoint HOST:PORT: rdzv = tcp://HOST:PORT */
+    char rdzv_tcp[320];        /* the tcp:// URL the three above make */
     const char *run_id;   /* NULL = random (one node) or derived from the secret */
     int max_restarts;     /* group restarts after a failure */
     const char *log_dir;  /* NULL = no per-rank log files */

@@ -34,6 +34,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "dt_comm.h"
 #include "launch.h"
 
 typedef struct launcher {
@@ -154,6 +155,26 @@ static int supervise(launcher *l, const launch_options *o, const launch_job *job
     return exit_code;
 }
 
+/* Node 0 of a tcp:// rendezvous hosts the store, listening on the URL's
+ * HOST:PORT, for as long as it supervises (restarts included). */
+static int host_store(const launch_options *o, dt_store_server **out, char *err,
+                      size_t errlen)
+{
+    *out = NULL;
+    if (!o->rdzv || strncmp(o->rdzv, "tcp://", 6) != 0 || o->node_rank != 0) return 0;
+    char host[256];
+    const char *colon = strrchr(o->rdzv + 6, ':');
+    int port = colon ? atoi(colon + 1) : 0;
+    size_t n = colon ? (size_t)(colon - (o->rdzv + 6)) : 0;
+    if (!colon || n == 0 || n >= sizeof host || port <= 0 || port > 65535) {
+        snprintf(err, errlen, "--rdzv '%s' is not tcp://HOST:PORT", o->rdzv);
+        return -1;
+    }
+    memcpy(host, o->rdzv + 6, n);
+    host[n] = 0;
+    return dt_store_server_start(out, host, port, err, errlen) == DT_OK ? 0 : -1;
+}
+
 int main(int argc, char **argv)
 {
     launch_options o;
@@ -179,6 +200,12 @@ int main(int argc, char **argv)
         return 2;
     }
     warn_if_oversubscribed(&o);
+    dt_store_server *store = NULL;
+    if (host_store(&o, &store, err, sizeof err) != 0) {
+        fprintf(stderr, "dtrain-launch: %s\n", err);
+        launch_job_cleanup(&job);
+        return 2;
+    }
     launcher l = {0};
     if (uv_loop_init(&l.loop) != 0) {
         fprintf(stderr, "dtrain-launch: cannot create an event loop\n");
@@ -188,6 +215,7 @@ int main(int argc, char **argv)
     int code = supervise(&l, &o, &job);
     unwatch_signals(&l);
     uv_loop_close(&l.loop);
+    dt_store_server_stop(store);
     launch_job_cleanup(&job);
     return code;
 }

@@ -48,6 +48,13 @@ static const flag_spec flags[] = {
     {0, "rdzv", NULL, "URL", FLAG_STRING, FIELD(rdzv), 0, 0,
      "rendezvous, file:///PATH on a filesystem every node sees\n"
      "(default: a fresh file:///tmp/dtrain-RUNID; required when M > 1)"},
+    {0, "master-addr", NULL, "A", FLAG_STRING, FIELD(master_addr), 0, 0,
+     "with --master-port: rendezvous at a TCP store at A:P, which\n"
+     "node 0 hosts (torchrun's names; A an IP address of node 0)"},
+    {0, "master-port", NULL, "P", FLAG_INT, FIELD(master_port), 1, 65535,
+     "the TCP store's port on node 0"},
+    {0, "rdzv-endpoint", NULL, "HOST:PORT", FLAG_STRING, FIELD(rdzv_endpoint), 0, 0,
+     "the same as --master-addr HOST --master-port PORT"},
     {0, "run-id", "rdzv-id", "ID", FLAG_STRING, FIELD(run_id), 0, 0,
      "job name shared by every node (default: random on one node,\n"
      "derived from DT_SECRET on several)"},
@@ -194,6 +201,33 @@ static bool parse_one(launch_options *o, int argc, char **argv, int *i, char *er
 }
 
 /* The rules that involve more than one flag. */
+/* torchrun's --master-addr/--master-port and --rdzv-endpoint name a TCP
+ * store: they become o->rdzv = "tcp://HOST:PORT". */
+static bool tcp_rendezvous(launch_options *o, char *err, size_t errlen)
+{
+    bool master = o->master_addr || o->master_port;
+    if (!master && !o->rdzv_endpoint) return true;
+    if (o->rdzv || (master && o->rdzv_endpoint)) {
+        snprintf(err, errlen, "give one of --rdzv, --rdzv-endpoint, or --master-addr with "
+                 "--master-port");
+        return false;
+    }
+    if (master && (!o->master_addr || !o->master_port)) {
+        snprintf(err, errlen, "--master-addr and --master-port go together");
+        return false;
+    }
+    int n = o->rdzv_endpoint
+        ? snprintf(o->rdzv_tcp, sizeof o->rdzv_tcp, "tcp://%s", o->rdzv_endpoint)
+        : snprintf(o->rdzv_tcp, sizeof o->rdzv_tcp, "tcp://%s:%d", o->master_addr,
+                   o->master_port);
+    if (n < 0 || (size_t)n >= sizeof o->rdzv_tcp) {
+        snprintf(err, errlen, "the rendezvous address is too long");
+        return false;
+    }
+    o->rdzv = o->rdzv_tcp;
+    return true;
+}
+
 static bool check_combination(const launch_options *o, char *err, size_t errlen)
 {
     if (o->nnodes > 1 && o->node_rank < 0) {
@@ -211,8 +245,9 @@ static bool check_combination(const launch_options *o, char *err, size_t errlen)
                  "sees, the same on every node", o->nnodes);
         return false;
     }
-    if (o->rdzv && (strncmp(o->rdzv, "file:///", 8) != 0 || !o->rdzv[8])) {
-        snprintf(err, errlen, "--rdzv '%s': only file:///ABSOLUTE/PATH is supported",
+    if (o->rdzv && strncmp(o->rdzv, "tcp://", 6) != 0 &&
+        (strncmp(o->rdzv, "file:///", 8) != 0 || !o->rdzv[8])) {
+        snprintf(err, errlen, "--rdzv '%s': use file:///ABSOLUTE/PATH or tcp://HOST:PORT",
                  o->rdzv);
         return false;
     }
@@ -237,5 +272,6 @@ launch_parse launch_options_parse(launch_options *o, int argc, char **argv, char
     }
     o->program = argv + i;
     if (o->node_rank < 0 && o->nnodes == 1) o->node_rank = 0;
+    if (!tcp_rendezvous(o, err, errlen)) return LAUNCH_PARSE_ERROR;
     return check_combination(o, err, errlen) ? LAUNCH_PARSE_OK : LAUNCH_PARSE_ERROR;
 }

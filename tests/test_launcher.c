@@ -8,6 +8,10 @@
  * timeout; no assertion is about time. Which rank a failure is blamed on
  * is test_launcher_blame.c.
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include "launch_run.h"
 
 static bool is_hex(const char *s, size_t n)
@@ -414,4 +418,51 @@ Test(launcher, two_launchers_as_two_nodes_form_one_job, .timeout = 60)
         }
     }
     for (int k = 0; k < 2; k++) launch_cleanup(&node[k]);
+}
+
+/* A port nobody listens on now (the kernel's pick for a closed socket). */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    getsockname(fd, (struct sockaddr *)&a, &len);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+Test(launcher, two_launchers_meet_at_node_0s_tcp_store_by_master_addr_and_port,
+     .timeout = 60)
+{
+    static const char secret[] = "DT_SECRET=00112233445566778899aabbccddeeff"
+                                 "00112233445566778899aabbccddeeff";
+    char port[16];
+    snprintf(port, sizeof port, "%d", free_port());
+    launch_run node[2];
+    for (int k = 0; k < 2; k++)
+        launch_start_env(&node[k], (const char *[]){secret, NULL},
+                         (const char *[]){"-n", "2", "--nnodes", "2", "--node-rank",
+                                          k ? "1" : "0", "--master-addr", "127.0.0.1",
+                                          "--master-port", port, W, "allreduce", NULL});
+    for (int k = 0; k < 2; k++) {
+        launch_wait(&node[k]);
+        cr_assert_eq(node[k].code, 0, "node %d: exit %d, stderr:\n%s", k, node[k].code,
+                     node[k].err);
+        for (int rank = 2 * k; rank < 2 * k + 2; rank++) {
+            char want[64];
+            snprintf(want, sizeof want, "[%d] rank=%d world=4 sum=10\n", rank, rank);
+            cr_assert(strstr(node[k].out, want), "'%s' missing from:\n%s", want, node[k].out);
+        }
+    }
+    for (int k = 0; k < 2; k++) launch_cleanup(&node[k]);
+}
+
+Test(launcher, rdzv_endpoint_and_master_addr_together_are_a_usage_error, .timeout = 10)
+{
+    assert_usage_error((const char *[]){"--rdzv-endpoint", "127.0.0.1:1", "--master-addr",
+                                        "127.0.0.1", "--master-port", "2", W, "env", NULL},
+                       "give one of");
+    assert_usage_error((const char *[]){"--master-addr", "127.0.0.1", W, "env", NULL},
+                       "go together");
 }

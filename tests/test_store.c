@@ -448,9 +448,9 @@ Test(store, a_cut_record_appended_during_use_is_estore, .timeout = 10)
 
 /* ---- arguments --------------------------------------------------------------------- */
 
-Test(store, url_that_is_not_file_absolute_path_is_einval, .timeout = 10)
+Test(store, url_of_no_known_scheme_or_a_relative_file_path_is_einval, .timeout = 10)
 {
-    const char *bad[] = {"tcp://127.0.0.1:29500", "file://relative/x", "/tmp/x",
+    const char *bad[] = {"http://127.0.0.1:29500", "file://relative/x", "/tmp/x",
                          "", NULL};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         dt_store *s = NULL;

@@ -1,0 +1,354 @@
+/*
+ * test_store_tcp.c — the TCP store (tcp://, env://): its server and its
+ * client, on loopback, one test per promise.
+ *
+ * Each test starts its own server on 127.0.0.1 with a free port; ranks are
+ * dt_store handles (threads where they must run at once). Strangers are raw
+ * sockets speaking the wire format by hand (docs/store-tcp.md). Helper
+ * threads never assert; the test thread checks what they recorded.
+ */
+#include <criterion/criterion.h>
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dt_comm.h"
+
+typedef struct server {
+    dt_store_server *srv;
+    char url[64];
+    int port;
+} server;
+
+static server start_server(void)
+{
+    server s;
+    char err[256];
+    cr_assert_eq(dt_store_server_start(&s.srv, "127.0.0.1", 0, err, sizeof err), DT_OK,
+                 "%s", err);
+    s.port = dt_store_server_port(s.srv);
+    snprintf(s.url, sizeof s.url, "tcp://127.0.0.1:%d", s.port);
+    return s;
+}
+
+static dt_store *open_store(const char *url, const char *job)
+{
+    dt_store *st;
+    dt_status rc = dt_store_open(&st, url, job);
+    cr_assert_eq(rc, DT_OK, "open %s: %s", url, dt_store_error(st));
+    return st;
+}
+
+static char *get_string(dt_store *st, const char *key)
+{
+    void *v;
+    size_t n;
+    cr_assert_eq(dt_store_get(st, key, &v, &n, 5.0), DT_OK, "%s", dt_store_error(st));
+    return v;
+}
+
+static int raw_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    return fd;
+}
+
+/* True if the server closes fd within 5 s (recv sees EOF or a reset). */
+static bool closed_by_server(int fd)
+{
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char b[16];
+    return recv(fd, b, sizeof b, 0) <= 0 && (errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+static int count_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    while (readdir(d)) n++;
+    closedir(d);
+    return n;
+}
+
+/* ---- operations ----------------------------------------------------------------- */
+
+Test(store_tcp, a_value_set_by_one_rank_is_read_by_another, .timeout = 20)
+{
+    server s = start_server();
+    dt_store *a = open_store(s.url, "job"), *b = open_store(s.url, "job");
+    cr_assert_eq(dt_store_set(a, "addr/0", "1234 10.0.0.1", 13), DT_OK);
+    char *v = get_string(b, "addr/0");
+    cr_expect_str_eq(v, "1234 10.0.0.1");
+    free(v);
+    dt_store_close(a);
+    dt_store_close(b);
+    dt_store_server_stop(s.srv);
+}
+
+typedef struct later_set {
+    const char *url;
+    dt_status rc;
+} later_set;
+
+static void *set_after_200ms(void *arg)
+{
+    later_set *l = arg;
+    dt_store *st;
+    l->rc = dt_store_open(&st, l->url, "job");
+    struct timespec nap = {0, 200000000L};
+    nanosleep(&nap, NULL);
+    if (l->rc == DT_OK) l->rc = dt_store_set(st, "late", "yes", 3);
+    dt_store_close(st);
+    return NULL;
+}
+
+Test(store_tcp, get_waits_for_a_key_set_later, .timeout = 20)
+{
+    server s = start_server();
+    dt_store *a = open_store(s.url, "job");
+    later_set l = {.url = s.url};
+    pthread_t t;
+    pthread_create(&t, NULL, set_after_200ms, &l);
+    char *v = get_string(a, "late");
+    pthread_join(t, NULL);
+    cr_expect_eq(l.rc, DT_OK);
+    cr_expect_str_eq(v, "yes");
+    free(v);
+    dt_store_close(a);
+    dt_store_server_stop(s.srv);
+}
+
+static void *add_100_times(void *arg)
+{
+    dt_store *st;
+    if (dt_store_open(&st, arg, "job") == DT_OK)
+        for (int i = 0; i < 100; i++)
+            dt_store_add(st, "counter", 1, NULL);
+    dt_store_close(st);
+    return NULL;
+}
+
+Test(store_tcp, add_from_four_ranks_at_once_loses_no_increment, .timeout = 30)
+{
+    server s = start_server();
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, add_100_times, s.url);
+    for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+    dt_store *a = open_store(s.url, "job");
+    int64_t sum = 0;
+    cr_assert_eq(dt_store_add(a, "counter", 0, &sum), DT_OK, "%s", dt_store_error(a));
+    cr_expect_eq(sum, 400);
+    char *v = get_string(a, "counter");
+    cr_expect_str_eq(v, "400", "add stores decimal text, as torch's server does");
+    free(v);
+    dt_store_close(a);
+    dt_store_server_stop(s.srv);
+}
+
+Test(store_tcp, a_timed_out_wait_names_the_missing_key_and_the_store_still_works,
+     .timeout = 20)
+{
+    server s = start_server();
+    dt_store *a = open_store(s.url, "job");
+    cr_assert_eq(dt_store_set(a, "here", "1", 1), DT_OK);
+    const char *keys[] = {"here", "addr/3"};
+    cr_assert_eq(dt_store_wait(a, keys, 2, 0.2), DT_ETIMEDOUT);
+    cr_expect(strstr(dt_store_error(a), "'addr/3'"), "%s", dt_store_error(a));
+    cr_expect(!strstr(dt_store_error(a), "'here'"), "%s", dt_store_error(a));
+    char *v = get_string(a, "here");
+    cr_expect_str_eq(v, "1");
+    free(v);
+    dt_store_close(a);
+    dt_store_server_stop(s.srv);
+}
+
+Test(store_tcp, jobs_sharing_a_server_do_not_see_each_others_keys, .timeout = 20)
+{
+    server s = start_server();
+    dt_store *a = open_store(s.url, "job-a"), *b = open_store(s.url, "job-b");
+    cr_assert_eq(dt_store_set(a, "secretless", "a", 1), DT_OK);
+    void *v;
+    size_t n;
+    cr_expect_eq(dt_store_get(b, "secretless", &v, &n, 0.2), DT_ETIMEDOUT);
+    dt_store_close(a);
+    dt_store_close(b);
+    dt_store_server_stop(s.srv);
+}
+
+Test(store_tcp, env_url_without_master_port_says_which_variable_is_missing, .timeout = 10)
+{
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    unsetenv("MASTER_PORT");
+    dt_store *st;
+    cr_expect_eq(dt_store_open(&st, "env://", "job"), DT_EINVAL);
+    cr_expect(strstr(dt_store_error(st), "MASTER_PORT"), "%s", dt_store_error(st));
+    dt_store_close(st);
+}
+
+Test(store_tcp, env_url_reaches_the_server_at_master_addr_and_port, .timeout = 20)
+{
+    server s = start_server();
+    char port[16];
+    snprintf(port, sizeof port, "%d", s.port);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", port, 1);
+    dt_store *a = open_store("env://", "job"), *b = open_store(s.url, "job");
+    cr_assert_eq(dt_store_set(a, "k", "v", 1), DT_OK);
+    char *v = get_string(b, "k");
+    cr_expect_str_eq(v, "v");
+    free(v);
+    dt_store_close(a);
+    dt_store_close(b);
+    dt_store_server_stop(s.srv);
+}
+
+/* ---- strangers -------------------------------------------------------------------- */
+
+Test(store_tcp, a_stranger_sending_an_unknown_query_is_disconnected_and_others_go_on,
+     .timeout = 20)
+{
+    server s = start_server();
+    dt_store *a = open_store(s.url, "job");
+    cr_assert_eq(dt_store_set(a, "before", "1", 1), DT_OK);
+    int fd = raw_connect(s.port);
+    const char garbage[] = "GET / HTTP/1.1\r\n\r\n";
+    cr_assert_eq(send(fd, garbage, sizeof garbage - 1, 0), (ssize_t)sizeof garbage - 1);
+    cr_expect(closed_by_server(fd), "the server kept a connection that spoke garbage");
+    close(fd);
+    char *v = get_string(a, "before");
+    cr_expect_str_eq(v, "1");
+    free(v);
+    dt_store_close(a);
+    dt_store_server_stop(s.srv);
+}
+
+Test(store_tcp, a_stranger_announcing_a_huge_key_is_disconnected_at_once, .timeout = 20)
+{
+    server s = start_server();
+    int fd = raw_connect(s.port);
+    uint8_t req[9] = {0 /* SET */};
+    uint64_t len = 1ull << 40; /* 1 TiB: the server must not wait for it or allocate it */
+    memcpy(req + 1, &len, 8);
+    cr_assert_eq(send(fd, req, sizeof req, 0), (ssize_t)sizeof req);
+    cr_expect(closed_by_server(fd), "the server waited for a 1 TiB key");
+    close(fd);
+    dt_store *a = open_store(s.url, "job");
+    cr_expect_eq(dt_store_set(a, "after", "1", 1), DT_OK, "%s", dt_store_error(a));
+    dt_store_close(a);
+    dt_store_server_stop(s.srv);
+}
+
+Test(store_tcp, a_client_that_vanishes_mid_wait_is_forgotten, .timeout = 20)
+{
+    server s = start_server();
+    dt_store *a = open_store(s.url, "job");
+    int before = count_fds();
+    int fd = raw_connect(s.port);
+    uint8_t req[1 + 8 + 8 + 4] = {5 /* WAIT */};
+    uint64_t one = 1, klen = 4;
+    memcpy(req + 1, &one, 8);
+    memcpy(req + 9, &klen, 8);
+    memcpy(req + 17, "gone", 4);
+    cr_assert_eq(send(fd, req, sizeof req, 0), (ssize_t)sizeof req);
+    close(fd);
+    cr_assert_eq(dt_store_set(a, "gone", "x", 1), DT_OK); /* wakes nobody, crashes nothing */
+    int64_t n;
+    for (int i = 0; i < 500 && count_fds() != before; i++) {
+        struct timespec nap = {0, 10000000L};
+        nanosleep(&nap, NULL);
+    }
+    cr_expect_eq(count_fds(), before, "the server still holds the vanished client's socket");
+    cr_expect_eq(dt_store_add(a, "alive", 1, &n), DT_OK, "%s", dt_store_error(a));
+    dt_store_close(a);
+    dt_store_server_stop(s.srv);
+}
+
+Test(store_tcp, a_thousand_connect_close_cycles_leak_no_descriptors, .timeout = 60)
+{
+    server s = start_server();
+    int before = count_fds();
+    for (int i = 0; i < 1000; i++) close(raw_connect(s.port));
+    for (int i = 0; i < 500 && count_fds() != before; i++) {
+        struct timespec nap = {0, 10000000L};
+        nanosleep(&nap, NULL);
+    }
+    cr_expect_eq(count_fds(), before, "descriptors before %d, after 1000 cycles %d", before,
+                 count_fds());
+    dt_store_server_stop(s.srv);
+}
+
+/* ---- a communicator over a TCP store ---------------------------------------------- */
+
+typedef struct tcp_rank {
+    const char *url;
+    int rank;
+    bool with_secret;
+    dt_status rc;
+    float value;
+    char msg[512];
+} tcp_rank;
+
+static void *join_and_reduce(void *arg)
+{
+    tcp_rank *r = arg;
+    static const uint8_t secret[16] = "the job's secret";
+    dt_comm_options o;
+    dt_comm_options_default(&o);
+    o.rank = r->rank;
+    o.world_size = 2;
+    o.init_url = r->url;
+    o.job_id = "tcp-job";
+    o.secret = r->with_secret ? secret : NULL;
+    o.secret_len = r->with_secret ? sizeof secret : 0;
+    o.timeout_s = o.init_timeout_s = 10;
+    dt_comm *c;
+    r->value = (float)(r->rank + 1);
+    r->rc = dt_comm_init(&c, &o);
+    if (r->rc == DT_OK) r->rc = dt_allreduce(c, &r->value, 1, DT_F32, DT_SUM);
+    snprintf(r->msg, sizeof r->msg, "%s", c ? dt_comm_error(c) : "out of memory");
+    dt_comm_destroy(c);
+    return NULL;
+}
+
+Test(store_tcp, two_ranks_with_a_secret_meet_at_the_server_and_reduce, .timeout = 30)
+{
+    server s = start_server();
+    tcp_rank r[2] = {{.url = s.url, .rank = 0, .with_secret = true},
+                     {.url = s.url, .rank = 1, .with_secret = true}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, join_and_reduce, &r[i]);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < 2; i++) {
+        cr_expect_eq(r[i].rc, DT_OK, "rank %d: %s", i, r[i].msg);
+        cr_expect_eq(r[i].value, 3.0f, "rank %d", i);
+    }
+    dt_store_server_stop(s.srv);
+}
+
+Test(store_tcp, a_tcp_store_refuses_to_carry_a_generated_job_secret, .timeout = 30)
+{
+    server s = start_server();
+    tcp_rank r = {.url = s.url, .rank = 0, .with_secret = false};
+    join_and_reduce(&r);
+    cr_expect_eq(r.rc, DT_EINVAL, "%s", r.msg);
+    cr_expect(strstr(r.msg, "DT_SECRET"), "%s", r.msg);
+    dt_store *a = open_store(s.url, "tcp-job");
+    const char *key = "secret";
+    cr_expect_eq(dt_store_wait(a, &key, 1, 0.1), DT_ETIMEDOUT, "the secret was stored");
+    dt_store_close(a);
+    dt_store_server_stop(s.srv);
+}
