@@ -6,13 +6,14 @@
 #                            dtrain-launch -n 4 ./minigpt [ARGS]
 #   ./dev.sh test            install what is missing, build, run every test suite
 #   ./dev.sh test-sanitize   the same tests in an AddressSanitizer+UBSan build
+#   ./dev.sh test-clang      the same tests built by clang instead of gcc
 #
-# Builds go to build/ (and build-sanitize/). Warnings are errors.
+# Builds go to build/ (and build-sanitize/, build-clang/). Warnings are errors.
 set -euo pipefail
 cd "$(dirname "$0")"
 
-PACKAGES="gcc pkg-config meson ninja-build libuv1-dev libsodium-dev libjansson-dev
-          libcriterion-dev libopenblas-dev python3 openmpi-bin"
+PACKAGES="gcc clang libclang-rt-dev pkg-config meson ninja-build libuv1-dev libsodium-dev
+          libjansson-dev libcriterion-dev libopenblas-dev python3 openmpi-bin"
 
 install_missing() {
     local missing=()
@@ -74,8 +75,13 @@ test-sanitize)
     export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
     run_tests build-sanitize
     ;;
+test-clang)
+    install_missing
+    CC=clang build build-clang
+    run_tests build-clang
+    ;;
 *)
-    sed -n '2,10p' "$0"
+    sed -n '2,11p' "$0"
     exit 2
     ;;
 esac

@@ -144,7 +144,7 @@ int main(int argc, char **argv)
         {"-b", "socket buffer MiB (SO_SNDBUF/SO_RCVBUF)", &buf_mib, 1, 256},
     };
     int n_opts = (int)(sizeof opts / sizeof opts[0]);
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* flag, value */
         int k = 0;
         while (k < n_opts && strcmp(argv[i], opts[k].flag) != 0) k++;
         char *end = NULL;
@@ -155,7 +155,6 @@ int main(int argc, char **argv)
             return 2;
         }
         *opts[k].value = (int)v;
-        i++;
     }
 
     int listen_fds[MAX_STREAMS], ports[MAX_STREAMS], ready[2], go[2], results[2];
