@@ -7,8 +7,11 @@
 #   ./dev.sh test            install what is missing, build, run every test suite
 #   ./dev.sh test-sanitize   the same tests in an AddressSanitizer+UBSan build
 #   ./dev.sh test-clang      the same tests built by clang instead of gcc
+#   ./dev.sh test-tsan       the threaded programs (suite tsan) under
+#                            ThreadSanitizer; any report fails it
 #
-# Builds go to build/ (and build-sanitize/, build-clang/). Warnings are errors.
+# Builds go to build/ (and build-sanitize/, build-clang/, build-tsan/).
+# Warnings are errors.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -32,13 +35,17 @@ build() { # build DIR [meson options...]
     ninja -C "$dir"
 }
 
-# Runs the suites in DIR and prints "N passed, N failed" counted over every
-# Criterion test (a suite that crashed without reporting counts as a failure).
+# Runs the suites in DIR (all, or those the meson test ARGS name) and prints
+# "N passed, N failed" counted over every TAP test (a suite that crashed
+# without reporting counts as a failure). With TSAN_REPORTS set to a
+# folder, every ThreadSanitizer report file in it is shown and counts as a
+# failure too (a rank killed on purpose still leaves its report there).
 run_tests() {
     local dir=$1 rc=0
-    meson test -C "$dir" --num-processes 2 --print-errorlogs || rc=$?
-    python3 - "$dir/meson-logs/testlog.json" <<'PY'
-import json, re, sys
+    shift
+    meson test -C "$dir" --num-processes 2 --print-errorlogs "$@" || rc=$?
+    python3 - "$dir/meson-logs/testlog.json" "${TSAN_REPORTS:-}" <<'PY' || rc=1
+import glob, json, os, re, sys
 passed = failed = 0
 for line in open(sys.argv[1]):
     t = json.loads(line)
@@ -49,7 +56,11 @@ for line in open(sys.argv[1]):
         bad = 1
     passed += ok
     failed += bad
+for report in sorted(glob.glob(os.path.join(sys.argv[2], "*"))) if sys.argv[2] else []:
+    print(open(report, errors="replace").read())
+    failed += 1
 print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
 PY
     return $rc
 }
@@ -80,8 +91,18 @@ test-clang)
     CC=clang build build-clang
     run_tests build-clang
     ;;
+test-tsan)
+    install_missing
+    build build-tsan -Db_sanitize=thread
+    TSAN_REPORTS=$(mktemp -d /tmp/dtrain-tsan-reports-XXXXXX)
+    export TSAN_REPORTS TSAN_OPTIONS="log_path=$TSAN_REPORTS/report"
+    rc=0
+    run_tests build-tsan --suite tsan || rc=$?
+    rm -rf "$TSAN_REPORTS"
+    exit $rc
+    ;;
 *)
-    sed -n '2,11p' "$0"
+    sed -n '2,14p' "$0"
     exit 2
     ;;
 esac
