@@ -9,9 +9,11 @@
 #   ./dev.sh test-clang      the same tests built by clang instead of gcc
 #   ./dev.sh test-tsan       the threaded programs (suite tsan) under
 #                            ThreadSanitizer; any report fails it
+#   ./dev.sh fuzz [SECONDS]  every libFuzzer harness (tests/fuzz/), SECONDS
+#                            each (default 60); any finding fails it
 #
-# Builds go to build/ (and build-sanitize/, build-clang/, build-tsan/).
-# Warnings are errors.
+# Builds go to build/ (and build-sanitize/, build-clang/, build-tsan/,
+# build-fuzz/). Warnings are errors.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -101,8 +103,14 @@ test-tsan)
     rm -rf "$TSAN_REPORTS"
     exit $rc
     ;;
+fuzz)
+    install_missing
+    CC=clang build build-fuzz -Db_sanitize=address,undefined -Db_lundef=false \
+        -Dfuzz=true -Dtests=disabled
+    exec tests/fuzz/run_fuzzers.sh build-fuzz "${2:-60}"
+    ;;
 *)
-    sed -n '2,14p' "$0"
+    sed -n '2,16p' "$0"
     exit 2
     ;;
 esac
