@@ -13,8 +13,9 @@
  * then the rest of the input as the byte stream from rank 0, then EOF.
  * Meanwhile rank 1 runs a tagged receive from rank 0, a recursive-doubling
  * all-reduce and a broadcast from rank 0. Any outcome is fine but a crash,
- * a sanitizer report, or a rank that does not return within 30 s (every
- * bad input must end in an error, never a hang).
+ * a sanitizer report, a rank that does not return within 30 s (every bad
+ * input must end in an error, never a hang), or a failure reported as
+ * DT_EABORTED (nobody aborted) or without a message.
  *
  * DT_FUZZ_SEED_OUT=FILE: write a well-behaved rank 0's stream there (the
  * committed seed), check that rank 1 completes all three ops on it, and
@@ -45,6 +46,7 @@ static const uint8_t secret[] = "the fuzz job's secret";
 static uint8_t key[crypto_auth_KEYBYTES];
 static char url[600];
 
+#define DT_ERROR_MAX_SHOWN 1024
 enum { OPS = 3, RECV_FLOATS = 16, ALLREDUCE_FLOATS = 8, BCAST_INTS = 4, RECV_TAG = 3 };
 
 typedef struct rank1_run {
@@ -52,6 +54,7 @@ typedef struct rank1_run {
     pthread_cond_t cv;
     bool done;
     dt_status init, op[OPS];
+    char error[DT_ERROR_MAX_SHOWN]; /* dt_comm_error after the last op */
 } rank1_run;
 
 static void quiet(void *user, const char *line) { (void)user, (void)line; }
@@ -81,6 +84,7 @@ static void *rank1_main(void *p)
     if (st == DT_OK) st = r->op[0] = dt_recv(c, in, RECV_FLOATS, DT_F32, 0, RECV_TAG, NULL);
     if (st == DT_OK) st = r->op[1] = dt_run(c, &ar);
     if (st == DT_OK) st = r->op[2] = dt_broadcast(c, b, BCAST_INTS, DT_I32, 0);
+    snprintf(r->error, sizeof r->error, "%s", c ? dt_comm_error(c) : "");
     dt_comm_destroy(c);
     pthread_mutex_lock(&r->mu);
     r->done = true;
@@ -260,9 +264,32 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
+/* Whatever rank 0 sent, a failure must be reported as one: a status that
+ * is not DT_EABORTED (nobody called dt_comm_abort) and a message. */
+static void check_verdict(const rank1_run *r)
+{
+    dt_status last = r->init;
+    for (int i = 0; i < OPS && last == DT_OK; i++) last = r->op[i];
+    if (getenv("DT_FUZZ_VERBOSE"))
+        fprintf(stderr, "fuzz_frames: init %s, ops %s %s %s: %s\n", dt_status_name(r->init),
+                dt_status_name(r->op[0]), dt_status_name(r->op[1]), dt_status_name(r->op[2]),
+                r->error);
+    /* KNOWN, being fixed on another branch (issue 15, "p2p count
+     * mismatch"): a tagged receive that meets a send of another length is
+     * released before the failure is recorded, and returns DT_EABORTED,
+     * sometimes with no message. Remove this exception with that fix. */
+    if (r->init == DT_OK && r->op[0] == DT_EABORTED) return;
+    if (last != DT_OK && (last == DT_EABORTED || !r->error[0])) {
+        fprintf(stderr, "fuzz_frames: rank 1 failed with %s and the message '%s'\n",
+                dt_status_name(last), r->error);
+        abort();
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     rank1_run r;
     run_one(data, size, &r);
+    check_verdict(&r);
     return 0;
 }
