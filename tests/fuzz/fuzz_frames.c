@@ -201,10 +201,8 @@ static void run_one(const uint8_t *data, size_t size, rank1_run *r)
     until.tv_sec += 30;
     pthread_mutex_lock(&r->mu);
     while (!r->done)
-        if (pthread_cond_timedwait(&r->cv, &r->mu, &until) == ETIMEDOUT) {
-            fprintf(stderr, "fuzz_frames: rank 1 still running 30 s after rank 0 hung up\n");
-            abort();
-        }
+        if (pthread_cond_timedwait(&r->cv, &r->mu, &until) == ETIMEDOUT)
+            fuzz_fail("fuzz_frames: rank 1 still running 30 s after rank 0 hung up");
     pthread_mutex_unlock(&r->mu);
     pthread_join(t, NULL);
     pthread_mutex_destroy(&r->mu);
@@ -279,11 +277,9 @@ static void check_verdict(const rank1_run *r)
      * released before the failure is recorded, and returns DT_EABORTED,
      * sometimes with no message. Remove this exception with that fix. */
     if (r->init == DT_OK && r->op[0] == DT_EABORTED) return;
-    if (last != DT_OK && (last == DT_EABORTED || !r->error[0])) {
-        fprintf(stderr, "fuzz_frames: rank 1 failed with %s and the message '%s'\n",
-                dt_status_name(last), r->error);
-        abort();
-    }
+    if (last != DT_OK && (last == DT_EABORTED || !r->error[0]))
+        fuzz_fail("fuzz_frames: rank 1 failed with %s and the message '%s'",
+                  dt_status_name(last), r->error);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -52,9 +52,9 @@ static void *rank0_main(void *arg)
     o.log = quiet;
     dt_comm *c = NULL;
     dt_status st = dt_comm_init(&c, &o);
-    fprintf(stderr, "fuzz_handshake: rank 0's init returned %s: %s\n", dt_status_name(st),
-            c ? dt_comm_error(c) : "");
-    abort(); /* nothing may end it: no rank 1 ever passes the handshake */
+    /* nothing may end it: no rank 1 ever passes the handshake */
+    fuzz_fail("fuzz_handshake: rank 0's init returned %s: %s", dt_status_name(st),
+              c ? dt_comm_error(c) : "");
 }
 
 /* Rank 0's port, from the address it published in the store. */
@@ -101,10 +101,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        perror("fuzz_handshake: connecting to rank 0");
-        abort();
-    }
+    /* The machine's ephemeral ports can run short for a moment (other
+     * sockets in TIME_WAIT): wait for one rather than call that a finding. */
+    int rc, tries = 0;
+    while ((rc = connect(fd, (struct sockaddr *)&sa, sizeof sa)) != 0 &&
+           (errno == EADDRNOTAVAIL || errno == EAGAIN) && ++tries < 500)
+        usleep(10 * 1000);
+    if (fd < 0 || rc != 0)
+        fuzz_fail("fuzz_handshake: connecting to rank 0's port %d: %s", port, strerror(errno));
     for (size_t done = 0; done < size;) {
         ssize_t w = write(fd, data + done, size - done);
         if (w <= 0) break; /* rank 0 already hung up */
@@ -114,10 +118,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint8_t sink[256];
     for (;;) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (poll(&p, 1, 10000) != 1) {
-            fprintf(stderr, "fuzz_handshake: rank 0 kept a stranger's connection open\n");
-            abort();
-        }
+        if (poll(&p, 1, 10000) != 1)
+            fuzz_fail("fuzz_handshake: rank 0 kept a stranger's connection open for 10 s");
         if (read(fd, sink, sizeof sink) <= 0) break; /* closed (EOF or reset) */
     }
     /* Rank 0 has closed its end: drop ours at once rather than leave it in

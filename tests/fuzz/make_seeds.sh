@@ -14,7 +14,7 @@ c=corpus
 rm -rf "$c"
 mkdir -p "$c"
 for h in store_log token_shard manifest ckpt_shard frames handshake cli_minigpt cli_launch \
-         cli_bench; do
+         cli_bench output_prefix; do
     mkdir -p "$c/fuzz_$h"
 done
 
@@ -81,4 +81,8 @@ printf -- '-c\nall\n-b\n4\n-e\n64M\n-f\n8\n-d\nbf16\n-o\navg\n--check\n--ranks\n
     >"$c/fuzz_cli_bench/all"
 printf -- '--algo\nring\n-r\n3\n-n\n2\n-w\n1\n--minbytes=1K\n--maxbytes=1G' \
     >"$c/fuzz_cli_bench/long"
+# Worker output: byte 0 sets the read size, then lines, one long, one unfinished.
+{ printf '\007'; printf '[0] step 1 loss 4.3\nwarning: \033[31mred\033[0m\r\n'
+  head -c 300 /dev/zero | tr '\0' x; printf '\nno newline at the end'; } \
+    >"$c/fuzz_output_prefix/lines"
 ls -R "$c" | head -50
