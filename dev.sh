@@ -6,15 +6,21 @@
 #                            dtrain-launch -n 4 ./minigpt [ARGS]
 #   ./dev.sh test            install what is missing, build, run every test suite
 #   ./dev.sh test-sanitize   the same tests in an AddressSanitizer+UBSan build
+#   ./dev.sh test-clang      the same tests built by clang instead of gcc
+#   ./dev.sh test-tsan       the threaded programs (suite tsan) under
+#                            ThreadSanitizer; any report fails it
+#   ./dev.sh fuzz [SECONDS]  every libFuzzer harness (tests/fuzz/), SECONDS
+#                            each (default 60); any finding fails it
 #   ./dev.sh test-torch      PyTorch 1.13's TCPStore client against dtrain's store
 #                            (installs Debian's python3-torch, which is large)
 #
-# Builds go to build/ (and build-sanitize/). Warnings are errors.
+# Builds go to build/ (and build-sanitize/, build-clang/, build-tsan/,
+# build-fuzz/). Warnings are errors.
 set -euo pipefail
 cd "$(dirname "$0")"
 
-PACKAGES="gcc pkg-config meson ninja-build libuv1-dev libsodium-dev libssl-dev libjansson-dev
-          libcriterion-dev libopenblas-dev python3 openmpi-bin"
+PACKAGES="gcc clang libclang-rt-dev pkg-config meson ninja-build libuv1-dev libsodium-dev
+          libssl-dev libjansson-dev libcriterion-dev libopenblas-dev python3 openmpi-bin"
 
 install_missing() {
     local missing=()
@@ -33,17 +39,23 @@ build() { # build DIR [meson options...]
     ninja -C "$dir"
 }
 
-# Runs the suites in DIR and prints "N passed, N failed, N skipped" counted
-# over every Criterion test (a suite that crashed without reporting counts as
-# a failure; a test that needs hardware this machine lacks, such as a GPU,
-# reports "# SKIP" in TAP or exits 77, and is counted as skipped, never passed).
+# Runs the suites in DIR (all, or those the meson test ARGS name) and prints
+# "N passed, N failed, N skipped" counted over every TAP test (a suite that
+# crashed without reporting counts as a failure; a test that needs hardware
+# this machine lacks, such as a GPU, reports "# SKIP" in TAP or exits 77,
+# and is counted as skipped, never passed). With TSAN_REPORTS set to a
+# folder, every ThreadSanitizer report file in it is shown and counts as a
+# failure too (a rank killed on purpose still leaves its report there).
 run_tests() {
     local dir=$1 rc=0
-    meson test -C "$dir" --num-processes 2 --print-errorlogs || rc=$?
-    python3 - "$dir/meson-logs/testlog.json" <<'PY'
-import json, re, sys
+    shift
+    rm -f "$dir"/meson-logs/testlog*.json # a --wrapper run names its own
+    meson test -C "$dir" --num-processes 2 --print-errorlogs "$@" || rc=$?
+    python3 - "$dir/meson-logs" "${TSAN_REPORTS:-}" <<'PY' || rc=1
+import glob, json, os, re, sys
 passed = failed = skipped = 0
-for line in open(sys.argv[1]):
+logs = glob.glob(os.path.join(sys.argv[1], "testlog*.json"))
+for line in open(logs[0]) if logs else ['{"result": "no test log", "stdout": ""}']:
     t = json.loads(line)
     out = t.get("stdout", "")
     skip = len(re.findall(r"^ok\b.*#\s*SKIP", out, re.M | re.I))
@@ -56,7 +68,11 @@ for line in open(sys.argv[1]):
     passed += ok
     failed += bad
     skipped += skip
+for report in sorted(glob.glob(os.path.join(sys.argv[2], "*"))) if sys.argv[2] else []:
+    print(open(report, errors="replace").read())
+    failed += 1
 print(f"{passed} passed, {failed} failed, {skipped} skipped")
+sys.exit(1 if failed else 0)
 PY
     return $rc
 }
@@ -74,12 +90,6 @@ test)
     build build
     run_tests build
     ;;
-test-torch)
-    PACKAGES="$PACKAGES python3-torch"
-    install_missing
-    build build
-    /usr/bin/python3 tests/torch_tcpstore.py build/launcher/dtrain-launch
-    ;;
 test-sanitize)
     install_missing
     build build-sanitize -Db_sanitize=address,undefined -Db_lundef=false
@@ -88,8 +98,41 @@ test-sanitize)
     export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
     run_tests build-sanitize
     ;;
+test-clang)
+    install_missing
+    CC=clang build build-clang
+    run_tests build-clang
+    ;;
+test-tsan)
+    install_missing
+    build build-tsan -Db_sanitize=thread
+    TSAN_REPORTS=$(mktemp -d /tmp/dtrain-tsan-reports-XXXXXX)
+    export TSAN_REPORTS TSAN_OPTIONS="log_path=$TSAN_REPORTS/report"
+    rc=0
+    # without address randomisation: TSan's fixed memory layout cannot
+    # start under the larger ASLR of some kernels (vm.mmap_rnd_bits = 32)
+    run_tests build-tsan --suite tsan --wrapper "setarch $(uname -m) -R" || rc=$?
+    rm -rf "$TSAN_REPORTS"
+    exit $rc
+    ;;
+fuzz)
+    install_missing
+    CC=clang build build-fuzz -Db_sanitize=address,undefined -Db_lundef=false \
+        -Dfuzz=true -Dtests=disabled
+    exec tests/fuzz/run_fuzzers.sh build-fuzz "${2:-60}"
+    ;;
+test-torch)
+    PACKAGES="$PACKAGES python3-torch"
+    install_missing
+    build build
+    rc=0
+    out=$(/usr/bin/python3 tests/torch_tcpstore.py build/launcher/dtrain-launch 2>&1) || rc=$?
+    printf '%s\n' "$out"
+    echo "$(printf '%s\n' "$out" | grep -c '^ok ') passed, $((rc != 0)) failed"
+    exit $rc
+    ;;
 *)
-    sed -n '2,10p' "$0"
+    sed -n '2,18p' "$0"
     exit 2
     ;;
 esac

@@ -140,7 +140,7 @@ int main(int argc, char **argv)
         {"-b", "socket buffer MiB (SO_SNDBUF/SO_RCVBUF)", &buf_mib, 1, 256},
     };
     int n_opts = (int)(sizeof opts / sizeof opts[0]);
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* flag, value */
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage(stdout, opts, n_opts);
             return 0;
@@ -160,7 +160,6 @@ int main(int argc, char **argv)
             return 2;
         }
         *opts[k].value = (int)v;
-        i++;
     }
 
     int listen_fds[MAX_STREAMS], ports[MAX_STREAMS], ready[2], go[2], results[2];

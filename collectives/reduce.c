@@ -44,10 +44,12 @@
 #include "reduce.h"
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
-    defined(__linux__)
+    defined(__linux__) && !defined(__SANITIZE_THREAD__)
 /* Baseline x86-64 is SSE2; an AVX2 clone (chosen once, at load time, by
  * the CPU it runs on) doubles the vector width and adds variable shifts
- * and unsigned packs, which the f16/bf16 conversions use heavily. */
+ * and unsigned packs, which the f16/bf16 conversions use heavily. Not
+ * under ThreadSanitizer: clone resolvers run before its runtime is up and
+ * crash the program at load. */
 #define VECTORISE                                                            \
     __attribute__((optimize("O3"), target_clones("default", "avx2")))
 #elif defined(__GNUC__) && !defined(__clang__)

@@ -595,6 +595,12 @@ static void io_recv(dt_comm *c, dt_xfer *x)
 {
     x->next = NULL;
     if (x->hdr.kind == FRAME_P2P) {
+        /* A peer that said BYE or hung up has nothing parked here (frames
+         * are parsed in order, BYE last), so nothing more can ever match. */
+        if (x->peer != DT_ANY_SOURCE && !peer_conn(c, x, "receive from")) {
+            xfer_release(c, x, XFER_FAILED);
+            return;
+        }
         if (c->p2p_tail) c->p2p_tail->next = x;
         else c->p2p_head = x;
         c->p2p_tail = x;

@@ -58,7 +58,7 @@ typedef float v16 __attribute__((vector_size(64)));
 
 /* x86-64 clones for the GEMM: AVX-512 (16 zmm accumulators), AVX2 (the
  * tile spills a little, still far faster than scalar), baseline. */
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__ELF__)
+#if DT_HAVE_CLONES /* see model_internal.h for when there are none */
 #define DT_GEMM_CLONES \
     __attribute__((target_clones("avx512f", "avx2", "default")))
 #else

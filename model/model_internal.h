@@ -19,10 +19,32 @@
  * every version gives the same bits: element-wise loops only vectorise
  * across elements, and ISO C mode (-std=c11) forbids FMA contraction. The
  * element-wise layers run 4-6x faster in AVX2/AVX-512 than in SSE2.
+ *
+ * Builds without clones (the baseline version only):
+ *  - ThreadSanitizer: the ifunc resolvers run while the dynamic linker
+ *    relocates, before the TSan runtime is set up, and crash at load.
+ *  - clang before 18: it names the dispatcher of an exported clone set
+ *    "f.ifunc", so callers in other files, which know only "f", fail to
+ *    link; repeating the attribute on the declaration makes them call the
+ *    resolver itself instead (a silent wrong answer). GCC and clang 18+
+ *    give the dispatcher the plain name.
  */
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__ELF__)
+#if defined(__SANITIZE_THREAD__) /* GCC's name; clang's is a feature */
+#define DT_UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define DT_UNDER_TSAN 1
+#endif
+#endif
+#ifndef DT_UNDER_TSAN
+#define DT_UNDER_TSAN 0
+#endif
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__ELF__) && \
+    !DT_UNDER_TSAN && !(defined(__clang__) && __clang_major__ < 18)
+#define DT_HAVE_CLONES 1
 #define DT_VECTORIZE __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
+#define DT_HAVE_CLONES 0
 #define DT_VECTORIZE
 #endif
 

@@ -31,6 +31,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "collective_cases.h"
 #include "collective_data.h"
@@ -402,6 +403,32 @@ static void rank_sends_and_leaves(rank_ctx *rc) {
 Test(collectives, a_message_whose_sender_left_before_the_receive_is_still_delivered,
      .timeout = TEST_TIMEOUT_S) {
     run_ranks(2, rank_sends_and_leaves, NULL);
+}
+
+/* Rank 1 leaves at once; rank 0 then posts a receive from it. No message
+ * can ever come (a departed rank sent everything before its BYE), so the
+ * receive fails at once naming rank 1, instead of waiting out its timeout
+ * and blaming the clock. (Found by tests/fuzz/fuzz_frames.) */
+static void rank_receives_from_a_rank_that_left(rank_ctx *rc) {
+    if (rc->rank == 1) return;
+    usleep(300 * 1000);
+    int32_t v = 0;
+    dt_op op = {.kind = DT_OP_RECV, .recv = &v, .count = 1, .dtype = DT_I32, .peer = 1,
+                .tag = 5, .timeout_s = 10};
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    dt_status st = dt_run(rc->comm, &op);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    const char *msg = dt_comm_error(rc->comm);
+    if (st != DT_EPEER || !strstr(msg, "rank 1") || took > 5.0)
+        rank_fail(rc, "recv from a rank that left: %s after %.2f s: %s", dt_status_name(st),
+                  took, msg);
+}
+
+Test(collectives, a_receive_from_a_rank_that_left_fails_at_once_naming_it,
+     .timeout = TEST_TIMEOUT_S) {
+    run_ranks(2, rank_receives_from_a_rank_that_left, NULL);
 }
 
 /* Every rank but 0 sends its rank number; rank 0 receives from any source
