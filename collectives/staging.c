@@ -49,10 +49,11 @@
  * likewise stages into a pinned buffer of the whole op.)
  *
  * Pipelined (hooks in the algorithm): ring all-reduce, ring reduce-scatter
- * (input side), ring all-gather(v) (output side), chain broadcast. Every
- * other op (recursive doubling, trees, gather, scatter, all-to-all, p2p, and
- * any op in a world of one) copies all its input in, runs, and copies all
- * its output back: correct, not overlapped. Whatever the hooks did, an
+ * (input side), ring all-gather(v) (output side), chain broadcast, linear
+ * gather and scatter, pairwise all-to-all. Every other op (recursive
+ * doubling and the trees, which are for small messages; p2p; any op in a
+ * world of one) copies all its input in, runs, and copies all its output
+ * back: correct, not overlapped. Whatever the hooks did, an
  * output whose bytes were not all staged out through stage_ready is copied
  * back whole at the end, so a missed hook costs time, never correctness.
  *
@@ -156,9 +157,7 @@ static void describe(const dt_comm *c, const dt_op *op, stage_buf b[2])
     case DT_OP_SCATTER: b[0].bytes = root ? p * n : 0; b[0].in = root; b[1].bytes = n;
         b[1].out = true; break;
     case DT_OP_ALLTOALL: b[0].bytes = b[1].bytes = p * n; b[0].in = b[1].out = true; break;
-    case DT_OP_SEND: b[0].bytes = n; b[0].in = true; break;
-    case DT_OP_RECV: b[1].bytes = n; b[1].out = true; break;
-    default: break;
+    default: break; /* barrier; send and recv stage in staging_p2p_* */
     }
     for (int i = 0; i < 2; i++)
         if (!b[i].host || b[i].bytes == 0) b[i] = (stage_buf){0};
@@ -380,7 +379,8 @@ static bool inputs_hooked(const dt_op *op, int p)
     if (p == 1) return false;
     switch (op->kind) {
     case DT_OP_ALLREDUCE: return algo_chosen(op, p) == DT_ALGO_RING;
-    case DT_OP_REDUCE_SCATTER: return true;
+    case DT_OP_REDUCE_SCATTER: case DT_OP_GATHER: case DT_OP_SCATTER: case DT_OP_ALLTOALL:
+        return true;
     case DT_OP_BROADCAST: return algo_chosen(op, p) == DT_ALGO_CHAIN;
     default: return false;
     }

@@ -94,10 +94,12 @@ static void sizes(const dt_op *o, int rank, int p, size_t *send, size_t *recv) {
 }
 
 /* In place: the byte offset of the inner buffer in the outer one (AG: send
- * in recv; RS: recv in send). */
+ * in recv; RS: recv in send; all-to-all: one buffer). */
 static size_t in_place_offset(const dt_op *o, int rank) {
     size_t es = dt_dtype_size(o->dtype), off = 0;
-    if (o->kind == DT_OP_ALLGATHERV)
+    if (o->kind == DT_OP_ALLTOALL)
+        off = 0;
+    else if (o->kind == DT_OP_ALLGATHERV)
         for (int q = 0; q < rank; q++) off += o->counts[q] * es;
     else
         off = (size_t)rank * o->count * es;
@@ -195,6 +197,7 @@ static const plan PLANS[] = {
     {DT_OP_GATHER, DT_ALGO_AUTO, false},
     {DT_OP_SCATTER, DT_ALGO_AUTO, false},
     {DT_OP_ALLTOALL, DT_ALGO_AUTO, false},
+    {DT_OP_ALLTOALL, DT_ALGO_AUTO, true},
 };
 
 static bool reduces(dt_op_kind k) {
