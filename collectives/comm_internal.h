@@ -121,6 +121,7 @@ struct dt_comm {
     atomic_uint_fast64_t rejected;
     struct dt_device *device; /* options.device: buffers it owns are staged; or NULL */
     struct staging *staging;  /* staging.c: pinned buffers, stream; loop owner only */
+    struct p2p_pool *p2p_pool; /* staging_p2p.c: send/recv host buffers; made under mu */
 
     /* loop owner only */
     uv_loop_t loop;
