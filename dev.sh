@@ -37,6 +37,11 @@ build() { # build DIR [meson options...]
     local dir=$1; shift
     [ -f "$dir/build.ninja" ] || meson setup "$dir" -Dwerror=true "$@" >/dev/null
     ninja -C "$dir"
+    if grep -q 'device_cuda\.c' "$dir/build.ninja"; then
+        echo "dev.sh: CUDA parts built (tests that need a GPU skip without one)"
+    else
+        echo "dev.sh: CPU-only build (no CUDA toolkit found; see README, CUDA)"
+    fi
 }
 
 # Runs the suites in DIR (all, or those the meson test ARGS name) and prints

@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "algorithms.h"
+#include "staging.h"
 
 static int ranges_overlap(const void *a, const void *b, size_t bytes) {
     uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
@@ -47,23 +48,34 @@ dt_status alltoall_pairwise(dt_opctx *o) {
     const char *in = op->send;
     if (block == 0)
         return DT_OK;
+    /* Device buffers (staging.h): each block waits for its copy to the host
+     * before it is read, and goes back to the device once it has arrived. */
+    dt_status st = DT_OK;
     if (ranges_overlap(in, out, total)) {
+        if ((st = stage_need(o, in, total)) != DT_OK)
+            return st;
         char *copy = opctx_scratch(o, 0, total);
         if (!copy)
             return DT_ENOMEM;
         memcpy(copy, in, total);
         in = copy;
     }
+    if ((st = stage_need(o, in + (size_t)r * block, block)) != DT_OK)
+        return st;
     memcpy(out + (size_t)r * block, in + (size_t)r * block, block);
+    stage_ready(o, out + (size_t)r * block, block);
 
     for (int k = 1; k < p; k++) {
         int to = (r + k) % p, from = (r - k + p) % p;
         dt_xfer xs[2];
+        if ((st = stage_need(o, in + (size_t)to * block, block)) != DT_OK)
+            return st;
         xfer_recv(o, &xs[0], from, out + (size_t)from * block, block);
         xfer_send(o, &xs[1], to, in + (size_t)to * block, block);
-        dt_status st = xfer_wait_all(o, xs, 2);
+        st = xfer_wait_all(o, xs, 2);
         if (st != DT_OK)
             return st;
+        stage_ready(o, out + (size_t)from * block, block);
     }
     return DT_OK;
 }

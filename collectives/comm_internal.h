@@ -132,6 +132,7 @@ struct dt_comm {
     struct dt_device *device; /* options.device: buffers it owns are staged; or NULL */
     struct staging *staging;  /* staging.c: pinned buffers, stream; loop owner only */
     reject_log reject_log;  /* loop owner only (then destroy): reject_log.c */
+    struct p2p_pool *p2p_pool; /* staging_p2p.c: send/recv host buffers; made under mu */
 
     /* loop owner only */
     uv_loop_t loop;

@@ -254,7 +254,9 @@ const char *dt_op_name(dt_op_kind k); /* "allreduce" */
  * One operation, described explicitly (Gloo's habit). The typed wrappers
  * below fill it in; tests and benchmarks fill it directly to force an
  * algorithm or a timeout. Buffers are the caller's and must stay valid until
- * the op's dt_work_wait returns.
+ * the op's dt_work_wait returns. On a communicator with a device
+ * (options.device) any buffer may be that device's memory: it is staged
+ * through pinned host memory, with the copies overlapped with the wire.
  *
  *   kind            send                      recv                    count
  *   allreduce       -                         buf, in place           elements

@@ -31,29 +31,36 @@
 #include <string.h>
 
 #include "algorithms.h"
+#include "staging.h"
 
 /* The root's half of both: one transfer per other rank, block q to rank q
  * from `to_send` (scatter), or from rank q into block q of `to_recv`
- * (gather). The other pointer is NULL. */
+ * (gather). The other pointer is NULL. Device buffers (staging.h): a block
+ * is sent once its copy to the host has landed, and a received block goes
+ * back to the device as soon as it has arrived. */
 static dt_status root_exchange_all(dt_opctx *o, const char *to_send,
                                    char *to_recv, size_t block_bytes) {
     const int p = o->size;
     dt_xfer *xs = calloc((size_t)p, sizeof *xs);
     if (!xs)
         return DT_ENOMEM;
-    for (int q = 0; q < p; q++) {
+    dt_status st = DT_OK;
+    for (int q = 0; q < p && st == DT_OK; q++) {
         size_t at = (size_t)q * block_bytes;
         if (q == o->rank)
             continue;
-        if (to_send)
+        if (to_send && (st = stage_need(o, to_send + at, block_bytes)) == DT_OK)
             xfer_send(o, &xs[q], q, to_send + at, block_bytes);
-        else
+        else if (!to_send)
             xfer_recv(o, &xs[q], q, to_recv + at, block_bytes);
     }
-    dt_status st = DT_OK;
-    for (int q = 0; q < p && st == DT_OK; q++)
-        if (q != o->rank)
-            st = xfer_wait(o, &xs[q]);
+    for (int q = 0; q < p && st == DT_OK; q++) {
+        if (q == o->rank)
+            continue;
+        st = xfer_wait(o, &xs[q]);
+        if (st == DT_OK && to_recv)
+            stage_ready(o, to_recv + (size_t)q * block_bytes, block_bytes);
+    }
     xfer_drain(o); /* on failure the transport may still hold some of xs */
     free(xs);
     return st;
@@ -66,6 +73,9 @@ dt_status gather_linear(dt_opctx *o) {
     dt_xfer x;
     if (bytes == 0)
         return DT_OK;
+    dt_status st = stage_need(o, op->send, bytes);
+    if (st != DT_OK)
+        return st;
     if (o->rank != op->root) {
         xfer_send(o, &x, op->root, op->send, bytes);
         return xfer_wait(o, &x);
@@ -73,6 +83,7 @@ dt_status gather_linear(dt_opctx *o) {
     char *mine = (char *)op->recv + (size_t)o->rank * bytes;
     if (mine != (const char *)op->send)
         memmove(mine, op->send, bytes);
+    stage_ready(o, mine, bytes);
     return o->size == 1 ? DT_OK : root_exchange_all(o, NULL, op->recv, bytes);
 }
 
@@ -88,6 +99,9 @@ dt_status scatter_linear(dt_opctx *o) {
         return xfer_wait(o, &x);
     }
     const char *mine = (const char *)op->send + (size_t)o->rank * bytes;
+    dt_status st = stage_need(o, mine, bytes);
+    if (st != DT_OK)
+        return st;
     if (mine != (const char *)op->recv)
         memmove(op->recv, mine, bytes);
     return o->size == 1 ? DT_OK : root_exchange_all(o, op->send, NULL, bytes);

@@ -49,10 +49,11 @@
  * likewise stages into a pinned buffer of the whole op.)
  *
  * Pipelined (hooks in the algorithm): ring all-reduce, ring reduce-scatter
- * (input side), ring all-gather(v) (output side), chain broadcast. Every
- * other op (recursive doubling, trees, gather, scatter, all-to-all, p2p, and
- * any op in a world of one) copies all its input in, runs, and copies all
- * its output back: correct, not overlapped. Whatever the hooks did, an
+ * (input side), ring all-gather(v) (output side), chain broadcast, linear
+ * gather and scatter, pairwise all-to-all. Every other op (recursive
+ * doubling and the trees, which are for small messages; p2p; any op in a
+ * world of one) copies all its input in, runs, and copies all its output
+ * back: correct, not overlapped. Whatever the hooks did, an
  * output whose bytes were not all staged out through stage_ready is copied
  * back whole at the end, so a missed hook costs time, never correctness.
  *
@@ -61,11 +62,8 @@
  * waits for every copy it enqueued before returning, so the copy engine
  * never writes into an arena that a later op (or dt_comm_destroy) reuses.
  *
- * Send and receive run on the caller's thread, not the communicator's, and
- * may be many and outstanding at once: each stages through its own pageable
- * buffer with a synchronous copy (a send copies out in dt_submit, a receive
- * copies in inside dt_work_wait, so dt_work_test may say done before the
- * bytes are on the device). A pinned pool for them is still to come.
+ * Send and receive stage differently, through a pool of reused buffers
+ * (staging_p2p.c).
  *
  * Contract: device buffers must hold their input when the op is submitted
  * (synchronize the stream that wrote them first) and hold the result when
@@ -156,9 +154,7 @@ static void describe(const dt_comm *c, const dt_op *op, stage_buf b[2])
     case DT_OP_SCATTER: b[0].bytes = root ? p * n : 0; b[0].in = root; b[1].bytes = n;
         b[1].out = true; break;
     case DT_OP_ALLTOALL: b[0].bytes = b[1].bytes = p * n; b[0].in = b[1].out = true; break;
-    case DT_OP_SEND: b[0].bytes = n; b[0].in = true; break;
-    case DT_OP_RECV: b[1].bytes = n; b[1].out = true; break;
-    default: break;
+    default: break; /* barrier; send and recv stage in staging_p2p_* */
     }
     for (int i = 0; i < 2; i++)
         if (!b[i].host || b[i].bytes == 0) b[i] = (stage_buf){0};
@@ -241,6 +237,7 @@ static dt_status pieces_reserve(dt_comm *c, staging *s, size_t n)
 
 void staging_destroy(dt_comm *c)
 {
+    staging_p2p_destroy(c);
     staging *s = c->staging;
     if (!s) return;
     arena_free(s);
@@ -380,7 +377,8 @@ static bool inputs_hooked(const dt_op *op, int p)
     if (p == 1) return false;
     switch (op->kind) {
     case DT_OP_ALLREDUCE: return algo_chosen(op, p) == DT_ALGO_RING;
-    case DT_OP_REDUCE_SCATTER: return true;
+    case DT_OP_REDUCE_SCATTER: case DT_OP_GATHER: case DT_OP_SCATTER: case DT_OP_ALLTOALL:
+        return true;
     case DT_OP_BROADCAST: return algo_chosen(op, p) == DT_ALGO_CHAIN;
     default: return false;
     }
@@ -427,63 +425,4 @@ dt_status staging_run(dt_opctx *o)
     o->op = user;
     o->stage = NULL;
     return finish(&so, st);
-}
-
-/* ---- send and receive ------------------------------------------------------------ */
-
-/* One synchronous copy on its own stream (p2p runs on the caller's thread,
- * beside the communicator's). */
-static dt_status copy_now(dt_comm *c, void *dst, const void *src, size_t bytes, bool to_host)
-{
-    dt_device *d = c->device;
-    dt_device_stream *s = NULL;
-    dt_device_event *e = NULL;
-    dt_status st = dt_device_stream_create(d, &s);
-    if (st == DT_OK) st = dt_device_event_create(d, &e);
-    if (st == DT_OK) st = to_host ? dt_device_copy_d2h(d, dst, src, bytes, s)
-                                  : dt_device_copy_h2d(d, dst, src, bytes, s);
-    if (st == DT_OK) st = dt_device_event_record(d, e, s);
-    if (st == DT_OK) st = dt_device_event_synchronize(d, e);
-    dt_device_event_destroy(d, e);
-    dt_device_stream_destroy(d, s);
-    return st == DT_OK ? DT_OK : stage_fail(c, st, to_host ? "send: copying to the host"
-                                                           : "recv: copying to the device");
-}
-
-dt_status staging_p2p_begin(dt_comm *c, dt_work *w)
-{
-    dt_op *op = &w->op;
-    size_t bytes = op->count * dt_dtype_size(op->dtype);
-    bool send = op->kind == DT_OP_SEND;
-    char *dev = send ? (char *)op->send : op->recv;
-    if (bytes == 0 || !dt_device_owns(c->device, dev)) {
-        w->staged = false;
-        return DT_OK;
-    }
-    /* Pageable and per op: p2p ops may be many and outstanding at once. */
-    char *host = malloc(bytes);
-    if (!host) return DT_ENOMEM;
-    if (send) {
-        dt_status st = copy_now(c, host, dev, bytes, true);
-        if (st != DT_OK) {
-            free(host);
-            return st;
-        }
-        op->send = host;
-    } else {
-        op->recv = host;
-    }
-    w->p2p_device = dev;
-    return DT_OK;
-}
-
-dt_status staging_p2p_end(dt_work *w, dt_status st)
-{
-    dt_op *op = &w->op;
-    if (!w->staged || (op->kind != DT_OP_SEND && op->kind != DT_OP_RECV)) return st;
-    char *host = op->kind == DT_OP_SEND ? (char *)op->send : op->recv;
-    if (op->kind == DT_OP_RECV && st == DT_OK)
-        st = copy_now(w->comm, w->p2p_device, host, op->count * dt_dtype_size(op->dtype), false);
-    free(host);
-    return st;
 }

@@ -25,13 +25,15 @@ typedef struct stage_op stage_op; /* one staged op (staging.c) */
 /* executor.c */
 bool staging_wants(dt_comm *c, const dt_op *op);
 dt_status staging_run(dt_opctx *o);
-/* p2p: before the transfer is posted (copies a device send buffer out,
- * points the op at host memory), and in dt_work_wait (copies a received
- * message in, frees the host copy); returns the op's final status. */
+/* p2p (staging_p2p.c): before the transfer is posted (copies a device send
+ * buffer out, points the op at host memory), and in dt_work_wait (copies a
+ * received message in, returns the host buffer to the pool); returns the
+ * op's final status. */
 dt_status staging_p2p_begin(dt_comm *c, dt_work *w);
 dt_status staging_p2p_end(dt_work *w, dt_status st);
-/* comm.c: frees the pinned buffers, the stream and the events. */
+/* comm.c: frees the pinned buffers, the streams and the events (of both). */
 void staging_destroy(dt_comm *c);
+void staging_p2p_destroy(dt_comm *c); /* staging_p2p.c: the p2p pool */
 
 /* Hooks for the pipelined algorithms. */
 dt_status stage_need_slow(dt_opctx *o, const void *p, size_t n);

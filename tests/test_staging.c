@@ -94,10 +94,12 @@ static void sizes(const dt_op *o, int rank, int p, size_t *send, size_t *recv) {
 }
 
 /* In place: the byte offset of the inner buffer in the outer one (AG: send
- * in recv; RS: recv in send). */
+ * in recv; RS: recv in send; all-to-all: one buffer). */
 static size_t in_place_offset(const dt_op *o, int rank) {
     size_t es = dt_dtype_size(o->dtype), off = 0;
-    if (o->kind == DT_OP_ALLGATHERV)
+    if (o->kind == DT_OP_ALLTOALL)
+        off = 0;
+    else if (o->kind == DT_OP_ALLGATHERV)
         for (int q = 0; q < rank; q++) off += o->counts[q] * es;
     else
         off = (size_t)rank * o->count * es;
@@ -195,6 +197,7 @@ static const plan PLANS[] = {
     {DT_OP_GATHER, DT_ALGO_AUTO, false},
     {DT_OP_SCATTER, DT_ALGO_AUTO, false},
     {DT_OP_ALLTOALL, DT_ALGO_AUTO, false},
+    {DT_OP_ALLTOALL, DT_ALGO_AUTO, true},
 };
 
 static bool reduces(dt_op_kind k) {
@@ -367,18 +370,52 @@ Test(staging, send_and_recv_move_device_buffers_between_ranks, .timeout = TEST_T
     run_on_fake(3, rank_p2p_ring, &o);
 }
 
+/* Ten rounds of one send and one receive: the pool's two buffers serve them
+ * all (live allocations: the two device buffers, two pool buffers). */
+static void rank_p2p_reuses_buffers(rank_ctx *rc) {
+    rank_dev *d = &((job_arg *)rc->arg)->rd[rc->rank];
+    const size_t n = 100000;
+    const int right = (rc->rank + 1) % rc->world, left = (rc->rank + rc->world - 1) % rc->world;
+    float *host = xmalloc(n * 4);
+    fill_block(host, n, DT_F32, rc->rank, right);
+    char *dsend = to_device(rc, d, host, n * 4), *drecv = to_device(rc, d, host, n * 4);
+    for (int round = 0; round < 10 && dsend && drecv; round++) {
+        dt_work *ws, *wr;
+        dt_status st = dt_recv_async(rc->comm, drecv, n, DT_F32, left, 1, NULL, &wr);
+        if (st == DT_OK && dt_send_async(rc->comm, dsend, n, DT_F32, right, 1, &ws) == DT_OK)
+            st = dt_work_wait(ws);
+        st = st == DT_OK ? dt_work_wait(wr) : st;
+        if (st != DT_OK) {
+            rank_fail(rc, "round %d: %s: %s", round, dt_status_name(st), dt_comm_error(rc->comm));
+            break;
+        }
+    }
+    size_t live = dt_device_fake_live_allocations(d->dev);
+    if (live > 4)
+        rank_fail(rc, "%zu live allocations after 10 rounds: the pool did not reuse", live);
+    dt_device_free(d->dev, dsend);
+    dt_device_free(d->dev, drecv);
+    free(host);
+}
+
+Test(staging, repeated_sends_and_receives_reuse_their_host_buffers, .timeout = TEST_TIMEOUT_S) {
+    dt_fake_device_options o = {0};
+    run_on_fake(2, rank_p2p_reuses_buffers, &o);
+}
+
 /* ---- failures ---------------------------------------------------------------------- */
 
-static void rank_allreduce_large(rank_ctx *rc) {
+static void rank_allreduce_large_and_p2p(rank_ctx *rc) {
     dt_op o = {.kind = DT_OP_ALLREDUCE, .count = (size_t)3 << 18, .dtype = DT_F32,
                .redop = DT_SUM};
-    host_vs_device(rc, o, false, "allreduce 3 MiB");
+    if (host_vs_device(rc, o, false, "allreduce 3 MiB"))
+        rank_p2p_ring(rc);
 }
 
 Test(staging, a_refused_pinned_allocation_falls_back_to_pageable_memory,
      .timeout = TEST_TIMEOUT_S) {
     dt_fake_device_options o = {.copy_delay_us = COPY_DELAY_US, .fail_pinned_alloc = true};
-    run_on_fake(3, rank_allreduce_large, &o);
+    run_on_fake(3, rank_allreduce_large_and_p2p, &o);
 }
 
 /* Ranks 0 and 1 are copying their input out (each 1 MiB piece takes 20 ms
