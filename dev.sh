@@ -123,7 +123,7 @@ test-tsan)
 fuzz)
     install_missing
     CC=clang build build-fuzz -Db_sanitize=address,undefined -Db_lundef=false \
-        -Dfuzz=true -Dtests=disabled
+        -Dfuzz=true -Dtests=disabled -Dcuda=disabled # libFuzzer links with clang, not nvcc
     exec tests/fuzz/run_fuzzers.sh build-fuzz "${2:-60}"
     ;;
 test-torch)

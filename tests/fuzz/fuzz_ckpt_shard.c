@@ -85,9 +85,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 /* manifest.json now vouches for data[0..size) as rank 0's shard. */
 static void vouch_for(const uint8_t *data, size_t size)
 {
-    unsigned char digest[crypto_hash_sha256_BYTES];
+    unsigned char digest[32];
     char hex[2 * sizeof digest + 1], path[700];
-    crypto_hash_sha256(digest, data, size);
+    dt_ckpt_sha256(digest, data, size);
     for (size_t i = 0; i < sizeof digest; i++) sprintf(hex + 2 * i, "%02x", digest[i]);
     json_t *shard0 = json_array_get(json_object_get(manifest, "shards"), 0);
     json_object_set_new(shard0, "bytes", json_integer((json_int_t)size));

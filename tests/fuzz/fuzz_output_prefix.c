@@ -31,14 +31,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     output_tail tail;
     memset(&tail, 0, sizeof tail);
     output_stream s;
-    output_stream_init(&s, 3, devnull, devnull, &tail);
+    launch_output_init(&s, 3, devnull, devnull, &tail);
     for (size_t at = 1; at < size; at += piece)
-        output_stream_feed(&s, (const char *)data + at, size - at < piece ? size - at : piece);
-    output_stream_finish(&s);
-    output_stream_free(&s);
+        launch_output_feed(&s, (const char *)data + at, size - at < piece ? size - at : piece);
+    launch_output_finish(&s);
+    launch_output_free(&s);
     if (tail.count < 0 || tail.count > OUTPUT_TAIL_LINES) abort();
     for (int i = 0; i < OUTPUT_TAIL_LINES; i++)
         if (!memchr(tail.lines[i], '\0', OUTPUT_TAIL_WIDTH)) abort();
-    output_tail_print(&tail, 3, devnull_file);
+    launch_output_tail_print(&tail, 3, devnull_file);
     return 0;
 }
