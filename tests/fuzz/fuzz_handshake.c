@@ -25,6 +25,7 @@
 #include <signal.h>
 #include <sodium.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include "dt_comm.h"
 #include "fuzz_util.h"
@@ -96,6 +97,33 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
+/* poll(2) for up to ms milliseconds in all, resumed after a signal (libFuzzer
+ * interrupts with its timers): a signal is not the silence we test for. */
+static int poll_retrying(struct pollfd *p, int ms)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        int spent = (int)((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
+        int rc = poll(p, 1, spent < ms ? ms - spent : 0);
+        if (rc >= 0 || errno != EINTR) return rc;
+    }
+}
+
+/* A connect(2) a signal interrupted completes on its own: wait until the
+ * socket is writable and read its outcome. 0, or -1 with errno. */
+static int finish_interrupted_connect(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    if (poll_retrying(&p, 10000) != 1) { errno = ETIMEDOUT; return -1; }
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) return -1;
+    if (err) { errno = err; return -1; }
+    return 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -107,6 +135,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     while ((rc = connect(fd, (struct sockaddr *)&sa, sizeof sa)) != 0 &&
            (errno == EADDRNOTAVAIL || errno == EAGAIN) && ++tries < 500)
         usleep(10 * 1000);
+    if (rc != 0 && errno == EINTR) /* a signal (libFuzzer's timer): the connect goes on */
+        rc = finish_interrupted_connect(fd);
     if (fd < 0 || rc != 0)
         fuzz_fail("fuzz_handshake: connecting to rank 0's port %d: %s", port, strerror(errno));
     for (size_t done = 0; done < size;) {
@@ -118,7 +148,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint8_t sink[256];
     for (;;) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (poll(&p, 1, 10000) != 1)
+        if (poll_retrying(&p, 10000) != 1)
             fuzz_fail("fuzz_handshake: rank 0 kept a stranger's connection open for 10 s");
         if (read(fd, sink, sizeof sink) <= 0) break; /* closed (EOF or reset) */
     }
