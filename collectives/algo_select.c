@@ -58,7 +58,7 @@
 
 /* The algorithm AUTO stands for, for an all-reduce or a broadcast of
  * `bytes`; the forced one otherwise. */
-dt_algo algo_chosen(const dt_op *op, int p) {
+dt_algo comm_algo_chosen(const dt_op *op, int p) {
     const size_t bytes = op->count * dt_dtype_size(op->dtype);
     if (op->algo != DT_ALGO_AUTO)
         return op->algo;
@@ -74,30 +74,30 @@ dt_algo algo_chosen(const dt_op *op, int p) {
 }
 
 static dt_status run_allreduce(dt_opctx *o) {
-    switch (algo_chosen(o->op, o->size)) {
+    switch (comm_algo_chosen(o->op, o->size)) {
     case DT_ALGO_RING:
-        return allreduce_ring(o);
+        return comm_allreduce_ring(o);
     case DT_ALGO_RECURSIVE_DOUBLING:
-        return allreduce_recursive_doubling(o);
+        return comm_allreduce_recursive_doubling(o);
     default:
         return DT_EINVAL;
     }
 }
 
 static dt_status run_broadcast(dt_opctx *o) {
-    switch (algo_chosen(o->op, o->size)) {
+    switch (comm_algo_chosen(o->op, o->size)) {
     case DT_ALGO_TREE:
-        return broadcast_tree(o);
+        return comm_broadcast_tree(o);
     case DT_ALGO_CHAIN:
-        return broadcast_chain(o);
+        return comm_broadcast_chain(o);
     default:
         return DT_EINVAL;
     }
 }
 
 /* The one table of which algorithm may be forced on which op (validate.c
- * refuses the rest before an op is queued, so algo_run never sees them). */
-bool algo_applies(dt_op_kind k, dt_algo a) {
+ * refuses the rest before an op is queued, so comm_algo_run never sees them). */
+bool comm_algo_applies(dt_op_kind k, dt_algo a) {
     switch (a) {
     case DT_ALGO_AUTO: return true;
     case DT_ALGO_RING:
@@ -115,10 +115,10 @@ static bool is_rooted(dt_op_kind k) {
            k == DT_OP_SCATTER;
 }
 
-dt_status algo_run(dt_opctx *o) {
+dt_status comm_algo_run(dt_opctx *o) {
     const dt_op *op = o->op;
     if (is_rooted(op->kind)) {
-        dt_status st = rooted_op_agree(o);
+        dt_status st = comm_root_agree(o);
         if (st != DT_OK)
             return st;
     }
@@ -126,22 +126,22 @@ dt_status algo_run(dt_opctx *o) {
     case DT_OP_ALLREDUCE:
         return run_allreduce(o);
     case DT_OP_REDUCE_SCATTER:
-        return reduce_scatter_ring(o);
+        return comm_reduce_scatter_ring(o);
     case DT_OP_ALLGATHER:
     case DT_OP_ALLGATHERV:
-        return allgather_ring(o);
+        return comm_allgather_ring(o);
     case DT_OP_BROADCAST:
         return run_broadcast(o);
     case DT_OP_REDUCE:
-        return reduce_tree(o);
+        return comm_reduce_tree(o);
     case DT_OP_BARRIER:
-        return barrier_dissemination(o);
+        return comm_barrier_dissemination(o);
     case DT_OP_GATHER:
-        return gather_linear(o);
+        return comm_gather_linear(o);
     case DT_OP_SCATTER:
-        return scatter_linear(o);
+        return comm_scatter_linear(o);
     case DT_OP_ALLTOALL:
-        return alltoall_pairwise(o);
+        return comm_alltoall_pairwise(o);
     default: /* send, recv: point to point, not an algorithm */
         return DT_EINVAL;
     }

@@ -34,7 +34,7 @@
  *     same segmentation;
  *   - a segment is sent on only after its receive completed (its bytes are
  *     in the output buffer);
- *   - the transfer array is freed only after xfer_drain, even on failure.
+ *   - the transfer array is freed only after comm_xfer_drain, even on failure.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -63,13 +63,13 @@ static void post_chunk(dt_opctx *o, dt_xfer *xs, size_t *next, int is_send,
     for (size_t lo = 0; lo < n; lo += seg_elems) {
         size_t len = n - lo < seg_elems ? n - lo : seg_elems;
         if (is_send)
-            xfer_send(o, &xs[(*next)++], peer, base + lo * esize, len * esize);
+            comm_xfer_send(o, &xs[(*next)++], peer, base + lo * esize, len * esize);
         else
-            xfer_recv(o, &xs[(*next)++], peer, base + lo * esize, len * esize);
+            comm_xfer_recv(o, &xs[(*next)++], peer, base + lo * esize, len * esize);
     }
 }
 
-dt_status ring_allgather(dt_opctx *o, void *buf, const ring_chunks *k) {
+dt_status comm_allgather_ring_phase(dt_opctx *o, void *buf, const ring_chunks *k) {
     const int p = o->size, r = o->rank;
     const int left = ring_mod(r - 1, p), right = ring_mod(r + 1, p);
     const size_t esize = dt_dtype_size(o->op->dtype);
@@ -103,25 +103,25 @@ dt_status ring_allgather(dt_opctx *o, void *buf, const ring_chunks *k) {
         char *base = (char *)buf + ring_chunk_offset(k, c) * esize;
         for (size_t lo = 0; lo < n && st == DT_OK; lo += seg_elems) {
             size_t len = n - lo < seg_elems ? n - lo : seg_elems;
-            st = xfer_wait(o, &recvs[waited++]);
+            st = comm_xfer_wait(o, &recvs[waited++]);
             if (st == DT_OK) /* final: device buffers copy it back now */
                 stage_ready(o, base + lo * esize, len * esize);
             if (st == DT_OK && step < p - 2)
-                xfer_send(o, &sends[posted_send++], right, base + lo * esize,
+                comm_xfer_send(o, &sends[posted_send++], right, base + lo * esize,
                           len * esize);
         }
     }
     if (st == DT_OK)
-        st = xfer_wait_all(o, sends, (int)posted_send);
+        st = comm_xfer_wait_all(o, sends, (int)posted_send);
 
-    xfer_drain(o); /* on failure the transport may still hold some of xs */
+    comm_xfer_drain(o); /* on failure the transport may still hold some of xs */
     free(xs);
     return st;
 }
 
 /* allgather: send [count] → recv [p·count]; allgatherv: send [counts[rank]]
  * → recv [Σ counts]. In place when send == this rank's place in recv. */
-dt_status allgather_ring(dt_opctx *o) {
+dt_status comm_allgather_ring(dt_opctx *o) {
     const dt_op *op = o->op;
     ring_chunks k = op->kind == DT_OP_ALLGATHERV
                         ? ring_chunks_given(op->counts)
@@ -132,5 +132,5 @@ dt_status allgather_ring(dt_opctx *o) {
     if (bytes && mine != (const char *)op->send)
         memmove(mine, op->send, bytes);
     stage_ready(o, mine, bytes);
-    return ring_allgather(o, op->recv, &k);
+    return comm_allgather_ring_phase(o, op->recv, &k);
 }

@@ -64,9 +64,9 @@ static void combine_lower_first(char *mine, char *theirs, bool partner_is_lower,
 static dt_status exchange_and_combine(dt_opctx *o, int peer, char *buf,
                                       char *theirs, size_t bytes) {
     dt_xfer xs[2];
-    xfer_recv(o, &xs[0], peer, theirs, bytes);
-    xfer_send(o, &xs[1], peer, buf, bytes);
-    dt_status st = xfer_wait_all(o, xs, 2);
+    comm_xfer_recv(o, &xs[0], peer, theirs, bytes);
+    comm_xfer_send(o, &xs[1], peer, buf, bytes);
+    dt_status st = comm_xfer_wait_all(o, xs, 2);
     if (st == DT_OK)
         combine_lower_first(buf, theirs, peer < o->rank, o->op->count, bytes,
                             o->op);
@@ -76,14 +76,14 @@ static dt_status exchange_and_combine(dt_opctx *o, int peer, char *buf,
 /* Blocking one-way transfers for the fold. */
 static dt_status send_to(dt_opctx *o, int peer, const void *buf, size_t bytes) {
     dt_xfer x;
-    xfer_send(o, &x, peer, buf, bytes);
-    return xfer_wait(o, &x);
+    comm_xfer_send(o, &x, peer, buf, bytes);
+    return comm_xfer_wait(o, &x);
 }
 
 static dt_status recv_from(dt_opctx *o, int peer, void *buf, size_t bytes) {
     dt_xfer x;
-    xfer_recv(o, &x, peer, buf, bytes);
-    return xfer_wait(o, &x);
+    comm_xfer_recv(o, &x, peer, buf, bytes);
+    return comm_xfer_wait(o, &x);
 }
 
 /* The rank that plays number `v` in the power-of-two doubling: odd ranks
@@ -93,14 +93,14 @@ static int doubling_rank(int v, int extra) {
     return v < extra ? 2 * v + 1 : v + extra;
 }
 
-dt_status allreduce_recursive_doubling(dt_opctx *o) {
+dt_status comm_allreduce_recursive_doubling(dt_opctx *o) {
     const dt_op *op = o->op;
     const int p = o->size, r = o->rank;
     const size_t bytes = op->count * dt_dtype_size(op->dtype);
     char *buf = op->recv;
     if (bytes == 0 || p == 1)
         return DT_OK; /* one contribution is its own sum (and its own avg) */
-    char *theirs = opctx_scratch(o, 0, bytes);
+    char *theirs = comm_xfer_scratch(o, 0, bytes);
     if (!theirs)
         return DT_ENOMEM;
 

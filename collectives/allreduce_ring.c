@@ -6,10 +6,10 @@
  * (the first count%p chunks get one more element). Two laps around the
  * ring (right = rank+1, left = rank-1):
  *
- *   1. reduce-scatter (ring_reduce_scatter, reduce_scatter_ring.c): each
+ *   1. reduce-scatter (comm_reduce_scatter_ring_phase, reduce_scatter_ring.c): each
  *      chunk walks the ring collecting one contribution per hop; after p-1
  *      steps rank r owns chunk r, fully reduced.
- *   2. all-gather (ring_allgather, allgather_ring.c): each owner's chunk
+ *   2. all-gather (comm_allgather_ring_phase, allgather_ring.c): each owner's chunk
  *      walks the ring again, copied into every buffer it passes; after p-1
  *      more steps everyone has every chunk.
  *
@@ -55,7 +55,7 @@
 #include "ring.h"
 #include "staging.h"
 
-dt_status allreduce_ring(dt_opctx *o) {
+dt_status comm_allreduce_ring(dt_opctx *o) {
     const dt_op *op = o->op;
     if (op->count == 0)
         return DT_OK;
@@ -65,10 +65,10 @@ dt_status allreduce_ring(dt_opctx *o) {
     char *owned = buf + ring_chunk_offset(&k, o->rank) * esize;
     size_t owned_count = ring_chunk_count(&k, o->rank);
 
-    dt_status st = ring_reduce_scatter(o, owned, buf, &k);
+    dt_status st = comm_reduce_scatter_ring_phase(o, owned, buf, &k);
     if (st != DT_OK)
         return st;
     dt_reduce_finish(owned, owned_count, op->dtype, op->redop, o->size);
     stage_ready(o, owned, owned_count * esize); /* final: to the device now */
-    return ring_allgather(o, buf, &k);
+    return comm_allgather_ring_phase(o, buf, &k);
 }

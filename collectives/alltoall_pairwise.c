@@ -39,7 +39,7 @@ static int ranges_overlap(const void *a, const void *b, size_t bytes) {
     return x < y + bytes && y < x + bytes;
 }
 
-dt_status alltoall_pairwise(dt_opctx *o) {
+dt_status comm_alltoall_pairwise(dt_opctx *o) {
     const dt_op *op = o->op;
     const int p = o->size, r = o->rank;
     const size_t block = op->count * dt_dtype_size(op->dtype);
@@ -54,7 +54,7 @@ dt_status alltoall_pairwise(dt_opctx *o) {
     if (ranges_overlap(in, out, total)) {
         if ((st = stage_need(o, in, total)) != DT_OK)
             return st;
-        char *copy = opctx_scratch(o, 0, total);
+        char *copy = comm_xfer_scratch(o, 0, total);
         if (!copy)
             return DT_ENOMEM;
         memcpy(copy, in, total);
@@ -70,9 +70,9 @@ dt_status alltoall_pairwise(dt_opctx *o) {
         dt_xfer xs[2];
         if ((st = stage_need(o, in + (size_t)to * block, block)) != DT_OK)
             return st;
-        xfer_recv(o, &xs[0], from, out + (size_t)from * block, block);
-        xfer_send(o, &xs[1], to, in + (size_t)to * block, block);
-        st = xfer_wait_all(o, xs, 2);
+        comm_xfer_recv(o, &xs[0], from, out + (size_t)from * block, block);
+        comm_xfer_send(o, &xs[1], to, in + (size_t)to * block, block);
+        st = comm_xfer_wait_all(o, xs, 2);
         if (st != DT_OK)
             return st;
         stage_ready(o, out + (size_t)from * block, block);

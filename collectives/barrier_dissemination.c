@@ -26,14 +26,14 @@
  */
 #include "algorithms.h"
 
-dt_status barrier_dissemination(dt_opctx *o) {
+dt_status comm_barrier_dissemination(dt_opctx *o) {
     const int p = o->size, r = o->rank;
     char nothing = 0; /* a valid address for the zero-byte transfers */
     for (int d = 1; d < p; d *= 2) {
         dt_xfer xs[2];
-        xfer_recv(o, &xs[0], (r - d + p) % p, &nothing, 0);
-        xfer_send(o, &xs[1], (r + d) % p, &nothing, 0);
-        dt_status st = xfer_wait_all(o, xs, 2);
+        comm_xfer_recv(o, &xs[0], (r - d + p) % p, &nothing, 0);
+        comm_xfer_send(o, &xs[1], (r + d) % p, &nothing, 0);
+        dt_status st = comm_xfer_wait_all(o, xs, 2);
         if (st != DT_OK)
             return st;
     }

@@ -37,7 +37,7 @@
  *
  * Invariants: every rank derives the same chain and segmentation from
  * (root, p, count), so sends and receives pair up in order; count 0 and
- * p = 1 send nothing; the transfer array is freed only after xfer_drain.
+ * p = 1 send nothing; the transfer array is freed only after comm_xfer_drain.
  */
 #include <stdlib.h>
 
@@ -46,7 +46,7 @@
 
 #define CHAIN_SEGMENT_BYTES ((size_t)1024 * 1024)
 
-dt_status broadcast_chain(dt_opctx *o) {
+dt_status comm_broadcast_chain(dt_opctx *o) {
     const dt_op *op = o->op;
     const int p = o->size;
     const size_t bytes = op->count * dt_dtype_size(op->dtype);
@@ -69,7 +69,7 @@ dt_status broadcast_chain(dt_opctx *o) {
         size_t lo = j * CHAIN_SEGMENT_BYTES;
         size_t len = bytes - lo < CHAIN_SEGMENT_BYTES ? bytes - lo
                                                       : CHAIN_SEGMENT_BYTES;
-        xfer_recv(o, &recvs[j], prev, buf + lo, len);
+        comm_xfer_recv(o, &recvs[j], prev, buf + lo, len);
     }
     dt_status st = DT_OK;
     for (size_t j = 0; j < nseg && st == DT_OK; j++) {
@@ -77,18 +77,18 @@ dt_status broadcast_chain(dt_opctx *o) {
         size_t len = bytes - lo < CHAIN_SEGMENT_BYTES ? bytes - lo
                                                       : CHAIN_SEGMENT_BYTES;
         if (has_prev)
-            st = xfer_wait(o, &recvs[j]);
+            st = comm_xfer_wait(o, &recvs[j]);
         if (st == DT_OK && has_prev) /* device buffers: back to the device now */
             stage_ready(o, buf + lo, len);
         if (!has_prev) /* device buffers: the root's segment has reached the host */
             st = stage_need(o, buf + lo, len);
         if (st == DT_OK && has_next)
-            xfer_send(o, &sends[j], next, buf + lo, len);
+            comm_xfer_send(o, &sends[j], next, buf + lo, len);
     }
     if (st == DT_OK && has_next)
-        st = xfer_wait_all(o, sends, (int)nseg);
+        st = comm_xfer_wait_all(o, sends, (int)nseg);
 
-    xfer_drain(o); /* on failure the transport may still hold some of xs */
+    comm_xfer_drain(o); /* on failure the transport may still hold some of xs */
     free(xs);
     return st;
 }

@@ -39,7 +39,7 @@ static int real_rank(long v, int root, int p) {
     return (int)((v + root) % p);
 }
 
-dt_status broadcast_tree(dt_opctx *o) {
+dt_status comm_broadcast_tree(dt_opctx *o) {
     const dt_op *op = o->op;
     const int p = o->size;
     const size_t bytes = op->count * dt_dtype_size(op->dtype);
@@ -52,8 +52,8 @@ dt_status broadcast_tree(dt_opctx *o) {
     for (; mask < p; mask <<= 1) {
         if (v & mask) {
             dt_xfer x;
-            xfer_recv(o, &x, real_rank(v - mask, op->root, p), op->recv, bytes);
-            dt_status st = xfer_wait(o, &x);
+            comm_xfer_recv(o, &x, real_rank(v - mask, op->root, p), op->recv, bytes);
+            dt_status st = comm_xfer_wait(o, &x);
             if (st != DT_OK)
                 return st;
             break;
@@ -67,8 +67,8 @@ dt_status broadcast_tree(dt_opctx *o) {
         if (v + m >= p)
             continue;
         dt_xfer x;
-        xfer_send(o, &x, real_rank(v + m, op->root, p), op->recv, bytes);
-        dt_status st = xfer_wait(o, &x);
+        comm_xfer_send(o, &x, real_rank(v + m, op->root, p), op->recv, bytes);
+        dt_status st = comm_xfer_wait(o, &x);
         if (st != DT_OK)
             return st;
     }

@@ -42,7 +42,7 @@ void dt_comm_options_default(dt_comm_options *o)
 static void append_context(dt_comm *c, char *out, size_t n)
 {
     char who[256];
-    bool in_group = group_who(c, who, sizeof who);
+    bool in_group = comm_group_who(c, who, sizeof who);
     if (c->in_op)
         snprintf(out, n, " [%s was running %s #%llu]", who, dt_op_name(c->cur_kind),
                  (unsigned long long)c->cur_seq);
@@ -69,7 +69,7 @@ static bool record_failure(dt_comm *c, dt_status st, const char *fmt, va_list ap
      * thread woken by the failure may destroy c the moment mu is free
      * (dt_comm_abort is called from any thread). Every way out of an op,
      * and dt_comm_destroy itself, takes mu first. */
-    comm_kick(c);
+    comm_thread_kick(c);
     pthread_mutex_unlock(&c->mu);
     return first;
 }
@@ -80,9 +80,9 @@ static bool record_failure(dt_comm *c, dt_status st, const char *fmt, va_list ap
  * because dt_comm_destroy detaches c under the same family lock first. */
 void comm_failv(dt_comm *c, dt_status st, const char *fmt, va_list ap)
 {
-    struct group_family *family = group_lock_family(c);
-    if (record_failure(c, st, fmt, ap) && family) group_spread_failure(c);
-    group_unlock_family(family);
+    struct group_family *family = comm_group_lock_family(c);
+    if (record_failure(c, st, fmt, ap) && family) comm_group_spread_failure(c);
+    comm_group_unlock_family(family);
 }
 
 void comm_fail_member(dt_comm *c, dt_status st, const char *fmt, ...)
@@ -109,7 +109,7 @@ bool comm_fail_deferred_locked(dt_comm *c)
 void comm_fail_deferred(dt_comm *c)
 {
     pthread_mutex_lock(&c->mu);
-    if (comm_fail_deferred_locked(c)) comm_kick(c);
+    if (comm_fail_deferred_locked(c)) comm_thread_kick(c);
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -330,7 +330,7 @@ static dt_status wait_for_mesh(dt_comm *c, double deadline)
 {
     pthread_mutex_lock(&c->mu);
     while (!c->mesh_ready && !c->failed && dt_now() < deadline)
-        comm_wait_until(&c->cv_api, &c->mu, deadline);
+        comm_executor_wait_until(&c->cv_api, &c->mu, deadline);
     bool ready = c->mesh_ready, failed = c->failed;
     int connected = c->connected;
     pthread_mutex_unlock(&c->mu);
@@ -346,14 +346,14 @@ static dt_status init_finished(dt_comm *c)
     pthread_mutex_lock(&c->mu);
     c->init_done = true;
     pthread_mutex_unlock(&c->mu);
-    comm_kick(c);
+    comm_thread_kick(c);
     return DT_OK;
 }
 
 dt_status comm_connect_mesh(dt_comm *c, double deadline)
 {
     if (c->size == 1) return init_finished(c);
-    transport_connect(c);
+    comm_mesh_connect(c);
     dt_status st = wait_for_mesh(c, deadline);
     return st == DT_OK ? init_finished(c) : st;
 }
@@ -366,14 +366,14 @@ dt_status dt_comm_init(dt_comm **out, const dt_comm_options *o)
     dt_status st = comm_setup(c, o);
     if (st != DT_OK) return st;
     if (c->size == 1) {
-        st = transport_start(c);
+        st = comm_mesh_start(c);
         return st == DT_OK ? comm_connect_mesh(c, 0) : st;
     }
     double deadline = dt_now() + c->init_timeout_s;
     st = dt_store_open(&c->store, c->init_url, c->job_id);
     if (st != DT_OK) return store_failed(c, st, "opening the rendezvous store");
     if ((st = agree_on_key(c, o)) != DT_OK) return st;
-    if ((st = transport_start(c)) != DT_OK) return st;
+    if ((st = comm_mesh_start(c)) != DT_OK) return st;
     if ((st = exchange_addresses(c, deadline)) != DT_OK) return st;
     return comm_connect_mesh(c, deadline);
 }
@@ -381,12 +381,12 @@ dt_status dt_comm_init(dt_comm **out, const dt_comm_options *o)
 void dt_comm_destroy(dt_comm *c)
 {
     if (!c) return;
-    group_detach(c); /* no failure reaches c through its groups any more */
-    transport_stop(c);
-    reject_log_flush(c); /* the loop thread is gone: its state is ours */
+    comm_group_detach(c); /* no failure reaches c through its groups any more */
+    comm_mesh_stop(c);
+    comm_reject_log_flush(c); /* the loop thread is gone: its state is ours */
     if (c->store) dt_store_close(c->store);
     for (int i = 0; i < 2; i++) free(c->scratch[i]);
-    staging_destroy(c);
+    comm_staging_destroy(c);
     free(c->peers);
     free(c->dial);
     free(c->peer_addr);
@@ -399,7 +399,7 @@ void dt_comm_destroy(dt_comm *c)
     pthread_cond_destroy(&c->cv_api);
     pthread_cond_destroy(&c->cv_thread);
     sodium_memzero(c->key, sizeof c->key);
-    group_free(c);
+    comm_group_free(c);
     free(c);
 }
 

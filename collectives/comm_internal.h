@@ -202,75 +202,77 @@ dt_status comm_setup(dt_comm *c, const dt_comm_options *o);
 dt_status comm_connect_mesh(dt_comm *c, double deadline);
 /* With mu held, as the op running on this rank ends: a failure a peer
  * reported from a later op (transport.c holds it back until then) becomes
- * this communicator's failure. True if it did: comm_kick after unlocking. */
+ * this communicator's failure. True if it did: comm_thread_kick after unlocking. */
 bool comm_fail_deferred_locked(dt_comm *c);
-/* The same before the op ends, once it has had its grace (xfer_wait). */
+/* The same before the op ends, once it has had its grace (comm_xfer_wait). */
 void comm_fail_deferred(dt_comm *c);
 /* With mu held: the first collective this rank has not finished. */
 uint64_t comm_first_unfinished_locked(const dt_comm *c);
 /* A line for the log (rejected strangers). */
 void comm_log(dt_comm *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* transport.c: frames */
-void io_post(dt_comm *c, dt_xfer *x);        /* send or match a receive */
-void xfer_release(dt_comm *c, dt_xfer *x, int state); /* hand back to owner */
-void release_list(dt_comm *c, dt_xfer *x);   /* fail a list of receives */
-void send_control(dt_conn *cn, uint8_t kind, uint64_t seq, const void *payload, size_t len);
-void rx_next_header(dt_conn *cn);
+/* transport.c: frames on authenticated connections (run on the loop,
+ * except comm_transport_post, which any thread may call) */
+void comm_transport_post(dt_comm *c, dt_xfer *x);      /* from another thread */
+void comm_transport_post_here(dt_comm *c, dt_xfer *x); /* by the loop owner */
+void comm_transport_io_post(dt_comm *c, dt_xfer *x);   /* send or match a receive */
+void comm_transport_release_xfer(dt_comm *c, dt_xfer *x, int state); /* hand back to owner */
+void comm_transport_release_list(dt_comm *c, dt_xfer *x); /* fail a list of receives */
+void comm_transport_send_control(dt_conn *cn, uint8_t kind, uint64_t seq, const void *payload,
+                                 size_t len);
+void comm_transport_next_header(dt_conn *cn);
+void comm_transport_expect(dt_conn *cn, int state, size_t bytes);
+void comm_transport_set_reading(dt_conn *cn, bool on);
+void comm_transport_write(dt_conn *cn, uv_write_t *req, const void *buf, size_t len);
 /* mesh.c: connections and the loop */
-dt_status transport_start(dt_comm *c);   /* loop, listener, communicator thread */
-void transport_connect(dt_comm *c);      /* dial c->dial[0..rank) */
-void transport_post(dt_comm *c, dt_xfer *x); /* from another thread */
-void transport_post_here(dt_comm *c, dt_xfer *x); /* by the loop owner */
-void transport_stop(dt_comm *c);         /* stop the thread, close the loop */
-void transport_shutdown(dt_comm *c);     /* on the thread: BYE, close all */
+dt_status comm_mesh_start(dt_comm *c);          /* loop, listener, communicator thread */
+void comm_mesh_connect(dt_comm *c);             /* dial c->dial[0..rank) */
+void comm_mesh_authenticated(dt_conn *cn, int peer); /* the handshake passed */
+void comm_mesh_close(dt_conn *cn);
+void comm_mesh_stop(dt_comm *c);                /* stop the thread, close the loop */
+void comm_mesh_shutdown(dt_comm *c);            /* on the thread: BYE, close all */
 /* handshake.c, run on the loop */
-void handshake_start_outgoing(dt_conn *cn);
-void handshake_start_incoming(dt_conn *cn);
-void handshake_step(dt_conn *cn);        /* hs_buf holds rx_need bytes */
-void conn_reject(dt_conn *cn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void comm_handshake_start_outgoing(dt_conn *cn);
+void comm_handshake_start_incoming(dt_conn *cn);
+void comm_handshake_step(dt_conn *cn); /* hs_buf holds rx_need bytes */
+void comm_handshake_reject(dt_conn *cn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* reject_log.c: a rejection to log or count (loop thread); the ticker's
  * summary once an interval has passed; the count left at destroy. */
-void reject_log_note(dt_comm *c, const char *addr, const char *why);
-void reject_log_tick(dt_comm *c);
-void reject_log_flush(dt_comm *c);
-void conn_authenticated(dt_conn *cn, int peer);
-void conn_expect(dt_conn *cn, int state, size_t bytes);
-void conn_set_reading(dt_conn *cn, bool on);
-void conn_close(dt_conn *cn);
-void conn_write(dt_conn *cn, uv_write_t *req, const void *buf, size_t len);
+void comm_reject_log_note(dt_comm *c, const char *addr, const char *why);
+void comm_reject_log_tick(dt_comm *c);
+void comm_reject_log_flush(dt_comm *c);
 /* comm_thread.c: who runs the loop */
 void comm_thread_main(void *arg);        /* queued ops, and the loop */
 /* Run a blocking collective on the caller's thread when the loop is free;
  * false (nothing done) when it must queue instead. */
-bool comm_run_inline(dt_comm *c, dt_work *w, dt_status *st);
+bool comm_thread_run_inline(dt_comm *c, dt_work *w, dt_status *st);
 /* Wake the communicator thread after changing what it should do (with mu
  * held or not; comm_failv holds it, so that nothing touches c after the
  * failure is published). */
-void comm_kick(dt_comm *c);
+void comm_thread_kick(dt_comm *c);
 /* executor.c: running an op */
 /* pthread_cond_timedwait on the monotonic clock; deadline in dt_now() seconds. */
-void comm_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, double deadline);
-dt_status run_collective(dt_comm *c, dt_work *w);
-void work_prepare(dt_comm *c, dt_work *w, const dt_op *op);
-void work_complete(dt_work *w, dt_status st); /* with mu held */
+void comm_executor_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, double deadline);
+dt_status comm_executor_run(dt_comm *c, dt_work *w);
+void comm_executor_prepare(dt_comm *c, dt_work *w, const dt_op *op);
+void comm_executor_complete(dt_work *w, dt_status st); /* with mu held */
 
 /* group.c: sub-communicators (dt_comm_split) */
 /* Write "rank 2" or, for a split's child, "rank 0 (world rank 3) of group
  * 'split 1 colour 1' = world ranks 3,5" into out; true for a child. With
  * c->mu held. */
-bool group_who(const dt_comm *c, char *out, size_t n);
+bool comm_group_who(const dt_comm *c, char *out, size_t n);
 /* comm_failv: the lock that orders the failures of c's family (NULL: c
  * never took part in a split), and, with it held, after c's first failure:
  * fail the communicators c shares a fate with. */
-struct group_family *group_lock_family(dt_comm *c);
-void group_unlock_family(struct group_family *family);
-void group_spread_failure(dt_comm *c);
+struct group_family *comm_group_lock_family(dt_comm *c);
+void comm_group_unlock_family(struct group_family *family);
+void comm_group_spread_failure(dt_comm *c);
 /* Label an authenticated connection of a child with its peer's world rank. */
-void group_label_peer(dt_conn *cn);
+void comm_group_label_peer(dt_conn *cn);
 /* dt_comm_destroy: leave the family first (nothing spreads to c after),
  * free c's group record last. */
-void group_detach(dt_comm *c);
-void group_free(dt_comm *c);
+void comm_group_detach(dt_comm *c);
+void comm_group_free(dt_comm *c);
 
 #endif /* DT_COMM_INTERNAL_H */

@@ -42,7 +42,7 @@
 
 #define IDLE_POLL_S 0.05
 
-void comm_kick(dt_comm *c)
+void comm_thread_kick(dt_comm *c)
 {
     pthread_cond_signal(&c->cv_thread);
     if (atomic_load(&c->io_running)) uv_async_send(&c->wake);
@@ -91,13 +91,13 @@ static void run_queued(dt_comm *c, dt_work *w)
     bool failed = c->failed;
     dt_status st = c->fail_status;
     pthread_mutex_unlock(&c->mu);
-    if (!failed) st = run_collective(c, w);
+    if (!failed) st = comm_executor_run(c, w);
     pthread_mutex_lock(&c->mu);
     c->in_op = false;
-    work_complete(w, st);
+    comm_executor_complete(w, st);
     bool kick = comm_fail_deferred_locked(c);
     pthread_mutex_unlock(&c->mu);
-    if (kick) comm_kick(c);
+    if (kick) comm_thread_kick(c);
 }
 
 /* With mu held and the loop free: take it, and the next op if any. */
@@ -129,11 +129,11 @@ void comm_thread_main(void *arg)
         c->thread_awaits_loop = false;
         /* a peer's failure held back (transport.c) while no op runs here */
         if (c->fail_deferred && dt_now() >= c->deferred_until && comm_fail_deferred_locked(c))
-            comm_kick(c);
+            comm_thread_kick(c);
         if (c->stopping && !c->q_head) break;
         bool needed = loop_needed(c);
         if (!needed) {
-            comm_wait_until(&c->cv_thread, &c->mu, dt_now() + IDLE_POLL_S);
+            comm_executor_wait_until(&c->cv_thread, &c->mu, dt_now() + IDLE_POLL_S);
             if (c->loop_busy || (c->stopping && !c->q_head)) continue;
             needed = loop_needed(c);
         }
@@ -146,10 +146,10 @@ void comm_thread_main(void *arg)
     }
     c->loop_busy = true;
     pthread_mutex_unlock(&c->mu);
-    transport_shutdown(c);
+    comm_mesh_shutdown(c);
 }
 
-bool comm_run_inline(dt_comm *c, dt_work *w, dt_status *st)
+bool comm_thread_run_inline(dt_comm *c, dt_work *w, dt_status *st)
 {
     pthread_mutex_lock(&c->mu);
     if (c->loop_busy || loop_needed(c) || c->stopping) {
@@ -164,11 +164,11 @@ bool comm_run_inline(dt_comm *c, dt_work *w, dt_status *st)
     pthread_mutex_unlock(&c->mu);
 
     if (sigpipe_ignored()) {
-        *st = run_collective(c, w);
+        *st = comm_executor_run(c, w);
     } else {
         sigset_t old;
         block_sigpipe(&old);
-        *st = run_collective(c, w);
+        *st = comm_executor_run(c, w);
         restore_sigpipe(&old);
     }
 
@@ -181,7 +181,7 @@ bool comm_run_inline(dt_comm *c, dt_work *w, dt_status *st)
      * op is a context switch the next op's latency pays for. */
     bool wake = c->thread_awaits_loop || loop_needed(c) || c->stopping;
     pthread_mutex_unlock(&c->mu);
-    if (kick) comm_kick(c);
+    if (kick) comm_thread_kick(c);
     else if (wake) pthread_cond_signal(&c->cv_thread);
     return true;
 }

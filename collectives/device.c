@@ -12,7 +12,7 @@
 
 #include "device_internal.h"
 
-dt_device *device_new(const dt_device_ops *ops, const char *name)
+dt_device *comm_device_new(const dt_device_ops *ops, const char *name)
 {
     dt_device *d = calloc(1, sizeof *d);
     if (!d) return NULL;
@@ -22,7 +22,7 @@ dt_device *device_new(const dt_device_ops *ops, const char *name)
     return d;
 }
 
-dt_status device_fail(dt_device *d, dt_status st, const char *fmt, ...)
+dt_status comm_device_fail(dt_device *d, dt_status st, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -69,7 +69,7 @@ dt_status dt_device_open(dt_device **out, const char *name, char *err, size_t er
         return DT_EINVAL;
     }
 #ifdef DT_HAVE_CUDA
-    dt_status st = device_cuda_open(out, ordinal);
+    dt_status st = comm_device_cuda_open(out, ordinal);
     if (st != DT_OK) snprintf(err, errlen, "%s", *out ? dt_device_error(*out) : "out of memory");
     return st;
 #else

@@ -4,7 +4,7 @@
  * device.c holds what every device shares (the name, the last error, the
  * dispatch through `ops`); each implementation (device_fake.c,
  * device_cuda.c) fills a dt_device_ops and keeps its own state in `impl`.
- * An implementation reports a failure with device_fail, which keeps the
+ * An implementation reports a failure with comm_device_fail, which keeps the
  * message for dt_device_error, and returns the status.
  */
 #ifndef DT_DEVICE_INTERNAL_H
@@ -44,13 +44,13 @@ struct dt_device {
 };
 
 /* A device with empty error and the given ops; NULL on ENOMEM. */
-dt_device *device_new(const dt_device_ops *ops, const char *name);
+dt_device *comm_device_new(const dt_device_ops *ops, const char *name);
 /* Keep the message for dt_device_error; returns st. */
-dt_status device_fail(dt_device *d, dt_status st, const char *fmt, ...)
+dt_status comm_device_fail(dt_device *d, dt_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* device_cuda.c (only in CUDA builds): opens ordinal `ordinal`; *out as
  * dt_device_open. */
-dt_status device_cuda_open(dt_device **out, int ordinal);
+dt_status comm_device_cuda_open(dt_device **out, int ordinal);
 
 #endif /* DT_DEVICE_INTERNAL_H */

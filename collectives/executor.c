@@ -5,7 +5,7 @@
  * dt_submit gives each collective the next sequence number and queues it;
  * dt_run (blocking) runs it on the caller's thread instead when nothing is
  * queued and the loop is free (comm_thread.c decides who runs the loop).
- * Either way run_collective runs the algorithm as plain sequential code
+ * Either way comm_executor_run runs the algorithm as plain sequential code
  * (algorithms.h): posting a transfer hands it to the transport directly, and
  * waiting for one means running the libuv loop (uv_run, UV_RUN_ONCE) until
  * the transfer is done. Because every rank submits the same collectives in
@@ -37,7 +37,7 @@
 #include "comm_internal.h"
 #include "staging.h"
 
-void comm_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, double deadline)
+void comm_executor_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, double deadline)
 {
     struct timespec ts;
     double whole = (double)(long long)deadline;
@@ -46,106 +46,12 @@ void comm_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, double deadline)
     pthread_cond_timedwait(cv, mu, &ts);
 }
 
-void work_complete(dt_work *w, dt_status st)
+void comm_executor_complete(dt_work *w, dt_status st)
 {
     w->status = st;
     w->done = true;
     if (w->op.kind == DT_OP_SEND || w->op.kind == DT_OP_RECV) w->comm->p2p_outstanding--;
     pthread_cond_broadcast(&w->comm->cv_api);
-}
-
-/* ---- transfers, as algorithms see them ------------------------------------ */
-
-static void xfer_prepare(dt_opctx *o, dt_xfer *x, int peer, void *buf, size_t len,
-                         uint32_t index)
-{
-    const dt_op *op = o->op;
-    memset(&x->hdr, 0, sizeof x->hdr);
-    x->hdr.kind = FRAME_COLL;
-    x->hdr.op = (uint8_t)op->kind;
-    x->hdr.dtype = (uint8_t)op->dtype;
-    x->hdr.redop = (uint8_t)op->redop;
-    x->hdr.root = op->root;
-    x->hdr.index = index;
-    x->hdr.seq = o->seq;
-    x->hdr.count = o->wire_count;
-    x->hdr.length = len;
-    x->buf = buf;
-    x->len = len;
-    x->peer = peer;
-    x->owner = o;
-    x->work = NULL;
-}
-
-void xfer_send(dt_opctx *o, dt_xfer *x, int peer, const void *buf, size_t len)
-{
-    xfer_prepare(o, x, peer, (void *)buf, len, o->sent_index[peer]++);
-    x->is_send = 1;
-    transport_post_here(o->comm, x);
-}
-
-void xfer_recv(dt_opctx *o, dt_xfer *x, int peer, void *buf, size_t len)
-{
-    xfer_prepare(o, x, peer, buf, len, o->recv_index[peer]++);
-    x->is_send = 0;
-    transport_post_here(o->comm, x);
-}
-
-static void op_timed_out(dt_opctx *o, dt_xfer *x)
-{
-    dt_comm *c = o->comm;
-    comm_fail(c, DT_ETIMEDOUT, "rank %d: timed out after %.1f s waiting to %s %zu B %s rank "
-              "%d (%s)", c->rank, o->op->timeout_s > 0 ? o->op->timeout_s : c->timeout_s,
-              x->is_send ? "send" : "receive", x->len, x->is_send ? "to" : "from", x->peer,
-              c->peer_addr[x->peer]);
-}
-
-dt_status xfer_wait(dt_opctx *o, dt_xfer *x)
-{
-    dt_comm *c = o->comm;
-    bool fired = false;
-    while (x->state == XFER_POSTED) {
-        double now = dt_now();
-        if (!fired && now >= o->deadline) {
-            fired = true;
-            op_timed_out(o, x); /* the loop then fails x along with the rest */
-        }
-        if (c->fail_deferred && now >= c->deferred_until)
-            comm_fail_deferred(c); /* a peer's failure, held back (transport.c) */
-        uv_run(&c->loop, UV_RUN_ONCE);
-    }
-    if (x->state == XFER_DONE) return DT_OK;
-    pthread_mutex_lock(&c->mu);
-    dt_status st = c->failed ? c->fail_status : DT_EABORTED;
-    pthread_mutex_unlock(&c->mu);
-    return st;
-}
-
-dt_status xfer_wait_all(dt_opctx *o, dt_xfer *xs, int n)
-{
-    dt_status first = DT_OK;
-    for (int i = 0; i < n; i++) {
-        dt_status st = xfer_wait(o, &xs[i]);
-        if (st != DT_OK && first == DT_OK) first = st;
-    }
-    return first;
-}
-
-void xfer_drain(dt_opctx *o)
-{
-    while (o->outstanding > 0) uv_run(&o->comm->loop, UV_RUN_ONCE);
-}
-
-void *opctx_scratch(dt_opctx *o, int slot, size_t bytes)
-{
-    dt_comm *c = o->comm;
-    if (bytes > c->scratch_cap[slot]) {
-        void *p = realloc(c->scratch[slot], bytes);
-        if (!p) return NULL;
-        c->scratch[slot] = p;
-        c->scratch_cap[slot] = bytes;
-    }
-    return c->scratch[slot];
 }
 
 /* ---- running one collective ------------------------------------------------- */
@@ -158,7 +64,7 @@ static uint64_t wire_count(const dt_comm *c, const dt_op *op)
     return sum;
 }
 
-dt_status run_collective(dt_comm *c, dt_work *w)
+dt_status comm_executor_run(dt_comm *c, dt_work *w)
 {
     dt_opctx o = {
         .comm = c, .op = &w->op, .seq = w->seq, .wire_count = wire_count(c, &w->op),
@@ -168,7 +74,7 @@ dt_status run_collective(dt_comm *c, dt_work *w)
     };
     memset(c->sent_index, 0, sizeof *c->sent_index * (size_t)c->size);
     memset(c->recv_index, 0, sizeof *c->recv_index * (size_t)c->size);
-    dt_status st = w->staged ? staging_run(&o) : algo_run(&o);
+    dt_status st = w->staged ? comm_staging_run(&o) : comm_algo_run(&o);
     if (st != DT_OK) {
         /* Peers may be waiting on us mid-op: a local failure fails the job. */
         pthread_mutex_lock(&c->mu);
@@ -178,7 +84,7 @@ dt_status run_collective(dt_comm *c, dt_work *w)
             comm_fail(c, st, "rank %d: %s #%llu failed locally: %s", c->rank,
                       dt_op_name(w->op.kind), (unsigned long long)w->seq, dt_status_name(st));
     }
-    xfer_drain(&o);
+    comm_xfer_drain(&o);
     if (st != DT_OK) {
         pthread_mutex_lock(&c->mu);
         st = c->fail_status;
@@ -209,14 +115,14 @@ static void post_p2p(dt_comm *c, dt_work *w)
     x->peer = op->peer;
     x->work = w;
     x->source = -1;
-    transport_post(c, x);
+    comm_transport_post(c, x);
 }
 
-dt_status comm_check_op(dt_comm *c, const dt_op *op); /* validate.c */
+dt_status comm_validate_op(dt_comm *c, const dt_op *op); /* validate.c */
 
 /* A work for op, with the fields its kind ignores normalised, so every rank
  * puts the same identity in its frame headers. */
-void work_prepare(dt_comm *c, dt_work *w, const dt_op *op)
+void comm_executor_prepare(dt_comm *c, dt_work *w, const dt_op *op)
 {
     w->comm = c;
     w->op = *op;
@@ -226,19 +132,19 @@ void work_prepare(dt_comm *c, dt_work *w, const dt_op *op)
     if (op->kind != DT_OP_BROADCAST && op->kind != DT_OP_REDUCE && op->kind != DT_OP_GATHER &&
         op->kind != DT_OP_SCATTER)
         w->op.root = -1;
-    w->staged = staging_wants(c, op);
+    w->staged = comm_staging_wants(c, op);
 }
 
 dt_status dt_submit(dt_comm *c, const dt_op *op, dt_work **work)
 {
     *work = NULL;
-    dt_status st = comm_check_op(c, op);
+    dt_status st = comm_validate_op(c, op);
     if (st != DT_OK) return st;
     dt_work *w = calloc(1, sizeof *w);
     if (!w) return DT_ENOMEM;
-    work_prepare(c, w, op);
+    comm_executor_prepare(c, w, op);
     if (w->staged && (op->kind == DT_OP_SEND || op->kind == DT_OP_RECV) &&
-        (st = staging_p2p_begin(c, w)) != DT_OK) {
+        (st = comm_staging_p2p_begin(c, w)) != DT_OK) {
         free(w);
         return st;
     }
@@ -258,7 +164,7 @@ dt_status dt_submit(dt_comm *c, const dt_op *op, dt_work **work)
     else c->q_head = w;
     c->q_tail = w;
     pthread_mutex_unlock(&c->mu);
-    comm_kick(c);
+    comm_thread_kick(c);
     return DT_OK;
 }
 
@@ -292,13 +198,13 @@ dt_status dt_work_wait(dt_work *w)
             pthread_mutex_lock(&c->mu);
             continue;
         }
-        if (p2p) comm_wait_until(&c->cv_api, &c->mu, fired ? dt_now() + 0.05 : w->deadline);
+        if (p2p) comm_executor_wait_until(&c->cv_api, &c->mu, fired ? dt_now() + 0.05 : w->deadline);
         else pthread_cond_wait(&c->cv_api, &c->mu);
     }
     dt_status st = w->status;
     pthread_mutex_unlock(&c->mu);
     if (w->op.kind == DT_OP_RECV && w->op.source) *w->op.source = w->xfer.source;
-    st = staging_p2p_end(w, st);
+    st = comm_staging_p2p_end(w, st);
     free(w);
     return st;
 }
@@ -316,11 +222,11 @@ bool dt_work_test(dt_work *w)
 dt_status dt_run(dt_comm *c, const dt_op *op)
 {
     if (op->kind != DT_OP_SEND && op->kind != DT_OP_RECV) {
-        dt_status st = comm_check_op(c, op);
+        dt_status st = comm_validate_op(c, op);
         if (st != DT_OK) return st;
         dt_work w = {0};
-        work_prepare(c, &w, op);
-        if (comm_run_inline(c, &w, &st)) return st;
+        comm_executor_prepare(c, &w, op);
+        if (comm_thread_run_inline(c, &w, &st)) return st;
     }
     dt_work *w;
     dt_status st = dt_submit(c, op, &w);

@@ -50,24 +50,24 @@ static dt_status root_exchange_all(dt_opctx *o, const char *to_send,
         if (q == o->rank)
             continue;
         if (to_send && (st = stage_need(o, to_send + at, block_bytes)) == DT_OK)
-            xfer_send(o, &xs[q], q, to_send + at, block_bytes);
+            comm_xfer_send(o, &xs[q], q, to_send + at, block_bytes);
         else if (!to_send)
-            xfer_recv(o, &xs[q], q, to_recv + at, block_bytes);
+            comm_xfer_recv(o, &xs[q], q, to_recv + at, block_bytes);
     }
     for (int q = 0; q < p && st == DT_OK; q++) {
         if (q == o->rank)
             continue;
-        st = xfer_wait(o, &xs[q]);
+        st = comm_xfer_wait(o, &xs[q]);
         if (st == DT_OK && to_recv)
             stage_ready(o, to_recv + (size_t)q * block_bytes, block_bytes);
     }
-    xfer_drain(o); /* on failure the transport may still hold some of xs */
+    comm_xfer_drain(o); /* on failure the transport may still hold some of xs */
     free(xs);
     return st;
 }
 
 /* gather: send [count] on every rank → recv [p·count] at the root. */
-dt_status gather_linear(dt_opctx *o) {
+dt_status comm_gather_linear(dt_opctx *o) {
     const dt_op *op = o->op;
     const size_t bytes = op->count * dt_dtype_size(op->dtype);
     dt_xfer x;
@@ -77,8 +77,8 @@ dt_status gather_linear(dt_opctx *o) {
     if (st != DT_OK)
         return st;
     if (o->rank != op->root) {
-        xfer_send(o, &x, op->root, op->send, bytes);
-        return xfer_wait(o, &x);
+        comm_xfer_send(o, &x, op->root, op->send, bytes);
+        return comm_xfer_wait(o, &x);
     }
     char *mine = (char *)op->recv + (size_t)o->rank * bytes;
     if (mine != (const char *)op->send)
@@ -88,15 +88,15 @@ dt_status gather_linear(dt_opctx *o) {
 }
 
 /* scatter: send [p·count] at the root → recv [count] on every rank. */
-dt_status scatter_linear(dt_opctx *o) {
+dt_status comm_scatter_linear(dt_opctx *o) {
     const dt_op *op = o->op;
     const size_t bytes = op->count * dt_dtype_size(op->dtype);
     dt_xfer x;
     if (bytes == 0)
         return DT_OK;
     if (o->rank != op->root) {
-        xfer_recv(o, &x, op->root, op->recv, bytes);
-        return xfer_wait(o, &x);
+        comm_xfer_recv(o, &x, op->root, op->recv, bytes);
+        return comm_xfer_wait(o, &x);
     }
     const char *mine = (const char *)op->send + (size_t)o->rank * bytes;
     dt_status st = stage_need(o, mine, bytes);

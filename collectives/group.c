@@ -137,7 +137,7 @@ static dt_group *group_of(dt_comm *c)
     return g;
 }
 
-bool group_who(const dt_comm *c, char *out, size_t n)
+bool comm_group_who(const dt_comm *c, char *out, size_t n)
 {
     const dt_group *g = c->group;
     if (!g || !g->world_ranks) {
@@ -149,7 +149,7 @@ bool group_who(const dt_comm *c, char *out, size_t n)
     return true;
 }
 
-void group_label_peer(dt_conn *cn)
+void comm_group_label_peer(dt_conn *cn)
 {
     const dt_group *g = group_get(cn->comm);
     if (!g || !g->world_ranks) return;
@@ -166,7 +166,7 @@ static void fail_subtree(dt_comm *top, const dt_comm *origin, dt_status st, cons
         fail_subtree(k, origin, st, text);
 }
 
-struct group_family *group_lock_family(dt_comm *c)
+struct group_family *comm_group_lock_family(dt_comm *c)
 {
     dt_group *g = group_get(c);
     if (!g) return NULL;
@@ -174,12 +174,12 @@ struct group_family *group_lock_family(dt_comm *c)
     return g->family;
 }
 
-void group_unlock_family(group_family *family)
+void comm_group_unlock_family(group_family *family)
 {
     if (family) pthread_mutex_unlock(&family->mu);
 }
 
-void group_spread_failure(dt_comm *c)
+void comm_group_spread_failure(dt_comm *c)
 {
     char text[DT_ERROR_MAX];
     pthread_mutex_lock(&c->mu);
@@ -193,7 +193,7 @@ void group_spread_failure(dt_comm *c)
     fail_subtree(top, c, st, text);
 }
 
-void group_detach(dt_comm *c)
+void comm_group_detach(dt_comm *c)
 {
     dt_group *g = group_get(c);
     if (!g) return;
@@ -213,7 +213,7 @@ void group_detach(dt_comm *c)
     pthread_mutex_unlock(&g->family->mu);
 }
 
-void group_free(dt_comm *c)
+void comm_group_free(dt_comm *c)
 {
     dt_group *g = c->group;
     if (!g) return;
@@ -265,7 +265,7 @@ static dt_status child_group(dt_comm *c, dt_comm *parent, unsigned split, int co
     int *world = malloc((size_t)c->size * sizeof *world);
     if (!g || !world) {
         free(world);
-        if (g) { group_set(c, g); group_free(c); }
+        if (g) { group_set(c, g); comm_group_free(c); }
         comm_fail(c, DT_ENOMEM, "rank %d: out of memory", c->rank);
         return DT_ENOMEM;
     }
@@ -313,7 +313,7 @@ static dt_status child_create(dt_comm *parent, unsigned split, int color, const 
     if (st != DT_OK) return st;
     crypto_generichash(c->key, sizeof c->key, (const uint8_t *)job_id, strlen(job_id),
                        parent->key, sizeof parent->key);
-    return transport_start(c);
+    return comm_mesh_start(c);
 }
 
 /* Every member is listening: dial the lower group ranks, accept the higher. */

@@ -68,7 +68,7 @@ static bool mac_ok(dt_comm *c, const uint8_t theirs[32], char domain, const uint
     return sodium_memcmp(ours, theirs, 32) == 0;
 }
 
-void conn_reject(dt_conn *cn, const char *fmt, ...)
+void comm_handshake_reject(dt_conn *cn, const char *fmt, ...)
 {
     dt_comm *c = cn->comm;
     char why[256];
@@ -77,12 +77,12 @@ void conn_reject(dt_conn *cn, const char *fmt, ...)
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
     atomic_fetch_add(&c->rejected, 1);
-    reject_log_note(c, cn->addr[0] ? cn->addr : "?", why);
+    comm_reject_log_note(c, cn->addr[0] ? cn->addr : "?", why);
     cn->lost = true;
-    conn_close(cn);
+    comm_mesh_close(cn);
 }
 
-void handshake_start_outgoing(dt_conn *cn)
+void comm_handshake_start_outgoing(dt_conn *cn)
 {
     dt_comm *c = cn->comm;
     uint8_t *h = cn->hs_hello;
@@ -93,16 +93,16 @@ void handshake_start_outgoing(dt_conn *cn)
     memcpy(h + 16, c->job_hash, 16);
     randombytes_buf(h + 32, 16);
     cn->hs_phase = PHASE_WAIT_CHALLENGE;
-    conn_expect(cn, RX_HANDSHAKE, CHALLENGE_BYTES);
-    conn_write(cn, &cn->hs_write, h, HELLO_BYTES);
-    conn_set_reading(cn, true);
+    comm_transport_expect(cn, RX_HANDSHAKE, CHALLENGE_BYTES);
+    comm_transport_write(cn, &cn->hs_write, h, HELLO_BYTES);
+    comm_transport_set_reading(cn, true);
 }
 
-void handshake_start_incoming(dt_conn *cn)
+void comm_handshake_start_incoming(dt_conn *cn)
 {
     cn->hs_phase = PHASE_WAIT_HELLO;
-    conn_expect(cn, RX_HANDSHAKE, HELLO_BYTES);
-    conn_set_reading(cn, true);
+    comm_transport_expect(cn, RX_HANDSHAKE, HELLO_BYTES);
+    comm_transport_set_reading(cn, true);
 }
 
 /* Dialler: the acceptor answered; is it the rank we dialled, of our job? */
@@ -121,15 +121,15 @@ static void on_challenge(dt_conn *cn)
         why = "it failed authentication (it holds another job secret)";
     if (why) {
         cn->rx_state = RX_STOPPED;
-        conn_set_reading(cn, false);
+        comm_transport_set_reading(cn, false);
         comm_fail(c, DT_EPEER, "rank %d: the process at %s, published as rank %d, is not "
                   "a peer: %s", c->rank, cn->addr, cn->expect_peer, why);
         return;
     }
     memcpy(cn->hs_challenge, m, CHALLENGE_BYTES);
     mac(c, cn->hs_out, 'D', cn->hs_hello, cn->hs_challenge, CHALLENGE_BYTES);
-    conn_write(cn, &cn->hs_write, cn->hs_out, RESPONSE_BYTES);
-    conn_authenticated(cn, cn->expect_peer);
+    comm_transport_write(cn, &cn->hs_write, cn->hs_out, RESPONSE_BYTES);
+    comm_mesh_authenticated(cn, cn->expect_peer);
 }
 
 /* Acceptor: a dialler introduced itself. */
@@ -140,15 +140,15 @@ static void on_hello(dt_conn *cn)
     uint32_t magic = get_u32(m), version = get_u32(m + 4);
     uint32_t world = get_u32(m + 8), rank = get_u32(m + 12);
     if (magic != HS_MAGIC)
-        return conn_reject(cn, "bad magic 0x%08x (not a dtrain peer)", magic);
+        return comm_handshake_reject(cn, "bad magic 0x%08x (not a dtrain peer)", magic);
     if (version != HS_VERSION)
-        return conn_reject(cn, "protocol version %u, this rank speaks %u", version, HS_VERSION);
+        return comm_handshake_reject(cn, "protocol version %u, this rank speaks %u", version, HS_VERSION);
     if (sodium_memcmp(m + 16, c->job_hash, 16) != 0)
-        return conn_reject(cn, "it belongs to another job");
+        return comm_handshake_reject(cn, "it belongs to another job");
     if (world != (uint32_t)c->size)
-        return conn_reject(cn, "it says world size %u, this job has %d", world, c->size);
+        return comm_handshake_reject(cn, "it says world size %u, this job has %d", world, c->size);
     if (rank <= (uint32_t)c->rank || rank >= (uint32_t)c->size)
-        return conn_reject(cn, "it says rank %u; rank %d accepts ranks %d..%d", rank, c->rank,
+        return comm_handshake_reject(cn, "it says rank %u; rank %d accepts ranks %d..%d", rank, c->rank,
                            c->rank + 1, c->size - 1);
     /* "Already connected?" waits until the dialler has proved itself: a
      * stranger learns nothing about the job from a rejection. */
@@ -162,22 +162,22 @@ static void on_hello(dt_conn *cn)
     mac(c, ch + 32, 'A', cn->hs_hello, ch, 32);
     cn->expect_peer = (int)rank;
     cn->hs_phase = PHASE_WAIT_RESPONSE;
-    conn_expect(cn, RX_HANDSHAKE, RESPONSE_BYTES);
-    conn_write(cn, &cn->hs_write, ch, CHALLENGE_BYTES);
+    comm_transport_expect(cn, RX_HANDSHAKE, RESPONSE_BYTES);
+    comm_transport_write(cn, &cn->hs_write, ch, CHALLENGE_BYTES);
 }
 
 static void on_response(dt_conn *cn)
 {
     dt_comm *c = cn->comm;
     if (!mac_ok(c, cn->hs_buf, 'D', cn->hs_hello, cn->hs_challenge, CHALLENGE_BYTES))
-        return conn_reject(cn, "it claims rank %d but failed authentication (wrong job secret)",
+        return comm_handshake_reject(cn, "it claims rank %d but failed authentication (wrong job secret)",
                            cn->expect_peer);
     if (c->peers[cn->expect_peer])
-        return conn_reject(cn, "rank %d is already connected", cn->expect_peer);
-    conn_authenticated(cn, cn->expect_peer);
+        return comm_handshake_reject(cn, "rank %d is already connected", cn->expect_peer);
+    comm_mesh_authenticated(cn, cn->expect_peer);
 }
 
-void handshake_step(dt_conn *cn)
+void comm_handshake_step(dt_conn *cn)
 {
     switch (cn->hs_phase) {
     case PHASE_WAIT_CHALLENGE: on_challenge(cn); break;

@@ -48,7 +48,7 @@ static void on_conn_closed(uv_handle_t *h)
 {
     dt_conn *cn = h->data;
     dt_comm *c = cn->comm;
-    release_list(c, cn->failed_sends);
+    comm_transport_release_list(c, cn->failed_sends);
     if (cn->peer >= 0 && c->peers[cn->peer] == cn) c->peers[cn->peer] = NULL;
     c_unlink_pending(cn);
     c->open_handles--;
@@ -56,7 +56,7 @@ static void on_conn_closed(uv_handle_t *h)
     maybe_finish(c); /* the last one closed: a shutdown ends now, not at the next tick */
 }
 
-void conn_close(dt_conn *cn)
+void comm_mesh_close(dt_conn *cn)
 {
     if (cn->closing) return;
     cn->closing = true;
@@ -87,16 +87,16 @@ static void io_fail_cleanup(dt_comm *c)
         dt_conn *cn = c->peers[p];
         if (!cn) continue;
         cn->rx_state = RX_STOPPED;
-        conn_set_reading(cn, false);
-        if (cn->rx_cur) xfer_release(c, cn->rx_cur, XFER_FAILED);
+        comm_transport_set_reading(cn, false);
+        if (cn->rx_cur) comm_transport_release_xfer(c, cn->rx_cur, XFER_FAILED);
         cn->rx_cur = NULL;
-        release_list(c, cn->coll_head);
+        comm_transport_release_list(c, cn->coll_head);
         cn->coll_head = cn->coll_tail = NULL;
-        release_list(c, cn->failed_sends);
+        comm_transport_release_list(c, cn->failed_sends);
         cn->failed_sends = NULL;
-        send_control(cn, FRAME_ABORT, unfinished, text, 4 + strlen(text + 4));
+        comm_transport_send_control(cn, FRAME_ABORT, unfinished, text, 4 + strlen(text + 4));
     }
-    release_list(c, c->p2p_head);
+    comm_transport_release_list(c, c->p2p_head);
     c->p2p_head = c->p2p_tail = NULL;
     close_pending(c);
     c->close_at = dt_now() + FAIL_GRACE_S;
@@ -106,7 +106,7 @@ static void close_pending(dt_comm *c)
 {
     for (dt_conn *cn = c->pending, *next; cn; cn = next) {
         next = cn->next;
-        conn_close(cn);
+        comm_mesh_close(cn);
     }
 }
 
@@ -115,7 +115,7 @@ static void on_shutdown_done(uv_shutdown_t *req, int status)
     (void)status;
     dt_conn *cn = req->data;
     free(req);
-    conn_close(cn);
+    comm_mesh_close(cn);
 }
 
 static void io_shutdown(dt_comm *c)
@@ -125,24 +125,24 @@ static void io_shutdown(dt_comm *c)
     for (int p = 0; p < c->size; p++) {
         dt_conn *cn = c->peers[p];
         if (!cn) continue;
-        if (cn->rx_cur) xfer_release(c, cn->rx_cur, XFER_FAILED);
+        if (cn->rx_cur) comm_transport_release_xfer(c, cn->rx_cur, XFER_FAILED);
         cn->rx_cur = NULL;
         if (cn->rx_state == RX_PAYLOAD) { /* its buffer is gone: read no more */
             cn->rx_state = RX_STOPPED;
-            conn_set_reading(cn, false);
+            comm_transport_set_reading(cn, false);
         }
-        release_list(c, cn->coll_head);
+        comm_transport_release_list(c, cn->coll_head);
         cn->coll_head = cn->coll_tail = NULL;
         if (cn->closing) continue;
-        send_control(cn, FRAME_BYE, 0, NULL, 0);
+        comm_transport_send_control(cn, FRAME_BYE, 0, NULL, 0);
         uv_shutdown_t *req = malloc(sizeof *req);
         if (req) req->data = cn;
         if (!req || uv_shutdown(req, (uv_stream_t *)&cn->tcp, on_shutdown_done) < 0) {
             free(req);
-            conn_close(cn);
+            comm_mesh_close(cn);
         }
     }
-    release_list(c, c->p2p_head);
+    comm_transport_release_list(c, c->p2p_head);
     c->p2p_head = c->p2p_tail = NULL;
     close_pending(c);
     if (c->listener_open) {
@@ -156,22 +156,22 @@ static void io_shutdown(dt_comm *c)
 static void close_all_conns(dt_comm *c)
 {
     for (int p = 0; p < c->size; p++)
-        if (c->peers[p]) conn_close(c->peers[p]);
+        if (c->peers[p]) comm_mesh_close(c->peers[p]);
     close_pending(c);
 }
 
 /* The handshake succeeded: cn now carries frames to and from `peer`. */
-void conn_authenticated(dt_conn *cn, int peer)
+void comm_mesh_authenticated(dt_conn *cn, int peer)
 {
     dt_comm *c = cn->comm;
     cn->authenticated = true;
     cn->peer = peer;
-    group_label_peer(cn);
+    comm_group_label_peer(cn);
     c_unlink_pending(cn);
     cn->next = NULL;
     c->peers[peer] = cn;
-    rx_next_header(cn);
-    conn_set_reading(cn, true);
+    comm_transport_next_header(cn);
+    comm_transport_set_reading(cn, true);
     pthread_mutex_lock(&c->mu);
     if (++c->connected == c->size - 1) {
         c->mesh_ready = true;
@@ -236,7 +236,7 @@ static void on_connected(uv_connect_t *req, int status)
         /* Not listening yet, or a transient refusal: dial again soon. */
         cn->retry_at = dt_now() + 0.1;
         cn->rx_state = RX_STOPPED;
-        conn_close(cn);
+        comm_mesh_close(cn);
         dt_conn *again = conn_new(c);
         if (!again) { comm_fail(c, DT_ENOMEM, "rank %d: out of memory", c->rank); return; }
         again->outgoing = true;
@@ -248,7 +248,7 @@ static void on_connected(uv_connect_t *req, int status)
         return;
     }
     tune_socket(c, cn);
-    handshake_start_outgoing(cn);
+    comm_handshake_start_outgoing(cn);
 }
 
 static void io_dial(dt_conn *cn)
@@ -264,7 +264,7 @@ static void io_dial(dt_conn *cn)
     if (rc < 0) {
         comm_fail(c, DT_ESYS, "rank %d: connecting to rank %d (%s): %s", c->rank,
                   cn->expect_peer, cn->addr, uv_strerror(rc));
-        conn_close(cn);
+        comm_mesh_close(cn);
     }
 }
 
@@ -292,15 +292,15 @@ static void on_connection(uv_stream_t *server, int status)
     uv_tcp_init(&c->loop, &cn->tcp);
     cn->has_handle = true;
     c->open_handles++;
-    if (uv_accept(server, (uv_stream_t *)&cn->tcp) < 0) { conn_close(cn); return; }
+    if (uv_accept(server, (uv_stream_t *)&cn->tcp) < 0) { comm_mesh_close(cn); return; }
     struct sockaddr_storage sa;
     int len = sizeof sa;
     if (uv_tcp_getpeername(&cn->tcp, (struct sockaddr *)&sa, &len) == 0)
         format_addr((struct sockaddr *)&sa, cn->addr, sizeof cn->addr);
-    if (c->io_shutdown || c->io_failed_done) { conn_close(cn); return; }
+    if (c->io_shutdown || c->io_failed_done) { comm_mesh_close(cn); return; }
     tune_socket(c, cn);
     cn->deadline = dt_now() + HANDSHAKE_TIMEOUT_S;
-    handshake_start_incoming(cn);
+    comm_handshake_start_incoming(cn);
 }
 
 /* ---- the loop's wake-ups ----------------------------------------------------- */
@@ -329,11 +329,11 @@ static void on_tick(uv_timer_t *t)
             if (cn->outgoing)
                 comm_fail(c, DT_ETIMEDOUT, "rank %d: handshake with rank %d at %s did not "
                           "finish in time", c->rank, cn->expect_peer, cn->addr);
-            else conn_reject(cn, "handshake not completed within %.0f s", HANDSHAKE_TIMEOUT_S);
+            else comm_handshake_reject(cn, "handshake not completed within %.0f s", HANDSHAKE_TIMEOUT_S);
         }
     }
     if (c->close_at > 0 && now >= c->close_at) close_all_conns(c);
-    reject_log_tick(c);
+    comm_reject_log_tick(c);
     maybe_finish(c);
 }
 
@@ -351,14 +351,14 @@ static void on_wake(uv_async_t *a)
     while (list) {
         dt_xfer *x = list;
         list = x->next;
-        io_post(c, x);
+        comm_transport_io_post(c, x);
     }
     maybe_finish(c);
 }
 
 /* Called by the communicator thread as it exits: say BYE, close everything,
  * and run the loop until the last handle is closed. */
-void transport_shutdown(dt_comm *c)
+void comm_mesh_shutdown(dt_comm *c)
 {
     pthread_mutex_lock(&c->mu);
     bool failed = c->failed;
@@ -401,7 +401,7 @@ static dt_status bind_listener(dt_comm *c)
     return DT_OK;
 }
 
-dt_status transport_start(dt_comm *c)
+dt_status comm_mesh_start(dt_comm *c)
 {
     int rc = uv_loop_init(&c->loop);
     if (rc < 0) {
@@ -426,12 +426,12 @@ dt_status transport_start(dt_comm *c)
     return st;
 }
 
-void transport_connect(dt_comm *c)
+void comm_mesh_connect(dt_comm *c)
 {
     pthread_mutex_lock(&c->mu);
     c->want_connect = true;
     pthread_mutex_unlock(&c->mu);
-    comm_kick(c);
+    comm_thread_kick(c);
 }
 
 static void close_any(uv_handle_t *h, void *arg)
@@ -440,15 +440,15 @@ static void close_any(uv_handle_t *h, void *arg)
     if (!uv_is_closing(h)) uv_close(h, NULL);
 }
 
-void transport_stop(dt_comm *c)
+void comm_mesh_stop(dt_comm *c)
 {
     if (atomic_load(&c->io_running)) {
         pthread_mutex_lock(&c->mu);
         c->stopping = true;
         pthread_mutex_unlock(&c->mu);
-        comm_kick(c);
+        comm_thread_kick(c);
         uv_thread_join(&c->thread);
-        /* under mu: a comm_kick made under mu (a failure being recorded
+        /* under mu: a comm_thread_kick made under mu (a failure being recorded
          * on another thread) then never wakes a loop that is closing */
         pthread_mutex_lock(&c->mu);
         atomic_store(&c->io_running, false);

@@ -43,7 +43,7 @@
  *     have zero segments on both ends;
  *   - a slot is posted for receiving only after every send reading it has
  *     completed (the waits at the end of each step);
- *   - the transfer array is freed only after xfer_drain, even on failure,
+ *   - the transfer array is freed only after comm_xfer_drain, even on failure,
  *     because the transport may still hold the transfers it points to.
  */
 #include <stdlib.h>
@@ -84,7 +84,7 @@ static void post_step_receives(rs_state *s, int step) {
     char *slot = s->slot[step % 2];
     for (size_t j = 0, nseg = ring_segments(n, s->seg_elems); j < nseg; j++) {
         size_t lo, len = segment_len(s, n, j, &lo);
-        xfer_recv(s->o, &s->recvs[j], s->left, slot + lo * s->esize,
+        comm_xfer_recv(s->o, &s->recvs[j], s->left, slot + lo * s->esize,
                   len * s->esize);
     }
 }
@@ -102,7 +102,7 @@ static dt_status post_first_sends(rs_state *s) {
         dt_status st = stage_need(s->o, src + lo * s->esize, len * s->esize);
         if (st != DT_OK)
             return st;
-        xfer_send(s->o, &s->sends[0][j], s->right, src + lo * s->esize,
+        comm_xfer_send(s->o, &s->sends[0][j], s->right, src + lo * s->esize,
                   len * s->esize);
     }
     return DT_OK;
@@ -125,7 +125,7 @@ static dt_status reduce_scatter_step(rs_state *s, int step) {
     dt_xfer *forward = s->sends[(step + 1) % 2];
 
     for (size_t j = 0, nseg = ring_segments(n, s->seg_elems); j < nseg; j++) {
-        dt_status st = xfer_wait(o, &s->recvs[j]);
+        dt_status st = comm_xfer_wait(o, &s->recvs[j]);
         size_t lo, len = segment_len(s, n, j, &lo);
         if (st == DT_OK)
             st = stage_need(o, mine + lo * s->esize, len * s->esize);
@@ -137,14 +137,14 @@ static dt_status reduce_scatter_step(rs_state *s, int step) {
         if (last)
             memcpy(s->result + lo * s->esize, partial, len * s->esize);
         else
-            xfer_send(o, &forward[j], s->right, partial, len * s->esize);
+            comm_xfer_send(o, &forward[j], s->right, partial, len * s->esize);
     }
 
     /* This step's sends (chunk rank-step-1) read slot (step+1)%2, which the
      * next step receives into: they must be done first. */
     int sent = ring_mod(o->rank - step - 1, p);
     size_t nsent = ring_segments(ring_chunk_count(s->k, sent), s->seg_elems);
-    dt_status st = xfer_wait_all(o, s->sends[step % 2], (int)nsent);
+    dt_status st = comm_xfer_wait_all(o, s->sends[step % 2], (int)nsent);
     if (st == DT_OK && !last)
         post_step_receives(s, step + 1);
     return st;
@@ -158,7 +158,7 @@ static size_t largest_chunk(const ring_chunks *k, int p) {
     return most;
 }
 
-dt_status ring_reduce_scatter(dt_opctx *o, void *result, const void *contrib,
+dt_status comm_reduce_scatter_ring_phase(dt_opctx *o, void *result, const void *contrib,
                               const ring_chunks *k) {
     const int p = o->size;
     const size_t esize = dt_dtype_size(o->op->dtype);
@@ -178,8 +178,8 @@ dt_status ring_reduce_scatter(dt_opctx *o, void *result, const void *contrib,
         .left = ring_mod(o->rank - 1, p), .right = ring_mod(o->rank + 1, p),
     };
     size_t nseg = ring_segments(most, s.seg_elems);
-    s.slot[0] = opctx_scratch(o, 0, most * esize);
-    s.slot[1] = opctx_scratch(o, 1, most * esize);
+    s.slot[0] = comm_xfer_scratch(o, 0, most * esize);
+    s.slot[1] = comm_xfer_scratch(o, 1, most * esize);
     dt_xfer *xs = calloc(3 * nseg, sizeof *xs);
     if (!s.slot[0] || !s.slot[1] || !xs) {
         free(xs);
@@ -194,19 +194,19 @@ dt_status ring_reduce_scatter(dt_opctx *o, void *result, const void *contrib,
     for (int step = 0; step < p - 1 && st == DT_OK; step++)
         st = reduce_scatter_step(&s, step);
 
-    xfer_drain(o); /* on failure the transport may still hold some of xs */
+    comm_xfer_drain(o); /* on failure the transport may still hold some of xs */
     free(xs);
     return st;
 }
 
 /* reduce_scatter: send [p·count] → recv [count], chunk `rank` of the
  * reduction. In place when recv == send + rank·count. */
-dt_status reduce_scatter_ring(dt_opctx *o) {
+dt_status comm_reduce_scatter_ring(dt_opctx *o) {
     const dt_op *op = o->op;
     if (op->count == 0)
         return DT_OK;
     ring_chunks k = ring_chunks_uniform(op->count);
-    dt_status st = ring_reduce_scatter(o, op->recv, op->send, &k);
+    dt_status st = comm_reduce_scatter_ring_phase(o, op->recv, op->send, &k);
     if (st == DT_OK)
         dt_reduce_finish(op->recv, op->count, op->dtype, op->redop, o->size);
     return st;

@@ -39,7 +39,7 @@ static int real_rank(long v, int root, int p) {
     return (int)((v + root) % p);
 }
 
-dt_status reduce_tree(dt_opctx *o) {
+dt_status comm_reduce_tree(dt_opctx *o) {
     const dt_op *op = o->op;
     const int p = o->size, root = op->root;
     const size_t bytes = op->count * dt_dtype_size(op->dtype);
@@ -53,24 +53,24 @@ dt_status reduce_tree(dt_opctx *o) {
     for (long m = 1; m < p; m <<= 1) {
         dt_xfer x;
         if (v & m) { /* hand the partial to the parent; done */
-            xfer_send(o, &x, real_rank(v - m, root, p), partial ? partial : buf,
+            comm_xfer_send(o, &x, real_rank(v - m, root, p), partial ? partial : buf,
                       bytes);
-            return xfer_wait(o, &x);
+            return comm_xfer_wait(o, &x);
         }
         if (v + m >= p)
             continue; /* no child at this distance */
         if (!incoming) { /* the first child: set up the buffers */
-            incoming = opctx_scratch(o, 1, bytes);
+            incoming = comm_xfer_scratch(o, 1, bytes);
             if (v != 0) {
-                partial = opctx_scratch(o, 0, bytes);
+                partial = comm_xfer_scratch(o, 0, bytes);
                 if (partial)
                     memcpy(partial, buf, bytes);
             }
             if (!partial || !incoming)
                 return DT_ENOMEM;
         }
-        xfer_recv(o, &x, real_rank(v + m, root, p), incoming, bytes);
-        dt_status st = xfer_wait(o, &x);
+        comm_xfer_recv(o, &x, real_rank(v + m, root, p), incoming, bytes);
+        dt_status st = comm_xfer_wait(o, &x);
         if (st != DT_OK)
             return st;
         dt_reduce_into(partial, incoming, op->count, op->dtype, op->redop);

@@ -56,7 +56,7 @@ static void summarize(dt_comm *c, double now, const char *why)
     l->since = now;
 }
 
-void reject_log_note(dt_comm *c, const char *addr, const char *why)
+void comm_reject_log_note(dt_comm *c, const char *addr, const char *why)
 {
     reject_log *l = &c->reject_log;
     double now = dt_now();
@@ -73,7 +73,7 @@ void reject_log_note(dt_comm *c, const char *addr, const char *why)
     if (now - l->since >= REJECT_LOG_INTERVAL_S) summarize(c, now, why);
 }
 
-void reject_log_tick(dt_comm *c)
+void comm_reject_log_tick(dt_comm *c)
 {
     reject_log *l = &c->reject_log;
     if (l->full == 0) return;
@@ -84,7 +84,7 @@ void reject_log_tick(dt_comm *c)
         l->full = 0; /* a quiet interval: the next burst is logged in full */
 }
 
-void reject_log_flush(dt_comm *c)
+void comm_reject_log_flush(dt_comm *c)
 {
     if (c->reject_log.suppressed > 0) summarize(c, dt_now(), NULL);
 }

@@ -5,10 +5,11 @@
  * (rank+1) and receiving only from its left (rank-1). Cut the buffer into p
  * chunks, one per rank. Then:
  *
- *   ring_reduce_scatter   after p-1 steps rank r holds chunk r reduced over
- *                         all ranks        (reduce_scatter_ring.c)
- *   ring_allgather        after p-1 steps every rank holds every rank's
- *                         chunk             (allgather_ring.c)
+ *   comm_reduce_scatter_ring_phase  after p-1 steps rank r holds chunk r
+ *                                   reduced over all ranks
+ *                                   (reduce_scatter_ring.c)
+ *   comm_allgather_ring_phase       after p-1 steps every rank holds every
+ *                                   rank's chunk (allgather_ring.c)
  *
  * and all-reduce is literally the one followed by the other
  * (allreduce_ring.c). Each phase moves (p-1)/p of the buffer through every
@@ -30,7 +31,7 @@
 
 #include <stddef.h>
 
-#include "transport.h"
+#include "xfer.h"
 
 /* 1 MiB. Each segment costs a frame, a write and, often, a wake-up of the
  * loop's runner; on a machine where the ranks share few cores those
@@ -105,13 +106,13 @@ static inline size_t ring_segments(size_t elems, size_t seg_elems) {
  * the caller finishes). `result` may be contrib + that chunk's offset (in
  * place); otherwise it must not overlap contrib. Uses both scratch slots.
  */
-dt_status ring_reduce_scatter(dt_opctx *o, void *result, const void *contrib,
+dt_status comm_reduce_scatter_ring_phase(dt_opctx *o, void *result, const void *contrib,
                               const ring_chunks *k);
 
 /*
  * All-gather phase. `buf` is the whole buffer; chunk o->rank is already in
  * place. On success every chunk is: each a bitwise copy of its owner's.
  */
-dt_status ring_allgather(dt_opctx *o, void *buf, const ring_chunks *k);
+dt_status comm_allgather_ring_phase(dt_opctx *o, void *buf, const ring_chunks *k);
 
 #endif /* DT_RING_H */

@@ -51,6 +51,6 @@
  */
 #include "algorithms.h"
 
-dt_status rooted_op_agree(dt_opctx *o) {
-    return barrier_dissemination(o);
+dt_status comm_root_agree(dt_opctx *o) {
+    return comm_barrier_dissemination(o);
 }

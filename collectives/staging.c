@@ -58,7 +58,7 @@
  * back whole at the end, so a missed hook costs time, never correctness.
  *
  * Failure. If a pinned allocation fails, the arena falls back to pageable
- * memory with one warning in the log. Whatever the op's outcome, staging_run
+ * memory with one warning in the log. Whatever the op's outcome, comm_staging_run
  * waits for every copy it enqueued before returning, so the copy engine
  * never writes into an arena that a later op (or dt_comm_destroy) reuses.
  *
@@ -160,7 +160,7 @@ static void describe(const dt_comm *c, const dt_op *op, stage_buf b[2])
         if (!b[i].host || b[i].bytes == 0) b[i] = (stage_buf){0};
 }
 
-bool staging_wants(dt_comm *c, const dt_op *op)
+bool comm_staging_wants(dt_comm *c, const dt_op *op)
 {
     if (!c->device || op->kind == DT_OP_BARRIER) return false;
     return dt_device_owns(c->device, op->send) || dt_device_owns(c->device, op->recv);
@@ -235,9 +235,9 @@ static dt_status pieces_reserve(dt_comm *c, staging *s, size_t n)
     return DT_OK;
 }
 
-void staging_destroy(dt_comm *c)
+void comm_staging_destroy(dt_comm *c)
 {
-    staging_p2p_destroy(c);
+    comm_staging_p2p_destroy(c);
     staging *s = c->staging;
     if (!s) return;
     arena_free(s);
@@ -303,7 +303,7 @@ static dt_status issue_inputs(stage_op *so, const dt_op *op, int rank, int p)
 {
     const size_t e = dt_dtype_size(op->dtype);
     bool ring = p > 1 && (op->kind == DT_OP_REDUCE_SCATTER ||
-                          (op->kind == DT_OP_ALLREDUCE && algo_chosen(op, p) == DT_ALGO_RING));
+                          (op->kind == DT_OP_ALLREDUCE && comm_algo_chosen(op, p) == DT_ALGO_RING));
     size_t npieces = 0;
     for (int i = 0; i < 2; i++) {
         so->b[i].piece0 = npieces;
@@ -342,7 +342,7 @@ static dt_status sync_range(stage_op *so, stage_buf *b, size_t lo, size_t hi)
     return DT_OK;
 }
 
-dt_status stage_need_slow(dt_opctx *o, const void *p, size_t n)
+dt_status comm_staging_need_slow(dt_opctx *o, const void *p, size_t n)
 {
     stage_op *so = o->stage;
     const char *q = p;
@@ -355,7 +355,7 @@ dt_status stage_need_slow(dt_opctx *o, const void *p, size_t n)
     return DT_OK; /* not a staged input: host memory, or scratch */
 }
 
-void stage_ready_slow(dt_opctx *o, const void *p, size_t n)
+void comm_staging_ready_slow(dt_opctx *o, const void *p, size_t n)
 {
     stage_op *so = o->stage;
     stage_buf *b = &so->b[1];
@@ -376,10 +376,10 @@ static bool inputs_hooked(const dt_op *op, int p)
 {
     if (p == 1) return false;
     switch (op->kind) {
-    case DT_OP_ALLREDUCE: return algo_chosen(op, p) == DT_ALGO_RING;
+    case DT_OP_ALLREDUCE: return comm_algo_chosen(op, p) == DT_ALGO_RING;
     case DT_OP_REDUCE_SCATTER: case DT_OP_GATHER: case DT_OP_SCATTER: case DT_OP_ALLTOALL:
         return true;
-    case DT_OP_BROADCAST: return algo_chosen(op, p) == DT_ALGO_CHAIN;
+    case DT_OP_BROADCAST: return comm_algo_chosen(op, p) == DT_ALGO_CHAIN;
     default: return false;
     }
 }
@@ -399,7 +399,7 @@ static dt_status finish(stage_op *so, dt_status st)
     return st != DT_OK ? st : so->err;
 }
 
-dt_status staging_run(dt_opctx *o)
+dt_status comm_staging_run(dt_opctx *o)
 {
     dt_comm *c = o->comm;
     const dt_op *user = o->op;
@@ -421,7 +421,7 @@ dt_status staging_run(dt_opctx *o)
     if (so.b[1].dev) host.recv = so.b[1].host;
     o->op = &host;
     o->stage = &so;
-    st = algo_run(o);
+    st = comm_algo_run(o);
     o->op = user;
     o->stage = NULL;
     return finish(&so, st);

@@ -2,9 +2,9 @@
  * staging.h — internal: how ops on device buffers reach the host
  * algorithms (staging.c has the picture and the costs).
  *
- * The executor asks staging_wants() once per op (a pointer query, only on a
+ * The executor asks comm_staging_wants() once per op (a pointer query, only on a
  * communicator that has a device) and runs a staged op through
- * staging_run() instead of algo_run(). The algorithms see host buffers only;
+ * comm_staging_run() instead of comm_algo_run(). The algorithms see host buffers only;
  * the pipelined ones (ring all-reduce, reduce-scatter, all-gather, chain
  * broadcast) tell the staging layer two things through the hooks below:
  *
@@ -23,29 +23,29 @@
 typedef struct stage_op stage_op; /* one staged op (staging.c) */
 
 /* executor.c */
-bool staging_wants(dt_comm *c, const dt_op *op);
-dt_status staging_run(dt_opctx *o);
+bool comm_staging_wants(dt_comm *c, const dt_op *op);
+dt_status comm_staging_run(dt_opctx *o);
 /* p2p (staging_p2p.c): before the transfer is posted (copies a device send
  * buffer out, points the op at host memory), and in dt_work_wait (copies a
  * received message in, returns the host buffer to the pool); returns the
  * op's final status. */
-dt_status staging_p2p_begin(dt_comm *c, dt_work *w);
-dt_status staging_p2p_end(dt_work *w, dt_status st);
+dt_status comm_staging_p2p_begin(dt_comm *c, dt_work *w);
+dt_status comm_staging_p2p_end(dt_work *w, dt_status st);
 /* comm.c: frees the pinned buffers, the streams and the events (of both). */
-void staging_destroy(dt_comm *c);
-void staging_p2p_destroy(dt_comm *c); /* staging_p2p.c: the p2p pool */
+void comm_staging_destroy(dt_comm *c);
+void comm_staging_p2p_destroy(dt_comm *c); /* staging_p2p.c: the p2p pool */
 
 /* Hooks for the pipelined algorithms. */
-dt_status stage_need_slow(dt_opctx *o, const void *p, size_t n);
-void stage_ready_slow(dt_opctx *o, const void *p, size_t n);
+dt_status comm_staging_need_slow(dt_opctx *o, const void *p, size_t n);
+void comm_staging_ready_slow(dt_opctx *o, const void *p, size_t n);
 
 static inline dt_status stage_need(dt_opctx *o, const void *p, size_t n) {
-    return o->stage ? stage_need_slow(o, p, n) : DT_OK;
+    return o->stage ? comm_staging_need_slow(o, p, n) : DT_OK;
 }
 
 static inline void stage_ready(dt_opctx *o, const void *p, size_t n) {
     if (o->stage)
-        stage_ready_slow(o, p, n);
+        comm_staging_ready_slow(o, p, n);
 }
 
 #endif /* DT_STAGING_H */

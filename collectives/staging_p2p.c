@@ -165,7 +165,7 @@ static dt_status copy_now(dt_comm *c, p2p_pool *p, p2p_buf *b, void *dev, size_t
                                                          : "recv: copying to the device");
 }
 
-dt_status staging_p2p_begin(dt_comm *c, dt_work *w)
+dt_status comm_staging_p2p_begin(dt_comm *c, dt_work *w)
 {
     dt_op *op = &w->op;
     size_t bytes = op->count * dt_dtype_size(op->dtype);
@@ -192,12 +192,12 @@ dt_status staging_p2p_begin(dt_comm *c, dt_work *w)
     return DT_OK;
 }
 
-dt_status staging_p2p_end(dt_work *w, dt_status st)
+dt_status comm_staging_p2p_end(dt_work *w, dt_status st)
 {
     dt_op *op = &w->op;
     if (!w->staged || (op->kind != DT_OP_SEND && op->kind != DT_OP_RECV)) return st;
     dt_comm *c = w->comm;
-    p2p_pool *p = c->p2p_pool; /* made by staging_p2p_begin */
+    p2p_pool *p = c->p2p_pool; /* made by comm_staging_p2p_begin */
     p2p_buf *b = buf_busy(p, op->kind == DT_OP_SEND ? op->send : op->recv);
     if (!b) return st; /* not from the pool: cannot happen */
     if (op->kind == DT_OP_RECV && st == DT_OK)
@@ -206,7 +206,7 @@ dt_status staging_p2p_end(dt_work *w, dt_status st)
     return st;
 }
 
-void staging_p2p_destroy(dt_comm *c)
+void comm_staging_p2p_destroy(dt_comm *c)
 {
     p2p_pool *p = c->p2p_pool;
     if (!p) return;

@@ -90,15 +90,15 @@
 
 /* ---- locks ------------------------------------------------------------------- */
 
-dt_status store_flock(dt_store *s, int op)
+dt_status comm_store_flock(dt_store *s, int op)
 {
     while (flock(s->fd, op) != 0)
         if (errno != EINTR)
-            return store_fail(s, DT_ESYS, "flock: %s", strerror(errno));
+            return comm_store_log_fail(s, DT_ESYS, "flock: %s", strerror(errno));
     return DT_OK;
 }
 
-void store_funlock(dt_store *s)
+void comm_store_funlock(dt_store *s)
 {
     (void)flock(s->fd, LOCK_UN);
 }
@@ -135,7 +135,7 @@ static const char *kind_of(mode_t mode)
 
 static dt_status refuse_kind(dt_store *s, mode_t mode)
 {
-    return store_fail(s, DT_ESTORE, "%s is %s, not a rendezvous file; it is "
+    return comm_store_log_fail(s, DT_ESTORE, "%s is %s, not a rendezvous file; it is "
                       "left as it is: remove it or choose another name",
                       s->path, kind_of(mode));
 }
@@ -148,12 +148,12 @@ static dt_status check_trusted(dt_store *s, const struct stat *st)
     if (!S_ISREG(st->st_mode))
         return refuse_kind(s, st->st_mode);
     if (st->st_uid != geteuid())
-        return store_fail(s, DT_ESTORE, "%s belongs to uid %u, not to this "
+        return comm_store_log_fail(s, DT_ESTORE, "%s belongs to uid %u, not to this "
                           "user (uid %u); it is left as it is: choose another "
                           "name", s->path, (unsigned)st->st_uid,
                           (unsigned)geteuid());
     if (st->st_mode & (S_IWGRP | S_IWOTH))
-        return store_fail(s, DT_ESTORE, "%s is writable by %s (mode %04o); a "
+        return comm_store_log_fail(s, DT_ESTORE, "%s is writable by %s (mode %04o); a "
                           "rendezvous file must be writable by its owner only: "
                           "it is left as it is", s->path,
                           (st->st_mode & S_IWOTH) ? "others" : "its group",
@@ -169,7 +169,7 @@ static dt_status check_before_open(dt_store *s)
     struct stat st;
     if (lstat(s->path, &st) != 0)
         return errno == ENOENT ? DT_OK
-            : store_fail(s, DT_ESYS, "lstat %s: %s", s->path, strerror(errno));
+            : comm_store_log_fail(s, DT_ESYS, "lstat %s: %s", s->path, strerror(errno));
     return check_trusted(s, &st);
 }
 
@@ -179,7 +179,7 @@ static dt_status check_opened(dt_store *s)
 {
     struct stat st;
     if (fstat(s->fd, &st) != 0)
-        return store_fail(s, DT_ESYS, "fstat %s: %s", s->path, strerror(errno));
+        return comm_store_log_fail(s, DT_ESYS, "fstat %s: %s", s->path, strerror(errno));
     return check_trusted(s, &st);
 }
 
@@ -190,7 +190,7 @@ static dt_status open_failed(dt_store *s, int err)
     if ((err == ELOOP || err == ENXIO || err == EISDIR || err == ENODEV) &&
         lstat(s->path, &st) == 0 && !S_ISREG(st.st_mode))
         return refuse_kind(s, st.st_mode);
-    return store_fail(s, DT_ESYS, "open %s: %s", s->path, strerror(err));
+    return comm_store_log_fail(s, DT_ESYS, "open %s: %s", s->path, strerror(err));
 }
 
 /* ---- open and close ------------------------------------------------------- */
@@ -200,13 +200,13 @@ static dt_status open_failed(dt_store *s, int err)
  * else is not ours and is left exactly as it is. */
 static dt_status reset_if_stale(dt_store *s)
 {
-    dt_status st = store_flock(s, LOCK_EX);
+    dt_status st = comm_store_flock(s, LOCK_EX);
     if (st != DT_OK)
         return st;
-    if ((st = store_log_check(s)) == DT_OK && ftruncate(s->fd, 0) != 0)
-        st = store_fail(s, DT_ESYS, "truncating a dead job's file: %s",
+    if ((st = comm_store_log_check(s)) == DT_OK && ftruncate(s->fd, 0) != 0)
+        st = comm_store_log_fail(s, DT_ESYS, "truncating a dead job's file: %s",
                         strerror(errno));
-    store_funlock(s);
+    comm_store_funlock(s);
     return st;
 }
 
@@ -242,7 +242,7 @@ static dt_status open_attempt(dt_store *s, bool *again)
     if (rc == EAGAIN || rc == EACCES)
         rc = liveness_lock(s->fd, F_RDLCK, true);
     if (rc != 0)
-        return store_fail(s, DT_ESYS, "OFD lock on %s: %s (the filesystem must "
+        return comm_store_log_fail(s, DT_ESYS, "OFD lock on %s: %s (the filesystem must "
                           "support flock and OFD locks)", s->path, strerror(rc));
     if (!still_named(s->fd, s->path)) {
         close(s->fd);
@@ -253,7 +253,7 @@ static dt_status open_attempt(dt_store *s, bool *again)
     if (exclusive && (st = reset_if_stale(s)) != DT_OK)
         return st;
     if (exclusive && (rc = liveness_lock(s->fd, F_RDLCK, true)) != 0)
-        return store_fail(s, DT_ESYS, "OFD lock on %s: %s", s->path, strerror(rc));
+        return comm_store_log_fail(s, DT_ESYS, "OFD lock on %s: %s", s->path, strerror(rc));
     s->alive_locked = true;
     return DT_OK;
 }
@@ -266,15 +266,15 @@ static bool is_tcp_url(const char *url)
 static dt_status check_url_and_job(dt_store *s, const char *url, const char *job)
 {
     if (!is_tcp_url(url) && (!url || strncmp(url, "file://", 7) != 0 || url[7] != '/'))
-        return store_fail(s, DT_EINVAL, "unsupported store URL '%s': use "
+        return comm_store_log_fail(s, DT_EINVAL, "unsupported store URL '%s': use "
                           "file:///absolute/path, tcp://HOST:PORT or env://",
                           url ? url : "(null)");
     size_t n = strlen(job);
     if (n == 0 || n > STORE_MAX_JOB_ID || strchr(job, '/'))
-        return store_fail(s, DT_EINVAL, "bad job id '%s': it must be 1..%d "
+        return comm_store_log_fail(s, DT_EINVAL, "bad job id '%s': it must be 1..%d "
                           "bytes without '/'", job, STORE_MAX_JOB_ID);
     if (!(s->path = strdup(is_tcp_url(url) ? url : url + 7)))
-        return store_fail(s, DT_ENOMEM, "out of memory");
+        return comm_store_log_fail(s, DT_ENOMEM, "out of memory");
     return DT_OK;
 }
 
@@ -286,15 +286,15 @@ static dt_status store_open_tcp(dt_store *s, const char *url)
     if (strcmp(url, "env://") == 0) {
         const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
         if (!addr || !*addr || !port || !*port)
-            return store_fail(s, DT_EINVAL, "env:// needs MASTER_ADDR and MASTER_PORT "
+            return comm_store_log_fail(s, DT_EINVAL, "env:// needs MASTER_ADDR and MASTER_PORT "
                               "(%s is not set)", !addr || !*addr ? "MASTER_ADDR"
                                                                  : "MASTER_PORT");
         snprintf(target, sizeof target, "%s:%s", addr, port);
     } else {
         snprintf(target, sizeof target, "%s", url + 6);
     }
-    dt_status st = tcp_client_open(&s->tcp, target, STORE_TCP_CONNECT_S, err, sizeof err);
-    return st == DT_OK ? DT_OK : store_fail(s, st, "%s", err);
+    dt_status st = comm_tcp_client_open(&s->tcp, target, STORE_TCP_CONNECT_S, err, sizeof err);
+    return st == DT_OK ? DT_OK : comm_store_log_fail(s, st, "%s", err);
 }
 
 /* "<job>/<key>", malloc'ed, for a TCP store's keys; NULL on ENOMEM. */
@@ -317,11 +317,11 @@ static dt_status store_open_file(dt_store *s)
     for (int i = 0; again && i < STORE_OPEN_ATTEMPTS && st == DT_OK; i++)
         st = open_attempt(s, &again);
     if (st == DT_OK && again)
-        st = store_fail(s, DT_ESTORE, "%s kept being removed or replaced "
+        st = comm_store_log_fail(s, DT_ESTORE, "%s kept being removed or replaced "
                         "while opening it", s->path);
-    if (st == DT_OK && (st = store_flock(s, LOCK_SH)) == DT_OK) {
-        st = store_replay(s);
-        store_funlock(s);
+    if (st == DT_OK && (st = comm_store_flock(s, LOCK_SH)) == DT_OK) {
+        st = comm_store_log_replay(s);
+        comm_store_funlock(s);
     }
     return st;
 }
@@ -375,8 +375,8 @@ void dt_store_close(dt_store *s)
     }
     if (s->fd >= 0)
         close(s->fd);
-    tcp_client_close(s->tcp);
-    map_free(&s->map);
+    comm_tcp_client_close(s->tcp);
+    comm_store_map_free(&s->map);
     free(s->url);
     free(s->path);
     free(s->job_id);
@@ -396,9 +396,9 @@ static dt_status check_usable(dt_store *s, const char *op, const char *key)
     if (!s->healthy)
         return DT_ESTORE; /* the message of what broke it stays */
     if (!key)
-        return store_fail(s, DT_EINVAL, "%s: key is NULL", op);
+        return comm_store_log_fail(s, DT_EINVAL, "%s: key is NULL", op);
     if (strlen(key) + s->prefix_len > STORE_MAX_KEY)
-        return store_fail(s, DT_EINVAL, "%s: key '%.40s...' is over %u bytes",
+        return comm_store_log_fail(s, DT_EINVAL, "%s: key '%.40s...' is over %u bytes",
                           op, key, STORE_MAX_KEY);
     return DT_OK;
 }
@@ -409,19 +409,19 @@ dt_status dt_store_set(dt_store *s, const char *key, const void *val, size_t len
     if (st != DT_OK)
         return st;
     if (len > STORE_MAX_VALUE || (!val && len))
-        return store_fail(s, DT_EINVAL, "set '%s': a %zu-byte value%s", key, len,
+        return comm_store_log_fail(s, DT_EINVAL, "set '%s': a %zu-byte value%s", key, len,
                           val ? " is over the 64 MiB limit" : " from NULL");
     if (s->tcp) {
         char *k = scoped(s, key), err[STORE_ERR_LEN] = "out of memory";
-        st = k ? tcp_client_set(s->tcp, k, val, len, err, sizeof err) : DT_ENOMEM;
+        st = k ? comm_tcp_client_set(s->tcp, k, val, len, err, sizeof err) : DT_ENOMEM;
         free(k);
-        return st == DT_OK ? DT_OK : store_fail(s, st, "%s", err);
+        return st == DT_OK ? DT_OK : comm_store_log_fail(s, st, "%s", err);
     }
-    if ((st = store_flock(s, LOCK_EX)) != DT_OK)
+    if ((st = comm_store_flock(s, LOCK_EX)) != DT_OK)
         return st;
-    if ((st = store_replay(s)) == DT_OK)
-        st = store_append(s, key, val, len);
-    store_funlock(s);
+    if ((st = comm_store_log_replay(s)) == DT_OK)
+        st = comm_store_log_append(s, key, val, len);
+    comm_store_funlock(s);
     return st;
 }
 
@@ -440,7 +440,7 @@ static void list_missing(const dt_store *s, const char *const *keys, int n,
     int listed = 0, missing = 0;
     out[0] = 0;
     for (int i = 0; i < n; i++) {
-        if (map_find(&s->map, keys[i], strlen(keys[i])))
+        if (comm_store_map_find(&s->map, keys[i], strlen(keys[i])))
             continue;
         missing++;
         if (o + 80 < cap && listed < 8) {
@@ -463,14 +463,14 @@ static dt_status wait_tcp(dt_store *s, const char *op, const char *const *keys, 
         if (!(k[i] = scoped(s, keys[i])))
             st = DT_ENOMEM;
     if (st == DT_OK)
-        st = tcp_client_wait(s->tcp, (const char *const *)k, n, s->prefix_len,
+        st = comm_tcp_client_wait(s->tcp, (const char *const *)k, n, s->prefix_len,
                              timeout_s, op, err, sizeof err);
     for (int i = 0; k && i < n; i++)
         free(k[i]);
     free(k);
     if (st == DT_ENOMEM)
         snprintf(err, sizeof err, "%s: out of memory", op);
-    return st == DT_OK ? DT_OK : store_fail(s, st, "%s", err);
+    return st == DT_OK ? DT_OK : comm_store_log_fail(s, st, "%s", err);
 }
 
 /* Polls every 10 ms until every key exists or the deadline passes. */
@@ -478,28 +478,28 @@ static dt_status wait_for_keys(dt_store *s, const char *op,
                                const char *const *keys, int n, double timeout_s)
 {
     if (isnan(timeout_s) || timeout_s < 0)
-        return store_fail(s, DT_EINVAL, "%s: bad timeout %g s", op, timeout_s);
+        return comm_store_log_fail(s, DT_EINVAL, "%s: bad timeout %g s", op, timeout_s);
     if (s->tcp)
         return wait_tcp(s, op, keys, n, timeout_s);
     double deadline = monotonic_s() + timeout_s;
     for (;;) {
-        dt_status st = store_flock(s, LOCK_SH);
+        dt_status st = comm_store_flock(s, LOCK_SH);
         if (st != DT_OK)
             return st;
-        st = store_replay(s);
-        store_funlock(s);
+        st = comm_store_log_replay(s);
+        comm_store_funlock(s);
         if (st != DT_OK)
             return st;
         int found = 0;
         for (int i = 0; i < n; i++)
-            found += map_find(&s->map, keys[i], strlen(keys[i])) != NULL;
+            found += comm_store_map_find(&s->map, keys[i], strlen(keys[i])) != NULL;
         if (found == n)
             return DT_OK;
         double left = deadline - monotonic_s();
         if (left <= 0) {
             char missing[600];
             list_missing(s, keys, n, missing, sizeof missing);
-            return store_fail(s, DT_ETIMEDOUT, "%s timed out after %g s waiting "
+            return comm_store_log_fail(s, DT_ETIMEDOUT, "%s timed out after %g s waiting "
                               "for key%s %s", op, timeout_s,
                               n - found > 1 ? "s" : "", missing);
         }
@@ -520,19 +520,19 @@ dt_status dt_store_get(dt_store *s, const char *key, void **val, size_t *len,
     if (st != DT_OK)
         return st;
     if (!val || !len)
-        return store_fail(s, DT_EINVAL, "get '%s': val and len must not be NULL", key);
+        return comm_store_log_fail(s, DT_EINVAL, "get '%s': val and len must not be NULL", key);
     if ((st = wait_for_keys(s, "get", &key, 1, timeout_s)) != DT_OK)
         return st;
     if (s->tcp) {
         char *k = scoped(s, key), err[STORE_ERR_LEN] = "out of memory";
-        st = k ? tcp_client_get(s->tcp, k, val, len, err, sizeof err) : DT_ENOMEM;
+        st = k ? comm_tcp_client_get(s->tcp, k, val, len, err, sizeof err) : DT_ENOMEM;
         free(k);
-        return st == DT_OK ? DT_OK : store_fail(s, st, "%s", err);
+        return st == DT_OK ? DT_OK : comm_store_log_fail(s, st, "%s", err);
     }
-    const store_entry *e = map_find(&s->map, key, strlen(key));
+    const store_entry *e = comm_store_map_find(&s->map, key, strlen(key));
     uint8_t *copy = malloc(e->len + 1);
     if (!copy)
-        return store_fail(s, DT_ENOMEM, "get '%s': out of memory", key);
+        return comm_store_log_fail(s, DT_ENOMEM, "get '%s': out of memory", key);
     memcpy(copy, e->val, e->len + 1);
     *val = copy;
     *len = e->len;
@@ -543,7 +543,7 @@ dt_status dt_store_wait(dt_store *s, const char *const *keys, int n,
                         double timeout_s)
 {
     if (n < 0 || (n > 0 && !keys))
-        return store_fail(s, DT_EINVAL, "wait: %d keys at %p", n, (const void *)keys);
+        return comm_store_log_fail(s, DT_EINVAL, "wait: %d keys at %p", n, (const void *)keys);
     for (int i = 0; i < n; i++) {
         dt_status st = check_usable(s, "wait", keys[i]);
         if (st != DT_OK)
@@ -577,33 +577,33 @@ dt_status dt_store_add(dt_store *s, const char *key, int64_t delta,
         return st;
     if (s->tcp) {
         char *k = scoped(s, key), err[STORE_ERR_LEN] = "out of memory";
-        st = k ? tcp_client_add(s->tcp, k, delta, result, err, sizeof err) : DT_ENOMEM;
+        st = k ? comm_tcp_client_add(s->tcp, k, delta, result, err, sizeof err) : DT_ENOMEM;
         free(k);
-        return st == DT_OK ? DT_OK : store_fail(s, st, "%s", err);
+        return st == DT_OK ? DT_OK : comm_store_log_fail(s, st, "%s", err);
     }
-    if ((st = store_flock(s, LOCK_EX)) != DT_OK)
+    if ((st = comm_store_flock(s, LOCK_EX)) != DT_OK)
         return st;
-    if ((st = store_replay(s)) != DT_OK)
+    if ((st = comm_store_log_replay(s)) != DT_OK)
         goto out;
     int64_t now = 0, sum;
-    const store_entry *e = map_find(&s->map, key, strlen(key));
+    const store_entry *e = comm_store_map_find(&s->map, key, strlen(key));
     if (e && !parse_int64(e->val, e->len, &now)) {
-        st = store_fail(s, DT_EINVAL, "add to key '%s': its %zu-byte value "
+        st = comm_store_log_fail(s, DT_EINVAL, "add to key '%s': its %zu-byte value "
                         "'%.40s' is not a decimal int64", key, e->len,
                         (const char *)e->val);
         goto out;
     }
     if (__builtin_add_overflow(now, delta, &sum)) {
-        st = store_fail(s, DT_EINVAL, "add %" PRId64 " to key '%s' (%" PRId64
+        st = comm_store_log_fail(s, DT_EINVAL, "add %" PRId64 " to key '%s' (%" PRId64
                         "): overflows int64", delta, key, now);
         goto out;
     }
     char text[24];
     int n = snprintf(text, sizeof text, "%" PRId64, sum);
-    if ((st = store_append(s, key, (const uint8_t *)text, (size_t)n)) == DT_OK &&
+    if ((st = comm_store_log_append(s, key, (const uint8_t *)text, (size_t)n)) == DT_OK &&
         result)
         *result = sum;
 out:
-    store_funlock(s);
+    comm_store_funlock(s);
     return st;
 }

@@ -43,21 +43,21 @@ struct dt_store {
 
 /* Sets the handle's message, "URL (job J): what", and returns st. */
 __attribute__((format(printf, 3, 4)))
-dt_status store_fail(dt_store *s, dt_status st, const char *fmt, ...);
+dt_status comm_store_log_fail(dt_store *s, dt_status st, const char *fmt, ...);
 /* The file is not (or no longer) a store: says where, stops using it. */
 __attribute__((format(printf, 2, 3)))
-dt_status store_corrupt(dt_store *s, const char *fmt, ...);
+dt_status comm_store_log_corrupt(dt_store *s, const char *fmt, ...);
 
-dt_status store_flock(dt_store *s, int op); /* flock(op), retried on EINTR */
-void store_funlock(dt_store *s);
+dt_status comm_store_flock(dt_store *s, int op); /* flock(op), retried on EINTR */
+void comm_store_funlock(dt_store *s);
 
 /* Applies the records appended since the last replay. Caller holds flock. */
-dt_status store_replay(dt_store *s);
+dt_status comm_store_log_replay(dt_store *s);
 /* Checks that the whole file is records, applying none (DT_ESTORE if not).
  * Caller holds flock. */
-dt_status store_log_check(dt_store *s);
+dt_status comm_store_log_check(dt_store *s);
 /* Appends one record of this job and applies it. Caller holds LOCK_EX and
  * has replayed to the end. */
-dt_status store_append(dt_store *s, const char *key, const uint8_t *val, size_t len);
+dt_status comm_store_log_append(dt_store *s, const char *key, const uint8_t *val, size_t len);
 
 #endif /* DT_STORE_INTERNAL_H */

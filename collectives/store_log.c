@@ -35,7 +35,7 @@
 
 /* ---- messages -------------------------------------------------------------- */
 
-dt_status store_fail(dt_store *s, dt_status st, const char *fmt, ...)
+dt_status comm_store_log_fail(dt_store *s, dt_status st, const char *fmt, ...)
 {
     char what[600];
     va_list ap;
@@ -48,7 +48,7 @@ dt_status store_fail(dt_store *s, dt_status st, const char *fmt, ...)
 }
 
 /* The file is not (or no longer) a store: say where, and stop using it. */
-dt_status store_corrupt(dt_store *s, const char *fmt, ...)
+dt_status comm_store_log_corrupt(dt_store *s, const char *fmt, ...)
 {
     char why[300];
     va_list ap;
@@ -56,7 +56,7 @@ dt_status store_corrupt(dt_store *s, const char *fmt, ...)
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
     s->healthy = false;
-    return store_fail(s, DT_ESTORE, "not a rendezvous store: %s; remove the "
+    return comm_store_log_fail(s, DT_ESTORE, "not a rendezvous store: %s; remove the "
                       "file or choose another name", why);
 }
 
@@ -118,16 +118,16 @@ static dt_status parse_records(dt_store *s, const uint8_t *buf, size_t n,
             const char *what = i == 0 ? "key" : "value";
             uint32_t limit = i == 0 ? STORE_MAX_KEY : STORE_MAX_VALUE;
             if (n - field < 4)
-                return store_corrupt(s, "record at byte %llu is cut short: its "
+                return comm_store_log_corrupt(s, "record at byte %llu is cut short: its "
                                      "%s length runs past the end of the file "
                                      "(%llu bytes)", at, what, size);
             len[i] = load_u32(buf + field);
             if (len[i] > n - field - 4)
-                return store_corrupt(s, "record at byte %llu declares a %" PRIu32
+                return comm_store_log_corrupt(s, "record at byte %llu declares a %" PRIu32
                                      "-byte %s but the file has %llu bytes",
                                      at, len[i], what, size);
             if (len[i] > limit)
-                return store_corrupt(s, "record at byte %llu declares a %" PRIu32
+                return comm_store_log_corrupt(s, "record at byte %llu declares a %" PRIu32
                                      "-byte %s, over the %" PRIu32 "-byte limit",
                                      at, len[i], what, limit);
             field += 4 + len[i];
@@ -137,15 +137,15 @@ static dt_status parse_records(dt_store *s, const uint8_t *buf, size_t n,
         if (bad) {
             char shown[200];
             show_bytes(shown, sizeof shown, buf + pos + 4, len[0]);
-            return store_corrupt(s, "record at byte %llu has %s (key '%s'), "
+            return comm_store_log_corrupt(s, "record at byte %llu has %s (key '%s'), "
                                  "a key that no dtrain or PyTorch writer makes",
                                  at, bad, shown);
         }
         if (apply && len[0] >= s->prefix_len &&
             memcmp(key, s->prefix, s->prefix_len) == 0 &&
-            !map_put(&s->map, key + s->prefix_len, len[0] - s->prefix_len,
+            !comm_store_map_put(&s->map, key + s->prefix_len, len[0] - s->prefix_len,
                      buf + pos + 8 + len[0], len[1]))
-            return store_fail(s, DT_ENOMEM, "out of memory replaying records");
+            return comm_store_log_fail(s, DT_ENOMEM, "out of memory replaying records");
         pos = field;
     }
     return DT_OK;
@@ -156,12 +156,12 @@ static dt_status read_range(dt_store *s, uint64_t from, uint64_t to, uint8_t **o
 {
     *out = NULL;
     if (to - from > STORE_MAX_READ)
-        return store_corrupt(s, "%llu new bytes at byte %llu, more than a store "
+        return comm_store_log_corrupt(s, "%llu new bytes at byte %llu, more than a store "
                              "ever holds", (unsigned long long)(to - from),
                              (unsigned long long)from);
     uint8_t *buf = malloc(to - from + 1);
     if (!buf)
-        return store_fail(s, DT_ENOMEM, "out of memory reading %llu bytes",
+        return comm_store_log_fail(s, DT_ENOMEM, "out of memory reading %llu bytes",
                           (unsigned long long)(to - from));
     for (uint64_t done = 0; done < to - from;) {
         ssize_t r = pread(s->fd, buf + done, to - from - done, (off_t)(from + done));
@@ -169,7 +169,7 @@ static dt_status read_range(dt_store *s, uint64_t from, uint64_t to, uint8_t **o
             continue;
         if (r <= 0) {
             free(buf);
-            return store_fail(s, DT_ESYS, "read at byte %llu: %s",
+            return comm_store_log_fail(s, DT_ESYS, "read at byte %llu: %s",
                               (unsigned long long)(from + done),
                               r < 0 ? strerror(errno) : "file shrank under a lock");
         }
@@ -183,20 +183,20 @@ static dt_status file_size(dt_store *s, uint64_t *size)
 {
     struct stat st;
     if (fstat(s->fd, &st) != 0)
-        return store_fail(s, DT_ESYS, "fstat: %s", strerror(errno));
+        return comm_store_log_fail(s, DT_ESYS, "fstat: %s", strerror(errno));
     *size = (uint64_t)st.st_size;
     return DT_OK;
 }
 
 /* Applies the records appended since the last replay. Caller holds flock. */
-dt_status store_replay(dt_store *s)
+dt_status comm_store_log_replay(dt_store *s)
 {
     uint64_t size = 0;
     dt_status st = file_size(s, &size);
     if (st != DT_OK || size == s->consumed)
         return st;
     if (size < s->consumed)
-        return store_corrupt(s, "the file shrank from %llu to %llu bytes while "
+        return comm_store_log_corrupt(s, "the file shrank from %llu to %llu bytes while "
                              "in use", (unsigned long long)s->consumed,
                              (unsigned long long)size);
     uint8_t *buf;
@@ -209,7 +209,7 @@ dt_status store_replay(dt_store *s)
     return st;
 }
 
-dt_status store_log_check(dt_store *s)
+dt_status comm_store_log_check(dt_store *s)
 {
     uint64_t size = 0;
     uint8_t *buf = NULL;
@@ -225,7 +225,7 @@ dt_status store_log_check(dt_store *s)
  * to the end, so `consumed` is the file size and the record lands there. A
  * failed write is cut off again, so readers never see half a record.
  */
-dt_status store_append(dt_store *s, const char *key, const uint8_t *val,
+dt_status comm_store_log_append(dt_store *s, const char *key, const uint8_t *val,
                                size_t len)
 {
     size_t klen = strlen(key);
@@ -233,7 +233,7 @@ dt_status store_append(dt_store *s, const char *key, const uint8_t *val,
     size_t total = 8 + scoped + len;
     uint8_t *rec = malloc(total);
     if (!rec)
-        return store_fail(s, DT_ENOMEM, "set '%s': out of memory", key);
+        return comm_store_log_fail(s, DT_ENOMEM, "set '%s': out of memory", key);
     memcpy(rec, &scoped, 4);
     memcpy(rec + 4, s->prefix, s->prefix_len);
     memcpy(rec + 4 + s->prefix_len, key, klen);
@@ -246,7 +246,7 @@ dt_status store_append(dt_store *s, const char *key, const uint8_t *val,
         if (w > 0)
             done += (size_t)w;
         else if (w == 0 || errno != EINTR)
-            st = store_fail(s, DT_ESYS, "writing key '%s': %s", key,
+            st = comm_store_log_fail(s, DT_ESYS, "writing key '%s': %s", key,
                             w == 0 ? "wrote nothing" : strerror(errno));
     }
     free(rec);
@@ -255,8 +255,8 @@ dt_status store_append(dt_store *s, const char *key, const uint8_t *val,
             s->healthy = false; /* a cut record stays: stop here */
         return st;
     }
-    if (!map_put(&s->map, key, klen, val, len)) /* the next replay applies it */
-        return store_fail(s, DT_ENOMEM, "set '%s': out of memory", key);
+    if (!comm_store_map_put(&s->map, key, klen, val, len)) /* the next replay applies it */
+        return comm_store_log_fail(s, DT_ENOMEM, "set '%s': out of memory", key);
     s->consumed += total;
     return DT_OK;
 }

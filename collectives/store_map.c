@@ -24,7 +24,7 @@ static store_entry *map_slot(const store_map *m, const char *key, size_t n)
     return &m->slots[i];
 }
 
-const store_entry *map_find(const store_map *m, const char *key, size_t n)
+const store_entry *comm_store_map_find(const store_map *m, const char *key, size_t n)
 {
     if (m->cap == 0)
         return NULL;
@@ -50,7 +50,7 @@ static bool map_grow(store_map *m)
     return true;
 }
 
-bool map_put(store_map *m, const char *key, size_t key_len,
+bool comm_store_map_put(store_map *m, const char *key, size_t key_len,
                     const uint8_t *val, size_t len)
 {
     if (2 * (m->n + 1) > m->cap && !map_grow(m))
@@ -76,7 +76,7 @@ bool map_put(store_map *m, const char *key, size_t key_len,
     return true;
 }
 
-void map_free(store_map *m)
+void comm_store_map_free(store_map *m)
 {
     for (size_t i = 0; i < m->cap; i++) {
         free(m->slots[i].key);

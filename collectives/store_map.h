@@ -28,9 +28,9 @@ typedef struct store_map {
 } store_map;
 
 /* The entry for key, or NULL. */
-const store_entry *map_find(const store_map *m, const char *key, size_t n);
+const store_entry *comm_store_map_find(const store_map *m, const char *key, size_t n);
 /* Sets key to a copy of val[0..len). False on ENOMEM (table unchanged). */
-bool map_put(store_map *m, const char *key, size_t key_len, const uint8_t *val, size_t len);
-void map_free(store_map *m);
+bool comm_store_map_put(store_map *m, const char *key, size_t key_len, const uint8_t *val, size_t len);
+void comm_store_map_free(store_map *m);
 
 #endif /* DT_STORE_MAP_H */

@@ -30,19 +30,19 @@ typedef struct store_tcp_client store_tcp_client;
 
 /* Connects to "HOST:PORT" (the URL after "tcp://"), retrying until
  * timeout_s passes, so ranks may start before the server. */
-dt_status tcp_client_open(store_tcp_client **out, const char *hostport,
+dt_status comm_tcp_client_open(store_tcp_client **out, const char *hostport,
                           double timeout_s, char *err, size_t errlen);
-void tcp_client_close(store_tcp_client *c);
-dt_status tcp_client_set(store_tcp_client *c, const char *key, const void *val,
+void comm_tcp_client_close(store_tcp_client *c);
+dt_status comm_tcp_client_set(store_tcp_client *c, const char *key, const void *val,
                          size_t len, char *err, size_t errlen);
 /* Waits until every key exists; a timeout's message names the missing keys
  * less their first prefix_len bytes (the job scope). */
-dt_status tcp_client_wait(store_tcp_client *c, const char *const *keys, int n,
+dt_status comm_tcp_client_wait(store_tcp_client *c, const char *const *keys, int n,
                           size_t prefix_len, double timeout_s, const char *op, char *err,
                           size_t errlen);
-dt_status tcp_client_get(store_tcp_client *c, const char *key, void **val, size_t *len,
+dt_status comm_tcp_client_get(store_tcp_client *c, const char *key, void **val, size_t *len,
                          char *err, size_t errlen);
-dt_status tcp_client_add(store_tcp_client *c, const char *key, int64_t delta,
+dt_status comm_tcp_client_add(store_tcp_client *c, const char *key, int64_t delta,
                          int64_t *result, char *err, size_t errlen);
 
 #endif /* DT_STORE_TCP_H */

@@ -78,7 +78,7 @@ static dt_status connect_until(store_tcp_client *c, double timeout_s, char *err,
     return DT_OK;
 }
 
-dt_status tcp_client_open(store_tcp_client **out, const char *hostport, double timeout_s,
+dt_status comm_tcp_client_open(store_tcp_client **out, const char *hostport, double timeout_s,
                           char *err, size_t errlen)
 {
     *out = NULL;
@@ -100,7 +100,7 @@ dt_status tcp_client_open(store_tcp_client **out, const char *hostport, double t
     return DT_OK;
 }
 
-void tcp_client_close(store_tcp_client *c)
+void comm_tcp_client_close(store_tcp_client *c)
 {
     if (!c) return;
     if (c->fd >= 0) close(c->fd);
@@ -157,7 +157,7 @@ static dt_status ready(store_tcp_client *c, char *err, size_t errlen)
 
 /* ---- operations ------------------------------------------------------------------------ */
 
-dt_status tcp_client_set(store_tcp_client *c, const char *key, const void *val, size_t len,
+dt_status comm_tcp_client_set(store_tcp_client *c, const char *key, const void *val, size_t len,
                          char *err, size_t errlen)
 {
     dt_status st = ready(c, err, errlen);
@@ -203,7 +203,7 @@ static int name_missing(store_tcp_client *c, const char *const *keys, int n,
     return missing;
 }
 
-dt_status tcp_client_wait(store_tcp_client *c, const char *const *keys, int n,
+dt_status comm_tcp_client_wait(store_tcp_client *c, const char *const *keys, int n,
                           size_t prefix_len, double timeout_s, const char *op, char *err,
                           size_t errlen)
 {
@@ -236,7 +236,7 @@ dt_status tcp_client_wait(store_tcp_client *c, const char *const *keys, int n,
 }
 
 /* GET of a key that exists (after a wait): the value, NUL-terminated. */
-dt_status tcp_client_get(store_tcp_client *c, const char *key, void **val, size_t *len,
+dt_status comm_tcp_client_get(store_tcp_client *c, const char *key, void **val, size_t *len,
                          char *err, size_t errlen)
 {
     uint8_t type = Q_GET;
@@ -257,7 +257,7 @@ dt_status tcp_client_get(store_tcp_client *c, const char *key, void **val, size_
     return DT_OK;
 }
 
-dt_status tcp_client_add(store_tcp_client *c, const char *key, int64_t delta,
+dt_status comm_tcp_client_add(store_tcp_client *c, const char *key, int64_t delta,
                          int64_t *result, char *err, size_t errlen)
 {
     dt_status st = ready(c, err, errlen);

@@ -58,7 +58,7 @@
 /* Hand a transfer back to its owner. After this the loop never touches x.
  * A collective transfer's owner is the op running on this very thread; a
  * p2p transfer completes a work handle some API thread may be waiting on. */
-void xfer_release(dt_comm *c, dt_xfer *x, int state)
+void comm_transport_release_xfer(dt_comm *c, dt_xfer *x, int state)
 {
     if (!x->work) {
         x->state = state;
@@ -69,15 +69,15 @@ void xfer_release(dt_comm *c, dt_xfer *x, int state)
     x->state = state;
     dt_status st = DT_OK;
     if (state != XFER_DONE) st = c->failed ? c->fail_status : DT_EABORTED;
-    work_complete(x->work, st);
+    comm_executor_complete(x->work, st);
     pthread_mutex_unlock(&c->mu);
 }
 
-void release_list(dt_comm *c, dt_xfer *x)
+void comm_transport_release_list(dt_comm *c, dt_xfer *x)
 {
     while (x) {
         dt_xfer *next = x->next;
-        xfer_release(c, x, XFER_FAILED);
+        comm_transport_release_xfer(c, x, XFER_FAILED);
         x = next;
     }
 }
@@ -89,7 +89,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 static void rx_on_notice(dt_conn *cn);
 static void rx_resume(dt_conn *cn);
 
-void conn_set_reading(dt_conn *cn, bool on)
+void comm_transport_set_reading(dt_conn *cn, bool on)
 {
     if (cn->closing || cn->reading == on) return;
     cn->reading = on;
@@ -102,16 +102,16 @@ static bool stage_full(const dt_conn *cn)
     return cn->stage_off == 0 && cn->stage_len == sizeof cn->rx_stage;
 }
 
-void conn_expect(dt_conn *cn, int state, size_t bytes)
+void comm_transport_expect(dt_conn *cn, int state, size_t bytes)
 {
     cn->rx_state = state;
     cn->rx_got = 0;
     cn->rx_need = bytes;
 }
 
-void rx_next_header(dt_conn *cn)
+void comm_transport_next_header(dt_conn *cn)
 {
-    conn_expect(cn, RX_HEADER, sizeof(dt_frame_hdr));
+    comm_transport_expect(cn, RX_HEADER, sizeof(dt_frame_hdr));
     cn->rx_cur = NULL;
 }
 
@@ -144,7 +144,7 @@ static void protocol_error(dt_conn *cn, const dt_frame_hdr *expected)
     describe_hdr(got, sizeof got, &cn->rx_hdr);
     describe_hdr(want, sizeof want, expected);
     cn->rx_state = RX_STOPPED;
-    conn_set_reading(cn, false);
+    comm_transport_set_reading(cn, false);
     const char *rule = expected->kind == FRAME_P2P
                            ? "a receive must name the dtype and count of the send it matches"
                            : "every rank must submit the same collectives in the same order "
@@ -173,8 +173,8 @@ static void rx_start_payload(dt_conn *cn, dt_xfer *x)
     x->source = cn->peer;
     x->next = NULL;
     if (cn->rx_hdr.length == 0) {
-        xfer_release(cn->comm, x, XFER_DONE);
-        rx_next_header(cn);
+        comm_transport_release_xfer(cn->comm, x, XFER_DONE);
+        comm_transport_next_header(cn);
     } else {
         cn->rx_cur = x;
         x->done = 0;
@@ -207,7 +207,7 @@ static void rx_pause(dt_conn *cn)
         cn->stage_len -= cn->stage_off;
         cn->stage_off = 0;
     }
-    if (stage_full(cn) || cn->rx_deferred) conn_set_reading(cn, false);
+    if (stage_full(cn) || cn->rx_deferred) comm_transport_set_reading(cn, false);
 }
 
 /* A whole header is in cn->rx_hdr: find where its payload goes. */
@@ -234,7 +234,7 @@ static void rx_on_header(dt_conn *cn)
              * wakes on the release and must find the reason in place. */
             x->next = NULL;
             protocol_error(cn, &x->hdr);
-            xfer_release(c, x, XFER_FAILED);
+            comm_transport_release_xfer(c, x, XFER_FAILED);
             return;
         }
         rx_start_payload(cn, x);
@@ -242,20 +242,20 @@ static void rx_on_header(dt_conn *cn)
     case FRAME_ABORT:
         if (h->length < 4 || h->length >= sizeof cn->notice) {
             cn->rx_state = RX_STOPPED; /* nothing after it can be parsed */
-            conn_set_reading(cn, false);
+            comm_transport_set_reading(cn, false);
             comm_fail(c, DT_EPROTO, "rank %d: rank %d (%s) sent an ABORT frame of %llu B",
                       c->rank, cn->peer, cn->addr, (unsigned long long)h->length);
             return;
         }
-        conn_expect(cn, RX_NOTICE, h->length);
+        comm_transport_expect(cn, RX_NOTICE, h->length);
         break;
     case FRAME_BYE:
         cn->bye = true;
-        rx_next_header(cn);
+        comm_transport_next_header(cn);
         break;
     default:
         cn->rx_state = RX_STOPPED;
-        conn_set_reading(cn, false);
+        comm_transport_set_reading(cn, false);
         comm_fail(c, DT_EPROTO, "rank %d: rank %d (%s) sent a frame of unknown kind %u "
                   "(another protocol version?)", c->rank, cn->peer, cn->addr, h->kind);
         return;
@@ -267,7 +267,7 @@ static void rx_on_header(dt_conn *cn)
  * is running or will run next (it failed in a later one), that op can still
  * finish here — everything the peer owed it came before the ABORT — so the
  * failure waits until it ends and fails the op after it instead of one that
- * was fine. But only for DEFERRED_FAIL_GRACE_S (xfer_wait, and the idle
+ * was fine. But only for DEFERRED_FAIL_GRACE_S (comm_xfer_wait, and the idle
  * communicator thread, watch): a third rank that never reached this op
  * fails without sending its part, and this op must not wait for its own
  * timeout to learn that. */
@@ -281,7 +281,7 @@ static void rx_on_notice(dt_conn *cn)
     cn->notice[cn->rx_need] = '\0';
     if (st == DT_OK || st > DT_ENOMEM) st = DT_EPEER;
     cn->rx_state = RX_STOPPED;
-    conn_set_reading(cn, false);
+    comm_transport_set_reading(cn, false);
     pthread_mutex_lock(&c->mu);
     bool later = !c->failed && comm_first_unfinished_locked(c) < cn->rx_hdr.seq;
     if (later && !c->fail_deferred) {
@@ -313,18 +313,18 @@ static void conn_lost(dt_conn *cn, ssize_t err)
     dt_comm *c = cn->comm;
     cn->lost = true;
     cn->rx_state = RX_STOPPED;
-    conn_set_reading(cn, false);
+    comm_transport_set_reading(cn, false);
     if (!cn->authenticated) {
         if (cn->outgoing)
             comm_fail(c, DT_EPEER, "rank %d: rank %d (%s) closed the connection during the "
                       "handshake (%s): is it another job, or does it hold another secret?",
                       c->rank, cn->expect_peer, cn->addr, uv_strerror((int)err));
         else
-            conn_reject(cn, "closed during the handshake (%s)", uv_strerror((int)err));
+            comm_handshake_reject(cn, "closed during the handshake (%s)", uv_strerror((int)err));
         return;
     }
     if (cn->bye && !expects_from(c, cn)) {
-        conn_close(cn);
+        comm_mesh_close(cn);
         return;
     }
     if (cn->bye)
@@ -344,8 +344,8 @@ static void rx_payload_got(dt_conn *cn, size_t n)
     x->done += n;
     if (x->done < x->len) return;
     cn->rx_cur = NULL;
-    xfer_release(cn->comm, x, XFER_DONE);
-    rx_next_header(cn);
+    comm_transport_release_xfer(cn->comm, x, XFER_DONE);
+    comm_transport_next_header(cn);
 }
 
 /* The current fixed-size unit (header, handshake message, notice) is in. */
@@ -353,7 +353,7 @@ static void rx_unit_done(dt_conn *cn)
 {
     switch (cn->rx_state) {
     case RX_HEADER: rx_on_header(cn); break;
-    case RX_HANDSHAKE: handshake_step(cn); break;
+    case RX_HANDSHAKE: comm_handshake_step(cn); break;
     case RX_NOTICE: rx_on_notice(cn); break;
     default: break;
     }
@@ -391,7 +391,7 @@ static void rx_drain(dt_conn *cn)
         if ((cn->rx_state == RX_HEADER || cn->rx_state == RX_NOTICE) &&
             cn->rx_got == cn->rx_need) {
             cn->rx_state = RX_STOPPED;
-            conn_set_reading(cn, false);
+            comm_transport_set_reading(cn, false);
             return;
         }
     }
@@ -405,7 +405,7 @@ static void rx_resume(dt_conn *cn)
     rx_drain(cn);
     if (cn->rx_state == RX_WAIT_MATCH || cn->rx_state == RX_STOPPED) return;
     if (cn->rx_deferred) conn_lost(cn, cn->rx_deferred);
-    else conn_set_reading(cn, true);
+    else comm_transport_set_reading(cn, true);
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
@@ -450,14 +450,14 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     if (nread == 0 || nread == UV_ENOBUFS) return;
     if (nread < 0 && cn->rx_state == RX_WAIT_MATCH) {
         cn->rx_deferred = (int)nread; /* after the frames staged before it */
-        conn_set_reading(cn, false);
+        comm_transport_set_reading(cn, false);
         return;
     }
     if (nread < 0) { conn_lost(cn, nread); return; }
     if (cn->rx_into_stage) {
         cn->stage_len += (size_t)nread;
         if (cn->rx_state != RX_WAIT_MATCH) rx_drain(cn);
-        else if (stage_full(cn)) conn_set_reading(cn, false);
+        else if (stage_full(cn)) comm_transport_set_reading(cn, false);
         return;
     }
     if (cn->rx_state == RX_PAYLOAD) {
@@ -495,7 +495,7 @@ static void send_finished(dt_conn *cn, dt_xfer *x, int status)
                   "its process was killed", c->rank, cn->peer, cn->addr, uv_strerror(status),
                   cn->peer);
     }
-    xfer_release(c, x, status == 0 ? XFER_DONE : XFER_FAILED);
+    comm_transport_release_xfer(c, x, status == 0 ? XFER_DONE : XFER_FAILED);
 }
 
 static void on_send_done(uv_write_t *req, int status)
@@ -516,7 +516,7 @@ static void on_owned_write_done(uv_write_t *req, int status)
 }
 
 /* A frame whose bytes the loop owns (ABORT, BYE). Best effort. */
-void send_control(dt_conn *cn, uint8_t kind, uint64_t seq, const void *payload, size_t len)
+void comm_transport_send_control(dt_conn *cn, uint8_t kind, uint64_t seq, const void *payload, size_t len)
 {
     if (cn->closing || cn->lost || !cn->authenticated) return;
     owned_write *w = malloc(sizeof *w + len);
@@ -541,7 +541,7 @@ static void on_hs_write_done(uv_write_t *req, int status)
         conn_lost(cn, status);
 }
 
-void conn_write(dt_conn *cn, uv_write_t *req, const void *buf, size_t len)
+void comm_transport_write(dt_conn *cn, uv_write_t *req, const void *buf, size_t len)
 {
     uv_buf_t b = uv_buf_init((char *)buf, (unsigned)len);
     req->data = cn;
@@ -563,7 +563,7 @@ static dt_conn *peer_conn(dt_comm *c, dt_xfer *x, const char *what)
 static void io_send(dt_comm *c, dt_xfer *x)
 {
     dt_conn *cn = peer_conn(c, x, "send to");
-    if (!cn) { xfer_release(c, x, XFER_FAILED); return; }
+    if (!cn) { comm_transport_release_xfer(c, x, XFER_FAILED); return; }
     uv_buf_t bufs[2] = {uv_buf_init((char *)&x->hdr, sizeof x->hdr),
                         uv_buf_init(x->buf, (unsigned)x->len)};
     uv_buf_t *b = bufs;
@@ -587,7 +587,7 @@ static void io_send(dt_comm *c, dt_xfer *x)
     if (rc < 0) {
         comm_fail(c, DT_EPEER, "rank %d: writing to rank %d (%s) failed: %s", c->rank,
                   cn->peer, cn->addr, uv_strerror(rc));
-        xfer_release(c, x, XFER_FAILED);
+        comm_transport_release_xfer(c, x, XFER_FAILED);
     }
 }
 
@@ -598,7 +598,7 @@ static void io_recv(dt_comm *c, dt_xfer *x)
         /* A peer that said BYE or hung up has nothing parked here (frames
          * are parsed in order, BYE last), so nothing more can ever match. */
         if (x->peer != DT_ANY_SOURCE && !peer_conn(c, x, "receive from")) {
-            xfer_release(c, x, XFER_FAILED);
+            comm_transport_release_xfer(c, x, XFER_FAILED);
             return;
         }
         if (c->p2p_tail) c->p2p_tail->next = x;
@@ -612,30 +612,30 @@ static void io_recv(dt_comm *c, dt_xfer *x)
         return;
     }
     dt_conn *cn = peer_conn(c, x, "receive from");
-    if (!cn) { xfer_release(c, x, XFER_FAILED); return; }
+    if (!cn) { comm_transport_release_xfer(c, x, XFER_FAILED); return; }
     if (cn->coll_tail) cn->coll_tail->next = x;
     else cn->coll_head = x;
     cn->coll_tail = x;
     if (cn->rx_state == RX_WAIT_MATCH) rx_on_header(cn);
 }
 
-void io_post(dt_comm *c, dt_xfer *x)
+void comm_transport_io_post(dt_comm *c, dt_xfer *x)
 {
     x->next = NULL;
-    if (c->io_failed_done || c->io_shutdown) xfer_release(c, x, XFER_FAILED);
+    if (c->io_failed_done || c->io_shutdown) comm_transport_release_xfer(c, x, XFER_FAILED);
     else if (x->is_send) io_send(c, x);
     else io_recv(c, x);
 }
 
-void transport_post_here(dt_comm *c, dt_xfer *x)
+void comm_transport_post_here(dt_comm *c, dt_xfer *x)
 {
     x->state = XFER_POSTED;
     x->done = 0;
     if (x->owner) x->owner->outstanding++;
-    io_post(c, x);
+    comm_transport_io_post(c, x);
 }
 
-void transport_post(dt_comm *c, dt_xfer *x)
+void comm_transport_post(dt_comm *c, dt_xfer *x)
 {
     x->state = XFER_POSTED;
     x->done = 0;
@@ -645,5 +645,5 @@ void transport_post(dt_comm *c, dt_xfer *x)
     else c->inbox_head = x;
     c->inbox_tail = x;
     pthread_mutex_unlock(&c->mu);
-    comm_kick(c);
+    comm_thread_kick(c);
 }

@@ -1,14 +1,8 @@
 /*
- * transport.h — internal: what an algorithm sees of the network.
+ * transport.h — internal: frames, transfers and the context of a running op.
  *
- * An algorithm runs on the thread that holds the loop (comm_thread.c), as
- * plain sequential code. It talks to peers through transfers (dt_xfer) that it
- * posts and later waits for:
- *
- *     dt_xfer x;
- *     xfer_recv(o, &x, left, scratch, bytes);   // post: returns at once
- *     xfer_send(o, &y, right, chunk, bytes);
- *     st = xfer_wait(o, &x);                   // block until done or failed
+ * A collective's algorithm posts transfers (dt_xfer) and waits for them
+ * through xfer.h.
  *
  * The transport moves the bytes: sends are written to the peer's socket in
  * posting order; frames arriving from a peer are matched, in order, against
@@ -22,8 +16,8 @@
  *   - For each ordered pair of ranks, the sender's sends and the receiver's
  *     receives of one op are posted in the same order with the same sizes.
  *   - A posted dt_xfer and its buffer belong to the transport until
- *     xfer_wait returns for it. Returning early on error is safe: the
- *     op's runner calls xfer_drain(o) after every op, which runs the loop
+ *     comm_xfer_wait returns for it. Returning early on error is safe: the
+ *     op's runner calls comm_xfer_drain(o) after every op, which runs the loop
  *     until the transport has let go of every transfer the op posted.
  *   - A zero-byte transfer is allowed (a header with no payload): barrier.
  */
@@ -103,22 +97,5 @@ struct dt_opctx {
     uint32_t *recv_index;  /* [size] next message index expected from each */
     struct stage_op *stage; /* device buffers being staged (staging.h), or NULL */
 };
-
-/* Post a transfer of `len` bytes to/from `peer` as part of op `o`. */
-void xfer_send(dt_opctx *o, dt_xfer *x, int peer, const void *buf, size_t len);
-void xfer_recv(dt_opctx *o, dt_xfer *x, int peer, void *buf, size_t len);
-/* Block until x is done (DT_OK) or the communicator failed (its status).
- * Either way it returns only once the transport has let go of x, so a
- * transfer on the stack is safe to leave once waited for. */
-dt_status xfer_wait(dt_opctx *o, dt_xfer *x);
-/* Wait for every transfer in xs[0..n); returns the first failure. */
-dt_status xfer_wait_all(dt_opctx *o, dt_xfer *xs, int n);
-/* Block until every transfer the op posted has been let go of. */
-void xfer_drain(dt_opctx *o);
-
-/* Per-communicator scratch of at least `bytes` (> 0), reused across ops
- * (grown, never shrunk). `slot` 0 or 1: two independent buffers. NULL on
- * ENOMEM. */
-void *opctx_scratch(dt_opctx *o, int slot, size_t bytes);
 
 #endif /* DT_TRANSPORT_H */

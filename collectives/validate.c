@@ -80,7 +80,7 @@ static dt_status check_counts(dt_comm *c, const dt_op *op, size_t esize)
     return DT_OK;
 }
 
-dt_status comm_check_op(dt_comm *c, const dt_op *op)
+dt_status comm_validate_op(dt_comm *c, const dt_op *op)
 {
     if ((unsigned)op->kind >= DT_NUM_OP_KINDS) return bad(c, op, "unknown op kind %d", op->kind);
     if (op->kind != DT_OP_BARRIER && (unsigned)op->dtype >= DT_NUM_DTYPES)
@@ -98,7 +98,7 @@ dt_status comm_check_op(dt_comm *c, const dt_op *op)
         return bad(c, op, "source %d is not another rank of this world of %d (or "
                    "DT_ANY_SOURCE)", op->peer, c->size);
     if (!(op->timeout_s >= 0)) return bad(c, op, "timeout %g s is negative", op->timeout_s);
-    if (!algo_applies(op->kind, op->algo))
+    if (!comm_algo_applies(op->kind, op->algo))
         return bad(c, op, "algorithm %d does not apply to this op", op->algo);
     if (op->kind == DT_OP_BARRIER) return DT_OK;
     size_t esize = dt_dtype_size(op->dtype);

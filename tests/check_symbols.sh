@@ -1,8 +1,8 @@
 #!/bin/sh
 # check_symbols.sh — every global symbol a layer defines carries a prefix
 # the layer owns: dt_ for its public API, its own internal prefix for the
-# rest (checkpoint ckpt_, launcher launch_, collectives comm_ once the
-# renames land). Unprefixed globals collide across layers and with the
+# rest (checkpoint ckpt_, launcher launch_, collectives comm_).
+# Unprefixed globals collide across layers and with the
 # programs that link them, and hide which archive a symbol came from.
 #
 #   check_symbols.sh LAYER FILE PREFIXES [PENDING]

@@ -5,7 +5,7 @@
  * Input: the file's bytes. Two paths read them:
  *   - replay into a store handle, in two pieces (the first byte says where
  *     the file is cut), as a live store replays what other ranks appended
- *     since its last look: store_replay's incremental offsets and the
+ *     since its last look: comm_store_log_replay's incremental offsets and the
  *     table it fills, with this job's prefix and others' records mixed;
  *   - dt_store_open on a file holding the bytes: the public path, which
  *     must refuse what is not a store and take over only a dead store.
@@ -24,11 +24,11 @@ static void replay_in_two_pieces(const uint8_t *data, size_t size)
     char url[] = "memfd", job[] = "job", prefix[] = "job/";
     dt_store s = {.fd = fd, .healthy = true, .url = url, .path = url, .job_id = job,
                   .prefix = prefix, .prefix_len = strlen(prefix)};
-    bool ok = write(fd, data, cut) == (ssize_t)cut && store_replay(&s) == DT_OK;
+    bool ok = write(fd, data, cut) == (ssize_t)cut && comm_store_log_replay(&s) == DT_OK;
     if (ok && write(fd, data + cut, size - cut) == (ssize_t)(size - cut))
-        (void)store_replay(&s);
-    (void)store_log_check(&s);
-    map_free(&s.map);
+        (void)comm_store_log_replay(&s);
+    (void)comm_store_log_check(&s);
+    comm_store_map_free(&s.map);
     close(fd);
 }
 

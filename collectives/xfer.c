@@ -1,0 +1,111 @@
+/*
+ * xfer.c — the transfers of a collective, as its algorithm sees them
+ * (xfer.h): post a send or a receive, wait for it, drain what is left.
+ *
+ * Posting fills the frame header with the op's identity and the next
+ * message index for that peer, then hands the transfer to the transport
+ * (transport.c) on this thread: no queue, no wake-up. Waiting runs the libuv
+ * loop one iteration at a time until the transfer is done or failed, and
+ * owns the op's deadline: a transfer still pending at it fails the
+ * communicator (after a partial op the byte streams no longer line up).
+ * Cost: a post is a header fill plus, usually, one writev or nothing (a
+ * receive waits in the read-ahead or for its frame); a wait is one
+ * uv_run(UV_RUN_ONCE), an epoll_wait, per wake-up.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_internal.h"
+#include "xfer.h"
+
+static void xfer_prepare(dt_opctx *o, dt_xfer *x, int peer, void *buf, size_t len,
+                         uint32_t index)
+{
+    const dt_op *op = o->op;
+    memset(&x->hdr, 0, sizeof x->hdr);
+    x->hdr.kind = FRAME_COLL;
+    x->hdr.op = (uint8_t)op->kind;
+    x->hdr.dtype = (uint8_t)op->dtype;
+    x->hdr.redop = (uint8_t)op->redop;
+    x->hdr.root = op->root;
+    x->hdr.index = index;
+    x->hdr.seq = o->seq;
+    x->hdr.count = o->wire_count;
+    x->hdr.length = len;
+    x->buf = buf;
+    x->len = len;
+    x->peer = peer;
+    x->owner = o;
+    x->work = NULL;
+}
+
+void comm_xfer_send(dt_opctx *o, dt_xfer *x, int peer, const void *buf, size_t len)
+{
+    xfer_prepare(o, x, peer, (void *)buf, len, o->sent_index[peer]++);
+    x->is_send = 1;
+    comm_transport_post_here(o->comm, x);
+}
+
+void comm_xfer_recv(dt_opctx *o, dt_xfer *x, int peer, void *buf, size_t len)
+{
+    xfer_prepare(o, x, peer, buf, len, o->recv_index[peer]++);
+    x->is_send = 0;
+    comm_transport_post_here(o->comm, x);
+}
+
+static void op_timed_out(dt_opctx *o, dt_xfer *x)
+{
+    dt_comm *c = o->comm;
+    comm_fail(c, DT_ETIMEDOUT, "rank %d: timed out after %.1f s waiting to %s %zu B %s rank "
+              "%d (%s)", c->rank, o->op->timeout_s > 0 ? o->op->timeout_s : c->timeout_s,
+              x->is_send ? "send" : "receive", x->len, x->is_send ? "to" : "from", x->peer,
+              c->peer_addr[x->peer]);
+}
+
+dt_status comm_xfer_wait(dt_opctx *o, dt_xfer *x)
+{
+    dt_comm *c = o->comm;
+    bool fired = false;
+    while (x->state == XFER_POSTED) {
+        double now = dt_now();
+        if (!fired && now >= o->deadline) {
+            fired = true;
+            op_timed_out(o, x); /* the loop then fails x along with the rest */
+        }
+        if (c->fail_deferred && now >= c->deferred_until)
+            comm_fail_deferred(c); /* a peer's failure, held back (transport.c) */
+        uv_run(&c->loop, UV_RUN_ONCE);
+    }
+    if (x->state == XFER_DONE) return DT_OK;
+    pthread_mutex_lock(&c->mu);
+    dt_status st = c->failed ? c->fail_status : DT_EABORTED;
+    pthread_mutex_unlock(&c->mu);
+    return st;
+}
+
+dt_status comm_xfer_wait_all(dt_opctx *o, dt_xfer *xs, int n)
+{
+    dt_status first = DT_OK;
+    for (int i = 0; i < n; i++) {
+        dt_status st = comm_xfer_wait(o, &xs[i]);
+        if (st != DT_OK && first == DT_OK) first = st;
+    }
+    return first;
+}
+
+void comm_xfer_drain(dt_opctx *o)
+{
+    while (o->outstanding > 0) uv_run(&o->comm->loop, UV_RUN_ONCE);
+}
+
+void *comm_xfer_scratch(dt_opctx *o, int slot, size_t bytes)
+{
+    dt_comm *c = o->comm;
+    if (bytes > c->scratch_cap[slot]) {
+        void *p = realloc(c->scratch[slot], bytes);
+        if (!p) return NULL;
+        c->scratch[slot] = p;
+        c->scratch_cap[slot] = bytes;
+    }
+    return c->scratch[slot];
+}
