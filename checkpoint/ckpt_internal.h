@@ -204,24 +204,24 @@ static inline void ckpt_to_hex(char *out, const unsigned char *h, size_t n)
 }
 
 /* Little-endian field access. */
-static inline void put_u32(unsigned char *p, uint32_t v)
+static inline void put_le32(unsigned char *p, uint32_t v)
 {
     for (int i = 0; i < 4; i++)
         p[i] = (unsigned char)(v >> (8 * i));
 }
-static inline void put_u64(unsigned char *p, uint64_t v)
+static inline void put_le64(unsigned char *p, uint64_t v)
 {
     for (int i = 0; i < 8; i++)
         p[i] = (unsigned char)(v >> (8 * i));
 }
-static inline uint32_t get_u32(const unsigned char *p)
+static inline uint32_t get_le32(const unsigned char *p)
 {
     uint32_t v = 0;
     for (int i = 3; i >= 0; i--)
         v = v << 8 | p[i];
     return v;
 }
-static inline uint64_t get_u64(const unsigned char *p)
+static inline uint64_t get_le64(const unsigned char *p)
 {
     uint64_t v = 0;
     for (int i = 7; i >= 0; i--)

@@ -86,7 +86,7 @@ dt_status dt_ckpt_export_safetensors(dt_ckpt *ck, const char *path,
         return ckpt_fail(ck, DT_ENOMEM, DT_CKPT_FAULT_IO, "export: out of memory");
     FILE *f = fopen(path, "wb");
     unsigned char lenbuf[8];
-    put_u64(lenbuf, hlen);
+    put_le64(lenbuf, hlen);
     bool ok = f && fwrite(lenbuf, 1, 8, f) == 8 &&
               fwrite(header, 1, hlen, f) == hlen &&
               fwrite(params, 1, nbytes, f) == nbytes;

@@ -51,16 +51,16 @@ static size_t build_header(unsigned char *hdr, ckpt_shard *rec,
     int nsec = s->mode == DT_CKPT_ZERO1 ? 4 : 3;
     memset(hdr, 0, SHARD_HEADER_BYTES + MAX_SECTIONS * SECTION_BYTES);
     memcpy(hdr, SHARD_MAGIC, 8);
-    put_u32(hdr + 8, SHARD_VERSION);
-    put_u32(hdr + 12, (uint32_t)r);
-    put_u32(hdr + 16, (uint32_t)world);
-    put_u32(hdr + 20, (uint32_t)s->mode);
-    put_u32(hdr + 24, (uint32_t)nsec);
-    put_u64(hdr + 32, (uint64_t)s->step);
-    put_u64(hdr + 40, s->seed);
-    put_u64(hdr + 48, s->data_row);
-    put_u64(hdr + 56, s->rng_state);
-    put_u64(hdr + 64, s->num_params);
+    put_le32(hdr + 8, SHARD_VERSION);
+    put_le32(hdr + 12, (uint32_t)r);
+    put_le32(hdr + 16, (uint32_t)world);
+    put_le32(hdr + 20, (uint32_t)s->mode);
+    put_le32(hdr + 24, (uint32_t)nsec);
+    put_le64(hdr + 32, (uint64_t)s->step);
+    put_le64(hdr + 40, s->seed);
+    put_le64(hdr + 48, s->data_row);
+    put_le64(hdr + 56, s->rng_state);
+    put_le64(hdr + 64, s->num_params);
     size_t hbytes = SHARD_HEADER_BYTES + (size_t)nsec * SECTION_BYTES;
     uint64_t fo = hbytes;
     memset(rec, 0, sizeof *rec);
@@ -71,10 +71,10 @@ static size_t build_header(unsigned char *hdr, ckpt_shard *rec,
         if (k == KIND_MASTER && s->mode != DT_CKPT_ZERO1)
             continue;
         rec->ranges[k] = (ckpt_range){true, lo, n};
-        put_u32(t, (uint32_t)k);
-        put_u64(t + 8, lo);
-        put_u64(t + 16, n);
-        put_u64(t + 24, fo);
+        put_le32(t, (uint32_t)k);
+        put_le64(t + 8, lo);
+        put_le64(t + 16, n);
+        put_le64(t + 24, fo);
         fo += n * sizeof(float);
         t += SECTION_BYTES;
     }

@@ -149,20 +149,20 @@ static dt_status check_header(reader *rd, const unsigned char *hdr,
     const char *bad = NULL;
     if (memcmp(hdr, SHARD_MAGIC, 8) != 0)
         bad = "magic";
-    else if (get_u32(hdr + 8) != SHARD_VERSION)
+    else if (get_le32(hdr + 8) != SHARD_VERSION)
         bad = "version";
-    else if (get_u32(hdr + 12) != (uint32_t)r)
+    else if (get_le32(hdr + 12) != (uint32_t)r)
         bad = "rank";
-    else if (get_u32(hdr + 16) != (uint32_t)m->world)
+    else if (get_le32(hdr + 16) != (uint32_t)m->world)
         bad = "world";
-    else if (get_u32(hdr + 20) != (uint32_t)m->mode)
+    else if (get_le32(hdr + 20) != (uint32_t)m->mode)
         bad = "mode";
-    else if (get_u64(hdr + 32) != (uint64_t)m->step)
+    else if (get_le64(hdr + 32) != (uint64_t)m->step)
         bad = "step";
-    else if (get_u64(hdr + 40) != m->seed || get_u64(hdr + 48) != m->data_row ||
-             get_u64(hdr + 56) != m->rng_state)
+    else if (get_le64(hdr + 40) != m->seed || get_le64(hdr + 48) != m->data_row ||
+             get_le64(hdr + 56) != m->rng_state)
         bad = "seed/data_row/rng_state";
-    else if (get_u64(hdr + 64) != m->num_params)
+    else if (get_le64(hdr + 64) != m->num_params)
         bad = "num_params";
     if (bad)
         return ckpt_fail(rd->ck, DT_EPROTO, DT_CKPT_FAULT_HEADER,
@@ -188,14 +188,14 @@ static dt_status check_sections(reader *rd, const unsigned char *t, int nsec,
                          nsec, listed);
     unsigned seen = 0; /* kinds listed so far: each at most once */
     for (int i = 0; i < nsec; i++, t += SECTION_BYTES) {
-        uint32_t k = get_u32(t);
+        uint32_t k = get_le32(t);
         const ckpt_range *want = k < KIND_COUNT ? &sh->ranges[k] : NULL;
         if (want && (seen & (1u << k)))
             return ckpt_fail(rd->ck, DT_EPROTO, DT_CKPT_FAULT_HEADER,
                              "%s: section %d repeats kind %u (%s)", rd->path,
                              i, k, ckpt_kind_names[k]);
-        if (!want || !want->present || get_u64(t + 8) != want->offset ||
-            get_u64(t + 16) != want->count || get_u64(t + 24) != fo)
+        if (!want || !want->present || get_le64(t + 8) != want->offset ||
+            get_le64(t + 16) != want->count || get_le64(t + 24) != fo)
             return ckpt_fail(rd->ck, DT_EPROTO, DT_CKPT_FAULT_HEADER,
                              "%s: section %d (kind %u) disagrees with the "
                              "manifest's ranges", rd->path, i, k);
@@ -238,7 +238,7 @@ static dt_status read_body(reader *rd, const ckpt_manifest *m, int r,
         return st;
     if ((st = check_header(rd, hdr, m, r)) != DT_OK)
         return st;
-    uint32_t nsec = get_u32(hdr + 24);
+    uint32_t nsec = get_le32(hdr + 24);
     if (nsec < 1 || nsec > MAX_SECTIONS)
         return ckpt_fail(rd->ck, DT_EPROTO, DT_CKPT_FAULT_ABSURD,
                          "%s: %u sections (at most %d)", rd->path, nsec,

@@ -44,8 +44,8 @@ dt_status ckpt_agree(dt_ckpt *ck, dt_comm *comm, const char *what)
         return DT_OK;
     unsigned char rec[VERDICT_BYTES] = {0};
     if (rank == first) {
-        put_u32(rec, (uint32_t)ck->status);
-        put_u32(rec + 4, (uint32_t)ck->fault);
+        put_le32(rec, (uint32_t)ck->status);
+        put_le32(rec + 4, (uint32_t)ck->fault);
         memcpy(rec + 8, ck->err, strnlen(ck->err, VERDICT_BYTES - 9));
     }
     st = dt_broadcast(comm, rec, sizeof rec, DT_U8, (int)first);
@@ -54,8 +54,8 @@ dt_status ckpt_agree(dt_ckpt *ck, dt_comm *comm, const char *what)
                          "verdict: %s", what, (int)first, dt_comm_error(comm));
     if (rank == first)
         return ck->status;
-    dt_status theirs = (dt_status)get_u32(rec);
-    dt_ckpt_fault fault = (dt_ckpt_fault)get_u32(rec + 4);
+    dt_status theirs = (dt_status)get_le32(rec);
+    dt_ckpt_fault fault = (dt_ckpt_fault)get_le32(rec + 4);
     rec[VERDICT_BYTES - 1] = '\0';
     return ckpt_fail(ck, theirs != DT_OK ? theirs : DT_EPROTO, fault,
                      "rank %d of the %s found: %s", (int)first, what,

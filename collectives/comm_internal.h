@@ -257,6 +257,10 @@ dt_status comm_executor_run(dt_comm *c, dt_work *w);
 void comm_executor_prepare(dt_comm *c, dt_work *w, const dt_op *op);
 void comm_executor_complete(dt_work *w, dt_status st); /* with mu held */
 
+/* validate.c: DT_OK if op is well formed for c, else DT_EINVAL with the
+ * reason in c->arg_error. */
+dt_status comm_validate_op(dt_comm *c, const dt_op *op);
+
 /* group.c: sub-communicators (dt_comm_split) */
 /* Write "rank 2" or, for a split's child, "rank 0 (world rank 3) of group
  * 'split 1 colour 1' = world ranks 3,5" into out; true for a child. With

@@ -118,7 +118,6 @@ static void post_p2p(dt_comm *c, dt_work *w)
     comm_transport_post(c, x);
 }
 
-dt_status comm_validate_op(dt_comm *c, const dt_op *op); /* validate.c */
 
 /* A work for op, with the fields its kind ignores normalised, so every rank
  * puts the same identity in its frame headers. */

@@ -41,8 +41,8 @@
 
 enum { PHASE_WAIT_CHALLENGE = 1, PHASE_WAIT_HELLO, PHASE_WAIT_RESPONSE };
 
-static void put_u32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
-static uint32_t get_u32(const uint8_t *p)
+static void put_host_u32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static uint32_t get_host_u32(const uint8_t *p)
 {
     uint32_t v;
     memcpy(&v, p, 4);
@@ -86,10 +86,10 @@ void comm_handshake_start_outgoing(dt_conn *cn)
 {
     dt_comm *c = cn->comm;
     uint8_t *h = cn->hs_hello;
-    put_u32(h, HS_MAGIC);
-    put_u32(h + 4, HS_VERSION);
-    put_u32(h + 8, (uint32_t)c->size);
-    put_u32(h + 12, (uint32_t)c->rank);
+    put_host_u32(h, HS_MAGIC);
+    put_host_u32(h + 4, HS_VERSION);
+    put_host_u32(h + 8, (uint32_t)c->size);
+    put_host_u32(h + 12, (uint32_t)c->rank);
     memcpy(h + 16, c->job_hash, 16);
     randombytes_buf(h + 32, 16);
     cn->hs_phase = PHASE_WAIT_CHALLENGE;
@@ -110,8 +110,8 @@ static void on_challenge(dt_conn *cn)
 {
     dt_comm *c = cn->comm;
     const uint8_t *m = cn->hs_buf;
-    uint32_t magic = get_u32(m), version = get_u32(m + 4);
-    uint32_t world = get_u32(m + 8), rank = get_u32(m + 12);
+    uint32_t magic = get_host_u32(m), version = get_host_u32(m + 4);
+    uint32_t world = get_host_u32(m + 8), rank = get_host_u32(m + 12);
     const char *why = NULL;
     if (magic != HS_MAGIC) why = "it does not speak dtrain's protocol";
     else if (version != HS_VERSION) why = "it speaks another protocol version";
@@ -137,8 +137,8 @@ static void on_hello(dt_conn *cn)
 {
     dt_comm *c = cn->comm;
     const uint8_t *m = cn->hs_buf;
-    uint32_t magic = get_u32(m), version = get_u32(m + 4);
-    uint32_t world = get_u32(m + 8), rank = get_u32(m + 12);
+    uint32_t magic = get_host_u32(m), version = get_host_u32(m + 4);
+    uint32_t world = get_host_u32(m + 8), rank = get_host_u32(m + 12);
     if (magic != HS_MAGIC)
         return comm_handshake_reject(cn, "bad magic 0x%08x (not a dtrain peer)", magic);
     if (version != HS_VERSION)
@@ -154,10 +154,10 @@ static void on_hello(dt_conn *cn)
      * stranger learns nothing about the job from a rejection. */
     memcpy(cn->hs_hello, m, HELLO_BYTES);
     uint8_t *ch = cn->hs_challenge;
-    put_u32(ch, HS_MAGIC);
-    put_u32(ch + 4, HS_VERSION);
-    put_u32(ch + 8, (uint32_t)c->size);
-    put_u32(ch + 12, (uint32_t)c->rank);
+    put_host_u32(ch, HS_MAGIC);
+    put_host_u32(ch + 4, HS_VERSION);
+    put_host_u32(ch + 8, (uint32_t)c->size);
+    put_host_u32(ch + 12, (uint32_t)c->rank);
     randombytes_buf(ch + 16, 16);
     mac(c, ch + 32, 'A', cn->hs_hello, ch, 32);
     cn->expect_peer = (int)rank;

@@ -122,16 +122,16 @@ static void write_all(int fd, const uint8_t *buf, size_t n)
     }
 }
 
-static void put_u32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static void put_le32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
 
 /* The acceptor's answer to `hello`, as handshake.c computes it. */
 static void genuine_challenge(uint8_t ch[CHALLENGE_BYTES], const uint8_t hello[HELLO_BYTES])
 {
     uint8_t msg[1 + HELLO_BYTES + 32];
-    put_u32(ch, HS_MAGIC);
-    put_u32(ch + 4, HS_VERSION);
-    put_u32(ch + 8, 2);
-    put_u32(ch + 12, 0);
+    put_le32(ch, HS_MAGIC);
+    put_le32(ch + 4, HS_VERSION);
+    put_le32(ch + 8, 2);
+    put_le32(ch + 12, 0);
     memset(ch + 16, 0x5a, 16); /* the nonce: fixed, so an input replays */
     msg[0] = 'A';
     memcpy(msg + 1, hello, HELLO_BYTES);
