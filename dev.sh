@@ -13,6 +13,9 @@
 #                            each (default 60); any finding fails it
 #   ./dev.sh test-torch      PyTorch 1.13's TCPStore client against dtrain's store
 #                            (installs Debian's python3-torch, which is large)
+#   ./dev.sh test-netns      2 hosts made of network namespaces: a job across
+#                            them, through rate-limited links, and a link cut
+#                            (needs root; tests/netns/multihost.sh)
 #
 # Builds go to build/ (and build-sanitize/, build-clang/, build-tsan/,
 # build-fuzz/). Warnings are errors.
@@ -125,6 +128,12 @@ fuzz)
     CC=clang build build-fuzz -Db_sanitize=address,undefined -Db_lundef=false \
         -Dfuzz=true -Dtests=disabled -Dcuda=disabled # libFuzzer links with clang, not nvcc
     exec tests/fuzz/run_fuzzers.sh build-fuzz "${2:-60}"
+    ;;
+test-netns)
+    PACKAGES="$PACKAGES iproute2"
+    install_missing
+    build build
+    exec bash tests/netns/multihost.sh build
     ;;
 test-torch)
     PACKAGES="$PACKAGES python3-torch"
