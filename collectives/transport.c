@@ -330,6 +330,10 @@ static void conn_lost(dt_conn *cn, ssize_t err)
     if (cn->bye)
         comm_fail(c, DT_EPEER, "rank %d: rank %d (%s) destroyed its communicator while "
                   "rank %d still expected data from it", c->rank, cn->peer, cn->addr, c->rank);
+    else if (err == UV_ETIMEDOUT)
+        comm_fail(c, DT_EPEER, "rank %d: connection to rank %d (%s) lost: its host stopped "
+                  "answering (no TCP acknowledgement within %.1f s); is its network link "
+                  "up, is the machine alive?", c->rank, cn->peer, cn->addr, c->timeout_s / 2);
     else
         comm_fail(c, DT_EPEER, "rank %d: connection to rank %d (%s) lost: %s; rank %d died "
                   "or its process was killed", c->rank, cn->peer, cn->addr,
