@@ -143,7 +143,8 @@ static char *dup_or(const char *s, const char *fallback)
     return strdup(s ? s : fallback);
 }
 
-/* The IPv4 address of interface `name`, as text; NULL if it has none. */
+/* The IPv4 address of interface `name`, as text; NULL if it has none or is
+ * not up and running (libuv lists only those). */
 static char *interface_address(const char *name)
 {
     uv_interface_address_t *ifs;
@@ -194,8 +195,8 @@ dt_status comm_setup(dt_comm *c, const dt_comm_options *o)
     if (o->ifname) {
         c->host = interface_address(o->ifname);
         if (!c->host) {
-            comm_fail(c, DT_EINVAL, "rank %d: network interface '%s' has no IPv4 address "
-                      "(see `ip addr`)", o->rank, o->ifname);
+            comm_fail(c, DT_EINVAL, "rank %d: network interface '%s' has no IPv4 address, "
+                      "or is not up and running (see `ip addr`)", o->rank, o->ifname);
             return DT_EINVAL;
         }
     } else {

@@ -2,31 +2,39 @@
 # multihost.sh — dtrain across several hosts, each host a network namespace.
 #
 # Two "hosts" (network namespaces), each with one interface, eth0, on a
-# private test subnet (10.213.0.0/24), joined by a bridge that sits in a
-# third namespace of its own. Nothing is added to the machine's own network:
-# the subnet exists only inside these namespaces, and everything created is
-# removed on exit, also after a failure or an interrupt. Node 0 (10.213.0.1)
-# hosts the TCP store; the workers publish their eth0 address (DT_IFNAME), so
-# every connection between ranks crosses the bridge, even between two ranks
-# of one host. Loopback cannot cross a namespace, so a rank that published
-# 127.0.0.1 would never be reached from the other host.
+# subnet of its own (10.213.0.0/24 and 10.213.1.0/24), joined by a router:
+# a third namespace that forwards between them and, for the fault tests,
+# hands every connection from one host to the other to a relay
+# (tests/netns/relay.py) through a netfilter redirect. Nothing is added to
+# the machine's own network: the subnets exist only inside these
+# namespaces, and everything created is removed on exit, also after a
+# failure or an interrupt. Node 0 (10.213.0.1) hosts the TCP store; the
+# workers publish their eth0 address (DT_IFNAME), so every connection
+# between ranks leaves its namespace, even between two ranks of one host.
+# Loopback cannot cross a namespace: a rank that published 127.0.0.1 would
+# never be reached from the other host.
 #
 # What it checks (TAP):
-#   1. 2 hosts x 2 ranks train to bitwise the same parameters as 4 ranks on
-#      one host (minigpt --check-replicas prints the parameters' hash);
-#   2. the same through links limited to 100 Mbit/s (tc tbf);
-#   3. the same with netem's delay, jitter and loss, where the kernel has
-#      netem (this machine's kernels often lack sch_netem: then a comment
-#      says so and the test is not counted);
-#   4. a host whose link is cut mid-training (ip link set eth0 down): both
-#      ranks of the other host fail within the op timeout, each naming a
-#      rank of the cut host and its address (the kernel's keepalive and
-#      TCP_USER_TIMEOUT notice the silent host before any op times out
-#      waiting on a healthy neighbour), and node 0's launcher, with
-#      --max-restarts 2, gives up instead of restarting forever.
+#   - 2 hosts x 2 ranks train to bitwise the same parameters as 4 ranks on
+#     one host (minigpt --check-replicas prints the parameters' hash);
+#   - the same through links limited to 100 Mbit/s (tc tbf);
+#   - the same with netem's delay, jitter and loss, where the kernel has
+#     netem (this machine's kernels often lack sch_netem: then a comment
+#     says so and the test is not counted);
+#   - the same through the relay adding 2-8 ms latency with jitter, cutting
+#     every write of a connection's first 64 KiB into 1-byte pieces, and
+#     stalling each direction for 2 s;
+#   - a connection reset by the relay mid-training fails the job with the
+#     reset named, and --max-restarts 1 brings it to the end;
+#   - a host whose link is cut mid-training (ip link set eth0 down): both
+#     ranks of the other host fail within the op timeout, each naming a
+#     rank of the cut host and its address (the kernel's keepalive and
+#     TCP_USER_TIMEOUT notice the silent host before any op times out
+#     waiting on a healthy neighbour), and node 0's launcher, with
+#     --max-restarts 2, gives up instead of restarting forever.
 #
-# Needs root (ip netns). Without it, or where namespaces cannot be created,
-# it says why and skips.
+# Needs root (ip netns), nft (nftables) for the relay tests, python3. Without
+# root, or where namespaces cannot be created, it says why and skips.
 #
 # usage: multihost.sh BUILD_DIR
 set -u
@@ -34,14 +42,14 @@ build=${1:?usage: multihost.sh BUILD_DIR}
 launch=$(realpath "$build/launcher/dtrain-launch")
 minigpt=$(realpath "$build/train/minigpt")
 tag="dt$$"
-brns="${tag}br" h0="${tag}h0" h1="${tag}h1"
+rt="${tag}rt" h0="${tag}h0" h1="${tag}h1"
 tmp=$(mktemp -d /tmp/dtrain-netns-XXXXXX)
 unset RANK WORLD_SIZE LOCAL_RANK DT_INIT_URL DT_SECRET DT_JOB_ID DT_HOST DT_IFNAME
 export DT_SECRET
 DT_SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 
 cleanup() {
-    for ns in "$h0" "$h1" "$brns"; do
+    for ns in "$h0" "$h1" "$rt"; do
         ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null
         ip netns del "$ns" 2>/dev/null
     done
@@ -53,18 +61,18 @@ trap 'exit 130' INT TERM
 # ---- the hosts ----------------------------------------------------------------
 
 make_hosts() {
-    ip netns add "$brns" || return 1
-    ip -n "$brns" link add br0 type bridge &&
-        ip -n "$brns" link set br0 up || return 1
+    ip netns add "$rt" || return 1
+    ip netns exec "$rt" sysctl -qw net.ipv4.ip_forward=1 || return 1
     local i=0
     for ns in "$h0" "$h1"; do
         ip netns add "$ns" &&
-            ip -n "$brns" link add "port$i" type veth peer name eth0 netns "$ns" &&
-            ip -n "$brns" link set "port$i" master br0 &&
-            ip -n "$brns" link set "port$i" up &&
-            ip -n "$ns" addr add "10.213.0.$((i + 1))/24" dev eth0 &&
+            ip -n "$rt" link add "port$i" type veth peer name eth0 netns "$ns" &&
+            ip -n "$rt" addr add "10.213.$i.254/24" dev "port$i" &&
+            ip -n "$rt" link set "port$i" up &&
+            ip -n "$ns" addr add "10.213.$i.1/24" dev eth0 &&
             ip -n "$ns" link set eth0 up &&
-            ip -n "$ns" link set lo up || return 1
+            ip -n "$ns" link set lo up &&
+            ip -n "$ns" route add default via "10.213.$i.254" || return 1
         i=$((i + 1))
     done
 }
@@ -74,7 +82,20 @@ if [ "$(id -u)" != 0 ]; then
     echo "0 passed, 0 failed"
     exit 0
 fi
-if ! why=$(make_hosts 2>&1); then
+# Until both ends of each link are up and running (a veth's carrier comes
+# up a moment after `ip link set up`): workers list only running interfaces.
+links_running() {
+    local t=0
+    for ns in "$h0" "$h1"; do
+        until ip -n "$ns" link show eth0 | grep -q 'LOWER_UP'; do
+            [ $t -ge 100 ] && return 1
+            sleep 0.1
+            t=$((t + 1))
+        done
+    done
+}
+
+if ! why=$(make_hosts 2>&1 && links_running 2>&1); then
     echo "1..0 # SKIP cannot create network namespaces here: $why"
     echo "0 passed, 0 failed"
     exit 0
@@ -143,18 +164,26 @@ if ip -n "$h0" link add probe type dummy 2>/dev/null; then
     tc -n "$h0" qdisc add dev probe root netem delay 1ms 2>/dev/null && netem=1
     ip -n "$h0" link del probe
 fi
-echo "1..$((3 + netem))"
+echo "1..$((7 + netem))"
 
 # same_as_one_host NAME: both nodes exit 0 and node 0 prints the reference hash.
 same_as_one_host() {
     local name=$1 ok=0
     shift
     if two_hosts "$name" "$@" && [ "$(hash_of "$tmp/$name.0")" = "$want" ]; then ok=1; fi
-    report "$ok" "$(describe "$name")" "$tmp/$name.0" "$tmp/$name.1"
+    # through the relay: it carried the store's connection and the mesh's
+    # four between the hosts (2 ranks x 2 ranks)
+    if [ -f "$tmp/relay.$name" ] && [ "$(grep -c '^relay: to ' "$tmp/relay.$name")" -lt 5 ]; then
+        ok=0
+    fi
+    report "$ok" "$(describe "$name")" "$tmp/$name.0" "$tmp/$name.1" $([ -f "$tmp/relay.$name" ] && echo "$tmp/relay.$name")
 }
 describe() {
     case $1 in
-    plain) echo "2 hosts x 2 ranks over the bridge: parameters bitwise equal to 4 ranks on one host" ;;
+    plain) echo "2 hosts x 2 ranks through a router: parameters bitwise equal to 4 ranks on one host" ;;
+    latency) echo "through a relay adding 2-8 ms latency with jitter: parameters bitwise equal to one host's" ;;
+    pieces) echo "through a relay writing each connection's first 64 KiB 1 byte at a time: parameters bitwise equal to one host's" ;;
+    stall) echo "through a relay stalling each direction for 2 s: parameters bitwise equal to one host's" ;;
     tbf) echo "links limited to 100 Mbit/s (tbf): parameters bitwise equal to one host's" ;;
     netem) echo "links with netem delay 2 ms ± 1 ms and 1% loss: parameters bitwise equal to one host's" ;;
     esac
@@ -177,6 +206,61 @@ if [ "$netem" = 1 ]; then
 else
     echo "# netem: this kernel has no sch_netem (tc: qdisc kind is unknown); delay and loss not tried"
 fi
+
+# ---- through the relay ------------------------------------------------------------
+
+relay_port=9999
+# with_relay MODE: start the relay and the redirect; stop them with no_relay.
+with_relay() {
+    ip netns exec "$rt" python3 "$(dirname "$0")/relay.py" "$relay_port" "$1" "$((port + 1))" \
+        >"$tmp/relay.$1" 2>&1 &
+    relay_pid=$!
+    local t=0
+    until grep -q "^relay: $1" "$tmp/relay.$1" 2>/dev/null || [ $t -ge 100 ]; do
+        sleep 0.1
+        t=$((t + 1))
+    done
+    ip netns exec "$rt" nft -f - <<NFT
+table ip relay {
+    chain pre {
+        type nat hook prerouting priority dstnat;
+        iifname { "port0", "port1" } ip daddr { 10.213.0.1, 10.213.1.1 } tcp dport != $relay_port redirect to :$relay_port
+    }
+}
+NFT
+}
+no_relay() {
+    ip netns exec "$rt" nft delete table ip relay
+    kill "$relay_pid" 2>/dev/null
+    wait "$relay_pid" 2>/dev/null
+}
+
+for mode in latency pieces stall; do
+    with_relay "$mode"
+    same_as_one_host "$mode"
+    no_relay
+done
+
+# A reset mid-training: the first attempt fails naming the lost connection
+# (the ranks cannot tell a reset from a crash), the restart runs to the end.
+reset_test() {
+    with_relay reset
+    port=$((port + 1))
+    on_host "$h0" 0 "$tmp/reset.0" --max-restarts 1 "$minigpt" "${common[@]}" -n 200
+    local p0=$!
+    on_host "$h1" 1 "$tmp/reset.1" --max-restarts 1 "$minigpt" "${common[@]}" -n 200
+    local p1=$! rc0=0 rc1=0
+    wait "$p0" || rc0=$?
+    wait "$p1" || rc1=$?
+    no_relay
+    local ok=0
+    [ "$rc0" = 0 ] && [ "$rc1" = 0 ] && grep -q "^relay: reset" "$tmp/relay.reset" &&
+        grep -q "restart 1 of 1" "$tmp/reset.0" &&
+        cat "$tmp/reset.0" "$tmp/reset.1" | grep -q "lost: connection reset by peer" &&
+        [ -n "$(hash_of "$tmp/reset.0")" ] && ok=1
+    report "$ok" "a connection reset mid-training fails the job naming the lost connection, and --max-restarts 1 runs it to the end" "$tmp/reset.0" "$tmp/reset.1" "$tmp/relay.reset"
+}
+reset_test
 
 # ---- a link cut mid-training ---------------------------------------------------------
 
@@ -213,7 +297,7 @@ cut_test() {
     # rank of the cut host and its address.
     sed -n '1,/restart 1 of 2/p' "$out0" | grep '^\[[01]\] minigpt: rank [01]: ' >"$tmp/cut.first"
     local named
-    named=$(grep -cE 'rank [23] \(10\.213\.0\.2:[0-9]+\) lost: its host stopped answering' \
+    named=$(grep -cE 'rank [23] \(10\.213\.1\.1:[0-9]+\) lost: its host stopped answering' \
         "$tmp/cut.first")
     local ok=0
     [ "$rc0" != 0 ] && [ "$rc0" != 124 ] && [ $took -lt 90 ] && [ "$named" = 2 ] &&
