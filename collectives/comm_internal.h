@@ -186,30 +186,50 @@ struct dt_comm {
     uint32_t *sent_index, *recv_index; /* [size] each */
 };
 
-/* Record the first failure (any thread), wake everyone, and have the loop
- * fail every pending transfer and close the connections. */
+/* The files below come bottom first: each calls only the ones above it
+ * here (tests/check_file_calls.py holds the layer to that). */
+
+/* wake.c: waking the communicator thread (cond var, and the loop's async
+ * handle while it runs), with mu held or not; a timed wait on the
+ * monotonic clock, deadline in dt_now() seconds; a work handle done (with
+ * mu held), which wakes its waiters. */
+void comm_wake_thread(dt_comm *c);
+void comm_wake_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, double deadline);
+void comm_wake_work_done(dt_work *w, dt_status st);
+
+/* log.c: a line for the log (rejected strangers, pinned memory refused). */
+void comm_log(dt_comm *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* family.c: the tree of communicators made from one world by splits (its
+ * records and their making: family.h). comm_family_who writes "rank 2" or,
+ * for a split's child, "rank 0 (world rank 3) of group 'split 1 colour 1'
+ * = world ranks 3,5" into out; true for a child; with c->mu held. */
+bool comm_family_who(const dt_comm *c, char *out, size_t n);
+/* Label an authenticated connection of a child with its peer's world rank. */
+void comm_family_label_peer(dt_conn *cn);
+/* dt_comm_destroy: leave the family first (nothing spreads to c after),
+ * free c's group record last. */
+void comm_family_detach(dt_comm *c);
+void comm_family_free(dt_comm *c);
+
+/* fail.c: record the first failure (any thread), wake everyone, and have
+ * the loop fail every pending transfer and close the connections; spread
+ * it to c's family. */
 void comm_fail(dt_comm *c, dt_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void comm_failv(dt_comm *c, dt_status st, const char *fmt, va_list ap);
-/* Record a failure on c alone, never spreading it to c's groups (group.c
- * spreads one failure to the others this way). */
+/* Record a failure on c alone, never spreading it to c's groups (a spread
+ * failure reaches the others this way). */
 void comm_fail_member(dt_comm *c, dt_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* comm.c, shared with group.c: set up a communicator from options (no I/O),
- * and, once its peers' addresses are in c->dial, connect the mesh and wait
- * for it until `deadline` (dt_now() seconds). */
-dt_status comm_setup(dt_comm *c, const dt_comm_options *o);
-dt_status comm_connect_mesh(dt_comm *c, double deadline);
 /* With mu held, as the op running on this rank ends: a failure a peer
  * reported from a later op (transport.c holds it back until then) becomes
- * this communicator's failure. True if it did: comm_thread_kick after unlocking. */
+ * this communicator's failure. True if it did: comm_wake_thread after unlocking. */
 bool comm_fail_deferred_locked(dt_comm *c);
 /* The same before the op ends, once it has had its grace (comm_xfer_wait). */
 void comm_fail_deferred(dt_comm *c);
 /* With mu held: the first collective this rank has not finished. */
-uint64_t comm_first_unfinished_locked(const dt_comm *c);
-/* A line for the log (rejected strangers). */
-void comm_log(dt_comm *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+uint64_t comm_fail_first_unfinished_locked(const dt_comm *c);
 
 /* transport.c: frames on authenticated connections (run on the loop,
  * except comm_transport_post, which any thread may call) */
@@ -246,37 +266,18 @@ void comm_thread_main(void *arg);        /* queued ops, and the loop */
 /* Run a blocking collective on the caller's thread when the loop is free;
  * false (nothing done) when it must queue instead. */
 bool comm_thread_run_inline(dt_comm *c, dt_work *w, dt_status *st);
-/* Wake the communicator thread after changing what it should do (with mu
- * held or not; comm_failv holds it, so that nothing touches c after the
- * failure is published). */
-void comm_thread_kick(dt_comm *c);
 /* executor.c: running an op */
-/* pthread_cond_timedwait on the monotonic clock; deadline in dt_now() seconds. */
-void comm_executor_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, double deadline);
 dt_status comm_executor_run(dt_comm *c, dt_work *w);
 void comm_executor_prepare(dt_comm *c, dt_work *w, const dt_op *op);
-void comm_executor_complete(dt_work *w, dt_status st); /* with mu held */
 
 /* validate.c: DT_OK if op is well formed for c, else DT_EINVAL with the
  * reason in c->arg_error. */
 dt_status comm_validate_op(dt_comm *c, const dt_op *op);
 
-/* group.c: sub-communicators (dt_comm_split) */
-/* Write "rank 2" or, for a split's child, "rank 0 (world rank 3) of group
- * 'split 1 colour 1' = world ranks 3,5" into out; true for a child. With
- * c->mu held. */
-bool comm_group_who(const dt_comm *c, char *out, size_t n);
-/* comm_failv: the lock that orders the failures of c's family (NULL: c
- * never took part in a split), and, with it held, after c's first failure:
- * fail the communicators c shares a fate with. */
-struct group_family *comm_group_lock_family(dt_comm *c);
-void comm_group_unlock_family(struct group_family *family);
-void comm_group_spread_failure(dt_comm *c);
-/* Label an authenticated connection of a child with its peer's world rank. */
-void comm_group_label_peer(dt_conn *cn);
-/* dt_comm_destroy: leave the family first (nothing spreads to c after),
- * free c's group record last. */
-void comm_group_detach(dt_comm *c);
-void comm_group_free(dt_comm *c);
+/* comm.c, shared with group.c: set up a communicator from options (no I/O),
+ * and, once its peers' addresses are in c->dial, connect the mesh and wait
+ * for it until `deadline` (dt_now() seconds). */
+dt_status comm_setup(dt_comm *c, const dt_comm_options *o);
+dt_status comm_connect_mesh(dt_comm *c, double deadline);
 
 #endif /* DT_COMM_INTERNAL_H */

@@ -42,12 +42,6 @@
 
 #define IDLE_POLL_S 0.05
 
-void comm_thread_kick(dt_comm *c)
-{
-    pthread_cond_signal(&c->cv_thread);
-    if (atomic_load(&c->io_running)) uv_async_send(&c->wake);
-}
-
 /* Does the loop have to run now (with mu held)? */
 static bool loop_needed(const dt_comm *c)
 {
@@ -94,10 +88,10 @@ static void run_queued(dt_comm *c, dt_work *w)
     if (!failed) st = comm_executor_run(c, w);
     pthread_mutex_lock(&c->mu);
     c->in_op = false;
-    comm_executor_complete(w, st);
+    comm_wake_work_done(w, st);
     bool kick = comm_fail_deferred_locked(c);
     pthread_mutex_unlock(&c->mu);
-    if (kick) comm_thread_kick(c);
+    if (kick) comm_wake_thread(c);
 }
 
 /* With mu held and the loop free: take it, and the next op if any. */
@@ -129,11 +123,11 @@ void comm_thread_main(void *arg)
         c->thread_awaits_loop = false;
         /* a peer's failure held back (transport.c) while no op runs here */
         if (c->fail_deferred && dt_now() >= c->deferred_until && comm_fail_deferred_locked(c))
-            comm_thread_kick(c);
+            comm_wake_thread(c);
         if (c->stopping && !c->q_head) break;
         bool needed = loop_needed(c);
         if (!needed) {
-            comm_executor_wait_until(&c->cv_thread, &c->mu, dt_now() + IDLE_POLL_S);
+            comm_wake_wait_until(&c->cv_thread, &c->mu, dt_now() + IDLE_POLL_S);
             if (c->loop_busy || (c->stopping && !c->q_head)) continue;
             needed = loop_needed(c);
         }
@@ -181,7 +175,7 @@ bool comm_thread_run_inline(dt_comm *c, dt_work *w, dt_status *st)
      * op is a context switch the next op's latency pays for. */
     bool wake = c->thread_awaits_loop || loop_needed(c) || c->stopping;
     pthread_mutex_unlock(&c->mu);
-    if (kick) comm_thread_kick(c);
+    if (kick) comm_wake_thread(c);
     else if (wake) pthread_cond_signal(&c->cv_thread);
     return true;
 }

@@ -37,23 +37,6 @@
 #include "comm_internal.h"
 #include "staging.h"
 
-void comm_executor_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, double deadline)
-{
-    struct timespec ts;
-    double whole = (double)(long long)deadline;
-    ts.tv_sec = (time_t)whole;
-    ts.tv_nsec = (long)((deadline - whole) * 1e9);
-    pthread_cond_timedwait(cv, mu, &ts);
-}
-
-void comm_executor_complete(dt_work *w, dt_status st)
-{
-    w->status = st;
-    w->done = true;
-    if (w->op.kind == DT_OP_SEND || w->op.kind == DT_OP_RECV) w->comm->p2p_outstanding--;
-    pthread_cond_broadcast(&w->comm->cv_api);
-}
-
 /* ---- running one collective ------------------------------------------------- */
 
 static uint64_t wire_count(const dt_comm *c, const dt_op *op)
@@ -163,7 +146,7 @@ dt_status dt_submit(dt_comm *c, const dt_op *op, dt_work **work)
     else c->q_head = w;
     c->q_tail = w;
     pthread_mutex_unlock(&c->mu);
-    comm_thread_kick(c);
+    comm_wake_thread(c);
     return DT_OK;
 }
 
@@ -197,7 +180,7 @@ dt_status dt_work_wait(dt_work *w)
             pthread_mutex_lock(&c->mu);
             continue;
         }
-        if (p2p) comm_executor_wait_until(&c->cv_api, &c->mu, fired ? dt_now() + 0.05 : w->deadline);
+        if (p2p) comm_wake_wait_until(&c->cv_api, &c->mu, fired ? dt_now() + 0.05 : w->deadline);
         else pthread_cond_wait(&c->cv_api, &c->mu);
     }
     dt_status st = w->status;

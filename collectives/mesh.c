@@ -79,7 +79,7 @@ static void io_fail_cleanup(dt_comm *c)
     uint32_t st;
     pthread_mutex_lock(&c->mu);
     st = c->fail_status;
-    uint64_t unfinished = comm_first_unfinished_locked(c);
+    uint64_t unfinished = comm_fail_first_unfinished_locked(c);
     snprintf(text + 4, sizeof text - 4, "%s", c->error);
     pthread_mutex_unlock(&c->mu);
     memcpy(text, &st, 4);
@@ -166,7 +166,7 @@ void comm_mesh_authenticated(dt_conn *cn, int peer)
     dt_comm *c = cn->comm;
     cn->authenticated = true;
     cn->peer = peer;
-    comm_group_label_peer(cn);
+    comm_family_label_peer(cn);
     c_unlink_pending(cn);
     cn->next = NULL;
     c->peers[peer] = cn;
@@ -431,7 +431,7 @@ void comm_mesh_connect(dt_comm *c)
     pthread_mutex_lock(&c->mu);
     c->want_connect = true;
     pthread_mutex_unlock(&c->mu);
-    comm_thread_kick(c);
+    comm_wake_thread(c);
 }
 
 static void close_any(uv_handle_t *h, void *arg)
@@ -446,9 +446,9 @@ void comm_mesh_stop(dt_comm *c)
         pthread_mutex_lock(&c->mu);
         c->stopping = true;
         pthread_mutex_unlock(&c->mu);
-        comm_thread_kick(c);
+        comm_wake_thread(c);
         uv_thread_join(&c->thread);
-        /* under mu: a comm_thread_kick made under mu (a failure being recorded
+        /* under mu: a comm_wake_thread made under mu (a failure being recorded
          * on another thread) then never wakes a loop that is closing */
         pthread_mutex_lock(&c->mu);
         atomic_store(&c->io_running, false);

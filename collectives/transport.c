@@ -69,7 +69,7 @@ void comm_transport_release_xfer(dt_comm *c, dt_xfer *x, int state)
     x->state = state;
     dt_status st = DT_OK;
     if (state != XFER_DONE) st = c->failed ? c->fail_status : DT_EABORTED;
-    comm_executor_complete(x->work, st);
+    comm_wake_work_done(x->work, st);
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -283,7 +283,7 @@ static void rx_on_notice(dt_conn *cn)
     cn->rx_state = RX_STOPPED;
     comm_transport_set_reading(cn, false);
     pthread_mutex_lock(&c->mu);
-    bool later = !c->failed && comm_first_unfinished_locked(c) < cn->rx_hdr.seq;
+    bool later = !c->failed && comm_fail_first_unfinished_locked(c) < cn->rx_hdr.seq;
     if (later && !c->fail_deferred) {
         c->fail_deferred = true;
         c->deferred_until = dt_now() + DEFERRED_FAIL_GRACE_S;
@@ -645,5 +645,5 @@ void comm_transport_post(dt_comm *c, dt_xfer *x)
     else c->inbox_head = x;
     c->inbox_tail = x;
     pthread_mutex_unlock(&c->mu);
-    comm_thread_kick(c);
+    comm_wake_thread(c);
 }
