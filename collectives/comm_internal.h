@@ -268,7 +268,6 @@ void comm_thread_main(void *arg);        /* queued ops, and the loop */
 bool comm_thread_run_inline(dt_comm *c, dt_work *w, dt_status *st);
 /* executor.c: running an op */
 dt_status comm_executor_run(dt_comm *c, dt_work *w);
-void comm_executor_prepare(dt_comm *c, dt_work *w, const dt_op *op);
 
 /* validate.c: DT_OK if op is well formed for c, else DT_EINVAL with the
  * reason in c->arg_error. */

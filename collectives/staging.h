@@ -2,8 +2,8 @@
  * staging.h — internal: how ops on device buffers reach the host
  * algorithms (staging.c has the picture and the costs).
  *
- * The executor asks comm_staging_wants() once per op (a pointer query, only on a
- * communicator that has a device) and runs a staged op through
+ * work.c asks comm_staging_wants() once per op (a pointer query, only on a
+ * communicator that has a device), and the executor runs a staged op through
  * comm_staging_run() instead of comm_algo_run(). The algorithms see host buffers only;
  * the pipelined ones (ring all-reduce, reduce-scatter, all-gather, chain
  * broadcast) tell the staging layer two things through the hooks below:
@@ -22,7 +22,7 @@
 
 typedef struct stage_op stage_op; /* one staged op (staging.c) */
 
-/* executor.c */
+/* work.c asks when it prepares an op; executor.c runs a staged op */
 bool comm_staging_wants(dt_comm *c, const dt_op *op);
 dt_status comm_staging_run(dt_opctx *o);
 /* p2p (staging_p2p.c): before the transfer is posted (copies a device send
