@@ -35,17 +35,17 @@ dt_status comm_staging_p2p_end(dt_work *w, dt_status st);
 void comm_staging_destroy(dt_comm *c);
 void comm_staging_p2p_destroy(dt_comm *c); /* staging_p2p.c: the p2p pool */
 
-/* Hooks for the pipelined algorithms. */
-dt_status comm_staging_need_slow(dt_opctx *o, const void *p, size_t n);
-void comm_staging_ready_slow(dt_opctx *o, const void *p, size_t n);
+/* Hooks for the pipelined algorithms (staging_pieces.c). */
+dt_status comm_staging_pieces_need(dt_opctx *o, const void *p, size_t n);
+void comm_staging_pieces_ready(dt_opctx *o, const void *p, size_t n);
 
 static inline dt_status stage_need(dt_opctx *o, const void *p, size_t n) {
-    return o->stage ? comm_staging_need_slow(o, p, n) : DT_OK;
+    return o->stage ? comm_staging_pieces_need(o, p, n) : DT_OK;
 }
 
 static inline void stage_ready(dt_opctx *o, const void *p, size_t n) {
     if (o->stage)
-        comm_staging_ready_slow(o, p, n);
+        comm_staging_pieces_ready(o, p, n);
 }
 
 #endif /* DT_STAGING_H */
