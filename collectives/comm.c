@@ -264,14 +264,14 @@ dt_status dt_comm_init(dt_comm **out, const dt_comm_options *o)
     dt_status st = comm_setup(c, o);
     if (st != DT_OK) return st;
     if (c->size == 1) {
-        st = comm_mesh_start(c);
+        st = comm_thread_start(c);
         return st == DT_OK ? comm_connect_mesh(c, 0) : st;
     }
     double deadline = dt_now() + c->init_timeout_s;
     st = dt_store_open(&c->store, c->init_url, c->job_id);
     if (st != DT_OK) return store_failed(c, st, "opening the rendezvous store");
     if ((st = agree_on_key(c, o)) != DT_OK) return st;
-    if ((st = comm_mesh_start(c)) != DT_OK) return st;
+    if ((st = comm_thread_start(c)) != DT_OK) return st;
     if ((st = exchange_addresses(c, deadline)) != DT_OK) return st;
     return comm_connect_mesh(c, deadline);
 }

@@ -173,7 +173,7 @@ struct dt_comm {
     dt_op_kind cur_kind;
     uint64_t cur_seq;
     char arg_error[DT_ERROR_MAX]; /* the last rejected argument or failed split (not a failure) */
-    struct dt_group *group; /* set once (group.c): this communicator's place among its groups */
+    struct dt_group *group; /* set once (family.c): this communicator's place among its groups */
     bool fail_deferred;     /* a peer failed in an op after the one running here */
     double deferred_until;  /* ... and the op running here gets until then */
     dt_status deferred_status;
@@ -231,47 +231,62 @@ void comm_fail_deferred(dt_comm *c);
 /* With mu held: the first collective this rank has not finished. */
 uint64_t comm_fail_first_unfinished_locked(const dt_comm *c);
 
-/* transport.c: frames on authenticated connections (run on the loop,
- * except comm_transport_post, which any thread may call) */
-void comm_transport_post(dt_comm *c, dt_xfer *x);      /* from another thread */
-void comm_transport_post_here(dt_comm *c, dt_xfer *x); /* by the loop owner */
-void comm_transport_io_post(dt_comm *c, dt_xfer *x);   /* send or match a receive */
-void comm_transport_release_xfer(dt_comm *c, dt_xfer *x, int state); /* hand back to owner */
-void comm_transport_release_list(dt_comm *c, dt_xfer *x); /* fail a list of receives */
-void comm_transport_send_control(dt_conn *cn, uint8_t kind, uint64_t seq, const void *payload,
-                                 size_t len);
-void comm_transport_next_header(dt_conn *cn);
-void comm_transport_expect(dt_conn *cn, int state, size_t bytes);
-void comm_transport_set_reading(dt_conn *cn, bool on);
-void comm_transport_write(dt_conn *cn, uv_write_t *req, const void *buf, size_t len);
-/* mesh.c: connections and the loop */
-dt_status comm_mesh_start(dt_comm *c);          /* loop, listener, communicator thread */
-void comm_mesh_connect(dt_comm *c);             /* dial c->dial[0..rank) */
-void comm_mesh_authenticated(dt_conn *cn, int peer); /* the handshake passed */
-void comm_mesh_close(dt_conn *cn);
-void comm_mesh_stop(dt_comm *c);                /* stop the thread, close the loop */
-void comm_mesh_shutdown(dt_comm *c);            /* on the thread: BYE, close all */
-/* handshake.c, run on the loop */
-void comm_handshake_start_outgoing(dt_conn *cn);
-void comm_handshake_start_incoming(dt_conn *cn);
-void comm_handshake_step(dt_conn *cn); /* hs_buf holds rx_need bytes */
-void comm_handshake_reject(dt_conn *cn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* reject_log.c: a rejection to log or count (loop thread); the ticker's
  * summary once an interval has passed; the count left at destroy. */
 void comm_reject_log_note(dt_comm *c, const char *addr, const char *why);
 void comm_reject_log_tick(dt_comm *c);
 void comm_reject_log_flush(dt_comm *c);
-/* comm_thread.c: who runs the loop */
-void comm_thread_main(void *arg);        /* queued ops, and the loop */
-/* Run a blocking collective on the caller's thread when the loop is free;
- * false (nothing done) when it must queue instead. */
-bool comm_thread_run_inline(dt_comm *c, dt_work *w, dt_status *st);
-/* executor.c: running an op */
-dt_status comm_executor_run(dt_comm *c, dt_work *w);
+
+/* conn.c: what the layers of a connection share (run on the loop) */
+void comm_conn_release_xfer(dt_comm *c, dt_xfer *x, int state); /* hand back to owner */
+void comm_conn_release_list(dt_comm *c, dt_xfer *x); /* fail a list of receives */
+void comm_conn_expect(dt_conn *cn, int state, size_t bytes); /* the next unit to read */
+void comm_conn_stop_reading(dt_conn *cn);
+void comm_conn_close(dt_conn *cn);
+void comm_conn_unlink_pending(dt_conn *cn); /* out of comm->pending */
+/* During a shutdown, once no connection is left open: close the loop's own
+ * handles (the ticker, the wake-up), so that the loop ends. */
+void comm_conn_maybe_finish(dt_comm *c);
+
+/* handshake.c, run on the loop: the first message of a new connection
+ * (the caller then starts reading it); the next one, in hs_buf (rx_need
+ * bytes), true when it proved that rank cn->expect_peer is on the other
+ * end; a stranger turned away; the connection lost (err) mid-handshake. */
+void comm_handshake_start_outgoing(dt_conn *cn);
+void comm_handshake_start_incoming(dt_conn *cn);
+bool comm_handshake_step(dt_conn *cn);
+void comm_handshake_reject(dt_conn *cn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void comm_handshake_lost(dt_conn *cn, ssize_t err);
+
+/* transport.c: frames on authenticated connections, and the reader of
+ * every connection (run on the loop, except comm_transport_post, which
+ * any thread may call) */
+void comm_transport_post(dt_comm *c, dt_xfer *x);      /* from another thread */
+void comm_transport_post_here(dt_comm *c, dt_xfer *x); /* by the loop owner */
+void comm_transport_io_post(dt_comm *c, dt_xfer *x);   /* send or match a receive */
+void comm_transport_send_control(dt_conn *cn, uint8_t kind, uint64_t seq, const void *payload,
+                                 size_t len);
+void comm_transport_set_reading(dt_conn *cn, bool on);
+
+/* mesh.c: connections and the loop */
+dt_status comm_mesh_start(dt_comm *c);          /* the loop and the listener */
+void comm_mesh_connect(dt_comm *c);             /* dial c->dial[0..rank) */
+void comm_mesh_stop(dt_comm *c);                /* stop the thread, close the loop */
+void comm_mesh_shutdown(dt_comm *c);            /* on the thread: BYE, close all */
 
 /* validate.c: DT_OK if op is well formed for c, else DT_EINVAL with the
  * reason in c->arg_error. */
 dt_status comm_validate_op(dt_comm *c, const dt_op *op);
+
+/* executor.c: running a collective (on the thread that holds the loop) */
+dt_status comm_executor_run(dt_comm *c, dt_work *w);
+
+/* comm_thread.c: who runs the loop. Start the loop, the listener and the
+ * communicator thread. */
+dt_status comm_thread_start(dt_comm *c);
+/* Run a blocking collective on the caller's thread when the loop is free;
+ * false (nothing done) when it must queue instead. */
+bool comm_thread_run_inline(dt_comm *c, dt_work *w, dt_status *st);
 
 /* comm.c, shared with group.c: set up a communicator from options (no I/O),
  * and, once its peers' addresses are in c->dial, connect the mesh and wait

@@ -24,6 +24,9 @@
  * trips. Running it inline costs nothing extra; ordering is kept because it
  * only happens when no submitted op is queued or running.
  *
+ * comm_thread_start makes the loop and the listener (mesh.c), then the
+ * thread; comm_mesh_stop joins it.
+ *
  * SIGPIPE: a write to a socket the peer has reset raises it, and its
  * default action kills the process. Both loop runners block it while they
  * run (the caller only for the duration of the op, consuming any SIGPIPE
@@ -109,7 +112,7 @@ static dt_work *take_loop(dt_comm *c)
     return w;
 }
 
-void comm_thread_main(void *arg)
+static void thread_main(void *arg)
 {
     dt_comm *c = arg;
     sigset_t ignored;
@@ -178,4 +181,22 @@ bool comm_thread_run_inline(dt_comm *c, dt_work *w, dt_status *st)
     if (kick) comm_wake_thread(c);
     else if (wake) pthread_cond_signal(&c->cv_thread);
     return true;
+}
+
+/* The loop and the listener (mesh.c), then the thread that runs them. A
+ * listener that failed still gets its thread (its failure is recorded),
+ * so that dt_comm_destroy stops both the same way. */
+dt_status comm_thread_start(dt_comm *c)
+{
+    dt_status st = comm_mesh_start(c);
+    if (!c->loop_ready) return st;
+    atomic_store(&c->io_running, true); /* before the thread can fail anything */
+    int rc = uv_thread_create(&c->thread, thread_main, c);
+    if (rc < 0) {
+        atomic_store(&c->io_running, false);
+        comm_fail(c, DT_ESYS, "rank %d: cannot start the communicator thread: %s", c->rank,
+                  uv_strerror(rc));
+        return DT_ESYS;
+    }
+    return st;
 }

@@ -144,7 +144,7 @@ static dt_status child_create(dt_comm *parent, unsigned split, int color, const 
     if (st != DT_OK) return st;
     crypto_generichash(c->key, sizeof c->key, (const uint8_t *)job_id, strlen(job_id),
                        parent->key, sizeof parent->key);
-    return comm_mesh_start(c);
+    return comm_thread_start(c);
 }
 
 /* Every member is listening: dial the lower group ranks, accept the higher. */

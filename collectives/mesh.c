@@ -4,8 +4,9 @@
  *
  * Mesh rule: the higher rank dials, the lower rank accepts, so each pair
  * has exactly one connection. A connection is "pending" until its handshake
- * (handshake.c) proves who is on the other end; then it becomes
- * comm->peers[rank] and carries frames (transport.c). A dial that is
+ * (handshake.c, fed by transport.c's reader) proves who is on the other
+ * end; then transport.c makes it comm->peers[rank] and it carries frames.
+ * Closing one, and letting go of its transfers, is conn.c's. A dial that is
  * refused is retried every 100 ms until the init deadline: a peer may have
  * published its address a moment before it listens on another interface.
  *
@@ -15,6 +16,9 @@
  * cancels sends still in flight (their write callbacks release them).
  * Shutdown: BYE to every peer, a TCP shutdown (FIN after the last byte), and
  * a forced close after SHUTDOWN_GRACE_S if a peer does not read.
+ *
+ * comm_mesh_start makes the loop, its timers and the listener;
+ * comm_thread.c then starts the thread that runs it.
  *
  * The ticker (every TICK_MS) drives handshake deadlines, redials and the
  * forced closes, and bounds how long the communicator thread sleeps in the
@@ -34,41 +38,8 @@
 #define SHUTDOWN_GRACE_S 2.0
 
 static void close_pending(dt_comm *c);
-static void maybe_finish(dt_comm *c);
 
 /* ---- failure and shutdown -------------------------------------------------- */
-
-static void c_unlink_pending(dt_conn *cn)
-{
-    for (dt_conn **pp = &cn->comm->pending; *pp; pp = &(*pp)->next)
-        if (*pp == cn) { *pp = cn->next; break; }
-}
-
-static void on_conn_closed(uv_handle_t *h)
-{
-    dt_conn *cn = h->data;
-    dt_comm *c = cn->comm;
-    comm_transport_release_list(c, cn->failed_sends);
-    if (cn->peer >= 0 && c->peers[cn->peer] == cn) c->peers[cn->peer] = NULL;
-    c_unlink_pending(cn);
-    c->open_handles--;
-    free(cn);
-    maybe_finish(c); /* the last one closed: a shutdown ends now, not at the next tick */
-}
-
-void comm_mesh_close(dt_conn *cn)
-{
-    if (cn->closing) return;
-    cn->closing = true;
-    cn->rx_state = RX_STOPPED;
-    if (cn->has_handle) {
-        uv_close((uv_handle_t *)&cn->tcp, on_conn_closed);
-        return;
-    }
-    /* A connection waiting to redial has no handle to close. */
-    c_unlink_pending(cn);
-    free(cn);
-}
 
 /* Let go of every receive, tell the peers why, close after a grace period. */
 static void io_fail_cleanup(dt_comm *c)
@@ -88,15 +59,15 @@ static void io_fail_cleanup(dt_comm *c)
         if (!cn) continue;
         cn->rx_state = RX_STOPPED;
         comm_transport_set_reading(cn, false);
-        if (cn->rx_cur) comm_transport_release_xfer(c, cn->rx_cur, XFER_FAILED);
+        if (cn->rx_cur) comm_conn_release_xfer(c, cn->rx_cur, XFER_FAILED);
         cn->rx_cur = NULL;
-        comm_transport_release_list(c, cn->coll_head);
+        comm_conn_release_list(c, cn->coll_head);
         cn->coll_head = cn->coll_tail = NULL;
-        comm_transport_release_list(c, cn->failed_sends);
+        comm_conn_release_list(c, cn->failed_sends);
         cn->failed_sends = NULL;
         comm_transport_send_control(cn, FRAME_ABORT, unfinished, text, 4 + strlen(text + 4));
     }
-    comm_transport_release_list(c, c->p2p_head);
+    comm_conn_release_list(c, c->p2p_head);
     c->p2p_head = c->p2p_tail = NULL;
     close_pending(c);
     c->close_at = dt_now() + FAIL_GRACE_S;
@@ -106,7 +77,7 @@ static void close_pending(dt_comm *c)
 {
     for (dt_conn *cn = c->pending, *next; cn; cn = next) {
         next = cn->next;
-        comm_mesh_close(cn);
+        comm_conn_close(cn);
     }
 }
 
@@ -115,7 +86,7 @@ static void on_shutdown_done(uv_shutdown_t *req, int status)
     (void)status;
     dt_conn *cn = req->data;
     free(req);
-    comm_mesh_close(cn);
+    comm_conn_close(cn);
 }
 
 static void io_shutdown(dt_comm *c)
@@ -125,13 +96,13 @@ static void io_shutdown(dt_comm *c)
     for (int p = 0; p < c->size; p++) {
         dt_conn *cn = c->peers[p];
         if (!cn) continue;
-        if (cn->rx_cur) comm_transport_release_xfer(c, cn->rx_cur, XFER_FAILED);
+        if (cn->rx_cur) comm_conn_release_xfer(c, cn->rx_cur, XFER_FAILED);
         cn->rx_cur = NULL;
         if (cn->rx_state == RX_PAYLOAD) { /* its buffer is gone: read no more */
             cn->rx_state = RX_STOPPED;
             comm_transport_set_reading(cn, false);
         }
-        comm_transport_release_list(c, cn->coll_head);
+        comm_conn_release_list(c, cn->coll_head);
         cn->coll_head = cn->coll_tail = NULL;
         if (cn->closing) continue;
         comm_transport_send_control(cn, FRAME_BYE, 0, NULL, 0);
@@ -139,10 +110,10 @@ static void io_shutdown(dt_comm *c)
         if (req) req->data = cn;
         if (!req || uv_shutdown(req, (uv_stream_t *)&cn->tcp, on_shutdown_done) < 0) {
             free(req);
-            comm_mesh_close(cn);
+            comm_conn_close(cn);
         }
     }
-    comm_transport_release_list(c, c->p2p_head);
+    comm_conn_release_list(c, c->p2p_head);
     c->p2p_head = c->p2p_tail = NULL;
     close_pending(c);
     if (c->listener_open) {
@@ -156,28 +127,8 @@ static void io_shutdown(dt_comm *c)
 static void close_all_conns(dt_comm *c)
 {
     for (int p = 0; p < c->size; p++)
-        if (c->peers[p]) comm_mesh_close(c->peers[p]);
+        if (c->peers[p]) comm_conn_close(c->peers[p]);
     close_pending(c);
-}
-
-/* The handshake succeeded: cn now carries frames to and from `peer`. */
-void comm_mesh_authenticated(dt_conn *cn, int peer)
-{
-    dt_comm *c = cn->comm;
-    cn->authenticated = true;
-    cn->peer = peer;
-    comm_family_label_peer(cn);
-    c_unlink_pending(cn);
-    cn->next = NULL;
-    c->peers[peer] = cn;
-    comm_transport_next_header(cn);
-    comm_transport_set_reading(cn, true);
-    pthread_mutex_lock(&c->mu);
-    if (++c->connected == c->size - 1) {
-        c->mesh_ready = true;
-        pthread_cond_broadcast(&c->cv_api);
-    }
-    pthread_mutex_unlock(&c->mu);
 }
 
 /* ---- connecting ------------------------------------------------------------ */
@@ -236,7 +187,7 @@ static void on_connected(uv_connect_t *req, int status)
         /* Not listening yet, or a transient refusal: dial again soon. */
         cn->retry_at = dt_now() + 0.1;
         cn->rx_state = RX_STOPPED;
-        comm_mesh_close(cn);
+        comm_conn_close(cn);
         dt_conn *again = conn_new(c);
         if (!again) { comm_fail(c, DT_ENOMEM, "rank %d: out of memory", c->rank); return; }
         again->outgoing = true;
@@ -249,6 +200,7 @@ static void on_connected(uv_connect_t *req, int status)
     }
     tune_socket(c, cn);
     comm_handshake_start_outgoing(cn);
+    comm_transport_set_reading(cn, true); /* the reader hands it the replies */
 }
 
 static void io_dial(dt_conn *cn)
@@ -264,7 +216,7 @@ static void io_dial(dt_conn *cn)
     if (rc < 0) {
         comm_fail(c, DT_ESYS, "rank %d: connecting to rank %d (%s): %s", c->rank,
                   cn->expect_peer, cn->addr, uv_strerror(rc));
-        comm_mesh_close(cn);
+        comm_conn_close(cn);
     }
 }
 
@@ -292,25 +244,19 @@ static void on_connection(uv_stream_t *server, int status)
     uv_tcp_init(&c->loop, &cn->tcp);
     cn->has_handle = true;
     c->open_handles++;
-    if (uv_accept(server, (uv_stream_t *)&cn->tcp) < 0) { comm_mesh_close(cn); return; }
+    if (uv_accept(server, (uv_stream_t *)&cn->tcp) < 0) { comm_conn_close(cn); return; }
     struct sockaddr_storage sa;
     int len = sizeof sa;
     if (uv_tcp_getpeername(&cn->tcp, (struct sockaddr *)&sa, &len) == 0)
         format_addr((struct sockaddr *)&sa, cn->addr, sizeof cn->addr);
-    if (c->io_shutdown || c->io_failed_done) { comm_mesh_close(cn); return; }
+    if (c->io_shutdown || c->io_failed_done) { comm_conn_close(cn); return; }
     tune_socket(c, cn);
     cn->deadline = dt_now() + HANDSHAKE_TIMEOUT_S;
     comm_handshake_start_incoming(cn);
+    comm_transport_set_reading(cn, true);
 }
 
 /* ---- the loop's wake-ups ----------------------------------------------------- */
-
-static void maybe_finish(dt_comm *c)
-{
-    if (!c->io_shutdown || c->open_handles > 0) return;
-    if (!uv_is_closing((uv_handle_t *)&c->ticker)) uv_close((uv_handle_t *)&c->ticker, NULL);
-    if (!uv_is_closing((uv_handle_t *)&c->wake)) uv_close((uv_handle_t *)&c->wake, NULL);
-}
 
 static void on_tick(uv_timer_t *t)
 {
@@ -334,7 +280,7 @@ static void on_tick(uv_timer_t *t)
     }
     if (c->close_at > 0 && now >= c->close_at) close_all_conns(c);
     comm_reject_log_tick(c);
-    maybe_finish(c);
+    comm_conn_maybe_finish(c);
 }
 
 static void on_wake(uv_async_t *a)
@@ -353,7 +299,7 @@ static void on_wake(uv_async_t *a)
         list = x->next;
         comm_transport_io_post(c, x);
     }
-    maybe_finish(c);
+    comm_conn_maybe_finish(c);
 }
 
 /* Called by the communicator thread as it exits: say BYE, close everything,
@@ -368,7 +314,7 @@ void comm_mesh_shutdown(dt_comm *c)
      * learn the reason rather than "destroyed its communicator". */
     if (failed) io_fail_cleanup(c);
     io_shutdown(c);
-    maybe_finish(c);
+    comm_conn_maybe_finish(c);
     uv_run(&c->loop, UV_RUN_DEFAULT);
 }
 
@@ -414,16 +360,7 @@ dt_status comm_mesh_start(dt_comm *c)
     uv_timer_init(&c->loop, &c->ticker);
     c->ticker.data = c;
     uv_timer_start(&c->ticker, on_tick, TICK_MS, TICK_MS);
-    dt_status st = c->size > 1 ? bind_listener(c) : DT_OK;
-    atomic_store(&c->io_running, true); /* before the thread can fail anything */
-    rc = uv_thread_create(&c->thread, comm_thread_main, c);
-    if (rc < 0) {
-        atomic_store(&c->io_running, false);
-        comm_fail(c, DT_ESYS, "rank %d: cannot start the communicator thread: %s", c->rank,
-                  uv_strerror(rc));
-        return DT_ESYS;
-    }
-    return st;
+    return c->size > 1 ? bind_listener(c) : DT_OK;
 }
 
 void comm_mesh_connect(dt_comm *c)

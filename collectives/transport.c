@@ -28,6 +28,11 @@
  * op's frames can only be matched if the ranks agree on the root, which
  * root_agreement.c checks before its data moves.
  *
+ * The reader is every connection's: it reads a new connection's handshake
+ * messages too, into hs_buf, and hands each to handshake.c; once the
+ * handshake says the peer proved who it is, the connection becomes
+ * comm->peers[rank] here and its next unit is a frame header.
+ *
  * Failure (mesh.c does the work): EOF, a reset, a write error, a protocol error, a timeout noticed
  * by the op's runner, or dt_comm_abort all end in comm_fail. The first failure
  * is recorded; the loop then lets go of every posted receive, sends each
@@ -53,35 +58,6 @@
 
 #define MAX_READ (1u << 30)
 
-/* ---- letting go of transfers ------------------------------------------- */
-
-/* Hand a transfer back to its owner. After this the loop never touches x.
- * A collective transfer's owner is the op running on this very thread; a
- * p2p transfer completes a work handle some API thread may be waiting on. */
-void comm_transport_release_xfer(dt_comm *c, dt_xfer *x, int state)
-{
-    if (!x->work) {
-        x->state = state;
-        if (x->owner) x->owner->outstanding--;
-        return;
-    }
-    pthread_mutex_lock(&c->mu);
-    x->state = state;
-    dt_status st = DT_OK;
-    if (state != XFER_DONE) st = c->failed ? c->fail_status : DT_EABORTED;
-    comm_wake_work_done(x->work, st);
-    pthread_mutex_unlock(&c->mu);
-}
-
-void comm_transport_release_list(dt_comm *c, dt_xfer *x)
-{
-    while (x) {
-        dt_xfer *next = x->next;
-        comm_transport_release_xfer(c, x, XFER_FAILED);
-        x = next;
-    }
-}
-
 /* ---- reading ------------------------------------------------------------- */
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
@@ -91,10 +67,13 @@ static void rx_resume(dt_conn *cn);
 
 void comm_transport_set_reading(dt_conn *cn, bool on)
 {
-    if (cn->closing || cn->reading == on) return;
-    cn->reading = on;
-    if (on) uv_read_start((uv_stream_t *)&cn->tcp, on_alloc, on_read);
-    else uv_read_stop((uv_stream_t *)&cn->tcp);
+    if (!on) {
+        comm_conn_stop_reading(cn);
+        return;
+    }
+    if (cn->closing || cn->reading) return;
+    cn->reading = true;
+    uv_read_start((uv_stream_t *)&cn->tcp, on_alloc, on_read);
 }
 
 static bool stage_full(const dt_conn *cn)
@@ -102,16 +81,9 @@ static bool stage_full(const dt_conn *cn)
     return cn->stage_off == 0 && cn->stage_len == sizeof cn->rx_stage;
 }
 
-void comm_transport_expect(dt_conn *cn, int state, size_t bytes)
+static void next_header(dt_conn *cn)
 {
-    cn->rx_state = state;
-    cn->rx_got = 0;
-    cn->rx_need = bytes;
-}
-
-void comm_transport_next_header(dt_conn *cn)
-{
-    comm_transport_expect(cn, RX_HEADER, sizeof(dt_frame_hdr));
+    comm_conn_expect(cn, RX_HEADER, sizeof(dt_frame_hdr));
     cn->rx_cur = NULL;
 }
 
@@ -173,8 +145,8 @@ static void rx_start_payload(dt_conn *cn, dt_xfer *x)
     x->source = cn->peer;
     x->next = NULL;
     if (cn->rx_hdr.length == 0) {
-        comm_transport_release_xfer(cn->comm, x, XFER_DONE);
-        comm_transport_next_header(cn);
+        comm_conn_release_xfer(cn->comm, x, XFER_DONE);
+        next_header(cn);
     } else {
         cn->rx_cur = x;
         x->done = 0;
@@ -234,7 +206,7 @@ static void rx_on_header(dt_conn *cn)
              * wakes on the release and must find the reason in place. */
             x->next = NULL;
             protocol_error(cn, &x->hdr);
-            comm_transport_release_xfer(c, x, XFER_FAILED);
+            comm_conn_release_xfer(c, x, XFER_FAILED);
             return;
         }
         rx_start_payload(cn, x);
@@ -247,11 +219,11 @@ static void rx_on_header(dt_conn *cn)
                       c->rank, cn->peer, cn->addr, (unsigned long long)h->length);
             return;
         }
-        comm_transport_expect(cn, RX_NOTICE, h->length);
+        comm_conn_expect(cn, RX_NOTICE, h->length);
         break;
     case FRAME_BYE:
         cn->bye = true;
-        comm_transport_next_header(cn);
+        next_header(cn);
         break;
     default:
         cn->rx_state = RX_STOPPED;
@@ -311,20 +283,15 @@ static bool expects_from(dt_comm *c, dt_conn *cn)
 static void conn_lost(dt_conn *cn, ssize_t err)
 {
     dt_comm *c = cn->comm;
+    if (!cn->authenticated) {
+        comm_handshake_lost(cn, err);
+        return;
+    }
     cn->lost = true;
     cn->rx_state = RX_STOPPED;
     comm_transport_set_reading(cn, false);
-    if (!cn->authenticated) {
-        if (cn->outgoing)
-            comm_fail(c, DT_EPEER, "rank %d: rank %d (%s) closed the connection during the "
-                      "handshake (%s): is it another job, or does it hold another secret?",
-                      c->rank, cn->expect_peer, cn->addr, uv_strerror((int)err));
-        else
-            comm_handshake_reject(cn, "closed during the handshake (%s)", uv_strerror((int)err));
-        return;
-    }
     if (cn->bye && !expects_from(c, cn)) {
-        comm_mesh_close(cn);
+        comm_conn_close(cn);
         return;
     }
     if (cn->bye)
@@ -344,8 +311,31 @@ static void rx_payload_got(dt_conn *cn, size_t n)
     x->done += n;
     if (x->done < x->len) return;
     cn->rx_cur = NULL;
-    comm_transport_release_xfer(cn->comm, x, XFER_DONE);
-    comm_transport_next_header(cn);
+    comm_conn_release_xfer(cn->comm, x, XFER_DONE);
+    next_header(cn);
+}
+
+/* The handshake proved that rank cn->expect_peer is on the other end: from
+ * now on cn is comm->peers[rank] and carries frames; the mesh is ready
+ * once every peer has come. */
+static void authenticated(dt_conn *cn)
+{
+    dt_comm *c = cn->comm;
+    int peer = cn->expect_peer;
+    cn->authenticated = true;
+    cn->peer = peer;
+    comm_family_label_peer(cn);
+    comm_conn_unlink_pending(cn);
+    cn->next = NULL;
+    c->peers[peer] = cn;
+    next_header(cn);
+    comm_transport_set_reading(cn, true);
+    pthread_mutex_lock(&c->mu);
+    if (++c->connected == c->size - 1) {
+        c->mesh_ready = true;
+        pthread_cond_broadcast(&c->cv_api);
+    }
+    pthread_mutex_unlock(&c->mu);
 }
 
 /* The current fixed-size unit (header, handshake message, notice) is in. */
@@ -353,7 +343,9 @@ static void rx_unit_done(dt_conn *cn)
 {
     switch (cn->rx_state) {
     case RX_HEADER: rx_on_header(cn); break;
-    case RX_HANDSHAKE: comm_handshake_step(cn); break;
+    case RX_HANDSHAKE:
+        if (comm_handshake_step(cn)) authenticated(cn);
+        break;
     case RX_NOTICE: rx_on_notice(cn); break;
     default: break;
     }
@@ -495,7 +487,7 @@ static void send_finished(dt_conn *cn, dt_xfer *x, int status)
                   "its process was killed", c->rank, cn->peer, cn->addr, uv_strerror(status),
                   cn->peer);
     }
-    comm_transport_release_xfer(c, x, status == 0 ? XFER_DONE : XFER_FAILED);
+    comm_conn_release_xfer(c, x, status == 0 ? XFER_DONE : XFER_FAILED);
 }
 
 static void on_send_done(uv_write_t *req, int status)
@@ -534,21 +526,6 @@ void comm_transport_send_control(dt_conn *cn, uint8_t kind, uint64_t seq, const 
         free(w);
 }
 
-static void on_hs_write_done(uv_write_t *req, int status)
-{
-    dt_conn *cn = req->data;
-    if (status < 0 && status != UV_ECANCELED && !cn->authenticated && !cn->closing)
-        conn_lost(cn, status);
-}
-
-void comm_transport_write(dt_conn *cn, uv_write_t *req, const void *buf, size_t len)
-{
-    uv_buf_t b = uv_buf_init((char *)buf, (unsigned)len);
-    req->data = cn;
-    int rc = uv_write(req, (uv_stream_t *)&cn->tcp, &b, 1, on_hs_write_done);
-    if (rc < 0) conn_lost(cn, rc);
-}
-
 /* ---- posting (loop side) ------------------------------------------------- */
 
 static dt_conn *peer_conn(dt_comm *c, dt_xfer *x, const char *what)
@@ -563,7 +540,7 @@ static dt_conn *peer_conn(dt_comm *c, dt_xfer *x, const char *what)
 static void io_send(dt_comm *c, dt_xfer *x)
 {
     dt_conn *cn = peer_conn(c, x, "send to");
-    if (!cn) { comm_transport_release_xfer(c, x, XFER_FAILED); return; }
+    if (!cn) { comm_conn_release_xfer(c, x, XFER_FAILED); return; }
     uv_buf_t bufs[2] = {uv_buf_init((char *)&x->hdr, sizeof x->hdr),
                         uv_buf_init(x->buf, (unsigned)x->len)};
     uv_buf_t *b = bufs;
@@ -587,7 +564,7 @@ static void io_send(dt_comm *c, dt_xfer *x)
     if (rc < 0) {
         comm_fail(c, DT_EPEER, "rank %d: writing to rank %d (%s) failed: %s", c->rank,
                   cn->peer, cn->addr, uv_strerror(rc));
-        comm_transport_release_xfer(c, x, XFER_FAILED);
+        comm_conn_release_xfer(c, x, XFER_FAILED);
     }
 }
 
@@ -598,7 +575,7 @@ static void io_recv(dt_comm *c, dt_xfer *x)
         /* A peer that said BYE or hung up has nothing parked here (frames
          * are parsed in order, BYE last), so nothing more can ever match. */
         if (x->peer != DT_ANY_SOURCE && !peer_conn(c, x, "receive from")) {
-            comm_transport_release_xfer(c, x, XFER_FAILED);
+            comm_conn_release_xfer(c, x, XFER_FAILED);
             return;
         }
         if (c->p2p_tail) c->p2p_tail->next = x;
@@ -612,7 +589,7 @@ static void io_recv(dt_comm *c, dt_xfer *x)
         return;
     }
     dt_conn *cn = peer_conn(c, x, "receive from");
-    if (!cn) { comm_transport_release_xfer(c, x, XFER_FAILED); return; }
+    if (!cn) { comm_conn_release_xfer(c, x, XFER_FAILED); return; }
     if (cn->coll_tail) cn->coll_tail->next = x;
     else cn->coll_head = x;
     cn->coll_tail = x;
@@ -622,7 +599,7 @@ static void io_recv(dt_comm *c, dt_xfer *x)
 void comm_transport_io_post(dt_comm *c, dt_xfer *x)
 {
     x->next = NULL;
-    if (c->io_failed_done || c->io_shutdown) comm_transport_release_xfer(c, x, XFER_FAILED);
+    if (c->io_failed_done || c->io_shutdown) comm_conn_release_xfer(c, x, XFER_FAILED);
     else if (x->is_send) io_send(c, x);
     else io_recv(c, x);
 }
