@@ -13,7 +13,8 @@
  *                        are done; runs the loop for p2p, init and failure
  *                        clean-up, and polls it while idle.
  *
- * Ownership rules (a reader of transport.c must keep these in mind):
+ * Ownership rules (a reader of transport_read.c and transport.c must keep
+ * these in mind):
  *   - Fields under "loop owner only" are touched only by the thread that
  *     holds the loop (`loop_busy`, taken and given back under `mu`): the
  *     communicator thread, or an API thread running an op inline.
@@ -223,7 +224,7 @@ void comm_failv(dt_comm *c, dt_status st, const char *fmt, va_list ap);
 void comm_fail_member(dt_comm *c, dt_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* With mu held, as the op running on this rank ends: a failure a peer
- * reported from a later op (transport.c holds it back until then) becomes
+ * reported from a later op (transport_read.c holds it back until then) becomes
  * this communicator's failure. True if it did: comm_wake_thread after unlocking. */
 bool comm_fail_deferred_locked(dt_comm *c);
 /* The same before the op ends, once it has had its grace (comm_xfer_wait). */
@@ -258,15 +259,19 @@ bool comm_handshake_step(dt_conn *cn);
 void comm_handshake_reject(dt_conn *cn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void comm_handshake_lost(dt_conn *cn, ssize_t err);
 
-/* transport.c: frames on authenticated connections, and the reader of
- * every connection (run on the loop, except comm_transport_post, which
- * any thread may call) */
+/* transport_read.c: the reader of every connection, run on the loop:
+ * reading on or off; a header that waited for its receive (rx_state
+ * RX_WAIT_MATCH), matched again now that one was posted. */
+void comm_transport_read_set(dt_conn *cn, bool on);
+void comm_transport_read_header(dt_conn *cn);
+
+/* transport.c: frames out, and transfers posted (run on the loop, except
+ * comm_transport_post, which any thread may call) */
 void comm_transport_post(dt_comm *c, dt_xfer *x);      /* from another thread */
 void comm_transport_post_here(dt_comm *c, dt_xfer *x); /* by the loop owner */
 void comm_transport_io_post(dt_comm *c, dt_xfer *x);   /* send or match a receive */
 void comm_transport_send_control(dt_conn *cn, uint8_t kind, uint64_t seq, const void *payload,
                                  size_t len);
-void comm_transport_set_reading(dt_conn *cn, bool on);
 
 /* mesh.c: connections and the loop */
 dt_status comm_mesh_start(dt_comm *c);          /* the loop and the listener */

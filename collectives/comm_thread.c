@@ -124,7 +124,7 @@ static void thread_main(void *arg)
             pthread_cond_wait(&c->cv_thread, &c->mu);
         }
         c->thread_awaits_loop = false;
-        /* a peer's failure held back (transport.c) while no op runs here */
+        /* a peer's failure held back (transport_read.c) while no op runs here */
         if (c->fail_deferred && dt_now() >= c->deferred_until && comm_fail_deferred_locked(c))
             comm_wake_thread(c);
         if (c->stopping && !c->q_head) break;

@@ -1,6 +1,7 @@
 /*
  * conn.c — what every layer of a connection shares, below the handshake
- * (handshake.c), the frames (transport.c) and the mesh (mesh.c): letting
+ * (handshake.c), the frames (transport_read.c, transport.c) and the mesh
+ * (mesh.c): letting
  * go of transfers, the next fixed-size unit to read, stopping reads, and
  * closing.
  *

@@ -26,7 +26,7 @@
  * frames, as ever.
  *
  * A peer that failed in an op later than the one running here is held back
- * (transport.c records it as deferred): comm_fail_deferred* turn it into
+ * (transport_read.c records it as deferred): comm_fail_deferred* turn it into
  * this communicator's failure once the op ends or its grace is over.
  * Cost: a mutex or two per failure; nothing on the success path.
  */

@@ -25,7 +25,7 @@
  * authenticate the rank it dialled fails the communicator instead: it cannot
  * complete the mesh without it.
  *
- * The reader (transport.c) reads each message into hs_buf and hands it to
+ * The reader (transport_read.c) reads each message into hs_buf and hands it to
  * comm_handshake_step; when that says the peer proved itself, the reader
  * takes the connection over for frames. A read or write that fails
  * mid-handshake ends in comm_handshake_lost.

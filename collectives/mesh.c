@@ -4,8 +4,9 @@
  *
  * Mesh rule: the higher rank dials, the lower rank accepts, so each pair
  * has exactly one connection. A connection is "pending" until its handshake
- * (handshake.c, fed by transport.c's reader) proves who is on the other
- * end; then transport.c makes it comm->peers[rank] and it carries frames.
+ * (handshake.c, fed by transport_read.c's reader) proves who is on the
+ * other end; then the reader makes it comm->peers[rank] and it carries
+ * frames (transport.c writes them).
  * Closing one, and letting go of its transfers, is conn.c's. A dial that is
  * refused is retried every 100 ms until the init deadline: a peer may have
  * published its address a moment before it listens on another interface.
@@ -58,7 +59,7 @@ static void io_fail_cleanup(dt_comm *c)
         dt_conn *cn = c->peers[p];
         if (!cn) continue;
         cn->rx_state = RX_STOPPED;
-        comm_transport_set_reading(cn, false);
+        comm_transport_read_set(cn, false);
         if (cn->rx_cur) comm_conn_release_xfer(c, cn->rx_cur, XFER_FAILED);
         cn->rx_cur = NULL;
         comm_conn_release_list(c, cn->coll_head);
@@ -100,7 +101,7 @@ static void io_shutdown(dt_comm *c)
         cn->rx_cur = NULL;
         if (cn->rx_state == RX_PAYLOAD) { /* its buffer is gone: read no more */
             cn->rx_state = RX_STOPPED;
-            comm_transport_set_reading(cn, false);
+            comm_transport_read_set(cn, false);
         }
         comm_conn_release_list(c, cn->coll_head);
         cn->coll_head = cn->coll_tail = NULL;
@@ -200,7 +201,7 @@ static void on_connected(uv_connect_t *req, int status)
     }
     tune_socket(c, cn);
     comm_handshake_start_outgoing(cn);
-    comm_transport_set_reading(cn, true); /* the reader hands it the replies */
+    comm_transport_read_set(cn, true); /* the reader hands it the replies */
 }
 
 static void io_dial(dt_conn *cn)
@@ -253,7 +254,7 @@ static void on_connection(uv_stream_t *server, int status)
     tune_socket(c, cn);
     cn->deadline = dt_now() + HANDSHAKE_TIMEOUT_S;
     comm_handshake_start_incoming(cn);
-    comm_transport_set_reading(cn, true);
+    comm_transport_read_set(cn, true);
 }
 
 /* ---- the loop's wake-ups ----------------------------------------------------- */
