@@ -13,11 +13,11 @@
  * dt_comm_split (group.c) makes a communicator the same way, with the
  * addresses from an all-gather on its parent instead of the store.
  *
- * Failure is recorded once (comm_fail): the first error names the root
- * cause — which rank, at which address, during which op — and every later
- * op returns it. dt_comm_abort is the same path with DT_EABORTED; it may
- * run on any thread, so comm_failv is done with the communicator once it
- * lets go of the mutex that published the failure.
+ * Every step that fails records the failure once (comm_fail, fail.c): the
+ * first error names the root cause, and every later op returns it.
+ * dt_comm_abort is the same path with DT_EABORTED, from any thread.
+ * dt_comm_destroy leaves the communicator's family first (family.c), so no
+ * failure of a related group reaches it while it is being taken apart.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -34,108 +34,6 @@ void dt_comm_options_default(dt_comm_options *o)
 {
     memset(o, 0, sizeof *o);
     o->world_size = 1;
-}
-
-/* Where a failure was seen: " [rank 2 was running allreduce #17]"; a
- * group's member names itself by group and world rank (group.c), and says
- * so even when no op was running. */
-static void append_context(dt_comm *c, char *out, size_t n)
-{
-    char who[256];
-    bool in_group = comm_group_who(c, who, sizeof who);
-    if (c->in_op)
-        snprintf(out, n, " [%s was running %s #%llu]", who, dt_op_name(c->cur_kind),
-                 (unsigned long long)c->cur_seq);
-    else if (in_group)
-        snprintf(out, n, " [seen by %s]", who);
-}
-
-/* Records the first failure on c alone (where it was seen appended), wakes
- * everyone; true if this call was the first. */
-static bool record_failure(dt_comm *c, dt_status st, const char *fmt, va_list ap)
-{
-    pthread_mutex_lock(&c->mu);
-    bool first = !c->failed;
-    if (first) {
-        c->failed = true;
-        c->fail_status = st;
-        int n = vsnprintf(c->error, sizeof c->error, fmt, ap);
-        if (n > 0 && (size_t)n < sizeof c->error)
-            append_context(c, c->error + n, sizeof c->error - (size_t)n);
-    }
-    c->want_fail = true;
-    pthread_cond_broadcast(&c->cv_api);
-    /* Wake the loop before letting go of mu, and touch nothing after: a
-     * thread woken by the failure may destroy c the moment mu is free
-     * (dt_comm_abort is called from any thread). Every way out of an op,
-     * and dt_comm_destroy itself, takes mu first. */
-    comm_thread_kick(c);
-    pthread_mutex_unlock(&c->mu);
-    return first;
-}
-
-/* Under the family lock of c's groups (group.c), so that the first failure
- * among them reaches all the others before any of them records its own.
- * Spreading touches c after record_failure let go of its mutex; that is safe
- * because dt_comm_destroy detaches c under the same family lock first. */
-void comm_failv(dt_comm *c, dt_status st, const char *fmt, va_list ap)
-{
-    struct group_family *family = comm_group_lock_family(c);
-    if (record_failure(c, st, fmt, ap) && family) comm_group_spread_failure(c);
-    comm_group_unlock_family(family);
-}
-
-void comm_fail_member(dt_comm *c, dt_status st, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    record_failure(c, st, fmt, ap);
-    va_end(ap);
-}
-
-bool comm_fail_deferred_locked(dt_comm *c)
-{
-    if (!c->fail_deferred) return false;
-    c->fail_deferred = false;
-    if (c->failed) return false;
-    c->failed = true;
-    c->fail_status = c->deferred_status;
-    snprintf(c->error, sizeof c->error, "%s", c->deferred_error);
-    c->want_fail = true;
-    pthread_cond_broadcast(&c->cv_api);
-    return true;
-}
-
-void comm_fail_deferred(dt_comm *c)
-{
-    pthread_mutex_lock(&c->mu);
-    if (comm_fail_deferred_locked(c)) comm_thread_kick(c);
-    pthread_mutex_unlock(&c->mu);
-}
-
-uint64_t comm_first_unfinished_locked(const dt_comm *c)
-{
-    if (c->in_op) return c->cur_seq;
-    return c->q_head ? c->q_head->seq : c->next_seq;
-}
-
-void comm_fail(dt_comm *c, dt_status st, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    comm_failv(c, st, fmt, ap);
-    va_end(ap);
-}
-
-void comm_log(dt_comm *c, const char *fmt, ...)
-{
-    char line[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    if (c->log) c->log(c->log_user, line);
-    else fprintf(stderr, "%s\n", line);
 }
 
 static char *dup_or(const char *s, const char *fallback)
@@ -331,7 +229,7 @@ static dt_status wait_for_mesh(dt_comm *c, double deadline)
 {
     pthread_mutex_lock(&c->mu);
     while (!c->mesh_ready && !c->failed && dt_now() < deadline)
-        comm_executor_wait_until(&c->cv_api, &c->mu, deadline);
+        comm_wake_wait_until(&c->cv_api, &c->mu, deadline);
     bool ready = c->mesh_ready, failed = c->failed;
     int connected = c->connected;
     pthread_mutex_unlock(&c->mu);
@@ -347,7 +245,7 @@ static dt_status init_finished(dt_comm *c)
     pthread_mutex_lock(&c->mu);
     c->init_done = true;
     pthread_mutex_unlock(&c->mu);
-    comm_thread_kick(c);
+    comm_wake_thread(c);
     return DT_OK;
 }
 
@@ -367,14 +265,14 @@ dt_status dt_comm_init(dt_comm **out, const dt_comm_options *o)
     dt_status st = comm_setup(c, o);
     if (st != DT_OK) return st;
     if (c->size == 1) {
-        st = comm_mesh_start(c);
+        st = comm_thread_start(c);
         return st == DT_OK ? comm_connect_mesh(c, 0) : st;
     }
     double deadline = dt_now() + c->init_timeout_s;
     st = dt_store_open(&c->store, c->init_url, c->job_id);
     if (st != DT_OK) return store_failed(c, st, "opening the rendezvous store");
     if ((st = agree_on_key(c, o)) != DT_OK) return st;
-    if ((st = comm_mesh_start(c)) != DT_OK) return st;
+    if ((st = comm_thread_start(c)) != DT_OK) return st;
     if ((st = exchange_addresses(c, deadline)) != DT_OK) return st;
     return comm_connect_mesh(c, deadline);
 }
@@ -382,7 +280,7 @@ dt_status dt_comm_init(dt_comm **out, const dt_comm_options *o)
 void dt_comm_destroy(dt_comm *c)
 {
     if (!c) return;
-    comm_group_detach(c); /* no failure reaches c through its groups any more */
+    comm_family_detach(c); /* no failure reaches c through its groups any more */
     comm_mesh_stop(c);
     comm_reject_log_flush(c); /* the loop thread is gone: its state is ours */
     if (c->store) dt_store_close(c->store);
@@ -400,7 +298,7 @@ void dt_comm_destroy(dt_comm *c)
     pthread_cond_destroy(&c->cv_api);
     pthread_cond_destroy(&c->cv_thread);
     sodium_memzero(c->key, sizeof c->key);
-    comm_group_free(c);
+    comm_family_free(c);
     free(c);
 }
 

@@ -13,7 +13,8 @@
  *                        are done; runs the loop for p2p, init and failure
  *                        clean-up, and polls it while idle.
  *
- * Ownership rules (a reader of transport.c must keep these in mind):
+ * Ownership rules (a reader of transport_read.c and transport.c must keep
+ * these in mind):
  *   - Fields under "loop owner only" are touched only by the thread that
  *     holds the loop (`loop_busy`, taken and given back under `mu`): the
  *     communicator thread, or an API thread running an op inline.
@@ -173,7 +174,7 @@ struct dt_comm {
     dt_op_kind cur_kind;
     uint64_t cur_seq;
     char arg_error[DT_ERROR_MAX]; /* the last rejected argument or failed split (not a failure) */
-    struct dt_group *group; /* set once (group.c): this communicator's place among its groups */
+    struct dt_group *group; /* set once (family.c): this communicator's place among its groups */
     bool fail_deferred;     /* a peer failed in an op after the one running here */
     double deferred_until;  /* ... and the op running here gets until then */
     dt_status deferred_status;
@@ -186,97 +187,117 @@ struct dt_comm {
     uint32_t *sent_index, *recv_index; /* [size] each */
 };
 
-/* Record the first failure (any thread), wake everyone, and have the loop
- * fail every pending transfer and close the connections. */
+/* The files below come bottom first: each calls only the ones above it
+ * here (tests/check_file_calls.py holds the layer to that). */
+
+/* wake.c: waking the communicator thread (cond var, and the loop's async
+ * handle while it runs), with mu held or not; a timed wait on the
+ * monotonic clock, deadline in dt_now() seconds; a work handle done (with
+ * mu held), which wakes its waiters. */
+void comm_wake_thread(dt_comm *c);
+void comm_wake_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, double deadline);
+void comm_wake_work_done(dt_work *w, dt_status st);
+
+/* log.c: a line for the log (rejected strangers, pinned memory refused). */
+void comm_log(dt_comm *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* family.c: the tree of communicators made from one world by splits (its
+ * records and their making: family.h). comm_family_who writes "rank 2" or,
+ * for a split's child, "rank 0 (world rank 3) of group 'split 1 colour 1'
+ * = world ranks 3,5" into out; true for a child; with c->mu held. */
+bool comm_family_who(const dt_comm *c, char *out, size_t n);
+/* Label an authenticated connection of a child with its peer's world rank. */
+void comm_family_label_peer(dt_conn *cn);
+/* dt_comm_destroy: leave the family first (nothing spreads to c after),
+ * free c's group record last. */
+void comm_family_detach(dt_comm *c);
+void comm_family_free(dt_comm *c);
+
+/* fail.c: record the first failure (any thread), wake everyone, and have
+ * the loop fail every pending transfer and close the connections; spread
+ * it to c's family. */
 void comm_fail(dt_comm *c, dt_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void comm_failv(dt_comm *c, dt_status st, const char *fmt, va_list ap);
-/* Record a failure on c alone, never spreading it to c's groups (group.c
- * spreads one failure to the others this way). */
+/* Record a failure on c alone, never spreading it to c's groups (a spread
+ * failure reaches the others this way). */
 void comm_fail_member(dt_comm *c, dt_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* comm.c, shared with group.c: set up a communicator from options (no I/O),
- * and, once its peers' addresses are in c->dial, connect the mesh and wait
- * for it until `deadline` (dt_now() seconds). */
-dt_status comm_setup(dt_comm *c, const dt_comm_options *o);
-dt_status comm_connect_mesh(dt_comm *c, double deadline);
 /* With mu held, as the op running on this rank ends: a failure a peer
- * reported from a later op (transport.c holds it back until then) becomes
- * this communicator's failure. True if it did: comm_thread_kick after unlocking. */
+ * reported from a later op (transport_read.c holds it back until then) becomes
+ * this communicator's failure. True if it did: comm_wake_thread after unlocking. */
 bool comm_fail_deferred_locked(dt_comm *c);
 /* The same before the op ends, once it has had its grace (comm_xfer_wait). */
 void comm_fail_deferred(dt_comm *c);
 /* With mu held: the first collective this rank has not finished. */
-uint64_t comm_first_unfinished_locked(const dt_comm *c);
-/* A line for the log (rejected strangers). */
-void comm_log(dt_comm *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+uint64_t comm_fail_first_unfinished_locked(const dt_comm *c);
 
-/* transport.c: frames on authenticated connections (run on the loop,
- * except comm_transport_post, which any thread may call) */
-void comm_transport_post(dt_comm *c, dt_xfer *x);      /* from another thread */
-void comm_transport_post_here(dt_comm *c, dt_xfer *x); /* by the loop owner */
-void comm_transport_io_post(dt_comm *c, dt_xfer *x);   /* send or match a receive */
-void comm_transport_release_xfer(dt_comm *c, dt_xfer *x, int state); /* hand back to owner */
-void comm_transport_release_list(dt_comm *c, dt_xfer *x); /* fail a list of receives */
-void comm_transport_send_control(dt_conn *cn, uint8_t kind, uint64_t seq, const void *payload,
-                                 size_t len);
-void comm_transport_next_header(dt_conn *cn);
-void comm_transport_expect(dt_conn *cn, int state, size_t bytes);
-void comm_transport_set_reading(dt_conn *cn, bool on);
-void comm_transport_write(dt_conn *cn, uv_write_t *req, const void *buf, size_t len);
-/* mesh.c: connections and the loop */
-dt_status comm_mesh_start(dt_comm *c);          /* loop, listener, communicator thread */
-void comm_mesh_connect(dt_comm *c);             /* dial c->dial[0..rank) */
-void comm_mesh_authenticated(dt_conn *cn, int peer); /* the handshake passed */
-void comm_mesh_close(dt_conn *cn);
-void comm_mesh_stop(dt_comm *c);                /* stop the thread, close the loop */
-void comm_mesh_shutdown(dt_comm *c);            /* on the thread: BYE, close all */
-/* handshake.c, run on the loop */
-void comm_handshake_start_outgoing(dt_conn *cn);
-void comm_handshake_start_incoming(dt_conn *cn);
-void comm_handshake_step(dt_conn *cn); /* hs_buf holds rx_need bytes */
-void comm_handshake_reject(dt_conn *cn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* reject_log.c: a rejection to log or count (loop thread); the ticker's
  * summary once an interval has passed; the count left at destroy. */
 void comm_reject_log_note(dt_comm *c, const char *addr, const char *why);
 void comm_reject_log_tick(dt_comm *c);
 void comm_reject_log_flush(dt_comm *c);
-/* comm_thread.c: who runs the loop */
-void comm_thread_main(void *arg);        /* queued ops, and the loop */
-/* Run a blocking collective on the caller's thread when the loop is free;
- * false (nothing done) when it must queue instead. */
-bool comm_thread_run_inline(dt_comm *c, dt_work *w, dt_status *st);
-/* Wake the communicator thread after changing what it should do (with mu
- * held or not; comm_failv holds it, so that nothing touches c after the
- * failure is published). */
-void comm_thread_kick(dt_comm *c);
-/* executor.c: running an op */
-/* pthread_cond_timedwait on the monotonic clock; deadline in dt_now() seconds. */
-void comm_executor_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, double deadline);
-dt_status comm_executor_run(dt_comm *c, dt_work *w);
-void comm_executor_prepare(dt_comm *c, dt_work *w, const dt_op *op);
-void comm_executor_complete(dt_work *w, dt_status st); /* with mu held */
+
+/* conn.c: what the layers of a connection share (run on the loop) */
+void comm_conn_release_xfer(dt_comm *c, dt_xfer *x, int state); /* hand back to owner */
+void comm_conn_release_list(dt_comm *c, dt_xfer *x); /* fail a list of receives */
+void comm_conn_expect(dt_conn *cn, int state, size_t bytes); /* the next unit to read */
+void comm_conn_stop_reading(dt_conn *cn);
+void comm_conn_watch_liveness(dt_conn *cn); /* the kernel watches the peer's host */
+void comm_conn_close(dt_conn *cn);
+void comm_conn_unlink_pending(dt_conn *cn); /* out of comm->pending */
+/* During a shutdown, once no connection is left open: close the loop's own
+ * handles (the ticker, the wake-up), so that the loop ends. */
+void comm_conn_maybe_finish(dt_comm *c);
+
+/* handshake.c, run on the loop: the first message of a new connection
+ * (the caller then starts reading it); the next one, in hs_buf (rx_need
+ * bytes), true when it proved that rank cn->expect_peer is on the other
+ * end; a stranger turned away; the connection lost (err) mid-handshake. */
+void comm_handshake_start_outgoing(dt_conn *cn);
+void comm_handshake_start_incoming(dt_conn *cn);
+bool comm_handshake_step(dt_conn *cn);
+void comm_handshake_reject(dt_conn *cn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void comm_handshake_lost(dt_conn *cn, ssize_t err);
+
+/* transport_read.c: the reader of every connection, run on the loop:
+ * reading on or off; a header that waited for its receive (rx_state
+ * RX_WAIT_MATCH), matched again now that one was posted. */
+void comm_transport_read_set(dt_conn *cn, bool on);
+void comm_transport_read_header(dt_conn *cn);
+
+/* transport.c: frames out, and transfers posted (run on the loop, except
+ * comm_transport_post, which any thread may call) */
+void comm_transport_post(dt_comm *c, dt_xfer *x);      /* from another thread */
+void comm_transport_post_here(dt_comm *c, dt_xfer *x); /* by the loop owner */
+void comm_transport_io_post(dt_comm *c, dt_xfer *x);   /* send or match a receive */
+void comm_transport_send_control(dt_conn *cn, uint8_t kind, uint64_t seq, const void *payload,
+                                 size_t len);
+
+/* mesh.c: connections and the loop */
+dt_status comm_mesh_start(dt_comm *c);          /* the loop and the listener */
+void comm_mesh_connect(dt_comm *c);             /* dial c->dial[0..rank) */
+void comm_mesh_stop(dt_comm *c);                /* stop the thread, close the loop */
+void comm_mesh_shutdown(dt_comm *c);            /* on the thread: BYE, close all */
 
 /* validate.c: DT_OK if op is well formed for c, else DT_EINVAL with the
  * reason in c->arg_error. */
 dt_status comm_validate_op(dt_comm *c, const dt_op *op);
 
-/* group.c: sub-communicators (dt_comm_split) */
-/* Write "rank 2" or, for a split's child, "rank 0 (world rank 3) of group
- * 'split 1 colour 1' = world ranks 3,5" into out; true for a child. With
- * c->mu held. */
-bool comm_group_who(const dt_comm *c, char *out, size_t n);
-/* comm_failv: the lock that orders the failures of c's family (NULL: c
- * never took part in a split), and, with it held, after c's first failure:
- * fail the communicators c shares a fate with. */
-struct group_family *comm_group_lock_family(dt_comm *c);
-void comm_group_unlock_family(struct group_family *family);
-void comm_group_spread_failure(dt_comm *c);
-/* Label an authenticated connection of a child with its peer's world rank. */
-void comm_group_label_peer(dt_conn *cn);
-/* dt_comm_destroy: leave the family first (nothing spreads to c after),
- * free c's group record last. */
-void comm_group_detach(dt_comm *c);
-void comm_group_free(dt_comm *c);
+/* executor.c: running a collective (on the thread that holds the loop) */
+dt_status comm_executor_run(dt_comm *c, dt_work *w);
+
+/* comm_thread.c: who runs the loop. Start the loop, the listener and the
+ * communicator thread. */
+dt_status comm_thread_start(dt_comm *c);
+/* Run a blocking collective on the caller's thread when the loop is free;
+ * false (nothing done) when it must queue instead. */
+bool comm_thread_run_inline(dt_comm *c, dt_work *w, dt_status *st);
+
+/* comm.c, shared with group.c: set up a communicator from options (no I/O),
+ * and, once its peers' addresses are in c->dial, connect the mesh and wait
+ * for it until `deadline` (dt_now() seconds). */
+dt_status comm_setup(dt_comm *c, const dt_comm_options *o);
+dt_status comm_connect_mesh(dt_comm *c, double deadline);
 
 #endif /* DT_COMM_INTERNAL_H */

@@ -24,6 +24,9 @@
  * trips. Running it inline costs nothing extra; ordering is kept because it
  * only happens when no submitted op is queued or running.
  *
+ * comm_thread_start makes the loop and the listener (mesh.c), then the
+ * thread; comm_mesh_stop joins it.
+ *
  * SIGPIPE: a write to a socket the peer has reset raises it, and its
  * default action kills the process. Both loop runners block it while they
  * run (the caller only for the duration of the op, consuming any SIGPIPE
@@ -41,12 +44,6 @@
 #include "comm_internal.h"
 
 #define IDLE_POLL_S 0.05
-
-void comm_thread_kick(dt_comm *c)
-{
-    pthread_cond_signal(&c->cv_thread);
-    if (atomic_load(&c->io_running)) uv_async_send(&c->wake);
-}
 
 /* Does the loop have to run now (with mu held)? */
 static bool loop_needed(const dt_comm *c)
@@ -94,10 +91,10 @@ static void run_queued(dt_comm *c, dt_work *w)
     if (!failed) st = comm_executor_run(c, w);
     pthread_mutex_lock(&c->mu);
     c->in_op = false;
-    comm_executor_complete(w, st);
+    comm_wake_work_done(w, st);
     bool kick = comm_fail_deferred_locked(c);
     pthread_mutex_unlock(&c->mu);
-    if (kick) comm_thread_kick(c);
+    if (kick) comm_wake_thread(c);
 }
 
 /* With mu held and the loop free: take it, and the next op if any. */
@@ -115,7 +112,7 @@ static dt_work *take_loop(dt_comm *c)
     return w;
 }
 
-void comm_thread_main(void *arg)
+static void thread_main(void *arg)
 {
     dt_comm *c = arg;
     sigset_t ignored;
@@ -127,13 +124,13 @@ void comm_thread_main(void *arg)
             pthread_cond_wait(&c->cv_thread, &c->mu);
         }
         c->thread_awaits_loop = false;
-        /* a peer's failure held back (transport.c) while no op runs here */
+        /* a peer's failure held back (transport_read.c) while no op runs here */
         if (c->fail_deferred && dt_now() >= c->deferred_until && comm_fail_deferred_locked(c))
-            comm_thread_kick(c);
+            comm_wake_thread(c);
         if (c->stopping && !c->q_head) break;
         bool needed = loop_needed(c);
         if (!needed) {
-            comm_executor_wait_until(&c->cv_thread, &c->mu, dt_now() + IDLE_POLL_S);
+            comm_wake_wait_until(&c->cv_thread, &c->mu, dt_now() + IDLE_POLL_S);
             if (c->loop_busy || (c->stopping && !c->q_head)) continue;
             needed = loop_needed(c);
         }
@@ -181,7 +178,25 @@ bool comm_thread_run_inline(dt_comm *c, dt_work *w, dt_status *st)
      * op is a context switch the next op's latency pays for. */
     bool wake = c->thread_awaits_loop || loop_needed(c) || c->stopping;
     pthread_mutex_unlock(&c->mu);
-    if (kick) comm_thread_kick(c);
+    if (kick) comm_wake_thread(c);
     else if (wake) pthread_cond_signal(&c->cv_thread);
     return true;
+}
+
+/* The loop and the listener (mesh.c), then the thread that runs them. A
+ * listener that failed still gets its thread (its failure is recorded),
+ * so that dt_comm_destroy stops both the same way. */
+dt_status comm_thread_start(dt_comm *c)
+{
+    dt_status st = comm_mesh_start(c);
+    if (!c->loop_ready) return st;
+    atomic_store(&c->io_running, true); /* before the thread can fail anything */
+    int rc = uv_thread_create(&c->thread, thread_main, c);
+    if (rc < 0) {
+        atomic_store(&c->io_running, false);
+        comm_fail(c, DT_ESYS, "rank %d: cannot start the communicator thread: %s", c->rank,
+                  uv_strerror(rc));
+        return DT_ESYS;
+    }
+    return st;
 }

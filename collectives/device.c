@@ -1,37 +1,18 @@
 /*
- * device.c — what every dt_device shares: opening by name, the last error,
- * and the dispatch of each call to the implementation's table.
+ * device.c — what every dt_device shares: opening by name, and the
+ * dispatch of each call to the implementation's table (device_internal.h).
+ * The implementations (device_fake.c, device_cuda.c) sit below it and never
+ * call back: they make their record and report errors through
+ * device_base.c.
  *
  * The dispatch functions add nothing but a check that the device exists, so
  * a call costs one indirect jump on top of the implementation.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "device_internal.h"
-
-dt_device *comm_device_new(const dt_device_ops *ops, const char *name)
-{
-    dt_device *d = calloc(1, sizeof *d);
-    if (!d) return NULL;
-    d->ops = ops;
-    snprintf(d->name, sizeof d->name, "%s", name);
-    pthread_mutex_init(&d->mu, NULL);
-    return d;
-}
-
-dt_status comm_device_fail(dt_device *d, dt_status st, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    pthread_mutex_lock(&d->mu);
-    vsnprintf(d->error, sizeof d->error, fmt, ap);
-    pthread_mutex_unlock(&d->mu);
-    va_end(ap);
-    return st;
-}
 
 bool dt_device_cuda_built(void)
 {
@@ -86,9 +67,6 @@ void dt_device_close(dt_device *d)
     pthread_mutex_destroy(&d->mu);
     free(d);
 }
-
-const char *dt_device_name(const dt_device *d) { return d->name; }
-const char *dt_device_error(const dt_device *d) { return d->error; }
 
 dt_status dt_device_pinned_alloc(dt_device *d, void **p, size_t bytes)
 {

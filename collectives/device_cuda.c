@@ -42,9 +42,9 @@ static dt_status cuda_fail(dt_device *d, cudaError_t e, const char *call, size_t
     (void)cudaGetLastError(); /* clear a non-sticky error so later calls can succeed */
     dt_status st = e == cudaErrorMemoryAllocation ? DT_ENOMEM : DT_ESYS;
     if (bytes)
-        return comm_device_fail(d, st, "%s: %s(%zu B): %s (%s)", d->name, call, bytes,
+        return comm_device_base_fail(d, st, "%s: %s(%zu B): %s (%s)", d->name, call, bytes,
                            cudaGetErrorString(e), cudaGetErrorName(e));
-    return comm_device_fail(d, st, "%s: %s: %s (%s)", d->name, call, cudaGetErrorString(e),
+    return comm_device_base_fail(d, st, "%s: %s: %s (%s)", d->name, call, cudaGetErrorString(e),
                        cudaGetErrorName(e));
 }
 
@@ -194,21 +194,21 @@ dt_status comm_device_cuda_open(dt_device **out, int ordinal)
 {
     char name[32];
     snprintf(name, sizeof name, "cuda:%d", ordinal);
-    dt_device *d = *out = comm_device_new(&cuda_ops, name);
+    dt_device *d = *out = comm_device_base_new(&cuda_ops, name);
     if (!d) return DT_ENOMEM;
     cuda_device *cd = calloc(1, sizeof *cd);
-    if (!cd) return comm_device_fail(d, DT_ENOMEM, "%s: out of memory", name);
+    if (!cd) return comm_device_base_fail(d, DT_ENOMEM, "%s: out of memory", name);
     cd->ordinal = ordinal;
     d->impl = cd;
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        return comm_device_fail(d, DT_ESYS, "%s: %s (cudaGetDeviceCount: %s)", name, missing(e),
-                           cudaGetErrorName(e));
+        return comm_device_base_fail(d, DT_ESYS, "%s: %s (cudaGetDeviceCount: %s)", name,
+                                     missing(e), cudaGetErrorName(e));
     }
     if (ordinal >= count)
-        return comm_device_fail(d, DT_EINVAL, "%s: no such device: this machine has %d CUDA "
+        return comm_device_base_fail(d, DT_EINVAL, "%s: no such device: this machine has %d CUDA "
                            "device(s)", name, count);
     struct cudaDeviceProp prop;
     if (select_device(d) != DT_OK) return DT_ESYS;

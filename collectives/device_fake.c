@@ -102,7 +102,7 @@ static dt_status enqueue(dt_device *d, char *dst, const char *src, size_t bytes)
 {
     fake_device *f = impl(d);
     fake_copy *c = malloc(sizeof *c);
-    if (!c) return comm_device_fail(d, DT_ENOMEM, "fake device: no memory to enqueue a copy");
+    if (!c) return comm_device_base_fail(d, DT_ENOMEM, "fake device: no memory to enqueue a copy");
     *c = (fake_copy){dst, src, bytes, NULL};
     pthread_mutex_lock(&f->mu);
     if (f->tail) f->tail->next = c;
@@ -133,7 +133,7 @@ static dt_status translate(dt_device *d, const void *dev, size_t bytes, const ch
     *rw = rw_view(f, dev, bytes);
     pthread_mutex_unlock(&f->mu);
     if (!*rw)
-        return comm_device_fail(d, DT_EINVAL, "fake device: %s of %zu B at %p: not inside one "
+        return comm_device_base_fail(d, DT_EINVAL, "fake device: %s of %zu B at %p: not inside one "
                            "device allocation", what, bytes, dev);
     return DT_OK;
 }
@@ -163,7 +163,7 @@ static dt_status fake_copy_h2d(dt_device *d, void *dev, const void *host, size_t
 static dt_status fake_event_create(dt_device *d, dt_device_event **e)
 {
     *e = calloc(1, sizeof **e);
-    return *e ? DT_OK : comm_device_fail(d, DT_ENOMEM, "fake device: no memory for an event");
+    return *e ? DT_OK : comm_device_base_fail(d, DT_ENOMEM, "fake device: no memory for an event");
 }
 
 static void fake_event_destroy(dt_device *d, dt_device_event *e) { (void)d; free(e); }
@@ -199,7 +199,7 @@ static dt_status fake_event_synchronize(dt_device *d, dt_device_event *e)
 static dt_status fake_stream_create(dt_device *d, dt_device_stream **s)
 {
     *s = calloc(1, sizeof **s);
-    return *s ? DT_OK : comm_device_fail(d, DT_ENOMEM, "fake device: no memory for a stream");
+    return *s ? DT_OK : comm_device_base_fail(d, DT_ENOMEM, "fake device: no memory for a stream");
 }
 
 static void fake_stream_destroy(dt_device *d, dt_device_stream *s) { (void)d; free(s); }
@@ -217,11 +217,12 @@ static void count_live(dt_device *d, int delta)
 static dt_status fake_pinned_alloc(dt_device *d, void **p, size_t bytes)
 {
     if (impl(d)->opts.fail_pinned_alloc)
-        return comm_device_fail(d, DT_ENOMEM, "fake device: pinned allocation of %zu B refused "
-                           "(fail_pinned_alloc is set)", bytes);
+        return comm_device_base_fail(d, DT_ENOMEM, "fake device: pinned allocation of %zu B "
+                                     "refused (fail_pinned_alloc is set)", bytes);
     *p = malloc(bytes ? bytes : 1);
-    if (!*p) return comm_device_fail(d, DT_ENOMEM, "fake device: pinned allocation of %zu B failed",
-                                bytes);
+    if (!*p)
+        return comm_device_base_fail(d, DT_ENOMEM, "fake device: pinned allocation of %zu B "
+                                     "failed", bytes);
     count_live(d, 1);
     return DT_OK;
 }
@@ -236,16 +237,17 @@ static void fake_pinned_free(dt_device *d, void *p)
 static dt_status map_twice(dt_device *d, fake_alloc *a)
 {
     int fd = memfd_create("dtrain-fake-device", MFD_CLOEXEC);
-    if (fd < 0) return comm_device_fail(d, DT_ESYS, "fake device: memfd_create: %s", strerror(errno));
+    if (fd < 0)
+        return comm_device_base_fail(d, DT_ESYS, "fake device: memfd_create: %s", strerror(errno));
     dt_status st = DT_OK;
     if (ftruncate(fd, (off_t)a->mapped) != 0) {
-        st = comm_device_fail(d, DT_ENOMEM, "fake device: %zu B: ftruncate: %s", a->mapped,
+        st = comm_device_base_fail(d, DT_ENOMEM, "fake device: %zu B: ftruncate: %s", a->mapped,
                          strerror(errno));
     } else {
         a->dev = mmap(NULL, a->mapped, PROT_NONE, MAP_SHARED, fd, 0);
         a->rw = mmap(NULL, a->mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         if (a->dev == MAP_FAILED || a->rw == MAP_FAILED) {
-            st = comm_device_fail(d, DT_ENOMEM, "fake device: mmap of %zu B: %s", a->mapped,
+            st = comm_device_base_fail(d, DT_ENOMEM, "fake device: mmap of %zu B: %s", a->mapped,
                              strerror(errno));
             if (a->dev != MAP_FAILED) munmap(a->dev, a->mapped);
             if (a->rw != MAP_FAILED) munmap(a->rw, a->mapped);
@@ -260,7 +262,9 @@ static dt_status fake_alloc_dev(dt_device *d, void **p, size_t bytes)
     if (bytes == 0) return DT_OK; /* as cudaMalloc: NULL, no error */
     long page = sysconf(_SC_PAGESIZE);
     fake_alloc *a = calloc(1, sizeof *a);
-    if (!a) return comm_device_fail(d, DT_ENOMEM, "fake device: no memory for an allocation record");
+    if (!a)
+        return comm_device_base_fail(d, DT_ENOMEM, "fake device: no memory for an allocation "
+                                     "record");
     a->bytes = bytes;
     a->mapped = (bytes + (size_t)page - 1) / (size_t)page * (size_t)page;
     dt_status st = map_twice(d, a);
@@ -291,7 +295,8 @@ static void fake_free_dev(dt_device *d, void *p)
     }
     pthread_mutex_unlock(&f->mu);
     if (!a) {
-        comm_device_fail(d, DT_EINVAL, "fake device: free of %p, which is not a device allocation", p);
+        comm_device_base_fail(d, DT_EINVAL, "fake device: free of %p, which is not a device "
+                              "allocation", p);
         return;
     }
     munmap(a->dev, a->mapped);
@@ -353,10 +358,10 @@ static const dt_device_ops fake_ops = {
 
 dt_status dt_device_open_fake(dt_device **out, const dt_fake_device_options *opts)
 {
-    dt_device *d = *out = comm_device_new(&fake_ops, "fake");
+    dt_device *d = *out = comm_device_base_new(&fake_ops, "fake");
     if (!d) return DT_ENOMEM;
     fake_device *f = calloc(1, sizeof *f);
-    if (!f) return comm_device_fail(d, DT_ENOMEM, "fake device: out of memory");
+    if (!f) return comm_device_base_fail(d, DT_ENOMEM, "fake device: out of memory");
     if (opts) f->opts = *opts;
     pthread_mutex_init(&f->mu, NULL);
     pthread_cond_init(&f->cv_work, NULL);
@@ -367,7 +372,7 @@ dt_status dt_device_open_fake(dt_device **out, const dt_fake_device_options *opt
         pthread_cond_destroy(&f->cv_work);
         pthread_cond_destroy(&f->cv_done);
         free(f);
-        return comm_device_fail(d, DT_ESYS, "fake device: cannot start the copy thread: %s",
+        return comm_device_base_fail(d, DT_ESYS, "fake device: cannot start the copy thread: %s",
                            strerror(rc));
     }
     d->impl = f;

@@ -1,11 +1,12 @@
 /*
  * device_internal.h — internal: the table behind a dt_device.
  *
- * device.c holds what every device shares (the name, the last error, the
- * dispatch through `ops`); each implementation (device_fake.c,
+ * device_base.c makes the record every device shares (the table, the
+ * name, the last error); device.c opens a device by name and dispatches
+ * each call through `ops`; each implementation (device_fake.c,
  * device_cuda.c) fills a dt_device_ops and keeps its own state in `impl`.
- * An implementation reports a failure with comm_device_fail, which keeps the
- * message for dt_device_error, and returns the status.
+ * An implementation reports a failure with comm_device_base_fail, which
+ * keeps the message for dt_device_error, and returns the status.
  */
 #ifndef DT_DEVICE_INTERNAL_H
 #define DT_DEVICE_INTERNAL_H
@@ -43,10 +44,11 @@ struct dt_device {
     char error[512];
 };
 
-/* A device with empty error and the given ops; NULL on ENOMEM. */
-dt_device *comm_device_new(const dt_device_ops *ops, const char *name);
+/* device_base.c: a device with empty error and the given ops; NULL on
+ * ENOMEM. */
+dt_device *comm_device_base_new(const dt_device_ops *ops, const char *name);
 /* Keep the message for dt_device_error; returns st. */
-dt_status comm_device_fail(dt_device *d, dt_status st, const char *fmt, ...)
+dt_status comm_device_base_fail(dt_device *d, dt_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* device_cuda.c (only in CUDA builds): opens ordinal `ordinal`; *out as

@@ -1,6 +1,6 @@
 /*
- * group.c — sub-communicators (dt_comm_split), and one fate for the groups
- * a rank belongs to.
+ * group.c — sub-communicators (dt_comm_split): making a rank's child of a
+ * communicator, with its own mesh.
  *
  * 2-D parallelism (dp × pp) puts every rank in three communicators at once:
  * the world, the data-parallel group of its pipeline stage and the pipeline
@@ -32,57 +32,22 @@
  * with that id (keyed BLAKE2b). A connection reaches only the same group of
  * the same split of the same job.
  *
- * One root cause per rank. The communicators of a process that came from one
- * world by splits form a tree (a "family") under one mutex. A failure of a
- * communicator spreads down to its descendants: a child's ranks are its
- * parent's, so a broken parent means a broken job, and a child must not sit
- * waiting on a rank that is gone. A peer failure (DT_EPEER: a peer died,
- * its connection broke, or it left a group while still expected) spreads up
- * as well, to the world and every group under it: the process that died was
- * in the world too, and whichever communicator noticed first writes the
- * message that every other one reports. Failures in a family are recorded
- * one at a time, under its mutex, so a second detector of the same death
- * finds its communicator already failed with the first one's words. A
- * child's other failures (a timeout, an abort, ranks that disagree about an
- * op) stay in that child and below; its peers hear of them through ABORT
- * frames, as ever. A child's messages name ranks by group and world rank.
+ * One root cause per rank: the communicators of a process that came from
+ * one world by splits form a tree (a "family", family.c), and a failure of
+ * one spreads along it to those it shares a fate with (fail.c says which).
+ * A child's messages name ranks by group and world rank.
  *
- * Destroying: a child leaves the tree first (nothing spreads to it after)
- * and then closes only its own connections, so the parent stays usable. A
- * parent may be destroyed while children live: they drop their link to it
- * (failures no longer cross) and keep working on their own meshes.
+ * Destroying a child closes only its own connections, so the parent stays
+ * usable; a parent may be destroyed while children live (family.c).
  *
- * Invariants: the tree links (parent, first_child, next_sibling, detached)
- * change only under the family mutex, and the family mutex is never taken
- * with a communicator's `mu` held; a communicator's `group` pointer is set
- * once, under its `mu`; world_ranks and the labels never change.
+ * The tree's invariants are family.h's: this file links a child under its
+ * parent under the family mutex, and sets its `group` pointer once.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm_internal.h"
-
-/* The communicators of one process that came from one world by splits. */
-typedef struct group_family {
-    pthread_mutex_t mu;      /* the tree's links; one failure at a time */
-    int refs;                /* under mu: group records pointing here */
-} group_family;
-
-typedef struct dt_group {
-    group_family *family;
-    /* under family->mu */
-    dt_comm *parent;         /* NULL: a world, or the parent was destroyed */
-    dt_comm *first_child;
-    dt_comm *next_sibling;
-    bool detached;           /* being destroyed: out of the tree */
-    /* API thread only */
-    unsigned splits;         /* dt_comm_split calls on this communicator */
-    /* fixed once made */
-    int *world_ranks;        /* [size] world rank of each group rank; NULL: a world */
-    char label[96];          /* "split 1 colour 0" (nested: "… > split 2 colour 1") */
-    char members[96];        /* "world ranks 1,3" */
-} dt_group;
+#include "family.h"
 
 /* What each rank tells the others in the split's two all-gathers. */
 typedef struct split_entry {
@@ -95,146 +60,12 @@ typedef struct listen_entry {
     char host[56];
 } listen_entry;
 
-/* ---- the family tree --------------------------------------------------------- */
-
-static dt_group *group_new(group_family *family)
-{
-    dt_group *g = calloc(1, sizeof *g);
-    if (!g) return NULL;
-    if (!family) {
-        family = calloc(1, sizeof *family);
-        if (!family) { free(g); return NULL; }
-        pthread_mutex_init(&family->mu, NULL);
-    }
-    pthread_mutex_lock(&family->mu);
-    family->refs++;
-    pthread_mutex_unlock(&family->mu);
-    g->family = family;
-    return g;
-}
-
-static dt_group *group_get(const dt_comm *c)
-{
-    dt_comm *m = (dt_comm *)c;
-    pthread_mutex_lock(&m->mu);
-    dt_group *g = m->group;
-    pthread_mutex_unlock(&m->mu);
-    return g;
-}
-
-static void group_set(dt_comm *c, dt_group *g)
-{
-    pthread_mutex_lock(&c->mu);
-    c->group = g;
-    pthread_mutex_unlock(&c->mu);
-}
-
 /* c's group record, made at a world's first split. */
 static dt_group *group_of(dt_comm *c)
 {
-    dt_group *g = group_get(c);
-    if (!g && (g = group_new(NULL)) != NULL) group_set(c, g);
+    dt_group *g = comm_family_get(c);
+    if (!g && (g = comm_family_new(NULL)) != NULL) comm_family_set(c, g);
     return g;
-}
-
-bool comm_group_who(const dt_comm *c, char *out, size_t n)
-{
-    const dt_group *g = c->group;
-    if (!g || !g->world_ranks) {
-        snprintf(out, n, "rank %d", c->rank);
-        return false;
-    }
-    snprintf(out, n, "rank %d (world rank %d) of group '%s' = %s", c->rank,
-             g->world_ranks[c->rank], g->label, g->members);
-    return true;
-}
-
-void comm_group_label_peer(dt_conn *cn)
-{
-    const dt_group *g = group_get(cn->comm);
-    if (!g || !g->world_ranks) return;
-    size_t len = strlen(cn->addr);
-    snprintf(cn->addr + len, sizeof cn->addr - len, ", world rank %d",
-             g->world_ranks[cn->peer]);
-}
-
-/* Fail `top` and everything below it, except `origin` (already failed). */
-static void fail_subtree(dt_comm *top, const dt_comm *origin, dt_status st, const char *text)
-{
-    if (top != origin) comm_fail_member(top, st, "%s", text);
-    for (dt_comm *k = top->group->first_child; k; k = k->group->next_sibling)
-        fail_subtree(k, origin, st, text);
-}
-
-struct group_family *comm_group_lock_family(dt_comm *c)
-{
-    dt_group *g = group_get(c);
-    if (!g) return NULL;
-    pthread_mutex_lock(&g->family->mu);
-    return g->family;
-}
-
-void comm_group_unlock_family(group_family *family)
-{
-    if (family) pthread_mutex_unlock(&family->mu);
-}
-
-void comm_group_spread_failure(dt_comm *c)
-{
-    char text[DT_ERROR_MAX];
-    pthread_mutex_lock(&c->mu);
-    dt_group *g = c->group;
-    dt_status st = c->fail_status;
-    snprintf(text, sizeof text, "%s", c->error);
-    pthread_mutex_unlock(&c->mu);
-    if (g->detached) return;
-    dt_comm *top = c;
-    while (st == DT_EPEER && top->group->parent) top = top->group->parent;
-    fail_subtree(top, c, st, text);
-}
-
-void comm_group_detach(dt_comm *c)
-{
-    dt_group *g = group_get(c);
-    if (!g) return;
-    pthread_mutex_lock(&g->family->mu);
-    if (g->parent) {
-        dt_comm **pp = &g->parent->group->first_child;
-        while (*pp != c) pp = &(*pp)->group->next_sibling;
-        *pp = g->next_sibling;
-    }
-    for (dt_comm *k = g->first_child, *next; k; k = next) {
-        next = k->group->next_sibling;
-        k->group->parent = NULL;
-        k->group->next_sibling = NULL;
-    }
-    g->parent = g->first_child = g->next_sibling = NULL;
-    g->detached = true;
-    pthread_mutex_unlock(&g->family->mu);
-}
-
-void comm_group_free(dt_comm *c)
-{
-    dt_group *g = c->group;
-    if (!g) return;
-    group_family *f = g->family;
-    pthread_mutex_lock(&f->mu);
-    bool last = --f->refs == 0;
-    pthread_mutex_unlock(&f->mu);
-    if (last) {
-        pthread_mutex_destroy(&f->mu);
-        free(f);
-    }
-    free(g->world_ranks);
-    free(g);
-    c->group = NULL;
-}
-
-int dt_comm_world_rank(const dt_comm *c, int rank)
-{
-    if (!c || rank < 0 || rank >= c->size) return -1;
-    const dt_group *g = group_get(c);
-    return g && g->world_ranks ? g->world_ranks[rank] : rank;
 }
 
 /* ---- making a child ------------------------------------------------------------ */
@@ -260,12 +91,12 @@ static int group_members(const split_entry *all, int p, int32_t color, int *memb
 static dt_status child_group(dt_comm *c, dt_comm *parent, unsigned split, int color,
                              const int *members)
 {
-    dt_group *pg = group_get(parent);
-    dt_group *g = group_new(pg->family);
+    dt_group *pg = comm_family_get(parent);
+    dt_group *g = comm_family_new(pg->family);
     int *world = malloc((size_t)c->size * sizeof *world);
     if (!g || !world) {
         free(world);
-        if (g) { group_set(c, g); comm_group_free(c); }
+        if (g) { comm_family_set(c, g); comm_family_free(c); }
         comm_fail(c, DT_ENOMEM, "rank %d: out of memory", c->rank);
         return DT_ENOMEM;
     }
@@ -278,7 +109,7 @@ static dt_status child_group(dt_comm *c, dt_comm *parent, unsigned split, int co
         used += snprintf(g->members + used, sizeof g->members - (size_t)used, "%s%d",
                          i ? "," : "", world[i]);
     if (used >= (int)sizeof g->members) strcpy(g->members + sizeof g->members - 4, "...");
-    group_set(c, g);
+    comm_family_set(c, g);
     pthread_mutex_lock(&pg->family->mu);
     g->parent = parent;
     g->next_sibling = pg->first_child;
@@ -313,7 +144,7 @@ static dt_status child_create(dt_comm *parent, unsigned split, int color, const 
     if (st != DT_OK) return st;
     crypto_generichash(c->key, sizeof c->key, (const uint8_t *)job_id, strlen(job_id),
                        parent->key, sizeof parent->key);
-    return comm_mesh_start(c);
+    return comm_thread_start(c);
 }
 
 /* Every member is listening: dial the lower group ranks, accept the higher. */

@@ -25,6 +25,11 @@
  * authenticate the rank it dialled fails the communicator instead: it cannot
  * complete the mesh without it.
  *
+ * The reader (transport_read.c) reads each message into hs_buf and hands it to
+ * comm_handshake_step; when that says the peer proved itself, the reader
+ * takes the connection over for frames. A read or write that fails
+ * mid-handshake ends in comm_handshake_lost.
+ *
  * Cost: one round trip and a half per connection, once, at init.
  */
 #include <stdarg.h>
@@ -79,7 +84,38 @@ void comm_handshake_reject(dt_conn *cn, const char *fmt, ...)
     atomic_fetch_add(&c->rejected, 1);
     comm_reject_log_note(c, cn->addr[0] ? cn->addr : "?", why);
     cn->lost = true;
-    comm_mesh_close(cn);
+    comm_conn_close(cn);
+}
+
+void comm_handshake_lost(dt_conn *cn, ssize_t err)
+{
+    dt_comm *c = cn->comm;
+    cn->lost = true;
+    cn->rx_state = RX_STOPPED;
+    comm_conn_stop_reading(cn);
+    if (cn->outgoing)
+        comm_fail(c, DT_EPEER, "rank %d: rank %d (%s) closed the connection during the "
+                  "handshake (%s): is it another job, or does it hold another secret?",
+                  c->rank, cn->expect_peer, cn->addr, uv_strerror((int)err));
+    else
+        comm_handshake_reject(cn, "closed during the handshake (%s)", uv_strerror((int)err));
+}
+
+static void on_hs_write_done(uv_write_t *req, int status)
+{
+    dt_conn *cn = req->data;
+    if (status < 0 && status != UV_ECANCELED && !cn->authenticated && !cn->closing)
+        comm_handshake_lost(cn, status);
+}
+
+/* One handshake message out; a write that fails is a connection lost
+ * during the handshake. */
+static void hs_write(dt_conn *cn, uv_write_t *req, const void *buf, size_t len)
+{
+    uv_buf_t b = uv_buf_init((char *)buf, (unsigned)len);
+    req->data = cn;
+    int rc = uv_write(req, (uv_stream_t *)&cn->tcp, &b, 1, on_hs_write_done);
+    if (rc < 0) comm_handshake_lost(cn, rc);
 }
 
 void comm_handshake_start_outgoing(dt_conn *cn)
@@ -93,20 +129,19 @@ void comm_handshake_start_outgoing(dt_conn *cn)
     memcpy(h + 16, c->job_hash, 16);
     randombytes_buf(h + 32, 16);
     cn->hs_phase = PHASE_WAIT_CHALLENGE;
-    comm_transport_expect(cn, RX_HANDSHAKE, CHALLENGE_BYTES);
-    comm_transport_write(cn, &cn->hs_write, h, HELLO_BYTES);
-    comm_transport_set_reading(cn, true);
+    comm_conn_expect(cn, RX_HANDSHAKE, CHALLENGE_BYTES);
+    hs_write(cn, &cn->hs_write, h, HELLO_BYTES);
 }
 
 void comm_handshake_start_incoming(dt_conn *cn)
 {
     cn->hs_phase = PHASE_WAIT_HELLO;
-    comm_transport_expect(cn, RX_HANDSHAKE, HELLO_BYTES);
-    comm_transport_set_reading(cn, true);
+    comm_conn_expect(cn, RX_HANDSHAKE, HELLO_BYTES);
 }
 
-/* Dialler: the acceptor answered; is it the rank we dialled, of our job? */
-static void on_challenge(dt_conn *cn)
+/* Dialler: the acceptor answered; is it the rank we dialled, of our job?
+ * True: it is, and our reply is on its way. */
+static bool on_challenge(dt_conn *cn)
 {
     dt_comm *c = cn->comm;
     const uint8_t *m = cn->hs_buf;
@@ -121,15 +156,15 @@ static void on_challenge(dt_conn *cn)
         why = "it failed authentication (it holds another job secret)";
     if (why) {
         cn->rx_state = RX_STOPPED;
-        comm_transport_set_reading(cn, false);
+        comm_conn_stop_reading(cn);
         comm_fail(c, DT_EPEER, "rank %d: the process at %s, published as rank %d, is not "
                   "a peer: %s", c->rank, cn->addr, cn->expect_peer, why);
-        return;
+        return false;
     }
     memcpy(cn->hs_challenge, m, CHALLENGE_BYTES);
     mac(c, cn->hs_out, 'D', cn->hs_hello, cn->hs_challenge, CHALLENGE_BYTES);
-    comm_transport_write(cn, &cn->hs_write, cn->hs_out, RESPONSE_BYTES);
-    comm_mesh_authenticated(cn, cn->expect_peer);
+    hs_write(cn, &cn->hs_write, cn->hs_out, RESPONSE_BYTES);
+    return true;
 }
 
 /* Acceptor: a dialler introduced itself. */
@@ -162,27 +197,32 @@ static void on_hello(dt_conn *cn)
     mac(c, ch + 32, 'A', cn->hs_hello, ch, 32);
     cn->expect_peer = (int)rank;
     cn->hs_phase = PHASE_WAIT_RESPONSE;
-    comm_transport_expect(cn, RX_HANDSHAKE, RESPONSE_BYTES);
-    comm_transport_write(cn, &cn->hs_write, ch, CHALLENGE_BYTES);
+    comm_conn_expect(cn, RX_HANDSHAKE, RESPONSE_BYTES);
+    hs_write(cn, &cn->hs_write, ch, CHALLENGE_BYTES);
 }
 
-static void on_response(dt_conn *cn)
+/* Acceptor: the dialler answered the challenge. True: it proved itself. */
+static bool on_response(dt_conn *cn)
 {
     dt_comm *c = cn->comm;
-    if (!mac_ok(c, cn->hs_buf, 'D', cn->hs_hello, cn->hs_challenge, CHALLENGE_BYTES))
-        return comm_handshake_reject(cn, "it claims rank %d but failed authentication (wrong job secret)",
-                           cn->expect_peer);
-    if (c->peers[cn->expect_peer])
-        return comm_handshake_reject(cn, "rank %d is already connected", cn->expect_peer);
-    comm_mesh_authenticated(cn, cn->expect_peer);
+    if (!mac_ok(c, cn->hs_buf, 'D', cn->hs_hello, cn->hs_challenge, CHALLENGE_BYTES)) {
+        comm_handshake_reject(cn, "it claims rank %d but failed authentication (wrong job "
+                              "secret)", cn->expect_peer);
+        return false;
+    }
+    if (c->peers[cn->expect_peer]) {
+        comm_handshake_reject(cn, "rank %d is already connected", cn->expect_peer);
+        return false;
+    }
+    return true;
 }
 
-void comm_handshake_step(dt_conn *cn)
+bool comm_handshake_step(dt_conn *cn)
 {
     switch (cn->hs_phase) {
-    case PHASE_WAIT_CHALLENGE: on_challenge(cn); break;
-    case PHASE_WAIT_HELLO: on_hello(cn); break;
-    case PHASE_WAIT_RESPONSE: on_response(cn); break;
-    default: break;
+    case PHASE_WAIT_CHALLENGE: return on_challenge(cn);
+    case PHASE_WAIT_HELLO: on_hello(cn); return false;
+    case PHASE_WAIT_RESPONSE: return on_response(cn);
+    default: return false;
     }
 }

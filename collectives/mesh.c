@@ -4,8 +4,10 @@
  *
  * Mesh rule: the higher rank dials, the lower rank accepts, so each pair
  * has exactly one connection. A connection is "pending" until its handshake
- * (handshake.c) proves who is on the other end; then it becomes
- * comm->peers[rank] and carries frames (transport.c). A dial that is
+ * (handshake.c, fed by transport_read.c's reader) proves who is on the
+ * other end; then the reader makes it comm->peers[rank] and it carries
+ * frames (transport.c writes them).
+ * Closing one, and letting go of its transfers, is conn.c's. A dial that is
  * refused is retried every 100 ms until the init deadline: a peer may have
  * published its address a moment before it listens on another interface.
  *
@@ -16,18 +18,18 @@
  * Shutdown: BYE to every peer, a TCP shutdown (FIN after the last byte), and
  * a forced close after SHUTDOWN_GRACE_S if a peer does not read.
  *
+ * comm_mesh_start makes the loop, its timers and the listener;
+ * comm_thread.c then starts the thread that runs it.
+ *
  * The ticker (every TICK_MS) drives handshake deadlines, redials and the
  * forced closes, and bounds how long the communicator thread sleeps in the
  * loop before it checks an op's deadline again.
  *
  * Cost: p-1 connections per rank, one handshake each, once.
  */
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 #include "comm_internal.h"
 
@@ -37,41 +39,8 @@
 #define SHUTDOWN_GRACE_S 2.0
 
 static void close_pending(dt_comm *c);
-static void maybe_finish(dt_comm *c);
 
 /* ---- failure and shutdown -------------------------------------------------- */
-
-static void c_unlink_pending(dt_conn *cn)
-{
-    for (dt_conn **pp = &cn->comm->pending; *pp; pp = &(*pp)->next)
-        if (*pp == cn) { *pp = cn->next; break; }
-}
-
-static void on_conn_closed(uv_handle_t *h)
-{
-    dt_conn *cn = h->data;
-    dt_comm *c = cn->comm;
-    comm_transport_release_list(c, cn->failed_sends);
-    if (cn->peer >= 0 && c->peers[cn->peer] == cn) c->peers[cn->peer] = NULL;
-    c_unlink_pending(cn);
-    c->open_handles--;
-    free(cn);
-    maybe_finish(c); /* the last one closed: a shutdown ends now, not at the next tick */
-}
-
-void comm_mesh_close(dt_conn *cn)
-{
-    if (cn->closing) return;
-    cn->closing = true;
-    cn->rx_state = RX_STOPPED;
-    if (cn->has_handle) {
-        uv_close((uv_handle_t *)&cn->tcp, on_conn_closed);
-        return;
-    }
-    /* A connection waiting to redial has no handle to close. */
-    c_unlink_pending(cn);
-    free(cn);
-}
 
 /* Let go of every receive, tell the peers why, close after a grace period. */
 static void io_fail_cleanup(dt_comm *c)
@@ -82,7 +51,7 @@ static void io_fail_cleanup(dt_comm *c)
     uint32_t st;
     pthread_mutex_lock(&c->mu);
     st = c->fail_status;
-    uint64_t unfinished = comm_first_unfinished_locked(c);
+    uint64_t unfinished = comm_fail_first_unfinished_locked(c);
     snprintf(text + 4, sizeof text - 4, "%s", c->error);
     pthread_mutex_unlock(&c->mu);
     memcpy(text, &st, 4);
@@ -90,16 +59,16 @@ static void io_fail_cleanup(dt_comm *c)
         dt_conn *cn = c->peers[p];
         if (!cn) continue;
         cn->rx_state = RX_STOPPED;
-        comm_transport_set_reading(cn, false);
-        if (cn->rx_cur) comm_transport_release_xfer(c, cn->rx_cur, XFER_FAILED);
+        comm_transport_read_set(cn, false);
+        if (cn->rx_cur) comm_conn_release_xfer(c, cn->rx_cur, XFER_FAILED);
         cn->rx_cur = NULL;
-        comm_transport_release_list(c, cn->coll_head);
+        comm_conn_release_list(c, cn->coll_head);
         cn->coll_head = cn->coll_tail = NULL;
-        comm_transport_release_list(c, cn->failed_sends);
+        comm_conn_release_list(c, cn->failed_sends);
         cn->failed_sends = NULL;
         comm_transport_send_control(cn, FRAME_ABORT, unfinished, text, 4 + strlen(text + 4));
     }
-    comm_transport_release_list(c, c->p2p_head);
+    comm_conn_release_list(c, c->p2p_head);
     c->p2p_head = c->p2p_tail = NULL;
     close_pending(c);
     c->close_at = dt_now() + FAIL_GRACE_S;
@@ -109,7 +78,7 @@ static void close_pending(dt_comm *c)
 {
     for (dt_conn *cn = c->pending, *next; cn; cn = next) {
         next = cn->next;
-        comm_mesh_close(cn);
+        comm_conn_close(cn);
     }
 }
 
@@ -118,7 +87,7 @@ static void on_shutdown_done(uv_shutdown_t *req, int status)
     (void)status;
     dt_conn *cn = req->data;
     free(req);
-    comm_mesh_close(cn);
+    comm_conn_close(cn);
 }
 
 static void io_shutdown(dt_comm *c)
@@ -128,13 +97,13 @@ static void io_shutdown(dt_comm *c)
     for (int p = 0; p < c->size; p++) {
         dt_conn *cn = c->peers[p];
         if (!cn) continue;
-        if (cn->rx_cur) comm_transport_release_xfer(c, cn->rx_cur, XFER_FAILED);
+        if (cn->rx_cur) comm_conn_release_xfer(c, cn->rx_cur, XFER_FAILED);
         cn->rx_cur = NULL;
         if (cn->rx_state == RX_PAYLOAD) { /* its buffer is gone: read no more */
             cn->rx_state = RX_STOPPED;
-            comm_transport_set_reading(cn, false);
+            comm_transport_read_set(cn, false);
         }
-        comm_transport_release_list(c, cn->coll_head);
+        comm_conn_release_list(c, cn->coll_head);
         cn->coll_head = cn->coll_tail = NULL;
         if (cn->closing) continue;
         comm_transport_send_control(cn, FRAME_BYE, 0, NULL, 0);
@@ -142,10 +111,10 @@ static void io_shutdown(dt_comm *c)
         if (req) req->data = cn;
         if (!req || uv_shutdown(req, (uv_stream_t *)&cn->tcp, on_shutdown_done) < 0) {
             free(req);
-            comm_mesh_close(cn);
+            comm_conn_close(cn);
         }
     }
-    comm_transport_release_list(c, c->p2p_head);
+    comm_conn_release_list(c, c->p2p_head);
     c->p2p_head = c->p2p_tail = NULL;
     close_pending(c);
     if (c->listener_open) {
@@ -159,52 +128,8 @@ static void io_shutdown(dt_comm *c)
 static void close_all_conns(dt_comm *c)
 {
     for (int p = 0; p < c->size; p++)
-        if (c->peers[p]) comm_mesh_close(c->peers[p]);
+        if (c->peers[p]) comm_conn_close(c->peers[p]);
     close_pending(c);
-}
-
-/* A peer's host that stops answering (its link cut, its machine gone) is
- * declared dead by the kernel within about half the op timeout: keepalive
- * probes after `idle` s of silence, two more `idle` s apart, and
- * TCP_USER_TIMEOUT bounds how long sent bytes may stay unacknowledged. The
- * read then fails with ETIMEDOUT and the failure names that peer, before
- * any op's timeout could blame a healthy rank that is merely waiting behind
- * it. A live peer's kernel answers both while its process computes or is
- * stopped, so a busy rank is never taken for a dead one. Costs one 0-byte
- * probe per idle period on a silent connection. */
-static void watch_liveness(dt_comm *c, dt_conn *cn)
-{
-    uv_os_fd_t fd;
-    if (uv_fileno((uv_handle_t *)&cn->tcp, &fd) != 0) return;
-    double half = c->timeout_s / 2;
-    int on = 1, idle = half >= 3 ? (int)(half / 3) : 1, probes = 2;
-    unsigned user_ms = (unsigned)(half > 2 ? half * 1000 : 2000);
-    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &idle, sizeof idle);
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
-    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof user_ms);
-}
-
-/* The handshake succeeded: cn now carries frames to and from `peer`. */
-void comm_mesh_authenticated(dt_conn *cn, int peer)
-{
-    dt_comm *c = cn->comm;
-    watch_liveness(c, cn);
-    cn->authenticated = true;
-    cn->peer = peer;
-    comm_group_label_peer(cn);
-    c_unlink_pending(cn);
-    cn->next = NULL;
-    c->peers[peer] = cn;
-    comm_transport_next_header(cn);
-    comm_transport_set_reading(cn, true);
-    pthread_mutex_lock(&c->mu);
-    if (++c->connected == c->size - 1) {
-        c->mesh_ready = true;
-        pthread_cond_broadcast(&c->cv_api);
-    }
-    pthread_mutex_unlock(&c->mu);
 }
 
 /* ---- connecting ------------------------------------------------------------ */
@@ -223,10 +148,11 @@ static dt_conn *conn_new(dt_comm *c)
 }
 
 /* No Nagle delay for the small frames; keepalive so a silent peer is
- * noticed (tightened once authenticated: watch_liveness); socket buffers left to Linux's autotuning unless asked for, since
- * autotuning (up to net.ipv4.tcp_rmem's maximum) beat every fixed size on
- * loopback: 64 MiB all-reduce on 4 ranks, busbw 0.86-0.91 GB/s against
- * 0.66-0.79 with 4 MiB and 0.72-0.77 with 256 KiB, measured side by side. */
+ * noticed (tightened once authenticated: comm_conn_watch_liveness); socket
+ * buffers left to Linux's autotuning unless asked for, since autotuning (up
+ * to net.ipv4.tcp_rmem's maximum) beat every fixed size on loopback: 64 MiB
+ * all-reduce on 4 ranks, busbw 0.86-0.91 GB/s against 0.66-0.79 with 4 MiB
+ * and 0.72-0.77 with 256 KiB, measured side by side. */
 static void tune_socket(dt_comm *c, dt_conn *cn)
 {
     uv_tcp_nodelay(&cn->tcp, 1);
@@ -263,7 +189,7 @@ static void on_connected(uv_connect_t *req, int status)
         /* Not listening yet, or a transient refusal: dial again soon. */
         cn->retry_at = dt_now() + 0.1;
         cn->rx_state = RX_STOPPED;
-        comm_mesh_close(cn);
+        comm_conn_close(cn);
         dt_conn *again = conn_new(c);
         if (!again) { comm_fail(c, DT_ENOMEM, "rank %d: out of memory", c->rank); return; }
         again->outgoing = true;
@@ -276,6 +202,7 @@ static void on_connected(uv_connect_t *req, int status)
     }
     tune_socket(c, cn);
     comm_handshake_start_outgoing(cn);
+    comm_transport_read_set(cn, true); /* the reader hands it the replies */
 }
 
 static void io_dial(dt_conn *cn)
@@ -291,7 +218,7 @@ static void io_dial(dt_conn *cn)
     if (rc < 0) {
         comm_fail(c, DT_ESYS, "rank %d: connecting to rank %d (%s): %s", c->rank,
                   cn->expect_peer, cn->addr, uv_strerror(rc));
-        comm_mesh_close(cn);
+        comm_conn_close(cn);
     }
 }
 
@@ -319,25 +246,19 @@ static void on_connection(uv_stream_t *server, int status)
     uv_tcp_init(&c->loop, &cn->tcp);
     cn->has_handle = true;
     c->open_handles++;
-    if (uv_accept(server, (uv_stream_t *)&cn->tcp) < 0) { comm_mesh_close(cn); return; }
+    if (uv_accept(server, (uv_stream_t *)&cn->tcp) < 0) { comm_conn_close(cn); return; }
     struct sockaddr_storage sa;
     int len = sizeof sa;
     if (uv_tcp_getpeername(&cn->tcp, (struct sockaddr *)&sa, &len) == 0)
         format_addr((struct sockaddr *)&sa, cn->addr, sizeof cn->addr);
-    if (c->io_shutdown || c->io_failed_done) { comm_mesh_close(cn); return; }
+    if (c->io_shutdown || c->io_failed_done) { comm_conn_close(cn); return; }
     tune_socket(c, cn);
     cn->deadline = dt_now() + HANDSHAKE_TIMEOUT_S;
     comm_handshake_start_incoming(cn);
+    comm_transport_read_set(cn, true);
 }
 
 /* ---- the loop's wake-ups ----------------------------------------------------- */
-
-static void maybe_finish(dt_comm *c)
-{
-    if (!c->io_shutdown || c->open_handles > 0) return;
-    if (!uv_is_closing((uv_handle_t *)&c->ticker)) uv_close((uv_handle_t *)&c->ticker, NULL);
-    if (!uv_is_closing((uv_handle_t *)&c->wake)) uv_close((uv_handle_t *)&c->wake, NULL);
-}
 
 static void on_tick(uv_timer_t *t)
 {
@@ -361,7 +282,7 @@ static void on_tick(uv_timer_t *t)
     }
     if (c->close_at > 0 && now >= c->close_at) close_all_conns(c);
     comm_reject_log_tick(c);
-    maybe_finish(c);
+    comm_conn_maybe_finish(c);
 }
 
 static void on_wake(uv_async_t *a)
@@ -380,7 +301,7 @@ static void on_wake(uv_async_t *a)
         list = x->next;
         comm_transport_io_post(c, x);
     }
-    maybe_finish(c);
+    comm_conn_maybe_finish(c);
 }
 
 /* Called by the communicator thread as it exits: say BYE, close everything,
@@ -395,7 +316,7 @@ void comm_mesh_shutdown(dt_comm *c)
      * learn the reason rather than "destroyed its communicator". */
     if (failed) io_fail_cleanup(c);
     io_shutdown(c);
-    maybe_finish(c);
+    comm_conn_maybe_finish(c);
     uv_run(&c->loop, UV_RUN_DEFAULT);
 }
 
@@ -441,16 +362,7 @@ dt_status comm_mesh_start(dt_comm *c)
     uv_timer_init(&c->loop, &c->ticker);
     c->ticker.data = c;
     uv_timer_start(&c->ticker, on_tick, TICK_MS, TICK_MS);
-    dt_status st = c->size > 1 ? bind_listener(c) : DT_OK;
-    atomic_store(&c->io_running, true); /* before the thread can fail anything */
-    rc = uv_thread_create(&c->thread, comm_thread_main, c);
-    if (rc < 0) {
-        atomic_store(&c->io_running, false);
-        comm_fail(c, DT_ESYS, "rank %d: cannot start the communicator thread: %s", c->rank,
-                  uv_strerror(rc));
-        return DT_ESYS;
-    }
-    return st;
+    return c->size > 1 ? bind_listener(c) : DT_OK;
 }
 
 void comm_mesh_connect(dt_comm *c)
@@ -458,7 +370,7 @@ void comm_mesh_connect(dt_comm *c)
     pthread_mutex_lock(&c->mu);
     c->want_connect = true;
     pthread_mutex_unlock(&c->mu);
-    comm_thread_kick(c);
+    comm_wake_thread(c);
 }
 
 static void close_any(uv_handle_t *h, void *arg)
@@ -473,9 +385,9 @@ void comm_mesh_stop(dt_comm *c)
         pthread_mutex_lock(&c->mu);
         c->stopping = true;
         pthread_mutex_unlock(&c->mu);
-        comm_thread_kick(c);
+        comm_wake_thread(c);
         uv_thread_join(&c->thread);
-        /* under mu: a comm_thread_kick made under mu (a failure being recorded
+        /* under mu: a comm_wake_thread made under mu (a failure being recorded
          * on another thread) then never wakes a loop that is closing */
         pthread_mutex_lock(&c->mu);
         atomic_store(&c->io_running, false);

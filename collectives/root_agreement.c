@@ -4,7 +4,7 @@
  *
  * Why a rooted op needs this and the others do not. Every frame carries the
  * op's identity (kind, sequence number, count, dtype, reduction, root), and
- * a receiver compares it with the receive it posted (transport.c). In an
+ * a receiver compares it with the receive it posted (transport_read.c). In an
  * op whose pattern does not depend on its arguments — the ring, recursive
  * doubling, the barrier — each rank receives from the same peers whatever
  * it was told, so a rank that disagrees is caught by the first frame it

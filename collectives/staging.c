@@ -48,7 +48,7 @@
  * reused across ops; the pieces, not the arena, are 1 MiB. (Gloo's CUDA ring
  * likewise stages into a pinned buffer of the whole op.)
  *
- * Pipelined (hooks in the algorithm): ring all-reduce, ring reduce-scatter
+ * Pipelined (hooks in the algorithm, served by staging_pieces.c): ring all-reduce, ring reduce-scatter
  * (input side), ring all-gather(v) (output side), chain broadcast, linear
  * gather and scatter, pairwise all-to-all. Every other op (recursive
  * doubling and the trees, which are for small messages; p2p; any op in a
@@ -75,52 +75,11 @@
 #include "algorithms.h"
 #include "dt_device.h"
 #include "ring.h"
-#include "staging.h"
+#include "staging_pieces.h"
 
-#define STAGE_PIECE_BYTES ((size_t)1024 * 1024)
 #define ARENA_ALIGN ((size_t)64)
 
-enum { PIECE_IDLE, PIECE_ISSUED, PIECE_SYNCED };
-
-/* Per communicator, made on first use, freed by dt_comm_destroy. */
-typedef struct staging {
-    dt_device *dev;
-    dt_device_stream *stream;
-    dt_device_event **events; /* [cap_pieces] one per input piece */
-    unsigned char *piece;     /* [cap_pieces] PIECE_* */
-    size_t cap_pieces;
-    dt_device_event *done;    /* behind the last copy of an op */
-    char *arena;
-    size_t cap;
-    bool pinned;              /* arena from dt_device_pinned_alloc, else malloc */
-} staging;
-
-/* One of an op's two buffers (send, recv), as this rank uses it. */
-typedef struct stage_buf {
-    char *dev;     /* the caller's device pointer; NULL if on the host or unused */
-    char *host;    /* what the algorithm uses */
-    size_t bytes;
-    bool in, out;  /* holds input / output on this rank */
-    size_t piece0; /* index of its first input piece */
-} stage_buf;
-
-struct stage_op {
-    dt_comm *comm;
-    staging *s;
-    stage_buf b[2]; /* send, recv */
-    size_t out_staged; /* bytes of b[1] copied back through stage_ready */
-    dt_status err;     /* first failure of a stage_ready copy */
-};
-
 static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
-
-/* Fail the communicator with the device's message; returns the status. */
-static dt_status stage_fail(dt_comm *c, dt_status st, const char *what)
-{
-    comm_fail(c, st, "rank %d: staging through %s: %s: %s", c->rank,
-              dt_device_name(c->device), what, dt_device_error(c->device));
-    return st;
-}
 
 /* ---- which bytes of an op are input and output on this rank ---------------- */
 
@@ -177,7 +136,7 @@ static dt_status staging_get(dt_comm *c, staging **out)
         c->staging = s;
         if (dt_device_stream_create(s->dev, &s->stream) != DT_OK ||
             dt_device_event_create(s->dev, &s->done) != DT_OK)
-            return stage_fail(c, DT_ESYS, "cannot create the copy stream");
+            return comm_staging_pieces_fail(c, DT_ESYS, "cannot create the copy stream");
     }
     *out = c->staging;
     return DT_OK;
@@ -228,7 +187,7 @@ static dt_status pieces_reserve(dt_comm *c, staging *s, size_t n)
         s->events[i] = NULL;
         if (dt_device_event_create(s->dev, &s->events[i]) != DT_OK) {
             s->cap_pieces = i;
-            return stage_fail(c, DT_ESYS, "cannot create an event");
+            return comm_staging_pieces_fail(c, DT_ESYS, "cannot create an event");
         }
     }
     s->cap_pieces = n;
@@ -290,7 +249,7 @@ static dt_status issue_range(stage_op *so, stage_buf *b, size_t lo, size_t hi)
         size_t len = b->bytes - off < STAGE_PIECE_BYTES ? b->bytes - off : STAGE_PIECE_BYTES;
         if (dt_device_copy_d2h(s->dev, b->host + off, b->dev + off, len, s->stream) != DT_OK ||
             dt_device_event_record(s->dev, s->events[b->piece0 + i], s->stream) != DT_OK)
-            return stage_fail(so->comm, DT_ESYS, "copying the input to the host");
+            return comm_staging_pieces_fail(so->comm, DT_ESYS, "copying the input to the host");
         s->piece[b->piece0 + i] = PIECE_ISSUED;
     }
     return DT_OK;
@@ -328,47 +287,6 @@ static dt_status issue_inputs(stage_op *so, const dt_op *op, int rank, int p)
     return st;
 }
 
-/* Wait for the input pieces of b overlapping bytes [lo, hi). */
-static dt_status sync_range(stage_op *so, stage_buf *b, size_t lo, size_t hi)
-{
-    staging *s = so->s;
-    for (size_t i = lo / STAGE_PIECE_BYTES; i * STAGE_PIECE_BYTES < hi; i++) {
-        unsigned char *state = &s->piece[b->piece0 + i];
-        if (*state != PIECE_ISSUED) continue;
-        if (dt_device_event_synchronize(s->dev, s->events[b->piece0 + i]) != DT_OK)
-            return stage_fail(so->comm, DT_ESYS, "waiting for a copy to the host");
-        *state = PIECE_SYNCED;
-    }
-    return DT_OK;
-}
-
-dt_status comm_staging_need_slow(dt_opctx *o, const void *p, size_t n)
-{
-    stage_op *so = o->stage;
-    const char *q = p;
-    for (int i = 0; i < 2; i++) {
-        stage_buf *b = &so->b[i];
-        if (!b->dev || !b->in || q < b->host || q >= b->host + b->bytes) continue;
-        size_t lo = (size_t)(q - b->host), hi = lo + n;
-        return sync_range(so, b, lo, hi < b->bytes ? hi : b->bytes);
-    }
-    return DT_OK; /* not a staged input: host memory, or scratch */
-}
-
-void comm_staging_ready_slow(dt_opctx *o, const void *p, size_t n)
-{
-    stage_op *so = o->stage;
-    stage_buf *b = &so->b[1];
-    const char *q = p;
-    if (!b->dev || !b->out || q < b->host || q + n > b->host + b->bytes || so->err != DT_OK)
-        return;
-    size_t off = (size_t)(q - b->host);
-    if (dt_device_copy_h2d(so->s->dev, b->dev + off, q, n, so->s->stream) != DT_OK)
-        so->err = stage_fail(so->comm, DT_ESYS, "copying the result to the device");
-    else
-        so->out_staged += n;
-}
-
 /* Do the algorithm's hooks cover every read of its input? (See the list in
  * the head comment; a world of one takes shortcuts that read the input
  * without asking.) */
@@ -392,10 +310,10 @@ static dt_status finish(stage_op *so, dt_status st)
     stage_buf *b = &so->b[1];
     if (st == DT_OK && so->err == DT_OK && b->dev && b->out && so->out_staged != b->bytes &&
         dt_device_copy_h2d(s->dev, b->dev, b->host, b->bytes, s->stream) != DT_OK)
-        so->err = stage_fail(so->comm, DT_ESYS, "copying the result to the device");
+        so->err = comm_staging_pieces_fail(so->comm, DT_ESYS, "copying the result to the device");
     if (dt_device_event_record(s->dev, s->done, s->stream) != DT_OK ||
         dt_device_event_synchronize(s->dev, s->done) != DT_OK)
-        return stage_fail(so->comm, DT_ESYS, "waiting for the copies of this op");
+        return comm_staging_pieces_fail(so->comm, DT_ESYS, "waiting for the copies of this op");
     return st != DT_OK ? st : so->err;
 }
 
@@ -413,7 +331,7 @@ dt_status comm_staging_run(dt_opctx *o)
         return finish(&so, st);
     if (!inputs_hooked(user, c->size))
         for (int i = 0; i < 2 && st == DT_OK; i++)
-            if (so.b[i].dev && so.b[i].in) st = sync_range(&so, &so.b[i], 0, so.b[i].bytes);
+            if (so.b[i].dev && so.b[i].in) st = comm_staging_pieces_sync(&so, &so.b[i], 0, so.b[i].bytes);
     if (st != DT_OK) return finish(&so, st);
 
     dt_op host = *user;

@@ -2,8 +2,8 @@
  * staging.h — internal: how ops on device buffers reach the host
  * algorithms (staging.c has the picture and the costs).
  *
- * The executor asks comm_staging_wants() once per op (a pointer query, only on a
- * communicator that has a device) and runs a staged op through
+ * work.c asks comm_staging_wants() once per op (a pointer query, only on a
+ * communicator that has a device), and the executor runs a staged op through
  * comm_staging_run() instead of comm_algo_run(). The algorithms see host buffers only;
  * the pipelined ones (ring all-reduce, reduce-scatter, all-gather, chain
  * broadcast) tell the staging layer two things through the hooks below:
@@ -22,7 +22,7 @@
 
 typedef struct stage_op stage_op; /* one staged op (staging.c) */
 
-/* executor.c */
+/* work.c asks when it prepares an op; executor.c runs a staged op */
 bool comm_staging_wants(dt_comm *c, const dt_op *op);
 dt_status comm_staging_run(dt_opctx *o);
 /* p2p (staging_p2p.c): before the transfer is posted (copies a device send
@@ -35,17 +35,17 @@ dt_status comm_staging_p2p_end(dt_work *w, dt_status st);
 void comm_staging_destroy(dt_comm *c);
 void comm_staging_p2p_destroy(dt_comm *c); /* staging_p2p.c: the p2p pool */
 
-/* Hooks for the pipelined algorithms. */
-dt_status comm_staging_need_slow(dt_opctx *o, const void *p, size_t n);
-void comm_staging_ready_slow(dt_opctx *o, const void *p, size_t n);
+/* Hooks for the pipelined algorithms (staging_pieces.c). */
+dt_status comm_staging_pieces_need(dt_opctx *o, const void *p, size_t n);
+void comm_staging_pieces_ready(dt_opctx *o, const void *p, size_t n);
 
 static inline dt_status stage_need(dt_opctx *o, const void *p, size_t n) {
-    return o->stage ? comm_staging_need_slow(o, p, n) : DT_OK;
+    return o->stage ? comm_staging_pieces_need(o, p, n) : DT_OK;
 }
 
 static inline void stage_ready(dt_opctx *o, const void *p, size_t n) {
     if (o->stage)
-        comm_staging_ready_slow(o, p, n);
+        comm_staging_pieces_ready(o, p, n);
 }
 
 #endif /* DT_STAGING_H */

@@ -1,476 +1,37 @@
 /*
- * transport.c — frames: moving bytes between the buffers ops posted and the
- * mesh's TCP connections, on the communicator thread's libuv loop.
+ * transport.c — frames out, and transfers posted: moving bytes from the
+ * buffers ops posted onto the mesh's TCP connections, and handing each
+ * posted receive to the reader (transport_read.c), on the communicator
+ * thread's libuv loop.
  *
- * The idea: nothing is buffered "just in case". A payload is read straight
- * into the buffer of the receive that was posted for it. The one exception
- * is a small read-ahead per connection (RX_STAGE_BYTES): a read at a frame
- * boundary takes up to that much, so a small frame — header and payload —
- * costs one read(2) instead of three (header, payload, EAGAIN), and the
- * first bytes of a large payload are copied out of it before the rest is
- * read in place. When a header arrives and no receive matches it yet — the
- * peer is ahead of us — its frame waits in the stage, and reading goes on
- * into the stage's free room; only a full stage stops reading that socket
- * (uv_read_stop) until the op posts the matching receive. So a peer a
- * little ahead (the common case: its next op's first small frame) costs no
- * epoll_ctl, a peer far ahead meets TCP's window as flow control, and
- * memory stays bounded by what the algorithms posted plus one stage per
- * connection. An EOF or error that arrives behind waiting frames is
- * reported once they have been consumed, in stream order.
+ * A send is one frame, header and payload written together (writev):
+ * uv_try_write first, so a frame the socket takes at once needs no request
+ * and no callback; the rest queues in a uv_write. A receive is queued for
+ * the reader: a collective one per peer, in order; a tagged p2p one in the
+ * communicator's list, matched by (source or any, tag), oldest first. A
+ * header that arrived before its receive was posted is matched again now.
  *
- * Matching: collective frames from one peer are matched in order against
- * the collective receives posted for that peer, and must agree exactly with
- * the receive's expected header (op, sequence number, count, dtype,
- * reduction, root, message index, length) — otherwise the ranks disagree
- * about the op, and both views go into a protocol error. Tagged p2p frames
- * are matched against posted p2p receives by (source or any, tag), oldest
- * first, and must then agree with the receive's dtype and count. A rooted
- * op's frames can only be matched if the ranks agree on the root, which
- * root_agreement.c checks before its data moves.
+ * Posting: the op's runner holds the loop and posts here directly
+ * (comm_transport_post_here); any other thread (dt_submit's p2p) appends to
+ * the inbox under mu and wakes the loop (comm_transport_post).
  *
- * Failure (mesh.c does the work): EOF, a reset, a write error, a protocol error, a timeout noticed
- * by the op's runner, or dt_comm_abort all end in comm_fail. The first failure
- * is recorded; the loop then lets go of every posted receive, sends each
- * peer an ABORT frame carrying the reason (so a rank that only sees the
- * cascade still learns the root cause), and closes every connection after a
- * short grace period, which also cancels sends still in flight. A peer that
- * said BYE (destroyed its communicator) and then closes is not a failure
- * unless something was still expected from it.
+ * Failure (mesh.c does the work): a write error, a timeout noticed by the
+ * op's runner, or dt_comm_abort all end in comm_fail. The first failure is
+ * recorded; the loop then lets go of every posted receive, sends each peer
+ * an ABORT frame carrying the reason (comm_transport_send_control: so a
+ * rank that only sees the cascade still learns the root cause), and closes
+ * every connection after a short grace period, which also cancels sends
+ * still in flight. A send the peer refused while its connection is still
+ * being read waits for the reader's verdict: the peer's ABORT, if it sent
+ * one, names the root cause better than our EPIPE.
  *
- * Cost per frame: one write of header+payload (writev; uv_try_write first,
- * so a frame the socket takes at once needs no request), and on the receive
- * side one read for a frame that fits the stage (several small frames that
- * arrived together share it), else one for the stage and as many as needed
- * for the rest of the payload.
+ * Cost per frame: one write of header+payload; a receive costs nothing
+ * here beyond linking it into a list.
  */
-#include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "comm_internal.h"
-
-#define MAX_READ (1u << 30)
-
-/* ---- letting go of transfers ------------------------------------------- */
-
-/* Hand a transfer back to its owner. After this the loop never touches x.
- * A collective transfer's owner is the op running on this very thread; a
- * p2p transfer completes a work handle some API thread may be waiting on. */
-void comm_transport_release_xfer(dt_comm *c, dt_xfer *x, int state)
-{
-    if (!x->work) {
-        x->state = state;
-        if (x->owner) x->owner->outstanding--;
-        return;
-    }
-    pthread_mutex_lock(&c->mu);
-    x->state = state;
-    dt_status st = DT_OK;
-    if (state != XFER_DONE) st = c->failed ? c->fail_status : DT_EABORTED;
-    comm_executor_complete(x->work, st);
-    pthread_mutex_unlock(&c->mu);
-}
-
-void comm_transport_release_list(dt_comm *c, dt_xfer *x)
-{
-    while (x) {
-        dt_xfer *next = x->next;
-        comm_transport_release_xfer(c, x, XFER_FAILED);
-        x = next;
-    }
-}
-
-/* ---- reading ------------------------------------------------------------- */
-
-static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
-static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
-static void rx_on_notice(dt_conn *cn);
-static void rx_resume(dt_conn *cn);
-
-void comm_transport_set_reading(dt_conn *cn, bool on)
-{
-    if (cn->closing || cn->reading == on) return;
-    cn->reading = on;
-    if (on) uv_read_start((uv_stream_t *)&cn->tcp, on_alloc, on_read);
-    else uv_read_stop((uv_stream_t *)&cn->tcp);
-}
-
-static bool stage_full(const dt_conn *cn)
-{
-    return cn->stage_off == 0 && cn->stage_len == sizeof cn->rx_stage;
-}
-
-void comm_transport_expect(dt_conn *cn, int state, size_t bytes)
-{
-    cn->rx_state = state;
-    cn->rx_got = 0;
-    cn->rx_need = bytes;
-}
-
-void comm_transport_next_header(dt_conn *cn)
-{
-    comm_transport_expect(cn, RX_HEADER, sizeof(dt_frame_hdr));
-    cn->rx_cur = NULL;
-}
-
-static void describe_hdr(char *out, size_t n, const dt_frame_hdr *h)
-{
-    if (h->kind == FRAME_P2P) { /* seq: the sender's or receiver's own p2p count */
-        snprintf(out, n, "%s #%llu with tag %u (%llu x %s; %llu B)",
-                 h->op == DT_OP_RECV ? "recv" : "send", (unsigned long long)h->seq, h->index,
-                 (unsigned long long)h->count,
-                 h->dtype < DT_NUM_DTYPES ? dt_dtype_name(h->dtype) : "?",
-                 (unsigned long long)h->length);
-        return;
-    }
-    char redop[24] = "", root[24] = "";
-    if (h->op == DT_OP_ALLREDUCE || h->op == DT_OP_REDUCE_SCATTER || h->op == DT_OP_REDUCE)
-        snprintf(redop, sizeof redop, ", %s",
-                 h->redop < DT_NUM_REDOPS ? dt_redop_name(h->redop) : "?");
-    if (h->root >= 0) snprintf(root, sizeof root, ", root %d", (int)h->root);
-    snprintf(out, n, "%s #%llu message %u (%llu x %s%s%s; %llu B)",
-             h->op < DT_NUM_OP_KINDS ? dt_op_name(h->op) : "?",
-             (unsigned long long)h->seq, h->index, (unsigned long long)h->count,
-             h->dtype < DT_NUM_DTYPES ? dt_dtype_name(h->dtype) : "?", redop, root,
-             (unsigned long long)h->length);
-}
-
-static void protocol_error(dt_conn *cn, const dt_frame_hdr *expected)
-{
-    dt_comm *c = cn->comm;
-    char got[160], want[160];
-    describe_hdr(got, sizeof got, &cn->rx_hdr);
-    describe_hdr(want, sizeof want, expected);
-    cn->rx_state = RX_STOPPED;
-    comm_transport_set_reading(cn, false);
-    const char *rule = expected->kind == FRAME_P2P
-                           ? "a receive must name the dtype and count of the send it matches"
-                           : "every rank must submit the same collectives in the same order "
-                             "with the same arguments";
-    comm_fail(c, DT_EPROTO, "rank %d: protocol mismatch: rank %d (%s) sent %s, rank %d "
-              "expected %s; %s", c->rank, cn->peer, cn->addr, got, c->rank, want, rule);
-}
-
-static bool hdr_matches(const dt_frame_hdr *a, const dt_frame_hdr *b)
-{
-    return a->kind == b->kind && a->op == b->op && a->dtype == b->dtype &&
-           a->redop == b->redop && a->root == b->root && a->index == b->index &&
-           a->seq == b->seq && a->count == b->count && a->length == b->length;
-}
-
-/* A tagged send fits a receive of the same dtype and count: equal byte
- * counts of different types would be a silent reinterpretation. */
-static bool p2p_fits(const dt_frame_hdr *want, const dt_frame_hdr *got)
-{
-    return want->dtype == got->dtype && want->count == got->count &&
-           want->length == got->length;
-}
-
-static void rx_start_payload(dt_conn *cn, dt_xfer *x)
-{
-    x->source = cn->peer;
-    x->next = NULL;
-    if (cn->rx_hdr.length == 0) {
-        comm_transport_release_xfer(cn->comm, x, XFER_DONE);
-        comm_transport_next_header(cn);
-    } else {
-        cn->rx_cur = x;
-        x->done = 0;
-        cn->rx_state = RX_PAYLOAD;
-    }
-}
-
-/* The oldest posted p2p receive that takes (peer, tag), unlinked. */
-static dt_xfer *p2p_take(dt_comm *c, int peer, uint32_t tag)
-{
-    dt_xfer **pp = &c->p2p_head, *prev = NULL;
-    for (dt_xfer *x = c->p2p_head; x; prev = x, pp = &x->next, x = x->next) {
-        if ((x->peer == peer || x->peer == DT_ANY_SOURCE) && x->hdr.index == tag) {
-            *pp = x->next;
-            if (c->p2p_tail == x) c->p2p_tail = prev;
-            return x;
-        }
-    }
-    return NULL;
-}
-
-/* The header in rx_hdr has no receive yet. Keep reading into the stage
- * while it has room (an early frame then costs no epoll_ctl at all); stop
- * when it is full, so what a peer can park here stays bounded. */
-static void rx_pause(dt_conn *cn)
-{
-    cn->rx_state = RX_WAIT_MATCH;
-    if (cn->stage_off > 0) { /* make the free room one piece, at the end */
-        memmove(cn->rx_stage, cn->rx_stage + cn->stage_off, cn->stage_len - cn->stage_off);
-        cn->stage_len -= cn->stage_off;
-        cn->stage_off = 0;
-    }
-    if (stage_full(cn) || cn->rx_deferred) comm_transport_set_reading(cn, false);
-}
-
-/* A whole header is in cn->rx_hdr: find where its payload goes. */
-static void rx_on_header(dt_conn *cn)
-{
-    dt_comm *c = cn->comm;
-    dt_frame_hdr *h = &cn->rx_hdr;
-    dt_xfer *x;
-    bool was_paused = cn->rx_state == RX_WAIT_MATCH;
-    switch (h->kind) {
-    case FRAME_COLL:
-        x = cn->coll_head;
-        if (!x) { rx_pause(cn); return; }
-        if (!hdr_matches(&x->hdr, h)) { protocol_error(cn, &x->hdr); return; }
-        cn->coll_head = x->next;
-        if (!cn->coll_head) cn->coll_tail = NULL;
-        rx_start_payload(cn, x);
-        break;
-    case FRAME_P2P:
-        x = p2p_take(c, cn->peer, h->index);
-        if (!x) { rx_pause(cn); return; }
-        if (!p2p_fits(&x->hdr, h)) {
-            /* Record the failure before letting go: the receive's waiter
-             * wakes on the release and must find the reason in place. */
-            x->next = NULL;
-            protocol_error(cn, &x->hdr);
-            comm_transport_release_xfer(c, x, XFER_FAILED);
-            return;
-        }
-        rx_start_payload(cn, x);
-        break;
-    case FRAME_ABORT:
-        if (h->length < 4 || h->length >= sizeof cn->notice) {
-            cn->rx_state = RX_STOPPED; /* nothing after it can be parsed */
-            comm_transport_set_reading(cn, false);
-            comm_fail(c, DT_EPROTO, "rank %d: rank %d (%s) sent an ABORT frame of %llu B",
-                      c->rank, cn->peer, cn->addr, (unsigned long long)h->length);
-            return;
-        }
-        comm_transport_expect(cn, RX_NOTICE, h->length);
-        break;
-    case FRAME_BYE:
-        cn->bye = true;
-        comm_transport_next_header(cn);
-        break;
-    default:
-        cn->rx_state = RX_STOPPED;
-        comm_transport_set_reading(cn, false);
-        comm_fail(c, DT_EPROTO, "rank %d: rank %d (%s) sent a frame of unknown kind %u "
-                  "(another protocol version?)", c->rank, cn->peer, cn->addr, h->kind);
-        return;
-    }
-    if (was_paused) rx_resume(cn);
-}
-
-/* A peer failed and said why. If it had already finished the op this rank
- * is running or will run next (it failed in a later one), that op can still
- * finish here — everything the peer owed it came before the ABORT — so the
- * failure waits until it ends and fails the op after it instead of one that
- * was fine. But only for DEFERRED_FAIL_GRACE_S (comm_xfer_wait, and the idle
- * communicator thread, watch): a third rank that never reached this op
- * fails without sending its part, and this op must not wait for its own
- * timeout to learn that. */
-#define DEFERRED_FAIL_GRACE_S 1.0
-
-static void rx_on_notice(dt_conn *cn)
-{
-    dt_comm *c = cn->comm;
-    uint32_t st;
-    memcpy(&st, cn->notice, 4);
-    cn->notice[cn->rx_need] = '\0';
-    if (st == DT_OK || st > DT_ENOMEM) st = DT_EPEER;
-    cn->rx_state = RX_STOPPED;
-    comm_transport_set_reading(cn, false);
-    pthread_mutex_lock(&c->mu);
-    bool later = !c->failed && comm_first_unfinished_locked(c) < cn->rx_hdr.seq;
-    if (later && !c->fail_deferred) {
-        c->fail_deferred = true;
-        c->deferred_until = dt_now() + DEFERRED_FAIL_GRACE_S;
-        c->deferred_status = (dt_status)st;
-        snprintf(c->deferred_error, sizeof c->deferred_error, "rank %d: rank %d (%s) failed "
-                 "and reported: %s", c->rank, cn->peer, cn->addr, cn->notice + 4);
-    }
-    pthread_mutex_unlock(&c->mu);
-    if (later) return;
-    /* launcher/root_cause.c follows this wording ("failed and reported:",
-     * "died or its process was killed") to the rank that failed first. */
-    comm_fail(c, (dt_status)st, "rank %d: rank %d (%s) failed and reported: %s", c->rank,
-              cn->peer, cn->addr, cn->notice + 4);
-}
-
-/* Does anything posted still wait for data from this peer? */
-static bool expects_from(dt_comm *c, dt_conn *cn)
-{
-    if (cn->coll_head || cn->rx_cur) return true;
-    for (dt_xfer *x = c->p2p_head; x; x = x->next)
-        if (x->peer == cn->peer) return true;
-    return false;
-}
-
-static void conn_lost(dt_conn *cn, ssize_t err)
-{
-    dt_comm *c = cn->comm;
-    cn->lost = true;
-    cn->rx_state = RX_STOPPED;
-    comm_transport_set_reading(cn, false);
-    if (!cn->authenticated) {
-        if (cn->outgoing)
-            comm_fail(c, DT_EPEER, "rank %d: rank %d (%s) closed the connection during the "
-                      "handshake (%s): is it another job, or does it hold another secret?",
-                      c->rank, cn->expect_peer, cn->addr, uv_strerror((int)err));
-        else
-            comm_handshake_reject(cn, "closed during the handshake (%s)", uv_strerror((int)err));
-        return;
-    }
-    if (cn->bye && !expects_from(c, cn)) {
-        comm_mesh_close(cn);
-        return;
-    }
-    if (cn->bye)
-        comm_fail(c, DT_EPEER, "rank %d: rank %d (%s) destroyed its communicator while "
-                  "rank %d still expected data from it", c->rank, cn->peer, cn->addr, c->rank);
-    else if (err == UV_ETIMEDOUT)
-        comm_fail(c, DT_EPEER, "rank %d: connection to rank %d (%s) lost: its host stopped "
-                  "answering (no TCP acknowledgement within %.1f s); is its network link "
-                  "up, is the machine alive?", c->rank, cn->peer, cn->addr, c->timeout_s / 2);
-    else
-        comm_fail(c, DT_EPEER, "rank %d: connection to rank %d (%s) lost: %s; rank %d died "
-                  "or its process was killed", c->rank, cn->peer, cn->addr,
-                  err == UV_EOF ? "end of file" : uv_strerror((int)err), cn->peer);
-}
-
-/* n more bytes of the current payload are in its buffer; at the end the
- * receive is done and the next header is due. */
-static void rx_payload_got(dt_conn *cn, size_t n)
-{
-    dt_xfer *x = cn->rx_cur;
-    x->done += n;
-    if (x->done < x->len) return;
-    cn->rx_cur = NULL;
-    comm_transport_release_xfer(cn->comm, x, XFER_DONE);
-    comm_transport_next_header(cn);
-}
-
-/* The current fixed-size unit (header, handshake message, notice) is in. */
-static void rx_unit_done(dt_conn *cn)
-{
-    switch (cn->rx_state) {
-    case RX_HEADER: rx_on_header(cn); break;
-    case RX_HANDSHAKE: comm_handshake_step(cn); break;
-    case RX_NOTICE: rx_on_notice(cn); break;
-    default: break;
-    }
-}
-
-/* Consumes read-ahead bytes frame by frame: headers are matched, payloads
- * copied to their receives, notices collected. Stops, keeping the rest,
- * when a header has no receive yet (reading is paused then) or the
- * connection stopped. */
-static void rx_drain(dt_conn *cn)
-{
-    while (cn->stage_off < cn->stage_len) {
-        const char *src = cn->rx_stage + cn->stage_off;
-        size_t avail = cn->stage_len - cn->stage_off, k;
-        if (cn->rx_state == RX_PAYLOAD) {
-            dt_xfer *x = cn->rx_cur;
-            k = x->len - x->done < avail ? x->len - x->done : avail;
-            memcpy(x->buf + x->done, src, k);
-            cn->stage_off += k;
-            rx_payload_got(cn, k);
-            continue;
-        }
-        char *dst = cn->rx_state == RX_HEADER   ? (char *)&cn->rx_hdr
-                    : cn->rx_state == RX_NOTICE ? cn->notice
-                                                : NULL;
-        if (!dst) return; /* waiting for a match, or stopped */
-        k = cn->rx_need - cn->rx_got < avail ? cn->rx_need - cn->rx_got : avail;
-        memcpy(dst + cn->rx_got, src, k);
-        cn->rx_got += k;
-        cn->stage_off += k;
-        if (cn->rx_got < cn->rx_need) continue;
-        rx_unit_done(cn);
-        /* every outcome starts a new unit or stops the connection; a state
-         * left at "unit complete" would be parsed again forever */
-        if ((cn->rx_state == RX_HEADER || cn->rx_state == RX_NOTICE) &&
-            cn->rx_got == cn->rx_need) {
-            cn->rx_state = RX_STOPPED;
-            comm_transport_set_reading(cn, false);
-            return;
-        }
-    }
-}
-
-/* A waiting header found its receive: use up what is staged, then read
- * the socket again (rx_pause decides, if another frame has to wait), or
- * report the EOF or error that had come in behind the staged frames. */
-static void rx_resume(dt_conn *cn)
-{
-    rx_drain(cn);
-    if (cn->rx_state == RX_WAIT_MATCH || cn->rx_state == RX_STOPPED) return;
-    if (cn->rx_deferred) conn_lost(cn, cn->rx_deferred);
-    else comm_transport_set_reading(cn, true);
-}
-
-static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
-{
-    (void)suggested;
-    dt_conn *cn = h->data;
-    char *base = NULL;
-    size_t len = 0;
-    cn->rx_into_stage = false;
-    switch (cn->rx_state) {
-    case RX_HEADER: /* a frame boundary: the stage is empty here */
-        cn->stage_off = cn->stage_len = 0;
-        /* fall through */
-    case RX_WAIT_MATCH: /* rx_pause left the free room at the end */
-        cn->rx_into_stage = true;
-        *buf = uv_buf_init(cn->rx_stage + cn->stage_len,
-                           (unsigned)(sizeof cn->rx_stage - cn->stage_len));
-        return;
-    case RX_PAYLOAD:
-        base = cn->rx_cur->buf + cn->rx_cur->done;
-        len = cn->rx_cur->len - cn->rx_cur->done;
-        if (len > MAX_READ) len = MAX_READ;
-        break;
-    case RX_HANDSHAKE:
-        base = (char *)cn->hs_buf + cn->rx_got;
-        len = cn->rx_need - cn->rx_got;
-        break;
-    case RX_NOTICE:
-        base = cn->notice + cn->rx_got;
-        len = cn->rx_need - cn->rx_got;
-        break;
-    default:
-        break;
-    }
-    *buf = uv_buf_init(base, (unsigned)len);
-}
-
-static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
-{
-    (void)buf;
-    dt_conn *cn = s->data;
-    if (nread == 0 || nread == UV_ENOBUFS) return;
-    if (nread < 0 && cn->rx_state == RX_WAIT_MATCH) {
-        cn->rx_deferred = (int)nread; /* after the frames staged before it */
-        comm_transport_set_reading(cn, false);
-        return;
-    }
-    if (nread < 0) { conn_lost(cn, nread); return; }
-    if (cn->rx_into_stage) {
-        cn->stage_len += (size_t)nread;
-        if (cn->rx_state != RX_WAIT_MATCH) rx_drain(cn);
-        else if (stage_full(cn)) comm_transport_set_reading(cn, false);
-        return;
-    }
-    if (cn->rx_state == RX_PAYLOAD) {
-        rx_payload_got(cn, (size_t)nread);
-        return;
-    }
-    cn->rx_got += (size_t)nread;
-    if (cn->rx_got == cn->rx_need) rx_unit_done(cn);
-}
 
 /* ---- writing --------------------------------------------------------------- */
 
@@ -499,7 +60,7 @@ static void send_finished(dt_conn *cn, dt_xfer *x, int status)
                   "its process was killed", c->rank, cn->peer, cn->addr, uv_strerror(status),
                   cn->peer);
     }
-    comm_transport_release_xfer(c, x, status == 0 ? XFER_DONE : XFER_FAILED);
+    comm_conn_release_xfer(c, x, status == 0 ? XFER_DONE : XFER_FAILED);
 }
 
 static void on_send_done(uv_write_t *req, int status)
@@ -538,21 +99,6 @@ void comm_transport_send_control(dt_conn *cn, uint8_t kind, uint64_t seq, const 
         free(w);
 }
 
-static void on_hs_write_done(uv_write_t *req, int status)
-{
-    dt_conn *cn = req->data;
-    if (status < 0 && status != UV_ECANCELED && !cn->authenticated && !cn->closing)
-        conn_lost(cn, status);
-}
-
-void comm_transport_write(dt_conn *cn, uv_write_t *req, const void *buf, size_t len)
-{
-    uv_buf_t b = uv_buf_init((char *)buf, (unsigned)len);
-    req->data = cn;
-    int rc = uv_write(req, (uv_stream_t *)&cn->tcp, &b, 1, on_hs_write_done);
-    if (rc < 0) conn_lost(cn, rc);
-}
-
 /* ---- posting (loop side) ------------------------------------------------- */
 
 static dt_conn *peer_conn(dt_comm *c, dt_xfer *x, const char *what)
@@ -567,7 +113,7 @@ static dt_conn *peer_conn(dt_comm *c, dt_xfer *x, const char *what)
 static void io_send(dt_comm *c, dt_xfer *x)
 {
     dt_conn *cn = peer_conn(c, x, "send to");
-    if (!cn) { comm_transport_release_xfer(c, x, XFER_FAILED); return; }
+    if (!cn) { comm_conn_release_xfer(c, x, XFER_FAILED); return; }
     uv_buf_t bufs[2] = {uv_buf_init((char *)&x->hdr, sizeof x->hdr),
                         uv_buf_init(x->buf, (unsigned)x->len)};
     uv_buf_t *b = bufs;
@@ -591,7 +137,7 @@ static void io_send(dt_comm *c, dt_xfer *x)
     if (rc < 0) {
         comm_fail(c, DT_EPEER, "rank %d: writing to rank %d (%s) failed: %s", c->rank,
                   cn->peer, cn->addr, uv_strerror(rc));
-        comm_transport_release_xfer(c, x, XFER_FAILED);
+        comm_conn_release_xfer(c, x, XFER_FAILED);
     }
 }
 
@@ -602,7 +148,7 @@ static void io_recv(dt_comm *c, dt_xfer *x)
         /* A peer that said BYE or hung up has nothing parked here (frames
          * are parsed in order, BYE last), so nothing more can ever match. */
         if (x->peer != DT_ANY_SOURCE && !peer_conn(c, x, "receive from")) {
-            comm_transport_release_xfer(c, x, XFER_FAILED);
+            comm_conn_release_xfer(c, x, XFER_FAILED);
             return;
         }
         if (c->p2p_tail) c->p2p_tail->next = x;
@@ -611,22 +157,22 @@ static void io_recv(dt_comm *c, dt_xfer *x)
         for (int p = 0; p < c->size; p++) {
             dt_conn *cn = c->peers[p];
             if (cn && cn->rx_state == RX_WAIT_MATCH && cn->rx_hdr.kind == FRAME_P2P)
-                rx_on_header(cn);
+                comm_transport_read_header(cn);
         }
         return;
     }
     dt_conn *cn = peer_conn(c, x, "receive from");
-    if (!cn) { comm_transport_release_xfer(c, x, XFER_FAILED); return; }
+    if (!cn) { comm_conn_release_xfer(c, x, XFER_FAILED); return; }
     if (cn->coll_tail) cn->coll_tail->next = x;
     else cn->coll_head = x;
     cn->coll_tail = x;
-    if (cn->rx_state == RX_WAIT_MATCH) rx_on_header(cn);
+    if (cn->rx_state == RX_WAIT_MATCH) comm_transport_read_header(cn);
 }
 
 void comm_transport_io_post(dt_comm *c, dt_xfer *x)
 {
     x->next = NULL;
-    if (c->io_failed_done || c->io_shutdown) comm_transport_release_xfer(c, x, XFER_FAILED);
+    if (c->io_failed_done || c->io_shutdown) comm_conn_release_xfer(c, x, XFER_FAILED);
     else if (x->is_send) io_send(c, x);
     else io_recv(c, x);
 }
@@ -649,5 +195,5 @@ void comm_transport_post(dt_comm *c, dt_xfer *x)
     else c->inbox_head = x;
     c->inbox_tail = x;
     pthread_mutex_unlock(&c->mu);
-    comm_thread_kick(c);
+    comm_wake_thread(c);
 }

@@ -73,7 +73,7 @@ dt_status comm_xfer_wait(dt_opctx *o, dt_xfer *x)
             op_timed_out(o, x); /* the loop then fails x along with the rest */
         }
         if (c->fail_deferred && now >= c->deferred_until)
-            comm_fail_deferred(c); /* a peer's failure, held back (transport.c) */
+            comm_fail_deferred(c); /* a peer's failure, held back (transport_read.c) */
         uv_run(&c->loop, UV_RUN_ONCE);
     }
     if (x->state == XFER_DONE) return DT_OK;

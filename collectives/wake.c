@@ -1,0 +1,38 @@
+/*
+ * wake.c — how a communicator's threads wake each other: the communicator
+ * thread (its condition variable, and the loop's async handle when the
+ * loop may be asleep in epoll), the API threads waiting on a work handle
+ * (cv_api), and waits with a deadline.
+ *
+ * Every file that changes what another thread should do ends with one of
+ * these calls; none of them takes a lock, so each may be made with `mu`
+ * held (comm_failv does, so that nothing touches the communicator after a
+ * failure is published) or not, as the caller's comment says.
+ * Cost: a futex wake-up, plus an eventfd write while the loop runs.
+ */
+#include <time.h>
+
+#include "comm_internal.h"
+
+void comm_wake_thread(dt_comm *c)
+{
+    pthread_cond_signal(&c->cv_thread);
+    if (atomic_load(&c->io_running)) uv_async_send(&c->wake);
+}
+
+void comm_wake_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, double deadline)
+{
+    struct timespec ts;
+    double whole = (double)(long long)deadline;
+    ts.tv_sec = (time_t)whole;
+    ts.tv_nsec = (long)((deadline - whole) * 1e9);
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
+void comm_wake_work_done(dt_work *w, dt_status st)
+{
+    w->status = st;
+    w->done = true;
+    if (w->op.kind == DT_OP_SEND || w->op.kind == DT_OP_RECV) w->comm->p2p_outstanding--;
+    pthread_cond_broadcast(&w->comm->cv_api);
+}

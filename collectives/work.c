@@ -1,0 +1,161 @@
+/*
+ * work.c — a work handle's life on the API thread: submitted, run inline,
+ * waited for (dt_submit, dt_run, dt_work_wait, dt_work_test).
+ *
+ * dt_submit checks the op (validate.c), gives each collective the next
+ * sequence number and queues it for the communicator thread; dt_run
+ * (blocking) runs it on the caller's thread instead when nothing is queued
+ * and the loop is free (comm_thread.c), which saves the two hand-offs of
+ * submitting and completing. Either way the op runs in comm_executor_run
+ * (executor.c), in submission order.
+ *
+ * Tagged send/recv do not queue: they are not ordered against collectives
+ * (Gloo's semantics), so dt_submit posts their one transfer through the
+ * transport's inbox (post_p2p), and the transfer completes the work handle.
+ * Their waiter owns the deadline: dt_work_wait fails the communicator when
+ * it passes, as an op's runner does for a collective.
+ *
+ * Cost: one allocation per submitted op (none for dt_run inline), a mutex
+ * or two, and a wake-up of the communicator thread for a queued one.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_internal.h"
+#include "staging.h"
+
+static void post_p2p(dt_comm *c, dt_work *w)
+{
+    dt_xfer *x = &w->xfer;
+    const dt_op *op = &w->op;
+    size_t bytes = op->count * dt_dtype_size(op->dtype);
+    memset(x, 0, sizeof *x);
+    x->hdr.kind = FRAME_P2P;
+    x->hdr.op = (uint8_t)op->kind;
+    x->hdr.dtype = (uint8_t)op->dtype;
+    x->hdr.root = -1;
+    x->hdr.index = op->tag;
+    x->hdr.seq = w->seq;
+    x->hdr.count = op->count;
+    x->hdr.length = bytes;
+    x->is_send = op->kind == DT_OP_SEND;
+    x->buf = x->is_send ? (char *)op->send : (char *)op->recv;
+    x->len = bytes;
+    x->peer = op->peer;
+    x->work = w;
+    x->source = -1;
+    comm_transport_post(c, x);
+}
+
+/* A work for op, with the fields its kind ignores normalised, so every rank
+ * puts the same identity in its frame headers. */
+static void prepare(dt_comm *c, dt_work *w, const dt_op *op)
+{
+    w->comm = c;
+    w->op = *op;
+    if (op->kind != DT_OP_REDUCE && op->kind != DT_OP_ALLREDUCE &&
+        op->kind != DT_OP_REDUCE_SCATTER)
+        w->op.redop = DT_SUM;
+    if (op->kind != DT_OP_BROADCAST && op->kind != DT_OP_REDUCE && op->kind != DT_OP_GATHER &&
+        op->kind != DT_OP_SCATTER)
+        w->op.root = -1;
+    w->staged = comm_staging_wants(c, op);
+}
+
+dt_status dt_submit(dt_comm *c, const dt_op *op, dt_work **work)
+{
+    *work = NULL;
+    dt_status st = comm_validate_op(c, op);
+    if (st != DT_OK) return st;
+    dt_work *w = calloc(1, sizeof *w);
+    if (!w) return DT_ENOMEM;
+    prepare(c, w, op);
+    if (w->staged && (op->kind == DT_OP_SEND || op->kind == DT_OP_RECV) &&
+        (st = comm_staging_p2p_begin(c, w)) != DT_OK) {
+        free(w);
+        return st;
+    }
+    *work = w;
+    if (op->kind == DT_OP_SEND || op->kind == DT_OP_RECV) {
+        w->deadline = dt_now() + (op->timeout_s > 0 ? op->timeout_s : c->timeout_s);
+        pthread_mutex_lock(&c->mu);
+        w->seq = c->p2p_seq++;
+        c->p2p_outstanding++;
+        pthread_mutex_unlock(&c->mu);
+        post_p2p(c, w);
+        return DT_OK;
+    }
+    pthread_mutex_lock(&c->mu);
+    w->seq = c->next_seq++;
+    if (c->q_tail) c->q_tail->next = w;
+    else c->q_head = w;
+    c->q_tail = w;
+    pthread_mutex_unlock(&c->mu);
+    comm_wake_thread(c);
+    return DT_OK;
+}
+
+static void p2p_timed_out(dt_comm *c, dt_work *w)
+{
+    const dt_op *op = &w->op;
+    double t = op->timeout_s > 0 ? op->timeout_s : c->timeout_s;
+    if (op->kind == DT_OP_SEND)
+        comm_fail(c, DT_ETIMEDOUT, "rank %d: send #%llu with tag %u to rank %d (%s) timed out "
+                  "after %.1f s", c->rank, (unsigned long long)w->seq, op->tag, op->peer,
+                  c->peer_addr[op->peer], t);
+    else if (op->peer == DT_ANY_SOURCE)
+        comm_fail(c, DT_ETIMEDOUT, "rank %d: recv #%llu with tag %u from any rank timed out "
+                  "after %.1f s", c->rank, (unsigned long long)w->seq, op->tag, t);
+    else
+        comm_fail(c, DT_ETIMEDOUT, "rank %d: recv #%llu with tag %u from rank %d (%s) timed "
+                  "out after %.1f s", c->rank, (unsigned long long)w->seq, op->tag, op->peer,
+                  c->peer_addr[op->peer], t);
+}
+
+dt_status dt_work_wait(dt_work *w)
+{
+    dt_comm *c = w->comm;
+    bool p2p = w->op.kind == DT_OP_SEND || w->op.kind == DT_OP_RECV, fired = false;
+    pthread_mutex_lock(&c->mu);
+    while (!w->done) {
+        if (p2p && !fired && dt_now() >= w->deadline) {
+            fired = true;
+            pthread_mutex_unlock(&c->mu);
+            p2p_timed_out(c, w);
+            pthread_mutex_lock(&c->mu);
+            continue;
+        }
+        if (p2p) comm_wake_wait_until(&c->cv_api, &c->mu, fired ? dt_now() + 0.05 : w->deadline);
+        else pthread_cond_wait(&c->cv_api, &c->mu);
+    }
+    dt_status st = w->status;
+    pthread_mutex_unlock(&c->mu);
+    if (w->op.kind == DT_OP_RECV && w->op.source) *w->op.source = w->xfer.source;
+    st = comm_staging_p2p_end(w, st);
+    free(w);
+    return st;
+}
+
+bool dt_work_test(dt_work *w)
+{
+    pthread_mutex_lock(&w->comm->mu);
+    bool done = w->done;
+    pthread_mutex_unlock(&w->comm->mu);
+    return done;
+}
+
+/* Blocking: a collective runs on this thread when the loop is free (no
+ * hand-off at all), otherwise it queues behind what is running. */
+dt_status dt_run(dt_comm *c, const dt_op *op)
+{
+    if (op->kind != DT_OP_SEND && op->kind != DT_OP_RECV) {
+        dt_status st = comm_validate_op(c, op);
+        if (st != DT_OK) return st;
+        dt_work w = {0};
+        prepare(c, &w, op);
+        if (comm_thread_run_inline(c, &w, &st)) return st;
+    }
+    dt_work *w;
+    dt_status st = dt_submit(c, op, &w);
+    return st == DT_OK ? dt_work_wait(w) : st;
+}
