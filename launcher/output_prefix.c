@@ -19,9 +19,11 @@
  *
  * A '\r' starts a status line (a progress bar redrawn in place): the text
  * after it is shown at once, as "\r[0] [####....] 3/10\033[K", when our
- * stdout is a terminal, and never otherwise; status lines reach neither the
- * log file nor the tail ring, which keep only real lines. On a terminal
- * every real line starts with "\r\033[K" to wipe a status line it follows.
+ * stdout is a terminal (also when the next '\r' follows in the same read:
+ * every bar is drawn, however the pipe splits the bytes), and never
+ * otherwise; status lines reach neither the log file nor the tail ring,
+ * which keep only real lines. On a terminal every real line starts with
+ * "\r\033[K" to wipe a status line it follows.
  * A worker clears its bar with "\r\033[K" before a real line; that clear is
  * dropped from the line.
  *
@@ -180,16 +182,24 @@ static const char *line_break(const char *data, size_t n)
     return NULL;
 }
 
-/* A status line's text, on a terminal only: redrawn in place. */
-static void draw_status(output_stream *s)
+/* A status line's text a ‖ b, on a terminal only: redrawn in place. A
+ * worker's bare clear ("\033[K") draws nothing. */
+static void draw_status_text(output_stream *s, const char *a, size_t na, const char *b,
+                             size_t nb)
 {
-    if (!s->tty || s->len == 0) return;
+    if (!s->tty || na + nb == 0) return;
+    if ((na == 3 && nb == 0 && !memcmp(a, "\033[K", 3)) ||
+        (na == 0 && nb == 3 && !memcmp(b, "\033[K", 3)))
+        return;
     char prefix[24];
     int np = snprintf(prefix, sizeof prefix, "\r[%d] ", s->rank);
     write_all(&s->out_fd, prefix, (size_t)np);
-    write_all(&s->out_fd, s->partial, s->len);
+    write_all(&s->out_fd, a, na);
+    write_all(&s->out_fd, b, nb);
     write_all(&s->out_fd, "\033[K", 3);
 }
+
+static void draw_status(output_stream *s) { draw_status_text(s, s->partial, s->len, "", 0); }
 
 /* A real line that followed a '\r': without the worker's clear sequence. */
 static void emit_after_status(output_stream *s, char **out, size_t *len, size_t *cap,
@@ -231,7 +241,14 @@ void launch_output_feed(output_stream *s, const char *data, size_t n)
         }
         else if (*br == '\n' || (!s->transient && s->len + take > 0))
             emit_line(s, &out, &len, &cap, s->partial, s->len, data, take);
-        /* else: a status line superseded by the next '\r' before it was drawn */
+        else if (s->tty && s->len + take > 0) {
+            /* a status line superseded by the next '\r' in this same read:
+             * drawn all the same, so every step's bar shows however the
+             * worker's writes happen to be split into reads */
+            write_all(&s->out_fd, out, len);
+            len = 0;
+            draw_status_text(s, s->partial, s->len, data, take);
+        }
         s->len = 0;
         s->transient = *br == '\r';
         data += take + 1;

@@ -20,6 +20,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "launch.h"
+
 extern char **environ;
 
 /* Our environment without any launch contract, plus `extra` (NULL-ended). */
@@ -158,4 +160,32 @@ Test(progress, status_lines_stay_out_of_pipes_and_logs, .timeout = 30)
     rmdir(dir);
     cr_expect_str_eq(text, "line one\n");
     free(out);
+}
+
+/* The launcher's relay itself, on a pseudo-terminal: a worker's bar followed
+ * by the next '\r' within one read (fast steps) is drawn all the same, so
+ * whether the bar shows does not depend on how the pipe splits the bytes. */
+Test(progress, a_bar_superseded_within_one_read_is_still_drawn_on_a_terminal, .timeout = 10)
+{
+    int master, slave;
+    cr_assert_eq(openpty(&master, &slave, NULL, NULL, NULL), 0, "openpty: %s", strerror(errno));
+    output_tail tail = {0};
+    output_stream s;
+    launch_output_init(&s, 0, slave, -1, &tail);
+    const char worker[] = "\r[#.........] 1/3 loss 4.3547\r[##########] 2/3 loss 4.2816"
+                          "\r\033[Kreplicas: identical\n";
+    launch_output_feed(&s, worker, sizeof worker - 1);
+    launch_output_finish(&s);
+    launch_output_free(&s);
+    close(slave);
+    char out[4096];
+    size_t n = 0;
+    ssize_t r;
+    while (n < sizeof out - 1 && (r = read(master, out + n, sizeof out - 1 - n)) > 0)
+        n += (size_t)r;
+    out[n] = '\0';
+    close(master);
+    cr_expect(strstr(out, "\r[0] [#.........] 1/3 loss 4.3547"), "bar 1 not drawn:\n%s", out);
+    cr_expect(strstr(out, "\r[0] [##########] 2/3 loss 4.2816"), "bar 2 not drawn:\n%s", out);
+    cr_expect(strstr(out, "[0] replicas: identical"), "the line is missing:\n%s", out);
 }

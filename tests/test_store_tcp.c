@@ -264,6 +264,14 @@ Test(store_tcp, a_client_that_vanishes_mid_wait_is_forgotten, .timeout = 20)
     memcpy(req + 9, &klen, 8);
     memcpy(req + 17, "gone", 4);
     cr_assert_eq(send(fd, req, sizeof req, 0), (ssize_t)sizeof req);
+    /* the server has accepted it (its end is the second new descriptor)
+     * before it vanishes; otherwise the count below could match before the
+     * accept and miss a leak */
+    for (int i = 0; i < 500 && count_fds() != before + 2; i++) {
+        struct timespec nap = {0, 10000000L};
+        nanosleep(&nap, NULL);
+    }
+    cr_assert_eq(count_fds(), before + 2, "the server never accepted the client");
     close(fd);
     cr_assert_eq(dt_store_set(a, "gone", "x", 1), DT_OK); /* wakes nobody, crashes nothing */
     int64_t n;
