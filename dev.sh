@@ -130,7 +130,7 @@ fuzz)
     exec tests/fuzz/run_fuzzers.sh build-fuzz "${2:-60}"
     ;;
 test-netns)
-    PACKAGES="$PACKAGES iproute2"
+    PACKAGES="$PACKAGES iproute2 nftables"
     install_missing
     build build
     exec bash tests/netns/multihost.sh build
