@@ -16,6 +16,8 @@
 #   ./dev.sh test-netns      2 hosts made of network namespaces: a job across
 #                            them, through rate-limited links, and a link cut
 #                            (needs root; tests/netns/multihost.sh)
+#   ./dev.sh test-slurm      a one-node Slurm cluster: srun and sbatch run
+#                            minigpt (needs root; tests/slurm/slurm_minigpt.sh)
 #
 # Builds go to build/ (and build-sanitize/, build-clang/, build-tsan/,
 # build-fuzz/). Warnings are errors.
@@ -134,6 +136,12 @@ test-netns)
     install_missing
     build build
     exec bash tests/netns/multihost.sh build
+    ;;
+test-slurm)
+    PACKAGES="$PACKAGES slurm-wlm munge"
+    install_missing
+    build build
+    exec bash tests/slurm/slurm_minigpt.sh build
     ;;
 test-torch)
     PACKAGES="$PACKAGES python3-torch"

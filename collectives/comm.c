@@ -41,24 +41,6 @@ static char *dup_or(const char *s, const char *fallback)
     return strdup(s ? s : fallback);
 }
 
-/* The IPv4 address of interface `name`, as text; NULL if it has none or is
- * not up and running (libuv lists only those). */
-static char *interface_address(const char *name)
-{
-    uv_interface_address_t *ifs;
-    int n;
-    char ip[INET_ADDRSTRLEN], *found = NULL;
-    if (uv_interface_addresses(&ifs, &n) != 0) return NULL;
-    for (int i = 0; i < n && !found; i++) {
-        if (strcmp(ifs[i].name, name) != 0 || ifs[i].address.address4.sin_family != AF_INET)
-            continue;
-        uv_ip4_name(&ifs[i].address.address4, ip, sizeof ip);
-        found = strdup(ip);
-    }
-    uv_free_interface_addresses(ifs, n);
-    return found;
-}
-
 /* Everything that cannot fail for reasons outside this process. */
 dt_status comm_setup(dt_comm *c, const dt_comm_options *o)
 {
@@ -91,14 +73,17 @@ dt_status comm_setup(dt_comm *c, const dt_comm_options *o)
     c->device = o->device;
     c->job_id = dup_or(o->job_id, "dtrain");
     if (o->ifname) {
-        c->host = interface_address(o->ifname);
+        c->host = comm_host_address_of_interface(o->ifname);
         if (!c->host) {
             comm_fail(c, DT_EINVAL, "rank %d: network interface '%s' has no IPv4 address, "
                       "or is not up and running (see `ip addr`)", o->rank, o->ifname);
             return DT_EINVAL;
         }
+    } else if (o->host) {
+        c->host = strdup(o->host);
     } else {
-        c->host = dup_or(o->host, "127.0.0.1");
+        c->host = comm_host_address_toward_store(o->init_url);
+        if (!c->host) c->host = strdup("127.0.0.1");
     }
     c->init_url = dup_or(o->init_url, "");
     c->peers = calloc((size_t)c->size, sizeof *c->peers);

@@ -7,7 +7,8 @@
  * (SLURM_PROCID/SLURM_NTASKS) find their rank and size the same way; they
  * still need DT_INIT_URL (e.g. `mpirun -x DT_INIT_URL=file:///tmp/job`).
  * Optional: DT_HOST (address to listen on) or DT_IFNAME (an interface whose
- * IPv4 address to use, for multi-node jobs), DT_TIMEOUT (seconds per op),
+ * IPv4 address to use, for multi-node jobs; without either, host_address.c
+ * picks one), DT_TIMEOUT (seconds per op),
  * DT_INIT_TIMEOUT (seconds for the whole start-up: rendezvous + connecting;
  * dtrain-launch --init-timeout sets it).
  */

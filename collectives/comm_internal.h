@@ -280,6 +280,13 @@ void comm_mesh_connect(dt_comm *c);             /* dial c->dial[0..rank) */
 void comm_mesh_stop(dt_comm *c);                /* stop the thread, close the loop */
 void comm_mesh_shutdown(dt_comm *c);            /* on the thread: BYE, close all */
 
+/* host_address.c: the IPv4 address of interface `name` (NULL if it has none
+ * or is not up and running); the local address that routes to the store's
+ * server of `url` (tcp:// or env://; NULL for file://, a loopback server or
+ * an unresolvable host). Both malloc'd. */
+char *comm_host_address_of_interface(const char *name);
+char *comm_host_address_toward_store(const char *url);
+
 /* validate.c: DT_OK if op is well formed for c, else DT_EINVAL with the
  * reason in c->arg_error. */
 dt_status comm_validate_op(dt_comm *c, const dt_op *op);

@@ -9,8 +9,9 @@
 # the machine's own network: the subnets exist only inside these
 # namespaces, and everything created is removed on exit, also after a
 # failure or an interrupt. Node 0 (10.213.0.1) hosts the TCP store; the
-# workers publish their eth0 address (DT_IFNAME), so every connection
-# between ranks leaves its namespace, even between two ranks of one host.
+# workers publish their eth0 address (the one their route to the store
+# leaves through, or DT_IFNAME=eth0), so every connection between ranks
+# leaves its namespace, even between two ranks of one host.
 # Loopback cannot cross a namespace: a rank that published 127.0.0.1 would
 # never be reached from the other host.
 #
@@ -111,7 +112,7 @@ port=29400
 on_host() {
     local ns=$1 node=$2 out=$3
     shift 3
-    ip netns exec "$ns" env DT_IFNAME=eth0 timeout 300 "$launch" --nnodes 2 \
+    ip netns exec "$ns" env ${ifname:+DT_IFNAME=$ifname} timeout 300 "$launch" --nnodes 2 \
         --node-rank "$node" --nproc-per-node 2 --master-addr 10.213.0.1 \
         --master-port "$port" "$@" >"$out" 2>&1 &
 }
@@ -180,7 +181,7 @@ same_as_one_host() {
 }
 describe() {
     case $1 in
-    plain) echo "2 hosts x 2 ranks through a router: parameters bitwise equal to 4 ranks on one host" ;;
+    plain) echo "2 hosts x 2 ranks through a router, no interface named (the route to the store picks it): parameters bitwise equal to 4 ranks on one host" ;;
     latency) echo "through a relay adding 2-8 ms latency with jitter: parameters bitwise equal to one host's" ;;
     pieces) echo "through a relay writing each connection's first 64 KiB 1 byte at a time: parameters bitwise equal to one host's" ;;
     stall) echo "through a relay stalling each direction for 2 s: parameters bitwise equal to one host's" ;;
@@ -189,7 +190,11 @@ describe() {
     esac
 }
 
+# The first run names no interface: each rank publishes the address its
+# route to the store leaves through. The others name eth0 (DT_IFNAME).
+ifname=
 same_as_one_host plain
+ifname=eth0
 
 for ns in "$h0" "$h1"; do
     tc -n "$ns" qdisc add dev eth0 root tbf rate 100mbit burst 64kb latency 100ms
