@@ -71,7 +71,7 @@ dt_status comm_setup(dt_comm *c, const dt_comm_options *o)
     c->log = o->log;
     c->log_user = o->log_user;
     c->device = o->device;
-    c->job_id = dup_or(o->job_id, "dtrain");
+    c->job_id = o->job_id ? strdup(o->job_id) : comm_env_default_job_id();
     if (o->ifname) {
         c->host = comm_host_address_of_interface(o->ifname);
         if (!c->host) {

@@ -10,7 +10,8 @@
  * IPv4 address to use, for multi-node jobs; without either, host_address.c
  * picks one), DT_TIMEOUT (seconds per op),
  * DT_INIT_TIMEOUT (seconds for the whole start-up: rendezvous + connecting;
- * dtrain-launch --init-timeout sets it).
+ * dtrain-launch --init-timeout sets it). Without DT_JOB_ID the job id comes
+ * from the launcher's own (comm_env_default_job_id).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 
 #include <sodium.h>
 
+#include "comm_internal.h"
 #include "dt_comm.h"
 #include "dt_parse.h"
 
@@ -60,6 +62,27 @@ static dt_status env_seconds(const char *name, double *out, char *err, size_t er
     }
     *out = v;
     return DT_OK;
+}
+
+/* The job id a launcher's environment implies, for ranks started without
+ * DT_JOB_ID: Open MPI's job id, else the PMIx namespace (mpirun, prterun),
+ * else Slurm's job and step ("slurm-4242.0"), else "dtrain". Without it two
+ * jobs that share DT_INIT_URL would both be "dtrain" and meet each other's
+ * ranks. Malloc'd. */
+char *comm_env_default_job_id(void)
+{
+    char id[256];
+    const char *ompi = getenv("OMPI_MCA_ess_base_jobid"), *pmix = getenv("PMIX_NAMESPACE"),
+               *job = getenv("SLURM_JOB_ID"), *step = getenv("SLURM_STEP_ID");
+    if (ompi && *ompi)
+        snprintf(id, sizeof id, "ompi-%s", ompi);
+    else if (pmix && *pmix)
+        snprintf(id, sizeof id, "pmix-%s", pmix);
+    else if (job && *job)
+        snprintf(id, sizeof id, "slurm-%s.%s", job, step && *step ? step : "batch");
+    else
+        snprintf(id, sizeof id, "dtrain");
+    return strdup(id);
 }
 
 static dt_status env_secret(dt_comm_options *o, uint8_t *scratch, size_t len, char *err,

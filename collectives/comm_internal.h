@@ -280,6 +280,10 @@ void comm_mesh_connect(dt_comm *c);             /* dial c->dial[0..rank) */
 void comm_mesh_stop(dt_comm *c);                /* stop the thread, close the loop */
 void comm_mesh_shutdown(dt_comm *c);            /* on the thread: BYE, close all */
 
+/* comm_env.c: the job id a launcher's environment implies (Open MPI, PMIx,
+ * Slurm), or "dtrain"; malloc'd. */
+char *comm_env_default_job_id(void);
+
 /* host_address.c: the IPv4 address of interface `name` (NULL if it has none
  * or is not up and running); the local address that routes to the store's
  * server of `url` (tcp:// or env://; NULL for file://, a loopback server or

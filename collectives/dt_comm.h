@@ -145,7 +145,8 @@ typedef struct dt_comm_options {
     int rank;                 /* 0 .. world_size-1 */
     int world_size;           /* >= 1 */
     const char *init_url;     /* "file:///tmp/NAME", "tcp://HOST:PORT", "env://" */
-    const char *job_id;       /* scopes store keys and handshakes; NULL = "dtrain" */
+    const char *job_id;       /* scopes store keys and handshakes; NULL = the job id
+                                 of mpirun/srun's environment, else "dtrain" */
     const uint8_t *secret;    /* per-job key for the handshake ...          */
     size_t secret_len;        /* ... NULL/0: rank 0 makes one, shares it via a file://
                                  store (a tcp:// or env:// store refuses: DT_EINVAL) */

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "dt_comm.h"
@@ -165,6 +166,59 @@ Test(comm, mpi_and_slurm_variables_give_rank_and_size, .timeout = 10)
     cr_assert_eq(dt_comm_options_from_env(&o, scratch, sizeof scratch, err, sizeof err), DT_OK,
                  "%s", err);
     cr_expect(o.rank == 0 && o.world_size == 2);
+}
+
+/* A forked rank of a 2-rank job under "srun" (SLURM_JOB_ID=job), with no
+ * DT_JOB_ID: exits 0 once it has met its peer, 1 if it never did. */
+static pid_t srun_rank(const char *url, int rank, const char *job)
+{
+    pid_t pid = fork();
+    if (pid != 0) return pid;
+    unsetenv("DT_JOB_ID");
+    unsetenv("OMPI_MCA_ess_base_jobid");
+    unsetenv("PMIX_NAMESPACE");
+    setenv("SLURM_JOB_ID", job, 1);
+    setenv("SLURM_STEP_ID", "0", 1);
+    static const uint8_t secret[16] = {7};
+    dt_comm_options o;
+    dt_comm_options_default(&o);
+    o.rank = rank;
+    o.world_size = 2;
+    o.init_url = url;
+    o.secret = secret;
+    o.secret_len = sizeof secret;
+    o.init_timeout_s = 3;
+    dt_comm *c;
+    dt_status st = dt_comm_init(&c, &o);
+    dt_comm_destroy(c);
+    _exit(st == DT_OK ? 0 : 1);
+}
+
+static int exit_code(pid_t pid)
+{
+    int status;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+Test(comm, srun_ranks_of_one_job_meet_without_dt_job_id, .timeout = 30)
+{
+    char url[128];
+    unique_url(url, sizeof url, "srun-same");
+    pid_t a = srun_rank(url, 0, "4242"), b = srun_rank(url, 1, "4242");
+    cr_expect_eq(exit_code(a), 0);
+    cr_expect_eq(exit_code(b), 0);
+}
+
+/* Without a job id of their own both jobs would be "dtrain": rank 0 of one
+ * and rank 1 of the other would meet. */
+Test(comm, ranks_of_two_srun_jobs_sharing_an_init_url_never_meet, .timeout = 30)
+{
+    char url[128];
+    unique_url(url, sizeof url, "srun-two");
+    pid_t a = srun_rank(url, 0, "4242"), b = srun_rank(url, 1, "4243");
+    cr_expect_eq(exit_code(a), 1, "rank 0 of job 4242 met a rank of another job");
+    cr_expect_eq(exit_code(b), 1, "rank 1 of job 4243 met a rank of another job");
 }
 
 Test(comm, malformed_environment_is_einval_naming_the_variable, .timeout = 10)
