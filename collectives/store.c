@@ -10,10 +10,11 @@
  *
  * File format: PyTorch c10d FileStore's, byte for byte (store_log.c reads
  * and appends the records). Our keys are "<job_id>/<key>" (job NULL =
- * "dtrain"); what is NOT shared with PyTorch is liveness: PyTorch counts
- * holders in the file, we use an OFD lock (below), so a live PyTorch job's
- * file opened by dtrain would look stale and be reset. Never share one
- * live file.
+ * "dtrain"); the empty job id is PyTorch's own key space ("/<key>"), so a
+ * dtrain program and a PyTorch one can share keys. PyTorch counts its live
+ * handles in the file, dtrain holds an OFD lock (below); each dtrain handle
+ * also counts itself in PyTorch's count, and neither side empties or
+ * removes a file the other uses (store_torch.c).
  *
  * Locks. Two independent kinds guard two different things:
  *   - flock() guards the records. Writers append whole records under
@@ -195,15 +196,18 @@ static dt_status open_failed(dt_store *s, int err)
 
 /* ---- open and close ------------------------------------------------------- */
 
-/* With the liveness lock held exclusively (nobody else uses the file): a
- * file of whole records is a dead job's leftover and is emptied; anything
- * else is not ours and is left exactly as it is. */
+/* With the liveness lock held exclusively (no dtrain handle uses the
+ * file): a file of whole records is a dead job's leftover and is emptied,
+ * unless PyTorch FileStore handles are counted in it (store_torch.c);
+ * anything else is not ours and is left exactly as it is. */
 static dt_status reset_if_stale(dt_store *s)
 {
     dt_status st = comm_store_flock(s, LOCK_EX);
     if (st != DT_OK)
         return st;
-    if ((st = comm_store_log_check(s)) == DT_OK && ftruncate(s->fd, 0) != 0)
+    store_holders h;
+    if ((st = comm_store_log_check(s, &h)) == DT_OK && comm_store_torch_holders(&h) <= 0 &&
+        ftruncate(s->fd, 0) != 0)
         st = comm_store_log_fail(s, DT_ESYS, "truncating a dead job's file: %s",
                         strerror(errno));
     comm_store_funlock(s);
@@ -270,9 +274,13 @@ static dt_status check_url_and_job(dt_store *s, const char *url, const char *job
                           "file:///absolute/path, tcp://HOST:PORT or env://",
                           url ? url : "(null)");
     size_t n = strlen(job);
-    if (n == 0 || n > STORE_MAX_JOB_ID || strchr(job, '/'))
-        return comm_store_log_fail(s, DT_EINVAL, "bad job id '%s': it must be 1..%d "
+    if (n > STORE_MAX_JOB_ID || strchr(job, '/'))
+        return comm_store_log_fail(s, DT_EINVAL, "bad job id '%s': it must be 0..%d "
                           "bytes without '/'", job, STORE_MAX_JOB_ID);
+    if (job[0] == '-' || strcmp(job, "refcount") == 0 || strcmp(job, "cleanup") == 0)
+        return comm_store_log_fail(s, DT_EINVAL, "bad job id '%s': %s", job, job[0] == '-'
+                          ? "a job id starting with '-' reads as a deletion record to "
+                            "PyTorch's FileStore" : "PyTorch's FileStore uses that name");
     if (!(s->path = strdup(is_tcp_url(url) ? url : url + 7)))
         return comm_store_log_fail(s, DT_ENOMEM, "out of memory");
     return DT_OK;
@@ -319,8 +327,10 @@ static dt_status store_open_file(dt_store *s)
     if (st == DT_OK && again)
         st = comm_store_log_fail(s, DT_ESTORE, "%s kept being removed or replaced "
                         "while opening it", s->path);
-    if (st == DT_OK && (st = comm_store_flock(s, LOCK_SH)) == DT_OK) {
+    if (st == DT_OK && (st = comm_store_flock(s, LOCK_EX)) == DT_OK) {
         st = comm_store_log_replay(s);
+        if (st == DT_OK)
+            st = comm_store_torch_join(s);
         comm_store_funlock(s);
     }
     return st;
@@ -367,10 +377,18 @@ void dt_store_close(dt_store *s)
      * to upgrade in place, each would see the others' shared locks and
      * none would remove the file). Holding it, nobody else can be using
      * the file, so it can go. A new job that opened the file meanwhile
-     * holds a shared lock, and the file stays. */
+     * holds a shared lock, and the file stays. So does a file PyTorch
+     * handles are counted in (store_torch.c): theirs to remove. */
     if (s->fd >= 0 && s->healthy && s->alive_locked) {
+        int64_t torch = 1;
+        if (comm_store_flock(s, LOCK_EX) == DT_OK) {
+            if (comm_store_log_replay(s) == DT_OK)
+                (void)comm_store_torch_leave(s, &torch);
+            comm_store_funlock(s);
+        }
         (void)liveness_lock(s->fd, F_UNLCK, false);
-        if (liveness_lock(s->fd, F_WRLCK, false) == 0 && still_named(s->fd, s->path))
+        if (torch <= 0 && liveness_lock(s->fd, F_WRLCK, false) == 0 &&
+            still_named(s->fd, s->path))
             (void)unlink(s->path);
     }
     if (s->fd >= 0)

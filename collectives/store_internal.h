@@ -1,7 +1,8 @@
 /*
  * store_internal.h — internal: the rendezvous store's handle, shared by
- * store.c (open, close, locks, the operations) and store_log.c (the file's
- * records: replaying them, appending one).
+ * store.c (open, close, locks, the operations), store_log.c (the file's
+ * records: replaying them, appending one) and store_torch.c (PyTorch's
+ * holder count).
  */
 #ifndef DT_STORE_INTERNAL_H
 #define DT_STORE_INTERNAL_H
@@ -23,6 +24,16 @@
 #define STORE_OPEN_ATTEMPTS 64
 #define STORE_ERR_LEN 1024
 #define STORE_TCP_CONNECT_S 60.0       /* how long open waits for a tcp:// server */
+
+/* PyTorch FileStore's count of its live handles on a file, and the part
+ * of it that is dtrain's handles (store_torch.c). */
+#define STORE_TORCH_REFCOUNT "refcount/"
+#define STORE_DTRAIN_REFCOUNT "refcount/dtrain"
+
+typedef struct store_holders {
+    int64_t refcount; /* "refcount/": PyTorch's and dtrain's handles */
+    int64_t dtrain;   /* "refcount/dtrain": dtrain's */
+} store_holders;
 
 _Static_assert(sizeof(off_t) >= 8, "the liveness byte needs a 64-bit off_t");
 
@@ -53,11 +64,25 @@ void comm_store_funlock(dt_store *s);
 
 /* Applies the records appended since the last replay. Caller holds flock. */
 dt_status comm_store_log_replay(dt_store *s);
-/* Checks that the whole file is records, applying none (DT_ESTORE if not).
- * Caller holds flock. */
-dt_status comm_store_log_check(dt_store *s);
+/* Checks that the whole file is records, applying none (DT_ESTORE if not),
+ * and reads the holder counts into *holders (may be NULL). Caller holds
+ * flock. */
+dt_status comm_store_log_check(dt_store *s, store_holders *holders);
 /* Appends one record of this job and applies it. Caller holds LOCK_EX and
  * has replayed to the end. */
 dt_status comm_store_log_append(dt_store *s, const char *key, const uint8_t *val, size_t len);
+/* Appends a record under `key` as is (no job prefix), applying nothing.
+ * Caller holds LOCK_EX and has replayed to the end. */
+dt_status comm_store_log_append_raw(dt_store *s, const char *key, const uint8_t *val,
+                                   size_t len);
+
+/* store_torch.c: sharing a file with PyTorch's FileStore. With LOCK_EX held
+ * and replayed to the end: count this handle in (join) or out (leave) of
+ * "refcount/", so a PyTorch handle closing never deletes a file dtrain
+ * uses; *torch (leave, and torch_holders) = PyTorch's handles still
+ * counted (those that never closed included). */
+dt_status comm_store_torch_join(dt_store *s);
+dt_status comm_store_torch_leave(dt_store *s, int64_t *torch);
+int64_t comm_store_torch_holders(const store_holders *h);
 
 #endif /* DT_STORE_INTERNAL_H */

@@ -106,8 +106,24 @@ static uint32_t load_u32(const uint8_t *p)
  * `apply`. Every record must be whole: writers append under LOCK_EX, so a
  * cut record seen under a lock means the file is not (only) ours.
  */
+/* A counter record's decimal value (PyTorch's add), 0 if it is not one. */
+static int64_t counter_value(const uint8_t *val, uint32_t len)
+{
+    char text[24];
+    if (len == 0 || len >= sizeof text)
+        return 0;
+    memcpy(text, val, len);
+    text[len] = '\0';
+    return strtoll(text, NULL, 10);
+}
+
+static bool key_is(const char *key, uint32_t len, const char *name)
+{
+    return len == strlen(name) && memcmp(key, name, len) == 0;
+}
+
 static dt_status parse_records(dt_store *s, const uint8_t *buf, size_t n,
-                               uint64_t base, bool apply)
+                               uint64_t base, bool apply, store_holders *holders)
 {
     unsigned long long size = base + n;
     for (size_t pos = 0; pos < n;) {
@@ -141,6 +157,11 @@ static dt_status parse_records(dt_store *s, const uint8_t *buf, size_t n,
                                  "a key that no dtrain or PyTorch writer makes",
                                  at, bad, shown);
         }
+        const uint8_t *val = buf + pos + 8 + len[0];
+        if (holders && key_is(key, len[0], STORE_TORCH_REFCOUNT))
+            holders->refcount = counter_value(val, len[1]);
+        else if (holders && key_is(key, len[0], STORE_DTRAIN_REFCOUNT))
+            holders->dtrain = counter_value(val, len[1]);
         if (apply && len[0] >= s->prefix_len &&
             memcmp(key, s->prefix, s->prefix_len) == 0 &&
             !comm_store_map_put(&s->map, key + s->prefix_len, len[0] - s->prefix_len,
@@ -202,41 +223,41 @@ dt_status comm_store_log_replay(dt_store *s)
     uint8_t *buf;
     if ((st = read_range(s, s->consumed, size, &buf)) != DT_OK)
         return st;
-    st = parse_records(s, buf, size - s->consumed, s->consumed, true);
+    st = parse_records(s, buf, size - s->consumed, s->consumed, true, NULL);
     free(buf);
     if (st == DT_OK)
         s->consumed = size;
     return st;
 }
 
-dt_status comm_store_log_check(dt_store *s)
+dt_status comm_store_log_check(dt_store *s, store_holders *holders)
 {
     uint64_t size = 0;
     uint8_t *buf = NULL;
+    if (holders)
+        *holders = (store_holders){0, 0};
     dt_status st = file_size(s, &size);
     if (st == DT_OK && size > 0 && (st = read_range(s, 0, size, &buf)) == DT_OK)
-        st = parse_records(s, buf, size, 0, false);
+        st = parse_records(s, buf, size, 0, false, holders);
     free(buf);
     return st;
 }
 
-/*
- * Appends one record and applies it. Caller holds LOCK_EX and has replayed
- * to the end, so `consumed` is the file size and the record lands there. A
- * failed write is cut off again, so readers never see half a record.
- */
-dt_status comm_store_log_append(dt_store *s, const char *key, const uint8_t *val,
-                               size_t len)
+/* Writes one record, key = prefix ‖ key, at the end of the file (caller
+ * holds LOCK_EX and has replayed to the end). A failed write is cut off
+ * again, so readers never see half a record. */
+static dt_status write_record(dt_store *s, const char *prefix, size_t plen, const char *key,
+                              const uint8_t *val, size_t len)
 {
     size_t klen = strlen(key);
-    uint32_t scoped = (uint32_t)(s->prefix_len + klen), vlen = (uint32_t)len;
+    uint32_t scoped = (uint32_t)(plen + klen), vlen = (uint32_t)len;
     size_t total = 8 + scoped + len;
     uint8_t *rec = malloc(total);
     if (!rec)
         return comm_store_log_fail(s, DT_ENOMEM, "set '%s': out of memory", key);
     memcpy(rec, &scoped, 4);
-    memcpy(rec + 4, s->prefix, s->prefix_len);
-    memcpy(rec + 4 + s->prefix_len, key, klen);
+    memcpy(rec + 4, prefix, plen);
+    memcpy(rec + 4 + plen, key, klen);
     memcpy(rec + 4 + scoped, &vlen, 4);
     if (len)
         memcpy(rec + 8 + scoped, val, len);
@@ -255,8 +276,26 @@ dt_status comm_store_log_append(dt_store *s, const char *key, const uint8_t *val
             s->healthy = false; /* a cut record stays: stop here */
         return st;
     }
-    if (!comm_store_map_put(&s->map, key, klen, val, len)) /* the next replay applies it */
-        return comm_store_log_fail(s, DT_ENOMEM, "set '%s': out of memory", key);
     s->consumed += total;
     return DT_OK;
+}
+
+/* Appends one record of this job ("<job>/<key>") and applies it. */
+dt_status comm_store_log_append(dt_store *s, const char *key, const uint8_t *val,
+                               size_t len)
+{
+    dt_status st = write_record(s, s->prefix, s->prefix_len, key, val, len);
+    if (st != DT_OK)
+        return st;
+    if (!comm_store_map_put(&s->map, key, strlen(key), val, len)) /* the next replay applies it */
+        return comm_store_log_fail(s, DT_ENOMEM, "set '%s': out of memory", key);
+    return DT_OK;
+}
+
+/* Appends a record under a key of its own, no job prefix (PyTorch's
+ * "refcount/"), applying nothing. */
+dt_status comm_store_log_append_raw(dt_store *s, const char *key, const uint8_t *val,
+                                   size_t len)
+{
+    return write_record(s, "", 0, key, val, len);
 }

@@ -223,21 +223,63 @@ Test(store_untrusted, a_key_with_a_nul_byte_is_refused, .timeout = 10)
     unlink(f.path);
 }
 
-Test(store_untrusted, a_dead_pytorch_filestore_is_recognised_and_reset, .timeout = 10)
+/* The first n bytes of path are want[0..n) (more may follow). */
+static bool starts_with(const char *path, const void *want, size_t n)
 {
-    /* what torch.distributed's FileStore leaves: refcount, cleanup, a key
-     * and a delete record */
+    uint8_t *buf = malloc(n);
+    int fd = open(path, O_RDONLY);
+    bool same = fd >= 0 && read(fd, buf, n) == (ssize_t)n && memcmp(buf, want, n) == 0;
+    if (fd >= 0)
+        close(fd);
+    free(buf);
+    return same;
+}
+
+static bool file_contains(const char *path, const char *needle)
+{
+    uint8_t buf[4096];
+    int fd = open(path, O_RDONLY);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf) : -1;
+    if (fd >= 0)
+        close(fd);
+    return n > 0 && memmem(buf, (size_t)n, needle, strlen(needle)) != NULL;
+}
+
+Test(store_untrusted, a_pytorch_filestore_whose_handles_all_closed_is_reset, .timeout = 10)
+{
+    /* what torch.distributed's FileStore leaves when its handles closed
+     * (its count back at 0): refcount, a key, a delete record, cleanup */
     test_file f = unique_file("torch");
     uint8_t buf[256];
     size_t n = record(buf, "refcount/", 9, "1");
     n += record(buf + n, "/rank0/addr", 11, "10.0.0.1");
     n += record(buf + n, "-/rank0/addr", 12, "");
     n += record(buf + n, "cleanup/", 8, "1");
+    n += record(buf + n, "refcount/", 9, "0");
     write_file(f.path, buf, n, 0600);
     dt_store *s = NULL;
     cr_assert_eq(dt_store_open(&s, f.url, "job"), DT_OK, "%s", dt_store_error(s));
-    struct stat st;
-    cr_assert_eq(stat(f.path, &st), 0);
-    cr_assert_eq(st.st_size, 0, "the dead store was not reset");
+    cr_assert(!file_contains(f.path, "/rank0/addr"), "the dead store was not reset");
     dt_store_close(s);
+    cr_assert_eq(access(f.path, F_OK), -1, "the last close left the file");
+}
+
+/* PyTorch keeps no lock: a handle it counts may be live, so dtrain neither
+ * empties the file nor removes it, and counts itself in. */
+Test(store_untrusted, a_pytorch_filestore_with_a_counted_handle_is_joined_never_reset,
+     .timeout = 10)
+{
+    test_file f = unique_file("torchlive");
+    uint8_t buf[256];
+    size_t n = record(buf, "refcount/", 9, "1");
+    n += record(buf + n, "/rank0/addr", 11, "10.0.0.1");
+    write_file(f.path, buf, n, 0600);
+    dt_store *s = NULL;
+    cr_assert_eq(dt_store_open(&s, f.url, "job"), DT_OK, "%s", dt_store_error(s));
+    cr_assert(starts_with(f.path, buf, n), "PyTorch's records were reset");
+    cr_assert_eq(dt_store_set(s, "k", "v", 1), DT_OK, "%s", dt_store_error(s));
+    dt_store_close(s);
+    cr_assert_eq(access(f.path, F_OK), 0, "a file PyTorch may use was removed");
+    cr_assert(starts_with(f.path, buf, n), "PyTorch's records were changed");
+    unlink(f.path);
 }

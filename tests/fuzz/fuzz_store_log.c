@@ -27,7 +27,7 @@ static void replay_in_two_pieces(const uint8_t *data, size_t size)
     bool ok = write(fd, data, cut) == (ssize_t)cut && comm_store_log_replay(&s) == DT_OK;
     if (ok && write(fd, data + cut, size - cut) == (ssize_t)(size - cut))
         (void)comm_store_log_replay(&s);
-    (void)comm_store_log_check(&s);
+    (void)comm_store_log_check(&s, NULL);
     comm_store_map_free(&s.map);
     close(fd);
 }
