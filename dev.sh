@@ -11,7 +11,8 @@
 #                            ThreadSanitizer; any report fails it
 #   ./dev.sh fuzz [SECONDS]  every libFuzzer harness (tests/fuzz/), SECONDS
 #                            each (default 60); any finding fails it
-#   ./dev.sh test-torch      PyTorch 1.13's TCPStore client against dtrain's store
+#   ./dev.sh test-torch      PyTorch 1.13's TCPStore client against dtrain's store,
+#                            and its FileStore sharing a file with dtrain's
 #                            (installs Debian's python3-torch, which is large)
 #   ./dev.sh test-netns      2 hosts made of network namespaces: a job across
 #                            them, through rate-limited links, and a link cut
@@ -149,8 +150,14 @@ test-torch)
     build build
     rc=0
     out=$(/usr/bin/python3 tests/torch_tcpstore.py build/launcher/dtrain-launch 2>&1) || rc=$?
+    failed=$((rc != 0))
+    rc2=0
+    out2=$(/usr/bin/python3 tests/torch_filestore.py build/tests/store_cli 2>&1) || rc2=$?
+    failed=$((failed + (rc2 != 0)))
+    out=$(printf '%s\n%s' "$out" "$out2")
+    [ $rc2 = 0 ] || rc=$rc2
     printf '%s\n' "$out"
-    echo "$(printf '%s\n' "$out" | grep -c '^ok ') passed, $((rc != 0)) failed"
+    echo "$(printf '%s\n' "$out" | grep -c '^ok ') passed, $failed failed"
     exit $rc
     ;;
 *)

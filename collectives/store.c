@@ -11,9 +11,9 @@
  * File format: PyTorch c10d FileStore's, byte for byte (store_log.c reads
  * and appends the records). Our keys are "<job_id>/<key>" (job NULL =
  * "dtrain"); the empty job id is PyTorch's own key space ("/<key>"), so a
- * dtrain program and a PyTorch one can share keys. PyTorch counts its live
+ * dtrain program and a PyTorch one can share keys. PyTorch counts its
  * handles in the file, dtrain holds an OFD lock (below); each dtrain handle
- * also counts itself in PyTorch's count, and neither side empties or
+ * also counts itself in PyTorch's counters, and neither side empties or
  * removes a file the other uses (store_torch.c).
  *
  * Locks. Two independent kinds guard two different things:
@@ -198,15 +198,15 @@ static dt_status open_failed(dt_store *s, int err)
 
 /* With the liveness lock held exclusively (no dtrain handle uses the
  * file): a file of whole records is a dead job's leftover and is emptied,
- * unless PyTorch FileStore handles are counted in it (store_torch.c);
- * anything else is not ours and is left exactly as it is. */
+ * unless PyTorch's FileStore has used it (store_torch.c); anything else is
+ * not ours and is left exactly as it is. */
 static dt_status reset_if_stale(dt_store *s)
 {
     dt_status st = comm_store_flock(s, LOCK_EX);
     if (st != DT_OK)
         return st;
     store_holders h;
-    if ((st = comm_store_log_check(s, &h)) == DT_OK && comm_store_torch_holders(&h) <= 0 &&
+    if ((st = comm_store_log_check(s, &h)) == DT_OK && !comm_store_torch_involved(&h) &&
         ftruncate(s->fd, 0) != 0)
         st = comm_store_log_fail(s, DT_ESYS, "truncating a dead job's file: %s",
                         strerror(errno));
@@ -377,17 +377,17 @@ void dt_store_close(dt_store *s)
      * to upgrade in place, each would see the others' shared locks and
      * none would remove the file). Holding it, nobody else can be using
      * the file, so it can go. A new job that opened the file meanwhile
-     * holds a shared lock, and the file stays. So does a file PyTorch
-     * handles are counted in (store_torch.c): theirs to remove. */
+     * holds a shared lock, and the file stays. So does a file PyTorch has
+     * used (store_torch.c): PyTorch's to remove. */
     if (s->fd >= 0 && s->healthy && s->alive_locked) {
-        int64_t torch = 1;
+        bool torch = true;
         if (comm_store_flock(s, LOCK_EX) == DT_OK) {
             if (comm_store_log_replay(s) == DT_OK)
                 (void)comm_store_torch_leave(s, &torch);
             comm_store_funlock(s);
         }
         (void)liveness_lock(s->fd, F_UNLCK, false);
-        if (torch <= 0 && liveness_lock(s->fd, F_WRLCK, false) == 0 &&
+        if (!torch && liveness_lock(s->fd, F_WRLCK, false) == 0 &&
             still_named(s->fd, s->path))
             (void)unlink(s->path);
     }

@@ -25,14 +25,17 @@
 #define STORE_ERR_LEN 1024
 #define STORE_TCP_CONNECT_S 60.0       /* how long open waits for a tcp:// server */
 
-/* PyTorch FileStore's count of its live handles on a file, and the part
- * of it that is dtrain's handles (store_torch.c). */
+/* PyTorch FileStore's counters of its handles (store_torch.c), and dtrain's
+ * share of them. */
 #define STORE_TORCH_REFCOUNT "refcount/"
+#define STORE_TORCH_CLEANUP "cleanup/"
 #define STORE_DTRAIN_REFCOUNT "refcount/dtrain"
 
 typedef struct store_holders {
-    int64_t refcount; /* "refcount/": PyTorch's and dtrain's handles */
-    int64_t dtrain;   /* "refcount/dtrain": dtrain's */
+    int64_t refcount;  /* "refcount/": open handles (PyTorch 2's and dtrain's) */
+    int64_t cleanup;   /* "cleanup/": closed PyTorch handles, less open dtrain ones */
+    int64_t dtrain;    /* "refcount/dtrain": open dtrain handles */
+    bool torch_keys;   /* a record in PyTorch's key space ("/k") or a delete ("-/k") */
 } store_holders;
 
 _Static_assert(sizeof(off_t) >= 8, "the liveness byte needs a 64-bit off_t");
@@ -77,12 +80,13 @@ dt_status comm_store_log_append_raw(dt_store *s, const char *key, const uint8_t 
                                    size_t len);
 
 /* store_torch.c: sharing a file with PyTorch's FileStore. With LOCK_EX held
- * and replayed to the end: count this handle in (join) or out (leave) of
- * "refcount/", so a PyTorch handle closing never deletes a file dtrain
- * uses; *torch (leave, and torch_holders) = PyTorch's handles still
- * counted (those that never closed included). */
+ * and replayed to the end: count this handle into (join) or out of (leave)
+ * PyTorch's counters, so that a PyTorch handle closing never deletes a file
+ * dtrain uses; *torch (leave) and comm_store_torch_involved: whether
+ * PyTorch has used the file, so that dtrain must neither empty nor remove
+ * it. */
 dt_status comm_store_torch_join(dt_store *s);
-dt_status comm_store_torch_leave(dt_store *s, int64_t *torch);
-int64_t comm_store_torch_holders(const store_holders *h);
+dt_status comm_store_torch_leave(dt_store *s, bool *torch);
+bool comm_store_torch_involved(const store_holders *h);
 
 #endif /* DT_STORE_INTERNAL_H */

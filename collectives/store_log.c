@@ -160,8 +160,12 @@ static dt_status parse_records(dt_store *s, const uint8_t *buf, size_t n,
         const uint8_t *val = buf + pos + 8 + len[0];
         if (holders && key_is(key, len[0], STORE_TORCH_REFCOUNT))
             holders->refcount = counter_value(val, len[1]);
+        else if (holders && key_is(key, len[0], STORE_TORCH_CLEANUP))
+            holders->cleanup = counter_value(val, len[1]);
         else if (holders && key_is(key, len[0], STORE_DTRAIN_REFCOUNT))
             holders->dtrain = counter_value(val, len[1]);
+        else if (holders && (key[0] == '/' || key[0] == '-'))
+            holders->torch_keys = true; /* PyTorch's key space, or its deletes */
         if (apply && len[0] >= s->prefix_len &&
             memcmp(key, s->prefix, s->prefix_len) == 0 &&
             !comm_store_map_put(&s->map, key + s->prefix_len, len[0] - s->prefix_len,
@@ -235,7 +239,7 @@ dt_status comm_store_log_check(dt_store *s, store_holders *holders)
     uint64_t size = 0;
     uint8_t *buf = NULL;
     if (holders)
-        *holders = (store_holders){0, 0};
+        *holders = (store_holders){0, 0, 0, false};
     dt_status st = file_size(s, &size);
     if (st == DT_OK && size > 0 && (st = read_range(s, 0, size, &buf)) == DT_OK)
         st = parse_records(s, buf, size, 0, false, holders);
