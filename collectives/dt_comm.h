@@ -110,6 +110,19 @@ dt_status dt_store_wait(dt_store *s, const char *const *keys, int n,
  * returns the new value. */
 dt_status dt_store_add(dt_store *s, const char *key, int64_t delta,
                        int64_t *result);
+/* PyTorch c10d Store's check, delete_key, num_keys and compare_set.
+ * check: *all = every key of keys[0..n) exists now (no waiting). delete:
+ * *deleted (may be NULL) = the key existed. num_keys: this job's keys on a
+ * file:// store, every job's on a tcp:// one (its server counts them all).
+ * compare_set: sets key to desired if it holds expected, or, with elen 0,
+ * if it is absent; *now (malloc'd, NUL-terminated; now may be NULL) = its
+ * value after: desired if set, else the value it holds, or expected if it
+ * is absent. */
+dt_status dt_store_check(dt_store *s, const char *const *keys, int n, bool *all);
+dt_status dt_store_delete(dt_store *s, const char *key, bool *deleted);
+dt_status dt_store_num_keys(dt_store *s, int64_t *n);
+dt_status dt_store_compare_set(dt_store *s, const char *key, const void *expected, size_t elen,
+                               const void *desired, size_t dlen, void **now, size_t *nlen);
 
 /*
  * The TCP store's server: a key-value table in memory on a libuv loop in its

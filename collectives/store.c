@@ -305,8 +305,7 @@ static dt_status store_open_tcp(dt_store *s, const char *url)
     return st == DT_OK ? DT_OK : comm_store_log_fail(s, st, "%s", err);
 }
 
-/* "<job>/<key>", malloc'ed, for a TCP store's keys; NULL on ENOMEM. */
-static char *scoped(const dt_store *s, const char *key)
+char *comm_store_scoped(const dt_store *s, const char *key)
 {
     size_t n = strlen(key);
     char *k = malloc(s->prefix_len + n + 1);
@@ -409,7 +408,7 @@ const char *dt_store_error(const dt_store *s)
 
 /* ---- operations -------------------------------------------------------------- */
 
-static dt_status check_usable(dt_store *s, const char *op, const char *key)
+dt_status comm_store_check_usable(dt_store *s, const char *op, const char *key)
 {
     if (!s->healthy)
         return DT_ESTORE; /* the message of what broke it stays */
@@ -423,14 +422,14 @@ static dt_status check_usable(dt_store *s, const char *op, const char *key)
 
 dt_status dt_store_set(dt_store *s, const char *key, const void *val, size_t len)
 {
-    dt_status st = check_usable(s, "set", key);
+    dt_status st = comm_store_check_usable(s, "set", key);
     if (st != DT_OK)
         return st;
     if (len > STORE_MAX_VALUE || (!val && len))
         return comm_store_log_fail(s, DT_EINVAL, "set '%s': a %zu-byte value%s", key, len,
                           val ? " is over the 64 MiB limit" : " from NULL");
     if (s->tcp) {
-        char *k = scoped(s, key), err[STORE_ERR_LEN] = "out of memory";
+        char *k = comm_store_scoped(s, key), err[STORE_ERR_LEN] = "out of memory";
         st = k ? comm_tcp_client_set(s->tcp, k, val, len, err, sizeof err) : DT_ENOMEM;
         free(k);
         return st == DT_OK ? DT_OK : comm_store_log_fail(s, st, "%s", err);
@@ -478,7 +477,7 @@ static dt_status wait_tcp(dt_store *s, const char *op, const char *const *keys, 
     char **k = calloc((size_t)n + 1, sizeof *k), err[STORE_ERR_LEN];
     dt_status st = k ? DT_OK : DT_ENOMEM;
     for (int i = 0; i < n && st == DT_OK; i++)
-        if (!(k[i] = scoped(s, keys[i])))
+        if (!(k[i] = comm_store_scoped(s, keys[i])))
             st = DT_ENOMEM;
     if (st == DT_OK)
         st = comm_tcp_client_wait(s->tcp, (const char *const *)k, n, s->prefix_len,
@@ -534,7 +533,7 @@ dt_status dt_store_get(dt_store *s, const char *key, void **val, size_t *len,
         *val = NULL;
     if (len)
         *len = 0;
-    dt_status st = check_usable(s, "get", key);
+    dt_status st = comm_store_check_usable(s, "get", key);
     if (st != DT_OK)
         return st;
     if (!val || !len)
@@ -542,7 +541,7 @@ dt_status dt_store_get(dt_store *s, const char *key, void **val, size_t *len,
     if ((st = wait_for_keys(s, "get", &key, 1, timeout_s)) != DT_OK)
         return st;
     if (s->tcp) {
-        char *k = scoped(s, key), err[STORE_ERR_LEN] = "out of memory";
+        char *k = comm_store_scoped(s, key), err[STORE_ERR_LEN] = "out of memory";
         st = k ? comm_tcp_client_get(s->tcp, k, val, len, err, sizeof err) : DT_ENOMEM;
         free(k);
         return st == DT_OK ? DT_OK : comm_store_log_fail(s, st, "%s", err);
@@ -563,7 +562,7 @@ dt_status dt_store_wait(dt_store *s, const char *const *keys, int n,
     if (n < 0 || (n > 0 && !keys))
         return comm_store_log_fail(s, DT_EINVAL, "wait: %d keys at %p", n, (const void *)keys);
     for (int i = 0; i < n; i++) {
-        dt_status st = check_usable(s, "wait", keys[i]);
+        dt_status st = comm_store_check_usable(s, "wait", keys[i]);
         if (st != DT_OK)
             return st;
     }
@@ -590,11 +589,11 @@ static bool parse_int64(const uint8_t *p, size_t n, int64_t *out)
 dt_status dt_store_add(dt_store *s, const char *key, int64_t delta,
                        int64_t *result)
 {
-    dt_status st = check_usable(s, "add", key);
+    dt_status st = comm_store_check_usable(s, "add", key);
     if (st != DT_OK)
         return st;
     if (s->tcp) {
-        char *k = scoped(s, key), err[STORE_ERR_LEN] = "out of memory";
+        char *k = comm_store_scoped(s, key), err[STORE_ERR_LEN] = "out of memory";
         st = k ? comm_tcp_client_add(s->tcp, k, delta, result, err, sizeof err) : DT_ENOMEM;
         free(k);
         return st == DT_OK ? DT_OK : comm_store_log_fail(s, st, "%s", err);

@@ -63,6 +63,10 @@ __attribute__((format(printf, 2, 3)))
 dt_status comm_store_log_corrupt(dt_store *s, const char *fmt, ...);
 
 dt_status comm_store_flock(dt_store *s, int op); /* flock(op), retried on EINTR */
+/* store.c: DT_OK if s is usable for `op` on `key` (else the reason in its
+ * message); "<job>/<key>", malloc'd, for a TCP store's keys (NULL on ENOMEM). */
+dt_status comm_store_check_usable(dt_store *s, const char *op, const char *key);
+char *comm_store_scoped(const dt_store *s, const char *key);
 void comm_store_funlock(dt_store *s);
 
 /* Applies the records appended since the last replay. Caller holds flock. */

@@ -166,7 +166,11 @@ static dt_status parse_records(dt_store *s, const uint8_t *buf, size_t n,
             holders->dtrain = counter_value(val, len[1]);
         else if (holders && (key[0] == '/' || key[0] == '-'))
             holders->torch_keys = true; /* PyTorch's key space, or its deletes */
-        if (apply && len[0] >= s->prefix_len &&
+        if (apply && key[0] == '-' && len[0] >= s->prefix_len + 1 &&
+            memcmp(key + 1, s->prefix, s->prefix_len) == 0)
+            (void)comm_store_map_erase(&s->map, key + 1 + s->prefix_len,
+                                       len[0] - 1 - s->prefix_len); /* a delete */
+        else if (apply && len[0] >= s->prefix_len &&
             memcmp(key, s->prefix, s->prefix_len) == 0 &&
             !comm_store_map_put(&s->map, key + s->prefix_len, len[0] - s->prefix_len,
                      buf + pos + 8 + len[0], len[1]))

@@ -76,6 +76,27 @@ bool comm_store_map_put(store_map *m, const char *key, size_t key_len,
     return true;
 }
 
+bool comm_store_map_erase(store_map *m, const char *key, size_t n)
+{
+    if (m->cap == 0)
+        return false;
+    store_entry *e = map_slot(m, key, n);
+    if (!e->key)
+        return false;
+    free(e->key);
+    free(e->val);
+    *e = (store_entry){0};
+    m->n--;
+    /* re-seat the rest of the probe run, so no key sits behind the hole */
+    for (size_t i = ((size_t)(e - m->slots) + 1) & (m->cap - 1); m->slots[i].key;
+         i = (i + 1) & (m->cap - 1)) {
+        store_entry moved = m->slots[i];
+        m->slots[i] = (store_entry){0};
+        *map_slot(m, moved.key, moved.key_len) = moved;
+    }
+    return true;
+}
+
 void comm_store_map_free(store_map *m)
 {
     for (size_t i = 0; i < m->cap; i++) {

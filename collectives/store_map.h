@@ -31,6 +31,8 @@ typedef struct store_map {
 const store_entry *comm_store_map_find(const store_map *m, const char *key, size_t n);
 /* Sets key to a copy of val[0..len). False on ENOMEM (table unchanged). */
 bool comm_store_map_put(store_map *m, const char *key, size_t key_len, const uint8_t *val, size_t len);
+/* Removes key; false if it was not there. */
+bool comm_store_map_erase(store_map *m, const char *key, size_t n);
 void comm_store_map_free(store_map *m);
 
 #endif /* DT_STORE_MAP_H */

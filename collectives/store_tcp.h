@@ -11,6 +11,7 @@
 #ifndef DT_STORE_TCP_H
 #define DT_STORE_TCP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,5 +45,16 @@ dt_status comm_tcp_client_get(store_tcp_client *c, const char *key, void **val, 
                          char *err, size_t errlen);
 dt_status comm_tcp_client_add(store_tcp_client *c, const char *key, int64_t delta,
                          int64_t *result, char *err, size_t errlen);
+/* CHECK: *all = every key exists. DELETE_KEY: *deleted = it existed.
+ * NUM_KEYS: every key the server holds (all jobs'). COMPARE_SET: *now, the
+ * value after it (malloc'd, NUL-terminated). */
+dt_status comm_tcp_client_check(store_tcp_client *c, const char *const *keys, int n, bool *all,
+                           char *err, size_t errlen);
+dt_status comm_tcp_client_delete(store_tcp_client *c, const char *key, bool *deleted,
+                            char *err, size_t errlen);
+dt_status comm_tcp_client_num_keys(store_tcp_client *c, int64_t *n, char *err, size_t errlen);
+dt_status comm_tcp_client_compare_set(store_tcp_client *c, const char *key, const void *expected,
+                                 size_t elen, const void *desired, size_t dlen, void **now,
+                                 size_t *nlen, char *err, size_t errlen);
 
 #endif /* DT_STORE_TCP_H */

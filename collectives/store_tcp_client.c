@@ -235,26 +235,35 @@ dt_status comm_tcp_client_wait(store_tcp_client *c, const char *const *keys, int
     return DT_OK;
 }
 
+/* A value the server sends (u64 length, bytes), NUL-terminated. */
+static dt_status get_reply(store_tcp_client *c, const char *op, void **val,
+                                           size_t *len, char *err, size_t errlen)
+{
+    uint64_t n;
+    if (!recv_all(c, &n, 8))
+        return lost(c, op, err, errlen);
+    if (n > TCP_STORE_MAX_VALUE) {
+        snprintf(err, errlen, "%s: the server sent a %llu-byte value, over the 64 MiB limit",
+                 op, (unsigned long long)n);
+        return DT_ESTORE;
+    }
+    uint8_t *v = malloc((size_t)n + 1);
+    if (!v) return DT_ENOMEM;
+    if (!recv_all(c, v, (size_t)n)) { free(v); return lost(c, op, err, errlen); }
+    v[n] = 0;
+    *val = v;
+    *len = (size_t)n;
+    return DT_OK;
+}
+
 /* GET of a key that exists (after a wait): the value, NUL-terminated. */
 dt_status comm_tcp_client_get(store_tcp_client *c, const char *key, void **val, size_t *len,
                          char *err, size_t errlen)
 {
     uint8_t type = Q_GET;
-    uint64_t n;
-    if (!send_all(c, &type, 1) || !send_str(c, key, strlen(key)) || !recv_all(c, &n, 8))
+    if (!send_all(c, &type, 1) || !send_str(c, key, strlen(key)))
         return lost(c, "get", err, errlen);
-    if (n > TCP_STORE_MAX_VALUE) {
-        snprintf(err, errlen, "get '%s': the server sent a %llu-byte value, over the "
-                 "64 MiB limit", key, (unsigned long long)n);
-        return DT_ESTORE;
-    }
-    uint8_t *v = malloc((size_t)n + 1);
-    if (!v) return DT_ENOMEM;
-    if (!recv_all(c, v, (size_t)n)) { free(v); return lost(c, "get", err, errlen); }
-    v[n] = 0;
-    *val = v;
-    *len = (size_t)n;
-    return DT_OK;
+    return get_reply(c, "get", val, len, err, errlen);
 }
 
 dt_status comm_tcp_client_add(store_tcp_client *c, const char *key, int64_t delta,
@@ -269,4 +278,52 @@ dt_status comm_tcp_client_add(store_tcp_client *c, const char *key, int64_t delt
         return lost(c, "add", err, errlen);
     if (result) *result = sum;
     return DT_OK;
+}
+
+dt_status comm_tcp_client_check(store_tcp_client *c, const char *const *keys, int n, bool *all,
+                           char *err, size_t errlen)
+{
+    dt_status st = ready(c, err, errlen);
+    if (st != DT_OK) return st;
+    uint8_t answer;
+    if (send_keys(c, Q_CHECK, keys, n) != DT_OK || !recv_all(c, &answer, 1))
+        return lost(c, "check", err, errlen);
+    *all = answer == CHECK_READY;
+    return DT_OK;
+}
+
+dt_status comm_tcp_client_delete(store_tcp_client *c, const char *key, bool *deleted,
+                            char *err, size_t errlen)
+{
+    dt_status st = ready(c, err, errlen);
+    if (st != DT_OK) return st;
+    uint8_t type = Q_DELETE_KEY;
+    int64_t n;
+    if (!send_all(c, &type, 1) || !send_str(c, key, strlen(key)) || !recv_all(c, &n, 8))
+        return lost(c, "delete", err, errlen);
+    *deleted = n != 0;
+    return DT_OK;
+}
+
+dt_status comm_tcp_client_num_keys(store_tcp_client *c, int64_t *n, char *err, size_t errlen)
+{
+    dt_status st = ready(c, err, errlen);
+    if (st != DT_OK) return st;
+    uint8_t type = Q_NUM_KEYS;
+    if (!send_all(c, &type, 1) || !recv_all(c, n, 8))
+        return lost(c, "num_keys", err, errlen);
+    return DT_OK;
+}
+
+dt_status comm_tcp_client_compare_set(store_tcp_client *c, const char *key, const void *expected,
+                                 size_t elen, const void *desired, size_t dlen, void **now,
+                                 size_t *nlen, char *err, size_t errlen)
+{
+    dt_status st = ready(c, err, errlen);
+    if (st != DT_OK) return st;
+    uint8_t type = Q_COMPARE_SET;
+    if (!send_all(c, &type, 1) || !send_str(c, key, strlen(key)) ||
+        !send_str(c, expected, elen) || !send_str(c, desired, dlen))
+        return lost(c, "compare_set", err, errlen);
+    return get_reply(c, "compare_set", now, nlen, err, errlen);
 }
