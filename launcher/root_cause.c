@@ -77,19 +77,24 @@ static const worker *local_worker(const worker_group *g, int rank)
 }
 
 /* From the first failure along the blame to the worker whose failure is
- * its own. *remote gets a rank on another node the chain ends at, or -1. */
-static const worker *own_failure(const worker_group *g, int *remote)
+ * its own. *remote gets a rank on another node the chain ends at, or -1;
+ * *reporter the worker whose lines blamed it (NULL: it is the first
+ * failure). */
+static const worker *own_failure(const worker_group *g, int *remote, const worker **reporter)
 {
     const worker *w = g->first_failure;
     *remote = -1;
+    *reporter = NULL;
     for (int hops = 0; hops < g->n; hops++) {
         int k = blamed_by(w);
         const worker *next = local_worker(g, k);
         if (k >= 0 && !next) *remote = k;
         bool next_failed = next && (next->term_signal || next->exit_status != 0);
         if (!next_failed || next == w) return w;
+        *reporter = w;
         w = next;
     }
+    *reporter = NULL;
     return g->first_failure;  /* the lines blame each other in a loop: trust the order */
 }
 
@@ -98,9 +103,13 @@ static const worker *own_failure(const worker_group *g, int *remote)
  * open, so its peers see silence, never an error). A stopped one first
  * (state T at the first failure), else one that printed nothing after the
  * first failure and outlived SIGTERM; the lowest rank of several. */
-static const worker *silent_culprit(const worker_group *g, const worker *cause)
+static const worker *silent_culprit(const worker_group *g, const worker *cause,
+                                    const worker *reporter)
 {
-    if (cause->spawn_error || !launch_output_tail_mentions(&cause->tail, "timed out")) return NULL;
+    /* what cause failed of: its own words, or, when it was stopped before it
+     * could print them, the report of them its peer quoted */
+    const output_tail *said = cause->tail.count == 0 && reporter ? &reporter->tail : &cause->tail;
+    if (cause->spawn_error || !launch_output_tail_mentions(said, "timed out")) return NULL;
     for (int i = 0; i < g->n; i++)
         if (g->workers[i].stopped) return &g->workers[i];
     for (int i = 0; i < g->n; i++) {
@@ -185,8 +194,9 @@ static void report_the_others(const worker_group *g, const worker *cause)
 void launch_root_cause_report(const worker_group *g)
 {
     int remote;
-    const worker *own = own_failure(g, &remote);
-    const worker *silent = silent_culprit(g, own);
+    const worker *reporter;
+    const worker *own = own_failure(g, &remote, &reporter);
+    const worker *silent = silent_culprit(g, own, reporter);
     const worker *cause = silent ? silent : own;
     if (silent) report_silent_cause(g, silent);
     else if (own != g->first_failure) report_own_failure(g, own);
