@@ -17,6 +17,8 @@
 #   ./dev.sh test-netns      2 hosts made of network namespaces: a job across
 #                            them, through rate-limited links, and a link cut
 #                            (needs root; tests/netns/multihost.sh)
+#   ./dev.sh format-check    every C, CUDA and C++ file as .clang-format says
+#                            (clang-format 14); prints the first differences
 #   ./dev.sh test-slurm      a one-node Slurm cluster: srun and sbatch run
 #                            minigpt (needs root; tests/slurm/slurm_minigpt.sh)
 #
@@ -137,6 +139,18 @@ test-netns)
     install_missing
     build build
     exec bash tests/netns/multihost.sh build
+    ;;
+format-check)
+    PACKAGES="$PACKAGES clang-format"
+    install_missing
+    rc=0
+    git ls-files '*.c' '*.h' '*.cu' '*.cc' | xargs clang-format --dry-run --Werror \
+        2>"${TMPDIR:-/tmp}/dtrain-format.txt" || rc=1
+    head -n 40 "${TMPDIR:-/tmp}/dtrain-format.txt"
+    rm -f "${TMPDIR:-/tmp}/dtrain-format.txt"
+    [ $rc = 0 ] && echo "1 passed, 0 failed" ||
+        echo "0 passed, 1 failed (run: clang-format -i FILE)"
+    exit $rc
     ;;
 test-slurm)
     PACKAGES="$PACKAGES slurm-wlm munge"

@@ -53,17 +53,17 @@ static void layout(bench_case *bc, dt_op_kind kind, size_t bytes, size_t esize)
         bc->send_count = p * count;
         bc->recv_count = p * count;
         break;
-    default: /* barrier */
-        break;
+    default: /* barrier */ break;
     }
     bc->op.count = count;
     bool whole = kind == DT_OP_ALLREDUCE || kind == DT_OP_BROADCAST || kind == DT_OP_REDUCE;
     bc->bytes = (whole ? count : p * count) * esize;
-    if (kind == DT_OP_BARRIER) bc->bytes = 0;
+    if (kind == DT_OP_BARRIER)
+        bc->bytes = 0;
 }
 
-dt_status bench_case_init(bench_case *bc, dt_op_kind kind, size_t bytes, dt_dtype t,
-                          dt_redop op, int root, dt_algo algo, int rank, int p)
+dt_status bench_case_init(bench_case *bc, dt_op_kind kind, size_t bytes, dt_dtype t, dt_redop op,
+                          int root, dt_algo algo, int rank, int p)
 {
     memset(bc, 0, sizeof *bc);
     bc->rank = rank;
@@ -75,8 +75,10 @@ dt_status bench_case_init(bench_case *bc, dt_op_kind kind, size_t bytes, dt_dtyp
     bc->op.algo = algo;
     size_t esize = dt_dtype_size(t);
     layout(bc, kind, bytes, esize);
-    if (bc->send_count) bc->send = malloc(bc->send_count * esize);
-    if (bc->recv_count) bc->recv = malloc(bc->recv_count * esize);
+    if (bc->send_count)
+        bc->send = malloc(bc->send_count * esize);
+    if (bc->recv_count)
+        bc->recv = malloc(bc->recv_count * esize);
     if ((bc->send_count && !bc->send) || (bc->recv_count && !bc->recv)) {
         bench_case_free(bc);
         return DT_ENOMEM;
@@ -99,7 +101,8 @@ void bench_case_fill(bench_case *bc)
     const dt_op *op = &bc->op;
     dt_dtype t = op->dtype;
     int r = bc->rank;
-    for (size_t i = 0; i < bc->recv_count; i++) bench_store(t, bc->recv, i, SENTINEL);
+    for (size_t i = 0; i < bc->recv_count; i++)
+        bench_store(t, bc->recv, i, SENTINEL);
     switch (op->kind) {
     case DT_OP_ALLREDUCE:
     case DT_OP_REDUCE:
@@ -120,8 +123,7 @@ void bench_case_fill(bench_case *bc)
             for (size_t i = 0; i < bc->recv_count; i++)
                 bench_store(t, bc->recv, i, bench_plain_input(r, i));
         break;
-    default:
-        break;
+    default: break;
     }
 }
 
@@ -156,10 +158,10 @@ size_t bench_case_count_wrong(const bench_case *bc)
         for (size_t i = 0; i < n; i++)
             wrong += bc->rank == op->root
                          ? !bench_reduced_ok(t, op->redop, bc->p, bc->recv, i, i)
-                         : !bench_plain_ok(t, bc->recv, i, bench_reduce_input(op->redop, bc->rank, i));
+                         : !bench_plain_ok(t, bc->recv, i,
+                                           bench_reduce_input(op->redop, bc->rank, i));
         break;
-    default:
-        break;
+    default: break;
     }
     return wrong;
 }

@@ -18,18 +18,18 @@
 #include "dt_comm.h"
 
 typedef struct bench_case {
-    dt_op op;           /* what dt_run executes; send/recv point below */
-    size_t bytes;       /* whole-array bytes, as reported */
-    int rank, p;        /* this rank, world size */
-    void *send, *recv;  /* owned; send is NULL for in-place ops */
-    size_t send_count;  /* elements in send */
-    size_t recv_count;  /* elements in recv */
+    dt_op op;          /* what dt_run executes; send/recv point below */
+    size_t bytes;      /* whole-array bytes, as reported */
+    int rank, p;       /* this rank, world size */
+    void *send, *recv; /* owned; send is NULL for in-place ops */
+    size_t send_count; /* elements in send */
+    size_t recv_count; /* elements in recv */
 } bench_case;
 
 /* Allocates buffers for `kind` at `bytes` (whole array). Returns DT_ENOMEM
  * or DT_OK. algo and root go straight into the op. */
-dt_status bench_case_init(bench_case *bc, dt_op_kind kind, size_t bytes, dt_dtype t,
-                          dt_redop op, int root, dt_algo algo, int rank, int p);
+dt_status bench_case_init(bench_case *bc, dt_op_kind kind, size_t bytes, dt_dtype t, dt_redop op,
+                          int root, dt_algo algo, int rank, int p);
 void bench_case_free(bench_case *bc);
 
 /* Writes this rank's inputs (and a sentinel where outputs go, so an op that

@@ -11,8 +11,8 @@
 
 typedef struct bench_device_case {
     dt_device *dev;
-    dt_op op;                /* bc's op, on the device buffers */
-    void *send, *recv;       /* device memory, or NULL */
+    dt_op op;          /* bc's op, on the device buffers */
+    void *send, *recv; /* device memory, or NULL */
     size_t send_bytes, recv_bytes;
     dt_device_stream *stream;
     dt_device_event *event;

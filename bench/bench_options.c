@@ -48,7 +48,7 @@ static const struct {
     const char *name;
     dt_algo algo;
 } algo_names[] = {
-    {"auto", DT_ALGO_AUTO}, {"ring", DT_ALGO_RING}, {"rd", DT_ALGO_RECURSIVE_DOUBLING},
+    {"auto", DT_ALGO_AUTO}, {"ring", DT_ALGO_RING},   {"rd", DT_ALGO_RECURSIVE_DOUBLING},
     {"tree", DT_ALGO_TREE}, {"chain", DT_ALGO_CHAIN},
 };
 
@@ -65,7 +65,8 @@ bool bench_collective_parse(const char *name, dt_op_kind *out)
 const char *bench_algo_name(dt_algo a)
 {
     for (size_t i = 0; i < sizeof algo_names / sizeof algo_names[0]; i++)
-        if (algo_names[i].algo == a) return algo_names[i].name;
+        if (algo_names[i].algo == a)
+            return algo_names[i].name;
     return "?";
 }
 
@@ -74,17 +75,32 @@ static bool parse_size(const char *s, size_t *out)
 {
     char *end;
     errno = 0;
-    if (*s < '0' || *s > '9') return false;
+    if (*s < '0' || *s > '9')
+        return false;
     unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s) return false;
+    if (errno || end == s)
+        return false;
     unsigned shift = 0;
     switch (*end) {
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
+    case 'k':
+    case 'K':
+        shift = 10;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        shift = 20;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        shift = 30;
+        end++;
+        break;
     default: break;
     }
-    if (*end != '\0' || v > (SIZE_MAX >> shift)) return false;
+    if (*end != '\0' || v > (SIZE_MAX >> shift))
+        return false;
     *out = (size_t)v << shift;
     return true;
 }
@@ -103,21 +119,24 @@ static bool set_collective(bench_options *o, const char *v, char *why, size_t n)
         o->n_collectives = 1;
         return true;
     }
-    snprintf(why, n, "not a collective: use allreduce, reduce_scatter, allgather, "
+    snprintf(why, n,
+             "not a collective: use allreduce, reduce_scatter, allgather, "
              "broadcast, barrier, alltoall, reduce or all");
     return false;
 }
 
 static bool set_min_bytes(bench_options *o, const char *v, char *why, size_t n)
 {
-    if (parse_size(v, &o->min_bytes)) return true;
+    if (parse_size(v, &o->min_bytes))
+        return true;
     snprintf(why, n, "not a size: give bytes, optionally with a K, M or G suffix");
     return false;
 }
 
 static bool set_max_bytes(bench_options *o, const char *v, char *why, size_t n)
 {
-    if (parse_size(v, &o->max_bytes)) return true;
+    if (parse_size(v, &o->max_bytes))
+        return true;
     snprintf(why, n, "not a size: give bytes, optionally with a K, M or G suffix");
     return false;
 }
@@ -135,35 +154,40 @@ static bool set_factor(bench_options *o, const char *v, char *why, size_t n)
 
 static bool set_dtype(bench_options *o, const char *v, char *why, size_t n)
 {
-    if (dt_dtype_parse(v, &o->dtype)) return true;
+    if (dt_dtype_parse(v, &o->dtype))
+        return true;
     snprintf(why, n, "not a dtype: use f32, f64, f16, bf16, i8, u8, i32 or i64");
     return false;
 }
 
 static bool set_redop(bench_options *o, const char *v, char *why, size_t n)
 {
-    if (dt_redop_parse(v, &o->redop)) return true;
+    if (dt_redop_parse(v, &o->redop))
+        return true;
     snprintf(why, n, "not a reduction: use sum, prod, min, max, avg, band, bor or bxor");
     return false;
 }
 
 static bool set_iters(bench_options *o, const char *v, char *why, size_t n)
 {
-    if (dt_parse_int(v, 1, 1000000, &o->iters)) return true;
+    if (dt_parse_int(v, 1, 1000000, &o->iters))
+        return true;
     snprintf(why, n, "not an iteration count in 1..1000000");
     return false;
 }
 
 static bool set_warmup(bench_options *o, const char *v, char *why, size_t n)
 {
-    if (dt_parse_int(v, 0, 1000000, &o->warmup)) return true;
+    if (dt_parse_int(v, 0, 1000000, &o->warmup))
+        return true;
     snprintf(why, n, "not a warm-up count in 0..1000000");
     return false;
 }
 
 static bool set_root(bench_options *o, const char *v, char *why, size_t n)
 {
-    if (dt_parse_int(v, 0, 1 << 20, &o->root)) return true;
+    if (dt_parse_int(v, 0, 1 << 20, &o->root))
+        return true;
     snprintf(why, n, "not a rank number");
     return false;
 }
@@ -188,7 +212,8 @@ static bool set_algo(bench_options *o, const char *v, char *why, size_t n)
 
 static bool set_ranks(bench_options *o, const char *v, char *why, size_t n)
 {
-    if (dt_parse_int(v, 1, 64, &o->ranks)) return true;
+    if (dt_parse_int(v, 1, 64, &o->ranks))
+        return true;
     snprintf(why, n, "not a number of local ranks in 1..64");
     return false;
 }
@@ -211,8 +236,10 @@ static bool set_help(bench_options *o, const char *v, char *why, size_t n)
 }
 
 static const flag flags[] = {
-    {"-c", "--collective", "NAME", "allreduce|reduce_scatter|allgather|broadcast|barrier|"
-     "alltoall|reduce|all (default allreduce)", set_collective},
+    {"-c", "--collective", "NAME",
+     "allreduce|reduce_scatter|allgather|broadcast|barrier|"
+     "alltoall|reduce|all (default allreduce)",
+     set_collective},
     {"-b", "--minbytes", "SIZE", "smallest size, bytes with K/M/G suffix (default 4)",
      set_min_bytes},
     {"-e", "--maxbytes", "SIZE", "largest size (default 64M)", set_max_bytes},
@@ -225,10 +252,14 @@ static const flag flags[] = {
     {NULL, "--check", NULL, "verify one more op per size; exit 1 if any element is wrong",
      set_check},
     {NULL, "--algo", "NAME", "force auto|ring|rd|tree|chain (default auto)", set_algo},
-    {NULL, "--ranks", "N", "fork N local ranks (default: be one rank of a launched job, "
-     "from RANK, WORLD_SIZE, DT_INIT_URL, ...)", set_ranks},
-    {NULL, "--device", "NAME", "also time each size on buffers of device fake|cuda|cuda:N, "
-     "staged through pinned memory, beside host buffers (medians of 5 rounds)", set_device},
+    {NULL, "--ranks", "N",
+     "fork N local ranks (default: be one rank of a launched job, "
+     "from RANK, WORLD_SIZE, DT_INIT_URL, ...)",
+     set_ranks},
+    {NULL, "--device", "NAME",
+     "also time each size on buffers of device fake|cuda|cuda:N, "
+     "staged through pinned memory, beside host buffers (medians of 5 rounds)",
+     set_device},
     {"-h", "--help", NULL, "print this text", set_help},
 };
 #define N_FLAGS (sizeof flags / sizeof flags[0])
@@ -257,10 +288,13 @@ static const flag *find_flag(const char *arg, const char **inline_value)
     *inline_value = NULL;
     for (size_t i = 0; i < N_FLAGS; i++) {
         const flag *f = &flags[i];
-        if (f->short_name && strcmp(arg, f->short_name) == 0) return f;
+        if (f->short_name && strcmp(arg, f->short_name) == 0)
+            return f;
         size_t len = strlen(f->long_name);
-        if (strncmp(arg, f->long_name, len) != 0) continue;
-        if (arg[len] == '\0') return f;
+        if (strncmp(arg, f->long_name, len) != 0)
+            continue;
+        if (arg[len] == '\0')
+            return f;
         if (arg[len] == '=' && f->metavar) {
             *inline_value = arg + len + 1;
             return f;
@@ -277,8 +311,10 @@ static bench_parse_result check_combination(const bench_options *o, char *err, s
         return BENCH_PARSE_ERROR;
     }
     if (!dt_redop_supports(o->redop, o->dtype)) {
-        snprintf(err, errlen, "-o '%s' does not apply to -d '%s' (bitwise reductions "
-                 "take integer types)", dt_redop_name(o->redop), dt_dtype_name(o->dtype));
+        snprintf(err, errlen,
+                 "-o '%s' does not apply to -d '%s' (bitwise reductions "
+                 "take integer types)",
+                 dt_redop_name(o->redop), dt_dtype_name(o->dtype));
         return BENCH_PARSE_ERROR;
     }
     return BENCH_PARSE_OK;
@@ -291,8 +327,10 @@ bench_parse_result bench_options_parse(bench_options *o, int argc, char **argv, 
         const char *value;
         const flag *f = find_flag(argv[i], &value);
         if (!f) {
-            snprintf(err, errlen, argv[i][0] == '-' ? "unknown flag '%s'"
-                     : "unexpected argument '%s' (every value follows its flag)", argv[i]);
+            snprintf(err, errlen,
+                     argv[i][0] == '-' ? "unknown flag '%s'"
+                                       : "unexpected argument '%s' (every value follows its flag)",
+                     argv[i]);
             return BENCH_PARSE_ERROR;
         }
         const char *shown = f->short_name ? f->short_name : f->long_name;
@@ -309,14 +347,17 @@ bench_parse_result bench_options_parse(bench_options *o, int argc, char **argv, 
             return BENCH_PARSE_ERROR;
         }
     }
-    if (o->help) return BENCH_PARSE_HELP;
+    if (o->help)
+        return BENCH_PARSE_HELP;
     return check_combination(o, err, errlen);
 }
 
 void bench_options_usage(FILE *out, const char *prog)
 {
-    fprintf(out, "usage: %s [flags]\n"
-            "Times collectives like nccl-tests: one row per size, rank 0 prints.\n", prog);
+    fprintf(out,
+            "usage: %s [flags]\n"
+            "Times collectives like nccl-tests: one row per size, rank 0 prints.\n",
+            prog);
     for (size_t i = 0; i < N_FLAGS; i++) {
         const flag *f = &flags[i];
         char left[48];

@@ -46,8 +46,8 @@ void bench_options_default(bench_options *o);
 
 /* Fills o from argv[1..argc). On BENCH_PARSE_ERROR, err names the flag and
  * its value and what would be accepted. */
-bench_parse_result bench_options_parse(bench_options *o, int argc, char **argv,
-                                       char *err, size_t errlen);
+bench_parse_result bench_options_parse(bench_options *o, int argc, char **argv, char *err,
+                                       size_t errlen);
 
 /* The usage text, generated from the same table the parser reads. */
 void bench_options_usage(FILE *out, const char *prog);

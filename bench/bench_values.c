@@ -20,14 +20,16 @@ static uint16_t f32_to_f16(float f)
     memcpy(&x, &f, sizeof x);
     uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
     uint32_t a = x & 0x7fffffffu;
-    if (a >= 0x7f800000u) return sign | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0); /* inf, nan */
-    if (a >= 0x477ff000u) return sign | 0x7c00u; /* rounds past 65504: inf */
-    if (a < 0x38800000u) {                        /* below 2^-14: subnormal or zero */
+    if (a >= 0x7f800000u)
+        return sign | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0); /* inf, nan */
+    if (a >= 0x477ff000u)
+        return sign | 0x7c00u; /* rounds past 65504: inf */
+    if (a < 0x38800000u) {     /* below 2^-14: subnormal or zero */
         float v;
         memcpy(&v, &a, sizeof v);
         return sign | (uint16_t)lrintf(v * 16777216.0f); /* units of 2^-24 */
     }
-    uint32_t rounded = a + 0xfffu + ((a >> 13) & 1u); /* to nearest, ties to even */
+    uint32_t rounded = a + 0xfffu + ((a >> 13) & 1u);        /* to nearest, ties to even */
     return sign | (uint16_t)((rounded - 0x38000000u) >> 13); /* rebias 127 -> 15 */
 }
 
@@ -36,9 +38,12 @@ static float f16_to_f32(uint16_t h)
     int exp = (h >> 10) & 0x1f;
     int mant = h & 0x3ff;
     float v;
-    if (exp == 0) v = ldexpf((float)mant, -24);
-    else if (exp == 31) v = mant ? NAN : INFINITY;
-    else v = ldexpf((float)(mant | 0x400), exp - 25);
+    if (exp == 0)
+        v = ldexpf((float)mant, -24);
+    else if (exp == 31)
+        v = mant ? NAN : INFINITY;
+    else
+        v = ldexpf((float)(mant | 0x400), exp - 25);
     return (h & 0x8000u) ? -v : v;
 }
 
@@ -46,7 +51,8 @@ static uint16_t f32_to_bf16(float f)
 {
     uint32_t x;
     memcpy(&x, &f, sizeof x);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u); /* nan */
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x >> 16) | 0x40u); /* nan */
     return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
@@ -191,14 +197,17 @@ static double tolerance(dt_dtype t)
 bool bench_reduced_ok(dt_dtype t, dt_redop op, int p, const void *buf, size_t i,
                       size_t global_index)
 {
-    if (!is_float(t)) return load_int(t, buf, i) == expected_int(t, op, p, global_index);
+    if (!is_float(t))
+        return load_int(t, buf, i) == expected_int(t, op, p, global_index);
     double want = expected_float(t, op, p, global_index), got = load_float(t, buf, i);
-    if (isinf(want)) return got == want;
+    if (isinf(want))
+        return got == want;
     return fabs(got - want) <= tolerance(t) * fmax(1.0, fabs(want));
 }
 
 bool bench_plain_ok(dt_dtype t, const void *buf, size_t i, int64_t v)
 {
-    if (!is_float(t)) return load_int(t, buf, i) == wrap_int(t, (uint64_t)v);
+    if (!is_float(t))
+        return load_int(t, buf, i) == wrap_int(t, (uint64_t)v);
     return load_float(t, buf, i) == (double)v;
 }

@@ -56,9 +56,11 @@
 #define WORLD 4
 #define MAX_ROUNDS 64
 enum { PH_PLAIN, PH_HASH, PH_SAVE, PH_LOAD, PH_LOAD_ALL, PH_READ, PH_COUNT };
-static const char *const phase_names[PH_COUNT] = {"plain write+fsync",
+static const char *const phase_names[PH_COUNT] = {
+    "plain write+fsync",
     "hash only (SHA-256 of the same bytes, 4 threads)",
-    "ckpt save", "ckpt load (collective: each shard hashed once)",
+    "ckpt save",
+    "ckpt load (collective: each shard hashed once)",
     "ckpt load, every rank hashes every shard (dt_ckpt_load)",
     "plain read (every shard, every rank)"};
 
@@ -80,7 +82,9 @@ typedef struct rank_arg {
 
 static int rm_one(const char *p, const struct stat *sb, int f, struct FTW *w)
 {
-    (void)sb; (void)f; (void)w;
+    (void)sb;
+    (void)f;
+    (void)w;
     return remove(p);
 }
 
@@ -116,14 +120,14 @@ static size_t read_plain(const char *path, void *buf, size_t cap)
 }
 
 /* Times one phase: barrier, body, barrier; rank 0 records. */
-#define TIMED(b, rank, ph, round, body)                     \
-    do {                                                    \
-        pthread_barrier_wait(&(b)->bar);                    \
-        double t0_ = dt_now();                               \
-        body;                                               \
-        pthread_barrier_wait(&(b)->bar);                    \
-        if ((rank) == 0)                                    \
-            (b)->t[ph][round] = dt_now() - t0_;              \
+#define TIMED(b, rank, ph, round, body)         \
+    do {                                        \
+        pthread_barrier_wait(&(b)->bar);        \
+        double t0_ = dt_now();                  \
+        body;                                   \
+        pthread_barrier_wait(&(b)->bar);        \
+        if ((rank) == 0)                        \
+            (b)->t[ph][round] = dt_now() - t0_; \
     } while (0)
 
 static void fill(float *p, size_t n, int seed)
@@ -132,8 +136,8 @@ static void fill(float *p, size_t n, int seed)
         p[i] = (float)((i * 2654435761u + (size_t)seed) % 1000) * 1e-3f;
 }
 
-static void run_rounds(bench *b, int rank, dt_comm *comm, dt_ckpt *ck,
-                       dt_ckpt_state *s, void *shard_bytes, size_t shard_len)
+static void run_rounds(bench *b, int rank, dt_comm *comm, dt_ckpt *ck, dt_ckpt_state *s,
+                       void *shard_bytes, size_t shard_len)
 {
     char path[800], step_dir[600];
     unsigned char digest[32];
@@ -143,20 +147,17 @@ static void run_rounds(bench *b, int rank, dt_comm *comm, dt_ckpt *ck,
         TIMED(b, rank, PH_PLAIN, i,
               if (write_plain(path, shard_bytes, shard_len) != 0) b->failed = 1);
         TIMED(b, rank, PH_HASH, i,
-              if (dt_ckpt_sha256(digest, shard_bytes, shard_len) != DT_OK)
-                  b->failed = 1);
-        TIMED(b, rank, PH_SAVE, i,
-              if (dt_ckpt_save(ck, comm, s) != DT_OK) b->failed = 1);
+              if (dt_ckpt_sha256(digest, shard_bytes, shard_len) != DT_OK) b->failed = 1);
+        TIMED(b, rank, PH_SAVE, i, if (dt_ckpt_save(ck, comm, s) != DT_OK) b->failed = 1);
         snprintf(step_dir, sizeof step_dir, "%.500s/ckpt/step_%08d", b->dir, i + 1);
         TIMED(b, rank, PH_LOAD, i,
-              if (dt_ckpt_load_collective(ck, comm, step_dir, s) != DT_OK)
-                  b->failed = 1);
-        TIMED(b, rank, PH_LOAD_ALL, i,
-              if (dt_ckpt_load(ck, step_dir, s) != DT_OK) b->failed = 1);
-        TIMED(b, rank, PH_READ, i, for (int r = 0; r < WORLD; r++) {
-            snprintf(path, sizeof path, "%s/rank%05d.bin", step_dir, r);
-            read_plain(path, shard_bytes, shard_len);
-        });
+              if (dt_ckpt_load_collective(ck, comm, step_dir, s) != DT_OK) b->failed = 1);
+        TIMED(b, rank, PH_LOAD_ALL, i, if (dt_ckpt_load(ck, step_dir, s) != DT_OK) b->failed = 1);
+        TIMED(
+            b, rank, PH_READ, i, for (int r = 0; r < WORLD; r++) {
+                snprintf(path, sizeof path, "%s/rank%05d.bin", step_dir, r);
+                read_plain(path, shard_bytes, shard_len);
+            });
         if (rank == 0 && b->failed)
             fprintf(stderr, "rank 0: %s\n", dt_ckpt_error(ck));
     }
@@ -183,18 +184,26 @@ static void *rank_main(void *arg)
     /* Exactly a ZeRO-1 shard file: 72-byte header, 4 sections of 32. */
     size_t shard_len = 200 + 4 * n * sizeof(float);
     void *plain = malloc(shard_len);
-    if (dt_comm_init(&comm, &o) != DT_OK || dt_ckpt_open(&ck, root, &co) != DT_OK ||
-        !params || !opt || !plain) {
+    if (dt_comm_init(&comm, &o) != DT_OK || dt_ckpt_open(&ck, root, &co) != DT_OK || !params ||
+        !opt || !plain) {
         fprintf(stderr, "rank %d: setup failed\n", a->rank);
         exit(1);
     }
     fill(params, b->num_params, 1);
     fill(opt, 3 * n, 2 + a->rank);
     fill(plain, shard_len / sizeof(float), 3);
-    dt_ckpt_state s = {.cfg = b->cfg, .mode = DT_CKPT_ZERO1, .rank = a->rank,
-                       .world = WORLD, .seed = 1, .num_params = b->num_params,
-                       .params = params, .opt_lo = lo, .opt_n = n,
-                       .master = opt, .adam_m = opt + n, .adam_v = opt + 2 * n};
+    dt_ckpt_state s = {.cfg = b->cfg,
+                       .mode = DT_CKPT_ZERO1,
+                       .rank = a->rank,
+                       .world = WORLD,
+                       .seed = 1,
+                       .num_params = b->num_params,
+                       .params = params,
+                       .opt_lo = lo,
+                       .opt_n = n,
+                       .master = opt,
+                       .adam_m = opt + n,
+                       .adam_v = opt + 2 * n};
     run_rounds(b, a->rank, comm, ck, &s, plain, shard_len);
     dt_ckpt_close(ck);
     dt_comm_destroy(comm);
@@ -232,8 +241,8 @@ static void report(const bench *b)
     double med[PH_COUNT];
     double mb = (double)b->ckpt_bytes / 1e6;
     printf("ckpt-bench: %zu parameters, ZeRO-1, %d ranks (threads), %.1f MB "
-           "per checkpoint, %d rounds, medians\n", b->num_params, WORLD, mb,
-           b->rounds);
+           "per checkpoint, %d rounds, medians\n",
+           b->num_params, WORLD, mb, b->rounds);
     char impl[200];
     printf("hash path: %s\n", dt_ckpt_sha256_impl(impl, sizeof impl));
     printf("| phase | seconds | MB/s |\n|---|---|---|\n");
@@ -244,11 +253,11 @@ static void report(const bench *b)
     double plain = med[PH_PLAIN], hash = med[PH_HASH];
     double save_best = plain > hash ? plain : hash;
     printf("ratio save / plain write+fsync: %.2f (bound plain / max(plain, "
-           "hash): %.2f; save at %.0f%% of it)\n", plain / med[PH_SAVE],
-           plain / save_best, 100.0 * save_best / med[PH_SAVE]);
+           "hash): %.2f; save at %.0f%% of it)\n",
+           plain / med[PH_SAVE], plain / save_best, 100.0 * save_best / med[PH_SAVE]);
     printf("ratio load / plain write+fsync: %.2f (bound plain / hash: %.2f; "
-           "load at %.0f%% of it)\n", plain / med[PH_LOAD], plain / hash,
-           100.0 * hash / med[PH_LOAD]);
+           "load at %.0f%% of it)\n",
+           plain / med[PH_LOAD], plain / hash, 100.0 * hash / med[PH_LOAD]);
     printf("ratio load-all / plain write+fsync: %.2f\n", plain / med[PH_LOAD_ALL]);
     printf("per-round ratios, median: save / plain %.2f, load / plain %.2f\n",
            median_ratio(b, PH_SAVE), median_ratio(b, PH_LOAD));
@@ -256,10 +265,12 @@ static void report(const bench *b)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: ckpt-bench [--rounds R] [--dir D]\n"
-               "  --rounds R  timed rounds of each phase, 1..%d (default 5)\n"
-               "  --dir D     where the checkpoints are written (default $TMPDIR or /tmp)\n"
-               "  -h, --help  print this help and exit\n", MAX_ROUNDS);
+    fprintf(f,
+            "usage: ckpt-bench [--rounds R] [--dir D]\n"
+            "  --rounds R  timed rounds of each phase, 1..%d (default 5)\n"
+            "  --dir D     where the checkpoints are written (default $TMPDIR or /tmp)\n"
+            "  -h, --help  print this help and exit\n",
+            MAX_ROUNDS);
 }
 
 /* Returns 0, or 1 after --help, 2 after a usage error it printed. */

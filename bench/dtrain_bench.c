@@ -65,12 +65,16 @@
 static dt_status time_case(dt_comm *c, bench_case *bc, const bench_options *o, double *sec)
 {
     dt_status st = DT_OK;
-    for (int i = 0; i < o->warmup && st == DT_OK; i++) st = dt_run(c, &bc->op);
-    if (st == DT_OK) st = dt_barrier(c);
+    for (int i = 0; i < o->warmup && st == DT_OK; i++)
+        st = dt_run(c, &bc->op);
+    if (st == DT_OK)
+        st = dt_barrier(c);
     double t0 = dt_now();
-    for (int i = 0; i < o->iters && st == DT_OK; i++) st = dt_run(c, &bc->op);
+    for (int i = 0; i < o->iters && st == DT_OK; i++)
+        st = dt_run(c, &bc->op);
     *sec = (dt_now() - t0) / o->iters;
-    if (st == DT_OK) st = dt_allreduce(c, sec, 1, DT_F64, DT_MAX);
+    if (st == DT_OK)
+        st = dt_allreduce(c, sec, 1, DT_F64, DT_MAX);
     return st;
 }
 
@@ -80,20 +84,20 @@ static dt_status check_case(dt_comm *c, bench_case *bc, int64_t *wrong)
     bench_case_fill(bc);
     dt_status st = dt_run(c, &bc->op);
     *wrong = st == DT_OK ? (int64_t)bench_case_count_wrong(bc) : 0;
-    if (st == DT_OK) st = dt_allreduce(c, wrong, 1, DT_I64, DT_SUM);
+    if (st == DT_OK)
+        st = dt_allreduce(c, wrong, 1, DT_I64, DT_SUM);
     return st;
 }
 
 static void print_header(const bench_options *o, dt_op_kind kind, int p)
 {
-    bool reduces = kind == DT_OP_ALLREDUCE || kind == DT_OP_REDUCE_SCATTER ||
-                   kind == DT_OP_REDUCE;
+    bool reduces = kind == DT_OP_ALLREDUCE || kind == DT_OP_REDUCE_SCATTER || kind == DT_OP_REDUCE;
     printf("# dtrain-bench %s: %d ranks, %s%s%s, algo %s, %d iters after %d warm-up%s\n",
            dt_op_name(kind), p, kind == DT_OP_BARRIER ? "no data" : dt_dtype_name(o->dtype),
-           reduces ? " " : "", reduces ? dt_redop_name(o->redop) : "",
-           bench_algo_name(o->algo), o->iters, o->warmup, o->check ? ", checked" : "");
-    printf("# %10s %12s %6s %6s %12s %11s %11s %6s\n", "size", "count", "type", "op",
-           "time_us", "algbw_GBps", "busbw_GBps", "wrong");
+           reduces ? " " : "", reduces ? dt_redop_name(o->redop) : "", bench_algo_name(o->algo),
+           o->iters, o->warmup, o->check ? ", checked" : "");
+    printf("# %10s %12s %6s %6s %12s %11s %11s %6s\n", "size", "count", "type", "op", "time_us",
+           "algbw_GBps", "busbw_GBps", "wrong");
     fflush(stdout); /* seen now, and not lost if this rank is killed before its first row */
 }
 
@@ -105,7 +109,8 @@ static void print_row(const bench_case *bc, double sec, bool checked, int64_t wr
                    op->kind == DT_OP_REDUCE;
     double algbw = sec > 0 ? (double)bc->bytes / sec / 1e9 : 0;
     char wrong_text[24] = "N/A";
-    if (checked) snprintf(wrong_text, sizeof wrong_text, "%lld", (long long)wrong);
+    if (checked)
+        snprintf(wrong_text, sizeof wrong_text, "%lld", (long long)wrong);
     printf("%12zu %12zu %6s %6s %12.1f %11.3f %11.3f %6s%s%s\n", bc->bytes, op->count,
            op->kind == DT_OP_BARRIER ? "none" : dt_dtype_name(op->dtype),
            reduces ? dt_redop_name(op->redop) : "none", sec * 1e6, algbw,
@@ -128,10 +133,13 @@ static dt_status check_device_case(dt_comm *c, bench_case *bc, bench_device_case
 {
     bench_case_fill(bc);
     dt_status st = bench_device_case_upload(dc, bc);
-    if (st == DT_OK) st = dt_run(c, &dc->op);
-    if (st == DT_OK) st = bench_device_case_download(dc, bc);
+    if (st == DT_OK)
+        st = dt_run(c, &dc->op);
+    if (st == DT_OK)
+        st = bench_device_case_download(dc, bc);
     *wrong = st == DT_OK ? (int64_t)bench_case_count_wrong(bc) : 0;
-    if (st == DT_OK) st = dt_allreduce(c, wrong, 1, DT_I64, DT_SUM);
+    if (st == DT_OK)
+        st = dt_allreduce(c, wrong, 1, DT_I64, DT_SUM);
     return st;
 }
 
@@ -151,20 +159,24 @@ static dt_status run_pair(dt_comm *c, dt_device *dev, bench_case *bc, const benc
     double host[DEVICE_ROUNDS], devs[DEVICE_ROUNDS];
     for (int r = 0; r < DEVICE_ROUNDS && st == DT_OK; r++) {
         st = time_case(c, bc, o, &host[r]);
-        if (st == DT_OK) st = time_case(c, &on_dev, o, &devs[r]);
+        if (st == DT_OK)
+            st = time_case(c, &on_dev, o, &devs[r]);
     }
     int64_t wrong_host = 0, wrong_dev = 0;
-    if (st == DT_OK && o->check) st = check_case(c, bc, &wrong_host);
-    if (st == DT_OK && o->check) st = check_device_case(c, bc, &dc, &wrong_dev);
+    if (st == DT_OK && o->check)
+        st = check_case(c, bc, &wrong_host);
+    if (st == DT_OK && o->check)
+        st = check_device_case(c, bc, &dc, &wrong_dev);
     bench_device_case_free(&dc);
-    if (st != DT_OK || dt_comm_rank(c) != 0) return st;
+    if (st != DT_OK || dt_comm_rank(c) != 0)
+        return st;
     qsort(host, DEVICE_ROUNDS, sizeof *host, cmp_double);
     qsort(devs, DEVICE_ROUNDS, sizeof *devs, cmp_double);
     double h = host[DEVICE_ROUNDS / 2], d = devs[DEVICE_ROUNDS / 2];
     print_row(bc, h, o->check, wrong_host, "host");
     print_row(bc, d, o->check, wrong_dev, o->device);
-    printf("#   %s buffers: %.1f%% of the host buffers' busbw (median of %d rounds)\n",
-           o->device, d > 0 ? 100.0 * h / d : 0, DEVICE_ROUNDS);
+    printf("#   %s buffers: %.1f%% of the host buffers' busbw (median of %d rounds)\n", o->device,
+           d > 0 ? 100.0 * h / d : 0, DEVICE_ROUNDS);
     fflush(stdout); /* forked ranks leave through _exit */
     return (wrong_host || wrong_dev) ? DT_EPROTO : DT_OK;
 }
@@ -172,16 +184,16 @@ static dt_status run_pair(dt_comm *c, dt_device *dev, bench_case *bc, const benc
 /* ---- one collective, every size -------------------------------------------------- */
 
 /* One row per size; returns 0, 1 (wrong elements) or -1 (an op failed). */
-static int run_collective(dt_comm *c, dt_device *dev, const bench_options *o,
-                          dt_op_kind kind)
+static int run_collective(dt_comm *c, dt_device *dev, const bench_options *o, dt_op_kind kind)
 {
     int rank = dt_comm_rank(c), p = dt_comm_size(c), result = 0;
-    if (rank == 0) print_header(o, kind, p);
+    if (rank == 0)
+        print_header(o, kind, p);
     size_t last_bytes = SIZE_MAX;
     for (size_t bytes = o->min_bytes; bytes <= o->max_bytes;) {
         bench_case bc;
-        if (bench_case_init(&bc, kind, bytes, o->dtype, o->redop, o->root, o->algo, rank,
-                            p) != DT_OK) {
+        if (bench_case_init(&bc, kind, bytes, o->dtype, o->redop, o->root, o->algo, rank, p) !=
+            DT_OK) {
             fprintf(stderr, "dtrain-bench: rank %d: out of memory for %zu B\n", rank, bytes);
             return -1;
         }
@@ -196,8 +208,10 @@ static int run_collective(dt_comm *c, dt_device *dev, const bench_options *o,
             }
         } else if (bc.bytes != last_bytes) { /* sizes that round alike run once */
             st = time_case(c, &bc, o, &sec);
-            if (st == DT_OK && o->check) st = check_case(c, &bc, &wrong);
-            if (st == DT_OK && rank == 0) print_row(&bc, sec, o->check, wrong, NULL);
+            if (st == DT_OK && o->check)
+                st = check_case(c, &bc, &wrong);
+            if (st == DT_OK && rank == 0)
+                print_row(&bc, sec, o->check, wrong, NULL);
         }
         last_bytes = bc.bytes;
         bench_case_free(&bc);
@@ -206,8 +220,10 @@ static int run_collective(dt_comm *c, dt_device *dev, const bench_options *o,
                     dt_op_name(kind), bytes, dt_comm_error(c));
             return -1;
         }
-        if (wrong) result = 1;
-        if (kind == DT_OP_BARRIER || bytes > o->max_bytes / o->factor) break;
+        if (wrong)
+            result = 1;
+        if (kind == DT_OP_BARRIER || bytes > o->max_bytes / o->factor)
+            break;
         bytes = bytes ? bytes * o->factor : 1;
     }
     return result;
@@ -245,7 +261,8 @@ static int run_rank(const dt_comm_options *opts, const bench_options *o)
             status = 1;
             break;
         }
-        if (r > 0) status = 1;
+        if (r > 0)
+            status = 1;
     }
     dt_comm_destroy(c);
     dt_device_close(dev);
@@ -269,18 +286,22 @@ static int status_code(int status)
 static void signal_ranks(const pid_t *pids, const bool *reaped, int n, int sig)
 {
     for (int r = 0; r < n; r++)
-        if (!reaped[r]) kill(pids[r], sig);
+        if (!reaped[r])
+            kill(pids[r], sig);
 }
 
 static void report_failure(int rank, int status)
 {
     if (WIFEXITED(status))
-        fprintf(stderr, "dtrain-bench: rank %d exited with code %d; waiting up to %g s for the "
-                "others to report\n", rank, WEXITSTATUS(status), SURVIVORS_GRACE_S);
+        fprintf(stderr,
+                "dtrain-bench: rank %d exited with code %d; waiting up to %g s for the "
+                "others to report\n",
+                rank, WEXITSTATUS(status), SURVIVORS_GRACE_S);
     else
-        fprintf(stderr, "dtrain-bench: rank %d was killed by signal %d (%s); waiting up to %g s "
-                "for the others to report\n", rank, WTERMSIG(status), strsignal(WTERMSIG(status)),
-                SURVIVORS_GRACE_S);
+        fprintf(stderr,
+                "dtrain-bench: rank %d was killed by signal %d (%s); waiting up to %g s "
+                "for the others to report\n",
+                rank, WTERMSIG(status), strsignal(WTERMSIG(status)), SURVIVORS_GRACE_S);
 }
 
 /* Waits for every child. After the first failure the others get
@@ -298,12 +319,15 @@ static int wait_ranks(const pid_t *pids, int n)
     while (left > 0) {
         int status;
         pid_t pid = waitpid(-1, &status, result ? WNOHANG : 0);
-        if (pid < 0 && errno == EINTR) continue;
-        if (pid < 0) break;
+        if (pid < 0 && errno == EINTR)
+            continue;
+        if (pid < 0)
+            break;
         if (pid == 0) { /* a rank failed; the others are still running */
             double waited = dt_now() - failed_at;
             int due = waited > 2 * SURVIVORS_GRACE_S ? SIGKILL
-                      : waited > SURVIVORS_GRACE_S  ? SIGTERM : 0;
+                      : waited > SURVIVORS_GRACE_S   ? SIGTERM
+                                                     : 0;
             if (due && due != sent) {
                 signal_ranks(pids, reaped, n, sent = due);
                 signal_ranks(pids, reaped, n, SIGCONT); /* a stopped rank acts on TERM */
@@ -312,11 +336,14 @@ static int wait_ranks(const pid_t *pids, int n)
             continue;
         }
         int rank = 0;
-        while (rank < n && pids[rank] != pid) rank++;
-        if (rank == n) continue; /* not one of ours */
+        while (rank < n && pids[rank] != pid)
+            rank++;
+        if (rank == n)
+            continue; /* not one of ours */
         reaped[rank] = true;
         left--;
-        if (status_code(status) == 0) continue;
+        if (status_code(status) == 0)
+            continue;
         if (result == 0) {
             result = status_code(status);
             failed_at = dt_now();
@@ -328,7 +355,8 @@ static int wait_ranks(const pid_t *pids, int n)
             result = status_code(status);
             report_failure(rank, status);
         }
-        if (WIFSIGNALED(status) && !sent) killed = true;
+        if (WIFSIGNALED(status) && !sent)
+            killed = true;
     }
     return result;
 }
@@ -351,7 +379,8 @@ static int run_local_ranks(const bench_options *o)
                 o->ranks);
         return 2;
     }
-    if (sodium_init() < 0) return 1;
+    if (sodium_init() < 0)
+        return 1;
     uint8_t secret[32];
     randombytes_buf(secret, sizeof secret);
     char url[128];
@@ -363,7 +392,8 @@ static int run_local_ranks(const bench_options *o)
         pids[r] = fork();
         if (pids[r] < 0) {
             perror("dtrain-bench: fork");
-            for (int k = 0; k < r; k++) kill(pids[k], SIGTERM);
+            for (int k = 0; k < r; k++)
+                kill(pids[k], SIGTERM);
             wait_ranks(pids, r);
             remove_rendezvous_file(url);
             return 1;
@@ -394,16 +424,14 @@ int main(int argc, char **argv)
     bench_options_default(&o);
     char err[256];
     switch (bench_options_parse(&o, argc, argv, err, sizeof err)) {
-    case BENCH_PARSE_HELP:
-        bench_options_usage(stdout, "dtrain-bench");
-        return 0;
+    case BENCH_PARSE_HELP: bench_options_usage(stdout, "dtrain-bench"); return 0;
     case BENCH_PARSE_ERROR:
         fprintf(stderr, "dtrain-bench: %s\n(dtrain-bench --help lists the flags)\n", err);
         return 2;
-    default:
-        break;
+    default: break;
     }
-    if (o.ranks > 0) return run_local_ranks(&o);
+    if (o.ranks > 0)
+        return run_local_ranks(&o);
 
     dt_comm_options co;
     dt_comm_options_default(&co);

@@ -48,12 +48,15 @@ typedef struct rank_arg {
 
 
 /* Times `call` on rank 0, from a barrier on `sync` that every rank passes. */
-#define TIMED(b, rank, sync, slot, round, call)                                    \
-    do {                                                                           \
-        if (dt_barrier(sync) != DT_OK) goto fail;                                  \
-        double t0_ = dt_now();                                                      \
-        if ((call) != DT_OK) goto fail;                                            \
-        if ((rank) == 0) (b)->t[slot][round] = dt_now() - t0_;                      \
+#define TIMED(b, rank, sync, slot, round, call)   \
+    do {                                          \
+        if (dt_barrier(sync) != DT_OK)            \
+            goto fail;                            \
+        double t0_ = dt_now();                    \
+        if ((call) != DT_OK)                      \
+            goto fail;                            \
+        if ((rank) == 0)                          \
+            (b)->t[slot][round] = dt_now() - t0_; \
     } while (0)
 
 static void *rank_main(void *p)
@@ -68,8 +71,10 @@ static void *rank_main(void *p)
     o.job_id = "group-bench";
     dt_comm *world = NULL, *child = NULL, *same = NULL;
     float *big = calloc(BIG, sizeof *big), small = 1;
-    if (!big || dt_comm_init(&world, &o) != DT_OK) goto fail;
-    if (dt_comm_split(world, 0, a->rank, &same) != DT_OK) goto fail;
+    if (!big || dt_comm_init(&world, &o) != DT_OK)
+        goto fail;
+    if (dt_comm_split(world, 0, a->rank, &same) != DT_OK)
+        goto fail;
     for (int r = 0; r < b->rounds; r++) {
         TIMED(b, a->rank, world, T_SPLIT, r, dt_comm_split(world, a->rank % 2, a->rank, &child));
         TIMED(b, a->rank, world, T_DESTROY, r, (dt_comm_destroy(child), child = NULL, DT_OK));
@@ -84,10 +89,10 @@ static void *rank_main(void *p)
     }
     goto done;
 fail:
-    fprintf(stderr, "rank %d: %s\n", a->rank,
-            world ? dt_comm_error(world) : "could not start");
+    fprintf(stderr, "rank %d: %s\n", a->rank, world ? dt_comm_error(world) : "could not start");
     __atomic_add_fetch(&b->failed, 1, __ATOMIC_SEQ_CST);
-    if (world) dt_comm_abort(world, "group-bench failed");
+    if (world)
+        dt_comm_abort(world, "group-bench failed");
 done:
     dt_comm_destroy(child);
     dt_comm_destroy(same);
@@ -112,9 +117,14 @@ int main(int argc, char **argv)
 {
     static bench b = {.n = 4, .rounds = 30};
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--ranks") == 0) b.n = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--rounds") == 0) b.rounds = atoi(argv[i + 1]);
-        else { fprintf(stderr, "usage: group-bench [--ranks N] [--rounds R]\n"); return 2; }
+        if (strcmp(argv[i], "--ranks") == 0)
+            b.n = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--rounds") == 0)
+            b.rounds = atoi(argv[i + 1]);
+        else {
+            fprintf(stderr, "usage: group-bench [--ranks N] [--rounds R]\n");
+            return 2;
+        }
     }
     if (b.n < 2 || b.n > MAX_RANKS || b.rounds < 1 || b.rounds > MAX_ROUNDS) {
         fprintf(stderr, "group-bench: --ranks 2..%d, --rounds 1..%d\n", MAX_RANKS, MAX_ROUNDS);
@@ -127,17 +137,20 @@ int main(int argc, char **argv)
         args[r] = (rank_arg){&b, r};
         pthread_create(&t[r], NULL, rank_main, &args[r]);
     }
-    for (int r = 0; r < b.n; r++) pthread_join(t[r], NULL);
-    if (b.failed) return 1;
+    for (int r = 0; r < b.n; r++)
+        pthread_join(t[r], NULL);
+    if (b.failed)
+        return 1;
     double m[T_COUNT];
-    for (int k = 0; k < T_COUNT; k++) m[k] = median(b.t[k], b.rounds);
+    for (int k = 0; k < T_COUNT; k++)
+        m[k] = median(b.t[k], b.rounds);
     printf("group-bench: %d ranks as threads, %d rounds, medians on rank 0\n", b.n, b.rounds);
     printf("  dt_comm_split into 2 groups (by parity)   %9.1f us\n", m[T_SPLIT] * 1e6);
     printf("  dt_comm_destroy of that child             %9.1f us\n", m[T_DESTROY] * 1e6);
     printf("  %-22s %12s %12s %8s\n", "allreduce f32", "world (us)", "child (us)", "ratio");
-    printf("  %-22s %12.1f %12.1f %8.2f\n", "4 B", m[T_SMALL_WORLD] * 1e6,
-           m[T_SMALL_CHILD] * 1e6, m[T_SMALL_CHILD] / m[T_SMALL_WORLD]);
-    printf("  %-22s %12.1f %12.1f %8.2f\n", "4 MiB", m[T_BIG_WORLD] * 1e6,
-           m[T_BIG_CHILD] * 1e6, m[T_BIG_CHILD] / m[T_BIG_WORLD]);
+    printf("  %-22s %12.1f %12.1f %8.2f\n", "4 B", m[T_SMALL_WORLD] * 1e6, m[T_SMALL_CHILD] * 1e6,
+           m[T_SMALL_CHILD] / m[T_SMALL_WORLD]);
+    printf("  %-22s %12.1f %12.1f %8.2f\n", "4 MiB", m[T_BIG_WORLD] * 1e6, m[T_BIG_CHILD] * 1e6,
+           m[T_BIG_CHILD] / m[T_BIG_WORLD]);
     return 0;
 }

@@ -50,8 +50,8 @@ static void usage(FILE *f, const option *opts, int n)
 {
     fprintf(f, "usage: loopback-streams [flags]\n");
     for (int i = 0; i < n; i++)
-        fprintf(f, "  %s N   %s, %d..%d (default %d)\n", opts[i].flag, opts[i].help,
-                opts[i].lo, opts[i].hi, *opts[i].value);
+        fprintf(f, "  %s N   %s, %d..%d (default %d)\n", opts[i].flag, opts[i].help, opts[i].lo,
+                opts[i].hi, *opts[i].value);
     fprintf(f, "  -h, --help  print this help and exit\n");
 }
 
@@ -84,7 +84,10 @@ static void *send_all(void *arg)
     for (size_t sent = 0; buf && sent < job->bytes;) {
         size_t want = job->bytes - sent < CHUNK ? job->bytes - sent : CHUNK;
         ssize_t n = send(job->fd, buf, want, 0);
-        if (n <= 0) { job->failed = 1; break; }
+        if (n <= 0) {
+            job->failed = 1;
+            break;
+        }
         sent += (size_t)n;
     }
     free(buf);
@@ -93,28 +96,34 @@ static void *send_all(void *arg)
 
 /* One process of the ring: connect to the next, accept the previous, wait
  * for the start, send and receive at once; returns GB/s received or -1. */
-static double run_stream(int listen_fd, int next_port, size_t bytes, int buf_mib,
-                         int ready_fd, int go_fd)
+static double run_stream(int listen_fd, int next_port, size_t bytes, int buf_mib, int ready_fd,
+                         int go_fd)
 {
     int out = socket(AF_INET, SOCK_STREAM, 0);
     set_buffers(out, buf_mib);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)next_port),
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)next_port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (connect(out, (struct sockaddr *)&a, sizeof a) != 0) return -1;
+    if (connect(out, (struct sockaddr *)&a, sizeof a) != 0)
+        return -1;
     int in = accept(listen_fd, NULL, NULL);
-    if (in < 0) return -1;
+    if (in < 0)
+        return -1;
     set_buffers(in, buf_mib);
     char b = 1;
-    if (write(ready_fd, &b, 1) != 1 || read(go_fd, &b, 1) != 1) return -1;
+    if (write(ready_fd, &b, 1) != 1 || read(go_fd, &b, 1) != 1)
+        return -1;
     double t0 = dt_now();
     stream_job job = {.fd = out, .bytes = bytes};
     pthread_t sender;
-    if (pthread_create(&sender, NULL, send_all, &job) != 0) return -1;
+    if (pthread_create(&sender, NULL, send_all, &job) != 0)
+        return -1;
     char *buf = malloc(CHUNK);
     size_t got = 0;
     while (buf && got < bytes) {
         ssize_t n = recv(in, buf, CHUNK, 0);
-        if (n <= 0) break;
+        if (n <= 0)
+            break;
         got += (size_t)n;
     }
     double t = dt_now() - t0;
@@ -146,16 +155,18 @@ int main(int argc, char **argv)
             return 0;
         }
         int k = 0;
-        while (k < n_opts && strcmp(argv[i], opts[k].flag) != 0) k++;
+        while (k < n_opts && strcmp(argv[i], opts[k].flag) != 0)
+            k++;
         char *end = NULL;
         long v = k < n_opts && i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
         if (k == n_opts || !end || *end || v < opts[k].lo || v > opts[k].hi) {
             if (k == n_opts || i + 1 >= argc)
-                fprintf(stderr, "loopback-streams: unknown flag or missing value: '%s'\n",
-                        argv[i]);
+                fprintf(stderr, "loopback-streams: unknown flag or missing value: '%s'\n", argv[i]);
             else
-                fprintf(stderr, "loopback-streams: %s: must be an integer in %d..%d, "
-                        "got '%s'\n", argv[i], opts[k].lo, opts[k].hi, argv[i + 1]);
+                fprintf(stderr,
+                        "loopback-streams: %s: must be an integer in %d..%d, "
+                        "got '%s'\n",
+                        argv[i], opts[k].lo, opts[k].hi, argv[i + 1]);
             usage(stderr, opts, n_opts);
             return 2;
         }
@@ -164,26 +175,32 @@ int main(int argc, char **argv)
 
     int listen_fds[MAX_STREAMS], ports[MAX_STREAMS], ready[2], go[2], results[2];
     for (int r = 0; r < n; r++)
-        if ((listen_fds[r] = listen_loopback(&ports[r])) < 0) return 1;
-    if (pipe(ready) || pipe(go) || pipe(results)) return 1;
+        if ((listen_fds[r] = listen_loopback(&ports[r])) < 0)
+            return 1;
+    if (pipe(ready) || pipe(go) || pipe(results))
+        return 1;
     size_t bytes = (size_t)mib << 20;
     for (int r = 0; r < n; r++) {
         if (fork() == 0) {
-            double gbps = run_stream(listen_fds[r], ports[(r + 1) % n], bytes, buf_mib,
-                                     ready[1], go[0]);
+            double gbps = run_stream(listen_fds[r], ports[(r + 1) % n], bytes, buf_mib, ready[1],
+                                     go[0]);
             _exit(write(results[1], &gbps, sizeof gbps) == sizeof gbps ? 0 : 1);
         }
     }
     char b;
     for (int r = 0; r < n; r++)
-        if (read(ready[0], &b, 1) != 1) return 1;
+        if (read(ready[0], &b, 1) != 1)
+            return 1;
     for (int r = 0; r < n; r++)
-        if (write(go[1], &b, 1) != 1) return 1;
+        if (write(go[1], &b, 1) != 1)
+            return 1;
     double gbps[MAX_STREAMS], sum = 0;
     int failed = 0;
     for (int r = 0; r < n; r++) {
-        if (read(results[0], &gbps[r], sizeof gbps[r]) != sizeof gbps[r]) gbps[r] = -1;
-        if (gbps[r] < 0) failed++;
+        if (read(results[0], &gbps[r], sizeof gbps[r]) != sizeof gbps[r])
+            gbps[r] = -1;
+        if (gbps[r] < 0)
+            failed++;
         sum += gbps[r];
     }
     while (wait(NULL) > 0) {}
@@ -193,8 +210,9 @@ int main(int argc, char **argv)
     }
     qsort(gbps, (size_t)n, sizeof gbps[0], cmp_double);
     printf("# loopback-streams: %d concurrent TCP streams on 127.0.0.1, rank r -> r+1, "
-           "%d MiB each, %d MiB socket buffers\n", n, mib, buf_mib);
-    printf("per_stream_GBps min %.3f median %.3f max %.3f mean %.3f aggregate %.3f\n",
-           gbps[0], (gbps[(n - 1) / 2] + gbps[n / 2]) / 2, gbps[n - 1], sum / n, sum);
+           "%d MiB each, %d MiB socket buffers\n",
+           n, mib, buf_mib);
+    printf("per_stream_GBps min %.3f median %.3f max %.3f mean %.3f aggregate %.3f\n", gbps[0],
+           (gbps[(n - 1) / 2] + gbps[n / 2]) / 2, gbps[n - 1], sum / n, sum);
     return 0;
 }

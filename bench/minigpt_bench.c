@@ -42,8 +42,7 @@ static void usage(FILE *f, const option *opts, int n)
 {
     fprintf(f, "usage: minigpt-bench [options]\n");
     for (int i = 0; i < n; i++)
-        fprintf(f, "  %s N   %s (default %d)\n", opts[i].flag,
-                opts[i].help, *opts[i].value);
+        fprintf(f, "  %s N   %s (default %d)\n", opts[i].flag, opts[i].help, *opts[i].value);
     fprintf(f, "  -b NAME   backend: cpu or cpu-reference (default cpu)\n"
                "  -h, --help  print this help and exit\n");
 }
@@ -54,10 +53,10 @@ int main(int argc, char **argv)
     int B = 4, steps = 200, warmup = 20, threads = 1;
     const char *backend = "cpu";
     option opts[] = {
-        {"-V", "vocabulary size", &c.V},   {"-C", "embedding width", &c.C},
-        {"-H", "attention heads", &c.H},   {"-L", "layers", &c.L},
-        {"-T", "context length", &c.T},    {"-B", "batch size", &B},
-        {"-n", "timed steps", &steps},     {"-w", "warm-up steps", &warmup},
+        {"-V", "vocabulary size", &c.V},      {"-C", "embedding width", &c.C},
+        {"-H", "attention heads", &c.H},      {"-L", "layers", &c.L},
+        {"-T", "context length", &c.T},       {"-B", "batch size", &B},
+        {"-n", "timed steps", &steps},        {"-w", "warm-up steps", &warmup},
         {"-t", "OpenBLAS threads", &threads},
     };
     int nopts = (int)(sizeof opts / sizeof opts[0]);
@@ -76,23 +75,23 @@ int main(int argc, char **argv)
                 char *end;
                 long v = strtol(argv[++i], &end, 10);
                 if (end == argv[i] || *end || v < 0 || v > 1000000) {
-                    fprintf(stderr, "minigpt-bench: %s: must be an integer in "
-                            "0..1000000, got '%s'\n", opts[k].flag, argv[i]);
+                    fprintf(stderr,
+                            "minigpt-bench: %s: must be an integer in "
+                            "0..1000000, got '%s'\n",
+                            opts[k].flag, argv[i]);
                     return 2;
                 }
                 *opts[k].value = (int)v;
                 matched = 1;
             }
         if (!matched) {
-            fprintf(stderr, "minigpt-bench: unknown flag or missing value: '%s'\n",
-                    argv[i]);
+            fprintf(stderr, "minigpt-bench: unknown flag or missing value: '%s'\n", argv[i]);
             usage(stderr, opts, nopts);
             return 2;
         }
     }
-    const dt_backend *be = strcmp(backend, "cpu-reference") == 0
-                               ? dt_backend_cpu_reference()
-                               : dt_backend_cpu();
+    const dt_backend *be = strcmp(backend, "cpu-reference") == 0 ? dt_backend_cpu_reference()
+                                                                 : dt_backend_cpu();
     if (steps < 1 || warmup < 0 || threads < 1) {
         fprintf(stderr, "minigpt-bench: -n and -t must be >= 1, -w >= 0\n");
         return 2;
@@ -130,8 +129,8 @@ int main(int argc, char **argv)
     double flops = dt_config_flops_per_step(&c, B, c.T);
     printf("ms_per_step=%.4f tok_per_s=%.0f gflops=%.2f params=%zu "
            "backend=%s threads=%d loss=%.4f\n",
-           med * 1e3, (double)B * c.T / med, flops / med * 1e-9,
-           m->num_params, be->name, threads, m->mean_loss);
+           med * 1e3, (double)B * c.T / med, flops / med * 1e-9, m->num_params, be->name, threads,
+           m->mean_loss);
     free(in);
     free(tg);
     free(times);

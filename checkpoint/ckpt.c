@@ -31,8 +31,7 @@
 
 #define RECORD_BYTES 72 /* ok u8 @0, sha256 hex @8 */
 
-dt_status dt_ckpt_open(dt_ckpt **out, const char *root,
-                       const dt_ckpt_options *opts)
+dt_status dt_ckpt_open(dt_ckpt **out, const char *root, const dt_ckpt_options *opts)
 {
     dt_ckpt *ck = calloc(1, sizeof *ck);
     *out = ck;
@@ -53,9 +52,18 @@ void dt_ckpt_close(dt_ckpt *ck)
         ckpt_rotate_wait(ck);
     free(ck);
 }
-const char *dt_ckpt_error(const dt_ckpt *ck) { return ck->err; }
-dt_ckpt_fault dt_ckpt_last_fault(const dt_ckpt *ck) { return ck->fault; }
-const char *dt_ckpt_root(const dt_ckpt *ck) { return ck->root; }
+const char *dt_ckpt_error(const dt_ckpt *ck)
+{
+    return ck->err;
+}
+dt_ckpt_fault dt_ckpt_last_fault(const dt_ckpt *ck)
+{
+    return ck->fault;
+}
+const char *dt_ckpt_root(const dt_ckpt *ck)
+{
+    return ck->root;
+}
 
 /* ---- save ---------------------------------------------------------------- */
 
@@ -66,13 +74,11 @@ const char *dt_ckpt_root(const dt_ckpt *ck) { return ck->root; }
  * newest other committed step, or removed when there is none, so that
  * `latest` never names a directory without a manifest, even for an instant.
  */
-static dt_status prepare_dir(dt_ckpt *ck, const char *dir, const char *name,
-                             long step)
+static dt_status prepare_dir(dt_ckpt *ck, const char *dir, const char *name, long step)
 {
     if ((mkdir(ck->root, 0755) != 0 && errno != EEXIST) ||
         (mkdir(dir, 0755) != 0 && errno != EEXIST))
-        return ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "creating %s: %s",
-                         dir, strerror(errno));
+        return ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "creating %s: %s", dir, strerror(errno));
     if (ckpt_check_dir(ck, dir) != DT_OK) /* a symlink would lead outside */
         return ck->status;
     char man[CKPT_PATH_MAX], latest[CKPT_PATH_MAX], other[64];
@@ -106,13 +112,18 @@ static dt_status prepare_dir(dt_ckpt *ck, const char *dir, const char *name,
 }
 
 /* Rank 0's part: manifest, latest, rotation. */
-static dt_status commit(dt_ckpt *ck, const char *dir, const char *name,
-                        const dt_ckpt_state *s, int world, ckpt_shard *recs)
+static dt_status commit(dt_ckpt *ck, const char *dir, const char *name, const dt_ckpt_state *s,
+                        int world, ckpt_shard *recs)
 {
-    ckpt_manifest m = {.schema = DT_CKPT_SCHEMA_VERSION, .step = s->step,
-                       .world = world, .mode = s->mode, .cfg = s->cfg,
-                       .num_params = s->num_params, .seed = s->seed,
-                       .data_row = s->data_row, .rng_state = s->rng_state,
+    ckpt_manifest m = {.schema = DT_CKPT_SCHEMA_VERSION,
+                       .step = s->step,
+                       .world = world,
+                       .mode = s->mode,
+                       .cfg = s->cfg,
+                       .num_params = s->num_params,
+                       .seed = s->seed,
+                       .data_row = s->data_row,
+                       .rng_state = s->rng_state,
                        .shards = recs};
     dt_status st = ckpt_manifest_write(ck, dir, &m);
     if (st != DT_OK)
@@ -142,11 +153,10 @@ static dt_status check_state(dt_ckpt *ck, const dt_ckpt_state *s, int world)
 {
     char err[128];
     if (dt_config_check(&s->cfg, err, sizeof err) != DT_OK ||
-        dt_config_num_params(&s->cfg) != s->num_params || !s->params ||
-        s->step < 0 || s->opt_lo > s->num_params ||
-        s->opt_n > s->num_params - s->opt_lo ||
-        s->held_lo > s->num_params ||
-        s->held_n > s->num_params - s->held_lo || !slices_ok(s, world))
+        dt_config_num_params(&s->cfg) != s->num_params || !s->params || s->step < 0 ||
+        s->opt_lo > s->num_params || s->opt_n > s->num_params - s->opt_lo ||
+        s->held_lo > s->num_params || s->held_n > s->num_params - s->held_lo ||
+        !slices_ok(s, world))
         return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_CONFIG,
                          "state: config, parameter count, step, held, "
                          "optimizer or slice ranges inconsistent");
@@ -168,11 +178,9 @@ static void step_dir(const dt_ckpt *ck, long step, char *name, char *dir)
  * for world records. Returns the gather's status (the commit's outcome is
  * on the handle).
  */
-static dt_status gather_and_commit(dt_ckpt *ck, dt_comm *comm,
-                                   const dt_ckpt_state *s, const char *dir,
-                                   const char *name, const ckpt_shard *mine,
-                                   bool ok, unsigned char *all,
-                                   ckpt_shard *recs)
+static dt_status gather_and_commit(dt_ckpt *ck, dt_comm *comm, const dt_ckpt_state *s,
+                                   const char *dir, const char *name, const ckpt_shard *mine,
+                                   bool ok, unsigned char *all, ckpt_shard *recs)
 {
     int rank = comm ? dt_comm_rank(comm) : 0;
     int world = comm ? dt_comm_size(comm) : 1;
@@ -185,8 +193,10 @@ static dt_status gather_and_commit(dt_ckpt *ck, dt_comm *comm,
     else
         memcpy(all, rec, RECORD_BYTES);
     if (st != DT_OK)
-        return ckpt_fail(ck, st, DT_CKPT_FAULT_IO, "save of %s: gathering "
-                         "the shards' hashes: %s", dir, dt_comm_error(comm));
+        return ckpt_fail(ck, st, DT_CKPT_FAULT_IO,
+                         "save of %s: gathering "
+                         "the shards' hashes: %s",
+                         dir, dt_comm_error(comm));
     if (rank != 0 || !ok)
         return DT_OK;
     for (int r = 0; r < world; r++) {
@@ -210,7 +220,8 @@ dt_status dt_ckpt_save(dt_ckpt *ck, dt_comm *comm, const dt_ckpt_state *s)
     step_dir(ck, s->step, name, dir);
     bool ok = check_state(ck, s, world) == DT_OK;
     if (ok && (s->rank != rank || s->world != world))
-        ok = ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_WORLD, "save: the state "
+        ok = ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_WORLD,
+                       "save: the state "
                        "says rank %d of %d, the communicator %d of %d",
                        s->rank, s->world, rank, world) == DT_OK;
     /* rank 0: the directory, and room for every rank's record */
@@ -221,14 +232,15 @@ dt_status dt_ckpt_save(dt_ckpt *ck, dt_comm *comm, const dt_ckpt_state *s)
         all = calloc((size_t)world, RECORD_BYTES);
         recs = calloc((size_t)world, sizeof *recs);
         if (ok && (!all || !recs))
-            ok = ckpt_fail(ck, DT_ENOMEM, DT_CKPT_FAULT_IO, "save of %s: out "
-                           "of memory", dir) == DT_OK;
+            ok = ckpt_fail(ck, DT_ENOMEM, DT_CKPT_FAULT_IO,
+                           "save of %s: out "
+                           "of memory",
+                           dir) == DT_OK;
         ready = ok && prepare_dir(ck, dir, name, s->step) == DT_OK;
     }
     dt_status st = DT_OK;
     if (comm && (st = dt_broadcast(comm, &ready, 1, DT_I32, 0)) != DT_OK)
-        ckpt_fail(ck, st, DT_CKPT_FAULT_IO, "save of %s: broadcast: %s", dir,
-                  dt_comm_error(comm));
+        ckpt_fail(ck, st, DT_CKPT_FAULT_IO, "save of %s: broadcast: %s", dir, dt_comm_error(comm));
     ckpt_shard mine = {0};
     if (st == DT_OK && ready && ok)
         ok = ckpt_write_shard(ck, dir, s, rank, world, &mine) == DT_OK;
@@ -245,9 +257,11 @@ dt_status dt_ckpt_save_all(dt_ckpt *ck, const dt_ckpt_state *full, int world)
     ckpt_reset(ck);
     if (world < 1 || world > DT_CKPT_MAX_WORLD || full->opt_lo != 0 ||
         full->opt_n != full->num_params || full->held_n != 0)
-        return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_WORLD, "save_all: needs "
+        return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_WORLD,
+                         "save_all: needs "
                          "1..%d ranks and optimizer arrays over all %zu "
-                         "parameters", DT_CKPT_MAX_WORLD, full->num_params);
+                         "parameters",
+                         DT_CKPT_MAX_WORLD, full->num_params);
     dt_status st = check_state(ck, full, world);
     if (st != DT_OK)
         return st;

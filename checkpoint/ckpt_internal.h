@@ -30,7 +30,7 @@
 #define SHARD_HEADER_BYTES 72
 #define SECTION_BYTES 32
 #define MAX_SECTIONS 4
-#define SHA256_HEX 65           /* 64 hex digits + NUL */
+#define SHA256_HEX 65 /* 64 hex digits + NUL */
 /* A manifest is about 370 bytes of header and one entry per shard, ~440
  * bytes with every number at its bound (JSON_INDENT(1)): these caps hold
  * any manifest the writer makes and refuse bigger ones before parsing
@@ -42,8 +42,7 @@
 #define CKPT_PATH_MAX 4096
 
 /* The arrays a checkpoint stores, in file order. */
-typedef enum ckpt_kind { KIND_PARAMS = 0, KIND_MASTER, KIND_M, KIND_V,
-                         KIND_COUNT } ckpt_kind;
+typedef enum ckpt_kind { KIND_PARAMS = 0, KIND_MASTER, KIND_M, KIND_V, KIND_COUNT } ckpt_kind;
 extern const char *const ckpt_kind_names[KIND_COUNT]; /* "params", ... */
 
 typedef struct ckpt_range {
@@ -77,17 +76,16 @@ struct dt_ckpt {
     char root[CKPT_PATH_MAX];
     dt_ckpt_options opts;
     dt_ckpt_fault fault;
-    dt_status status;     /* of the last failure since the call began */
+    dt_status status; /* of the last failure since the call began */
     char err[1024];
-    pthread_t reaper;     /* rotate.c: removes rotated-out directories */
-    bool reaping;         /* reaper started and not yet joined */
+    pthread_t reaper; /* rotate.c: removes rotated-out directories */
+    bool reaping;     /* reaper started and not yet joined */
 };
 
 /* failure.c: every file of the layer reports through these. */
 /* Records the failure (status, fault, message) and returns st. */
-__attribute__((format(printf, 4, 5)))
-dt_status ckpt_fail(dt_ckpt *ck, dt_status st, dt_ckpt_fault fault,
-                    const char *fmt, ...);
+__attribute__((format(printf, 4, 5))) dt_status
+ckpt_fail(dt_ckpt *ck, dt_status st, dt_ckpt_fault fault, const char *fmt, ...);
 /* Clears the last failure: each public call reports only its own. */
 void ckpt_reset(dt_ckpt *ck);
 
@@ -114,12 +112,11 @@ dt_status ckpt_check_dir(dt_ckpt *ck, const char *dir);
 int ckpt_create_tmp(dt_ckpt *ck, const char *path);
 int ckpt_fsync_dir(const char *dir);
 /* Writes data to dir/name through name.tmp, fsync, rename, fsync(dir). */
-dt_status ckpt_write_atomic(dt_ckpt *ck, const char *dir, const char *name,
-                            const void *data, size_t len);
+dt_status ckpt_write_atomic(dt_ckpt *ck, const char *dir, const char *name, const void *data,
+                            size_t len);
 /* Reads a whole small file (at most max bytes) into a malloc'ed,
  * NUL-terminated buffer. */
-dt_status ckpt_read_small(dt_ckpt *ck, const char *path, size_t max,
-                          char **out, size_t *len);
+dt_status ckpt_read_small(dt_ckpt *ck, const char *path, size_t max, char **out, size_t *len);
 void ckpt_step_name(char *buf, size_t len, long step);
 
 /* rotate.c */
@@ -134,13 +131,11 @@ void ckpt_rotate_wait(dt_ckpt *ck);
 
 /* shard_file.c */
 /* Writes rank r's shard of s (partition over world) to dir, filling rec. */
-dt_status ckpt_write_shard(dt_ckpt *ck, const char *dir,
-                           const dt_ckpt_state *s, int r, int world,
+dt_status ckpt_write_shard(dt_ckpt *ck, const char *dir, const dt_ckpt_state *s, int r, int world,
                            ckpt_shard *rec);
 /* The record of rank r's shard (all but its sha256), as every rank can
  * compute it from the partition. */
-void ckpt_describe_shard(const dt_ckpt_state *s, int r, int world,
-                         ckpt_shard *rec);
+void ckpt_describe_shard(const dt_ckpt_state *s, int r, int world, ckpt_shard *rec);
 
 /* shard_read.c */
 /* Reads shard r's file, checking it against m->shards[r] and copying its
@@ -148,9 +143,8 @@ void ckpt_describe_shard(const dt_ckpt_state *s, int r, int world,
  * every byte is read and hashed against the manifest's SHA-256; otherwise
  * only the header, the section table and the bytes s holds are read, and
  * the hash is another reader's job (the collective load). */
-dt_status ckpt_read_shard(dt_ckpt *ck, const char *dir,
-                          const ckpt_manifest *m, int r, dt_ckpt_state *s,
-                          bool verify);
+dt_status ckpt_read_shard(dt_ckpt *ck, const char *dir, const ckpt_manifest *m, int r,
+                          dt_ckpt_state *s, bool verify);
 
 /* sha256.c: SHA-256 as a stream (OpenSSL libcrypto; the one file that
  * names the implementation). new: NULL when out of memory. final: false
@@ -173,20 +167,17 @@ typedef struct ckpt_span {
 } ckpt_span;
 /* Writes the spans to fd and fsyncs it while a second thread computes
  * their SHA-256 into digest. Returns 0 or the errno of the failure. */
-int ckpt_write_spans_hashed(int fd, const ckpt_span *spans, int n,
-                            unsigned char digest[32]);
+int ckpt_write_spans_hashed(int fd, const ckpt_span *spans, int n, unsigned char digest[32]);
 
 /* manifest.c */
-dt_status ckpt_manifest_write(dt_ckpt *ck, const char *dir,
-                              const ckpt_manifest *m);
+dt_status ckpt_manifest_write(dt_ckpt *ck, const char *dir, const ckpt_manifest *m);
 /* Parses and validates dir/manifest.json; m->shards malloc'ed. */
 dt_status ckpt_manifest_read(dt_ckpt *ck, const char *dir, ckpt_manifest *m);
 void ckpt_manifest_free(ckpt_manifest *m);
 
 /* buf (CKPT_PATH_MAX) = dir/name suffix; the root's length is bounded at
  * open, so a path never truncates (an empty one would fail to open). */
-static inline void ckpt_join(char *buf, const char *dir, const char *name,
-                             const char *suffix)
+static inline void ckpt_join(char *buf, const char *dir, const char *name, const char *suffix)
 {
     if (snprintf(buf, CKPT_PATH_MAX, "%s/%s%s", dir, name, suffix) >= CKPT_PATH_MAX)
         buf[0] = '\0';

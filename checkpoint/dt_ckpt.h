@@ -106,12 +106,12 @@ typedef struct dt_ckpt_state {
     dt_config cfg;
     dt_ckpt_mode mode;
     int rank, world;
-    long step;           /* optimizer steps done = AdamW's step count */
-    uint64_t seed;       /* data and initialisation seed */
-    uint64_t data_row;   /* next global row of the batch sequence */
-    uint64_t rng_state;  /* the trainer's RNG state */
+    long step;          /* optimizer steps done = AdamW's step count */
+    uint64_t seed;      /* data and initialisation seed */
+    uint64_t data_row;  /* next global row of the batch sequence */
+    uint64_t rng_state; /* the trainer's RNG state */
     size_t num_params;
-    float *params;       /* (held_n, or num_params when held_n is 0) */
+    float *params; /* (held_n, or num_params when held_n is 0) */
     /* What params holds: [held_lo, held_lo + held_n) of the flat buffer,
      * a pipeline stage's range; held_n = 0: all of it (a replica). */
     size_t held_lo, held_n;
@@ -122,9 +122,9 @@ typedef struct dt_ckpt_state {
      * holds (params and optimizer range). Loading ignores it. */
     const size_t *slices;
     size_t opt_lo, opt_n;
-    float *master;       /* (opt_n) or NULL */
-    float *adam_m;       /* (opt_n) */
-    float *adam_v;       /* (opt_n) */
+    float *master; /* (opt_n) or NULL */
+    float *adam_m; /* (opt_n) */
+    float *adam_v; /* (opt_n) */
 } dt_ckpt_state;
 
 /* Rank r's slice of a flat buffer of n elements over world ranks. */
@@ -137,8 +137,7 @@ void dt_ckpt_partition(size_t n, int world, int r, size_t *lo, size_t *count);
  * Ranks in order hold consecutive slices, so a checkpoint of a pipelined
  * run is one of another world size for whoever loads it.
  */
-void dt_ckpt_pipeline_slices(size_t *slices, const size_t *stage_bounds,
-                             int P, int D);
+void dt_ckpt_pipeline_slices(size_t *slices, const size_t *stage_bounds, int P, int D);
 
 /* What the manifest of one step directory says (dt_ckpt_inspect). */
 typedef struct dt_ckpt_info {
@@ -148,20 +147,19 @@ typedef struct dt_ckpt_info {
     dt_config cfg;
     size_t num_params;
     uint64_t seed, data_row, rng_state;
-    uint64_t total_bytes;  /* all shards */
+    uint64_t total_bytes; /* all shards */
 } dt_ckpt_info;
 
 typedef struct dt_ckpt dt_ckpt;
 
 typedef struct dt_ckpt_options {
-    int keep;            /* keep the K newest steps (0 = all) */
-    bool allow_reshard;  /* load accepts another world size or mode */
+    int keep;           /* keep the K newest steps (0 = all) */
+    bool allow_reshard; /* load accepts another world size or mode */
 } dt_ckpt_options;
 
 /* Opens the checkpoint root dir (created by save if missing). Always sets
  * *out (NULL only on DT_ENOMEM). opts may be NULL (keep all, no reshard). */
-dt_status dt_ckpt_open(dt_ckpt **out, const char *root,
-                       const dt_ckpt_options *opts);
+dt_status dt_ckpt_open(dt_ckpt **out, const char *root, const dt_ckpt_options *opts);
 /* Waits for the handle's background removal of rotated-out steps (see
  * dt_ckpt_save), then frees it. */
 void dt_ckpt_close(dt_ckpt *ck);
@@ -203,8 +201,7 @@ dt_status dt_ckpt_save_all(dt_ckpt *ck, const dt_ckpt_state *full, int world);
 dt_status dt_ckpt_latest(dt_ckpt *ck, char *buf, size_t len);
 
 /* Reads and checks a step directory's manifest (not the shards). */
-dt_status dt_ckpt_inspect(dt_ckpt *ck, const char *step_dir,
-                          dt_ckpt_info *info);
+dt_status dt_ckpt_inspect(dt_ckpt *ck, const char *step_dir, dt_ckpt_info *info);
 
 /* Checks that every shard the manifest lists is there as a regular file of
  * the size it claims, with a header and section table that agree with it,
@@ -239,16 +236,15 @@ dt_status dt_ckpt_verify(dt_ckpt *ck, const char *step_dir);
  * s NULL to take part as a verifier only). Blocks on disk and on the
  * collective.
  */
-dt_status dt_ckpt_load_collective(dt_ckpt *ck, dt_comm *comm,
-                                  const char *step_dir, dt_ckpt_state *s);
+dt_status dt_ckpt_load_collective(dt_ckpt *ck, dt_comm *comm, const char *step_dir,
+                                  dt_ckpt_state *s);
 
 /*
  * Writes the parameters of a full state as a safetensors file: 8-byte
  * little-endian header length, a JSON header naming each tensor of the
  * model's table (dtype F32, shape, data_offsets), then the raw data.
  */
-dt_status dt_ckpt_export_safetensors(dt_ckpt *ck, const char *path,
-                                     const dt_config *cfg,
+dt_status dt_ckpt_export_safetensors(dt_ckpt *ck, const char *path, const dt_config *cfg,
                                      const float *params);
 
 #ifdef __cplusplus

@@ -17,7 +17,6 @@
  * sets step, seed, data_row and rng_state. DT_ENOMEM if the moments could
  * not be allocated.
  */
-dt_status dt_ckpt_state_of(dt_ckpt_state *s, dt_model *m, dt_zero1 *z,
-                           int rank, int world);
+dt_status dt_ckpt_state_of(dt_ckpt_state *s, dt_model *m, dt_zero1 *z, int rank, int world);
 
 #endif /* DT_CKPT_TRAIN_H */

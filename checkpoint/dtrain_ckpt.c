@@ -30,13 +30,12 @@
 /* Prints the usage to f; returns the exit code of a usage error. */
 static int usage_to(FILE *f)
 {
-    fprintf(f,
-            "usage: dtrain-ckpt ls ROOT\n"
-            "       dtrain-ckpt verify DIR|ROOT\n"
-            "       dtrain-ckpt export DIR|ROOT OUT.safetensors\n"
-            "       dtrain-ckpt reshard DIR|ROOT OUTROOT M "
-            "[--pp P [--pp-partition params|uniform]]\n"
-            "       dtrain-ckpt --help\n");
+    fprintf(f, "usage: dtrain-ckpt ls ROOT\n"
+               "       dtrain-ckpt verify DIR|ROOT\n"
+               "       dtrain-ckpt export DIR|ROOT OUT.safetensors\n"
+               "       dtrain-ckpt reshard DIR|ROOT OUTROOT M "
+               "[--pp P [--pp-partition params|uniform]]\n"
+               "       dtrain-ckpt --help\n");
     return 2;
 }
 
@@ -70,15 +69,14 @@ static int cmd_ls(const char *root)
     char shown[4200];
     int n = scandir(root, &names, NULL, alphasort);
     if (n < 0) {
-        fprintf(stderr, "dtrain-ckpt: %s: %s\n",
-                dt_ckpt_printable(shown, sizeof shown, root), strerror(errno));
+        fprintf(stderr, "dtrain-ckpt: %s: %s\n", dt_ckpt_printable(shown, sizeof shown, root),
+                strerror(errno));
         dt_ckpt_close(ck);
         return 1;
     }
     char latest[4200] = "";
     dt_ckpt_latest(ck, latest, sizeof latest);
-    printf("%-16s %8s %6s %6s %14s  %s\n", "directory", "step", "world", "mode",
-           "bytes", "status");
+    printf("%-16s %8s %6s %6s %14s  %s\n", "directory", "step", "world", "mode", "bytes", "status");
     int bad = 0;
     for (int i = 0; i < n; i++) {
         const char *nm = names[i]->d_name;
@@ -90,15 +88,16 @@ static int cmd_ls(const char *root)
             dt_ckpt_info info;
             bool is_latest = strcmp(dir, latest) == 0;
             if (dt_ckpt_inspect(ck, dir, &info) != DT_OK) {
-                printf("%-16s %8s %6s %6s %14s  not a checkpoint: %s\n", name, "-",
-                       "-", "-", "-", dt_ckpt_error(ck));
+                printf("%-16s %8s %6s %6s %14s  not a checkpoint: %s\n", name, "-", "-", "-", "-",
+                       dt_ckpt_error(ck));
             } else {
                 bool ok = dt_ckpt_verify(ck, dir) == DT_OK;
                 bad += !ok;
-                printf("%-16s %8ld %6d %6s %14llu  %s%s%s\n", name, info.step,
-                       info.world, info.mode == DT_CKPT_ZERO1 ? "zero1" : "ddp",
-                       (unsigned long long)info.total_bytes, ok ? "ok" : "BAD: ",
-                       ok ? "" : dt_ckpt_error(ck), is_latest ? " (latest)" : "");
+                printf("%-16s %8ld %6d %6s %14llu  %s%s%s\n", name, info.step, info.world,
+                       info.mode == DT_CKPT_ZERO1 ? "zero1" : "ddp",
+                       (unsigned long long)info.total_bytes,
+                       ok ? "ok" : "BAD: ", ok ? "" : dt_ckpt_error(ck),
+                       is_latest ? " (latest)" : "");
             }
         }
         free(names[i]);
@@ -116,14 +115,18 @@ static int load_full(dt_ckpt *ck, const char *dir, dt_ckpt_state *s)
     if (dt_ckpt_inspect(ck, dir, &info) != DT_OK || dt_ckpt_check(ck, dir) != DT_OK)
         return fprintf(stderr, "dtrain-ckpt: %s\n", dt_ckpt_error(ck)), 1;
     size_t n = info.num_params;
-    *s = (dt_ckpt_state){.cfg = info.cfg, .mode = info.mode, .rank = 0,
-                         .world = 1, .num_params = n, .opt_lo = 0, .opt_n = n};
+    *s = (dt_ckpt_state){.cfg = info.cfg,
+                         .mode = info.mode,
+                         .rank = 0,
+                         .world = 1,
+                         .num_params = n,
+                         .opt_lo = 0,
+                         .opt_n = n};
     s->params = malloc(n * sizeof(float));
     s->adam_m = malloc(n * sizeof(float));
     s->adam_v = malloc(n * sizeof(float));
     s->master = info.mode == DT_CKPT_ZERO1 ? malloc(n * sizeof(float)) : NULL;
-    if (!s->params || !s->adam_m || !s->adam_v ||
-        (info.mode == DT_CKPT_ZERO1 && !s->master))
+    if (!s->params || !s->adam_m || !s->adam_v || (info.mode == DT_CKPT_ZERO1 && !s->master))
         return fprintf(stderr, "dtrain-ckpt: out of memory\n"), 1;
     if (dt_ckpt_load(ck, dir, s) != DT_OK)
         return fprintf(stderr, "dtrain-ckpt: %s\n", dt_ckpt_error(ck)), 1;
@@ -140,8 +143,7 @@ static void free_full(dt_ckpt_state *s)
 
 /* reshard's layout flags (argv[5..]): none, or --pp P [--pp-partition
  * HOW]. *pp = 0 without --pp. Returns 0, or 2 for a usage error. */
-static int parse_layout(int argc, char **argv, int *pp,
-                        dt_pipe_partition_kind *kind)
+static int parse_layout(int argc, char **argv, int *pp, dt_pipe_partition_kind *kind)
 {
     *pp = 0;
     *kind = DT_PARTITION_PARAMS;
@@ -163,8 +165,8 @@ static int parse_layout(int argc, char **argv, int *pp,
 }
 
 /* minigpt --pp P's checkpoint layout over M ranks, into slices (M + 1). */
-static int pipeline_layout(const dt_config *cfg, int pp, int m,
-                           dt_pipe_partition_kind kind, size_t *slices)
+static int pipeline_layout(const dt_config *cfg, int pp, int m, dt_pipe_partition_kind kind,
+                           size_t *slices)
 {
     char err[256];
     int *blocks = malloc(((size_t)pp + 1) * sizeof *blocks);
@@ -173,15 +175,16 @@ static int pipeline_layout(const dt_config *cfg, int pp, int m,
     if (!blocks || !stage)
         fprintf(stderr, "dtrain-ckpt: out of memory\n");
     else if (m % pp != 0)
-        fprintf(stderr, "dtrain-ckpt: reshard: %d ranks are not a whole "
-                "number of pipelines of %d stages\n", m, pp);
+        fprintf(stderr,
+                "dtrain-ckpt: reshard: %d ranks are not a whole "
+                "number of pipelines of %d stages\n",
+                m, pp);
     else if (dt_pipe_partition(blocks, cfg, pp, kind, err, sizeof err))
         fprintf(stderr, "dtrain-ckpt: reshard: %s\n", err);
     else
         rc = 0;
     for (int s = 0; rc == 0 && s < pp; s++)
-        dt_config_stage_range(cfg, blocks[s], blocks[s + 1], &stage[s],
-                              &stage[s + 1]);
+        dt_config_stage_range(cfg, blocks[s], blocks[s + 1], &stage[s], &stage[s + 1]);
     if (rc == 0)
         dt_ckpt_pipeline_slices(slices, stage, pp, m / pp);
     free(blocks);
@@ -205,17 +208,15 @@ static int cmd_reshard(dt_ckpt_state *s, const char *outroot, int m, int pp,
         s->slices = slices;
     }
     dt_ckpt *out;
-    int rc = dt_ckpt_open(&out, outroot, NULL) != DT_OK ||
-             dt_ckpt_save_all(out, s, m) != DT_OK;
+    int rc = dt_ckpt_open(&out, outroot, NULL) != DT_OK || dt_ckpt_save_all(out, s, m) != DT_OK;
     if (rc)
         fprintf(stderr, "dtrain-ckpt: %s\n", dt_ckpt_error(out));
     else if (pp > 0)
         printf("%s: step %ld as %d shards: %d stages x %d replicas\n",
-               dt_ckpt_printable(shown, sizeof shown, outroot), s->step, m, pp,
-               m / pp);
+               dt_ckpt_printable(shown, sizeof shown, outroot), s->step, m, pp, m / pp);
     else
-        printf("%s: step %ld as %d shards\n",
-               dt_ckpt_printable(shown, sizeof shown, outroot), s->step, m);
+        printf("%s: step %ld as %d shards\n", dt_ckpt_printable(shown, sizeof shown, outroot),
+               s->step, m);
     dt_ckpt_close(out);
     s->slices = NULL;
     free(slices);
@@ -243,13 +244,12 @@ int main(int argc, char **argv)
     dt_ckpt_options o = {.allow_reshard = true};
     dt_ckpt *ck;
     char dir[4200], shown[4200];
-    int rc = dt_ckpt_open(&ck, argv[2], &o) != DT_OK ||
-             resolve(ck, argv[2], dir, sizeof dir);
+    int rc = dt_ckpt_open(&ck, argv[2], &o) != DT_OK || resolve(ck, argv[2], dir, sizeof dir);
     if (!rc && verify) {
         rc = dt_ckpt_verify(ck, dir) != DT_OK;
         if (rc)
-            fprintf(stderr, "dtrain-ckpt: %s: %s\n",
-                    dt_ckpt_fault_name(dt_ckpt_last_fault(ck)), dt_ckpt_error(ck));
+            fprintf(stderr, "dtrain-ckpt: %s: %s\n", dt_ckpt_fault_name(dt_ckpt_last_fault(ck)),
+                    dt_ckpt_error(ck));
         else
             printf("%s: ok\n", dt_ckpt_printable(shown, sizeof shown, dir));
     }

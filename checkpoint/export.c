@@ -29,8 +29,8 @@ static json_t *config_metadata(const dt_config *cfg)
     const int values[5] = {cfg->V, cfg->C, cfg->H, cfg->L, cfg->T};
     for (int i = 0; i < 5; i++)
         snprintf(v[i], sizeof v[i], "%d", values[i]);
-    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "format", "pt", "V", v[0],
-                     "C", v[1], "H", v[2], "L", v[3], "T", v[4]);
+    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "format", "pt", "V", v[0], "C", v[1], "H",
+                     v[2], "L", v[3], "T", v[4]);
 }
 
 /* The JSON header, padded to a multiple of 8 bytes; NULL on ENOMEM. */
@@ -47,8 +47,8 @@ static char *build_header(const dt_model *m, const dt_config *cfg, size_t *len)
         size_t begin = t->offset * sizeof(float);
         size_t end = begin + t->numel * sizeof(float);
         json_object_set_new(root, t->name,
-            json_pack("{s:s, s:o, s:[II]}", "dtype", "F32", "shape", shape,
-                      "data_offsets", (json_int_t)begin, (json_int_t)end));
+                            json_pack("{s:s, s:o, s:[II]}", "dtype", "F32", "shape", shape,
+                                      "data_offsets", (json_int_t)begin, (json_int_t)end));
     }
     char *text = root ? json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(root);
@@ -66,8 +66,7 @@ static char *build_header(const dt_model *m, const dt_config *cfg, size_t *len)
     return out;
 }
 
-dt_status dt_ckpt_export_safetensors(dt_ckpt *ck, const char *path,
-                                     const dt_config *cfg,
+dt_status dt_ckpt_export_safetensors(dt_ckpt *ck, const char *path, const dt_config *cfg,
                                      const float *params)
 {
     dt_model *m = NULL;
@@ -87,14 +86,13 @@ dt_status dt_ckpt_export_safetensors(dt_ckpt *ck, const char *path,
     FILE *f = fopen(path, "wb");
     unsigned char lenbuf[8];
     put_le64(lenbuf, hlen);
-    bool ok = f && fwrite(lenbuf, 1, 8, f) == 8 &&
-              fwrite(header, 1, hlen, f) == hlen &&
+    bool ok = f && fwrite(lenbuf, 1, 8, f) == 8 && fwrite(header, 1, hlen, f) == hlen &&
               fwrite(params, 1, nbytes, f) == nbytes;
     int e = errno;
     ok = (f && fclose(f) == 0) && ok;
     free(header);
     if (!ok)
-        return ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "export: writing %s: %s",
-                         path, strerror(e));
+        return ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "export: writing %s: %s", path,
+                         strerror(e));
     return DT_OK;
 }

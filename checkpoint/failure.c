@@ -39,8 +39,7 @@ const char *dt_ckpt_printable(char *out, size_t cap, const char *s)
     return out;
 }
 
-dt_status ckpt_fail(dt_ckpt *ck, dt_status st, dt_ckpt_fault fault,
-                    const char *fmt, ...)
+dt_status ckpt_fail(dt_ckpt *ck, dt_status st, dt_ckpt_fault fault, const char *fmt, ...)
 {
     char raw[sizeof ck->err];
     va_list ap;
@@ -55,15 +54,15 @@ dt_status ckpt_fail(dt_ckpt *ck, dt_status st, dt_ckpt_fault fault,
 
 const char *dt_ckpt_fault_name(dt_ckpt_fault f)
 {
-    static const char *const names[] = {
-        "DT_CKPT_FAULT_NONE", "DT_CKPT_FAULT_IO", "DT_CKPT_FAULT_NO_CHECKPOINT",
-        "DT_CKPT_FAULT_BAD_JSON", "DT_CKPT_FAULT_SCHEMA", "DT_CKPT_FAULT_FIELD",
-        "DT_CKPT_FAULT_WORLD", "DT_CKPT_FAULT_CONFIG",
-        "DT_CKPT_FAULT_RANK_RANGE", "DT_CKPT_FAULT_RANK_DUP",
-        "DT_CKPT_FAULT_RANK_MISSING", "DT_CKPT_FAULT_UNSAFE_NAME",
-        "DT_CKPT_FAULT_MISSING_FILE", "DT_CKPT_FAULT_SIZE",
-        "DT_CKPT_FAULT_HASH", "DT_CKPT_FAULT_ABSURD", "DT_CKPT_FAULT_HEADER",
-        "DT_CKPT_FAULT_COVERAGE"};
+    static const char *const names[] = {"DT_CKPT_FAULT_NONE",          "DT_CKPT_FAULT_IO",
+                                        "DT_CKPT_FAULT_NO_CHECKPOINT", "DT_CKPT_FAULT_BAD_JSON",
+                                        "DT_CKPT_FAULT_SCHEMA",        "DT_CKPT_FAULT_FIELD",
+                                        "DT_CKPT_FAULT_WORLD",         "DT_CKPT_FAULT_CONFIG",
+                                        "DT_CKPT_FAULT_RANK_RANGE",    "DT_CKPT_FAULT_RANK_DUP",
+                                        "DT_CKPT_FAULT_RANK_MISSING",  "DT_CKPT_FAULT_UNSAFE_NAME",
+                                        "DT_CKPT_FAULT_MISSING_FILE",  "DT_CKPT_FAULT_SIZE",
+                                        "DT_CKPT_FAULT_HASH",          "DT_CKPT_FAULT_ABSURD",
+                                        "DT_CKPT_FAULT_HEADER",        "DT_CKPT_FAULT_COVERAGE"};
     return (unsigned)f < sizeof names / sizeof names[0] ? names[f] : "?";
 }
 

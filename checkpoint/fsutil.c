@@ -44,33 +44,35 @@ bool ckpt_name_is_safe(const char *name)
 /* What a file that is not a regular file (or directory) is. */
 static const char *kind_of(mode_t m)
 {
-    return S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket"
-         : S_ISDIR(m) ? "a directory" : S_ISLNK(m) ? "a symbolic link"
-         : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device"
-         : S_ISREG(m) ? "a regular file" : "of an unknown type";
+    return S_ISFIFO(m)   ? "a FIFO"
+           : S_ISSOCK(m) ? "a socket"
+           : S_ISDIR(m)  ? "a directory"
+           : S_ISLNK(m)  ? "a symbolic link"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+           : S_ISREG(m)  ? "a regular file"
+                         : "of an unknown type";
 }
 
 static dt_status refuse_symlink(dt_ckpt *ck, const char *path)
 {
-    return ckpt_fail(ck, DT_EPROTO, DT_CKPT_FAULT_UNSAFE_NAME, "%s: is a "
+    return ckpt_fail(ck, DT_EPROTO, DT_CKPT_FAULT_UNSAFE_NAME,
+                     "%s: is a "
                      "symbolic link; a checkpoint never follows one (it could "
-                     "point anywhere): remove it", path);
+                     "point anywhere): remove it",
+                     path);
 }
 
 /* open(2) of path failed with err: say what is there when that is why. */
-static dt_status open_refused(dt_ckpt *ck, const char *path, int err,
-                              const char *want)
+static dt_status open_refused(dt_ckpt *ck, const char *path, int err, const char *want)
 {
     struct stat st; /* O_DIRECTORY | O_NOFOLLOW on a symlink says ENOTDIR */
-    if (err == ELOOP || (err == ENOTDIR && lstat(path, &st) == 0 &&
-                         S_ISLNK(st.st_mode)))
+    if (err == ELOOP || (err == ENOTDIR && lstat(path, &st) == 0 && S_ISLNK(st.st_mode)))
         return refuse_symlink(ck, path);
-    if ((err == ENXIO || err == ENOTDIR || err == ENODEV || err == EISDIR) &&
-        lstat(path, &st) == 0)
-        return ckpt_fail(ck, DT_EPROTO, DT_CKPT_FAULT_IO, "%s: is %s, not %s",
-                         path, kind_of(st.st_mode), want);
-    return ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "%s: %s", path,
-                     strerror(err));
+    if ((err == ENXIO || err == ENOTDIR || err == ENODEV || err == EISDIR) && lstat(path, &st) == 0)
+        return ckpt_fail(ck, DT_EPROTO, DT_CKPT_FAULT_IO, "%s: is %s, not %s", path,
+                         kind_of(st.st_mode), want);
+    return ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "%s: %s", path, strerror(err));
 }
 
 int ckpt_open_regular(dt_ckpt *ck, const char *path, struct stat *st)
@@ -84,11 +86,12 @@ int ckpt_open_regular(dt_ckpt *ck, const char *path, struct stat *st)
         return -1;
     }
     if (fstat(fd, st) != 0)
-        ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "%s: fstat: %s", path,
-                  strerror(errno));
+        ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "%s: fstat: %s", path, strerror(errno));
     else if (!S_ISREG(st->st_mode))
-        ckpt_fail(ck, DT_EPROTO, DT_CKPT_FAULT_IO, "%s: is %s, not a regular "
-                  "file", path, kind_of(st->st_mode));
+        ckpt_fail(ck, DT_EPROTO, DT_CKPT_FAULT_IO,
+                  "%s: is %s, not a regular "
+                  "file",
+                  path, kind_of(st->st_mode));
     else
         return fd;
     close(fd);
@@ -102,15 +105,13 @@ dt_status ckpt_check_dir(dt_ckpt *ck, const char *dir)
     snprintf(path, sizeof path, "%s", dir);
     for (size_t n = strlen(path); n > 1 && path[n - 1] == '/'; n--)
         path[n - 1] = '\0'; /* "d/" would follow a symlink d */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECTORY | O_NOFOLLOW |
-                  O_NONBLOCK);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK);
     if (fd >= 0) {
         close(fd);
         return DT_OK;
     }
     if (errno == ENOENT)
-        return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_NO_CHECKPOINT,
-                         "%s: no such directory", path);
+        return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_NO_CHECKPOINT, "%s: no such directory", path);
     return open_refused(ck, path, errno, "a directory");
 }
 
@@ -119,21 +120,22 @@ int ckpt_create_tmp(dt_ckpt *ck, const char *path)
     struct stat st;
     if (lstat(path, &st) == 0) {
         if (!S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
-            ckpt_fail(ck, DT_EPROTO, DT_CKPT_FAULT_UNSAFE_NAME, "creating "
+            ckpt_fail(ck, DT_EPROTO, DT_CKPT_FAULT_UNSAFE_NAME,
+                      "creating "
                       "%s: something is in the way (%s of uid %u), and a save "
-                      "never writes through it: remove it", path,
-                      kind_of(st.st_mode), (unsigned)st.st_uid);
+                      "never writes through it: remove it",
+                      path, kind_of(st.st_mode), (unsigned)st.st_uid);
             return -1;
         }
         (void)unlink(path); /* a crashed save's; O_EXCL below catches a race */
     }
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                  0644);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     int e = errno;
     if (fd < 0)
-        ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "creating %s: %s%s", path,
-                  strerror(e), e == EEXIST ? " (it appeared while saving: is "
-                  "another job writing here?)" : "");
+        ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "creating %s: %s%s", path, strerror(e),
+                  e == EEXIST ? " (it appeared while saving: is "
+                                "another job writing here?)"
+                              : "");
     return fd;
 }
 
@@ -162,8 +164,8 @@ bool ckpt_write_all(int fd, const void *data, size_t len)
     return true;
 }
 
-dt_status ckpt_write_atomic(dt_ckpt *ck, const char *dir, const char *name,
-                            const void *data, size_t len)
+dt_status ckpt_write_atomic(dt_ckpt *ck, const char *dir, const char *name, const void *data,
+                            size_t len)
 {
     char tmp[CKPT_PATH_MAX], dst[CKPT_PATH_MAX];
     ckpt_join(tmp, dir, name, ".tmp");
@@ -176,38 +178,34 @@ dt_status ckpt_write_atomic(dt_ckpt *ck, const char *dir, const char *name,
     ok = close(fd) == 0 && ok;
     if (!ok) {
         unlink(tmp);
-        return ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "writing %s: %s",
-                         tmp, strerror(e));
+        return ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "writing %s: %s", tmp, strerror(e));
     }
     if (rename(tmp, dst) != 0 || ckpt_fsync_dir(dir) != 0)
-        return ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO,
-                         "committing %s: %s", dst, strerror(errno));
+        return ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "committing %s: %s", dst, strerror(errno));
     return DT_OK;
 }
 
-dt_status ckpt_read_small(dt_ckpt *ck, const char *path, size_t max,
-                          char **out, size_t *len)
+dt_status ckpt_read_small(dt_ckpt *ck, const char *path, size_t max, char **out, size_t *len)
 {
     *out = NULL;
     struct stat st;
     int fd = ckpt_open_regular(ck, path, &st);
     if (fd < 0 && errno == ENOENT)
-        return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_NO_CHECKPOINT, "%s: %s",
-                         path, strerror(ENOENT));
+        return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_NO_CHECKPOINT, "%s: %s", path,
+                         strerror(ENOENT));
     if (fd < 0)
         return ck->status;
     if ((uint64_t)st.st_size > max) {
         close(fd);
         return ckpt_fail(ck, DT_EPROTO, DT_CKPT_FAULT_ABSURD,
-                         "%s: %lld bytes, more than the %zu allowed", path,
-                         (long long)st.st_size, max);
+                         "%s: %lld bytes, more than the %zu allowed", path, (long long)st.st_size,
+                         max);
     }
     size_t n = (size_t)st.st_size, got = 0;
     char *buf = malloc(n + 1);
     if (!buf) {
         close(fd);
-        return ckpt_fail(ck, DT_ENOMEM, DT_CKPT_FAULT_IO, "%s: out of memory",
-                         path);
+        return ckpt_fail(ck, DT_ENOMEM, DT_CKPT_FAULT_IO, "%s: out of memory", path);
     }
     while (got < n) {
         ssize_t r = read(fd, buf + got, n - got);

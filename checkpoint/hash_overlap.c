@@ -51,9 +51,9 @@
 typedef struct hash_job {
     const ckpt_span *spans;
     int n;
-    const unsigned char *zeros;   /* ZERO_BYTES of zeros, or NULL if unused */
+    const unsigned char *zeros; /* ZERO_BYTES of zeros, or NULL if unused */
     unsigned char digest[32];
-    bool ok;                      /* the hashing library did not fail */
+    bool ok; /* the hashing library did not fail */
 } hash_job;
 
 static void *hash_spans(void *arg)
@@ -69,16 +69,15 @@ static void *hash_spans(void *arg)
             continue;
         }
         for (size_t done = 0; done < s->len; done += ZERO_BYTES)
-            ckpt_sha256_update(h, j->zeros, s->len - done < ZERO_BYTES
-                                                        ? s->len - done : ZERO_BYTES);
+            ckpt_sha256_update(h, j->zeros,
+                               s->len - done < ZERO_BYTES ? s->len - done : ZERO_BYTES);
     }
     j->ok = ckpt_sha256_final(h, j->digest);
     ckpt_sha256_free(h);
     return NULL;
 }
 
-static bool write_spans(int fd, const ckpt_span *spans, int n,
-                        const unsigned char *zeros)
+static bool write_spans(int fd, const ckpt_span *spans, int n, const unsigned char *zeros)
 {
     for (int i = 0; i < n; i++) {
         const ckpt_span *s = &spans[i];
@@ -88,15 +87,13 @@ static bool write_spans(int fd, const ckpt_span *spans, int n,
             continue;
         }
         for (size_t done = 0; done < s->len; done += ZERO_BYTES)
-            if (!ckpt_write_all(fd, zeros, s->len - done < ZERO_BYTES ? s->len - done
-                                                                 : ZERO_BYTES))
+            if (!ckpt_write_all(fd, zeros, s->len - done < ZERO_BYTES ? s->len - done : ZERO_BYTES))
                 return false;
     }
     return true;
 }
 
-int ckpt_write_spans_hashed(int fd, const ckpt_span *spans, int n,
-                            unsigned char digest[32])
+int ckpt_write_spans_hashed(int fd, const ckpt_span *spans, int n, unsigned char digest[32])
 {
     bool need_zeros = false;
     for (int i = 0; i < n; i++)

@@ -49,8 +49,7 @@ dt_status dt_ckpt_latest(dt_ckpt *ck, char *buf, size_t len)
         text[--n] = '\0';
     if (!ckpt_name_is_safe(text) || strncmp(text, "step_", 5) != 0) {
         st = ckpt_fail(ck, DT_EPROTO, DT_CKPT_FAULT_UNSAFE_NAME,
-                       "%s: \"%.64s\" is not a step directory's name", path,
-                       text);
+                       "%s: \"%.64s\" is not a step directory's name", path, text);
     } else if ((size_t)snprintf(buf, len, "%s/%s", ck->root, text) >= len) {
         st = ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_FIELD,
                        "latest: the path does not fit the buffer");
@@ -59,17 +58,20 @@ dt_status dt_ckpt_latest(dt_ckpt *ck, char *buf, size_t len)
     return st;
 }
 
-dt_status dt_ckpt_inspect(dt_ckpt *ck, const char *step_dir_path,
-                          dt_ckpt_info *info)
+dt_status dt_ckpt_inspect(dt_ckpt *ck, const char *step_dir_path, dt_ckpt_info *info)
 {
     ckpt_manifest m;
     ckpt_reset(ck);
     dt_status st = ckpt_manifest_read(ck, step_dir_path, &m);
     if (st != DT_OK)
         return st;
-    *info = (dt_ckpt_info){.step = m.step, .world = m.world, .mode = m.mode,
-                           .cfg = m.cfg, .num_params = (size_t)m.num_params,
-                           .seed = m.seed, .data_row = m.data_row,
+    *info = (dt_ckpt_info){.step = m.step,
+                           .world = m.world,
+                           .mode = m.mode,
+                           .cfg = m.cfg,
+                           .num_params = (size_t)m.num_params,
+                           .seed = m.seed,
+                           .data_row = m.data_row,
                            .rng_state = m.rng_state};
     for (int r = 0; r < m.world; r++)
         info->total_bytes += m.shards[r].bytes;
@@ -92,29 +94,26 @@ dt_status dt_ckpt_check(dt_ckpt *ck, const char *step_dir)
 
 /* The caller's state against the manifest: same model, same world and
  * mode unless resharding is allowed, buffers that fit. */
-static dt_status check_target(dt_ckpt *ck, const ckpt_manifest *m,
-                              const dt_ckpt_state *s, const char *dir)
+static dt_status check_target(dt_ckpt *ck, const ckpt_manifest *m, const dt_ckpt_state *s,
+                              const char *dir)
 {
-    if (memcmp(&s->cfg, &m->cfg, sizeof s->cfg) != 0 ||
-        s->num_params != m->num_params)
+    if (memcmp(&s->cfg, &m->cfg, sizeof s->cfg) != 0 || s->num_params != m->num_params)
         return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_CONFIG,
                          "%s: saved for V=%d T=%d L=%d H=%d C=%d, loading "
-                         "into V=%d T=%d L=%d H=%d C=%d", dir, m->cfg.V,
-                         m->cfg.T, m->cfg.L, m->cfg.H, m->cfg.C, s->cfg.V,
-                         s->cfg.T, s->cfg.L, s->cfg.H, s->cfg.C);
+                         "into V=%d T=%d L=%d H=%d C=%d",
+                         dir, m->cfg.V, m->cfg.T, m->cfg.L, m->cfg.H, m->cfg.C, s->cfg.V, s->cfg.T,
+                         s->cfg.L, s->cfg.H, s->cfg.C);
     if ((s->world != m->world || s->mode != m->mode) && !ck->opts.allow_reshard)
         return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_WORLD,
                          "%s: saved by %d ranks (%s), loading on %d (%s); "
-                         "allow resharding to load it", dir, m->world,
-                         m->mode == DT_CKPT_ZERO1 ? "zero1" : "ddp", s->world,
+                         "allow resharding to load it",
+                         dir, m->world, m->mode == DT_CKPT_ZERO1 ? "zero1" : "ddp", s->world,
                          s->mode == DT_CKPT_ZERO1 ? "zero1" : "ddp");
     size_t held_n = s->held_n ? s->held_n : s->num_params;
-    if (!s->params || s->opt_lo > s->num_params ||
-        s->opt_n > s->num_params - s->opt_lo ||
+    if (!s->params || s->opt_lo > s->num_params || s->opt_n > s->num_params - s->opt_lo ||
         s->held_lo > s->num_params || held_n > s->num_params - s->held_lo ||
-        (s->master && s->opt_n > 0 && (s->opt_lo < s->held_lo ||
-                                       s->opt_lo + s->opt_n >
-                                           s->held_lo + held_n)))
+        (s->master && s->opt_n > 0 &&
+         (s->opt_lo < s->held_lo || s->opt_lo + s->opt_n > s->held_lo + held_n)))
         return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_FIELD,
                          "load: no parameter buffer, or a held or optimizer "
                          "range outside the model");
@@ -123,8 +122,7 @@ static dt_status check_target(dt_ckpt *ck, const ckpt_manifest *m,
 
 /* The shards of m in this rank's order: those it verifies (r mod world =
  * rank) first, then the ones it only checks. */
-static dt_status read_shards(dt_ckpt *ck, const char *dir,
-                             const ckpt_manifest *m, dt_ckpt_state *s,
+static dt_status read_shards(dt_ckpt *ck, const char *dir, const ckpt_manifest *m, dt_ckpt_state *s,
                              int rank, int world)
 {
     dt_status st = DT_OK;
@@ -138,8 +136,7 @@ static dt_status read_shards(dt_ckpt *ck, const char *dir,
 }
 
 /* One rank's part of a load by `world` ranks (1: the whole of it). */
-static dt_status load_part(dt_ckpt *ck, const char *dir, dt_ckpt_state *s,
-                           int rank, int world)
+static dt_status load_part(dt_ckpt *ck, const char *dir, dt_ckpt_state *s, int rank, int world)
 {
     ckpt_manifest m;
     dt_status st = ckpt_manifest_read(ck, dir, &m);
@@ -152,8 +149,7 @@ static dt_status load_part(dt_ckpt *ck, const char *dir, dt_ckpt_state *s,
     if (st == DT_OK && s) {
         /* a DDP checkpoint has no master: fp32 master = the parameters */
         if (s->master && m.mode != DT_CKPT_ZERO1 && s->opt_n > 0)
-            memcpy(s->master, s->params + (s->opt_lo - s->held_lo),
-                   s->opt_n * sizeof(float));
+            memcpy(s->master, s->params + (s->opt_lo - s->held_lo), s->opt_n * sizeof(float));
         s->step = m.step;
         s->seed = m.seed;
         s->data_row = m.data_row;
@@ -174,17 +170,17 @@ dt_status dt_ckpt_verify(dt_ckpt *ck, const char *dir)
     return dt_ckpt_load(ck, dir, NULL);
 }
 
-dt_status dt_ckpt_load_collective(dt_ckpt *ck, dt_comm *comm, const char *dir,
-                                  dt_ckpt_state *s)
+dt_status dt_ckpt_load_collective(dt_ckpt *ck, dt_comm *comm, const char *dir, dt_ckpt_state *s)
 {
     if (!comm)
         return dt_ckpt_load(ck, dir, s);
     int rank = dt_comm_rank(comm), world = dt_comm_size(comm);
     ckpt_reset(ck);
     if (s && (s->rank != rank || s->world != world))
-        ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_WORLD, "load: the state says "
-                  "rank %d of %d, the communicator %d of %d", s->rank,
-                  s->world, rank, world);
+        ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_WORLD,
+                  "load: the state says "
+                  "rank %d of %d, the communicator %d of %d",
+                  s->rank, s->world, rank, world);
     else
         load_part(ck, dir, s, rank, world);
     return ckpt_agree(ck, comm, "load");

@@ -28,8 +28,7 @@
 
 #define MAX_PARAMS ((uint64_t)1 << 40)
 
-dt_status ckpt_manifest_write(dt_ckpt *ck, const char *dir,
-                              const ckpt_manifest *m)
+dt_status ckpt_manifest_write(dt_ckpt *ck, const char *dir, const ckpt_manifest *m)
 {
     json_t *shards = json_array();
     for (int r = 0; r < m->world; r++) {
@@ -38,25 +37,22 @@ dt_status ckpt_manifest_write(dt_ckpt *ck, const char *dir,
         for (int k = 0; k < KIND_COUNT; k++)
             if (s->ranges[k].present)
                 json_object_set_new(ranges, ckpt_kind_names[k],
-                    json_pack("[II]", (json_int_t)s->ranges[k].offset,
-                              (json_int_t)s->ranges[k].count));
-        json_array_append_new(shards,
-            json_pack("{s:i, s:s, s:I, s:s, s:o}", "rank", s->rank, "file",
-                      s->file, "bytes", (json_int_t)s->bytes, "sha256",
-                      s->sha256, "ranges", ranges));
+                                    json_pack("[II]", (json_int_t)s->ranges[k].offset,
+                                              (json_int_t)s->ranges[k].count));
+        json_array_append_new(shards, json_pack("{s:i, s:s, s:I, s:s, s:o}", "rank", s->rank,
+                                                "file", s->file, "bytes", (json_int_t)s->bytes,
+                                                "sha256", s->sha256, "ranges", ranges));
     }
-    json_t *root = json_pack(
-        "{s:s, s:i, s:I, s:i, s:s, s:I, s:{s:i, s:i, s:i, s:i, s:i}, s:I, "
-        "s:I, s:I, s:o}",
-        "format", "dtrain-checkpoint", "schema_version", DT_CKPT_SCHEMA_VERSION,
-        "step", (json_int_t)m->step, "world_size", m->world, "mode",
-        m->mode == DT_CKPT_ZERO1 ? "zero1" : "ddp", "num_params",
-        (json_int_t)m->num_params, "config", "V", m->cfg.V, "T", m->cfg.T, "L",
-        m->cfg.L, "H", m->cfg.H, "C", m->cfg.C, "seed", (json_int_t)m->seed,
-        "data_row", (json_int_t)m->data_row, "rng_state",
-        (json_int_t)m->rng_state, "shards", shards);
-    char *text = root ? json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER)
-                      : NULL;
+    json_t *root = json_pack("{s:s, s:i, s:I, s:i, s:s, s:I, s:{s:i, s:i, s:i, s:i, s:i}, s:I, "
+                             "s:I, s:I, s:o}",
+                             "format", "dtrain-checkpoint", "schema_version",
+                             DT_CKPT_SCHEMA_VERSION, "step", (json_int_t)m->step, "world_size",
+                             m->world, "mode", m->mode == DT_CKPT_ZERO1 ? "zero1" : "ddp",
+                             "num_params", (json_int_t)m->num_params, "config", "V", m->cfg.V, "T",
+                             m->cfg.T, "L", m->cfg.L, "H", m->cfg.H, "C", m->cfg.C, "seed",
+                             (json_int_t)m->seed, "data_row", (json_int_t)m->data_row, "rng_state",
+                             (json_int_t)m->rng_state, "shards", shards);
+    char *text = root ? json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(root);
     if (!text)
         return ckpt_fail(ck, DT_ENOMEM, DT_CKPT_FAULT_IO,
@@ -64,7 +60,8 @@ dt_status ckpt_manifest_write(dt_ckpt *ck, const char *dir,
     size_t len = strlen(text);
     if (len > MANIFEST_MAX_BYTES) {
         free(text); /* never commit what no reader would accept */
-        return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_ABSURD, "manifest of "
+        return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_ABSURD,
+                         "manifest of "
                          "%d shards: %zu bytes, over the %zu a reader accepts",
                          m->world, len, MANIFEST_MAX_BYTES);
     }
@@ -88,13 +85,13 @@ typedef struct parse {
 
 static dt_status field_fail(parse *p, const char *field, const char *want)
 {
-    return ckpt_fail(p->ck, DT_EPROTO, DT_CKPT_FAULT_FIELD,
-                     "%s: field %s is missing or not %s", p->path, field, want);
+    return ckpt_fail(p->ck, DT_EPROTO, DT_CKPT_FAULT_FIELD, "%s: field %s is missing or not %s",
+                     p->path, field, want);
 }
 
 /* An integer field in [lo, hi]; ABSURD outside, FIELD if absent. */
-static dt_status get_int(parse *p, json_t *obj, const char *key,
-                         json_int_t lo, json_int_t hi, json_int_t *out)
+static dt_status get_int(parse *p, json_t *obj, const char *key, json_int_t lo, json_int_t hi,
+                         json_int_t *out)
 {
     json_t *v = json_object_get(obj, key);
     if (!json_is_integer(v))
@@ -102,38 +99,42 @@ static dt_status get_int(parse *p, json_t *obj, const char *key,
     *out = json_integer_value(v);
     if (*out < lo || *out > hi)
         return ckpt_fail(p->ck, DT_EPROTO, DT_CKPT_FAULT_ABSURD,
-                         "%s: %s = %lld is outside [%lld, %lld]", p->path, key,
-                         (long long)*out, (long long)lo, (long long)hi);
+                         "%s: %s = %lld is outside [%lld, %lld]", p->path, key, (long long)*out,
+                         (long long)lo, (long long)hi);
     return DT_OK;
 }
 
-#define TRY(x) do { dt_status st_ = (x); if (st_ != DT_OK) return st_; } while (0)
+#define TRY(x)               \
+    do {                     \
+        dt_status st_ = (x); \
+        if (st_ != DT_OK)    \
+            return st_;      \
+    } while (0)
 
 /* The keys each object of the manifest may have: a key outside them is
  * refused by name, so nothing a reader does not check can ride along
  * (nor make the file any bigger than its shards need). */
-static const char *const top_keys[] = {"format", "schema_version", "step",
-    "world_size", "mode", "num_params", "config", "seed", "data_row",
-    "rng_state", "shards", NULL};
+static const char *const top_keys[] = {"format",   "schema_version", "step",   "world_size",
+                                       "mode",     "num_params",     "config", "seed",
+                                       "data_row", "rng_state",      "shards", NULL};
 static const char *const config_keys[] = {"V", "T", "L", "H", "C", NULL};
-static const char *const shard_keys[] = {"rank", "file", "bytes", "sha256",
-                                         "ranges", NULL};
+static const char *const shard_keys[] = {"rank", "file", "bytes", "sha256", "ranges", NULL};
 static const char *const range_keys[] = {"params", "master", "m", "v", NULL};
 
-static dt_status only_known_keys(parse *p, json_t *obj, const char *where,
-                                 const char *const *known)
+static dt_status only_known_keys(parse *p, json_t *obj, const char *where, const char *const *known)
 {
     const char *key;
     json_t *v;
-    json_object_foreach(obj, key, v) {
+    json_object_foreach(obj, key, v)
+    {
         size_t i = 0;
         while (known[i] && strcmp(known[i], key) != 0)
             i++;
         if (!known[i])
             return ckpt_fail(p->ck, DT_EPROTO, DT_CKPT_FAULT_FIELD,
                              "%s: unknown key \"%.64s\" in %s (schema %d "
-                             "has no such field)", p->path, key, where,
-                             DT_CKPT_SCHEMA_VERSION);
+                             "has no such field)",
+                             p->path, key, where, DT_CKPT_SCHEMA_VERSION);
     }
     return DT_OK;
 }
@@ -148,8 +149,8 @@ static dt_status parse_header(parse *p, json_t *root, ckpt_manifest *m)
     if (!json_is_integer(sv) || json_integer_value(sv) != DT_CKPT_SCHEMA_VERSION)
         return ckpt_fail(p->ck, DT_EPROTO, DT_CKPT_FAULT_SCHEMA,
                          "%s: schema_version %lld is not one this build reads "
-                         "(%d)", p->path,
-                         json_is_integer(sv) ? (long long)json_integer_value(sv) : -1LL,
+                         "(%d)",
+                         p->path, json_is_integer(sv) ? (long long)json_integer_value(sv) : -1LL,
                          DT_CKPT_SCHEMA_VERSION);
     m->schema = DT_CKPT_SCHEMA_VERSION;
     TRY(only_known_keys(p, root, "the manifest", top_keys));
@@ -159,11 +160,10 @@ static dt_status parse_header(parse *p, json_t *root, ckpt_manifest *m)
     TRY(get_int(p, root, "world_size", 1, DT_CKPT_MAX_WORLD, &v));
     m->world = (int)v;
     json_t *mode = json_object_get(root, "mode");
-    if (!json_is_string(mode) || (strcmp(json_string_value(mode), "ddp") &&
-                                  strcmp(json_string_value(mode), "zero1")))
+    if (!json_is_string(mode) ||
+        (strcmp(json_string_value(mode), "ddp") && strcmp(json_string_value(mode), "zero1")))
         return field_fail(p, "mode", "\"ddp\" or \"zero1\"");
-    m->mode = strcmp(json_string_value(mode), "zero1") == 0 ? DT_CKPT_ZERO1
-                                                           : DT_CKPT_DDP;
+    m->mode = strcmp(json_string_value(mode), "zero1") == 0 ? DT_CKPT_ZERO1 : DT_CKPT_DDP;
     json_t *cfg = json_object_get(root, "config");
     if (!json_is_object(cfg))
         return field_fail(p, "config", "an object");
@@ -181,9 +181,9 @@ static dt_status parse_header(parse *p, json_t *root, ckpt_manifest *m)
         dt_config_num_params(&m->cfg) != m->num_params)
         return ckpt_fail(p->ck, DT_EPROTO, DT_CKPT_FAULT_CONFIG,
                          "%s: num_params %llu does not match the config "
-                         "(V=%d T=%d L=%d H=%d C=%d)", p->path,
-                         (unsigned long long)m->num_params, m->cfg.V, m->cfg.T,
-                         m->cfg.L, m->cfg.H, m->cfg.C);
+                         "(V=%d T=%d L=%d H=%d C=%d)",
+                         p->path, (unsigned long long)m->num_params, m->cfg.V, m->cfg.T, m->cfg.L,
+                         m->cfg.H, m->cfg.C);
     json_int_t lim = (json_int_t)((~0ULL) >> 1);
     TRY(get_int(p, root, "seed", -lim - 1, lim, &v));
     m->seed = (uint64_t)v;
@@ -205,8 +205,7 @@ static bool is_hex64(const char *s)
 }
 
 /* One entry of "shards" into its slot m->shards[rank]. */
-static dt_status parse_shard(parse *p, json_t *e, size_t i, ckpt_manifest *m,
-                             bool *seen)
+static dt_status parse_shard(parse *p, json_t *e, size_t i, ckpt_manifest *m, bool *seen)
 {
     if (!json_is_object(e))
         return field_fail(p, "shards[i]", "an object");
@@ -215,12 +214,13 @@ static dt_status parse_shard(parse *p, json_t *e, size_t i, ckpt_manifest *m,
     TRY(get_int(p, e, "rank", -((json_int_t)1 << 40), (json_int_t)1 << 40, &rank));
     if (rank < 0 || rank >= m->world)
         return ckpt_fail(p->ck, DT_EPROTO, DT_CKPT_FAULT_RANK_RANGE,
-                         "%s: shards[%zu] has rank %lld, outside [0, %d)",
-                         p->path, i, (long long)rank, m->world);
+                         "%s: shards[%zu] has rank %lld, outside [0, %d)", p->path, i,
+                         (long long)rank, m->world);
     if (seen[rank])
         return ckpt_fail(p->ck, DT_EPROTO, DT_CKPT_FAULT_RANK_DUP,
                          "%s: shards[%zu] claims rank %lld, which another "
-                         "shard already has", p->path, i, (long long)rank);
+                         "shard already has",
+                         p->path, i, (long long)rank);
     seen[rank] = true;
     ckpt_shard *s = &m->shards[rank];
     s->rank = (int)rank;
@@ -230,8 +230,8 @@ static dt_status parse_shard(parse *p, json_t *e, size_t i, ckpt_manifest *m,
     if (!ckpt_name_is_safe(json_string_value(file)))
         return ckpt_fail(p->ck, DT_EPROTO, DT_CKPT_FAULT_UNSAFE_NAME,
                          "%s: rank %lld's file name \"%.80s\" is not a plain "
-                         "name inside the directory", p->path, (long long)rank,
-                         json_string_value(file));
+                         "name inside the directory",
+                         p->path, (long long)rank, json_string_value(file));
     snprintf(s->file, sizeof s->file, "%s", json_string_value(file));
     if (!json_is_string(sha) || !is_hex64(json_string_value(sha)))
         return field_fail(p, "shards[i].sha256", "64 lowercase hex digits");
@@ -249,8 +249,8 @@ static dt_status parse_shard(parse *p, json_t *e, size_t i, ckpt_manifest *m,
         if (!want && !r)
             continue;
         if (!json_is_array(r) || json_array_size(r) != 2 ||
-            !json_is_integer(json_array_get(r, 0)) ||
-            !json_is_integer(json_array_get(r, 1)) || !want)
+            !json_is_integer(json_array_get(r, 0)) || !json_is_integer(json_array_get(r, 1)) ||
+            !want)
             return field_fail(p, ckpt_kind_names[k],
                               want ? "[offset, length]" : "absent under ddp");
         json_int_t off = json_integer_value(json_array_get(r, 0));
@@ -259,19 +259,16 @@ static dt_status parse_shard(parse *p, json_t *e, size_t i, ckpt_manifest *m,
             (uint64_t)len > m->num_params - (uint64_t)off)
             return ckpt_fail(p->ck, DT_EPROTO, DT_CKPT_FAULT_ABSURD,
                              "%s: rank %lld's %s range [%lld, +%lld) is "
-                             "outside the %llu parameters", p->path,
-                             (long long)rank, ckpt_kind_names[k],
-                             (long long)off, (long long)len,
-                             (unsigned long long)m->num_params);
+                             "outside the %llu parameters",
+                             p->path, (long long)rank, ckpt_kind_names[k], (long long)off,
+                             (long long)len, (unsigned long long)m->num_params);
         s->ranges[k] = (ckpt_range){true, (uint64_t)off, (uint64_t)len};
         expect += SECTION_BYTES + (uint64_t)len * sizeof(float);
     }
     if (expect != s->bytes)
         return ckpt_fail(p->ck, DT_EPROTO, DT_CKPT_FAULT_ABSURD,
-                         "%s: rank %lld: bytes = %llu, its ranges make %llu",
-                         p->path, (long long)rank,
-                         (unsigned long long)s->bytes,
-                         (unsigned long long)expect);
+                         "%s: rank %lld: bytes = %llu, its ranges make %llu", p->path,
+                         (long long)rank, (unsigned long long)s->bytes, (unsigned long long)expect);
     return DT_OK;
 }
 
@@ -303,15 +300,14 @@ static dt_status check_coverage(parse *p, const ckpt_manifest *m)
             if (pairs[2 * r] != at)
                 st = ckpt_fail(p->ck, DT_EPROTO, DT_CKPT_FAULT_COVERAGE,
                                "%s: the %s ranges leave a gap or overlap at "
-                               "element %llu", p->path, ckpt_kind_names[k],
-                               (unsigned long long)at);
+                               "element %llu",
+                               p->path, ckpt_kind_names[k], (unsigned long long)at);
             at += pairs[2 * r + 1];
         }
         if (st == DT_OK && at != m->num_params)
             st = ckpt_fail(p->ck, DT_EPROTO, DT_CKPT_FAULT_COVERAGE,
-                           "%s: the %s ranges cover %llu of %llu elements",
-                           p->path, ckpt_kind_names[k],
-                           (unsigned long long)at,
+                           "%s: the %s ranges cover %llu of %llu elements", p->path,
+                           ckpt_kind_names[k], (unsigned long long)at,
                            (unsigned long long)m->num_params);
     }
     free(pairs);
@@ -325,15 +321,15 @@ static dt_status parse_shards(parse *p, json_t *root, ckpt_manifest *m)
         return field_fail(p, "shards", "an array");
     m->shards = calloc((size_t)m->world, sizeof *m->shards);
     bool *seen = calloc((size_t)m->world, sizeof *seen);
-    dt_status st = m->shards && seen ? DT_OK
-        : ckpt_fail(p->ck, DT_ENOMEM, DT_CKPT_FAULT_IO, "out of memory");
+    dt_status st = m->shards && seen
+                       ? DT_OK
+                       : ckpt_fail(p->ck, DT_ENOMEM, DT_CKPT_FAULT_IO, "out of memory");
     for (size_t i = 0; st == DT_OK && i < json_array_size(arr); i++)
         st = parse_shard(p, json_array_get(arr, i), i, m, seen);
     for (int r = 0; st == DT_OK && r < m->world; r++)
         if (!seen[r])
             st = ckpt_fail(p->ck, DT_EPROTO, DT_CKPT_FAULT_RANK_MISSING,
-                           "%s: no shard for rank %d of %d", p->path, r,
-                           m->world);
+                           "%s: no shard for rank %d of %d", p->path, r, m->world);
     free(seen);
     return st == DT_OK ? check_coverage(p, m) : st;
 }
@@ -353,8 +349,8 @@ static dt_status check_step_name(parse *p, const char *dir, long step)
     if (n - b != strlen(want) || memcmp(dir + b, want, n - b) != 0)
         return ckpt_fail(p->ck, DT_EPROTO, DT_CKPT_FAULT_FIELD,
                          "%s: step %ld belongs in a directory named %s, not "
-                         "\"%.*s\"", p->path, step, want, (int)(n - b),
-                         dir + b);
+                         "\"%.*s\"",
+                         p->path, step, want, (int)(n - b), dir + b);
     return DT_OK;
 }
 
@@ -372,8 +368,7 @@ dt_status ckpt_manifest_read(dt_ckpt *ck, const char *dir, ckpt_manifest *m)
     if (st != DT_OK) {
         if (ck->fault == DT_CKPT_FAULT_NO_CHECKPOINT)
             ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_NO_CHECKPOINT,
-                      "%s: no manifest.json: not a committed checkpoint",
-                      dir);
+                      "%s: no manifest.json: not a committed checkpoint", dir);
         return st;
     }
     json_error_t jerr;
@@ -382,8 +377,8 @@ dt_status ckpt_manifest_read(dt_ckpt *ck, const char *dir, ckpt_manifest *m)
     parse p = {ck, path};
     if (!root)
         return ckpt_fail(ck, DT_EPROTO, DT_CKPT_FAULT_BAD_JSON,
-                         "%s: not valid JSON: line %d column %d: %s", path,
-                         jerr.line, jerr.column, jerr.text);
+                         "%s: not valid JSON: line %d column %d: %s", path, jerr.line, jerr.column,
+                         jerr.text);
     if (!json_is_object(root))
         st = ckpt_fail(ck, DT_EPROTO, DT_CKPT_FAULT_BAD_JSON,
                        "%s: the top level is not a JSON object", path);

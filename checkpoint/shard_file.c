@@ -18,8 +18,7 @@
 
 #include "ckpt_internal.h"
 
-const char *const ckpt_kind_names[KIND_COUNT] = {"params", "master", "m",
-                                                 "v"};
+const char *const ckpt_kind_names[KIND_COUNT] = {"params", "master", "m", "v"};
 
 void dt_ckpt_partition(size_t n, int world, int r, size_t *lo, size_t *count)
 {
@@ -30,23 +29,20 @@ void dt_ckpt_partition(size_t n, int world, int r, size_t *lo, size_t *count)
     *count = n - *lo < s ? n - *lo : s;
 }
 
-void dt_ckpt_pipeline_slices(size_t *slices, const size_t *stage_bounds,
-                             int P, int D)
+void dt_ckpt_pipeline_slices(size_t *slices, const size_t *stage_bounds, int P, int D)
 {
     for (int s = 0; s < P; s++)
         for (int r = 0; r < D; r++) {
             size_t lo, n;
-            dt_ckpt_partition(stage_bounds[s + 1] - stage_bounds[s], D, r,
-                              &lo, &n);
+            dt_ckpt_partition(stage_bounds[s + 1] - stage_bounds[s], D, r, &lo, &n);
             slices[s * D + r] = stage_bounds[s] + lo;
         }
     slices[P * D] = stage_bounds[P];
 }
 
 /* Fills the record and the header bytes for rank r's shard of s. */
-static size_t build_header(unsigned char *hdr, ckpt_shard *rec,
-                           const dt_ckpt_state *s, int r, int world,
-                           size_t lo, size_t n)
+static size_t build_header(unsigned char *hdr, ckpt_shard *rec, const dt_ckpt_state *s, int r,
+                           int world, size_t lo, size_t n)
 {
     int nsec = s->mode == DT_CKPT_ZERO1 ? 4 : 3;
     memset(hdr, 0, SHARD_HEADER_BYTES + MAX_SECTIONS * SECTION_BYTES);
@@ -83,8 +79,7 @@ static size_t build_header(unsigned char *hdr, ckpt_shard *rec,
 }
 
 /* Rank r's slice: the state's own layout, or the even partition. */
-static void slice_of(const dt_ckpt_state *s, int r, int world, size_t *lo,
-                     size_t *n)
+static void slice_of(const dt_ckpt_state *s, int r, int world, size_t *lo, size_t *n)
 {
     if (s->slices) {
         *lo = s->slices[r];
@@ -94,8 +89,7 @@ static void slice_of(const dt_ckpt_state *s, int r, int world, size_t *lo,
     }
 }
 
-void ckpt_describe_shard(const dt_ckpt_state *s, int r, int world,
-                         ckpt_shard *rec)
+void ckpt_describe_shard(const dt_ckpt_state *s, int r, int world, ckpt_shard *rec)
 {
     unsigned char hdr[SHARD_HEADER_BYTES + MAX_SECTIONS * SECTION_BYTES];
     size_t lo, n;
@@ -103,8 +97,7 @@ void ckpt_describe_shard(const dt_ckpt_state *s, int r, int world,
     build_header(hdr, rec, s, r, world, lo, n);
 }
 
-dt_status ckpt_write_shard(dt_ckpt *ck, const char *dir,
-                           const dt_ckpt_state *s, int r, int world,
+dt_status ckpt_write_shard(dt_ckpt *ck, const char *dir, const dt_ckpt_state *s, int r, int world,
                            ckpt_shard *rec)
 {
     size_t lo, n;
@@ -113,13 +106,13 @@ dt_status ckpt_write_shard(dt_ckpt *ck, const char *dir,
     if (n > 0 && (lo < s->opt_lo || lo + n > s->opt_lo + s->opt_n))
         return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_FIELD,
                          "save: rank %d's slice [%zu, %zu) is outside the "
-                         "optimizer range [%zu, %zu) it was given", r, lo,
-                         lo + n, s->opt_lo, s->opt_lo + s->opt_n);
+                         "optimizer range [%zu, %zu) it was given",
+                         r, lo, lo + n, s->opt_lo, s->opt_lo + s->opt_n);
     if (n > 0 && (lo < s->held_lo || lo + n > s->held_lo + held_n))
         return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_FIELD,
                          "save: rank %d's slice [%zu, %zu) is outside the "
-                         "parameters [%zu, %zu) it holds", r, lo, lo + n,
-                         s->held_lo, s->held_lo + held_n);
+                         "parameters [%zu, %zu) it holds",
+                         r, lo, lo + n, s->held_lo, s->held_lo + held_n);
     if (s->mode == DT_CKPT_ZERO1 && !s->master)
         return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_FIELD,
                          "save: a ZeRO-1 state needs its master shard");
@@ -132,9 +125,10 @@ dt_status ckpt_write_shard(dt_ckpt *ck, const char *dir,
     if (fd < 0)
         return ck->status;
     size_t off = n > 0 ? lo - s->opt_lo : 0;
-    const float *src[KIND_COUNT] = {
-        s->params + (n > 0 ? lo - s->held_lo : 0), s->master ? s->master + off : NULL,
-        s->adam_m ? s->adam_m + off : NULL, s->adam_v ? s->adam_v + off : NULL};
+    const float *src[KIND_COUNT] = {s->params + (n > 0 ? lo - s->held_lo : 0),
+                                    s->master ? s->master + off : NULL,
+                                    s->adam_m ? s->adam_m + off : NULL,
+                                    s->adam_v ? s->adam_v + off : NULL};
     ckpt_span spans[1 + KIND_COUNT] = {{hdr, hbytes}};
     int nspans = 1;
     for (int k = 0; k < KIND_COUNT; k++)
@@ -146,12 +140,10 @@ dt_status ckpt_write_shard(dt_ckpt *ck, const char *dir,
         e = errno;
     if (e != 0) {
         unlink(tmp);
-        return ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "writing %s: %s", tmp,
-                         strerror(e));
+        return ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "writing %s: %s", tmp, strerror(e));
     }
     if (rename(tmp, dst) != 0)
-        return ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "renaming %s: %s", tmp,
-                         strerror(errno));
+        return ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "renaming %s: %s", tmp, strerror(errno));
     ckpt_to_hex(rec->sha256, digest, sizeof digest);
     return DT_OK;
 }

@@ -50,9 +50,8 @@ typedef struct reader {
 static dt_status read_failed(reader *rd, ssize_t r)
 {
     return ckpt_fail(rd->ck, r < 0 ? DT_ESYS : DT_EPROTO,
-                     r < 0 ? DT_CKPT_FAULT_IO : DT_CKPT_FAULT_SIZE, "%s: %s",
-                     rd->path, r < 0 ? strerror(errno)
-                                     : "shorter than its header says");
+                     r < 0 ? DT_CKPT_FAULT_IO : DT_CKPT_FAULT_SIZE, "%s: %s", rd->path,
+                     r < 0 ? strerror(errno) : "shorter than its header says");
 }
 
 /* Verifying: the next len bytes of the file into dst, hashed. */
@@ -124,8 +123,8 @@ static float *dest_of(dt_ckpt_state *s, int k, uint64_t *lo, uint64_t *n)
 /* Reads one section, elements [off, off+count) stored at file offset fo:
  * the part inside the destination's range straight into it, the rest
  * skipped. */
-static dt_status read_section(reader *rd, int k, uint64_t off, uint64_t count,
-                              uint64_t fo, dt_ckpt_state *s)
+static dt_status read_section(reader *rd, int k, uint64_t off, uint64_t count, uint64_t fo,
+                              dt_ckpt_state *s)
 {
     uint64_t dlo = 0, dn = 0;
     float *dst = dest_of(s, k, &dlo, &dn);
@@ -143,8 +142,7 @@ static dt_status read_section(reader *rd, int k, uint64_t off, uint64_t count,
 }
 
 /* Header fields against the manifest. */
-static dt_status check_header(reader *rd, const unsigned char *hdr,
-                              const ckpt_manifest *m, int r)
+static dt_status check_header(reader *rd, const unsigned char *hdr, const ckpt_manifest *m, int r)
 {
     const char *bad = NULL;
     if (memcmp(hdr, SHARD_MAGIC, 8) != 0)
@@ -166,17 +164,15 @@ static dt_status check_header(reader *rd, const unsigned char *hdr,
         bad = "num_params";
     if (bad)
         return ckpt_fail(rd->ck, DT_EPROTO, DT_CKPT_FAULT_HEADER,
-                         "%s: header field %s disagrees with the manifest",
-                         rd->path, bad);
+                         "%s: header field %s disagrees with the manifest", rd->path, bad);
     return DT_OK;
 }
 
 /* The section table must list exactly the manifest's ranges, each kind
  * once, in order, back to back; kinds[i] and file_offsets[i] say what
  * section i is. */
-static dt_status check_sections(reader *rd, const unsigned char *t, int nsec,
-                                const ckpt_shard *sh, uint64_t *kinds,
-                                uint64_t *file_offsets)
+static dt_status check_sections(reader *rd, const unsigned char *t, int nsec, const ckpt_shard *sh,
+                                uint64_t *kinds, uint64_t *file_offsets)
 {
     uint64_t fo = SHARD_HEADER_BYTES + (uint64_t)nsec * SECTION_BYTES;
     int listed = 0;
@@ -184,21 +180,21 @@ static dt_status check_sections(reader *rd, const unsigned char *t, int nsec,
         listed += sh->ranges[k].present;
     if (listed != nsec)
         return ckpt_fail(rd->ck, DT_EPROTO, DT_CKPT_FAULT_HEADER,
-                         "%s: %d sections, the manifest lists %d", rd->path,
-                         nsec, listed);
+                         "%s: %d sections, the manifest lists %d", rd->path, nsec, listed);
     unsigned seen = 0; /* kinds listed so far: each at most once */
     for (int i = 0; i < nsec; i++, t += SECTION_BYTES) {
         uint32_t k = get_le32(t);
         const ckpt_range *want = k < KIND_COUNT ? &sh->ranges[k] : NULL;
         if (want && (seen & (1u << k)))
             return ckpt_fail(rd->ck, DT_EPROTO, DT_CKPT_FAULT_HEADER,
-                             "%s: section %d repeats kind %u (%s)", rd->path,
-                             i, k, ckpt_kind_names[k]);
+                             "%s: section %d repeats kind %u (%s)", rd->path, i, k,
+                             ckpt_kind_names[k]);
         if (!want || !want->present || get_le64(t + 8) != want->offset ||
             get_le64(t + 16) != want->count || get_le64(t + 24) != fo)
             return ckpt_fail(rd->ck, DT_EPROTO, DT_CKPT_FAULT_HEADER,
                              "%s: section %d (kind %u) disagrees with the "
-                             "manifest's ranges", rd->path, i, k);
+                             "manifest's ranges",
+                             rd->path, i, k);
         seen |= 1u << k;
         kinds[i] = k;
         file_offsets[i] = fo;
@@ -207,8 +203,8 @@ static dt_status check_sections(reader *rd, const unsigned char *t, int nsec,
     if (fo != sh->bytes)
         return ckpt_fail(rd->ck, DT_EPROTO, DT_CKPT_FAULT_SIZE,
                          "%s: sections end at byte %llu, the manifest says "
-                         "%llu bytes", rd->path, (unsigned long long)fo,
-                         (unsigned long long)sh->bytes);
+                         "%llu bytes",
+                         rd->path, (unsigned long long)fo, (unsigned long long)sh->bytes);
     return DT_OK;
 }
 
@@ -218,18 +214,15 @@ static dt_status check_digest(reader *rd, const ckpt_shard *sh)
     char hex[SHA256_HEX];
     if (!ckpt_sha256_final(rd->h, digest))
         return ckpt_fail(rd->ck, DT_ENOMEM, DT_CKPT_FAULT_IO,
-                         "%s: the SHA-256 library failed (out of memory?)",
-                         rd->path);
+                         "%s: the SHA-256 library failed (out of memory?)", rd->path);
     ckpt_to_hex(hex, digest, sizeof digest);
     if (strcmp(hex, sh->sha256) != 0)
         return ckpt_fail(rd->ck, DT_EPROTO, DT_CKPT_FAULT_HASH,
-                         "%s: SHA-256 %s, the manifest says %s", rd->path,
-                         hex, sh->sha256);
+                         "%s: SHA-256 %s, the manifest says %s", rd->path, hex, sh->sha256);
     return DT_OK;
 }
 
-static dt_status read_body(reader *rd, const ckpt_manifest *m, int r,
-                           dt_ckpt_state *s)
+static dt_status read_body(reader *rd, const ckpt_manifest *m, int r, dt_ckpt_state *s)
 {
     const ckpt_shard *sh = &m->shards[r];
     unsigned char hdr[SHARD_HEADER_BYTES + MAX_SECTIONS * SECTION_BYTES];
@@ -240,9 +233,8 @@ static dt_status read_body(reader *rd, const ckpt_manifest *m, int r,
         return st;
     uint32_t nsec = get_le32(hdr + 24);
     if (nsec < 1 || nsec > MAX_SECTIONS)
-        return ckpt_fail(rd->ck, DT_EPROTO, DT_CKPT_FAULT_ABSURD,
-                         "%s: %u sections (at most %d)", rd->path, nsec,
-                         MAX_SECTIONS);
+        return ckpt_fail(rd->ck, DT_EPROTO, DT_CKPT_FAULT_ABSURD, "%s: %u sections (at most %d)",
+                         rd->path, nsec, MAX_SECTIONS);
     unsigned char *t = hdr + SHARD_HEADER_BYTES;
     if ((st = read_into(rd, t, nsec * SECTION_BYTES, SHARD_HEADER_BYTES)) != DT_OK)
         return st;
@@ -258,9 +250,8 @@ static dt_status read_body(reader *rd, const ckpt_manifest *m, int r,
     return check_digest(rd, sh);
 }
 
-dt_status ckpt_read_shard(dt_ckpt *ck, const char *dir,
-                          const ckpt_manifest *m, int r, dt_ckpt_state *s,
-                          bool verify)
+dt_status ckpt_read_shard(dt_ckpt *ck, const char *dir, const ckpt_manifest *m, int r,
+                          dt_ckpt_state *s, bool verify)
 {
     const ckpt_shard *sh = &m->shards[r];
     char path[CKPT_PATH_MAX];
@@ -269,19 +260,18 @@ dt_status ckpt_read_shard(dt_ckpt *ck, const char *dir,
     struct stat stt;
     rd.fd = ckpt_open_regular(ck, path, &stt);
     if (rd.fd < 0 && errno == ENOENT)
-        return ckpt_fail(ck, DT_EPROTO, DT_CKPT_FAULT_MISSING_FILE,
-                         "%s (rank %d's shard): %s", path, r, strerror(ENOENT));
+        return ckpt_fail(ck, DT_EPROTO, DT_CKPT_FAULT_MISSING_FILE, "%s (rank %d's shard): %s",
+                         path, r, strerror(ENOENT));
     if (rd.fd < 0)
         return ck->status;
     dt_status st = DT_OK;
     if ((uint64_t)stt.st_size != sh->bytes)
         st = ckpt_fail(ck, DT_EPROTO, DT_CKPT_FAULT_SIZE,
                        "%s: %lld bytes on disk, the manifest says %llu "
-                       "(truncated or replaced?)", path,
-                       (long long)stt.st_size,
-                       (unsigned long long)sh->bytes);
-    if (st == DT_OK && verify && (!(rd.scratch = malloc(CHUNK_BYTES)) ||
-                                  !(rd.h = ckpt_sha256_new())))
+                       "(truncated or replaced?)",
+                       path, (long long)stt.st_size, (unsigned long long)sh->bytes);
+    if (st == DT_OK && verify &&
+        (!(rd.scratch = malloc(CHUNK_BYTES)) || !(rd.h = ckpt_sha256_new())))
         st = ckpt_fail(ck, DT_ENOMEM, DT_CKPT_FAULT_IO, "out of memory");
     if (st == DT_OK)
         st = read_body(&rd, m, r, s);

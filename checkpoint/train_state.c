@@ -13,12 +13,14 @@
 #include "ckpt_internal.h"
 #include "dt_ckpt_train.h"
 
-dt_status dt_ckpt_state_of(dt_ckpt_state *s, dt_model *m, dt_zero1 *z,
-                           int rank, int world)
+dt_status dt_ckpt_state_of(dt_ckpt_state *s, dt_model *m, dt_zero1 *z, int rank, int world)
 {
     size_t full = dt_config_num_params(&m->cfg);
-    *s = (dt_ckpt_state){.cfg = m->cfg, .rank = rank, .world = world,
-                         .num_params = full, .params = m->params_memory,
+    *s = (dt_ckpt_state){.cfg = m->cfg,
+                         .rank = rank,
+                         .world = world,
+                         .num_params = full,
+                         .params = m->params_memory,
                          .held_lo = m->param_lo,
                          .held_n = m->num_params == full ? 0 : m->num_params};
     if (z) {

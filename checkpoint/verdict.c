@@ -38,8 +38,10 @@ dt_status ckpt_agree(dt_ckpt *ck, dt_comm *comm, const char *what)
     int32_t first = ck->status != DT_OK ? rank : world;
     dt_status st = dt_allreduce(comm, &first, 1, DT_I32, DT_MIN);
     if (st != DT_OK)
-        return ckpt_fail(ck, st, DT_CKPT_FAULT_IO, "%s: agreeing on the "
-                         "verdict: %s", what, dt_comm_error(comm));
+        return ckpt_fail(ck, st, DT_CKPT_FAULT_IO,
+                         "%s: agreeing on the "
+                         "verdict: %s",
+                         what, dt_comm_error(comm));
     if (first >= world)
         return DT_OK;
     unsigned char rec[VERDICT_BYTES] = {0};
@@ -50,14 +52,15 @@ dt_status ckpt_agree(dt_ckpt *ck, dt_comm *comm, const char *what)
     }
     st = dt_broadcast(comm, rec, sizeof rec, DT_U8, (int)first);
     if (st != DT_OK)
-        return ckpt_fail(ck, st, DT_CKPT_FAULT_IO, "%s: hearing rank %d's "
-                         "verdict: %s", what, (int)first, dt_comm_error(comm));
+        return ckpt_fail(ck, st, DT_CKPT_FAULT_IO,
+                         "%s: hearing rank %d's "
+                         "verdict: %s",
+                         what, (int)first, dt_comm_error(comm));
     if (rank == first)
         return ck->status;
     dt_status theirs = (dt_status)get_le32(rec);
     dt_ckpt_fault fault = (dt_ckpt_fault)get_le32(rec + 4);
     rec[VERDICT_BYTES - 1] = '\0';
-    return ckpt_fail(ck, theirs != DT_OK ? theirs : DT_EPROTO, fault,
-                     "rank %d of the %s found: %s", (int)first, what,
-                     (const char *)rec + 8);
+    return ckpt_fail(ck, theirs != DT_OK ? theirs : DT_EPROTO, fault, "rank %d of the %s found: %s",
+                     (int)first, what, (const char *)rec + 8);
 }

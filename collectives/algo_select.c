@@ -58,46 +58,44 @@
 
 /* The algorithm AUTO stands for, for an all-reduce or a broadcast of
  * `bytes`; the forced one otherwise. */
-dt_algo comm_algo_chosen(const dt_op *op, int p) {
+dt_algo comm_algo_chosen(const dt_op *op, int p)
+{
     const size_t bytes = op->count * dt_dtype_size(op->dtype);
     if (op->algo != DT_ALGO_AUTO)
         return op->algo;
     switch (op->kind) {
     case DT_OP_ALLREDUCE:
         return bytes <= ALLREDUCE_RECURSIVE_DOUBLING_MAX_BYTES || op->count < (size_t)p
-                   ? DT_ALGO_RECURSIVE_DOUBLING : DT_ALGO_RING;
+                   ? DT_ALGO_RECURSIVE_DOUBLING
+                   : DT_ALGO_RING;
     case DT_OP_BROADCAST:
         return bytes <= BROADCAST_TREE_MAX_BYTES || p <= 2 ? DT_ALGO_TREE : DT_ALGO_CHAIN;
-    default:
-        return DT_ALGO_AUTO; /* one algorithm: nothing to choose */
+    default: return DT_ALGO_AUTO; /* one algorithm: nothing to choose */
     }
 }
 
-static dt_status run_allreduce(dt_opctx *o) {
+static dt_status run_allreduce(dt_opctx *o)
+{
     switch (comm_algo_chosen(o->op, o->size)) {
-    case DT_ALGO_RING:
-        return comm_allreduce_ring(o);
-    case DT_ALGO_RECURSIVE_DOUBLING:
-        return comm_allreduce_recursive_doubling(o);
-    default:
-        return DT_EINVAL;
+    case DT_ALGO_RING: return comm_allreduce_ring(o);
+    case DT_ALGO_RECURSIVE_DOUBLING: return comm_allreduce_recursive_doubling(o);
+    default: return DT_EINVAL;
     }
 }
 
-static dt_status run_broadcast(dt_opctx *o) {
+static dt_status run_broadcast(dt_opctx *o)
+{
     switch (comm_algo_chosen(o->op, o->size)) {
-    case DT_ALGO_TREE:
-        return comm_broadcast_tree(o);
-    case DT_ALGO_CHAIN:
-        return comm_broadcast_chain(o);
-    default:
-        return DT_EINVAL;
+    case DT_ALGO_TREE: return comm_broadcast_tree(o);
+    case DT_ALGO_CHAIN: return comm_broadcast_chain(o);
+    default: return DT_EINVAL;
     }
 }
 
 /* The one table of which algorithm may be forced on which op (validate.c
  * refuses the rest before an op is queued, so comm_algo_run never sees them). */
-bool comm_algo_applies(dt_op_kind k, dt_algo a) {
+bool comm_algo_applies(dt_op_kind k, dt_algo a)
+{
     switch (a) {
     case DT_ALGO_AUTO: return true;
     case DT_ALGO_RING:
@@ -110,12 +108,13 @@ bool comm_algo_applies(dt_op_kind k, dt_algo a) {
     return false;
 }
 
-static bool is_rooted(dt_op_kind k) {
-    return k == DT_OP_BROADCAST || k == DT_OP_REDUCE || k == DT_OP_GATHER ||
-           k == DT_OP_SCATTER;
+static bool is_rooted(dt_op_kind k)
+{
+    return k == DT_OP_BROADCAST || k == DT_OP_REDUCE || k == DT_OP_GATHER || k == DT_OP_SCATTER;
 }
 
-dt_status comm_algo_run(dt_opctx *o) {
+dt_status comm_algo_run(dt_opctx *o)
+{
     const dt_op *op = o->op;
     if (is_rooted(op->kind)) {
         dt_status st = comm_root_agree(o);
@@ -123,26 +122,16 @@ dt_status comm_algo_run(dt_opctx *o) {
             return st;
     }
     switch (op->kind) {
-    case DT_OP_ALLREDUCE:
-        return run_allreduce(o);
-    case DT_OP_REDUCE_SCATTER:
-        return comm_reduce_scatter_ring(o);
+    case DT_OP_ALLREDUCE: return run_allreduce(o);
+    case DT_OP_REDUCE_SCATTER: return comm_reduce_scatter_ring(o);
     case DT_OP_ALLGATHER:
-    case DT_OP_ALLGATHERV:
-        return comm_allgather_ring(o);
-    case DT_OP_BROADCAST:
-        return run_broadcast(o);
-    case DT_OP_REDUCE:
-        return comm_reduce_tree(o);
-    case DT_OP_BARRIER:
-        return comm_barrier_dissemination(o);
-    case DT_OP_GATHER:
-        return comm_gather_linear(o);
-    case DT_OP_SCATTER:
-        return comm_scatter_linear(o);
-    case DT_OP_ALLTOALL:
-        return comm_alltoall_pairwise(o);
-    default: /* send, recv: point to point, not an algorithm */
-        return DT_EINVAL;
+    case DT_OP_ALLGATHERV: return comm_allgather_ring(o);
+    case DT_OP_BROADCAST: return run_broadcast(o);
+    case DT_OP_REDUCE: return comm_reduce_tree(o);
+    case DT_OP_BARRIER: return comm_barrier_dissemination(o);
+    case DT_OP_GATHER: return comm_gather_linear(o);
+    case DT_OP_SCATTER: return comm_scatter_linear(o);
+    case DT_OP_ALLTOALL: return comm_alltoall_pairwise(o);
+    default: /* send, recv: point to point, not an algorithm */ return DT_EINVAL;
     }
 }

@@ -27,7 +27,7 @@ dt_algo comm_algo_chosen(const dt_op *op, int p);
 dt_status comm_allreduce_ring(dt_opctx *o);
 dt_status comm_allreduce_recursive_doubling(dt_opctx *o);
 dt_status comm_reduce_scatter_ring(dt_opctx *o);
-dt_status comm_allgather_ring(dt_opctx *o);   /* allgather and allgatherv */
+dt_status comm_allgather_ring(dt_opctx *o); /* allgather and allgatherv */
 dt_status comm_broadcast_tree(dt_opctx *o);
 dt_status comm_broadcast_chain(dt_opctx *o);
 dt_status comm_barrier_dissemination(dt_opctx *o);

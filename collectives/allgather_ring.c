@@ -44,8 +44,8 @@
 #include "staging.h"
 
 /* Count the segments of all chunks but `skip`. */
-static size_t segments_except(const ring_chunks *k, int p, int skip,
-                              size_t seg_elems) {
+static size_t segments_except(const ring_chunks *k, int p, int skip, size_t seg_elems)
+{
     size_t total = 0;
     for (int c = 0; c < p; c++)
         if (c != skip)
@@ -55,9 +55,9 @@ static size_t segments_except(const ring_chunks *k, int p, int skip,
 
 /* Post one transfer per segment of chunk c of `buf`, starting at xs[*next];
  * advances *next. */
-static void post_chunk(dt_opctx *o, dt_xfer *xs, size_t *next, int is_send,
-                       int peer, char *buf, const ring_chunks *k, int c,
-                       size_t esize, size_t seg_elems) {
+static void post_chunk(dt_opctx *o, dt_xfer *xs, size_t *next, int is_send, int peer, char *buf,
+                       const ring_chunks *k, int c, size_t esize, size_t seg_elems)
+{
     size_t n = ring_chunk_count(k, c);
     char *base = buf + ring_chunk_offset(k, c) * esize;
     for (size_t lo = 0; lo < n; lo += seg_elems) {
@@ -69,7 +69,8 @@ static void post_chunk(dt_opctx *o, dt_xfer *xs, size_t *next, int is_send,
     }
 }
 
-dt_status comm_allgather_ring_phase(dt_opctx *o, void *buf, const ring_chunks *k) {
+dt_status comm_allgather_ring_phase(dt_opctx *o, void *buf, const ring_chunks *k)
+{
     const int p = o->size, r = o->rank;
     const int left = ring_mod(r - 1, p), right = ring_mod(r + 1, p);
     const size_t esize = dt_dtype_size(o->op->dtype);
@@ -89,8 +90,8 @@ dt_status comm_allgather_ring_phase(dt_opctx *o, void *buf, const ring_chunks *k
 
     size_t posted_recv = 0, posted_send = 0;
     for (int step = 0; step < p - 1; step++)
-        post_chunk(o, recvs, &posted_recv, 0, left, buf, k,
-                   ring_mod(r - step - 1, p), esize, seg_elems);
+        post_chunk(o, recvs, &posted_recv, 0, left, buf, k, ring_mod(r - step - 1, p), esize,
+                   seg_elems);
     post_chunk(o, sends, &posted_send, 1, right, buf, k, r, esize, seg_elems);
 
     /* Walk the receives in posting order; after each lands, pass it on,
@@ -107,8 +108,7 @@ dt_status comm_allgather_ring_phase(dt_opctx *o, void *buf, const ring_chunks *k
             if (st == DT_OK) /* final: device buffers copy it back now */
                 stage_ready(o, base + lo * esize, len * esize);
             if (st == DT_OK && step < p - 2)
-                comm_xfer_send(o, &sends[posted_send++], right, base + lo * esize,
-                          len * esize);
+                comm_xfer_send(o, &sends[posted_send++], right, base + lo * esize, len * esize);
         }
     }
     if (st == DT_OK)
@@ -121,11 +121,11 @@ dt_status comm_allgather_ring_phase(dt_opctx *o, void *buf, const ring_chunks *k
 
 /* allgather: send [count] → recv [p·count]; allgatherv: send [counts[rank]]
  * → recv [Σ counts]. In place when send == this rank's place in recv. */
-dt_status comm_allgather_ring(dt_opctx *o) {
+dt_status comm_allgather_ring(dt_opctx *o)
+{
     const dt_op *op = o->op;
-    ring_chunks k = op->kind == DT_OP_ALLGATHERV
-                        ? ring_chunks_given(op->counts)
-                        : ring_chunks_uniform(op->count);
+    ring_chunks k = op->kind == DT_OP_ALLGATHERV ? ring_chunks_given(op->counts)
+                                                 : ring_chunks_uniform(op->count);
     const size_t esize = dt_dtype_size(op->dtype);
     char *mine = (char *)op->recv + ring_chunk_offset(&k, o->rank) * esize;
     size_t bytes = ring_chunk_count(&k, o->rank) * esize;

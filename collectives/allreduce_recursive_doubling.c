@@ -50,8 +50,9 @@
 
 /* Our buffer becomes (lower rank's data) op (higher rank's data), where
  * `theirs` holds the partner's data and is clobbered. */
-static void combine_lower_first(char *mine, char *theirs, bool partner_is_lower,
-                                size_t count, size_t bytes, const dt_op *op) {
+static void combine_lower_first(char *mine, char *theirs, bool partner_is_lower, size_t count,
+                                size_t bytes, const dt_op *op)
+{
     if (!partner_is_lower) {
         dt_reduce_into(mine, theirs, count, op->dtype, op->redop);
     } else {
@@ -61,26 +62,27 @@ static void combine_lower_first(char *mine, char *theirs, bool partner_is_lower,
 }
 
 /* Send our buffer to `peer`, receive its buffer into `theirs`, combine. */
-static dt_status exchange_and_combine(dt_opctx *o, int peer, char *buf,
-                                      char *theirs, size_t bytes) {
+static dt_status exchange_and_combine(dt_opctx *o, int peer, char *buf, char *theirs, size_t bytes)
+{
     dt_xfer xs[2];
     comm_xfer_recv(o, &xs[0], peer, theirs, bytes);
     comm_xfer_send(o, &xs[1], peer, buf, bytes);
     dt_status st = comm_xfer_wait_all(o, xs, 2);
     if (st == DT_OK)
-        combine_lower_first(buf, theirs, peer < o->rank, o->op->count, bytes,
-                            o->op);
+        combine_lower_first(buf, theirs, peer < o->rank, o->op->count, bytes, o->op);
     return st;
 }
 
 /* Blocking one-way transfers for the fold. */
-static dt_status send_to(dt_opctx *o, int peer, const void *buf, size_t bytes) {
+static dt_status send_to(dt_opctx *o, int peer, const void *buf, size_t bytes)
+{
     dt_xfer x;
     comm_xfer_send(o, &x, peer, buf, bytes);
     return comm_xfer_wait(o, &x);
 }
 
-static dt_status recv_from(dt_opctx *o, int peer, void *buf, size_t bytes) {
+static dt_status recv_from(dt_opctx *o, int peer, void *buf, size_t bytes)
+{
     dt_xfer x;
     comm_xfer_recv(o, &x, peer, buf, bytes);
     return comm_xfer_wait(o, &x);
@@ -89,11 +91,13 @@ static dt_status recv_from(dt_opctx *o, int peer, void *buf, size_t bytes) {
 /* The rank that plays number `v` in the power-of-two doubling: odd ranks
  * of the folded pairs first, then everyone above them. Increasing in v, so
  * comparing real ranks orders partners the same way as comparing v. */
-static int doubling_rank(int v, int extra) {
+static int doubling_rank(int v, int extra)
+{
     return v < extra ? 2 * v + 1 : v + extra;
 }
 
-dt_status comm_allreduce_recursive_doubling(dt_opctx *o) {
+dt_status comm_allreduce_recursive_doubling(dt_opctx *o)
+{
     const dt_op *op = o->op;
     const int p = o->size, r = o->rank;
     const size_t bytes = op->count * dt_dtype_size(op->dtype);
@@ -126,8 +130,7 @@ dt_status comm_allreduce_recursive_doubling(dt_opctx *o) {
     /* Recursive doubling among the q participants, numbered v. */
     const int v = folded ? r / 2 : r - extra;
     for (int d = 1; d < q && st == DT_OK; d *= 2)
-        st = exchange_and_combine(o, doubling_rank(v ^ d, extra), buf, theirs,
-                                  bytes);
+        st = exchange_and_combine(o, doubling_rank(v ^ d, extra), buf, theirs, bytes);
     if (st != DT_OK)
         return st;
     dt_reduce_finish(buf, op->count, op->dtype, op->redop, p);

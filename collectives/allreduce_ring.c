@@ -55,7 +55,8 @@
 #include "ring.h"
 #include "staging.h"
 
-dt_status comm_allreduce_ring(dt_opctx *o) {
+dt_status comm_allreduce_ring(dt_opctx *o)
+{
     const dt_op *op = o->op;
     if (op->count == 0)
         return DT_OK;

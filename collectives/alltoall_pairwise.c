@@ -34,12 +34,14 @@
 #include "algorithms.h"
 #include "staging.h"
 
-static int ranges_overlap(const void *a, const void *b, size_t bytes) {
+static int ranges_overlap(const void *a, const void *b, size_t bytes)
+{
     uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
     return x < y + bytes && y < x + bytes;
 }
 
-dt_status comm_alltoall_pairwise(dt_opctx *o) {
+dt_status comm_alltoall_pairwise(dt_opctx *o)
+{
     const dt_op *op = o->op;
     const int p = o->size, r = o->rank;
     const size_t block = op->count * dt_dtype_size(op->dtype);

@@ -43,16 +43,16 @@ dt_status dt_reduce_scatter_async(dt_comm *c, const void *send, void *recv, size
     return dt_submit(c, &op, w);
 }
 
-dt_status dt_reduce_scatter(dt_comm *c, const void *send, void *recv, size_t recvcount,
-                            dt_dtype t, dt_redop r)
+dt_status dt_reduce_scatter(dt_comm *c, const void *send, void *recv, size_t recvcount, dt_dtype t,
+                            dt_redop r)
 {
     dt_op op = op_of(DT_OP_REDUCE_SCATTER, send, recv, recvcount, t);
     op.redop = r;
     return dt_run(c, &op);
 }
 
-dt_status dt_allgather_async(dt_comm *c, const void *send, void *recv, size_t count,
-                             dt_dtype t, dt_work **w)
+dt_status dt_allgather_async(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t,
+                             dt_work **w)
 {
     dt_op op = op_of(DT_OP_ALLGATHER, send, recv, count, t);
     return dt_submit(c, &op, w);
@@ -64,17 +64,16 @@ dt_status dt_allgather(dt_comm *c, const void *send, void *recv, size_t count, d
     return dt_run(c, &op);
 }
 
-dt_status dt_allgatherv(dt_comm *c, const void *send, void *recv, const size_t *counts,
-                        dt_dtype t)
+dt_status dt_allgatherv(dt_comm *c, const void *send, void *recv, const size_t *counts, dt_dtype t)
 {
     dt_op op = op_of(DT_OP_ALLGATHERV, send, recv, 0, t);
     op.counts = counts;
-    if (counts) op.count = counts[dt_comm_rank(c)];
+    if (counts)
+        op.count = counts[dt_comm_rank(c)];
     return dt_run(c, &op);
 }
 
-dt_status dt_broadcast_async(dt_comm *c, void *buf, size_t count, dt_dtype t, int root,
-                             dt_work **w)
+dt_status dt_broadcast_async(dt_comm *c, void *buf, size_t count, dt_dtype t, int root, dt_work **w)
 {
     dt_op op = op_of(DT_OP_BROADCAST, NULL, buf, count, t);
     op.root = root;
@@ -102,16 +101,14 @@ dt_status dt_reduce(dt_comm *c, void *buf, size_t count, dt_dtype t, dt_redop r,
     return dt_run(c, &op);
 }
 
-dt_status dt_gather(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t,
-                    int root)
+dt_status dt_gather(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t, int root)
 {
     dt_op op = op_of(DT_OP_GATHER, send, recv, count, t);
     op.root = root;
     return dt_run(c, &op);
 }
 
-dt_status dt_scatter(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t,
-                     int root)
+dt_status dt_scatter(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t, int root)
 {
     dt_op op = op_of(DT_OP_SCATTER, send, recv, count, t);
     op.root = root;
@@ -140,8 +137,8 @@ dt_status dt_send(dt_comm *c, const void *buf, size_t count, dt_dtype t, int pee
     return st == DT_OK ? dt_work_wait(w) : st;
 }
 
-dt_status dt_recv_async(dt_comm *c, void *buf, size_t count, dt_dtype t, int peer,
-                        uint32_t tag, int *source, dt_work **w)
+dt_status dt_recv_async(dt_comm *c, void *buf, size_t count, dt_dtype t, int peer, uint32_t tag,
+                        int *source, dt_work **w)
 {
     dt_op op = op_of(DT_OP_RECV, NULL, buf, count, t);
     op.peer = peer;

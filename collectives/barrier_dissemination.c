@@ -26,7 +26,8 @@
  */
 #include "algorithms.h"
 
-dt_status comm_barrier_dissemination(dt_opctx *o) {
+dt_status comm_barrier_dissemination(dt_opctx *o)
+{
     const int p = o->size, r = o->rank;
     char nothing = 0; /* a valid address for the zero-byte transfers */
     for (int d = 1; d < p; d *= 2) {

@@ -46,7 +46,8 @@
 
 #define CHAIN_SEGMENT_BYTES ((size_t)1024 * 1024)
 
-dt_status comm_broadcast_chain(dt_opctx *o) {
+dt_status comm_broadcast_chain(dt_opctx *o)
+{
     const dt_op *op = o->op;
     const int p = o->size;
     const size_t bytes = op->count * dt_dtype_size(op->dtype);
@@ -67,15 +68,13 @@ dt_status comm_broadcast_chain(dt_opctx *o) {
 
     for (size_t j = 0; j < nseg && has_prev; j++) {
         size_t lo = j * CHAIN_SEGMENT_BYTES;
-        size_t len = bytes - lo < CHAIN_SEGMENT_BYTES ? bytes - lo
-                                                      : CHAIN_SEGMENT_BYTES;
+        size_t len = bytes - lo < CHAIN_SEGMENT_BYTES ? bytes - lo : CHAIN_SEGMENT_BYTES;
         comm_xfer_recv(o, &recvs[j], prev, buf + lo, len);
     }
     dt_status st = DT_OK;
     for (size_t j = 0; j < nseg && st == DT_OK; j++) {
         size_t lo = j * CHAIN_SEGMENT_BYTES;
-        size_t len = bytes - lo < CHAIN_SEGMENT_BYTES ? bytes - lo
-                                                      : CHAIN_SEGMENT_BYTES;
+        size_t len = bytes - lo < CHAIN_SEGMENT_BYTES ? bytes - lo : CHAIN_SEGMENT_BYTES;
         if (has_prev)
             st = comm_xfer_wait(o, &recvs[j]);
         if (st == DT_OK && has_prev) /* device buffers: back to the device now */

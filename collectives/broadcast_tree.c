@@ -35,11 +35,13 @@
 #include "algorithms.h"
 
 /* Real rank of relative rank v. */
-static int real_rank(long v, int root, int p) {
+static int real_rank(long v, int root, int p)
+{
     return (int)((v + root) % p);
 }
 
-dt_status comm_broadcast_tree(dt_opctx *o) {
+dt_status comm_broadcast_tree(dt_opctx *o)
+{
     const dt_op *op = o->op;
     const int p = o->size;
     const size_t bytes = op->count * dt_dtype_size(op->dtype);

@@ -56,13 +56,17 @@ dt_status comm_setup(dt_comm *c, const dt_comm_options *o)
     c->rank = o->rank;
     c->size = o->world_size;
     if (o->world_size < 1 || o->rank < 0 || o->rank >= o->world_size) {
-        comm_fail(c, DT_EINVAL, "rank %d of world size %d: the rank must be in 0..size-1 "
-                  "and the size at least 1", o->rank, o->world_size);
+        comm_fail(c, DT_EINVAL,
+                  "rank %d of world size %d: the rank must be in 0..size-1 "
+                  "and the size at least 1",
+                  o->rank, o->world_size);
         return DT_EINVAL;
     }
     if (o->world_size > 1 && !o->init_url) {
-        comm_fail(c, DT_EINVAL, "rank %d: no init_url: set it to file:///tmp/NAME (or run "
-                  "under dtrain-launch, which sets DT_INIT_URL)", o->rank);
+        comm_fail(c, DT_EINVAL,
+                  "rank %d: no init_url: set it to file:///tmp/NAME (or run "
+                  "under dtrain-launch, which sets DT_INIT_URL)",
+                  o->rank);
         return DT_EINVAL;
     }
     c->timeout_s = o->timeout_s > 0 ? o->timeout_s : DEFAULT_TIMEOUT_S;
@@ -75,15 +79,18 @@ dt_status comm_setup(dt_comm *c, const dt_comm_options *o)
     if (o->ifname) {
         c->host = comm_host_address_of_interface(o->ifname);
         if (!c->host) {
-            comm_fail(c, DT_EINVAL, "rank %d: network interface '%s' has no IPv4 address, "
-                      "or is not up and running (see `ip addr`)", o->rank, o->ifname);
+            comm_fail(c, DT_EINVAL,
+                      "rank %d: network interface '%s' has no IPv4 address, "
+                      "or is not up and running (see `ip addr`)",
+                      o->rank, o->ifname);
             return DT_EINVAL;
         }
     } else if (o->host) {
         c->host = strdup(o->host);
     } else {
         c->host = comm_host_address_toward_store(o->init_url);
-        if (!c->host) c->host = strdup("127.0.0.1");
+        if (!c->host)
+            c->host = strdup("127.0.0.1");
     }
     c->init_url = dup_or(o->init_url, "");
     c->peers = calloc((size_t)c->size, sizeof *c->peers);
@@ -107,8 +114,8 @@ dt_status comm_setup(dt_comm *c, const dt_comm_options *o)
 
 static dt_status store_failed(dt_comm *c, dt_status st, const char *doing)
 {
-    comm_fail(c, st == DT_ETIMEDOUT ? DT_ETIMEDOUT : DT_ESTORE, "rank %d: %s: %s", c->rank,
-              doing, c->store ? dt_store_error(c->store) : "out of memory");
+    comm_fail(c, st == DT_ETIMEDOUT ? DT_ETIMEDOUT : DT_ESTORE, "rank %d: %s: %s", c->rank, doing,
+              c->store ? dt_store_error(c->store) : "out of memory");
     return st;
 }
 
@@ -122,9 +129,11 @@ static dt_status agree_on_key(dt_comm *c, const dt_comm_options *o)
     if (!secret || len == 0) {
         dt_status st;
         if (strncmp(c->init_url, "file://", 7) != 0) { /* a server anyone may read */
-            comm_fail(c, DT_EINVAL, "rank %d: a %s store has no authentication, so the "
+            comm_fail(c, DT_EINVAL,
+                      "rank %d: a %s store has no authentication, so the "
                       "job secret is not shared through it: give every rank the same "
-                      "secret (o.secret, or DT_SECRET as hex)", c->rank, c->init_url);
+                      "secret (o.secret, or DT_SECRET as hex)",
+                      c->rank, c->init_url);
             return DT_EINVAL;
         }
         if (c->rank == 0) {
@@ -136,7 +145,8 @@ static dt_status agree_on_key(dt_comm *c, const dt_comm_options *o)
             st = dt_store_get(c->store, "secret", &got, &len, c->init_timeout_s);
             secret = got;
         }
-        if (st != DT_OK) return store_failed(c, st, "sharing the job secret");
+        if (st != DT_OK)
+            return store_failed(c, st, "sharing the job secret");
     }
     crypto_generichash(c->key, sizeof c->key, secret, len, NULL, 0);
     sodium_memzero(made, sizeof made);
@@ -149,14 +159,14 @@ static dt_status parse_address(dt_comm *c, int r, const char *val)
     int port = 0;
     char host[64] = "";
     if (sscanf(val, "%d %63s", &port, host) != 2 || port <= 0 || port > 65535) {
-        comm_fail(c, DT_ESTORE, "rank %d: rank %d published a malformed address '%s'",
-                  c->rank, r, val);
+        comm_fail(c, DT_ESTORE, "rank %d: rank %d published a malformed address '%s'", c->rank, r,
+                  val);
         return DT_ESTORE;
     }
     if (uv_ip4_addr(host, port, (struct sockaddr_in *)&c->dial[r]) != 0 &&
         uv_ip6_addr(host, port, (struct sockaddr_in6 *)&c->dial[r]) != 0) {
-        comm_fail(c, DT_ESTORE, "rank %d: rank %d published an unusable address '%s'",
-                  c->rank, r, val);
+        comm_fail(c, DT_ESTORE, "rank %d: rank %d published an unusable address '%s'", c->rank, r,
+                  val);
         return DT_ESTORE;
     }
     snprintf(c->peer_addr[r], sizeof c->peer_addr[r], "%s:%d", host, port);
@@ -171,9 +181,11 @@ static dt_status exchange_addresses(dt_comm *c, double deadline)
     snprintf(val, sizeof val, "%d %s", c->port, c->host);
     snprintf(c->peer_addr[c->rank], sizeof c->peer_addr[c->rank], "%s:%d", c->host, c->port);
     dt_status st = dt_store_set(c->store, key, val, strlen(val));
-    if (st != DT_OK) return store_failed(c, st, "publishing this rank's address");
+    if (st != DT_OK)
+        return store_failed(c, st, "publishing this rank's address");
     for (int r = 0; r < c->size; r++) {
-        if (r == c->rank) continue;
+        if (r == c->rank)
+            continue;
         void *got = NULL;
         size_t len = 0;
         snprintf(key, sizeof key, "addr/%d", r);
@@ -183,7 +195,8 @@ static dt_status exchange_addresses(dt_comm *c, double deadline)
             /* The store only knows the slice it was given; the person
              * needs the time since start-up began, and what sets it. */
             double waited = dt_now() - (deadline - c->init_timeout_s);
-            comm_fail(c, DT_ETIMEDOUT, "rank %d: waiting for rank %d to join: timed out after "
+            comm_fail(c, DT_ETIMEDOUT,
+                      "rank %d: waiting for rank %d to join: timed out after "
                       "%.1f s, the start-up deadline (DT_INIT_TIMEOUT, dtrain-launch "
                       "--init-timeout); is it running, with the same init URL and job id?",
                       c->rank, r, waited);
@@ -191,13 +204,16 @@ static dt_status exchange_addresses(dt_comm *c, double deadline)
         }
         if (st != DT_OK) {
             char doing[128];
-            snprintf(doing, sizeof doing, "waiting for rank %d to join (is it running, with "
-                     "the same init URL and job id?)", r);
+            snprintf(doing, sizeof doing,
+                     "waiting for rank %d to join (is it running, with "
+                     "the same init URL and job id?)",
+                     r);
             return store_failed(c, st, doing);
         }
         st = parse_address(c, r, got);
         free(got);
-        if (st != DT_OK) return st;
+        if (st != DT_OK)
+            return st;
     }
     return DT_OK;
 }
@@ -219,8 +235,8 @@ static dt_status wait_for_mesh(dt_comm *c, double deadline)
     int connected = c->connected;
     pthread_mutex_unlock(&c->mu);
     if (!ready && !failed)
-        comm_fail(c, DT_ETIMEDOUT, "rank %d: only %d of %d peers connected within %.1f s",
-                  c->rank, connected, c->size - 1, c->init_timeout_s);
+        comm_fail(c, DT_ETIMEDOUT, "rank %d: only %d of %d peers connected within %.1f s", c->rank,
+                  connected, c->size - 1, c->init_timeout_s);
     return ready && !failed ? DT_OK : comm_status(c);
 }
 
@@ -236,7 +252,8 @@ static dt_status init_finished(dt_comm *c)
 
 dt_status comm_connect_mesh(dt_comm *c, double deadline)
 {
-    if (c->size == 1) return init_finished(c);
+    if (c->size == 1)
+        return init_finished(c);
     comm_mesh_connect(c);
     dt_status st = wait_for_mesh(c, deadline);
     return st == DT_OK ? init_finished(c) : st;
@@ -246,30 +263,39 @@ dt_status dt_comm_init(dt_comm **out, const dt_comm_options *o)
 {
     dt_comm *c = calloc(1, sizeof *c);
     *out = c;
-    if (!c) return DT_ENOMEM;
+    if (!c)
+        return DT_ENOMEM;
     dt_status st = comm_setup(c, o);
-    if (st != DT_OK) return st;
+    if (st != DT_OK)
+        return st;
     if (c->size == 1) {
         st = comm_thread_start(c);
         return st == DT_OK ? comm_connect_mesh(c, 0) : st;
     }
     double deadline = dt_now() + c->init_timeout_s;
     st = dt_store_open(&c->store, c->init_url, c->job_id);
-    if (st != DT_OK) return store_failed(c, st, "opening the rendezvous store");
-    if ((st = agree_on_key(c, o)) != DT_OK) return st;
-    if ((st = comm_thread_start(c)) != DT_OK) return st;
-    if ((st = exchange_addresses(c, deadline)) != DT_OK) return st;
+    if (st != DT_OK)
+        return store_failed(c, st, "opening the rendezvous store");
+    if ((st = agree_on_key(c, o)) != DT_OK)
+        return st;
+    if ((st = comm_thread_start(c)) != DT_OK)
+        return st;
+    if ((st = exchange_addresses(c, deadline)) != DT_OK)
+        return st;
     return comm_connect_mesh(c, deadline);
 }
 
 void dt_comm_destroy(dt_comm *c)
 {
-    if (!c) return;
+    if (!c)
+        return;
     comm_family_detach(c); /* no failure reaches c through its groups any more */
     comm_mesh_stop(c);
     comm_reject_log_flush(c); /* the loop thread is gone: its state is ours */
-    if (c->store) dt_store_close(c->store);
-    for (int i = 0; i < 2; i++) free(c->scratch[i]);
+    if (c->store)
+        dt_store_close(c->store);
+    for (int i = 0; i < 2; i++)
+        free(c->scratch[i]);
     comm_staging_destroy(c);
     free(c->peers);
     free(c->dial);
@@ -292,9 +318,18 @@ void dt_comm_abort(dt_comm *c, const char *why)
     comm_fail(c, DT_EABORTED, "rank %d: aborted: %s", c->rank, why ? why : "dt_comm_abort");
 }
 
-int dt_comm_rank(const dt_comm *c) { return c->rank; }
-int dt_comm_size(const dt_comm *c) { return c->size; }
-int dt_comm_port(const dt_comm *c) { return c->port; }
+int dt_comm_rank(const dt_comm *c)
+{
+    return c->rank;
+}
+int dt_comm_size(const dt_comm *c)
+{
+    return c->size;
+}
+int dt_comm_port(const dt_comm *c)
+{
+    return c->port;
+}
 
 uint64_t dt_comm_rejected_connections(const dt_comm *c)
 {

@@ -28,7 +28,10 @@ static const char *first_env(const char *const *names, const char **which)
 {
     for (; *names; names++) {
         const char *v = getenv(*names);
-        if (v && *v) { *which = *names; return v; }
+        if (v && *v) {
+            *which = *names;
+            return v;
+        }
     }
     return NULL;
 }
@@ -38,8 +41,10 @@ static dt_status env_int(const char *const *names, long lo, long hi, int *out, c
 {
     const char *which = NULL, *v = first_env(names, &which);
     if (!v) {
-        snprintf(err, errlen, "%s is not set: run under dtrain-launch, mpirun or srun, or set "
-                 "it yourself", names[0]);
+        snprintf(err, errlen,
+                 "%s is not set: run under dtrain-launch, mpirun or srun, or set "
+                 "it yourself",
+                 names[0]);
         return DT_EINVAL;
     }
     if (!dt_parse_int(v, lo, hi, out)) {
@@ -53,7 +58,8 @@ static dt_status env_int(const char *const *names, long lo, long hi, int *out, c
 static dt_status env_seconds(const char *name, double *out, char *err, size_t errlen)
 {
     const char *t = getenv(name);
-    if (!t || !*t) return DT_OK;
+    if (!t || !*t)
+        return DT_OK;
     char *end;
     double v = strtod(t, &end);
     if (end == t || *end || !(v > 0) || !(v < 1e9)) {
@@ -89,11 +95,12 @@ static dt_status env_secret(dt_comm_options *o, uint8_t *scratch, size_t len, ch
                             size_t errlen)
 {
     const char *hex = getenv("DT_SECRET");
-    if (!hex || !*hex) return DT_OK;
+    if (!hex || !*hex)
+        return DT_OK;
     size_t bin_len = 0;
     if (sodium_init() < 0 ||
-        sodium_hex2bin(scratch, len, hex, strlen(hex), NULL, &bin_len, NULL) != 0 ||
-        bin_len == 0 || bin_len * 2 != strlen(hex)) {
+        sodium_hex2bin(scratch, len, hex, strlen(hex), NULL, &bin_len, NULL) != 0 || bin_len == 0 ||
+        bin_len * 2 != strlen(hex)) {
         snprintf(err, errlen, "DT_SECRET is not a hex string of at most %zu bytes", len);
         return DT_EINVAL;
     }
@@ -105,25 +112,30 @@ static dt_status env_secret(dt_comm_options *o, uint8_t *scratch, size_t len, ch
 dt_status dt_comm_options_from_env(dt_comm_options *o, uint8_t *scratch, size_t scratch_len,
                                    char *err, size_t errlen)
 {
-    static const char *const rank_names[] = {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID",
+    static const char *const rank_names[] = {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", NULL};
+    static const char *const size_names[] = {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS",
                                              NULL};
-    static const char *const size_names[] = {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE",
-                                             "SLURM_NTASKS", NULL};
     dt_status st = env_int(size_names, 1, 1 << 20, &o->world_size, err, errlen);
-    if (st == DT_OK) st = env_int(rank_names, 0, o->world_size - 1, &o->rank, err, errlen);
-    if (st != DT_OK) return st;
+    if (st == DT_OK)
+        st = env_int(rank_names, 0, o->world_size - 1, &o->rank, err, errlen);
+    if (st != DT_OK)
+        return st;
     o->init_url = getenv("DT_INIT_URL");
     if (o->world_size > 1 && (!o->init_url || !*o->init_url)) {
-        snprintf(err, errlen, "DT_INIT_URL is not set: run under dtrain-launch, or set it to "
+        snprintf(err, errlen,
+                 "DT_INIT_URL is not set: run under dtrain-launch, or set it to "
                  "file:///tmp/NAME on every rank");
         return DT_EINVAL;
     }
     const char *job = getenv("DT_JOB_ID");
-    if (job && *job) o->job_id = job;
+    if (job && *job)
+        o->job_id = job;
     const char *host = getenv("DT_HOST");
-    if (host && *host) o->host = host;
+    if (host && *host)
+        o->host = host;
     const char *ifname = getenv("DT_IFNAME");
-    if (ifname && *ifname) o->ifname = ifname;
+    if (ifname && *ifname)
+        o->ifname = ifname;
     if ((st = env_seconds("DT_TIMEOUT", &o->timeout_s, err, errlen)) != DT_OK ||
         (st = env_seconds("DT_INIT_TIMEOUT", &o->init_timeout_s, err, errlen)) != DT_OK)
         return st;

@@ -58,35 +58,35 @@ typedef struct dt_conn {
     dt_comm *comm;
     uv_tcp_t tcp;
     uv_connect_t connect_req;
-    int peer;               /* rank once known, else -1 */
-    int expect_peer;        /* outgoing connections: the rank we dialled */
+    int peer;        /* rank once known, else -1 */
+    int expect_peer; /* outgoing connections: the rank we dialled */
     bool outgoing;
     bool authenticated;
     bool closing;
-    bool bye;               /* peer said it is leaving */
-    bool lost;              /* EOF or error seen */
-    bool has_handle;        /* tcp was initialised */
-    int hs_phase;           /* handshake step */
-    char addr[64];          /* "host:port" of the peer */
-    double deadline;        /* handshake must finish by then */
-    double retry_at;        /* outgoing: reconnect after a refusal */
+    bool bye;        /* peer said it is leaving */
+    bool lost;       /* EOF or error seen */
+    bool has_handle; /* tcp was initialised */
+    int hs_phase;    /* handshake step */
+    char addr[64];   /* "host:port" of the peer */
+    double deadline; /* handshake must finish by then */
+    double retry_at; /* outgoing: reconnect after a refusal */
     struct sockaddr_storage dial_addr;
-    struct dt_conn *next;   /* in comm->pending while handshaking */
+    struct dt_conn *next; /* in comm->pending while handshaking */
 
     int rx_state;
-    size_t rx_got;          /* bytes of the current unit read so far */
-    size_t rx_need;         /* handshake/notice: bytes of the current unit */
+    size_t rx_got;  /* bytes of the current unit read so far */
+    size_t rx_need; /* handshake/notice: bytes of the current unit */
     dt_frame_hdr rx_hdr;
-    dt_xfer *rx_cur;        /* receive being filled */
-    bool reading;           /* uv_read_start is in effect */
-    bool rx_into_stage;     /* the read in flight lands in rx_stage */
-    int rx_deferred;        /* EOF/error that came behind staged frames */
-    size_t stage_off, stage_len; /* unconsumed read-ahead: [off, len) */
-    char rx_stage[RX_STAGE_BYTES]; /* read-ahead at frame boundaries */
+    dt_xfer *rx_cur;                /* receive being filled */
+    bool reading;                   /* uv_read_start is in effect */
+    bool rx_into_stage;             /* the read in flight lands in rx_stage */
+    int rx_deferred;                /* EOF/error that came behind staged frames */
+    size_t stage_off, stage_len;    /* unconsumed read-ahead: [off, len) */
+    char rx_stage[RX_STAGE_BYTES];  /* read-ahead at frame boundaries */
     dt_xfer *coll_head, *coll_tail; /* posted collective receives, in order */
-    dt_xfer *failed_sends;  /* sends the peer refused, awaiting the reader's verdict */
-    uint8_t hs_buf[128];    /* handshake messages in and out */
-    uint8_t hs_hello[48];   /* kept: both MACs cover it */
+    dt_xfer *failed_sends;          /* sends the peer refused, awaiting the reader's verdict */
+    uint8_t hs_buf[128];            /* handshake messages in and out */
+    uint8_t hs_hello[48];           /* kept: both MACs cover it */
     uint8_t hs_challenge[64];
     uint8_t hs_out[64];
     uv_write_t hs_write;
@@ -98,22 +98,22 @@ struct dt_work {
     dt_comm *comm;
     dt_op op;
     uint64_t seq;
-    double deadline;        /* p2p: when dt_work_wait gives up */
-    bool done;              /* under mu */
+    double deadline; /* p2p: when dt_work_wait gives up */
+    bool done;       /* under mu */
     dt_status status;
-    struct dt_work *next;   /* executor queue */
-    dt_xfer xfer;           /* p2p: the one transfer */
-    bool staged;            /* a buffer of op is device memory (staging.c) */
-    void *p2p_device;       /* staged p2p: the caller's device buffer */
+    struct dt_work *next; /* executor queue */
+    dt_xfer xfer;         /* p2p: the one transfer */
+    bool staged;          /* a buffer of op is device memory (staging.c) */
+    void *p2p_device;     /* staged p2p: the caller's device buffer */
 };
 
 /* Rejected connections, logged without flooding (reject_log.c). */
 #define REJECT_LOG_ADDRS 4
 typedef struct reject_log {
-    int full;               /* logged in full since the last quiet interval */
-    uint64_t suppressed;    /* counted, not yet in a summary line */
-    double since, last;     /* the summary interval's start; the last rejection */
-    int n_addrs;            /* distinct hosts among the suppressed, at most 4 */
+    int full;            /* logged in full since the last quiet interval */
+    uint64_t suppressed; /* counted, not yet in a summary line */
+    double since, last;  /* the summary interval's start; the last rejection */
+    int n_addrs;         /* distinct hosts among the suppressed, at most 4 */
     char addrs[REJECT_LOG_ADDRS][64];
 } reject_log;
 
@@ -128,49 +128,49 @@ struct dt_comm {
     uint8_t job_hash[16];
     dt_store *store;
     int port;
-    char (*peer_addr)[64];  /* [size] "host:port", fixed after init */
+    char (*peer_addr)[64]; /* [size] "host:port", fixed after init */
     atomic_uint_fast64_t rejected;
-    struct dt_device *device; /* options.device: buffers it owns are staged; or NULL */
-    struct staging *staging;  /* staging.c: pinned buffers, stream; loop owner only */
-    reject_log reject_log;  /* loop owner only (then destroy): reject_log.c */
+    struct dt_device *device;  /* options.device: buffers it owns are staged; or NULL */
+    struct staging *staging;   /* staging.c: pinned buffers, stream; loop owner only */
+    reject_log reject_log;     /* loop owner only (then destroy): reject_log.c */
     struct p2p_pool *p2p_pool; /* staging_p2p.c: send/recv host buffers; made under mu */
 
     /* loop owner only */
     uv_loop_t loop;
     uv_async_t wake;
     uv_tcp_t listener;
-    uv_timer_t ticker;      /* handshake deadlines, reconnects, grace close */
-    uv_thread_t thread;     /* runs the ops and the loop */
+    uv_timer_t ticker;  /* handshake deadlines, reconnects, grace close */
+    uv_thread_t thread; /* runs the ops and the loop */
     bool loop_ready, listener_open;
     atomic_bool io_running;
-    dt_conn **peers;        /* [size] authenticated connections */
-    dt_conn *pending;       /* handshaking connections */
+    dt_conn **peers;              /* [size] authenticated connections */
+    dt_conn *pending;             /* handshaking connections */
     dt_xfer *p2p_head, *p2p_tail; /* posted p2p receives, in order */
-    bool io_failed_done;    /* failure cleanup ran */
-    bool io_shutdown;       /* shutdown started */
-    double close_at;        /* after failure/shutdown: force-close time */
-    int open_handles;       /* conns not yet closed */
+    bool io_failed_done;          /* failure cleanup ran */
+    bool io_shutdown;             /* shutdown started */
+    double close_at;              /* after failure/shutdown: force-close time */
+    int open_handles;             /* conns not yet closed */
 
     /* mutex */
     pthread_mutex_t mu;
-    pthread_cond_t cv_api;  /* API thread: work done, mesh ready */
+    pthread_cond_t cv_api;    /* API thread: work done, mesh ready */
     pthread_cond_t cv_thread; /* communicator thread: something to do */
-    bool loop_busy;         /* a thread is running the loop (or an op) */
-    bool thread_awaits_loop; /* the communicator thread waits for loop_busy to clear */
-    bool init_done;         /* dt_comm_init succeeded */
-    int p2p_outstanding;    /* p2p works posted and not yet complete */
+    bool loop_busy;           /* a thread is running the loop (or an op) */
+    bool thread_awaits_loop;  /* the communicator thread waits for loop_busy to clear */
+    bool init_done;           /* dt_comm_init succeeded */
+    int p2p_outstanding;      /* p2p works posted and not yet complete */
     dt_xfer *inbox_head, *inbox_tail;
     bool want_connect, want_fail;
     struct sockaddr_storage *dial; /* [size] addresses of lower ranks */
-    int connected;          /* authenticated peers */
+    int connected;                 /* authenticated peers */
     bool mesh_ready;
     bool failed;
     dt_status fail_status;
     char error[DT_ERROR_MAX];
     dt_work *q_head, *q_tail;
     bool stopping;
-    uint64_t next_seq;      /* collectives submitted so far */
-    bool in_op;             /* the loop owner is running op cur_kind #cur_seq */
+    uint64_t next_seq; /* collectives submitted so far */
+    bool in_op;        /* the loop owner is running op cur_kind #cur_seq */
     dt_op_kind cur_kind;
     uint64_t cur_seq;
     char arg_error[DT_ERROR_MAX]; /* the last rejected argument or failed split (not a failure) */
@@ -179,7 +179,7 @@ struct dt_comm {
     double deferred_until;  /* ... and the op running here gets until then */
     dt_status deferred_status;
     char deferred_error[DT_ERROR_MAX];
-    uint64_t p2p_seq;       /* p2p ops submitted so far */
+    uint64_t p2p_seq; /* p2p ops submitted so far */
 
     /* loop owner only */
     void *scratch[2];
@@ -240,8 +240,8 @@ void comm_reject_log_flush(dt_comm *c);
 
 /* conn.c: what the layers of a connection share (run on the loop) */
 void comm_conn_release_xfer(dt_comm *c, dt_xfer *x, int state); /* hand back to owner */
-void comm_conn_release_list(dt_comm *c, dt_xfer *x); /* fail a list of receives */
-void comm_conn_expect(dt_conn *cn, int state, size_t bytes); /* the next unit to read */
+void comm_conn_release_list(dt_comm *c, dt_xfer *x);            /* fail a list of receives */
+void comm_conn_expect(dt_conn *cn, int state, size_t bytes);    /* the next unit to read */
 void comm_conn_stop_reading(dt_conn *cn);
 void comm_conn_watch_liveness(dt_conn *cn); /* the kernel watches the peer's host */
 void comm_conn_close(dt_conn *cn);
@@ -275,10 +275,10 @@ void comm_transport_send_control(dt_conn *cn, uint8_t kind, uint64_t seq, const 
                                  size_t len);
 
 /* mesh.c: connections and the loop */
-dt_status comm_mesh_start(dt_comm *c);          /* the loop and the listener */
-void comm_mesh_connect(dt_comm *c);             /* dial c->dial[0..rank) */
-void comm_mesh_stop(dt_comm *c);                /* stop the thread, close the loop */
-void comm_mesh_shutdown(dt_comm *c);            /* on the thread: BYE, close all */
+dt_status comm_mesh_start(dt_comm *c); /* the loop and the listener */
+void comm_mesh_connect(dt_comm *c);    /* dial c->dial[0..rank) */
+void comm_mesh_stop(dt_comm *c);       /* stop the thread, close the loop */
+void comm_mesh_shutdown(dt_comm *c);   /* on the thread: BYE, close all */
 
 /* comm_env.c: the job id a launcher's environment implies (Open MPI, PMIx,
  * Slurm), or "dtrain"; malloc'd. */

@@ -63,7 +63,8 @@ static void block_sigpipe(sigset_t *old)
 /* Undo block_sigpipe, first consuming a SIGPIPE our writes left pending. */
 static void restore_sigpipe(const sigset_t *old)
 {
-    if (sigismember(old, SIGPIPE)) return; /* it was blocked before us */
+    if (sigismember(old, SIGPIPE))
+        return; /* it was blocked before us */
     sigset_t pending, pipe_only;
     if (sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE)) {
         struct timespec zero = {0, 0};
@@ -88,13 +89,15 @@ static void run_queued(dt_comm *c, dt_work *w)
     bool failed = c->failed;
     dt_status st = c->fail_status;
     pthread_mutex_unlock(&c->mu);
-    if (!failed) st = comm_executor_run(c, w);
+    if (!failed)
+        st = comm_executor_run(c, w);
     pthread_mutex_lock(&c->mu);
     c->in_op = false;
     comm_wake_work_done(w, st);
     bool kick = comm_fail_deferred_locked(c);
     pthread_mutex_unlock(&c->mu);
-    if (kick) comm_wake_thread(c);
+    if (kick)
+        comm_wake_thread(c);
 }
 
 /* With mu held and the loop free: take it, and the next op if any. */
@@ -104,7 +107,8 @@ static dt_work *take_loop(dt_comm *c)
     dt_work *w = c->q_head;
     if (w) {
         c->q_head = w->next;
-        if (!c->q_head) c->q_tail = NULL;
+        if (!c->q_head)
+            c->q_tail = NULL;
         c->in_op = true;
         c->cur_kind = w->op.kind;
         c->cur_seq = w->seq;
@@ -127,17 +131,21 @@ static void thread_main(void *arg)
         /* a peer's failure held back (transport_read.c) while no op runs here */
         if (c->fail_deferred && dt_now() >= c->deferred_until && comm_fail_deferred_locked(c))
             comm_wake_thread(c);
-        if (c->stopping && !c->q_head) break;
+        if (c->stopping && !c->q_head)
+            break;
         bool needed = loop_needed(c);
         if (!needed) {
             comm_wake_wait_until(&c->cv_thread, &c->mu, dt_now() + IDLE_POLL_S);
-            if (c->loop_busy || (c->stopping && !c->q_head)) continue;
+            if (c->loop_busy || (c->stopping && !c->q_head))
+                continue;
             needed = loop_needed(c);
         }
         dt_work *w = take_loop(c);
         pthread_mutex_unlock(&c->mu);
-        if (w) run_queued(c, w);
-        else uv_run(&c->loop, needed ? UV_RUN_ONCE : UV_RUN_NOWAIT);
+        if (w)
+            run_queued(c, w);
+        else
+            uv_run(&c->loop, needed ? UV_RUN_ONCE : UV_RUN_NOWAIT);
         pthread_mutex_lock(&c->mu);
         c->loop_busy = false;
     }
@@ -178,8 +186,10 @@ bool comm_thread_run_inline(dt_comm *c, dt_work *w, dt_status *st)
      * op is a context switch the next op's latency pays for. */
     bool wake = c->thread_awaits_loop || loop_needed(c) || c->stopping;
     pthread_mutex_unlock(&c->mu);
-    if (kick) comm_wake_thread(c);
-    else if (wake) pthread_cond_signal(&c->cv_thread);
+    if (kick)
+        comm_wake_thread(c);
+    else if (wake)
+        pthread_cond_signal(&c->cv_thread);
     return true;
 }
 
@@ -189,7 +199,8 @@ bool comm_thread_run_inline(dt_comm *c, dt_work *w, dt_status *st)
 dt_status comm_thread_start(dt_comm *c)
 {
     dt_status st = comm_mesh_start(c);
-    if (!c->loop_ready) return st;
+    if (!c->loop_ready)
+        return st;
     atomic_store(&c->io_running, true); /* before the thread can fail anything */
     int rc = uv_thread_create(&c->thread, thread_main, c);
     if (rc < 0) {

@@ -35,7 +35,8 @@
 void comm_conn_watch_liveness(dt_conn *cn)
 {
     uv_os_fd_t fd;
-    if (uv_fileno((uv_handle_t *)&cn->tcp, &fd) != 0) return;
+    if (uv_fileno((uv_handle_t *)&cn->tcp, &fd) != 0)
+        return;
     double half = cn->comm->timeout_s / 2;
     int on = 1, idle = half >= 3 ? (int)(half / 3) : 1, probes = 2;
     unsigned user_ms = (unsigned)(half > 2 ? half * 1000 : 2000);
@@ -53,13 +54,15 @@ void comm_conn_release_xfer(dt_comm *c, dt_xfer *x, int state)
 {
     if (!x->work) {
         x->state = state;
-        if (x->owner) x->owner->outstanding--;
+        if (x->owner)
+            x->owner->outstanding--;
         return;
     }
     pthread_mutex_lock(&c->mu);
     x->state = state;
     dt_status st = DT_OK;
-    if (state != XFER_DONE) st = c->failed ? c->fail_status : DT_EABORTED;
+    if (state != XFER_DONE)
+        st = c->failed ? c->fail_status : DT_EABORTED;
     comm_wake_work_done(x->work, st);
     pthread_mutex_unlock(&c->mu);
 }
@@ -82,22 +85,29 @@ void comm_conn_expect(dt_conn *cn, int state, size_t bytes)
 
 void comm_conn_stop_reading(dt_conn *cn)
 {
-    if (cn->closing || !cn->reading) return;
+    if (cn->closing || !cn->reading)
+        return;
     cn->reading = false;
     uv_read_stop((uv_stream_t *)&cn->tcp);
 }
 
 void comm_conn_maybe_finish(dt_comm *c)
 {
-    if (!c->io_shutdown || c->open_handles > 0) return;
-    if (!uv_is_closing((uv_handle_t *)&c->ticker)) uv_close((uv_handle_t *)&c->ticker, NULL);
-    if (!uv_is_closing((uv_handle_t *)&c->wake)) uv_close((uv_handle_t *)&c->wake, NULL);
+    if (!c->io_shutdown || c->open_handles > 0)
+        return;
+    if (!uv_is_closing((uv_handle_t *)&c->ticker))
+        uv_close((uv_handle_t *)&c->ticker, NULL);
+    if (!uv_is_closing((uv_handle_t *)&c->wake))
+        uv_close((uv_handle_t *)&c->wake, NULL);
 }
 
 void comm_conn_unlink_pending(dt_conn *cn)
 {
     for (dt_conn **pp = &cn->comm->pending; *pp; pp = &(*pp)->next)
-        if (*pp == cn) { *pp = cn->next; break; }
+        if (*pp == cn) {
+            *pp = cn->next;
+            break;
+        }
 }
 
 static void on_conn_closed(uv_handle_t *h)
@@ -105,7 +115,8 @@ static void on_conn_closed(uv_handle_t *h)
     dt_conn *cn = h->data;
     dt_comm *c = cn->comm;
     comm_conn_release_list(c, cn->failed_sends);
-    if (cn->peer >= 0 && c->peers[cn->peer] == cn) c->peers[cn->peer] = NULL;
+    if (cn->peer >= 0 && c->peers[cn->peer] == cn)
+        c->peers[cn->peer] = NULL;
     comm_conn_unlink_pending(cn);
     c->open_handles--;
     free(cn);
@@ -114,7 +125,8 @@ static void on_conn_closed(uv_handle_t *h)
 
 void comm_conn_close(dt_conn *cn)
 {
-    if (cn->closing) return;
+    if (cn->closing)
+        return;
     cn->closing = true;
     cn->rx_state = RX_STOPPED;
     if (cn->has_handle) {

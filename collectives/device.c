@@ -26,8 +26,10 @@ bool dt_device_cuda_built(void)
 /* "cuda" -> 0, "cuda:3" -> 3; -1 if name is not a CUDA device name. */
 static int cuda_ordinal(const char *name)
 {
-    if (strcmp(name, "cuda") == 0) return 0;
-    if (strncmp(name, "cuda:", 5) != 0) return -1;
+    if (strcmp(name, "cuda") == 0)
+        return 0;
+    if (strncmp(name, "cuda:", 5) != 0)
+        return -1;
     char *end;
     long n = strtol(name + 5, &end, 10);
     return (*end || end == name + 5 || n < 0 || n > 1024) ? -1 : (int)n;
@@ -39,8 +41,9 @@ dt_status dt_device_open(dt_device **out, const char *name, char *err, size_t er
     if (name && strcmp(name, "fake") == 0) {
         dt_fake_device_options o = {0};
         dt_status st = dt_device_open_fake(out, &o);
-        if (st != DT_OK) snprintf(err, errlen, "fake device: %s",
-                                  *out ? dt_device_error(*out) : "out of memory");
+        if (st != DT_OK)
+            snprintf(err, errlen, "fake device: %s",
+                     *out ? dt_device_error(*out) : "out of memory");
         return st;
     }
     int ordinal = name ? cuda_ordinal(name) : -1;
@@ -51,19 +54,24 @@ dt_status dt_device_open(dt_device **out, const char *name, char *err, size_t er
     }
 #ifdef DT_HAVE_CUDA
     dt_status st = comm_device_cuda_open(out, ordinal);
-    if (st != DT_OK) snprintf(err, errlen, "%s", *out ? dt_device_error(*out) : "out of memory");
+    if (st != DT_OK)
+        snprintf(err, errlen, "%s", *out ? dt_device_error(*out) : "out of memory");
     return st;
 #else
-    snprintf(err, errlen, "device \"%s\": this dtrain was built without CUDA (reconfigure with "
-             "meson setup -Dcuda=enabled on a machine with the CUDA toolkit)", name);
+    snprintf(err, errlen,
+             "device \"%s\": this dtrain was built without CUDA (reconfigure with "
+             "meson setup -Dcuda=enabled on a machine with the CUDA toolkit)",
+             name);
     return DT_EINVAL;
 #endif
 }
 
 void dt_device_close(dt_device *d)
 {
-    if (!d) return;
-    if (d->ops && d->ops->close) d->ops->close(d);
+    if (!d)
+        return;
+    if (d->ops && d->ops->close)
+        d->ops->close(d);
     pthread_mutex_destroy(&d->mu);
     free(d);
 }
@@ -76,7 +84,8 @@ dt_status dt_device_pinned_alloc(dt_device *d, void **p, size_t bytes)
 
 void dt_device_pinned_free(dt_device *d, void *p)
 {
-    if (p) d->ops->pinned_free(d, p);
+    if (p)
+        d->ops->pinned_free(d, p);
 }
 
 dt_status dt_device_alloc(dt_device *d, void **p, size_t bytes)
@@ -87,7 +96,8 @@ dt_status dt_device_alloc(dt_device *d, void **p, size_t bytes)
 
 void dt_device_free(dt_device *d, void *p)
 {
-    if (p) d->ops->free(d, p);
+    if (p)
+        d->ops->free(d, p);
 }
 
 bool dt_device_owns(dt_device *d, const void *p)
@@ -103,7 +113,8 @@ dt_status dt_device_stream_create(dt_device *d, dt_device_stream **s)
 
 void dt_device_stream_destroy(dt_device *d, dt_device_stream *s)
 {
-    if (s) d->ops->stream_destroy(d, s);
+    if (s)
+        d->ops->stream_destroy(d, s);
 }
 
 dt_status dt_device_copy_d2h(dt_device *d, void *host, const void *dev, size_t bytes,
@@ -126,7 +137,8 @@ dt_status dt_device_event_create(dt_device *d, dt_device_event **e)
 
 void dt_device_event_destroy(dt_device *d, dt_device_event *e)
 {
-    if (e) d->ops->event_destroy(d, e);
+    if (e)
+        d->ops->event_destroy(d, e);
 }
 
 dt_status dt_device_event_record(dt_device *d, dt_device_event *e, dt_device_stream *s)

@@ -17,7 +17,8 @@
 dt_device *comm_device_base_new(const dt_device_ops *ops, const char *name)
 {
     dt_device *d = calloc(1, sizeof *d);
-    if (!d) return NULL;
+    if (!d)
+        return NULL;
     d->ops = ops;
     snprintf(d->name, sizeof d->name, "%s", name);
     pthread_mutex_init(&d->mu, NULL);
@@ -35,5 +36,11 @@ dt_status comm_device_base_fail(dt_device *d, dt_status st, const char *fmt, ...
     return st;
 }
 
-const char *dt_device_name(const dt_device *d) { return d->name; }
-const char *dt_device_error(const dt_device *d) { return d->error; }
+const char *dt_device_name(const dt_device *d)
+{
+    return d->name;
+}
+const char *dt_device_error(const dt_device *d)
+{
+    return d->error;
+}

@@ -33,7 +33,10 @@ typedef struct cuda_device {
     int ordinal;
 } cuda_device;
 
-static int ordinal_of(const dt_device *d) { return ((const cuda_device *)d->impl)->ordinal; }
+static int ordinal_of(const dt_device *d)
+{
+    return ((const cuda_device *)d->impl)->ordinal;
+}
 
 /* Record a failed cudart call: "cuda:0: cudaMallocHost(1048576 B): out of memory
  * (cudaErrorMemoryAllocation)". */
@@ -43,9 +46,9 @@ static dt_status cuda_fail(dt_device *d, cudaError_t e, const char *call, size_t
     dt_status st = e == cudaErrorMemoryAllocation ? DT_ENOMEM : DT_ESYS;
     if (bytes)
         return comm_device_base_fail(d, st, "%s: %s(%zu B): %s (%s)", d->name, call, bytes,
-                           cudaGetErrorString(e), cudaGetErrorName(e));
+                                     cudaGetErrorString(e), cudaGetErrorName(e));
     return comm_device_base_fail(d, st, "%s: %s: %s (%s)", d->name, call, cudaGetErrorString(e),
-                       cudaGetErrorName(e));
+                                 cudaGetErrorName(e));
 }
 
 static dt_status select_device(dt_device *d)
@@ -57,7 +60,8 @@ static dt_status select_device(dt_device *d)
 static dt_status cuda_pinned_alloc(dt_device *d, void **p, size_t bytes)
 {
     dt_status st = select_device(d);
-    if (st != DT_OK) return st;
+    if (st != DT_OK)
+        return st;
     cudaError_t e = cudaMallocHost(p, bytes);
     return e == cudaSuccess ? DT_OK : cuda_fail(d, e, "cudaMallocHost", bytes);
 }
@@ -65,13 +69,15 @@ static dt_status cuda_pinned_alloc(dt_device *d, void **p, size_t bytes)
 static void cuda_pinned_free(dt_device *d, void *p)
 {
     cudaError_t e = cudaFreeHost(p);
-    if (e != cudaSuccess) cuda_fail(d, e, "cudaFreeHost", 0);
+    if (e != cudaSuccess)
+        cuda_fail(d, e, "cudaFreeHost", 0);
 }
 
 static dt_status cuda_alloc(dt_device *d, void **p, size_t bytes)
 {
     dt_status st = select_device(d);
-    if (st != DT_OK) return st;
+    if (st != DT_OK)
+        return st;
     cudaError_t e = cudaMalloc(p, bytes);
     return e == cudaSuccess ? DT_OK : cuda_fail(d, e, "cudaMalloc", bytes);
 }
@@ -79,7 +85,8 @@ static dt_status cuda_alloc(dt_device *d, void **p, size_t bytes)
 static void cuda_free(dt_device *d, void *p)
 {
     cudaError_t e = cudaFree(p);
-    if (e != cudaSuccess) cuda_fail(d, e, "cudaFree", 0);
+    if (e != cudaSuccess)
+        cuda_fail(d, e, "cudaFree", 0);
 }
 
 static bool cuda_owns(dt_device *d, const void *p)
@@ -96,10 +103,12 @@ static bool cuda_owns(dt_device *d, const void *p)
 static dt_status cuda_stream_create(dt_device *d, dt_device_stream **s)
 {
     dt_status st = select_device(d);
-    if (st != DT_OK) return st;
+    if (st != DT_OK)
+        return st;
     cudaStream_t cs;
     cudaError_t e = cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking);
-    if (e != cudaSuccess) return cuda_fail(d, e, "cudaStreamCreateWithFlags", 0);
+    if (e != cudaSuccess)
+        return cuda_fail(d, e, "cudaStreamCreateWithFlags", 0);
     *s = (dt_device_stream *)cs;
     return DT_OK;
 }
@@ -107,7 +116,8 @@ static dt_status cuda_stream_create(dt_device *d, dt_device_stream **s)
 static void cuda_stream_destroy(dt_device *d, dt_device_stream *s)
 {
     cudaError_t e = cudaStreamDestroy((cudaStream_t)s);
-    if (e != cudaSuccess) cuda_fail(d, e, "cudaStreamDestroy", 0);
+    if (e != cudaSuccess)
+        cuda_fail(d, e, "cudaStreamDestroy", 0);
 }
 
 static dt_status cuda_copy(dt_device *d, void *dst, const void *src, size_t bytes,
@@ -132,10 +142,12 @@ static dt_status cuda_copy_h2d(dt_device *d, void *dev, const void *host, size_t
 static dt_status cuda_event_create(dt_device *d, dt_device_event **ev)
 {
     dt_status st = select_device(d);
-    if (st != DT_OK) return st;
+    if (st != DT_OK)
+        return st;
     cudaEvent_t ce;
     cudaError_t e = cudaEventCreateWithFlags(&ce, cudaEventDisableTiming);
-    if (e != cudaSuccess) return cuda_fail(d, e, "cudaEventCreateWithFlags", 0);
+    if (e != cudaSuccess)
+        return cuda_fail(d, e, "cudaEventCreateWithFlags", 0);
     *ev = (dt_device_event *)ce;
     return DT_OK;
 }
@@ -143,7 +155,8 @@ static dt_status cuda_event_create(dt_device *d, dt_device_event **ev)
 static void cuda_event_destroy(dt_device *d, dt_device_event *ev)
 {
     cudaError_t e = cudaEventDestroy((cudaEvent_t)ev);
-    if (e != cudaSuccess) cuda_fail(d, e, "cudaEventDestroy", 0);
+    if (e != cudaSuccess)
+        cuda_fail(d, e, "cudaEventDestroy", 0);
 }
 
 static dt_status cuda_event_record(dt_device *d, dt_device_event *ev, dt_device_stream *s)
@@ -156,7 +169,8 @@ static dt_status cuda_event_query(dt_device *d, dt_device_event *ev, bool *done)
 {
     cudaError_t e = cudaEventQuery((cudaEvent_t)ev);
     *done = e == cudaSuccess;
-    if (e == cudaSuccess || e == cudaErrorNotReady) return DT_OK;
+    if (e == cudaSuccess || e == cudaErrorNotReady)
+        return DT_OK;
     return cuda_fail(d, e, "cudaEventQuery", 0);
 }
 
@@ -166,16 +180,27 @@ static dt_status cuda_event_synchronize(dt_device *d, dt_device_event *ev)
     return e == cudaSuccess ? DT_OK : cuda_fail(d, e, "cudaEventSynchronize", 0);
 }
 
-static void cuda_close(dt_device *d) { free(d->impl); }
+static void cuda_close(dt_device *d)
+{
+    free(d->impl);
+}
 
 static const dt_device_ops cuda_ops = {
-    .pinned_alloc = cuda_pinned_alloc, .pinned_free = cuda_pinned_free,
-    .alloc = cuda_alloc, .free = cuda_free, .owns = cuda_owns,
-    .stream_create = cuda_stream_create, .stream_destroy = cuda_stream_destroy,
-    .copy_d2h = cuda_copy_d2h, .copy_h2d = cuda_copy_h2d,
-    .event_create = cuda_event_create, .event_destroy = cuda_event_destroy,
-    .event_record = cuda_event_record, .event_query = cuda_event_query,
-    .event_synchronize = cuda_event_synchronize, .close = cuda_close,
+    .pinned_alloc = cuda_pinned_alloc,
+    .pinned_free = cuda_pinned_free,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .owns = cuda_owns,
+    .stream_create = cuda_stream_create,
+    .stream_destroy = cuda_stream_destroy,
+    .copy_d2h = cuda_copy_d2h,
+    .copy_h2d = cuda_copy_h2d,
+    .event_create = cuda_event_create,
+    .event_destroy = cuda_event_destroy,
+    .event_record = cuda_event_record,
+    .event_query = cuda_event_query,
+    .event_synchronize = cuda_event_synchronize,
+    .close = cuda_close,
 };
 
 /* What is missing, in words a user can act on. */
@@ -195,9 +220,11 @@ dt_status comm_device_cuda_open(dt_device **out, int ordinal)
     char name[32];
     snprintf(name, sizeof name, "cuda:%d", ordinal);
     dt_device *d = *out = comm_device_base_new(&cuda_ops, name);
-    if (!d) return DT_ENOMEM;
+    if (!d)
+        return DT_ENOMEM;
     cuda_device *cd = calloc(1, sizeof *cd);
-    if (!cd) return comm_device_base_fail(d, DT_ENOMEM, "%s: out of memory", name);
+    if (!cd)
+        return comm_device_base_fail(d, DT_ENOMEM, "%s: out of memory", name);
     cd->ordinal = ordinal;
     d->impl = cd;
     int count = 0;
@@ -208,12 +235,16 @@ dt_status comm_device_cuda_open(dt_device **out, int ordinal)
                                      missing(e), cudaGetErrorName(e));
     }
     if (ordinal >= count)
-        return comm_device_base_fail(d, DT_EINVAL, "%s: no such device: this machine has %d CUDA "
-                           "device(s)", name, count);
+        return comm_device_base_fail(d, DT_EINVAL,
+                                     "%s: no such device: this machine has %d CUDA "
+                                     "device(s)",
+                                     name, count);
     struct cudaDeviceProp prop;
-    if (select_device(d) != DT_OK) return DT_ESYS;
+    if (select_device(d) != DT_OK)
+        return DT_ESYS;
     e = cudaGetDeviceProperties(&prop, ordinal);
-    if (e != cudaSuccess) return cuda_fail(d, e, "cudaGetDeviceProperties", 0);
+    if (e != cudaSuccess)
+        return cuda_fail(d, e, "cudaGetDeviceProperties", 0);
     snprintf(d->name, sizeof d->name, "%s (%.80s)", name, prop.name);
     return DT_OK;
 }

@@ -42,10 +42,10 @@
 #define POISON 0xA5
 
 typedef struct fake_alloc {
-    char *dev;       /* PROT_NONE view: what the caller gets */
-    char *rw;        /* read-write view of the same pages: the engine's */
-    size_t bytes;    /* as asked */
-    size_t mapped;   /* rounded up to pages */
+    char *dev;     /* PROT_NONE view: what the caller gets */
+    char *rw;      /* read-write view of the same pages: the engine's */
+    size_t bytes;  /* as asked */
+    size_t mapped; /* rounded up to pages */
     struct fake_alloc *next;
 } fake_alloc;
 
@@ -59,20 +59,27 @@ typedef struct fake_copy {
 typedef struct fake_device {
     dt_fake_device_options opts;
     pthread_mutex_t mu;
-    pthread_cond_t cv_work;   /* engine: a copy was enqueued, or stop */
-    pthread_cond_t cv_done;   /* waiters: a copy finished */
+    pthread_cond_t cv_work; /* engine: a copy was enqueued, or stop */
+    pthread_cond_t cv_done; /* waiters: a copy finished */
     fake_alloc *allocs;
-    size_t live;              /* pinned + device allocations not freed */
+    size_t live; /* pinned + device allocations not freed */
     fake_copy *head, *tail;
     uint64_t enqueued, completed;
     bool stop;
     pthread_t engine;
 } fake_device;
 
-struct dt_device_event { uint64_t ticket; };
-struct dt_device_stream { int unused; };
+struct dt_device_event {
+    uint64_t ticket;
+};
+struct dt_device_stream {
+    int unused;
+};
 
-static fake_device *impl(const dt_device *d) { return d->impl; }
+static fake_device *impl(const dt_device *d)
+{
+    return d->impl;
+}
 
 /* ---- the copy engine ---------------------------------------------------------- */
 
@@ -81,13 +88,17 @@ static void *engine_main(void *arg)
     fake_device *f = arg;
     pthread_mutex_lock(&f->mu);
     for (;;) {
-        while (!f->head && !f->stop) pthread_cond_wait(&f->cv_work, &f->mu);
-        if (!f->head) break;
+        while (!f->head && !f->stop)
+            pthread_cond_wait(&f->cv_work, &f->mu);
+        if (!f->head)
+            break;
         fake_copy *c = f->head;
         f->head = c->next;
-        if (!f->head) f->tail = NULL;
+        if (!f->head)
+            f->tail = NULL;
         pthread_mutex_unlock(&f->mu);
-        if (f->opts.copy_delay_us) usleep(f->opts.copy_delay_us);
+        if (f->opts.copy_delay_us)
+            usleep(f->opts.copy_delay_us);
         memcpy(c->dst, c->src, c->bytes);
         free(c);
         pthread_mutex_lock(&f->mu);
@@ -102,11 +113,14 @@ static dt_status enqueue(dt_device *d, char *dst, const char *src, size_t bytes)
 {
     fake_device *f = impl(d);
     fake_copy *c = malloc(sizeof *c);
-    if (!c) return comm_device_base_fail(d, DT_ENOMEM, "fake device: no memory to enqueue a copy");
+    if (!c)
+        return comm_device_base_fail(d, DT_ENOMEM, "fake device: no memory to enqueue a copy");
     *c = (fake_copy){dst, src, bytes, NULL};
     pthread_mutex_lock(&f->mu);
-    if (f->tail) f->tail->next = c;
-    else f->head = c;
+    if (f->tail)
+        f->tail->next = c;
+    else
+        f->head = c;
     f->tail = c;
     f->enqueued++;
     pthread_cond_signal(&f->cv_work);
@@ -125,16 +139,17 @@ static char *rw_view(fake_device *f, const void *p, size_t bytes)
     return NULL;
 }
 
-static dt_status translate(dt_device *d, const void *dev, size_t bytes, const char *what,
-                           char **rw)
+static dt_status translate(dt_device *d, const void *dev, size_t bytes, const char *what, char **rw)
 {
     fake_device *f = impl(d);
     pthread_mutex_lock(&f->mu);
     *rw = rw_view(f, dev, bytes);
     pthread_mutex_unlock(&f->mu);
     if (!*rw)
-        return comm_device_base_fail(d, DT_EINVAL, "fake device: %s of %zu B at %p: not inside one "
-                           "device allocation", what, bytes, dev);
+        return comm_device_base_fail(d, DT_EINVAL,
+                                     "fake device: %s of %zu B at %p: not inside one "
+                                     "device allocation",
+                                     what, bytes, dev);
     return DT_OK;
 }
 
@@ -144,7 +159,8 @@ static dt_status fake_copy_d2h(dt_device *d, void *host, const void *dev, size_t
     (void)s;
     char *rw;
     dt_status st = translate(d, dev, bytes, "D2H copy", &rw);
-    if (st != DT_OK) return st;
+    if (st != DT_OK)
+        return st;
     memset(host, POISON, bytes); /* what an early reader sees */
     return enqueue(d, host, rw, bytes);
 }
@@ -166,7 +182,11 @@ static dt_status fake_event_create(dt_device *d, dt_device_event **e)
     return *e ? DT_OK : comm_device_base_fail(d, DT_ENOMEM, "fake device: no memory for an event");
 }
 
-static void fake_event_destroy(dt_device *d, dt_device_event *e) { (void)d; free(e); }
+static void fake_event_destroy(dt_device *d, dt_device_event *e)
+{
+    (void)d;
+    free(e);
+}
 
 static dt_status fake_event_record(dt_device *d, dt_device_event *e, dt_device_stream *s)
 {
@@ -191,7 +211,8 @@ static dt_status fake_event_synchronize(dt_device *d, dt_device_event *e)
 {
     fake_device *f = impl(d);
     pthread_mutex_lock(&f->mu);
-    while (f->completed < e->ticket) pthread_cond_wait(&f->cv_done, &f->mu);
+    while (f->completed < e->ticket)
+        pthread_cond_wait(&f->cv_done, &f->mu);
     pthread_mutex_unlock(&f->mu);
     return DT_OK;
 }
@@ -202,7 +223,11 @@ static dt_status fake_stream_create(dt_device *d, dt_device_stream **s)
     return *s ? DT_OK : comm_device_base_fail(d, DT_ENOMEM, "fake device: no memory for a stream");
 }
 
-static void fake_stream_destroy(dt_device *d, dt_device_stream *s) { (void)d; free(s); }
+static void fake_stream_destroy(dt_device *d, dt_device_stream *s)
+{
+    (void)d;
+    free(s);
+}
 
 /* ---- memory ------------------------------------------------------------------------ */
 
@@ -217,12 +242,16 @@ static void count_live(dt_device *d, int delta)
 static dt_status fake_pinned_alloc(dt_device *d, void **p, size_t bytes)
 {
     if (impl(d)->opts.fail_pinned_alloc)
-        return comm_device_base_fail(d, DT_ENOMEM, "fake device: pinned allocation of %zu B "
-                                     "refused (fail_pinned_alloc is set)", bytes);
+        return comm_device_base_fail(d, DT_ENOMEM,
+                                     "fake device: pinned allocation of %zu B "
+                                     "refused (fail_pinned_alloc is set)",
+                                     bytes);
     *p = malloc(bytes ? bytes : 1);
     if (!*p)
-        return comm_device_base_fail(d, DT_ENOMEM, "fake device: pinned allocation of %zu B "
-                                     "failed", bytes);
+        return comm_device_base_fail(d, DT_ENOMEM,
+                                     "fake device: pinned allocation of %zu B "
+                                     "failed",
+                                     bytes);
     count_live(d, 1);
     return DT_OK;
 }
@@ -242,15 +271,17 @@ static dt_status map_twice(dt_device *d, fake_alloc *a)
     dt_status st = DT_OK;
     if (ftruncate(fd, (off_t)a->mapped) != 0) {
         st = comm_device_base_fail(d, DT_ENOMEM, "fake device: %zu B: ftruncate: %s", a->mapped,
-                         strerror(errno));
+                                   strerror(errno));
     } else {
         a->dev = mmap(NULL, a->mapped, PROT_NONE, MAP_SHARED, fd, 0);
         a->rw = mmap(NULL, a->mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         if (a->dev == MAP_FAILED || a->rw == MAP_FAILED) {
             st = comm_device_base_fail(d, DT_ENOMEM, "fake device: mmap of %zu B: %s", a->mapped,
-                             strerror(errno));
-            if (a->dev != MAP_FAILED) munmap(a->dev, a->mapped);
-            if (a->rw != MAP_FAILED) munmap(a->rw, a->mapped);
+                                       strerror(errno));
+            if (a->dev != MAP_FAILED)
+                munmap(a->dev, a->mapped);
+            if (a->rw != MAP_FAILED)
+                munmap(a->rw, a->mapped);
         }
     }
     close(fd);
@@ -259,11 +290,13 @@ static dt_status map_twice(dt_device *d, fake_alloc *a)
 
 static dt_status fake_alloc_dev(dt_device *d, void **p, size_t bytes)
 {
-    if (bytes == 0) return DT_OK; /* as cudaMalloc: NULL, no error */
+    if (bytes == 0)
+        return DT_OK; /* as cudaMalloc: NULL, no error */
     long page = sysconf(_SC_PAGESIZE);
     fake_alloc *a = calloc(1, sizeof *a);
     if (!a)
-        return comm_device_base_fail(d, DT_ENOMEM, "fake device: no memory for an allocation "
+        return comm_device_base_fail(d, DT_ENOMEM,
+                                     "fake device: no memory for an allocation "
                                      "record");
     a->bytes = bytes;
     a->mapped = (bytes + (size_t)page - 1) / (size_t)page * (size_t)page;
@@ -287,7 +320,8 @@ static void fake_free_dev(dt_device *d, void *p)
     fake_device *f = impl(d);
     pthread_mutex_lock(&f->mu);
     fake_alloc **pp = &f->allocs;
-    while (*pp && (*pp)->dev != p) pp = &(*pp)->next;
+    while (*pp && (*pp)->dev != p)
+        pp = &(*pp)->next;
     fake_alloc *a = *pp;
     if (a) {
         *pp = a->next;
@@ -295,8 +329,10 @@ static void fake_free_dev(dt_device *d, void *p)
     }
     pthread_mutex_unlock(&f->mu);
     if (!a) {
-        comm_device_base_fail(d, DT_EINVAL, "fake device: free of %p, which is not a device "
-                              "allocation", p);
+        comm_device_base_fail(d, DT_EINVAL,
+                              "fake device: free of %p, which is not a device "
+                              "allocation",
+                              p);
         return;
     }
     munmap(a->dev, a->mapped);
@@ -326,7 +362,8 @@ static size_t fake_live(const dt_device *d)
 static void fake_close(dt_device *d)
 {
     fake_device *f = impl(d);
-    if (!f) return;
+    if (!f)
+        return;
     pthread_mutex_lock(&f->mu);
     f->stop = true;
     pthread_cond_signal(&f->cv_work);
@@ -346,23 +383,34 @@ static void fake_close(dt_device *d)
 }
 
 static const dt_device_ops fake_ops = {
-    .pinned_alloc = fake_pinned_alloc, .pinned_free = fake_pinned_free,
-    .alloc = fake_alloc_dev, .free = fake_free_dev, .owns = fake_owns,
-    .stream_create = fake_stream_create, .stream_destroy = fake_stream_destroy,
-    .copy_d2h = fake_copy_d2h, .copy_h2d = fake_copy_h2d,
-    .event_create = fake_event_create, .event_destroy = fake_event_destroy,
-    .event_record = fake_event_record, .event_query = fake_event_query,
+    .pinned_alloc = fake_pinned_alloc,
+    .pinned_free = fake_pinned_free,
+    .alloc = fake_alloc_dev,
+    .free = fake_free_dev,
+    .owns = fake_owns,
+    .stream_create = fake_stream_create,
+    .stream_destroy = fake_stream_destroy,
+    .copy_d2h = fake_copy_d2h,
+    .copy_h2d = fake_copy_h2d,
+    .event_create = fake_event_create,
+    .event_destroy = fake_event_destroy,
+    .event_record = fake_event_record,
+    .event_query = fake_event_query,
     .event_synchronize = fake_event_synchronize,
-    .live_allocations = fake_live, .close = fake_close,
+    .live_allocations = fake_live,
+    .close = fake_close,
 };
 
 dt_status dt_device_open_fake(dt_device **out, const dt_fake_device_options *opts)
 {
     dt_device *d = *out = comm_device_base_new(&fake_ops, "fake");
-    if (!d) return DT_ENOMEM;
+    if (!d)
+        return DT_ENOMEM;
     fake_device *f = calloc(1, sizeof *f);
-    if (!f) return comm_device_base_fail(d, DT_ENOMEM, "fake device: out of memory");
-    if (opts) f->opts = *opts;
+    if (!f)
+        return comm_device_base_fail(d, DT_ENOMEM, "fake device: out of memory");
+    if (opts)
+        f->opts = *opts;
     pthread_mutex_init(&f->mu, NULL);
     pthread_cond_init(&f->cv_work, NULL);
     pthread_cond_init(&f->cv_done, NULL);
@@ -373,7 +421,7 @@ dt_status dt_device_open_fake(dt_device **out, const dt_fake_device_options *opt
         pthread_cond_destroy(&f->cv_done);
         free(f);
         return comm_device_base_fail(d, DT_ESYS, "fake device: cannot start the copy thread: %s",
-                           strerror(rc));
+                                     strerror(rc));
     }
     d->impl = f;
     return DT_OK;

@@ -40,7 +40,7 @@ struct dt_device {
     const dt_device_ops *ops;
     void *impl;
     char name[128];
-    pthread_mutex_t mu;   /* guards error */
+    pthread_mutex_t mu; /* guards error */
     char error[512];
 };
 

@@ -57,18 +57,32 @@ extern "C" {
 /* dt_status and dt_status_name: dt_status.h. */
 
 typedef enum dt_dtype {
-    DT_F32, DT_F64, DT_F16, DT_BF16, DT_I8, DT_U8, DT_I32, DT_I64,
+    DT_F32,
+    DT_F64,
+    DT_F16,
+    DT_BF16,
+    DT_I8,
+    DT_U8,
+    DT_I32,
+    DT_I64,
     DT_NUM_DTYPES
 } dt_dtype;
 
 typedef enum dt_redop {
-    DT_SUM, DT_PROD, DT_MIN, DT_MAX, DT_AVG, DT_BAND, DT_BOR, DT_BXOR,
+    DT_SUM,
+    DT_PROD,
+    DT_MIN,
+    DT_MAX,
+    DT_AVG,
+    DT_BAND,
+    DT_BOR,
+    DT_BXOR,
     DT_NUM_REDOPS
 } dt_redop;
 
-size_t dt_dtype_size(dt_dtype t);          /* bytes per element; 0 if unknown */
-const char *dt_dtype_name(dt_dtype t);     /* "f32" */
-const char *dt_redop_name(dt_redop op);    /* "sum" */
+size_t dt_dtype_size(dt_dtype t);                /* bytes per element; 0 if unknown */
+const char *dt_dtype_name(dt_dtype t);           /* "f32" */
+const char *dt_redop_name(dt_redop op);          /* "sum" */
 bool dt_redop_supports(dt_redop op, dt_dtype t); /* band/bor/bxor: integers */
 /* Parse "f32"/"bf16"/... and "sum"/"max"/...; false if not a name. */
 bool dt_dtype_parse(const char *name, dt_dtype *out);
@@ -101,15 +115,12 @@ const char *dt_store_error(const dt_store *s);
 dt_status dt_store_set(dt_store *s, const char *key, const void *val, size_t len);
 /* Waits until `key` exists or timeout_s passes (DT_ETIMEDOUT). *val is
  * malloc'ed and NUL-terminated past *len; the caller frees it. */
-dt_status dt_store_get(dt_store *s, const char *key, void **val, size_t *len,
-                       double timeout_s);
+dt_status dt_store_get(dt_store *s, const char *key, void **val, size_t *len, double timeout_s);
 /* Waits until every key in keys[0..n) exists. */
-dt_status dt_store_wait(dt_store *s, const char *const *keys, int n,
-                        double timeout_s);
+dt_status dt_store_wait(dt_store *s, const char *const *keys, int n, double timeout_s);
 /* Atomically adds delta to the integer stored at key (absent = 0) and
  * returns the new value. */
-dt_status dt_store_add(dt_store *s, const char *key, int64_t delta,
-                       int64_t *result);
+dt_status dt_store_add(dt_store *s, const char *key, int64_t delta, int64_t *result);
 /* PyTorch c10d Store's check, delete_key, num_keys and compare_set.
  * check: *all = every key of keys[0..n) exists now (no waiting). delete:
  * *deleted (may be NULL) = the key existed. num_keys: this job's keys on a
@@ -133,8 +144,8 @@ dt_status dt_store_compare_set(dt_store *s, const char *key, const void *expecte
  * On failure *out is NULL and err says why.
  */
 typedef struct dt_store_server dt_store_server;
-dt_status dt_store_server_start(dt_store_server **out, const char *host, int port,
-                                char *err, size_t errlen);
+dt_status dt_store_server_start(dt_store_server **out, const char *host, int port, char *err,
+                                size_t errlen);
 int dt_store_server_port(const dt_store_server *s);
 void dt_store_server_stop(dt_store_server *s);
 
@@ -146,29 +157,29 @@ typedef struct dt_work dt_work;
 /* Algorithm override for tests and benchmarks; AUTO picks by size. */
 typedef enum dt_algo {
     DT_ALGO_AUTO = 0,
-    DT_ALGO_RING,              /* allreduce, reduce_scatter, allgather */
-    DT_ALGO_RECURSIVE_DOUBLING,/* allreduce */
-    DT_ALGO_TREE,              /* broadcast, reduce: binomial tree */
-    DT_ALGO_CHAIN,             /* broadcast: pipelined chain */
+    DT_ALGO_RING,               /* allreduce, reduce_scatter, allgather */
+    DT_ALGO_RECURSIVE_DOUBLING, /* allreduce */
+    DT_ALGO_TREE,               /* broadcast, reduce: binomial tree */
+    DT_ALGO_CHAIN,              /* broadcast: pipelined chain */
 } dt_algo;
 
 typedef void (*dt_log_fn)(void *user, const char *line);
 
 typedef struct dt_comm_options {
-    int rank;                 /* 0 .. world_size-1 */
-    int world_size;           /* >= 1 */
-    const char *init_url;     /* "file:///tmp/NAME", "tcp://HOST:PORT", "env://" */
-    const char *job_id;       /* scopes store keys and handshakes; NULL = the job id
+    int rank;              /* 0 .. world_size-1 */
+    int world_size;        /* >= 1 */
+    const char *init_url;  /* "file:///tmp/NAME", "tcp://HOST:PORT", "env://" */
+    const char *job_id;    /* scopes store keys and handshakes; NULL = the job id
                                  of mpirun/srun's environment, else "dtrain" */
-    const uint8_t *secret;    /* per-job key for the handshake ...          */
-    size_t secret_len;        /* ... NULL/0: rank 0 makes one, shares it via a file://
+    const uint8_t *secret; /* per-job key for the handshake ...          */
+    size_t secret_len;     /* ... NULL/0: rank 0 makes one, shares it via a file://
                                  store (a tcp:// or env:// store refuses: DT_EINVAL) */
-    const char *host;         /* address to listen on and advertise; NULL = 127.0.0.1 */
-    const char *ifname;       /* or: the network interface whose IPv4 address to use */
-    double timeout_s;         /* default per-op timeout; 0 = 30 s */
-    double init_timeout_s;    /* rendezvous + connecting; 0 = 60 s */
-    size_t socket_buffer;     /* SO_SNDBUF/SO_RCVBUF; 0 = the kernel's autotuning */
-    dt_log_fn log;            /* rejected strangers etc.; NULL = stderr */
+    const char *host;      /* address to listen on and advertise; NULL = 127.0.0.1 */
+    const char *ifname;    /* or: the network interface whose IPv4 address to use */
+    double timeout_s;      /* default per-op timeout; 0 = 30 s */
+    double init_timeout_s; /* rendezvous + connecting; 0 = 60 s */
+    size_t socket_buffer;  /* SO_SNDBUF/SO_RCVBUF; 0 = the kernel's autotuning */
+    dt_log_fn log;         /* rejected strangers etc.; NULL = stderr */
     void *log_user;
     struct dt_device *device; /* dt_device.h: ops on buffers this device owns are
                                  staged through pinned host memory; NULL = host
@@ -185,8 +196,8 @@ void dt_comm_options_default(dt_comm_options *o);
  * Strings point into the environment or into `scratch` (>= 64 bytes for the
  * secret). On failure writes a message to err.
  */
-dt_status dt_comm_options_from_env(dt_comm_options *o, uint8_t *scratch,
-                                   size_t scratch_len, char *err, size_t errlen);
+dt_status dt_comm_options_from_env(dt_comm_options *o, uint8_t *scratch, size_t scratch_len,
+                                   char *err, size_t errlen);
 
 /* Joins the job. Always sets *out (NULL only on DT_ENOMEM); on failure read
  * dt_comm_error(*out), then dt_comm_destroy(*out). Blocks until every rank
@@ -254,9 +265,18 @@ bool dt_work_test(dt_work *w);
 /* ---- operations ------------------------------------------------------------ */
 
 typedef enum dt_op_kind {
-    DT_OP_ALLREDUCE, DT_OP_REDUCE_SCATTER, DT_OP_ALLGATHER, DT_OP_ALLGATHERV,
-    DT_OP_BROADCAST, DT_OP_BARRIER, DT_OP_REDUCE, DT_OP_GATHER, DT_OP_SCATTER,
-    DT_OP_ALLTOALL, DT_OP_SEND, DT_OP_RECV,
+    DT_OP_ALLREDUCE,
+    DT_OP_REDUCE_SCATTER,
+    DT_OP_ALLGATHER,
+    DT_OP_ALLGATHERV,
+    DT_OP_BROADCAST,
+    DT_OP_BARRIER,
+    DT_OP_REDUCE,
+    DT_OP_GATHER,
+    DT_OP_SCATTER,
+    DT_OP_ALLTOALL,
+    DT_OP_SEND,
+    DT_OP_RECV,
     DT_NUM_OP_KINDS
 } dt_op_kind;
 
@@ -293,13 +313,13 @@ typedef struct dt_op {
     size_t count;
     const size_t *counts; /* allgatherv only: p entries */
     dt_dtype dtype;
-    dt_redop redop;       /* reductions only */
-    int root;             /* broadcast, reduce, gather, scatter */
-    int peer;             /* send: destination; recv: source or DT_ANY_SOURCE */
-    uint32_t tag;         /* send/recv */
-    int *source;          /* recv: where the message came from (may be NULL) */
-    double timeout_s;     /* 0 = the communicator's default */
-    dt_algo algo;         /* DT_ALGO_AUTO unless forcing one */
+    dt_redop redop;   /* reductions only */
+    int root;         /* broadcast, reduce, gather, scatter */
+    int peer;         /* send: destination; recv: source or DT_ANY_SOURCE */
+    uint32_t tag;     /* send/recv */
+    int *source;      /* recv: where the message came from (may be NULL) */
+    double timeout_s; /* 0 = the communicator's default */
+    dt_algo algo;     /* DT_ALGO_AUTO unless forcing one */
 } dt_op;
 
 /* Validates and enqueues `op`; on success *work is the handle to wait. */
@@ -309,44 +329,36 @@ dt_status dt_run(dt_comm *c, const dt_op *op);
 
 /* Blocking forms. The _async forms take the same arguments plus dt_work**. */
 dt_status dt_allreduce(dt_comm *c, void *buf, size_t count, dt_dtype t, dt_redop op);
-dt_status dt_reduce_scatter(dt_comm *c, const void *send, void *recv,
-                            size_t recvcount, dt_dtype t, dt_redop op);
-dt_status dt_allgather(dt_comm *c, const void *send, void *recv, size_t count,
-                       dt_dtype t);
-dt_status dt_allgatherv(dt_comm *c, const void *send, void *recv,
-                        const size_t *counts, dt_dtype t);
+dt_status dt_reduce_scatter(dt_comm *c, const void *send, void *recv, size_t recvcount, dt_dtype t,
+                            dt_redop op);
+dt_status dt_allgather(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t);
+dt_status dt_allgatherv(dt_comm *c, const void *send, void *recv, const size_t *counts, dt_dtype t);
 dt_status dt_broadcast(dt_comm *c, void *buf, size_t count, dt_dtype t, int root);
 dt_status dt_barrier(dt_comm *c);
-dt_status dt_reduce(dt_comm *c, void *buf, size_t count, dt_dtype t, dt_redop op,
-                    int root);
-dt_status dt_gather(dt_comm *c, const void *send, void *recv, size_t count,
-                    dt_dtype t, int root);
-dt_status dt_scatter(dt_comm *c, const void *send, void *recv, size_t count,
-                     dt_dtype t, int root);
-dt_status dt_alltoall(dt_comm *c, const void *send, void *recv, size_t count,
-                      dt_dtype t);
+dt_status dt_reduce(dt_comm *c, void *buf, size_t count, dt_dtype t, dt_redop op, int root);
+dt_status dt_gather(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t, int root);
+dt_status dt_scatter(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t, int root);
+dt_status dt_alltoall(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t);
 /* A send completes once the kernel has its bytes. The receive that matches
  * it must name its dtype and count: otherwise DT_EPROTO with both views, on
  * the receiver at once and on the sender at its next op. */
-dt_status dt_send(dt_comm *c, const void *buf, size_t count, dt_dtype t, int peer,
-                  uint32_t tag);
+dt_status dt_send(dt_comm *c, const void *buf, size_t count, dt_dtype t, int peer, uint32_t tag);
 /* peer may be DT_ANY_SOURCE; *source (if not NULL) gets the sender. */
-dt_status dt_recv(dt_comm *c, void *buf, size_t count, dt_dtype t, int peer,
-                  uint32_t tag, int *source);
+dt_status dt_recv(dt_comm *c, void *buf, size_t count, dt_dtype t, int peer, uint32_t tag,
+                  int *source);
 
-dt_status dt_allreduce_async(dt_comm *c, void *buf, size_t count, dt_dtype t,
-                             dt_redop op, dt_work **w);
-dt_status dt_reduce_scatter_async(dt_comm *c, const void *send, void *recv,
-                                  size_t recvcount, dt_dtype t, dt_redop op,
-                                  dt_work **w);
-dt_status dt_allgather_async(dt_comm *c, const void *send, void *recv,
-                             size_t count, dt_dtype t, dt_work **w);
-dt_status dt_broadcast_async(dt_comm *c, void *buf, size_t count, dt_dtype t,
-                             int root, dt_work **w);
-dt_status dt_send_async(dt_comm *c, const void *buf, size_t count, dt_dtype t,
-                        int peer, uint32_t tag, dt_work **w);
-dt_status dt_recv_async(dt_comm *c, void *buf, size_t count, dt_dtype t, int peer,
-                        uint32_t tag, int *source, dt_work **w);
+dt_status dt_allreduce_async(dt_comm *c, void *buf, size_t count, dt_dtype t, dt_redop op,
+                             dt_work **w);
+dt_status dt_reduce_scatter_async(dt_comm *c, const void *send, void *recv, size_t recvcount,
+                                  dt_dtype t, dt_redop op, dt_work **w);
+dt_status dt_allgather_async(dt_comm *c, const void *send, void *recv, size_t count, dt_dtype t,
+                             dt_work **w);
+dt_status dt_broadcast_async(dt_comm *c, void *buf, size_t count, dt_dtype t, int root,
+                             dt_work **w);
+dt_status dt_send_async(dt_comm *c, const void *buf, size_t count, dt_dtype t, int peer,
+                        uint32_t tag, dt_work **w);
+dt_status dt_recv_async(dt_comm *c, void *buf, size_t count, dt_dtype t, int peer, uint32_t tag,
+                        int *source, dt_work **w);
 
 #ifdef __cplusplus
 }

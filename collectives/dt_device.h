@@ -54,8 +54,8 @@ typedef struct dt_device_event dt_device_event;
 
 /* Options of the fake device (zeros are the defaults). */
 typedef struct dt_fake_device_options {
-    unsigned copy_delay_us;  /* the copy thread sleeps this long before each copy */
-    bool fail_pinned_alloc;  /* dt_device_pinned_alloc always fails (DT_ENOMEM) */
+    unsigned copy_delay_us; /* the copy thread sleeps this long before each copy */
+    bool fail_pinned_alloc; /* dt_device_pinned_alloc always fails (DT_ENOMEM) */
 } dt_fake_device_options;
 
 /*
@@ -68,8 +68,8 @@ dt_status dt_device_open(dt_device **out, const char *name, char *err, size_t er
 dt_status dt_device_open_fake(dt_device **out, const dt_fake_device_options *opts);
 /* Frees the device. Streams, events and memory must be freed first. */
 void dt_device_close(dt_device *d);
-const char *dt_device_name(const dt_device *d);    /* "fake", "cuda:0 (NVIDIA H100 ...)" */
-const char *dt_device_error(const dt_device *d);   /* the last failure, or "" */
+const char *dt_device_name(const dt_device *d);  /* "fake", "cuda:0 (NVIDIA H100 ...)" */
+const char *dt_device_error(const dt_device *d); /* the last failure, or "" */
 /* True when dt_device_open(.., "cuda") can work in this build. */
 bool dt_device_cuda_built(void);
 

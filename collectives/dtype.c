@@ -26,15 +26,9 @@
 #define COUNT_OF(a) (sizeof(a) / sizeof((a)[0]))
 
 static const char *const status_names[] = {
-    [DT_OK] = "DT_OK",
-    [DT_EINVAL] = "DT_EINVAL",
-    [DT_ETIMEDOUT] = "DT_ETIMEDOUT",
-    [DT_EPEER] = "DT_EPEER",
-    [DT_EPROTO] = "DT_EPROTO",
-    [DT_EABORTED] = "DT_EABORTED",
-    [DT_ESTORE] = "DT_ESTORE",
-    [DT_ESYS] = "DT_ESYS",
-    [DT_ENOMEM] = "DT_ENOMEM",
+    [DT_OK] = "DT_OK",         [DT_EINVAL] = "DT_EINVAL", [DT_ETIMEDOUT] = "DT_ETIMEDOUT",
+    [DT_EPEER] = "DT_EPEER",   [DT_EPROTO] = "DT_EPROTO", [DT_EABORTED] = "DT_EABORTED",
+    [DT_ESTORE] = "DT_ESTORE", [DT_ESYS] = "DT_ESYS",     [DT_ENOMEM] = "DT_ENOMEM",
 };
 _Static_assert(COUNT_OF(status_names) == DT_ENOMEM + 1, "a status lacks a name");
 
@@ -49,59 +43,60 @@ static const size_t dtype_sizes[DT_NUM_DTYPES] = {
 };
 
 static const char *const redop_names[DT_NUM_REDOPS] = {
-    [DT_SUM] = "sum",   [DT_PROD] = "prod", [DT_MIN] = "min", [DT_MAX] = "max",
-    [DT_AVG] = "avg",   [DT_BAND] = "band", [DT_BOR] = "bor", [DT_BXOR] = "bxor",
+    [DT_SUM] = "sum", [DT_PROD] = "prod", [DT_MIN] = "min", [DT_MAX] = "max",
+    [DT_AVG] = "avg", [DT_BAND] = "band", [DT_BOR] = "bor", [DT_BXOR] = "bxor",
 };
 
 static const char *const op_names[DT_NUM_OP_KINDS] = {
-    [DT_OP_ALLREDUCE] = "allreduce",
-    [DT_OP_REDUCE_SCATTER] = "reduce_scatter",
-    [DT_OP_ALLGATHER] = "allgather",
-    [DT_OP_ALLGATHERV] = "allgatherv",
-    [DT_OP_BROADCAST] = "broadcast",
-    [DT_OP_BARRIER] = "barrier",
-    [DT_OP_REDUCE] = "reduce",
-    [DT_OP_GATHER] = "gather",
-    [DT_OP_SCATTER] = "scatter",
-    [DT_OP_ALLTOALL] = "alltoall",
-    [DT_OP_SEND] = "send",
-    [DT_OP_RECV] = "recv",
+    [DT_OP_ALLREDUCE] = "allreduce", [DT_OP_REDUCE_SCATTER] = "reduce_scatter",
+    [DT_OP_ALLGATHER] = "allgather", [DT_OP_ALLGATHERV] = "allgatherv",
+    [DT_OP_BROADCAST] = "broadcast", [DT_OP_BARRIER] = "barrier",
+    [DT_OP_REDUCE] = "reduce",       [DT_OP_GATHER] = "gather",
+    [DT_OP_SCATTER] = "scatter",     [DT_OP_ALLTOALL] = "alltoall",
+    [DT_OP_SEND] = "send",           [DT_OP_RECV] = "recv",
 };
 
 /* Enums may be unsigned or signed; compare through unsigned so that a
  * negative value from a cast is out of range too. */
-static const char *name_or_unknown(const char *const *names, size_t n,
-                                   unsigned value) {
+static const char *name_or_unknown(const char *const *names, size_t n, unsigned value)
+{
     return value < n && names[value] ? names[value] : "?";
 }
 
-const char *dt_status_name(dt_status s) {
+const char *dt_status_name(dt_status s)
+{
     return name_or_unknown(status_names, COUNT_OF(status_names), (unsigned)s);
 }
 
-size_t dt_dtype_size(dt_dtype t) {
+size_t dt_dtype_size(dt_dtype t)
+{
     return (unsigned)t < DT_NUM_DTYPES ? dtype_sizes[t] : 0;
 }
 
-const char *dt_dtype_name(dt_dtype t) {
+const char *dt_dtype_name(dt_dtype t)
+{
     return name_or_unknown(dtype_names, DT_NUM_DTYPES, (unsigned)t);
 }
 
-const char *dt_redop_name(dt_redop op) {
+const char *dt_redop_name(dt_redop op)
+{
     return name_or_unknown(redop_names, DT_NUM_REDOPS, (unsigned)op);
 }
 
-const char *dt_op_name(dt_op_kind k) {
+const char *dt_op_name(dt_op_kind k)
+{
     return name_or_unknown(op_names, DT_NUM_OP_KINDS, (unsigned)k);
 }
 
-static bool dtype_is_integer(dt_dtype t) {
+static bool dtype_is_integer(dt_dtype t)
+{
     return t == DT_I8 || t == DT_U8 || t == DT_I32 || t == DT_I64;
 }
 
 /* Bitwise reductions have no meaning on floats; everything else works on
  * every dtype (sum/prod of integers wrap, see reduce.h). */
-bool dt_redop_supports(dt_redop op, dt_dtype t) {
+bool dt_redop_supports(dt_redop op, dt_dtype t)
+{
     if ((unsigned)op >= DT_NUM_REDOPS || (unsigned)t >= DT_NUM_DTYPES)
         return false;
     if (op == DT_BAND || op == DT_BOR || op == DT_BXOR)
@@ -111,8 +106,8 @@ bool dt_redop_supports(dt_redop op, dt_dtype t) {
 
 /* Exact, case-sensitive match: names travel in config files and on the
  * command line, where "F32" is more likely a typo than a wish. */
-static bool parse_name(const char *const *names, size_t n, const char *name,
-                       unsigned *out) {
+static bool parse_name(const char *const *names, size_t n, const char *name, unsigned *out)
+{
     if (!name)
         return false;
     for (unsigned i = 0; i < n; i++) {
@@ -124,7 +119,8 @@ static bool parse_name(const char *const *names, size_t n, const char *name,
     return false;
 }
 
-bool dt_dtype_parse(const char *name, dt_dtype *out) {
+bool dt_dtype_parse(const char *name, dt_dtype *out)
+{
     unsigned i;
     if (!parse_name(dtype_names, DT_NUM_DTYPES, name, &i))
         return false;
@@ -132,7 +128,8 @@ bool dt_dtype_parse(const char *name, dt_dtype *out) {
     return true;
 }
 
-bool dt_redop_parse(const char *name, dt_redop *out) {
+bool dt_redop_parse(const char *name, dt_redop *out)
+{
     unsigned i;
     if (!parse_name(redop_names, DT_NUM_REDOPS, name, &i))
         return false;
@@ -140,7 +137,19 @@ bool dt_redop_parse(const char *name, dt_redop *out) {
     return true;
 }
 
-float dt_f16_to_f32(uint16_t h) { return half_f16_to_f32(h); }
-uint16_t dt_f32_to_f16(float f) { return half_f32_to_f16(f); }
-float dt_bf16_to_f32(uint16_t h) { return half_bf16_to_f32(h); }
-uint16_t dt_f32_to_bf16(float f) { return half_f32_to_bf16(f); }
+float dt_f16_to_f32(uint16_t h)
+{
+    return half_f16_to_f32(h);
+}
+uint16_t dt_f32_to_f16(float f)
+{
+    return half_f32_to_f16(f);
+}
+float dt_bf16_to_f32(uint16_t h)
+{
+    return half_bf16_to_f32(h);
+}
+uint16_t dt_f32_to_bf16(float f)
+{
+    return half_f32_to_bf16(f);
+}

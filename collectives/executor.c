@@ -33,19 +33,26 @@
 
 static uint64_t wire_count(const dt_comm *c, const dt_op *op)
 {
-    if (op->kind != DT_OP_ALLGATHERV) return op->count;
+    if (op->kind != DT_OP_ALLGATHERV)
+        return op->count;
     uint64_t sum = 0;
-    for (int r = 0; r < c->size; r++) sum += op->counts[r];
+    for (int r = 0; r < c->size; r++)
+        sum += op->counts[r];
     return sum;
 }
 
 dt_status comm_executor_run(dt_comm *c, dt_work *w)
 {
     dt_opctx o = {
-        .comm = c, .op = &w->op, .seq = w->seq, .wire_count = wire_count(c, &w->op),
-        .rank = c->rank, .size = c->size,
+        .comm = c,
+        .op = &w->op,
+        .seq = w->seq,
+        .wire_count = wire_count(c, &w->op),
+        .rank = c->rank,
+        .size = c->size,
         .deadline = dt_now() + (w->op.timeout_s > 0 ? w->op.timeout_s : c->timeout_s),
-        .sent_index = c->sent_index, .recv_index = c->recv_index,
+        .sent_index = c->sent_index,
+        .recv_index = c->recv_index,
     };
     memset(c->sent_index, 0, sizeof *c->sent_index * (size_t)c->size);
     memset(c->recv_index, 0, sizeof *c->recv_index * (size_t)c->size);

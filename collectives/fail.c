@@ -79,20 +79,23 @@ static bool record_failure(dt_comm *c, dt_status st, const char *fmt, va_list ap
 static group_family *lock_family(dt_comm *c)
 {
     dt_group *g = comm_family_get(c);
-    if (!g) return NULL;
+    if (!g)
+        return NULL;
     pthread_mutex_lock(&g->family->mu);
     return g->family;
 }
 
 static void unlock_family(group_family *family)
 {
-    if (family) pthread_mutex_unlock(&family->mu);
+    if (family)
+        pthread_mutex_unlock(&family->mu);
 }
 
 /* Fail `top` and everything below it, except `origin` (already failed). */
 static void fail_subtree(dt_comm *top, const dt_comm *origin, dt_status st, const char *text)
 {
-    if (top != origin) comm_fail_member(top, st, "%s", text);
+    if (top != origin)
+        comm_fail_member(top, st, "%s", text);
     for (dt_comm *k = top->group->first_child; k; k = k->group->next_sibling)
         fail_subtree(k, origin, st, text);
 }
@@ -107,9 +110,11 @@ static void spread_failure(dt_comm *c)
     dt_status st = c->fail_status;
     snprintf(text, sizeof text, "%s", c->error);
     pthread_mutex_unlock(&c->mu);
-    if (g->detached) return;
+    if (g->detached)
+        return;
     dt_comm *top = c;
-    while (st == DT_EPEER && top->group->parent) top = top->group->parent;
+    while (st == DT_EPEER && top->group->parent)
+        top = top->group->parent;
     fail_subtree(top, c, st, text);
 }
 
@@ -120,7 +125,8 @@ static void spread_failure(dt_comm *c)
 void comm_failv(dt_comm *c, dt_status st, const char *fmt, va_list ap)
 {
     group_family *family = lock_family(c);
-    if (record_failure(c, st, fmt, ap) && family) spread_failure(c);
+    if (record_failure(c, st, fmt, ap) && family)
+        spread_failure(c);
     unlock_family(family);
 }
 
@@ -144,9 +150,11 @@ void comm_fail_member(dt_comm *c, dt_status st, const char *fmt, ...)
 
 bool comm_fail_deferred_locked(dt_comm *c)
 {
-    if (!c->fail_deferred) return false;
+    if (!c->fail_deferred)
+        return false;
     c->fail_deferred = false;
-    if (c->failed) return false;
+    if (c->failed)
+        return false;
     c->failed = true;
     c->fail_status = c->deferred_status;
     snprintf(c->error, sizeof c->error, "%s", c->deferred_error);
@@ -158,12 +166,14 @@ bool comm_fail_deferred_locked(dt_comm *c)
 void comm_fail_deferred(dt_comm *c)
 {
     pthread_mutex_lock(&c->mu);
-    if (comm_fail_deferred_locked(c)) comm_wake_thread(c);
+    if (comm_fail_deferred_locked(c))
+        comm_wake_thread(c);
     pthread_mutex_unlock(&c->mu);
 }
 
 uint64_t comm_fail_first_unfinished_locked(const dt_comm *c)
 {
-    if (c->in_op) return c->cur_seq;
+    if (c->in_op)
+        return c->cur_seq;
     return c->q_head ? c->q_head->seq : c->next_seq;
 }

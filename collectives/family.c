@@ -27,10 +27,14 @@
 dt_group *comm_family_new(group_family *family)
 {
     dt_group *g = calloc(1, sizeof *g);
-    if (!g) return NULL;
+    if (!g)
+        return NULL;
     if (!family) {
         family = calloc(1, sizeof *family);
-        if (!family) { free(g); return NULL; }
+        if (!family) {
+            free(g);
+            return NULL;
+        }
         pthread_mutex_init(&family->mu, NULL);
     }
     pthread_mutex_lock(&family->mu);
@@ -63,28 +67,30 @@ bool comm_family_who(const dt_comm *c, char *out, size_t n)
         snprintf(out, n, "rank %d", c->rank);
         return false;
     }
-    snprintf(out, n, "rank %d (world rank %d) of group '%s' = %s", c->rank,
-             g->world_ranks[c->rank], g->label, g->members);
+    snprintf(out, n, "rank %d (world rank %d) of group '%s' = %s", c->rank, g->world_ranks[c->rank],
+             g->label, g->members);
     return true;
 }
 
 void comm_family_label_peer(dt_conn *cn)
 {
     const dt_group *g = comm_family_get(cn->comm);
-    if (!g || !g->world_ranks) return;
+    if (!g || !g->world_ranks)
+        return;
     size_t len = strlen(cn->addr);
-    snprintf(cn->addr + len, sizeof cn->addr - len, ", world rank %d",
-             g->world_ranks[cn->peer]);
+    snprintf(cn->addr + len, sizeof cn->addr - len, ", world rank %d", g->world_ranks[cn->peer]);
 }
 
 void comm_family_detach(dt_comm *c)
 {
     dt_group *g = comm_family_get(c);
-    if (!g) return;
+    if (!g)
+        return;
     pthread_mutex_lock(&g->family->mu);
     if (g->parent) {
         dt_comm **pp = &g->parent->group->first_child;
-        while (*pp != c) pp = &(*pp)->group->next_sibling;
+        while (*pp != c)
+            pp = &(*pp)->group->next_sibling;
         *pp = g->next_sibling;
     }
     for (dt_comm *k = g->first_child, *next; k; k = next) {
@@ -100,7 +106,8 @@ void comm_family_detach(dt_comm *c)
 void comm_family_free(dt_comm *c)
 {
     dt_group *g = c->group;
-    if (!g) return;
+    if (!g)
+        return;
     group_family *f = g->family;
     pthread_mutex_lock(&f->mu);
     bool last = --f->refs == 0;
@@ -116,7 +123,8 @@ void comm_family_free(dt_comm *c)
 
 int dt_comm_world_rank(const dt_comm *c, int rank)
 {
-    if (!c || rank < 0 || rank >= c->size) return -1;
+    if (!c || rank < 0 || rank >= c->size)
+        return -1;
     const dt_group *g = comm_family_get(c);
     return g && g->world_ranks ? g->world_ranks[rank] : rank;
 }

@@ -15,23 +15,23 @@
 
 /* The communicators of one process that came from one world by splits. */
 typedef struct group_family {
-    pthread_mutex_t mu;      /* the tree's links; one failure at a time */
-    int refs;                /* under mu: group records pointing here */
+    pthread_mutex_t mu; /* the tree's links; one failure at a time */
+    int refs;           /* under mu: group records pointing here */
 } group_family;
 
 typedef struct dt_group {
     group_family *family;
     /* under family->mu */
-    dt_comm *parent;         /* NULL: a world, or the parent was destroyed */
+    dt_comm *parent; /* NULL: a world, or the parent was destroyed */
     dt_comm *first_child;
     dt_comm *next_sibling;
-    bool detached;           /* being destroyed: out of the tree */
+    bool detached; /* being destroyed: out of the tree */
     /* API thread only */
-    unsigned splits;         /* dt_comm_split calls on this communicator */
+    unsigned splits; /* dt_comm_split calls on this communicator */
     /* fixed once made */
-    int *world_ranks;        /* [size] world rank of each group rank; NULL: a world */
-    char label[96];          /* "split 1 colour 0" (nested: "… > split 2 colour 1") */
-    char members[96];        /* "world ranks 1,3" */
+    int *world_ranks; /* [size] world rank of each group rank; NULL: a world */
+    char label[96];   /* "split 1 colour 0" (nested: "… > split 2 colour 1") */
+    char members[96]; /* "world ranks 1,3" */
 } dt_group;
 
 /* family.c: a group record in `family` (NULL: in a new family of its own);

@@ -38,8 +38,9 @@
  * (gather). The other pointer is NULL. Device buffers (staging.h): a block
  * is sent once its copy to the host has landed, and a received block goes
  * back to the device as soon as it has arrived. */
-static dt_status root_exchange_all(dt_opctx *o, const char *to_send,
-                                   char *to_recv, size_t block_bytes) {
+static dt_status root_exchange_all(dt_opctx *o, const char *to_send, char *to_recv,
+                                   size_t block_bytes)
+{
     const int p = o->size;
     dt_xfer *xs = calloc((size_t)p, sizeof *xs);
     if (!xs)
@@ -67,7 +68,8 @@ static dt_status root_exchange_all(dt_opctx *o, const char *to_send,
 }
 
 /* gather: send [count] on every rank → recv [p·count] at the root. */
-dt_status comm_gather_linear(dt_opctx *o) {
+dt_status comm_gather_linear(dt_opctx *o)
+{
     const dt_op *op = o->op;
     const size_t bytes = op->count * dt_dtype_size(op->dtype);
     dt_xfer x;
@@ -88,7 +90,8 @@ dt_status comm_gather_linear(dt_opctx *o) {
 }
 
 /* scatter: send [p·count] at the root → recv [count] on every rank. */
-dt_status comm_scatter_linear(dt_opctx *o) {
+dt_status comm_scatter_linear(dt_opctx *o)
+{
     const dt_op *op = o->op;
     const size_t bytes = op->count * dt_dtype_size(op->dtype);
     dt_xfer x;

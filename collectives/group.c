@@ -55,7 +55,7 @@ typedef struct split_entry {
 } split_entry;
 
 typedef struct listen_entry {
-    int32_t ready;           /* 1: this rank's child is listening */
+    int32_t ready; /* 1: this rank's child is listening */
     int32_t port;
     char host[56];
 } listen_entry;
@@ -64,7 +64,8 @@ typedef struct listen_entry {
 static dt_group *group_of(dt_comm *c)
 {
     dt_group *g = comm_family_get(c);
-    if (!g && (g = comm_family_new(NULL)) != NULL) comm_family_set(c, g);
+    if (!g && (g = comm_family_new(NULL)) != NULL)
+        comm_family_set(c, g);
     return g;
 }
 
@@ -76,7 +77,8 @@ static int group_members(const split_entry *all, int p, int32_t color, int *memb
 {
     int n = 0;
     for (int r = 0; r < p; r++) {
-        if (all[r].color != color) continue;
+        if (all[r].color != color)
+            continue;
         int i = n++;
         while (i > 0 && all[members[i - 1]].key > all[r].key) {
             members[i] = members[i - 1];
@@ -96,19 +98,24 @@ static dt_status child_group(dt_comm *c, dt_comm *parent, unsigned split, int co
     int *world = malloc((size_t)c->size * sizeof *world);
     if (!g || !world) {
         free(world);
-        if (g) { comm_family_set(c, g); comm_family_free(c); }
+        if (g) {
+            comm_family_set(c, g);
+            comm_family_free(c);
+        }
         comm_fail(c, DT_ENOMEM, "rank %d: out of memory", c->rank);
         return DT_ENOMEM;
     }
-    for (int i = 0; i < c->size; i++) world[i] = dt_comm_world_rank(parent, members[i]);
+    for (int i = 0; i < c->size; i++)
+        world[i] = dt_comm_world_rank(parent, members[i]);
     g->world_ranks = world;
-    snprintf(g->label, sizeof g->label, "%.60s%ssplit %u colour %d", pg->world_ranks ? pg->label : "",
-             pg->world_ranks ? " > " : "", split, color);
+    snprintf(g->label, sizeof g->label, "%.60s%ssplit %u colour %d",
+             pg->world_ranks ? pg->label : "", pg->world_ranks ? " > " : "", split, color);
     int used = snprintf(g->members, sizeof g->members, "world rank%s", c->size > 1 ? "s " : " ");
     for (int i = 0; i < c->size && used < (int)sizeof g->members; i++)
-        used += snprintf(g->members + used, sizeof g->members - (size_t)used, "%s%d",
-                         i ? "," : "", world[i]);
-    if (used >= (int)sizeof g->members) strcpy(g->members + sizeof g->members - 4, "...");
+        used += snprintf(g->members + used, sizeof g->members - (size_t)used, "%s%d", i ? "," : "",
+                         world[i]);
+    if (used >= (int)sizeof g->members)
+        strcpy(g->members + sizeof g->members - 4, "...");
     comm_family_set(c, g);
     pthread_mutex_lock(&pg->family->mu);
     g->parent = parent;
@@ -119,12 +126,13 @@ static dt_status child_group(dt_comm *c, dt_comm *parent, unsigned split, int co
 }
 
 /* This rank's side of the child: set up, key, place in the tree, listener. */
-static dt_status child_create(dt_comm *parent, unsigned split, int color, const int *members,
-                              int n, int my, dt_comm **out)
+static dt_status child_create(dt_comm *parent, unsigned split, int color, const int *members, int n,
+                              int my, dt_comm **out)
 {
     dt_comm *c = calloc(1, sizeof *c);
     *out = c;
-    if (!c) return DT_ENOMEM;
+    if (!c)
+        return DT_ENOMEM;
     char job_id[256];
     snprintf(job_id, sizeof job_id, "%s/split%u.%d", parent->job_id, split, color);
     dt_comm_options o;
@@ -140,10 +148,12 @@ static dt_status child_create(dt_comm *parent, unsigned split, int color, const 
     o.log = parent->log;
     o.log_user = parent->log_user;
     dt_status st = comm_setup(c, &o);
-    if (st == DT_OK) st = child_group(c, parent, split, color, members);
-    if (st != DT_OK) return st;
-    crypto_generichash(c->key, sizeof c->key, (const uint8_t *)job_id, strlen(job_id),
-                       parent->key, sizeof parent->key);
+    if (st == DT_OK)
+        st = child_group(c, parent, split, color, members);
+    if (st != DT_OK)
+        return st;
+    crypto_generichash(c->key, sizeof c->key, (const uint8_t *)job_id, strlen(job_id), parent->key,
+                       sizeof parent->key);
     return comm_thread_start(c);
 }
 
@@ -154,9 +164,10 @@ static dt_status child_connect(dt_comm *c, const listen_entry *where, const int 
     for (int i = 0; i < c->size; i++) {
         const listen_entry *e = &where[members[i]];
         if (!e->ready) {
-            comm_fail_member(c, DT_EPEER, "rank %d: rank %d (world rank %d) could not set up "
-                             "its side of the group (its own error says why)", c->rank, i,
-                             g->world_ranks[i]);
+            comm_fail_member(c, DT_EPEER,
+                             "rank %d: rank %d (world rank %d) could not set up "
+                             "its side of the group (its own error says why)",
+                             c->rank, i, g->world_ranks[i]);
             return DT_EPEER;
         }
         char host[sizeof e->host];
@@ -165,8 +176,10 @@ static dt_status child_connect(dt_comm *c, const listen_entry *where, const int 
                  (int)e->port, g->world_ranks[i]);
         if (uv_ip4_addr(host, e->port, (struct sockaddr_in *)&c->dial[i]) != 0 &&
             uv_ip6_addr(host, e->port, (struct sockaddr_in6 *)&c->dial[i]) != 0) {
-            comm_fail_member(c, DT_EPROTO, "rank %d: rank %d (world rank %d) listens on an "
-                             "unusable address '%s'", c->rank, i, g->world_ranks[i], host);
+            comm_fail_member(c, DT_EPROTO,
+                             "rank %d: rank %d (world rank %d) listens on an "
+                             "unusable address '%s'",
+                             c->rank, i, g->world_ranks[i], host);
             return DT_EPROTO;
         }
     }
@@ -175,14 +188,15 @@ static dt_status child_connect(dt_comm *c, const listen_entry *where, const int 
 
 /* The split could not make this rank's child: say why on the parent (which
  * may itself be healthy) and let the child go. */
-static dt_status split_failed(dt_comm *parent, unsigned split, int color, dt_comm *c,
-                              dt_status st)
+static dt_status split_failed(dt_comm *parent, unsigned split, int color, dt_comm *c, dt_status st)
 {
     char why[DT_ERROR_MAX];
     snprintf(why, sizeof why, "%s", c ? dt_comm_error(c) : "out of memory");
     pthread_mutex_lock(&parent->mu);
-    snprintf(parent->arg_error, sizeof parent->arg_error, "rank %d: dt_comm_split #%u "
-             "(colour %d): %.900s", parent->rank, split, color, why);
+    snprintf(parent->arg_error, sizeof parent->arg_error,
+             "rank %d: dt_comm_split #%u "
+             "(colour %d): %.900s",
+             parent->rank, split, color, why);
     pthread_mutex_unlock(&parent->mu);
     dt_comm_destroy(c);
     return st;
@@ -193,13 +207,15 @@ static dt_status split_run(dt_comm *parent, unsigned split, split_entry me, spli
                            listen_entry *where, int *members, dt_comm **child)
 {
     dt_status st = dt_allgather(parent, &me, all, sizeof me, DT_U8);
-    if (st != DT_OK) return st;
+    if (st != DT_OK)
+        return st;
     dt_comm *c = NULL;
     dt_status made = DT_OK;
     listen_entry mine = {0};
     if (me.color >= 0) {
         int n = group_members(all, parent->size, me.color, members), my = 0;
-        while (members[my] != parent->rank) my++;
+        while (members[my] != parent->rank)
+            my++;
         made = child_create(parent, split, me.color, members, n, my, &c);
         if (made == DT_OK) {
             mine.ready = 1;
@@ -212,8 +228,10 @@ static dt_status split_run(dt_comm *parent, unsigned split, split_entry me, spli
         dt_comm_destroy(c);
         return st;
     }
-    if (made == DT_OK && c) made = child_connect(c, where, members);
-    if (made != DT_OK) return split_failed(parent, split, me.color, c, made);
+    if (made == DT_OK && c)
+        made = child_connect(c, where, members);
+    if (made != DT_OK)
+        return split_failed(parent, split, me.color, c, made);
     *child = c;
     return DT_OK;
 }
@@ -222,8 +240,10 @@ dt_status dt_comm_split(dt_comm *parent, int color, int key, dt_comm **child)
 {
     if (!parent || !child) {
         if (parent)
-            comm_fail(parent, DT_EINVAL, "rank %d: dt_comm_split needs somewhere to put the "
-                      "child (child is NULL)", parent->rank);
+            comm_fail(parent, DT_EINVAL,
+                      "rank %d: dt_comm_split needs somewhere to put the "
+                      "child (child is NULL)",
+                      parent->rank);
         return DT_EINVAL;
     }
     *child = NULL;

@@ -36,20 +36,23 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline uint32_t half_f32_bits(float f) {
+static inline uint32_t half_f32_bits(float f)
+{
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
 }
 
-static inline float half_f32_from_bits(uint32_t u) {
+static inline float half_f32_from_bits(uint32_t u)
+{
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
 }
 
 /* All ones if cond, else zero: the lane mask of a SIMD compare. */
-static inline uint32_t half_mask(int cond) {
+static inline uint32_t half_mask(int cond)
+{
     return 0u - (uint32_t)cond;
 }
 
@@ -61,14 +64,14 @@ static inline uint32_t half_mask(int cond) {
 /* Exact. Normals and inf/NaN shift into place and rebias; a subnormal
  * m·2^-24 is read as the float 0.5 + m·2^-24 and 0.5 is subtracted (exact,
  * both are multiples of 2^-24 below 1). NaN payloads keep their bits. */
-static inline float half_f16_to_f32(uint16_t h) {
+static inline float half_f16_to_f32(uint16_t h)
+{
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t magnitude = (uint32_t)(h & 0x7fffu);
     uint32_t shifted = magnitude << 13;
     uint32_t normal = shifted + HALF_REBIAS;
     uint32_t inf_nan = shifted + 2 * HALF_REBIAS; /* exponent 31 -> 255 */
-    uint32_t subnormal = half_f32_bits(
-        half_f32_from_bits(HALF_MAGIC_BITS + magnitude) - 0.5f);
+    uint32_t subnormal = half_f32_bits(half_f32_from_bits(HALF_MAGIC_BITS + magnitude) - 0.5f);
     uint32_t is_inf_nan = half_mask(magnitude >= 0x7c00u);
     uint32_t is_subnormal = half_mask(magnitude < 0x0400u);
     uint32_t bits = (inf_nan & is_inf_nan) | (subnormal & is_subnormal) |
@@ -83,13 +86,13 @@ static inline float half_f16_to_f32(uint16_t h) {
  *                       classic integer RNE); a carry out of the mantissa
  *                       bumps the exponent, which is the right answer, and
  *                       anything past 65504's rounding range clamps to inf. */
-static inline uint16_t half_f32_to_f16(float f) {
+static inline uint16_t half_f32_to_f16(float f)
+{
     uint32_t x = half_f32_bits(f);
     uint32_t sign = (x >> 16) & 0x8000u;
     uint32_t a = x & 0x7fffffffu;
     uint32_t nan = 0x7e00u | ((a >> 13) & 0x03ffu);
-    uint32_t subnormal =
-        half_f32_bits(half_f32_from_bits(a) + 0.5f) - HALF_MAGIC_BITS;
+    uint32_t subnormal = half_f32_bits(half_f32_from_bits(a) + 0.5f) - HALF_MAGIC_BITS;
     uint32_t rebiased = a - HALF_REBIAS; /* wraps for tiny a: not selected */
     uint32_t normal = (rebiased + 0x0fffu + ((rebiased >> 13) & 1u)) >> 13;
     normal = normal > 0x7c00u ? 0x7c00u : normal;
@@ -101,14 +104,16 @@ static inline uint16_t half_f32_to_f16(float f) {
 }
 
 /* Exact: bf16 is the top half of an f32. */
-static inline float half_bf16_to_f32(uint16_t h) {
+static inline float half_bf16_to_f32(uint16_t h)
+{
     return half_f32_from_bits((uint32_t)h << 16);
 }
 
 /* Round to nearest even by integer arithmetic on the f32 bits; overflow
  * carries into the exponent and lands on inf by itself. NaN is handled
  * apart so that rounding cannot carry a payload into inf. */
-static inline uint16_t half_f32_to_bf16(float f) {
+static inline uint16_t half_f32_to_bf16(float f)
+{
     uint32_t x = half_f32_bits(f);
     uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
     uint32_t nan = (x >> 16) | 0x0040u;

@@ -46,7 +46,10 @@
 
 enum { PHASE_WAIT_CHALLENGE = 1, PHASE_WAIT_HELLO, PHASE_WAIT_RESPONSE };
 
-static void put_host_u32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static void put_host_u32(uint8_t *p, uint32_t v)
+{
+    memcpy(p, &v, 4);
+}
 static uint32_t get_host_u32(const uint8_t *p)
 {
     uint32_t v;
@@ -94,7 +97,8 @@ void comm_handshake_lost(dt_conn *cn, ssize_t err)
     cn->rx_state = RX_STOPPED;
     comm_conn_stop_reading(cn);
     if (cn->outgoing)
-        comm_fail(c, DT_EPEER, "rank %d: rank %d (%s) closed the connection during the "
+        comm_fail(c, DT_EPEER,
+                  "rank %d: rank %d (%s) closed the connection during the "
                   "handshake (%s): is it another job, or does it hold another secret?",
                   c->rank, cn->expect_peer, cn->addr, uv_strerror((int)err));
     else
@@ -115,7 +119,8 @@ static void hs_write(dt_conn *cn, uv_write_t *req, const void *buf, size_t len)
     uv_buf_t b = uv_buf_init((char *)buf, (unsigned)len);
     req->data = cn;
     int rc = uv_write(req, (uv_stream_t *)&cn->tcp, &b, 1, on_hs_write_done);
-    if (rc < 0) comm_handshake_lost(cn, rc);
+    if (rc < 0)
+        comm_handshake_lost(cn, rc);
 }
 
 void comm_handshake_start_outgoing(dt_conn *cn)
@@ -148,8 +153,10 @@ static bool on_challenge(dt_conn *cn)
     uint32_t magic = get_host_u32(m), version = get_host_u32(m + 4);
     uint32_t world = get_host_u32(m + 8), rank = get_host_u32(m + 12);
     const char *why = NULL;
-    if (magic != HS_MAGIC) why = "it does not speak dtrain's protocol";
-    else if (version != HS_VERSION) why = "it speaks another protocol version";
+    if (magic != HS_MAGIC)
+        why = "it does not speak dtrain's protocol";
+    else if (version != HS_VERSION)
+        why = "it speaks another protocol version";
     else if (world != (uint32_t)c->size || rank != (uint32_t)cn->expect_peer)
         why = "it is another rank or another job";
     else if (!mac_ok(c, m + 32, 'A', cn->hs_hello, m, 32))
@@ -157,8 +164,10 @@ static bool on_challenge(dt_conn *cn)
     if (why) {
         cn->rx_state = RX_STOPPED;
         comm_conn_stop_reading(cn);
-        comm_fail(c, DT_EPEER, "rank %d: the process at %s, published as rank %d, is not "
-                  "a peer: %s", c->rank, cn->addr, cn->expect_peer, why);
+        comm_fail(c, DT_EPEER,
+                  "rank %d: the process at %s, published as rank %d, is not "
+                  "a peer: %s",
+                  c->rank, cn->addr, cn->expect_peer, why);
         return false;
     }
     memcpy(cn->hs_challenge, m, CHALLENGE_BYTES);
@@ -177,14 +186,15 @@ static void on_hello(dt_conn *cn)
     if (magic != HS_MAGIC)
         return comm_handshake_reject(cn, "bad magic 0x%08x (not a dtrain peer)", magic);
     if (version != HS_VERSION)
-        return comm_handshake_reject(cn, "protocol version %u, this rank speaks %u", version, HS_VERSION);
+        return comm_handshake_reject(cn, "protocol version %u, this rank speaks %u", version,
+                                     HS_VERSION);
     if (sodium_memcmp(m + 16, c->job_hash, 16) != 0)
         return comm_handshake_reject(cn, "it belongs to another job");
     if (world != (uint32_t)c->size)
         return comm_handshake_reject(cn, "it says world size %u, this job has %d", world, c->size);
     if (rank <= (uint32_t)c->rank || rank >= (uint32_t)c->size)
-        return comm_handshake_reject(cn, "it says rank %u; rank %d accepts ranks %d..%d", rank, c->rank,
-                           c->rank + 1, c->size - 1);
+        return comm_handshake_reject(cn, "it says rank %u; rank %d accepts ranks %d..%d", rank,
+                                     c->rank, c->rank + 1, c->size - 1);
     /* "Already connected?" waits until the dialler has proved itself: a
      * stranger learns nothing about the job from a rejection. */
     memcpy(cn->hs_hello, m, HELLO_BYTES);
@@ -206,8 +216,10 @@ static bool on_response(dt_conn *cn)
 {
     dt_comm *c = cn->comm;
     if (!mac_ok(c, cn->hs_buf, 'D', cn->hs_hello, cn->hs_challenge, CHALLENGE_BYTES)) {
-        comm_handshake_reject(cn, "it claims rank %d but failed authentication (wrong job "
-                              "secret)", cn->expect_peer);
+        comm_handshake_reject(cn,
+                              "it claims rank %d but failed authentication (wrong job "
+                              "secret)",
+                              cn->expect_peer);
         return false;
     }
     if (c->peers[cn->expect_peer]) {

@@ -29,7 +29,8 @@ char *comm_host_address_of_interface(const char *name)
     uv_interface_address_t *ifs;
     int n;
     char ip[INET_ADDRSTRLEN], *found = NULL;
-    if (uv_interface_addresses(&ifs, &n) != 0) return NULL;
+    if (uv_interface_addresses(&ifs, &n) != 0)
+        return NULL;
     for (int i = 0; i < n && !found; i++) {
         if (strcmp(ifs[i].name, name) != 0 || ifs[i].address.address4.sin_family != AF_INET)
             continue;
@@ -54,7 +55,8 @@ static bool server_host(const char *url, char *out, size_t n)
         host = getenv("MASTER_ADDR");
         len = host ? strlen(host) : 0;
     }
-    if (!host || len == 0 || len >= n) return false;
+    if (!host || len == 0 || len >= n)
+        return false;
     memcpy(out, host, len);
     out[len] = '\0';
     return true;
@@ -63,17 +65,22 @@ static bool server_host(const char *url, char *out, size_t n)
 char *comm_host_address_toward_store(const char *url)
 {
     char host[256], ip[INET_ADDRSTRLEN];
-    if (!url || !server_host(url, host, sizeof host)) return NULL;
+    if (!url || !server_host(url, host, sizeof host))
+        return NULL;
     struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_DGRAM}, *res = NULL;
-    if (getaddrinfo(host, "9", &hints, &res) != 0 || !res) return NULL;
+    if (getaddrinfo(host, "9", &hints, &res) != 0 || !res)
+        return NULL;
     struct sockaddr_in to = *(const struct sockaddr_in *)res->ai_addr, self;
     freeaddrinfo(res);
-    if ((ntohl(to.sin_addr.s_addr) >> 24) == 127) return NULL; /* one machine */
+    if ((ntohl(to.sin_addr.s_addr) >> 24) == 127)
+        return NULL; /* one machine */
     socklen_t len = sizeof self;
     int fd = socket(AF_INET, SOCK_DGRAM, 0);
     bool ok = fd >= 0 && connect(fd, (const struct sockaddr *)&to, sizeof to) == 0 &&
               getsockname(fd, (struct sockaddr *)&self, &len) == 0;
-    if (fd >= 0) close(fd);
-    if (!ok || !inet_ntop(AF_INET, &self.sin_addr, ip, sizeof ip)) return NULL;
+    if (fd >= 0)
+        close(fd);
+    if (!ok || !inet_ntop(AF_INET, &self.sin_addr, ip, sizeof ip))
+        return NULL;
     return strdup(ip);
 }

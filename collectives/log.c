@@ -18,6 +18,8 @@ void comm_log(dt_comm *c, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    if (c->log) c->log(c->log_user, line);
-    else fprintf(stderr, "%s\n", line);
+    if (c->log)
+        c->log(c->log_user, line);
+    else
+        fprintf(stderr, "%s\n", line);
 }

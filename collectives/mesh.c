@@ -45,7 +45,8 @@ static void close_pending(dt_comm *c);
 /* Let go of every receive, tell the peers why, close after a grace period. */
 static void io_fail_cleanup(dt_comm *c)
 {
-    if (c->io_failed_done) return;
+    if (c->io_failed_done)
+        return;
     c->io_failed_done = true;
     char text[sizeof(((dt_conn *)0)->notice)];
     uint32_t st;
@@ -57,10 +58,12 @@ static void io_fail_cleanup(dt_comm *c)
     memcpy(text, &st, 4);
     for (int p = 0; p < c->size; p++) {
         dt_conn *cn = c->peers[p];
-        if (!cn) continue;
+        if (!cn)
+            continue;
         cn->rx_state = RX_STOPPED;
         comm_transport_read_set(cn, false);
-        if (cn->rx_cur) comm_conn_release_xfer(c, cn->rx_cur, XFER_FAILED);
+        if (cn->rx_cur)
+            comm_conn_release_xfer(c, cn->rx_cur, XFER_FAILED);
         cn->rx_cur = NULL;
         comm_conn_release_list(c, cn->coll_head);
         cn->coll_head = cn->coll_tail = NULL;
@@ -92,12 +95,15 @@ static void on_shutdown_done(uv_shutdown_t *req, int status)
 
 static void io_shutdown(dt_comm *c)
 {
-    if (c->io_shutdown) return;
+    if (c->io_shutdown)
+        return;
     c->io_shutdown = true;
     for (int p = 0; p < c->size; p++) {
         dt_conn *cn = c->peers[p];
-        if (!cn) continue;
-        if (cn->rx_cur) comm_conn_release_xfer(c, cn->rx_cur, XFER_FAILED);
+        if (!cn)
+            continue;
+        if (cn->rx_cur)
+            comm_conn_release_xfer(c, cn->rx_cur, XFER_FAILED);
         cn->rx_cur = NULL;
         if (cn->rx_state == RX_PAYLOAD) { /* its buffer is gone: read no more */
             cn->rx_state = RX_STOPPED;
@@ -105,10 +111,12 @@ static void io_shutdown(dt_comm *c)
         }
         comm_conn_release_list(c, cn->coll_head);
         cn->coll_head = cn->coll_tail = NULL;
-        if (cn->closing) continue;
+        if (cn->closing)
+            continue;
         comm_transport_send_control(cn, FRAME_BYE, 0, NULL, 0);
         uv_shutdown_t *req = malloc(sizeof *req);
-        if (req) req->data = cn;
+        if (req)
+            req->data = cn;
         if (!req || uv_shutdown(req, (uv_stream_t *)&cn->tcp, on_shutdown_done) < 0) {
             free(req);
             comm_conn_close(cn);
@@ -122,13 +130,15 @@ static void io_shutdown(dt_comm *c)
         uv_close((uv_handle_t *)&c->listener, NULL);
     }
     double t = dt_now() + SHUTDOWN_GRACE_S;
-    if (c->close_at == 0 || c->close_at > t) c->close_at = t;
+    if (c->close_at == 0 || c->close_at > t)
+        c->close_at = t;
 }
 
 static void close_all_conns(dt_comm *c)
 {
     for (int p = 0; p < c->size; p++)
-        if (c->peers[p]) comm_conn_close(c->peers[p]);
+        if (c->peers[p])
+            comm_conn_close(c->peers[p]);
     close_pending(c);
 }
 
@@ -137,7 +147,8 @@ static void close_all_conns(dt_comm *c)
 static dt_conn *conn_new(dt_comm *c)
 {
     dt_conn *cn = calloc(1, sizeof *cn);
-    if (!cn) return NULL;
+    if (!cn)
+        return NULL;
     cn->comm = c;
     cn->peer = -1;
     cn->expect_peer = -1;
@@ -157,7 +168,8 @@ static void tune_socket(dt_comm *c, dt_conn *cn)
 {
     uv_tcp_nodelay(&cn->tcp, 1);
     uv_tcp_keepalive(&cn->tcp, 1, 10);
-    if (c->socket_buffer == 0) return;
+    if (c->socket_buffer == 0)
+        return;
     int size = (int)c->socket_buffer;
     uv_send_buffer_size((uv_handle_t *)&cn->tcp, &size);
     size = (int)c->socket_buffer;
@@ -184,14 +196,18 @@ static void on_connected(uv_connect_t *req, int status)
 {
     dt_conn *cn = req->data;
     dt_comm *c = cn->comm;
-    if (cn->closing) return;
+    if (cn->closing)
+        return;
     if (status < 0) {
         /* Not listening yet, or a transient refusal: dial again soon. */
         cn->retry_at = dt_now() + 0.1;
         cn->rx_state = RX_STOPPED;
         comm_conn_close(cn);
         dt_conn *again = conn_new(c);
-        if (!again) { comm_fail(c, DT_ENOMEM, "rank %d: out of memory", c->rank); return; }
+        if (!again) {
+            comm_fail(c, DT_ENOMEM, "rank %d: out of memory", c->rank);
+            return;
+        }
         again->outgoing = true;
         again->expect_peer = cn->expect_peer;
         again->dial_addr = cn->dial_addr;
@@ -216,8 +232,8 @@ static void io_dial(dt_conn *cn)
     int rc = uv_tcp_connect(&cn->connect_req, &cn->tcp, (struct sockaddr *)&cn->dial_addr,
                             on_connected);
     if (rc < 0) {
-        comm_fail(c, DT_ESYS, "rank %d: connecting to rank %d (%s): %s", c->rank,
-                  cn->expect_peer, cn->addr, uv_strerror(rc));
+        comm_fail(c, DT_ESYS, "rank %d: connecting to rank %d (%s): %s", c->rank, cn->expect_peer,
+                  cn->addr, uv_strerror(rc));
         comm_conn_close(cn);
     }
 }
@@ -227,7 +243,10 @@ static void io_connect_all(dt_comm *c)
     double deadline = dt_now() + c->init_timeout_s;
     for (int j = 0; j < c->rank; j++) {
         dt_conn *cn = conn_new(c);
-        if (!cn) { comm_fail(c, DT_ENOMEM, "rank %d: out of memory", c->rank); return; }
+        if (!cn) {
+            comm_fail(c, DT_ENOMEM, "rank %d: out of memory", c->rank);
+            return;
+        }
         cn->outgoing = true;
         cn->expect_peer = j;
         cn->dial_addr = c->dial[j];
@@ -240,18 +259,26 @@ static void io_connect_all(dt_comm *c)
 static void on_connection(uv_stream_t *server, int status)
 {
     dt_comm *c = server->data;
-    if (status < 0) return;
+    if (status < 0)
+        return;
     dt_conn *cn = conn_new(c);
-    if (!cn) return;
+    if (!cn)
+        return;
     uv_tcp_init(&c->loop, &cn->tcp);
     cn->has_handle = true;
     c->open_handles++;
-    if (uv_accept(server, (uv_stream_t *)&cn->tcp) < 0) { comm_conn_close(cn); return; }
+    if (uv_accept(server, (uv_stream_t *)&cn->tcp) < 0) {
+        comm_conn_close(cn);
+        return;
+    }
     struct sockaddr_storage sa;
     int len = sizeof sa;
     if (uv_tcp_getpeername(&cn->tcp, (struct sockaddr *)&sa, &len) == 0)
         format_addr((struct sockaddr *)&sa, cn->addr, sizeof cn->addr);
-    if (c->io_shutdown || c->io_failed_done) { comm_conn_close(cn); return; }
+    if (c->io_shutdown || c->io_failed_done) {
+        comm_conn_close(cn);
+        return;
+    }
     tune_socket(c, cn);
     cn->deadline = dt_now() + HANDSHAKE_TIMEOUT_S;
     comm_handshake_start_incoming(cn);
@@ -266,21 +293,29 @@ static void on_tick(uv_timer_t *t)
     double now = dt_now();
     for (dt_conn *cn = c->pending, *next; cn; cn = next) {
         next = cn->next;
-        if (cn->closing) continue;
+        if (cn->closing)
+            continue;
         if (cn->retry_at > 0 && now >= cn->retry_at && !c->io_failed_done) {
             if (now >= cn->deadline)
-                comm_fail(c, DT_ETIMEDOUT, "rank %d: could not connect to rank %d at %s "
-                          "within %.1f s", c->rank, cn->expect_peer, cn->addr,
-                          c->init_timeout_s);
-            else io_dial(cn);
+                comm_fail(c, DT_ETIMEDOUT,
+                          "rank %d: could not connect to rank %d at %s "
+                          "within %.1f s",
+                          c->rank, cn->expect_peer, cn->addr, c->init_timeout_s);
+            else
+                io_dial(cn);
         } else if (cn->retry_at == 0 && now >= cn->deadline) {
             if (cn->outgoing)
-                comm_fail(c, DT_ETIMEDOUT, "rank %d: handshake with rank %d at %s did not "
-                          "finish in time", c->rank, cn->expect_peer, cn->addr);
-            else comm_handshake_reject(cn, "handshake not completed within %.0f s", HANDSHAKE_TIMEOUT_S);
+                comm_fail(c, DT_ETIMEDOUT,
+                          "rank %d: handshake with rank %d at %s did not "
+                          "finish in time",
+                          c->rank, cn->expect_peer, cn->addr);
+            else
+                comm_handshake_reject(cn, "handshake not completed within %.0f s",
+                                      HANDSHAKE_TIMEOUT_S);
         }
     }
-    if (c->close_at > 0 && now >= c->close_at) close_all_conns(c);
+    if (c->close_at > 0 && now >= c->close_at)
+        close_all_conns(c);
     comm_reject_log_tick(c);
     comm_conn_maybe_finish(c);
 }
@@ -294,8 +329,10 @@ static void on_wake(uv_async_t *a)
     bool connect = c->want_connect, fail = c->want_fail;
     c->want_connect = false;
     pthread_mutex_unlock(&c->mu);
-    if (connect && !c->io_failed_done) io_connect_all(c);
-    if (fail) io_fail_cleanup(c);
+    if (connect && !c->io_failed_done)
+        io_connect_all(c);
+    if (fail)
+        io_fail_cleanup(c);
     while (list) {
         dt_xfer *x = list;
         list = x->next;
@@ -314,7 +351,8 @@ void comm_mesh_shutdown(dt_comm *c)
     /* A failure the loop has not acted on yet (dt_comm_abort, then at once
      * dt_comm_destroy): its ABORT frames go out before the BYEs, so peers
      * learn the reason rather than "destroyed its communicator". */
-    if (failed) io_fail_cleanup(c);
+    if (failed)
+        io_fail_cleanup(c);
     io_shutdown(c);
     comm_conn_maybe_finish(c);
     uv_run(&c->loop, UV_RUN_DEFAULT);
@@ -326,7 +364,8 @@ static dt_status bind_listener(dt_comm *c)
 {
     struct sockaddr_storage sa;
     int rc = uv_ip4_addr(c->host, 0, (struct sockaddr_in *)&sa);
-    if (rc < 0) rc = uv_ip6_addr(c->host, 0, (struct sockaddr_in6 *)&sa);
+    if (rc < 0)
+        rc = uv_ip6_addr(c->host, 0, (struct sockaddr_in6 *)&sa);
     if (rc < 0) {
         comm_fail(c, DT_EINVAL, "rank %d: host '%s' is not an IPv4 or IPv6 address", c->rank,
                   c->host);
@@ -336,7 +375,8 @@ static dt_status bind_listener(dt_comm *c)
     c->listener.data = c;
     c->listener_open = true;
     rc = uv_tcp_bind(&c->listener, (struct sockaddr *)&sa, 0);
-    if (rc == 0) rc = uv_listen((uv_stream_t *)&c->listener, 128, on_connection);
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)&c->listener, 128, on_connection);
     if (rc < 0) {
         comm_fail(c, DT_ESYS, "rank %d: cannot listen on %s: %s", c->rank, c->host,
                   uv_strerror(rc));
@@ -345,7 +385,7 @@ static dt_status bind_listener(dt_comm *c)
     int len = sizeof sa;
     uv_tcp_getsockname(&c->listener, (struct sockaddr *)&sa, &len);
     c->port = ntohs(sa.ss_family == AF_INET ? ((struct sockaddr_in *)&sa)->sin_port
-                                             : ((struct sockaddr_in6 *)&sa)->sin6_port);
+                                            : ((struct sockaddr_in6 *)&sa)->sin6_port);
     return DT_OK;
 }
 
@@ -376,7 +416,8 @@ void comm_mesh_connect(dt_comm *c)
 static void close_any(uv_handle_t *h, void *arg)
 {
     (void)arg;
-    if (!uv_is_closing(h)) uv_close(h, NULL);
+    if (!uv_is_closing(h))
+        uv_close(h, NULL);
 }
 
 void comm_mesh_stop(dt_comm *c)

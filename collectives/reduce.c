@@ -43,23 +43,21 @@
 #include "half.h"
 #include "reduce.h"
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
-    defined(__linux__) && !defined(__SANITIZE_THREAD__)
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(__SANITIZE_THREAD__)
 /* Baseline x86-64 is SSE2; an AVX2 clone (chosen once, at load time, by
  * the CPU it runs on) doubles the vector width and adds variable shifts
  * and unsigned packs, which the f16/bf16 conversions use heavily. Not
  * under ThreadSanitizer: clone resolvers run before its runtime is up and
  * crash the program at load. */
-#define VECTORISE                                                            \
-    __attribute__((optimize("O3"), target_clones("default", "avx2")))
+#define VECTORISE __attribute__((optimize("O3"), target_clones("default", "avx2")))
 #elif defined(__GNUC__) && !defined(__clang__)
 #define VECTORISE __attribute__((optimize("O3")))
 #else
 #define VECTORISE
 #endif
 
-typedef void (*reduce_kernel)(void *restrict dst, const void *restrict src,
-                              size_t count);
+typedef void (*reduce_kernel)(void *restrict dst, const void *restrict src, size_t count);
 
 /* NaN-propagating min/max (reduce.h): b wins if it is smaller (larger) or
  * NaN; a NaN in `a` survives because every comparison with it is false. */
@@ -69,22 +67,22 @@ typedef void (*reduce_kernel)(void *restrict dst, const void *restrict src,
 #define INT_MAX_OF(a, b) ((b) > (a) ? (b) : (a))
 
 /* One kernel: dst[i] = EXPR(a = dst[i], b = src[i]) over elements of T. */
-#define DEFINE_KERNEL(name, T, EXPR)                                         \
-    VECTORISE static void name(void *restrict dst_,                          \
-                               const void *restrict src_, size_t count) {    \
-        T *restrict dst = dst_;                                              \
-        const T *restrict src = src_;                                        \
-        for (size_t i = 0; i < count; i++) {                                 \
-            T a = dst[i], b = src[i];                                        \
-            dst[i] = (T)(EXPR);                                              \
-        }                                                                    \
+#define DEFINE_KERNEL(name, T, EXPR)                                                         \
+    VECTORISE static void name(void *restrict dst_, const void *restrict src_, size_t count) \
+    {                                                                                        \
+        T *restrict dst = dst_;                                                              \
+        const T *restrict src = src_;                                                        \
+        for (size_t i = 0; i < count; i++) {                                                 \
+            T a = dst[i], b = src[i];                                                        \
+            dst[i] = (T)(EXPR);                                                              \
+        }                                                                                    \
     }
 
 /* f32 and f64: the arithmetic ops and NaN-propagating min/max. */
-#define DEFINE_FLOAT_KERNELS(tag, T)                                         \
-    DEFINE_KERNEL(tag##_sum, T, a + b)                                       \
-    DEFINE_KERNEL(tag##_prod, T, a * b)                                      \
-    DEFINE_KERNEL(tag##_min, T, FLOAT_MIN(a, b))                             \
+#define DEFINE_FLOAT_KERNELS(tag, T)             \
+    DEFINE_KERNEL(tag##_sum, T, a + b)           \
+    DEFINE_KERNEL(tag##_prod, T, a *b)           \
+    DEFINE_KERNEL(tag##_min, T, FLOAT_MIN(a, b)) \
     DEFINE_KERNEL(tag##_max, T, FLOAT_MAX(a, b))
 
 DEFINE_FLOAT_KERNELS(f32, float)
@@ -92,24 +90,22 @@ DEFINE_FLOAT_KERNELS(f64, double)
 
 /* f16/bf16: widen both, op in f32, round back; min/max need no rounding
  * (the result is one of the inputs) but go the same way for uniformity. */
-#define DEFINE_HALF_KERNELS(tag, TO_F32, FROM_F32)                           \
-    DEFINE_KERNEL(tag##_sum, uint16_t, FROM_F32(TO_F32(a) + TO_F32(b)))      \
-    DEFINE_KERNEL(tag##_prod, uint16_t, FROM_F32(TO_F32(a) * TO_F32(b)))     \
-    DEFINE_KERNEL(tag##_min, uint16_t,                                       \
-                  FROM_F32(FLOAT_MIN(TO_F32(a), TO_F32(b))))                 \
-    DEFINE_KERNEL(tag##_max, uint16_t,                                       \
-                  FROM_F32(FLOAT_MAX(TO_F32(a), TO_F32(b))))
+#define DEFINE_HALF_KERNELS(tag, TO_F32, FROM_F32)                                \
+    DEFINE_KERNEL(tag##_sum, uint16_t, FROM_F32(TO_F32(a) + TO_F32(b)))           \
+    DEFINE_KERNEL(tag##_prod, uint16_t, FROM_F32(TO_F32(a) * TO_F32(b)))          \
+    DEFINE_KERNEL(tag##_min, uint16_t, FROM_F32(FLOAT_MIN(TO_F32(a), TO_F32(b)))) \
+    DEFINE_KERNEL(tag##_max, uint16_t, FROM_F32(FLOAT_MAX(TO_F32(a), TO_F32(b))))
 
 DEFINE_HALF_KERNELS(f16, half_f16_to_f32, half_f32_to_f16)
 DEFINE_HALF_KERNELS(bf16, half_bf16_to_f32, half_f32_to_bf16)
 
 /* Width-only integer ops, on the unsigned type of that width. The product
  * of two uint8_t promotes to int but cannot overflow it (255² < 2^31). */
-#define DEFINE_BITS_KERNELS(tag, U)                                          \
-    DEFINE_KERNEL(tag##_sum, U, a + b)                                       \
-    DEFINE_KERNEL(tag##_prod, U, a * b)                                      \
-    DEFINE_KERNEL(tag##_band, U, a & b)                                      \
-    DEFINE_KERNEL(tag##_bor, U, a | b)                                       \
+#define DEFINE_BITS_KERNELS(tag, U)    \
+    DEFINE_KERNEL(tag##_sum, U, a + b) \
+    DEFINE_KERNEL(tag##_prod, U, a *b) \
+    DEFINE_KERNEL(tag##_band, U, a &b) \
+    DEFINE_KERNEL(tag##_bor, U, a | b) \
     DEFINE_KERNEL(tag##_bxor, U, a ^ b)
 
 DEFINE_BITS_KERNELS(b8, uint8_t)
@@ -117,8 +113,8 @@ DEFINE_BITS_KERNELS(b32, uint32_t)
 DEFINE_BITS_KERNELS(b64, uint64_t)
 
 /* Sign-aware integer ops. */
-#define DEFINE_ORDER_KERNELS(tag, T)                                         \
-    DEFINE_KERNEL(tag##_min, T, INT_MIN_OF(a, b))                            \
+#define DEFINE_ORDER_KERNELS(tag, T)              \
+    DEFINE_KERNEL(tag##_min, T, INT_MIN_OF(a, b)) \
     DEFINE_KERNEL(tag##_max, T, INT_MAX_OF(a, b))
 
 DEFINE_ORDER_KERNELS(i8, int8_t)
@@ -128,23 +124,26 @@ DEFINE_ORDER_KERNELS(i64, int64_t)
 
 /* [dtype][op] -> kernel; NULL where dt_redop_supports says false. AVG
  * sums here; dt_reduce_finish divides once at the end. */
-#define FLOAT_ROW(tag)                                                       \
-    {[DT_SUM] = tag##_sum, [DT_PROD] = tag##_prod, [DT_MIN] = tag##_min,     \
-     [DT_MAX] = tag##_max, [DT_AVG] = tag##_sum}
-#define INT_ROW(bits, tag)                                                   \
-    {[DT_SUM] = bits##_sum, [DT_PROD] = bits##_prod, [DT_MIN] = tag##_min,   \
-     [DT_MAX] = tag##_max, [DT_AVG] = bits##_sum, [DT_BAND] = bits##_band,   \
-     [DT_BOR] = bits##_bor, [DT_BXOR] = bits##_bxor}
+#define FLOAT_ROW(tag)                                                                            \
+    {                                                                                             \
+        [DT_SUM] = tag##_sum, [DT_PROD] = tag##_prod, [DT_MIN] = tag##_min, [DT_MAX] = tag##_max, \
+        [DT_AVG] = tag##_sum                                                                      \
+    }
+#define INT_ROW(bits, tag)                                                    \
+    {                                                                         \
+        [DT_SUM] = bits##_sum, [DT_PROD] = bits##_prod, [DT_MIN] = tag##_min, \
+        [DT_MAX] = tag##_max, [DT_AVG] = bits##_sum, [DT_BAND] = bits##_band, \
+        [DT_BOR] = bits##_bor, [DT_BXOR] = bits##_bxor                        \
+    }
 
 static const reduce_kernel kernels[DT_NUM_DTYPES][DT_NUM_REDOPS] = {
-    [DT_F32] = FLOAT_ROW(f32),   [DT_F64] = FLOAT_ROW(f64),
-    [DT_F16] = FLOAT_ROW(f16),   [DT_BF16] = FLOAT_ROW(bf16),
-    [DT_I8] = INT_ROW(b8, i8),   [DT_U8] = INT_ROW(b8, u8),
+    [DT_F32] = FLOAT_ROW(f32),    [DT_F64] = FLOAT_ROW(f64),    [DT_F16] = FLOAT_ROW(f16),
+    [DT_BF16] = FLOAT_ROW(bf16),  [DT_I8] = INT_ROW(b8, i8),    [DT_U8] = INT_ROW(b8, u8),
     [DT_I32] = INT_ROW(b32, i32), [DT_I64] = INT_ROW(b64, i64),
 };
 
-void dt_reduce_into(void *dst, const void *src, size_t count, dt_dtype t,
-                    dt_redop op) {
+void dt_reduce_into(void *dst, const void *src, size_t count, dt_dtype t, dt_redop op)
+{
     assert((unsigned)t < DT_NUM_DTYPES && (unsigned)op < DT_NUM_REDOPS);
     reduce_kernel k = kernels[t][op];
     assert(k && "unsupported (dtype, op): check dt_redop_supports first");
@@ -155,7 +154,8 @@ void dt_reduce_into(void *dst, const void *src, size_t count, dt_dtype t,
 /* ---- reference ------------------------------------------------------------ */
 
 /* One f32 (or f64) element; f16/bf16 come here after widening. */
-static float reference_f32(float a, float b, dt_redop op) {
+static float reference_f32(float a, float b, dt_redop op)
+{
     switch (op) {
     case DT_SUM:
     case DT_AVG: return a + b;
@@ -166,7 +166,8 @@ static float reference_f32(float a, float b, dt_redop op) {
     }
 }
 
-static double reference_f64(double a, double b, dt_redop op) {
+static double reference_f64(double a, double b, dt_redop op)
+{
     switch (op) {
     case DT_SUM:
     case DT_AVG: return a + b;
@@ -180,7 +181,8 @@ static double reference_f64(double a, double b, dt_redop op) {
 /* One integer element of any width, widened to 64 bits (sign- or
  * zero-extended by the caller). Arithmetic in uint64_t, then the caller
  * narrows: wrap-around modulo 2^64 narrowed is wrap-around modulo 2^width. */
-static int64_t reference_int(int64_t a, int64_t b, dt_redop op) {
+static int64_t reference_int(int64_t a, int64_t b, dt_redop op)
+{
     uint64_t ua = (uint64_t)a, ub = (uint64_t)b;
     switch (op) {
     case DT_SUM:
@@ -195,24 +197,22 @@ static int64_t reference_int(int64_t a, int64_t b, dt_redop op) {
     }
 }
 
-#define REFERENCE_LOOP(T, EXPR)                                              \
-    do {                                                                     \
-        T *d = dst;                                                          \
-        const T *s = src;                                                    \
-        for (size_t i = 0; i < count; i++)                                   \
-            d[i] = (T)(EXPR(d[i], s[i]));                                    \
+#define REFERENCE_LOOP(T, EXPR)            \
+    do {                                   \
+        T *d = dst;                        \
+        const T *s = src;                  \
+        for (size_t i = 0; i < count; i++) \
+            d[i] = (T)(EXPR(d[i], s[i]));  \
     } while (0)
 
 #define REF_F32(a, b) reference_f32(a, b, op)
 #define REF_F64(a, b) reference_f64(a, b, op)
-#define REF_F16(a, b)                                                        \
-    dt_f32_to_f16(reference_f32(dt_f16_to_f32(a), dt_f16_to_f32(b), op))
-#define REF_BF16(a, b)                                                       \
-    dt_f32_to_bf16(reference_f32(dt_bf16_to_f32(a), dt_bf16_to_f32(b), op))
+#define REF_F16(a, b) dt_f32_to_f16(reference_f32(dt_f16_to_f32(a), dt_f16_to_f32(b), op))
+#define REF_BF16(a, b) dt_f32_to_bf16(reference_f32(dt_bf16_to_f32(a), dt_bf16_to_f32(b), op))
 #define REF_INT(a, b) reference_int(a, b, op)
 
-void dt_reduce_into_reference(void *dst, const void *src, size_t count,
-                              dt_dtype t, dt_redop op) {
+void dt_reduce_into_reference(void *dst, const void *src, size_t count, dt_dtype t, dt_redop op)
+{
     assert(dt_redop_supports(op, t));
     switch (t) {
     case DT_F32: REFERENCE_LOOP(float, REF_F32); break;
@@ -229,30 +229,26 @@ void dt_reduce_into_reference(void *dst, const void *src, size_t count,
 
 /* ---- average -------------------------------------------------------------- */
 
-#define DIVIDE_LOOP(T, EXPR)                                                 \
-    do {                                                                     \
-        T *b = buf;                                                          \
-        for (size_t i = 0; i < count; i++)                                   \
-            b[i] = (T)(EXPR);                                                \
+#define DIVIDE_LOOP(T, EXPR)               \
+    do {                                   \
+        T *b = buf;                        \
+        for (size_t i = 0; i < count; i++) \
+            b[i] = (T)(EXPR);              \
     } while (0)
 
 /* Division, not multiplication by 1/p: a sum of p equal values then comes
  * back exactly, and integer averages truncate toward zero as C does. A
  * world_size below 1 cannot have produced a sum; it leaves buf alone. */
-void dt_reduce_finish(void *buf, size_t count, dt_dtype t, dt_redop op,
-                      int world_size) {
+void dt_reduce_finish(void *buf, size_t count, dt_dtype t, dt_redop op, int world_size)
+{
     if (op != DT_AVG || world_size < 1)
         return;
     const int p = world_size;
     switch (t) {
     case DT_F32: DIVIDE_LOOP(float, b[i] / (float)p); break;
     case DT_F64: DIVIDE_LOOP(double, b[i] / (double)p); break;
-    case DT_F16:
-        DIVIDE_LOOP(uint16_t, dt_f32_to_f16(dt_f16_to_f32(b[i]) / (float)p));
-        break;
-    case DT_BF16:
-        DIVIDE_LOOP(uint16_t, dt_f32_to_bf16(dt_bf16_to_f32(b[i]) / (float)p));
-        break;
+    case DT_F16: DIVIDE_LOOP(uint16_t, dt_f32_to_f16(dt_f16_to_f32(b[i]) / (float)p)); break;
+    case DT_BF16: DIVIDE_LOOP(uint16_t, dt_f32_to_bf16(dt_bf16_to_f32(b[i]) / (float)p)); break;
     case DT_I8: DIVIDE_LOOP(int8_t, b[i] / p); break;
     case DT_U8: DIVIDE_LOOP(uint8_t, b[i] / p); break;
     case DT_I32: DIVIDE_LOOP(int32_t, b[i] / p); break;

@@ -35,7 +35,9 @@ void dt_reduce_into_reference(void *dst, const void *src, size_t count, dt_dtype
 /* After a DT_AVG reduction of `world_size` contributions: buf[i] /= world_size (integers: C division,
    truncating toward zero; floats: divide in the dtype's accumulation type, f16/bf16 via f32). No-op for other ops. */
 void dt_reduce_finish(void *buf, size_t count, dt_dtype t, dt_redop op, int world_size);
-float dt_f16_to_f32(uint16_t h); uint16_t dt_f32_to_f16(float f);
-float dt_bf16_to_f32(uint16_t h); uint16_t dt_f32_to_bf16(float f);
+float dt_f16_to_f32(uint16_t h);
+uint16_t dt_f32_to_f16(float f);
+float dt_bf16_to_f32(uint16_t h);
+uint16_t dt_f32_to_bf16(float f);
 
 #endif /* DT_REDUCE_H */

@@ -58,18 +58,19 @@
 typedef struct rs_state {
     dt_opctx *o;
     const ring_chunks *k;
-    const char *contrib;  /* [whole buffer] this rank's contributions */
-    char *result;         /* [chunk rank] where chunk rank ends */
-    char *slot[2];        /* [largest chunk] partials, by step parity */
-    dt_xfer *recvs;       /* [segments of largest chunk] this step's receives */
-    dt_xfer *sends[2];    /* [segments of largest chunk] sends, by step parity */
-    size_t esize;         /* bytes per element */
-    size_t seg_elems;     /* elements per segment */
+    const char *contrib; /* [whole buffer] this rank's contributions */
+    char *result;        /* [chunk rank] where chunk rank ends */
+    char *slot[2];       /* [largest chunk] partials, by step parity */
+    dt_xfer *recvs;      /* [segments of largest chunk] this step's receives */
+    dt_xfer *sends[2];   /* [segments of largest chunk] sends, by step parity */
+    size_t esize;        /* bytes per element */
+    size_t seg_elems;    /* elements per segment */
     int left, right;
 } rs_state;
 
 /* Elements [lo, lo+len) of segment j of a chunk of n elements. */
-static size_t segment_len(const rs_state *s, size_t n, size_t j, size_t *lo) {
+static size_t segment_len(const rs_state *s, size_t n, size_t j, size_t *lo)
+{
     *lo = j * s->seg_elems;
     size_t left = n - *lo;
     return left < s->seg_elems ? left : s->seg_elems;
@@ -77,22 +78,23 @@ static size_t segment_len(const rs_state *s, size_t n, size_t j, size_t *lo) {
 
 /* Post the receives of step `step`: chunk rank-step-2 from the left, into
  * slot step%2, one transfer per segment. */
-static void post_step_receives(rs_state *s, int step) {
+static void post_step_receives(rs_state *s, int step)
+{
     const dt_opctx *o = s->o;
     int c = ring_mod(o->rank - step - 2, o->size);
     size_t n = ring_chunk_count(s->k, c);
     char *slot = s->slot[step % 2];
     for (size_t j = 0, nseg = ring_segments(n, s->seg_elems); j < nseg; j++) {
         size_t lo, len = segment_len(s, n, j, &lo);
-        comm_xfer_recv(s->o, &s->recvs[j], s->left, slot + lo * s->esize,
-                  len * s->esize);
+        comm_xfer_recv(s->o, &s->recvs[j], s->left, slot + lo * s->esize, len * s->esize);
     }
 }
 
 /* Step 0 sends this rank's own contribution to chunk rank-1: nothing to add
  * to it yet, so it goes straight from the caller's buffer (device buffers:
  * each segment as soon as its copy to the host has landed, staging.h). */
-static dt_status post_first_sends(rs_state *s) {
+static dt_status post_first_sends(rs_state *s)
+{
     const dt_opctx *o = s->o;
     int c = ring_mod(o->rank - 1, o->size);
     size_t n = ring_chunk_count(s->k, c);
@@ -102,8 +104,7 @@ static dt_status post_first_sends(rs_state *s) {
         dt_status st = stage_need(s->o, src + lo * s->esize, len * s->esize);
         if (st != DT_OK)
             return st;
-        comm_xfer_send(s->o, &s->sends[0][j], s->right, src + lo * s->esize,
-                  len * s->esize);
+        comm_xfer_send(s->o, &s->sends[0][j], s->right, src + lo * s->esize, len * s->esize);
     }
     return DT_OK;
 }
@@ -114,7 +115,8 @@ static dt_status post_first_sends(rs_state *s) {
  * at once (it is the next step's outgoing chunk), or, at the last step,
  * where c == rank, keep it as the result.
  */
-static dt_status reduce_scatter_step(rs_state *s, int step) {
+static dt_status reduce_scatter_step(rs_state *s, int step)
+{
     dt_opctx *o = s->o;
     const int p = o->size;
     const int last = step == p - 2;
@@ -132,8 +134,7 @@ static dt_status reduce_scatter_step(rs_state *s, int step) {
         if (st != DT_OK)
             return st;
         char *partial = slot + lo * s->esize;
-        dt_reduce_into(partial, mine + lo * s->esize, len, o->op->dtype,
-                       o->op->redop);
+        dt_reduce_into(partial, mine + lo * s->esize, len, o->op->dtype, o->op->redop);
         if (last)
             memcpy(s->result + lo * s->esize, partial, len * s->esize);
         else
@@ -150,7 +151,8 @@ static dt_status reduce_scatter_step(rs_state *s, int step) {
     return st;
 }
 
-static size_t largest_chunk(const ring_chunks *k, int p) {
+static size_t largest_chunk(const ring_chunks *k, int p)
+{
     size_t most = 0;
     for (int c = 0; c < p; c++)
         if (ring_chunk_count(k, c) > most)
@@ -159,7 +161,8 @@ static size_t largest_chunk(const ring_chunks *k, int p) {
 }
 
 dt_status comm_reduce_scatter_ring_phase(dt_opctx *o, void *result, const void *contrib,
-                              const ring_chunks *k) {
+                                         const ring_chunks *k)
+{
     const int p = o->size;
     const size_t esize = dt_dtype_size(o->op->dtype);
     if (p == 1) { /* one contribution: it is the result */
@@ -173,9 +176,14 @@ dt_status comm_reduce_scatter_ring_phase(dt_opctx *o, void *result, const void *
         return DT_OK; /* nothing anywhere: no rank sends anything */
 
     rs_state s = {
-        .o = o, .k = k, .contrib = contrib, .result = result, .esize = esize,
+        .o = o,
+        .k = k,
+        .contrib = contrib,
+        .result = result,
+        .esize = esize,
         .seg_elems = RING_SEGMENT_BYTES / esize,
-        .left = ring_mod(o->rank - 1, p), .right = ring_mod(o->rank + 1, p),
+        .left = ring_mod(o->rank - 1, p),
+        .right = ring_mod(o->rank + 1, p),
     };
     size_t nseg = ring_segments(most, s.seg_elems);
     s.slot[0] = comm_xfer_scratch(o, 0, most * esize);
@@ -201,7 +209,8 @@ dt_status comm_reduce_scatter_ring_phase(dt_opctx *o, void *result, const void *
 
 /* reduce_scatter: send [p·count] → recv [count], chunk `rank` of the
  * reduction. In place when recv == send + rank·count. */
-dt_status comm_reduce_scatter_ring(dt_opctx *o) {
+dt_status comm_reduce_scatter_ring(dt_opctx *o)
+{
     const dt_op *op = o->op;
     if (op->count == 0)
         return DT_OK;

@@ -35,11 +35,13 @@
 #include "algorithms.h"
 #include "reduce.h"
 
-static int real_rank(long v, int root, int p) {
+static int real_rank(long v, int root, int p)
+{
     return (int)((v + root) % p);
 }
 
-dt_status comm_reduce_tree(dt_opctx *o) {
+dt_status comm_reduce_tree(dt_opctx *o)
+{
     const dt_op *op = o->op;
     const int p = o->size, root = op->root;
     const size_t bytes = op->count * dt_dtype_size(op->dtype);
@@ -53,12 +55,11 @@ dt_status comm_reduce_tree(dt_opctx *o) {
     for (long m = 1; m < p; m <<= 1) {
         dt_xfer x;
         if (v & m) { /* hand the partial to the parent; done */
-            comm_xfer_send(o, &x, real_rank(v - m, root, p), partial ? partial : buf,
-                      bytes);
+            comm_xfer_send(o, &x, real_rank(v - m, root, p), partial ? partial : buf, bytes);
             return comm_xfer_wait(o, &x);
         }
         if (v + m >= p)
-            continue; /* no child at this distance */
+            continue;    /* no child at this distance */
         if (!incoming) { /* the first child: set up the buffers */
             incoming = comm_xfer_scratch(o, 1, bytes);
             if (v != 0) {

@@ -33,10 +33,13 @@ static void remember_host(reject_log *l, const char *addr)
     char host[64];
     snprintf(host, sizeof host, "%s", addr);
     char *colon = strrchr(host, ':');
-    if (colon) *colon = '\0';
+    if (colon)
+        *colon = '\0';
     for (int i = 0; i < l->n_addrs; i++)
-        if (!strcmp(l->addrs[i], host)) return;
-    if (l->n_addrs < REJECT_LOG_ADDRS) memcpy(l->addrs[l->n_addrs++], host, sizeof host);
+        if (!strcmp(l->addrs[i], host))
+            return;
+    if (l->n_addrs < REJECT_LOG_ADDRS)
+        memcpy(l->addrs[l->n_addrs++], host, sizeof host);
 }
 
 static void summarize(dt_comm *c, double now, const char *why)
@@ -46,10 +49,11 @@ static void summarize(dt_comm *c, double now, const char *why)
     for (int i = 0; i < l->n_addrs; i++)
         snprintf(hosts + strlen(hosts), sizeof hosts - strlen(hosts), "%s%s", i ? ", " : "",
                  l->addrs[i]);
-    comm_log(c, "dtrain rank %d: rejected %llu more connection%s in the last %.1f s, from "
-             "%s%s%s%s", c->rank, (unsigned long long)l->suppressed,
-             l->suppressed == 1 ? "" : "s", now - l->since, hosts,
-             l->n_addrs == REJECT_LOG_ADDRS ? " (and maybe others)" : "",
+    comm_log(c,
+             "dtrain rank %d: rejected %llu more connection%s in the last %.1f s, from "
+             "%s%s%s%s",
+             c->rank, (unsigned long long)l->suppressed, l->suppressed == 1 ? "" : "s",
+             now - l->since, hosts, l->n_addrs == REJECT_LOG_ADDRS ? " (and maybe others)" : "",
              why ? "; the last: " : "", why ? why : "");
     l->suppressed = 0;
     l->n_addrs = 0;
@@ -70,13 +74,15 @@ void comm_reject_log_note(dt_comm *c, const char *addr, const char *why)
     }
     l->suppressed++;
     remember_host(l, addr);
-    if (now - l->since >= REJECT_LOG_INTERVAL_S) summarize(c, now, why);
+    if (now - l->since >= REJECT_LOG_INTERVAL_S)
+        summarize(c, now, why);
 }
 
 void comm_reject_log_tick(dt_comm *c)
 {
     reject_log *l = &c->reject_log;
-    if (l->full == 0) return;
+    if (l->full == 0)
+        return;
     double now = dt_now();
     if (l->suppressed > 0 && now - l->since >= REJECT_LOG_INTERVAL_S)
         summarize(c, now, NULL);
@@ -86,5 +92,6 @@ void comm_reject_log_tick(dt_comm *c)
 
 void comm_reject_log_flush(dt_comm *c)
 {
-    if (c->reject_log.suppressed > 0) summarize(c, dt_now(), NULL);
+    if (c->reject_log.suppressed > 0)
+        summarize(c, dt_now(), NULL);
 }

@@ -52,25 +52,29 @@ typedef struct ring_chunks {
 } ring_chunks;
 
 /* count elements over p chunks, as equal as possible. */
-static inline ring_chunks ring_chunks_split(size_t count, int p) {
+static inline ring_chunks ring_chunks_split(size_t count, int p)
+{
     ring_chunks k = {count / (size_t)p, count % (size_t)p, NULL};
     return k;
 }
 
 /* p chunks of `per_rank` elements each. */
-static inline ring_chunks ring_chunks_uniform(size_t per_rank) {
+static inline ring_chunks ring_chunks_uniform(size_t per_rank)
+{
     ring_chunks k = {per_rank, 0, NULL};
     return k;
 }
 
 /* Chunk c has counts[c] elements (all-gatherv). */
-static inline ring_chunks ring_chunks_given(const size_t *counts) {
+static inline ring_chunks ring_chunks_given(const size_t *counts)
+{
     ring_chunks k = {0, 0, counts};
     return k;
 }
 
 /* Elements in chunk c. */
-static inline size_t ring_chunk_count(const ring_chunks *k, int c) {
+static inline size_t ring_chunk_count(const ring_chunks *k, int c)
+{
     if (k->counts)
         return k->counts[c];
     return k->base + ((size_t)c < k->extra ? 1 : 0);
@@ -78,7 +82,8 @@ static inline size_t ring_chunk_count(const ring_chunks *k, int c) {
 
 /* Element offset of chunk c in the whole buffer. O(c) for given counts;
  * p is small and this is called O(p) times per op. */
-static inline size_t ring_chunk_offset(const ring_chunks *k, int c) {
+static inline size_t ring_chunk_offset(const ring_chunks *k, int c)
+{
     if (k->counts) {
         size_t off = 0;
         for (int i = 0; i < c; i++)
@@ -90,12 +95,14 @@ static inline size_t ring_chunk_offset(const ring_chunks *k, int c) {
 }
 
 /* a mod p in [0, p), also for negative a: ring positions wrap both ways. */
-static inline int ring_mod(int a, int p) {
+static inline int ring_mod(int a, int p)
+{
     return ((a % p) + p) % p;
 }
 
 /* Segments needed for `elems` elements at `seg_elems` per segment. */
-static inline size_t ring_segments(size_t elems, size_t seg_elems) {
+static inline size_t ring_segments(size_t elems, size_t seg_elems)
+{
     return (elems + seg_elems - 1) / seg_elems;
 }
 
@@ -107,7 +114,7 @@ static inline size_t ring_segments(size_t elems, size_t seg_elems) {
  * place); otherwise it must not overlap contrib. Uses both scratch slots.
  */
 dt_status comm_reduce_scatter_ring_phase(dt_opctx *o, void *result, const void *contrib,
-                              const ring_chunks *k);
+                                         const ring_chunks *k);
 
 /*
  * All-gather phase. `buf` is the whole buffer; chunk o->rank is already in

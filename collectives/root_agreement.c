@@ -51,6 +51,7 @@
  */
 #include "algorithms.h"
 
-dt_status comm_root_agree(dt_opctx *o) {
+dt_status comm_root_agree(dt_opctx *o)
+{
     return comm_barrier_dissemination(o);
 }

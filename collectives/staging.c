@@ -79,14 +79,18 @@
 
 #define ARENA_ALIGN ((size_t)64)
 
-static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+static size_t round_up(size_t n, size_t to)
+{
+    return (n + to - 1) / to * to;
+}
 
 /* ---- which bytes of an op are input and output on this rank ---------------- */
 
 static size_t sum_counts(const dt_op *op, int p)
 {
     size_t n = 0;
-    for (int r = 0; r < p; r++) n += op->counts[r];
+    for (int r = 0; r < p; r++)
+        n += op->counts[r];
     return n;
 }
 
@@ -99,29 +103,65 @@ static void describe(const dt_comm *c, const dt_op *op, stage_buf b[2])
     b[0].host = (char *)op->send;
     b[1].host = op->recv;
     switch (op->kind) {
-    case DT_OP_ALLREDUCE: b[1].bytes = n; b[1].in = b[1].out = true; break;
-    case DT_OP_REDUCE_SCATTER: b[0].bytes = p * n; b[0].in = true;
-        b[1].bytes = n; b[1].out = true; break;
-    case DT_OP_ALLGATHER: b[0].bytes = n; b[0].in = true; b[1].bytes = p * n; b[1].out = true;
+    case DT_OP_ALLREDUCE:
+        b[1].bytes = n;
+        b[1].in = b[1].out = true;
         break;
-    case DT_OP_ALLGATHERV: b[0].bytes = op->counts[c->rank] * e; b[0].in = true;
-        b[1].bytes = sum_counts(op, c->size) * e; b[1].out = true; break;
-    case DT_OP_BROADCAST: b[1].bytes = n; b[1].in = root; b[1].out = !root; break;
-    case DT_OP_REDUCE: b[1].bytes = n; b[1].in = true; b[1].out = root; break;
-    case DT_OP_GATHER: b[0].bytes = n; b[0].in = true; b[1].bytes = root ? p * n : 0;
-        b[1].out = root; break;
-    case DT_OP_SCATTER: b[0].bytes = root ? p * n : 0; b[0].in = root; b[1].bytes = n;
-        b[1].out = true; break;
-    case DT_OP_ALLTOALL: b[0].bytes = b[1].bytes = p * n; b[0].in = b[1].out = true; break;
+    case DT_OP_REDUCE_SCATTER:
+        b[0].bytes = p * n;
+        b[0].in = true;
+        b[1].bytes = n;
+        b[1].out = true;
+        break;
+    case DT_OP_ALLGATHER:
+        b[0].bytes = n;
+        b[0].in = true;
+        b[1].bytes = p * n;
+        b[1].out = true;
+        break;
+    case DT_OP_ALLGATHERV:
+        b[0].bytes = op->counts[c->rank] * e;
+        b[0].in = true;
+        b[1].bytes = sum_counts(op, c->size) * e;
+        b[1].out = true;
+        break;
+    case DT_OP_BROADCAST:
+        b[1].bytes = n;
+        b[1].in = root;
+        b[1].out = !root;
+        break;
+    case DT_OP_REDUCE:
+        b[1].bytes = n;
+        b[1].in = true;
+        b[1].out = root;
+        break;
+    case DT_OP_GATHER:
+        b[0].bytes = n;
+        b[0].in = true;
+        b[1].bytes = root ? p * n : 0;
+        b[1].out = root;
+        break;
+    case DT_OP_SCATTER:
+        b[0].bytes = root ? p * n : 0;
+        b[0].in = root;
+        b[1].bytes = n;
+        b[1].out = true;
+        break;
+    case DT_OP_ALLTOALL:
+        b[0].bytes = b[1].bytes = p * n;
+        b[0].in = b[1].out = true;
+        break;
     default: break; /* barrier; send and recv stage in staging_p2p_* */
     }
     for (int i = 0; i < 2; i++)
-        if (!b[i].host || b[i].bytes == 0) b[i] = (stage_buf){0};
+        if (!b[i].host || b[i].bytes == 0)
+            b[i] = (stage_buf){0};
 }
 
 bool comm_staging_wants(dt_comm *c, const dt_op *op)
 {
-    if (!c->device || op->kind == DT_OP_BARRIER) return false;
+    if (!c->device || op->kind == DT_OP_BARRIER)
+        return false;
     return dt_device_owns(c->device, op->send) || dt_device_owns(c->device, op->recv);
 }
 
@@ -131,7 +171,8 @@ static dt_status staging_get(dt_comm *c, staging **out)
 {
     if (!c->staging) {
         staging *s = calloc(1, sizeof *s);
-        if (!s) return DT_ENOMEM;
+        if (!s)
+            return DT_ENOMEM;
         s->dev = c->device;
         c->staging = s;
         if (dt_device_stream_create(s->dev, &s->stream) != DT_OK ||
@@ -144,8 +185,10 @@ static dt_status staging_get(dt_comm *c, staging **out)
 
 static void arena_free(staging *s)
 {
-    if (s->pinned) dt_device_pinned_free(s->dev, s->arena);
-    else free(s->arena);
+    if (s->pinned)
+        dt_device_pinned_free(s->dev, s->arena);
+    else
+        free(s->arena);
     s->arena = NULL;
     s->cap = 0;
 }
@@ -155,19 +198,22 @@ static void arena_free(staging *s)
  * fast and not asynchronous on CUDA). */
 static dt_status arena_reserve(dt_comm *c, staging *s, size_t bytes)
 {
-    if (bytes <= s->cap) return DT_OK;
+    if (bytes <= s->cap)
+        return DT_OK;
     arena_free(s);
     size_t want = round_up(bytes, STAGE_PIECE_BYTES);
     void *p;
     if (dt_device_pinned_alloc(s->dev, &p, want) == DT_OK) {
         s->pinned = true;
     } else {
-        comm_log(c, "rank %d: warning: %s: no pinned host memory for staging (%s); using "
-                 "pageable memory, copies will be slower", c->rank, dt_device_name(s->dev),
-                 dt_device_error(s->dev));
+        comm_log(c,
+                 "rank %d: warning: %s: no pinned host memory for staging (%s); using "
+                 "pageable memory, copies will be slower",
+                 c->rank, dt_device_name(s->dev), dt_device_error(s->dev));
         s->pinned = false;
         p = malloc(want);
-        if (!p) return DT_ENOMEM;
+        if (!p)
+            return DT_ENOMEM;
     }
     s->arena = p;
     s->cap = want;
@@ -176,12 +222,15 @@ static dt_status arena_reserve(dt_comm *c, staging *s, size_t bytes)
 
 static dt_status pieces_reserve(dt_comm *c, staging *s, size_t n)
 {
-    if (n <= s->cap_pieces) return DT_OK;
+    if (n <= s->cap_pieces)
+        return DT_OK;
     dt_device_event **ev = realloc(s->events, n * sizeof *ev);
-    if (!ev) return DT_ENOMEM;
+    if (!ev)
+        return DT_ENOMEM;
     s->events = ev;
     unsigned char *st = realloc(s->piece, n);
-    if (!st) return DT_ENOMEM;
+    if (!st)
+        return DT_ENOMEM;
     s->piece = st;
     for (size_t i = s->cap_pieces; i < n; i++) {
         s->events[i] = NULL;
@@ -198,9 +247,11 @@ void comm_staging_destroy(dt_comm *c)
 {
     comm_staging_p2p_destroy(c);
     staging *s = c->staging;
-    if (!s) return;
+    if (!s)
+        return;
     arena_free(s);
-    for (size_t i = 0; i < s->cap_pieces; i++) dt_device_event_destroy(s->dev, s->events[i]);
+    for (size_t i = 0; i < s->cap_pieces; i++)
+        dt_device_event_destroy(s->dev, s->events[i]);
     free(s->events);
     free(s->piece);
     dt_device_event_destroy(s->dev, s->done);
@@ -230,11 +281,14 @@ static dt_status layout(dt_comm *c, stage_op *so)
             need += round_up(b[i].bytes, ARENA_ALIGN);
         }
     dt_status st = arena_reserve(c, so->s, need);
-    if (st != DT_OK) return st;
+    if (st != DT_OK)
+        return st;
     for (int i = 0; i < 2; i++)
-        if (b[i].dev && !alias[i]) b[i].host = so->s->arena + at[i];
+        if (b[i].dev && !alias[i])
+            b[i].host = so->s->arena + at[i];
     for (int i = 0; i < 2; i++)
-        if (alias[i]) b[i].host = b[1 - i].host + (b[i].dev - b[1 - i].dev);
+        if (alias[i])
+            b[i].host = b[1 - i].host + (b[i].dev - b[1 - i].dev);
     return DT_OK;
 }
 
@@ -244,7 +298,8 @@ static dt_status issue_range(stage_op *so, stage_buf *b, size_t lo, size_t hi)
 {
     staging *s = so->s;
     for (size_t i = lo / STAGE_PIECE_BYTES; i * STAGE_PIECE_BYTES < hi; i++) {
-        if (s->piece[b->piece0 + i] != PIECE_IDLE) continue;
+        if (s->piece[b->piece0 + i] != PIECE_IDLE)
+            continue;
         size_t off = i * STAGE_PIECE_BYTES;
         size_t len = b->bytes - off < STAGE_PIECE_BYTES ? b->bytes - off : STAGE_PIECE_BYTES;
         if (dt_device_copy_d2h(s->dev, b->host + off, b->dev + off, len, s->stream) != DT_OK ||
@@ -266,11 +321,12 @@ static dt_status issue_inputs(stage_op *so, const dt_op *op, int rank, int p)
     size_t npieces = 0;
     for (int i = 0; i < 2; i++) {
         so->b[i].piece0 = npieces;
-        if (so->b[i].dev && so->b[i].in) npieces += round_up(so->b[i].bytes, STAGE_PIECE_BYTES) /
-                                                    STAGE_PIECE_BYTES;
+        if (so->b[i].dev && so->b[i].in)
+            npieces += round_up(so->b[i].bytes, STAGE_PIECE_BYTES) / STAGE_PIECE_BYTES;
     }
     dt_status st = pieces_reserve(so->comm, so->s, npieces);
-    if (st != DT_OK) return st;
+    if (st != DT_OK)
+        return st;
     memset(so->s->piece, PIECE_IDLE, npieces);
     stage_buf *in = &so->b[op->kind == DT_OP_ALLREDUCE ? 1 : 0];
     if (ring && in->dev) {
@@ -283,7 +339,8 @@ static dt_status issue_inputs(stage_op *so, const dt_op *op, int rank, int p)
         }
     }
     for (int i = 0; i < 2 && st == DT_OK; i++)
-        if (so->b[i].dev && so->b[i].in) st = issue_range(so, &so->b[i], 0, so->b[i].bytes);
+        if (so->b[i].dev && so->b[i].in)
+            st = issue_range(so, &so->b[i], 0, so->b[i].bytes);
     return st;
 }
 
@@ -292,11 +349,14 @@ static dt_status issue_inputs(stage_op *so, const dt_op *op, int rank, int p)
  * without asking.) */
 static bool inputs_hooked(const dt_op *op, int p)
 {
-    if (p == 1) return false;
+    if (p == 1)
+        return false;
     switch (op->kind) {
     case DT_OP_ALLREDUCE: return comm_algo_chosen(op, p) == DT_ALGO_RING;
-    case DT_OP_REDUCE_SCATTER: case DT_OP_GATHER: case DT_OP_SCATTER: case DT_OP_ALLTOALL:
-        return true;
+    case DT_OP_REDUCE_SCATTER:
+    case DT_OP_GATHER:
+    case DT_OP_SCATTER:
+    case DT_OP_ALLTOALL: return true;
     case DT_OP_BROADCAST: return comm_algo_chosen(op, p) == DT_ALGO_CHAIN;
     default: return false;
     }
@@ -323,20 +383,26 @@ dt_status comm_staging_run(dt_opctx *o)
     const dt_op *user = o->op;
     stage_op so = {.comm = c};
     dt_status st = staging_get(c, &so.s);
-    if (st != DT_OK) return st;
+    if (st != DT_OK)
+        return st;
     describe(c, user, so.b);
     for (int i = 0; i < 2; i++)
-        if (so.b[i].host && dt_device_owns(c->device, so.b[i].host)) so.b[i].dev = so.b[i].host;
+        if (so.b[i].host && dt_device_owns(c->device, so.b[i].host))
+            so.b[i].dev = so.b[i].host;
     if ((st = layout(c, &so)) != DT_OK || (st = issue_inputs(&so, user, c->rank, c->size)) != DT_OK)
         return finish(&so, st);
     if (!inputs_hooked(user, c->size))
         for (int i = 0; i < 2 && st == DT_OK; i++)
-            if (so.b[i].dev && so.b[i].in) st = comm_staging_pieces_sync(&so, &so.b[i], 0, so.b[i].bytes);
-    if (st != DT_OK) return finish(&so, st);
+            if (so.b[i].dev && so.b[i].in)
+                st = comm_staging_pieces_sync(&so, &so.b[i], 0, so.b[i].bytes);
+    if (st != DT_OK)
+        return finish(&so, st);
 
     dt_op host = *user;
-    if (so.b[0].dev) host.send = so.b[0].host;
-    if (so.b[1].dev) host.recv = so.b[1].host;
+    if (so.b[0].dev)
+        host.send = so.b[0].host;
+    if (so.b[1].dev)
+        host.recv = so.b[1].host;
     o->op = &host;
     o->stage = &so;
     st = comm_algo_run(o);

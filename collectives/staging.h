@@ -39,11 +39,13 @@ void comm_staging_p2p_destroy(dt_comm *c); /* staging_p2p.c: the p2p pool */
 dt_status comm_staging_pieces_need(dt_opctx *o, const void *p, size_t n);
 void comm_staging_pieces_ready(dt_opctx *o, const void *p, size_t n);
 
-static inline dt_status stage_need(dt_opctx *o, const void *p, size_t n) {
+static inline dt_status stage_need(dt_opctx *o, const void *p, size_t n)
+{
     return o->stage ? comm_staging_pieces_need(o, p, n) : DT_OK;
 }
 
-static inline void stage_ready(dt_opctx *o, const void *p, size_t n) {
+static inline void stage_ready(dt_opctx *o, const void *p, size_t n)
+{
     if (o->stage)
         comm_staging_pieces_ready(o, p, n);
 }

@@ -41,7 +41,7 @@ typedef struct p2p_buf {
 } p2p_buf;
 
 typedef struct p2p_pool {
-    pthread_mutex_t mu;     /* guards the lists and warned */
+    pthread_mutex_t mu; /* guards the lists and warned */
     dt_device_stream *stream;
     p2p_buf *idle, *busy;
     bool warned;
@@ -49,8 +49,8 @@ typedef struct p2p_pool {
 
 static dt_status p2p_fail(dt_comm *c, dt_status st, const char *what)
 {
-    comm_fail(c, st, "rank %d: staging through %s: %s: %s", c->rank,
-              dt_device_name(c->device), what, dt_device_error(c->device));
+    comm_fail(c, st, "rank %d: staging through %s: %s: %s", c->rank, dt_device_name(c->device),
+              what, dt_device_error(c->device));
     return st;
 }
 
@@ -75,8 +75,10 @@ static p2p_pool *pool_of(dt_comm *c)
 
 static void buf_free(dt_device *d, p2p_buf *b)
 {
-    if (b->pinned) dt_device_pinned_free(d, b->data);
-    else free(b->data);
+    if (b->pinned)
+        dt_device_pinned_free(d, b->data);
+    else
+        free(b->data);
     dt_device_event_destroy(d, b->event);
     free(b);
 }
@@ -85,7 +87,8 @@ static void buf_free(dt_device *d, p2p_buf *b)
 static p2p_buf *buf_new(dt_comm *c, p2p_pool *p, size_t bytes)
 {
     p2p_buf *b = calloc(1, sizeof *b);
-    if (!b) return NULL;
+    if (!b)
+        return NULL;
     for (b->cap = P2P_MIN_BYTES; b->cap < bytes; b->cap *= 2) {}
     if (dt_device_event_create(c->device, &b->event) != DT_OK) {
         free(b);
@@ -98,9 +101,10 @@ static p2p_buf *buf_new(dt_comm *c, p2p_pool *p, size_t bytes)
         p->warned = true;
         pthread_mutex_unlock(&p->mu);
         if (warn)
-            comm_log(c, "rank %d: warning: %s: no pinned host memory for send/recv (%s); "
-                     "using pageable memory", c->rank, dt_device_name(c->device),
-                     dt_device_error(c->device));
+            comm_log(c,
+                     "rank %d: warning: %s: no pinned host memory for send/recv (%s); "
+                     "using pageable memory",
+                     c->rank, dt_device_name(c->device), dt_device_error(c->device));
         b->data = malloc(b->cap);
     }
     if (!b->data) {
@@ -116,11 +120,14 @@ static p2p_buf *buf_take(dt_comm *c, p2p_pool *p, size_t bytes)
     pthread_mutex_lock(&p->mu);
     p2p_buf **best = NULL;
     for (p2p_buf **it = &p->idle; *it; it = &(*it)->next)
-        if ((*it)->cap >= bytes && (!best || (*it)->cap < (*best)->cap)) best = it;
+        if ((*it)->cap >= bytes && (!best || (*it)->cap < (*best)->cap))
+            best = it;
     p2p_buf *b = best ? *best : NULL;
-    if (b) *best = b->next;
+    if (b)
+        *best = b->next;
     pthread_mutex_unlock(&p->mu);
-    if (!b && !(b = buf_new(c, p, bytes))) return NULL;
+    if (!b && !(b = buf_new(c, p, bytes)))
+        return NULL;
     pthread_mutex_lock(&p->mu);
     b->next = p->busy;
     p->busy = b;
@@ -133,7 +140,8 @@ static void buf_give(p2p_pool *p, p2p_buf *b)
 {
     pthread_mutex_lock(&p->mu);
     p2p_buf **it = &p->busy;
-    while (*it && *it != b) it = &(*it)->next;
+    while (*it && *it != b)
+        it = &(*it)->next;
     if (*it) {
         *it = b->next;
         b->next = p->idle;
@@ -147,7 +155,8 @@ static p2p_buf *buf_busy(p2p_pool *p, const char *data)
 {
     pthread_mutex_lock(&p->mu);
     p2p_buf *b = p->busy;
-    while (b && b->data != data) b = b->next;
+    while (b && b->data != data)
+        b = b->next;
     pthread_mutex_unlock(&p->mu);
     return b;
 }
@@ -159,10 +168,14 @@ static dt_status copy_now(dt_comm *c, p2p_pool *p, p2p_buf *b, void *dev, size_t
     dt_device *d = c->device;
     dt_status st = to_host ? dt_device_copy_d2h(d, b->data, dev, bytes, p->stream)
                            : dt_device_copy_h2d(d, dev, b->data, bytes, p->stream);
-    if (st == DT_OK) st = dt_device_event_record(d, b->event, p->stream);
-    if (st == DT_OK) st = dt_device_event_synchronize(d, b->event);
-    return st == DT_OK ? DT_OK : p2p_fail(c, st, to_host ? "send: copying to the host"
-                                                         : "recv: copying to the device");
+    if (st == DT_OK)
+        st = dt_device_event_record(d, b->event, p->stream);
+    if (st == DT_OK)
+        st = dt_device_event_synchronize(d, b->event);
+    return st == DT_OK
+               ? DT_OK
+               : p2p_fail(c, st,
+                          to_host ? "send: copying to the host" : "recv: copying to the device");
 }
 
 dt_status comm_staging_p2p_begin(dt_comm *c, dt_work *w)
@@ -177,7 +190,8 @@ dt_status comm_staging_p2p_begin(dt_comm *c, dt_work *w)
     }
     p2p_pool *p = pool_of(c);
     p2p_buf *b = p ? buf_take(c, p, bytes) : NULL;
-    if (!b) return DT_ENOMEM;
+    if (!b)
+        return DT_ENOMEM;
     if (send) {
         dt_status st = copy_now(c, p, b, dev, bytes, true);
         if (st != DT_OK) {
@@ -195,11 +209,13 @@ dt_status comm_staging_p2p_begin(dt_comm *c, dt_work *w)
 dt_status comm_staging_p2p_end(dt_work *w, dt_status st)
 {
     dt_op *op = &w->op;
-    if (!w->staged || (op->kind != DT_OP_SEND && op->kind != DT_OP_RECV)) return st;
+    if (!w->staged || (op->kind != DT_OP_SEND && op->kind != DT_OP_RECV))
+        return st;
     dt_comm *c = w->comm;
     p2p_pool *p = c->p2p_pool; /* made by comm_staging_p2p_begin */
     p2p_buf *b = buf_busy(p, op->kind == DT_OP_SEND ? op->send : op->recv);
-    if (!b) return st; /* not from the pool: cannot happen */
+    if (!b)
+        return st; /* not from the pool: cannot happen */
     if (op->kind == DT_OP_RECV && st == DT_OK)
         st = copy_now(c, p, b, w->p2p_device, op->count * dt_dtype_size(op->dtype), false);
     buf_give(p, b);
@@ -209,7 +225,8 @@ dt_status comm_staging_p2p_end(dt_work *w, dt_status st)
 void comm_staging_p2p_destroy(dt_comm *c)
 {
     p2p_pool *p = c->p2p_pool;
-    if (!p) return;
+    if (!p)
+        return;
     p2p_buf *lists[2] = {p->idle, p->busy}; /* busy: works never waited */
     for (int i = 0; i < 2; i++)
         while (lists[i]) {

@@ -15,8 +15,8 @@
 
 dt_status comm_staging_pieces_fail(dt_comm *c, dt_status st, const char *what)
 {
-    comm_fail(c, st, "rank %d: staging through %s: %s: %s", c->rank,
-              dt_device_name(c->device), what, dt_device_error(c->device));
+    comm_fail(c, st, "rank %d: staging through %s: %s: %s", c->rank, dt_device_name(c->device),
+              what, dt_device_error(c->device));
     return st;
 }
 
@@ -25,7 +25,8 @@ dt_status comm_staging_pieces_sync(stage_op *so, stage_buf *b, size_t lo, size_t
     staging *s = so->s;
     for (size_t i = lo / STAGE_PIECE_BYTES; i * STAGE_PIECE_BYTES < hi; i++) {
         unsigned char *state = &s->piece[b->piece0 + i];
-        if (*state != PIECE_ISSUED) continue;
+        if (*state != PIECE_ISSUED)
+            continue;
         if (dt_device_event_synchronize(s->dev, s->events[b->piece0 + i]) != DT_OK)
             return comm_staging_pieces_fail(so->comm, DT_ESYS, "waiting for a copy to the host");
         *state = PIECE_SYNCED;
@@ -39,7 +40,8 @@ dt_status comm_staging_pieces_need(dt_opctx *o, const void *p, size_t n)
     const char *q = p;
     for (int i = 0; i < 2; i++) {
         stage_buf *b = &so->b[i];
-        if (!b->dev || !b->in || q < b->host || q >= b->host + b->bytes) continue;
+        if (!b->dev || !b->in || q < b->host || q >= b->host + b->bytes)
+            continue;
         size_t lo = (size_t)(q - b->host), hi = lo + n;
         return comm_staging_pieces_sync(so, b, lo, hi < b->bytes ? hi : b->bytes);
     }

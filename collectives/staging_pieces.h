@@ -20,16 +20,16 @@ typedef struct staging {
     dt_device_event **events; /* [cap_pieces] one per input piece */
     unsigned char *piece;     /* [cap_pieces] PIECE_* */
     size_t cap_pieces;
-    dt_device_event *done;    /* behind the last copy of an op */
+    dt_device_event *done; /* behind the last copy of an op */
     char *arena;
     size_t cap;
-    bool pinned;              /* arena from dt_device_pinned_alloc, else malloc */
+    bool pinned; /* arena from dt_device_pinned_alloc, else malloc */
 } staging;
 
 /* One of an op's two buffers (send, recv), as this rank uses it. */
 typedef struct stage_buf {
-    char *dev;     /* the caller's device pointer; NULL if on the host or unused */
-    char *host;    /* what the algorithm uses */
+    char *dev;  /* the caller's device pointer; NULL if on the host or unused */
+    char *host; /* what the algorithm uses */
     size_t bytes;
     bool in, out;  /* holds input / output on this rank */
     size_t piece0; /* index of its first input piece */
@@ -38,7 +38,7 @@ typedef struct stage_buf {
 struct stage_op {
     dt_comm *comm;
     staging *s;
-    stage_buf b[2]; /* send, recv */
+    stage_buf b[2];    /* send, recv */
     size_t out_staged; /* bytes of b[1] copied back through stage_ready */
     dt_status err;     /* first failure of a stage_ready copy */
 };

@@ -107,8 +107,11 @@ void comm_store_funlock(dt_store *s)
 /* Sets the liveness lock to `type` (F_RDLCK, F_WRLCK). Returns 0 or errno. */
 static int liveness_lock(int fd, short type, bool wait)
 {
-    struct flock fl = {.l_type = type, .l_whence = SEEK_SET,
-                       .l_start = STORE_LIVENESS_OFFSET, .l_len = 1, .l_pid = 0};
+    struct flock fl = {.l_type = type,
+                       .l_whence = SEEK_SET,
+                       .l_start = STORE_LIVENESS_OFFSET,
+                       .l_len = 1,
+                       .l_pid = 0};
     while (fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl) != 0)
         if (errno != EINTR)
             return errno;
@@ -119,8 +122,8 @@ static int liveness_lock(int fd, short type, bool wait)
 static bool still_named(int fd, const char *path)
 {
     struct stat a, b;
-    return fstat(fd, &a) == 0 && lstat(path, &b) == 0 &&
-           a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+    return fstat(fd, &a) == 0 && lstat(path, &b) == 0 && a.st_dev == b.st_dev &&
+           a.st_ino == b.st_ino;
 }
 
 /* ---- trusting the path ------------------------------------------------------ */
@@ -128,17 +131,21 @@ static bool still_named(int fd, const char *path)
 /* What a file that is not a regular file is, for a message. */
 static const char *kind_of(mode_t mode)
 {
-    return S_ISFIFO(mode) ? "a FIFO" : S_ISSOCK(mode) ? "a socket"
-         : S_ISDIR(mode) ? "a directory" : S_ISLNK(mode) ? "a symbolic link"
-         : S_ISCHR(mode) ? "a character device" : S_ISBLK(mode) ? "a block device"
-         : "not a regular file";
+    return S_ISFIFO(mode)   ? "a FIFO"
+           : S_ISSOCK(mode) ? "a socket"
+           : S_ISDIR(mode)  ? "a directory"
+           : S_ISLNK(mode)  ? "a symbolic link"
+           : S_ISCHR(mode)  ? "a character device"
+           : S_ISBLK(mode)  ? "a block device"
+                            : "not a regular file";
 }
 
 static dt_status refuse_kind(dt_store *s, mode_t mode)
 {
-    return comm_store_log_fail(s, DT_ESTORE, "%s is %s, not a rendezvous file; it is "
-                      "left as it is: remove it or choose another name",
-                      s->path, kind_of(mode));
+    return comm_store_log_fail(s, DT_ESTORE,
+                               "%s is %s, not a rendezvous file; it is "
+                               "left as it is: remove it or choose another name",
+                               s->path, kind_of(mode));
 }
 
 /* A file fit to be this user's rendezvous file: a regular file of this
@@ -149,16 +156,18 @@ static dt_status check_trusted(dt_store *s, const struct stat *st)
     if (!S_ISREG(st->st_mode))
         return refuse_kind(s, st->st_mode);
     if (st->st_uid != geteuid())
-        return comm_store_log_fail(s, DT_ESTORE, "%s belongs to uid %u, not to this "
-                          "user (uid %u); it is left as it is: choose another "
-                          "name", s->path, (unsigned)st->st_uid,
-                          (unsigned)geteuid());
+        return comm_store_log_fail(s, DT_ESTORE,
+                                   "%s belongs to uid %u, not to this "
+                                   "user (uid %u); it is left as it is: choose another "
+                                   "name",
+                                   s->path, (unsigned)st->st_uid, (unsigned)geteuid());
     if (st->st_mode & (S_IWGRP | S_IWOTH))
-        return comm_store_log_fail(s, DT_ESTORE, "%s is writable by %s (mode %04o); a "
-                          "rendezvous file must be writable by its owner only: "
-                          "it is left as it is", s->path,
-                          (st->st_mode & S_IWOTH) ? "others" : "its group",
-                          (unsigned)(st->st_mode & 07777));
+        return comm_store_log_fail(s, DT_ESTORE,
+                                   "%s is writable by %s (mode %04o); a "
+                                   "rendezvous file must be writable by its owner only: "
+                                   "it is left as it is",
+                                   s->path, (st->st_mode & S_IWOTH) ? "others" : "its group",
+                                   (unsigned)(st->st_mode & 07777));
     return DT_OK;
 }
 
@@ -169,8 +178,9 @@ static dt_status check_before_open(dt_store *s)
 {
     struct stat st;
     if (lstat(s->path, &st) != 0)
-        return errno == ENOENT ? DT_OK
-            : comm_store_log_fail(s, DT_ESYS, "lstat %s: %s", s->path, strerror(errno));
+        return errno == ENOENT
+                   ? DT_OK
+                   : comm_store_log_fail(s, DT_ESYS, "lstat %s: %s", s->path, strerror(errno));
     return check_trusted(s, &st);
 }
 
@@ -208,8 +218,7 @@ static dt_status reset_if_stale(dt_store *s)
     store_holders h;
     if ((st = comm_store_log_check(s, &h)) == DT_OK && !comm_store_torch_involved(&h) &&
         ftruncate(s->fd, 0) != 0)
-        st = comm_store_log_fail(s, DT_ESYS, "truncating a dead job's file: %s",
-                        strerror(errno));
+        st = comm_store_log_fail(s, DT_ESYS, "truncating a dead job's file: %s", strerror(errno));
     comm_store_funlock(s);
     return st;
 }
@@ -235,8 +244,7 @@ static dt_status open_attempt(dt_store *s, bool *again)
     /* O_NOFOLLOW: a symlink (dangling or not) is refused, its target
      * neither created nor written; O_NONBLOCK: a FIFO slipped in after the
      * check above opens at once, and check_opened refuses it. */
-    s->fd = open(s->path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW |
-                 O_NONBLOCK, 0600);
+    s->fd = open(s->path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
     if (s->fd < 0)
         return open_failed(s, errno);
     if ((st = check_opened(s)) != DT_OK)
@@ -246,8 +254,10 @@ static dt_status open_attempt(dt_store *s, bool *again)
     if (rc == EAGAIN || rc == EACCES)
         rc = liveness_lock(s->fd, F_RDLCK, true);
     if (rc != 0)
-        return comm_store_log_fail(s, DT_ESYS, "OFD lock on %s: %s (the filesystem must "
-                          "support flock and OFD locks)", s->path, strerror(rc));
+        return comm_store_log_fail(s, DT_ESYS,
+                                   "OFD lock on %s: %s (the filesystem must "
+                                   "support flock and OFD locks)",
+                                   s->path, strerror(rc));
     if (!still_named(s->fd, s->path)) {
         close(s->fd);
         s->fd = -1;
@@ -270,17 +280,22 @@ static bool is_tcp_url(const char *url)
 static dt_status check_url_and_job(dt_store *s, const char *url, const char *job)
 {
     if (!is_tcp_url(url) && (!url || strncmp(url, "file://", 7) != 0 || url[7] != '/'))
-        return comm_store_log_fail(s, DT_EINVAL, "unsupported store URL '%s': use "
-                          "file:///absolute/path, tcp://HOST:PORT or env://",
-                          url ? url : "(null)");
+        return comm_store_log_fail(s, DT_EINVAL,
+                                   "unsupported store URL '%s': use "
+                                   "file:///absolute/path, tcp://HOST:PORT or env://",
+                                   url ? url : "(null)");
     size_t n = strlen(job);
     if (n > STORE_MAX_JOB_ID || strchr(job, '/'))
-        return comm_store_log_fail(s, DT_EINVAL, "bad job id '%s': it must be 0..%d "
-                          "bytes without '/'", job, STORE_MAX_JOB_ID);
+        return comm_store_log_fail(s, DT_EINVAL,
+                                   "bad job id '%s': it must be 0..%d "
+                                   "bytes without '/'",
+                                   job, STORE_MAX_JOB_ID);
     if (job[0] == '-' || strcmp(job, "refcount") == 0 || strcmp(job, "cleanup") == 0)
-        return comm_store_log_fail(s, DT_EINVAL, "bad job id '%s': %s", job, job[0] == '-'
-                          ? "a job id starting with '-' reads as a deletion record to "
-                            "PyTorch's FileStore" : "PyTorch's FileStore uses that name");
+        return comm_store_log_fail(s, DT_EINVAL, "bad job id '%s': %s", job,
+                                   job[0] == '-'
+                                       ? "a job id starting with '-' reads as a deletion record to "
+                                         "PyTorch's FileStore"
+                                       : "PyTorch's FileStore uses that name");
     if (!(s->path = strdup(is_tcp_url(url) ? url : url + 7)))
         return comm_store_log_fail(s, DT_ENOMEM, "out of memory");
     return DT_OK;
@@ -294,9 +309,10 @@ static dt_status store_open_tcp(dt_store *s, const char *url)
     if (strcmp(url, "env://") == 0) {
         const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
         if (!addr || !*addr || !port || !*port)
-            return comm_store_log_fail(s, DT_EINVAL, "env:// needs MASTER_ADDR and MASTER_PORT "
-                              "(%s is not set)", !addr || !*addr ? "MASTER_ADDR"
-                                                                 : "MASTER_PORT");
+            return comm_store_log_fail(s, DT_EINVAL,
+                                       "env:// needs MASTER_ADDR and MASTER_PORT "
+                                       "(%s is not set)",
+                                       !addr || !*addr ? "MASTER_ADDR" : "MASTER_PORT");
         snprintf(target, sizeof target, "%s:%s", addr, port);
     } else {
         snprintf(target, sizeof target, "%s", url + 6);
@@ -324,8 +340,10 @@ static dt_status store_open_file(dt_store *s)
     for (int i = 0; again && i < STORE_OPEN_ATTEMPTS && st == DT_OK; i++)
         st = open_attempt(s, &again);
     if (st == DT_OK && again)
-        st = comm_store_log_fail(s, DT_ESTORE, "%s kept being removed or replaced "
-                        "while opening it", s->path);
+        st = comm_store_log_fail(s, DT_ESTORE,
+                                 "%s kept being removed or replaced "
+                                 "while opening it",
+                                 s->path);
     if (st == DT_OK && (st = comm_store_flock(s, LOCK_EX)) == DT_OK) {
         st = comm_store_log_replay(s);
         if (st == DT_OK)
@@ -386,8 +404,7 @@ void dt_store_close(dt_store *s)
             comm_store_funlock(s);
         }
         (void)liveness_lock(s->fd, F_UNLCK, false);
-        if (!torch && liveness_lock(s->fd, F_WRLCK, false) == 0 &&
-            still_named(s->fd, s->path))
+        if (!torch && liveness_lock(s->fd, F_WRLCK, false) == 0 && still_named(s->fd, s->path))
             (void)unlink(s->path);
     }
     if (s->fd >= 0)
@@ -415,8 +432,8 @@ dt_status comm_store_check_usable(dt_store *s, const char *op, const char *key)
     if (!key)
         return comm_store_log_fail(s, DT_EINVAL, "%s: key is NULL", op);
     if (strlen(key) + s->prefix_len > STORE_MAX_KEY)
-        return comm_store_log_fail(s, DT_EINVAL, "%s: key '%.40s...' is over %u bytes",
-                          op, key, STORE_MAX_KEY);
+        return comm_store_log_fail(s, DT_EINVAL, "%s: key '%.40s...' is over %u bytes", op, key,
+                                   STORE_MAX_KEY);
     return DT_OK;
 }
 
@@ -427,7 +444,7 @@ dt_status dt_store_set(dt_store *s, const char *key, const void *val, size_t len
         return st;
     if (len > STORE_MAX_VALUE || (!val && len))
         return comm_store_log_fail(s, DT_EINVAL, "set '%s': a %zu-byte value%s", key, len,
-                          val ? " is over the 64 MiB limit" : " from NULL");
+                                   val ? " is over the 64 MiB limit" : " from NULL");
     if (s->tcp) {
         char *k = comm_store_scoped(s, key), err[STORE_ERR_LEN] = "out of memory";
         st = k ? comm_tcp_client_set(s->tcp, k, val, len, err, sizeof err) : DT_ENOMEM;
@@ -450,8 +467,7 @@ static double monotonic_s(void)
 }
 
 /* Names the keys still missing, for a timeout message. */
-static void list_missing(const dt_store *s, const char *const *keys, int n,
-                         char *out, size_t cap)
+static void list_missing(const dt_store *s, const char *const *keys, int n, char *out, size_t cap)
 {
     size_t o = 0;
     int listed = 0, missing = 0;
@@ -461,8 +477,7 @@ static void list_missing(const dt_store *s, const char *const *keys, int n,
             continue;
         missing++;
         if (o + 80 < cap && listed < 8) {
-            o += (size_t)snprintf(out + o, cap - o, "%s'%.60s'",
-                                  listed ? ", " : "", keys[i]);
+            o += (size_t)snprintf(out + o, cap - o, "%s'%.60s'", listed ? ", " : "", keys[i]);
             listed++;
         }
     }
@@ -480,8 +495,8 @@ static dt_status wait_tcp(dt_store *s, const char *op, const char *const *keys, 
         if (!(k[i] = comm_store_scoped(s, keys[i])))
             st = DT_ENOMEM;
     if (st == DT_OK)
-        st = comm_tcp_client_wait(s->tcp, (const char *const *)k, n, s->prefix_len,
-                             timeout_s, op, err, sizeof err);
+        st = comm_tcp_client_wait(s->tcp, (const char *const *)k, n, s->prefix_len, timeout_s, op,
+                                  err, sizeof err);
     for (int i = 0; k && i < n; i++)
         free(k[i]);
     free(k);
@@ -491,8 +506,8 @@ static dt_status wait_tcp(dt_store *s, const char *op, const char *const *keys, 
 }
 
 /* Polls every 10 ms until every key exists or the deadline passes. */
-static dt_status wait_for_keys(dt_store *s, const char *op,
-                               const char *const *keys, int n, double timeout_s)
+static dt_status wait_for_keys(dt_store *s, const char *op, const char *const *keys, int n,
+                               double timeout_s)
 {
     if (isnan(timeout_s) || timeout_s < 0)
         return comm_store_log_fail(s, DT_EINVAL, "%s: bad timeout %g s", op, timeout_s);
@@ -516,9 +531,10 @@ static dt_status wait_for_keys(dt_store *s, const char *op,
         if (left <= 0) {
             char missing[600];
             list_missing(s, keys, n, missing, sizeof missing);
-            return comm_store_log_fail(s, DT_ETIMEDOUT, "%s timed out after %g s waiting "
-                              "for key%s %s", op, timeout_s,
-                              n - found > 1 ? "s" : "", missing);
+            return comm_store_log_fail(s, DT_ETIMEDOUT,
+                                       "%s timed out after %g s waiting "
+                                       "for key%s %s",
+                                       op, timeout_s, n - found > 1 ? "s" : "", missing);
         }
         long ns = left < 0.01 ? (long)(left * 1e9) + 1 : STORE_POLL_NS;
         struct timespec nap = {0, ns};
@@ -526,8 +542,7 @@ static dt_status wait_for_keys(dt_store *s, const char *op,
     }
 }
 
-dt_status dt_store_get(dt_store *s, const char *key, void **val, size_t *len,
-                       double timeout_s)
+dt_status dt_store_get(dt_store *s, const char *key, void **val, size_t *len, double timeout_s)
 {
     if (val)
         *val = NULL;
@@ -556,8 +571,7 @@ dt_status dt_store_get(dt_store *s, const char *key, void **val, size_t *len,
     return DT_OK;
 }
 
-dt_status dt_store_wait(dt_store *s, const char *const *keys, int n,
-                        double timeout_s)
+dt_status dt_store_wait(dt_store *s, const char *const *keys, int n, double timeout_s)
 {
     if (n < 0 || (n > 0 && !keys))
         return comm_store_log_fail(s, DT_EINVAL, "wait: %d keys at %p", n, (const void *)keys);
@@ -586,8 +600,7 @@ static bool parse_int64(const uint8_t *p, size_t n, int64_t *out)
     return true;
 }
 
-dt_status dt_store_add(dt_store *s, const char *key, int64_t delta,
-                       int64_t *result)
+dt_status dt_store_add(dt_store *s, const char *key, int64_t delta, int64_t *result)
 {
     dt_status st = comm_store_check_usable(s, "add", key);
     if (st != DT_OK)
@@ -605,20 +618,21 @@ dt_status dt_store_add(dt_store *s, const char *key, int64_t delta,
     int64_t now = 0, sum;
     const store_entry *e = comm_store_map_find(&s->map, key, strlen(key));
     if (e && !parse_int64(e->val, e->len, &now)) {
-        st = comm_store_log_fail(s, DT_EINVAL, "add to key '%s': its %zu-byte value "
-                        "'%.40s' is not a decimal int64", key, e->len,
-                        (const char *)e->val);
+        st = comm_store_log_fail(s, DT_EINVAL,
+                                 "add to key '%s': its %zu-byte value "
+                                 "'%.40s' is not a decimal int64",
+                                 key, e->len, (const char *)e->val);
         goto out;
     }
     if (__builtin_add_overflow(now, delta, &sum)) {
-        st = comm_store_log_fail(s, DT_EINVAL, "add %" PRId64 " to key '%s' (%" PRId64
-                        "): overflows int64", delta, key, now);
+        st = comm_store_log_fail(s, DT_EINVAL,
+                                 "add %" PRId64 " to key '%s' (%" PRId64 "): overflows int64",
+                                 delta, key, now);
         goto out;
     }
     char text[24];
     int n = snprintf(text, sizeof text, "%" PRId64, sum);
-    if ((st = comm_store_log_append(s, key, (const uint8_t *)text, (size_t)n)) == DT_OK &&
-        result)
+    if ((st = comm_store_log_append(s, key, (const uint8_t *)text, (size_t)n)) == DT_OK && result)
         *result = sum;
 out:
     comm_store_funlock(s);

@@ -15,15 +15,15 @@
 #include "store_map.h"
 #include "store_tcp.h"
 
-#define STORE_MAX_KEY (64u << 10)      /* bytes of a record's key */
-#define STORE_MAX_VALUE (64u << 20)    /* bytes of a record's value */
-#define STORE_MAX_READ (1ull << 30)    /* bytes replayed in one go */
+#define STORE_MAX_KEY (64u << 10)   /* bytes of a record's key */
+#define STORE_MAX_VALUE (64u << 20) /* bytes of a record's value */
+#define STORE_MAX_READ (1ull << 30) /* bytes replayed in one go */
 #define STORE_MAX_JOB_ID 256
-#define STORE_POLL_NS 10000000L        /* 10 ms, PyTorch's poll interval */
+#define STORE_POLL_NS 10000000L /* 10 ms, PyTorch's poll interval */
 #define STORE_LIVENESS_OFFSET ((off_t)1 << 40)
 #define STORE_OPEN_ATTEMPTS 64
 #define STORE_ERR_LEN 1024
-#define STORE_TCP_CONNECT_S 60.0       /* how long open waits for a tcp:// server */
+#define STORE_TCP_CONNECT_S 60.0 /* how long open waits for a tcp:// server */
 
 /* PyTorch FileStore's counters of its handles (store_torch.c), and dtrain's
  * share of them. */
@@ -32,23 +32,23 @@
 #define STORE_DTRAIN_REFCOUNT "refcount/dtrain"
 
 typedef struct store_holders {
-    int64_t refcount;  /* "refcount/": open handles (PyTorch 2's and dtrain's) */
-    int64_t cleanup;   /* "cleanup/": closed PyTorch handles, less open dtrain ones */
-    int64_t dtrain;    /* "refcount/dtrain": open dtrain handles */
-    bool torch_keys;   /* a record in PyTorch's key space ("/k") or a delete ("-/k") */
+    int64_t refcount; /* "refcount/": open handles (PyTorch 2's and dtrain's) */
+    int64_t cleanup;  /* "cleanup/": closed PyTorch handles, less open dtrain ones */
+    int64_t dtrain;   /* "refcount/dtrain": open dtrain handles */
+    bool torch_keys;  /* a record in PyTorch's key space ("/k") or a delete ("-/k") */
 } store_holders;
 
 _Static_assert(sizeof(off_t) >= 8, "the liveness byte needs a 64-bit off_t");
 
 struct dt_store {
-    int fd;             /* -1 when open failed */
-    bool healthy;       /* false after a failed open or seen corruption */
-    bool alive_locked;  /* holds the shared liveness lock */
-    uint64_t consumed;  /* file bytes replayed into map */
+    int fd;            /* -1 when open failed */
+    bool healthy;      /* false after a failed open or seen corruption */
+    bool alive_locked; /* holds the shared liveness lock */
+    uint64_t consumed; /* file bytes replayed into map */
     char *url;
     char *path;
     char *job_id;
-    char *prefix;       /* "<job_id>/" */
+    char *prefix; /* "<job_id>/" */
     size_t prefix_len;
     store_map map;
     store_tcp_client *tcp; /* tcp:// and env:// stores; NULL for file:// */
@@ -56,11 +56,11 @@ struct dt_store {
 };
 
 /* Sets the handle's message, "URL (job J): what", and returns st. */
-__attribute__((format(printf, 3, 4)))
-dt_status comm_store_log_fail(dt_store *s, dt_status st, const char *fmt, ...);
+__attribute__((format(printf, 3, 4))) dt_status comm_store_log_fail(dt_store *s, dt_status st,
+                                                                    const char *fmt, ...);
 /* The file is not (or no longer) a store: says where, stops using it. */
-__attribute__((format(printf, 2, 3)))
-dt_status comm_store_log_corrupt(dt_store *s, const char *fmt, ...);
+__attribute__((format(printf, 2, 3))) dt_status comm_store_log_corrupt(dt_store *s, const char *fmt,
+                                                                       ...);
 
 dt_status comm_store_flock(dt_store *s, int op); /* flock(op), retried on EINTR */
 /* store.c: DT_OK if s is usable for `op` on `key` (else the reason in its
@@ -80,8 +80,7 @@ dt_status comm_store_log_check(dt_store *s, store_holders *holders);
 dt_status comm_store_log_append(dt_store *s, const char *key, const uint8_t *val, size_t len);
 /* Appends a record under `key` as is (no job prefix), applying nothing.
  * Caller holds LOCK_EX and has replayed to the end. */
-dt_status comm_store_log_append_raw(dt_store *s, const char *key, const uint8_t *val,
-                                   size_t len);
+dt_status comm_store_log_append_raw(dt_store *s, const char *key, const uint8_t *val, size_t len);
 
 /* store_torch.c: sharing a file with PyTorch's FileStore. With LOCK_EX held
  * and replayed to the end: count this handle into (join) or out of (leave)

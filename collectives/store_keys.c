@@ -141,14 +141,16 @@ dt_status dt_store_compare_set(dt_store *s, const char *key, const void *expecte
         return st;
     if (elen > STORE_MAX_VALUE || dlen > STORE_MAX_VALUE || (!expected && elen) ||
         (!desired && dlen))
-        return comm_store_log_fail(s, DT_EINVAL, "compare_set '%s': a value over 64 MiB or "
-                                   "from NULL", key);
+        return comm_store_log_fail(s, DT_EINVAL,
+                                   "compare_set '%s': a value over 64 MiB or "
+                                   "from NULL",
+                                   key);
     if (s->tcp) {
         char *k = comm_store_scoped(s, key), err[STORE_ERR_LEN] = "out of memory";
         void *v = NULL;
         size_t vn = 0;
-        st = k ? comm_tcp_client_compare_set(s->tcp, k, expected, elen, desired, dlen, &v,
-                                             &vn, err, sizeof err)
+        st = k ? comm_tcp_client_compare_set(s->tcp, k, expected, elen, desired, dlen, &v, &vn, err,
+                                             sizeof err)
                : DT_ENOMEM;
         free(k);
         if (st == DT_OK && now) {

@@ -42,8 +42,7 @@ dt_status comm_store_log_fail(dt_store *s, dt_status st, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    snprintf(s->err, sizeof s->err, "%.200s (job %.200s): %s", s->url, s->job_id,
-             what);
+    snprintf(s->err, sizeof s->err, "%.200s (job %.200s): %s", s->url, s->job_id, what);
     return st;
 }
 
@@ -56,8 +55,10 @@ dt_status comm_store_log_corrupt(dt_store *s, const char *fmt, ...)
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
     s->healthy = false;
-    return comm_store_log_fail(s, DT_ESTORE, "not a rendezvous store: %s; remove the "
-                      "file or choose another name", why);
+    return comm_store_log_fail(s, DT_ESTORE,
+                               "not a rendezvous store: %s; remove the "
+                               "file or choose another name",
+                               why);
 }
 
 /* ---- records ----------------------------------------------------------------- */
@@ -68,8 +69,8 @@ static void show_bytes(char *out, size_t cap, const uint8_t *b, size_t n)
 {
     size_t o = 0;
     for (size_t i = 0; i < n && i < 40 && o + 5 < cap; i++)
-        o += (size_t)snprintf(out + o, cap - o, b[i] >= 0x20 && b[i] < 0x7f &&
-                              b[i] != '\\' ? "%c" : "\\x%02x", b[i]);
+        o += (size_t)snprintf(out + o, cap - o,
+                              b[i] >= 0x20 && b[i] < 0x7f && b[i] != '\\' ? "%c" : "\\x%02x", b[i]);
     snprintf(out + o, cap - o, "%s", n > 40 ? "..." : "");
 }
 
@@ -122,8 +123,8 @@ static bool key_is(const char *key, uint32_t len, const char *name)
     return len == strlen(name) && memcmp(key, name, len) == 0;
 }
 
-static dt_status parse_records(dt_store *s, const uint8_t *buf, size_t n,
-                               uint64_t base, bool apply, store_holders *holders)
+static dt_status parse_records(dt_store *s, const uint8_t *buf, size_t n, uint64_t base, bool apply,
+                               store_holders *holders)
 {
     unsigned long long size = base + n;
     for (size_t pos = 0; pos < n;) {
@@ -134,18 +135,22 @@ static dt_status parse_records(dt_store *s, const uint8_t *buf, size_t n,
             const char *what = i == 0 ? "key" : "value";
             uint32_t limit = i == 0 ? STORE_MAX_KEY : STORE_MAX_VALUE;
             if (n - field < 4)
-                return comm_store_log_corrupt(s, "record at byte %llu is cut short: its "
-                                     "%s length runs past the end of the file "
-                                     "(%llu bytes)", at, what, size);
+                return comm_store_log_corrupt(s,
+                                              "record at byte %llu is cut short: its "
+                                              "%s length runs past the end of the file "
+                                              "(%llu bytes)",
+                                              at, what, size);
             len[i] = load_u32(buf + field);
             if (len[i] > n - field - 4)
-                return comm_store_log_corrupt(s, "record at byte %llu declares a %" PRIu32
-                                     "-byte %s but the file has %llu bytes",
-                                     at, len[i], what, size);
+                return comm_store_log_corrupt(s,
+                                              "record at byte %llu declares a %" PRIu32
+                                              "-byte %s but the file has %llu bytes",
+                                              at, len[i], what, size);
             if (len[i] > limit)
-                return comm_store_log_corrupt(s, "record at byte %llu declares a %" PRIu32
-                                     "-byte %s, over the %" PRIu32 "-byte limit",
-                                     at, len[i], what, limit);
+                return comm_store_log_corrupt(s,
+                                              "record at byte %llu declares a %" PRIu32
+                                              "-byte %s, over the %" PRIu32 "-byte limit",
+                                              at, len[i], what, limit);
             field += 4 + len[i];
         }
         const char *key = (const char *)buf + pos + 4;
@@ -153,9 +158,10 @@ static dt_status parse_records(dt_store *s, const uint8_t *buf, size_t n,
         if (bad) {
             char shown[200];
             show_bytes(shown, sizeof shown, buf + pos + 4, len[0]);
-            return comm_store_log_corrupt(s, "record at byte %llu has %s (key '%s'), "
-                                 "a key that no dtrain or PyTorch writer makes",
-                                 at, bad, shown);
+            return comm_store_log_corrupt(s,
+                                          "record at byte %llu has %s (key '%s'), "
+                                          "a key that no dtrain or PyTorch writer makes",
+                                          at, bad, shown);
         }
         const uint8_t *val = buf + pos + 8 + len[0];
         if (holders && key_is(key, len[0], STORE_TORCH_REFCOUNT))
@@ -170,10 +176,9 @@ static dt_status parse_records(dt_store *s, const uint8_t *buf, size_t n,
             memcmp(key + 1, s->prefix, s->prefix_len) == 0)
             (void)comm_store_map_erase(&s->map, key + 1 + s->prefix_len,
                                        len[0] - 1 - s->prefix_len); /* a delete */
-        else if (apply && len[0] >= s->prefix_len &&
-            memcmp(key, s->prefix, s->prefix_len) == 0 &&
-            !comm_store_map_put(&s->map, key + s->prefix_len, len[0] - s->prefix_len,
-                     buf + pos + 8 + len[0], len[1]))
+        else if (apply && len[0] >= s->prefix_len && memcmp(key, s->prefix, s->prefix_len) == 0 &&
+                 !comm_store_map_put(&s->map, key + s->prefix_len, len[0] - s->prefix_len,
+                                     buf + pos + 8 + len[0], len[1]))
             return comm_store_log_fail(s, DT_ENOMEM, "out of memory replaying records");
         pos = field;
     }
@@ -185,13 +190,14 @@ static dt_status read_range(dt_store *s, uint64_t from, uint64_t to, uint8_t **o
 {
     *out = NULL;
     if (to - from > STORE_MAX_READ)
-        return comm_store_log_corrupt(s, "%llu new bytes at byte %llu, more than a store "
-                             "ever holds", (unsigned long long)(to - from),
-                             (unsigned long long)from);
+        return comm_store_log_corrupt(s,
+                                      "%llu new bytes at byte %llu, more than a store "
+                                      "ever holds",
+                                      (unsigned long long)(to - from), (unsigned long long)from);
     uint8_t *buf = malloc(to - from + 1);
     if (!buf)
         return comm_store_log_fail(s, DT_ENOMEM, "out of memory reading %llu bytes",
-                          (unsigned long long)(to - from));
+                                   (unsigned long long)(to - from));
     for (uint64_t done = 0; done < to - from;) {
         ssize_t r = pread(s->fd, buf + done, to - from - done, (off_t)(from + done));
         if (r < 0 && errno == EINTR)
@@ -199,8 +205,8 @@ static dt_status read_range(dt_store *s, uint64_t from, uint64_t to, uint8_t **o
         if (r <= 0) {
             free(buf);
             return comm_store_log_fail(s, DT_ESYS, "read at byte %llu: %s",
-                              (unsigned long long)(from + done),
-                              r < 0 ? strerror(errno) : "file shrank under a lock");
+                                       (unsigned long long)(from + done),
+                                       r < 0 ? strerror(errno) : "file shrank under a lock");
         }
         done += (uint64_t)r;
     }
@@ -225,9 +231,10 @@ dt_status comm_store_log_replay(dt_store *s)
     if (st != DT_OK || size == s->consumed)
         return st;
     if (size < s->consumed)
-        return comm_store_log_corrupt(s, "the file shrank from %llu to %llu bytes while "
-                             "in use", (unsigned long long)s->consumed,
-                             (unsigned long long)size);
+        return comm_store_log_corrupt(s,
+                                      "the file shrank from %llu to %llu bytes while "
+                                      "in use",
+                                      (unsigned long long)s->consumed, (unsigned long long)size);
     uint8_t *buf;
     if ((st = read_range(s, s->consumed, size, &buf)) != DT_OK)
         return st;
@@ -276,7 +283,7 @@ static dt_status write_record(dt_store *s, const char *prefix, size_t plen, cons
             done += (size_t)w;
         else if (w == 0 || errno != EINTR)
             st = comm_store_log_fail(s, DT_ESYS, "writing key '%s': %s", key,
-                            w == 0 ? "wrote nothing" : strerror(errno));
+                                     w == 0 ? "wrote nothing" : strerror(errno));
     }
     free(rec);
     if (st != DT_OK) {
@@ -289,8 +296,7 @@ static dt_status write_record(dt_store *s, const char *prefix, size_t plen, cons
 }
 
 /* Appends one record of this job ("<job>/<key>") and applies it. */
-dt_status comm_store_log_append(dt_store *s, const char *key, const uint8_t *val,
-                               size_t len)
+dt_status comm_store_log_append(dt_store *s, const char *key, const uint8_t *val, size_t len)
 {
     dt_status st = write_record(s, s->prefix, s->prefix_len, key, val, len);
     if (st != DT_OK)
@@ -302,8 +308,7 @@ dt_status comm_store_log_append(dt_store *s, const char *key, const uint8_t *val
 
 /* Appends a record under a key of its own, no job prefix (PyTorch's
  * "refcount/"), applying nothing. */
-dt_status comm_store_log_append_raw(dt_store *s, const char *key, const uint8_t *val,
-                                   size_t len)
+dt_status comm_store_log_append_raw(dt_store *s, const char *key, const uint8_t *val, size_t len)
 {
     return write_record(s, "", 0, key, val, len);
 }

@@ -18,8 +18,7 @@ static uint64_t hash_bytes(const char *p, size_t n)
 static store_entry *map_slot(const store_map *m, const char *key, size_t n)
 {
     size_t i = (size_t)hash_bytes(key, n) & (m->cap - 1);
-    while (m->slots[i].key &&
-           (m->slots[i].key_len != n || memcmp(m->slots[i].key, key, n) != 0))
+    while (m->slots[i].key && (m->slots[i].key_len != n || memcmp(m->slots[i].key, key, n) != 0))
         i = (i + 1) & (m->cap - 1);
     return &m->slots[i];
 }
@@ -50,8 +49,8 @@ static bool map_grow(store_map *m)
     return true;
 }
 
-bool comm_store_map_put(store_map *m, const char *key, size_t key_len,
-                    const uint8_t *val, size_t len)
+bool comm_store_map_put(store_map *m, const char *key, size_t key_len, const uint8_t *val,
+                        size_t len)
 {
     if (2 * (m->n + 1) > m->cap && !map_grow(m))
         return false;

@@ -15,9 +15,9 @@
 #include <stdint.h>
 
 typedef struct store_entry {
-    char *key;      /* [key_len], unscoped ("addr/0"); NULL = empty slot */
+    char *key; /* [key_len], unscoped ("addr/0"); NULL = empty slot */
     size_t key_len;
-    uint8_t *val;   /* [len + 1], NUL after the value */
+    uint8_t *val; /* [len + 1], NUL after the value */
     size_t len;
 } store_entry;
 
@@ -30,7 +30,8 @@ typedef struct store_map {
 /* The entry for key, or NULL. */
 const store_entry *comm_store_map_find(const store_map *m, const char *key, size_t n);
 /* Sets key to a copy of val[0..len). False on ENOMEM (table unchanged). */
-bool comm_store_map_put(store_map *m, const char *key, size_t key_len, const uint8_t *val, size_t len);
+bool comm_store_map_put(store_map *m, const char *key, size_t key_len, const uint8_t *val,
+                        size_t len);
 /* Removes key; false if it was not there. */
 bool comm_store_map_erase(store_map *m, const char *key, size_t n);
 void comm_store_map_free(store_map *m);

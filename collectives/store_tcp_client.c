@@ -29,7 +29,7 @@
 #include <unistd.h>
 
 struct store_tcp_client {
-    int fd;          /* -1 after a timed-out wait: reconnect before the next request */
+    int fd; /* -1 after a timed-out wait: reconnect before the next request */
     char host[256];
     char port[8];
 };
@@ -44,7 +44,8 @@ static double now_s(void)
 static int connect_once(const char *host, const char *port)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai;
-    if (getaddrinfo(host, port, &hints, &ai) != 0) return -1;
+    if (getaddrinfo(host, port, &hints, &ai) != 0)
+        return -1;
     int fd = -1;
     for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
         fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
@@ -61,15 +62,15 @@ static int connect_once(const char *host, const char *port)
     return fd;
 }
 
-static dt_status connect_until(store_tcp_client *c, double timeout_s, char *err,
-                               size_t errlen)
+static dt_status connect_until(store_tcp_client *c, double timeout_s, char *err, size_t errlen)
 {
     double deadline = now_s() + timeout_s;
     while ((c->fd = connect_once(c->host, c->port)) < 0) {
         if (now_s() >= deadline) {
-            snprintf(err, errlen, "no store server answered at %s:%s within %g s (is "
-                     "rank 0 or the launcher on node 0 running?)", c->host, c->port,
-                     timeout_s);
+            snprintf(err, errlen,
+                     "no store server answered at %s:%s within %g s (is "
+                     "rank 0 or the launcher on node 0 running?)",
+                     c->host, c->port, timeout_s);
             return DT_ETIMEDOUT;
         }
         struct timespec nap = {0, 10000000L};
@@ -79,31 +80,37 @@ static dt_status connect_until(store_tcp_client *c, double timeout_s, char *err,
 }
 
 dt_status comm_tcp_client_open(store_tcp_client **out, const char *hostport, double timeout_s,
-                          char *err, size_t errlen)
+                               char *err, size_t errlen)
 {
     *out = NULL;
     const char *colon = strrchr(hostport, ':');
     char *end;
     long port = colon ? strtol(colon + 1, &end, 10) : 0;
-    if (!colon || colon == hostport || (size_t)(colon - hostport) >= 256 || *end ||
-        port <= 0 || port > 65535) {
+    if (!colon || colon == hostport || (size_t)(colon - hostport) >= 256 || *end || port <= 0 ||
+        port > 65535) {
         snprintf(err, errlen, "'%s' is not HOST:PORT", hostport);
         return DT_EINVAL;
     }
     store_tcp_client *c = calloc(1, sizeof *c);
-    if (!c) return DT_ENOMEM;
+    if (!c)
+        return DT_ENOMEM;
     memcpy(c->host, hostport, (size_t)(colon - hostport));
     snprintf(c->port, sizeof c->port, "%ld", port);
     dt_status st = connect_until(c, timeout_s, err, errlen);
-    if (st != DT_OK) { free(c); return st; }
+    if (st != DT_OK) {
+        free(c);
+        return st;
+    }
     *out = c;
     return DT_OK;
 }
 
 void comm_tcp_client_close(store_tcp_client *c)
 {
-    if (!c) return;
-    if (c->fd >= 0) close(c->fd);
+    if (!c)
+        return;
+    if (c->fd >= 0)
+        close(c->fd);
     free(c);
 }
 
@@ -111,8 +118,8 @@ void comm_tcp_client_close(store_tcp_client *c)
 
 static dt_status lost(store_tcp_client *c, const char *op, char *err, size_t errlen)
 {
-    snprintf(err, errlen, "%s: lost the store server at %s:%s (%s)", op, c->host,
-             c->port, errno ? strerror(errno) : "it closed the connection");
+    snprintf(err, errlen, "%s: lost the store server at %s:%s (%s)", op, c->host, c->port,
+             errno ? strerror(errno) : "it closed the connection");
     return DT_ESTORE;
 }
 
@@ -121,8 +128,10 @@ static bool send_all(store_tcp_client *c, const void *p, size_t n)
     const uint8_t *b = p;
     while (n > 0) {
         ssize_t w = send(c->fd, b, n, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return false;
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return false;
         b += w;
         n -= (size_t)w;
     }
@@ -141,8 +150,10 @@ static bool recv_all(store_tcp_client *c, void *p, size_t n)
     errno = 0;
     while (n > 0) {
         ssize_t r = recv(c->fd, b, n, 0);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return false;
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return false;
         b += r;
         n -= (size_t)r;
     }
@@ -158,40 +169,44 @@ static dt_status ready(store_tcp_client *c, char *err, size_t errlen)
 /* ---- operations ------------------------------------------------------------------------ */
 
 dt_status comm_tcp_client_set(store_tcp_client *c, const char *key, const void *val, size_t len,
-                         char *err, size_t errlen)
+                              char *err, size_t errlen)
 {
     dt_status st = ready(c, err, errlen);
-    if (st != DT_OK) return st;
+    if (st != DT_OK)
+        return st;
     uint8_t type = Q_SET;
     if (!send_all(c, &type, 1) || !send_str(c, key, strlen(key)) || !send_str(c, val, len))
         return lost(c, "set", err, errlen);
     return DT_OK;
 }
 
-static dt_status send_keys(store_tcp_client *c, uint8_t type, const char *const *keys,
-                           int n)
+static dt_status send_keys(store_tcp_client *c, uint8_t type, const char *const *keys, int n)
 {
     uint64_t count = (uint64_t)n;
-    if (!send_all(c, &type, 1) || !send_all(c, &count, 8)) return DT_ESTORE;
+    if (!send_all(c, &type, 1) || !send_all(c, &count, 8))
+        return DT_ESTORE;
     for (int i = 0; i < n; i++)
-        if (!send_str(c, keys[i], strlen(keys[i]))) return DT_ESTORE;
+        if (!send_str(c, keys[i], strlen(keys[i])))
+            return DT_ESTORE;
     return DT_OK;
 }
 
 /* After a timeout: names (up to 8 of) the keys CHECK says are missing,
  * without their job prefix; returns how many are. */
-static int name_missing(store_tcp_client *c, const char *const *keys, int n,
-                        size_t prefix_len, char *out, size_t cap)
+static int name_missing(store_tcp_client *c, const char *const *keys, int n, size_t prefix_len,
+                        char *out, size_t cap)
 {
     size_t o = 0;
     int listed = 0, missing = 0;
     out[0] = 0;
     for (int i = 0; i < n; i++) {
         uint8_t answer = CHECK_NOT_READY;
-        if (ready(c, out, cap) != DT_OK) return 0;
+        if (ready(c, out, cap) != DT_OK)
+            return 0;
         if (send_keys(c, Q_CHECK, &keys[i], 1) != DT_OK || !recv_all(c, &answer, 1))
             return 0;
-        if (answer == CHECK_READY) continue;
+        if (answer == CHECK_READY)
+            continue;
         missing++;
         if (listed < 8 && o + 80 < cap) {
             o += (size_t)snprintf(out + o, cap - o, "%s'%.60s'", listed ? ", " : "",
@@ -199,35 +214,42 @@ static int name_missing(store_tcp_client *c, const char *const *keys, int n,
             listed++;
         }
     }
-    if (missing > listed) snprintf(out + o, cap - o, " and %d more", missing - listed);
+    if (missing > listed)
+        snprintf(out + o, cap - o, " and %d more", missing - listed);
     return missing;
 }
 
 dt_status comm_tcp_client_wait(store_tcp_client *c, const char *const *keys, int n,
-                          size_t prefix_len, double timeout_s, const char *op, char *err,
-                          size_t errlen)
+                               size_t prefix_len, double timeout_s, const char *op, char *err,
+                               size_t errlen)
 {
     dt_status st = ready(c, err, errlen);
-    if (st != DT_OK) return st;
-    if (send_keys(c, Q_WAIT, keys, n) != DT_OK) return lost(c, op, err, errlen);
+    if (st != DT_OK)
+        return st;
+    if (send_keys(c, Q_WAIT, keys, n) != DT_OK)
+        return lost(c, op, err, errlen);
     double deadline = now_s() + timeout_s;
     for (;;) {
         struct pollfd p = {.fd = c->fd, .events = POLLIN};
         double left = deadline - now_s();
         int rc = left > 0 ? poll(&p, 1, (int)(left * 1000) + 1) : 0;
-        if (rc < 0 && errno == EINTR) continue;
-        if (rc > 0) break;
-        if (rc == 0 && now_s() < deadline) continue;
+        if (rc < 0 && errno == EINTR)
+            continue;
+        if (rc > 0)
+            break;
+        if (rc == 0 && now_s() < deadline)
+            continue;
         close(c->fd); /* the server forgets the parked wait */
         c->fd = -1;
         char missing[600];
         int m = name_missing(c, keys, n, prefix_len, missing, sizeof missing);
-        snprintf(err, errlen, "%s timed out after %g s waiting for key%s %s", op,
-                 timeout_s, m > 1 ? "s" : "", missing);
+        snprintf(err, errlen, "%s timed out after %g s waiting for key%s %s", op, timeout_s,
+                 m > 1 ? "s" : "", missing);
         return DT_ETIMEDOUT;
     }
     uint8_t answer;
-    if (!recv_all(c, &answer, 1)) return lost(c, op, err, errlen);
+    if (!recv_all(c, &answer, 1))
+        return lost(c, op, err, errlen);
     if (answer != WAIT_STOP_WAITING) {
         snprintf(err, errlen, "%s: the store server answered a wait with %u", op, answer);
         return DT_ESTORE;
@@ -236,20 +258,24 @@ dt_status comm_tcp_client_wait(store_tcp_client *c, const char *const *keys, int
 }
 
 /* A value the server sends (u64 length, bytes), NUL-terminated. */
-static dt_status get_reply(store_tcp_client *c, const char *op, void **val,
-                                           size_t *len, char *err, size_t errlen)
+static dt_status get_reply(store_tcp_client *c, const char *op, void **val, size_t *len, char *err,
+                           size_t errlen)
 {
     uint64_t n;
     if (!recv_all(c, &n, 8))
         return lost(c, op, err, errlen);
     if (n > TCP_STORE_MAX_VALUE) {
-        snprintf(err, errlen, "%s: the server sent a %llu-byte value, over the 64 MiB limit",
-                 op, (unsigned long long)n);
+        snprintf(err, errlen, "%s: the server sent a %llu-byte value, over the 64 MiB limit", op,
+                 (unsigned long long)n);
         return DT_ESTORE;
     }
     uint8_t *v = malloc((size_t)n + 1);
-    if (!v) return DT_ENOMEM;
-    if (!recv_all(c, v, (size_t)n)) { free(v); return lost(c, op, err, errlen); }
+    if (!v)
+        return DT_ENOMEM;
+    if (!recv_all(c, v, (size_t)n)) {
+        free(v);
+        return lost(c, op, err, errlen);
+    }
     v[n] = 0;
     *val = v;
     *len = (size_t)n;
@@ -258,7 +284,7 @@ static dt_status get_reply(store_tcp_client *c, const char *op, void **val,
 
 /* GET of a key that exists (after a wait): the value, NUL-terminated. */
 dt_status comm_tcp_client_get(store_tcp_client *c, const char *key, void **val, size_t *len,
-                         char *err, size_t errlen)
+                              char *err, size_t errlen)
 {
     uint8_t type = Q_GET;
     if (!send_all(c, &type, 1) || !send_str(c, key, strlen(key)))
@@ -266,25 +292,28 @@ dt_status comm_tcp_client_get(store_tcp_client *c, const char *key, void **val, 
     return get_reply(c, "get", val, len, err, errlen);
 }
 
-dt_status comm_tcp_client_add(store_tcp_client *c, const char *key, int64_t delta,
-                         int64_t *result, char *err, size_t errlen)
+dt_status comm_tcp_client_add(store_tcp_client *c, const char *key, int64_t delta, int64_t *result,
+                              char *err, size_t errlen)
 {
     dt_status st = ready(c, err, errlen);
-    if (st != DT_OK) return st;
+    if (st != DT_OK)
+        return st;
     uint8_t type = Q_ADD;
     int64_t sum;
-    if (!send_all(c, &type, 1) || !send_str(c, key, strlen(key)) ||
-        !send_all(c, &delta, 8) || !recv_all(c, &sum, 8))
+    if (!send_all(c, &type, 1) || !send_str(c, key, strlen(key)) || !send_all(c, &delta, 8) ||
+        !recv_all(c, &sum, 8))
         return lost(c, "add", err, errlen);
-    if (result) *result = sum;
+    if (result)
+        *result = sum;
     return DT_OK;
 }
 
 dt_status comm_tcp_client_check(store_tcp_client *c, const char *const *keys, int n, bool *all,
-                           char *err, size_t errlen)
+                                char *err, size_t errlen)
 {
     dt_status st = ready(c, err, errlen);
-    if (st != DT_OK) return st;
+    if (st != DT_OK)
+        return st;
     uint8_t answer;
     if (send_keys(c, Q_CHECK, keys, n) != DT_OK || !recv_all(c, &answer, 1))
         return lost(c, "check", err, errlen);
@@ -292,11 +321,12 @@ dt_status comm_tcp_client_check(store_tcp_client *c, const char *const *keys, in
     return DT_OK;
 }
 
-dt_status comm_tcp_client_delete(store_tcp_client *c, const char *key, bool *deleted,
-                            char *err, size_t errlen)
+dt_status comm_tcp_client_delete(store_tcp_client *c, const char *key, bool *deleted, char *err,
+                                 size_t errlen)
 {
     dt_status st = ready(c, err, errlen);
-    if (st != DT_OK) return st;
+    if (st != DT_OK)
+        return st;
     uint8_t type = Q_DELETE_KEY;
     int64_t n;
     if (!send_all(c, &type, 1) || !send_str(c, key, strlen(key)) || !recv_all(c, &n, 8))
@@ -308,7 +338,8 @@ dt_status comm_tcp_client_delete(store_tcp_client *c, const char *key, bool *del
 dt_status comm_tcp_client_num_keys(store_tcp_client *c, int64_t *n, char *err, size_t errlen)
 {
     dt_status st = ready(c, err, errlen);
-    if (st != DT_OK) return st;
+    if (st != DT_OK)
+        return st;
     uint8_t type = Q_NUM_KEYS;
     if (!send_all(c, &type, 1) || !recv_all(c, n, 8))
         return lost(c, "num_keys", err, errlen);
@@ -316,14 +347,15 @@ dt_status comm_tcp_client_num_keys(store_tcp_client *c, int64_t *n, char *err, s
 }
 
 dt_status comm_tcp_client_compare_set(store_tcp_client *c, const char *key, const void *expected,
-                                 size_t elen, const void *desired, size_t dlen, void **now,
-                                 size_t *nlen, char *err, size_t errlen)
+                                      size_t elen, const void *desired, size_t dlen, void **now,
+                                      size_t *nlen, char *err, size_t errlen)
 {
     dt_status st = ready(c, err, errlen);
-    if (st != DT_OK) return st;
+    if (st != DT_OK)
+        return st;
     uint8_t type = Q_COMPARE_SET;
-    if (!send_all(c, &type, 1) || !send_str(c, key, strlen(key)) ||
-        !send_str(c, expected, elen) || !send_str(c, desired, dlen))
+    if (!send_all(c, &type, 1) || !send_str(c, key, strlen(key)) || !send_str(c, expected, elen) ||
+        !send_str(c, desired, dlen))
         return lost(c, "compare_set", err, errlen);
     return get_reply(c, "compare_set", now, nlen, err, errlen);
 }

@@ -39,8 +39,8 @@
  * naming the root cause, or its EOF) will surface by itself? */
 static bool reading_now(const dt_conn *cn)
 {
-    return !cn->closing && (cn->rx_state == RX_HEADER || cn->rx_state == RX_PAYLOAD ||
-                            cn->rx_state == RX_NOTICE);
+    return !cn->closing &&
+           (cn->rx_state == RX_HEADER || cn->rx_state == RX_PAYLOAD || cn->rx_state == RX_NOTICE);
 }
 
 /* A send finished with status (0 or a libuv error): let go of it. */
@@ -56,9 +56,10 @@ static void send_finished(dt_conn *cn, dt_xfer *x, int status)
             cn->failed_sends = x;
             return;
         }
-        comm_fail(c, DT_EPEER, "rank %d: sending to rank %d (%s) failed: %s; rank %d died or "
-                  "its process was killed", c->rank, cn->peer, cn->addr, uv_strerror(status),
-                  cn->peer);
+        comm_fail(c, DT_EPEER,
+                  "rank %d: sending to rank %d (%s) failed: %s; rank %d died or "
+                  "its process was killed",
+                  c->rank, cn->peer, cn->addr, uv_strerror(status), cn->peer);
     }
     comm_conn_release_xfer(c, x, status == 0 ? XFER_DONE : XFER_FAILED);
 }
@@ -81,17 +82,21 @@ static void on_owned_write_done(uv_write_t *req, int status)
 }
 
 /* A frame whose bytes the loop owns (ABORT, BYE). Best effort. */
-void comm_transport_send_control(dt_conn *cn, uint8_t kind, uint64_t seq, const void *payload, size_t len)
+void comm_transport_send_control(dt_conn *cn, uint8_t kind, uint64_t seq, const void *payload,
+                                 size_t len)
 {
-    if (cn->closing || cn->lost || !cn->authenticated) return;
+    if (cn->closing || cn->lost || !cn->authenticated)
+        return;
     owned_write *w = malloc(sizeof *w + len);
-    if (!w) return;
+    if (!w)
+        return;
     memset(&w->hdr, 0, sizeof w->hdr);
     w->hdr.kind = kind;
     w->hdr.root = -1;
     w->hdr.seq = seq;
     w->hdr.length = len;
-    if (len) memcpy(w->payload, payload, len);
+    if (len)
+        memcpy(w->payload, payload, len);
     w->req.data = w;
     uv_buf_t bufs[2] = {uv_buf_init((char *)&w->hdr, sizeof w->hdr),
                         uv_buf_init(w->payload, (unsigned)len)};
@@ -104,7 +109,8 @@ void comm_transport_send_control(dt_conn *cn, uint8_t kind, uint64_t seq, const 
 static dt_conn *peer_conn(dt_comm *c, dt_xfer *x, const char *what)
 {
     dt_conn *cn = c->peers[x->peer];
-    if (cn && !cn->lost && !cn->closing && !cn->bye) return cn;
+    if (cn && !cn->lost && !cn->closing && !cn->bye)
+        return cn;
     comm_fail(c, DT_EPEER, "rank %d: cannot %s rank %d: %s", c->rank, what, x->peer,
               cn && cn->bye ? "it destroyed its communicator" : "its connection is gone");
     return NULL;
@@ -113,7 +119,10 @@ static dt_conn *peer_conn(dt_comm *c, dt_xfer *x, const char *what)
 static void io_send(dt_comm *c, dt_xfer *x)
 {
     dt_conn *cn = peer_conn(c, x, "send to");
-    if (!cn) { comm_conn_release_xfer(c, x, XFER_FAILED); return; }
+    if (!cn) {
+        comm_conn_release_xfer(c, x, XFER_FAILED);
+        return;
+    }
     uv_buf_t bufs[2] = {uv_buf_init((char *)&x->hdr, sizeof x->hdr),
                         uv_buf_init(x->buf, (unsigned)x->len)};
     uv_buf_t *b = bufs;
@@ -123,20 +132,29 @@ static void io_send(dt_comm *c, dt_xfer *x)
      * after every completed request). UV_EAGAIN: nothing went, or earlier
      * writes still queue (try_write never jumps the queue). */
     int sent = uv_try_write((uv_stream_t *)&cn->tcp, b, (unsigned)nb);
-    if (sent < 0 && sent != UV_EAGAIN) { send_finished(cn, x, sent); return; }
+    if (sent < 0 && sent != UV_EAGAIN) {
+        send_finished(cn, x, sent);
+        return;
+    }
     for (size_t left = sent > 0 ? (size_t)sent : 0; left > 0 && nb > 0;) {
         size_t k = left < b->len ? left : b->len;
         b->base += k;
         b->len -= k;
         left -= k;
-        if (b->len == 0) { b++; nb--; }
+        if (b->len == 0) {
+            b++;
+            nb--;
+        }
     }
-    if (nb == 0) { send_finished(cn, x, 0); return; }
+    if (nb == 0) {
+        send_finished(cn, x, 0);
+        return;
+    }
     x->write_req.data = x;
     int rc = uv_write(&x->write_req, (uv_stream_t *)&cn->tcp, b, (unsigned)nb, on_send_done);
     if (rc < 0) {
-        comm_fail(c, DT_EPEER, "rank %d: writing to rank %d (%s) failed: %s", c->rank,
-                  cn->peer, cn->addr, uv_strerror(rc));
+        comm_fail(c, DT_EPEER, "rank %d: writing to rank %d (%s) failed: %s", c->rank, cn->peer,
+                  cn->addr, uv_strerror(rc));
         comm_conn_release_xfer(c, x, XFER_FAILED);
     }
 }
@@ -151,8 +169,10 @@ static void io_recv(dt_comm *c, dt_xfer *x)
             comm_conn_release_xfer(c, x, XFER_FAILED);
             return;
         }
-        if (c->p2p_tail) c->p2p_tail->next = x;
-        else c->p2p_head = x;
+        if (c->p2p_tail)
+            c->p2p_tail->next = x;
+        else
+            c->p2p_head = x;
         c->p2p_tail = x;
         for (int p = 0; p < c->size; p++) {
             dt_conn *cn = c->peers[p];
@@ -162,26 +182,36 @@ static void io_recv(dt_comm *c, dt_xfer *x)
         return;
     }
     dt_conn *cn = peer_conn(c, x, "receive from");
-    if (!cn) { comm_conn_release_xfer(c, x, XFER_FAILED); return; }
-    if (cn->coll_tail) cn->coll_tail->next = x;
-    else cn->coll_head = x;
+    if (!cn) {
+        comm_conn_release_xfer(c, x, XFER_FAILED);
+        return;
+    }
+    if (cn->coll_tail)
+        cn->coll_tail->next = x;
+    else
+        cn->coll_head = x;
     cn->coll_tail = x;
-    if (cn->rx_state == RX_WAIT_MATCH) comm_transport_read_header(cn);
+    if (cn->rx_state == RX_WAIT_MATCH)
+        comm_transport_read_header(cn);
 }
 
 void comm_transport_io_post(dt_comm *c, dt_xfer *x)
 {
     x->next = NULL;
-    if (c->io_failed_done || c->io_shutdown) comm_conn_release_xfer(c, x, XFER_FAILED);
-    else if (x->is_send) io_send(c, x);
-    else io_recv(c, x);
+    if (c->io_failed_done || c->io_shutdown)
+        comm_conn_release_xfer(c, x, XFER_FAILED);
+    else if (x->is_send)
+        io_send(c, x);
+    else
+        io_recv(c, x);
 }
 
 void comm_transport_post_here(dt_comm *c, dt_xfer *x)
 {
     x->state = XFER_POSTED;
     x->done = 0;
-    if (x->owner) x->owner->outstanding++;
+    if (x->owner)
+        x->owner->outstanding++;
     comm_transport_io_post(c, x);
 }
 
@@ -191,8 +221,10 @@ void comm_transport_post(dt_comm *c, dt_xfer *x)
     x->done = 0;
     x->next = NULL;
     pthread_mutex_lock(&c->mu);
-    if (c->inbox_tail) c->inbox_tail->next = x;
-    else c->inbox_head = x;
+    if (c->inbox_tail)
+        c->inbox_tail->next = x;
+    else
+        c->inbox_head = x;
     c->inbox_tail = x;
     pthread_mutex_unlock(&c->mu);
     comm_wake_thread(c);

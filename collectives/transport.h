@@ -36,12 +36,12 @@
 /* The frame header, 40 bytes on the wire in host byte order (every rank of a
  * job runs on one architecture). */
 typedef struct dt_frame_hdr {
-    uint8_t kind;    /* FRAME_* */
-    uint8_t op;      /* dt_op_kind */
-    uint8_t dtype;   /* dt_dtype */
-    uint8_t redop;   /* dt_redop */
-    int32_t root;    /* root rank, or -1 */
-    uint32_t index;  /* collective: message index within the op for this peer
+    uint8_t kind;   /* FRAME_* */
+    uint8_t op;     /* dt_op_kind */
+    uint8_t dtype;  /* dt_dtype */
+    uint8_t redop;  /* dt_redop */
+    int32_t root;   /* root rank, or -1 */
+    uint32_t index; /* collective: message index within the op for this peer
                         pair; p2p: the tag */
     uint32_t reserved;
     uint64_t seq;    /* collective: op sequence number; p2p: sender's p2p count */
@@ -64,20 +64,20 @@ typedef struct dt_work dt_work;
 
 typedef struct dt_xfer {
     /* set when posted */
-    dt_frame_hdr hdr;     /* sent as is, or the header expected */
+    dt_frame_hdr hdr; /* sent as is, or the header expected */
     char *buf;
     size_t len;
-    int peer;             /* recv from DT_ANY_SOURCE: p2p only */
+    int peer; /* recv from DT_ANY_SOURCE: p2p only */
     int is_send;
-    dt_opctx *owner;      /* collective transfers: the op that posted it */
-    dt_work *work;        /* p2p transfers: the work handle they complete */
+    dt_opctx *owner; /* collective transfers: the op that posted it */
+    dt_work *work;   /* p2p transfers: the work handle they complete */
     /* owned by the transport while posted */
     struct dt_xfer *next;
     size_t done;
     uv_write_t write_req;
     /* completion, written by the transport (p2p: under the mutex) */
-    int state;            /* XFER_* */
-    int source;           /* recv: the rank the frame came from */
+    int state;  /* XFER_* */
+    int source; /* recv: the rank the frame came from */
 } dt_xfer;
 
 /*
@@ -86,15 +86,15 @@ typedef struct dt_xfer {
 struct dt_opctx {
     dt_comm *comm;
     const dt_op *op;
-    uint64_t seq;          /* this op's sequence number */
-    uint64_t wire_count;   /* count sent in frame headers (allgatherv: the sum) */
+    uint64_t seq;        /* this op's sequence number */
+    uint64_t wire_count; /* count sent in frame headers (allgatherv: the sum) */
     int rank, size;
-    double deadline;       /* monotonic seconds (dt_now) */
-    int outstanding;       /* transfers posted and not yet let go; no lock:
+    double deadline;        /* monotonic seconds (dt_now) */
+    int outstanding;        /* transfers posted and not yet let go; no lock:
                             * only the loop's holder (comm_thread.c) posts
                             * and releases them */
-    uint32_t *sent_index;  /* [size] next message index to each peer */
-    uint32_t *recv_index;  /* [size] next message index expected from each */
+    uint32_t *sent_index;   /* [size] next message index to each peer */
+    uint32_t *recv_index;   /* [size] next message index expected from each */
     struct stage_op *stage; /* device buffers being staged (staging.h), or NULL */
 };
 

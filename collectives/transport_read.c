@@ -63,7 +63,8 @@ void comm_transport_read_set(dt_conn *cn, bool on)
         comm_conn_stop_reading(cn);
         return;
     }
-    if (cn->closing || cn->reading) return;
+    if (cn->closing || cn->reading)
+        return;
     cn->reading = true;
     uv_read_start((uv_stream_t *)&cn->tcp, on_alloc, on_read);
 }
@@ -93,10 +94,11 @@ static void describe_hdr(char *out, size_t n, const dt_frame_hdr *h)
     if (h->op == DT_OP_ALLREDUCE || h->op == DT_OP_REDUCE_SCATTER || h->op == DT_OP_REDUCE)
         snprintf(redop, sizeof redop, ", %s",
                  h->redop < DT_NUM_REDOPS ? dt_redop_name(h->redop) : "?");
-    if (h->root >= 0) snprintf(root, sizeof root, ", root %d", (int)h->root);
+    if (h->root >= 0)
+        snprintf(root, sizeof root, ", root %d", (int)h->root);
     snprintf(out, n, "%s #%llu message %u (%llu x %s%s%s; %llu B)",
-             h->op < DT_NUM_OP_KINDS ? dt_op_name(h->op) : "?",
-             (unsigned long long)h->seq, h->index, (unsigned long long)h->count,
+             h->op < DT_NUM_OP_KINDS ? dt_op_name(h->op) : "?", (unsigned long long)h->seq,
+             h->index, (unsigned long long)h->count,
              h->dtype < DT_NUM_DTYPES ? dt_dtype_name(h->dtype) : "?", redop, root,
              (unsigned long long)h->length);
 }
@@ -113,23 +115,24 @@ static void protocol_error(dt_conn *cn, const dt_frame_hdr *expected)
                            ? "a receive must name the dtype and count of the send it matches"
                            : "every rank must submit the same collectives in the same order "
                              "with the same arguments";
-    comm_fail(c, DT_EPROTO, "rank %d: protocol mismatch: rank %d (%s) sent %s, rank %d "
-              "expected %s; %s", c->rank, cn->peer, cn->addr, got, c->rank, want, rule);
+    comm_fail(c, DT_EPROTO,
+              "rank %d: protocol mismatch: rank %d (%s) sent %s, rank %d "
+              "expected %s; %s",
+              c->rank, cn->peer, cn->addr, got, c->rank, want, rule);
 }
 
 static bool hdr_matches(const dt_frame_hdr *a, const dt_frame_hdr *b)
 {
-    return a->kind == b->kind && a->op == b->op && a->dtype == b->dtype &&
-           a->redop == b->redop && a->root == b->root && a->index == b->index &&
-           a->seq == b->seq && a->count == b->count && a->length == b->length;
+    return a->kind == b->kind && a->op == b->op && a->dtype == b->dtype && a->redop == b->redop &&
+           a->root == b->root && a->index == b->index && a->seq == b->seq && a->count == b->count &&
+           a->length == b->length;
 }
 
 /* A tagged send fits a receive of the same dtype and count: equal byte
  * counts of different types would be a silent reinterpretation. */
 static bool p2p_fits(const dt_frame_hdr *want, const dt_frame_hdr *got)
 {
-    return want->dtype == got->dtype && want->count == got->count &&
-           want->length == got->length;
+    return want->dtype == got->dtype && want->count == got->count && want->length == got->length;
 }
 
 static void rx_start_payload(dt_conn *cn, dt_xfer *x)
@@ -153,7 +156,8 @@ static dt_xfer *p2p_take(dt_comm *c, int peer, uint32_t tag)
     for (dt_xfer *x = c->p2p_head; x; prev = x, pp = &x->next, x = x->next) {
         if ((x->peer == peer || x->peer == DT_ANY_SOURCE) && x->hdr.index == tag) {
             *pp = x->next;
-            if (c->p2p_tail == x) c->p2p_tail = prev;
+            if (c->p2p_tail == x)
+                c->p2p_tail = prev;
             return x;
         }
     }
@@ -171,7 +175,8 @@ static void rx_pause(dt_conn *cn)
         cn->stage_len -= cn->stage_off;
         cn->stage_off = 0;
     }
-    if (stage_full(cn) || cn->rx_deferred) comm_transport_read_set(cn, false);
+    if (stage_full(cn) || cn->rx_deferred)
+        comm_transport_read_set(cn, false);
 }
 
 /* A whole header is in cn->rx_hdr: find where its payload goes. */
@@ -184,15 +189,25 @@ void comm_transport_read_header(dt_conn *cn)
     switch (h->kind) {
     case FRAME_COLL:
         x = cn->coll_head;
-        if (!x) { rx_pause(cn); return; }
-        if (!hdr_matches(&x->hdr, h)) { protocol_error(cn, &x->hdr); return; }
+        if (!x) {
+            rx_pause(cn);
+            return;
+        }
+        if (!hdr_matches(&x->hdr, h)) {
+            protocol_error(cn, &x->hdr);
+            return;
+        }
         cn->coll_head = x->next;
-        if (!cn->coll_head) cn->coll_tail = NULL;
+        if (!cn->coll_head)
+            cn->coll_tail = NULL;
         rx_start_payload(cn, x);
         break;
     case FRAME_P2P:
         x = p2p_take(c, cn->peer, h->index);
-        if (!x) { rx_pause(cn); return; }
+        if (!x) {
+            rx_pause(cn);
+            return;
+        }
         if (!p2p_fits(&x->hdr, h)) {
             /* Record the failure before letting go: the receive's waiter
              * wakes on the release and must find the reason in place. */
@@ -207,8 +222,8 @@ void comm_transport_read_header(dt_conn *cn)
         if (h->length < 4 || h->length >= sizeof cn->notice) {
             cn->rx_state = RX_STOPPED; /* nothing after it can be parsed */
             comm_transport_read_set(cn, false);
-            comm_fail(c, DT_EPROTO, "rank %d: rank %d (%s) sent an ABORT frame of %llu B",
-                      c->rank, cn->peer, cn->addr, (unsigned long long)h->length);
+            comm_fail(c, DT_EPROTO, "rank %d: rank %d (%s) sent an ABORT frame of %llu B", c->rank,
+                      cn->peer, cn->addr, (unsigned long long)h->length);
             return;
         }
         comm_conn_expect(cn, RX_NOTICE, h->length);
@@ -220,11 +235,14 @@ void comm_transport_read_header(dt_conn *cn)
     default:
         cn->rx_state = RX_STOPPED;
         comm_transport_read_set(cn, false);
-        comm_fail(c, DT_EPROTO, "rank %d: rank %d (%s) sent a frame of unknown kind %u "
-                  "(another protocol version?)", c->rank, cn->peer, cn->addr, h->kind);
+        comm_fail(c, DT_EPROTO,
+                  "rank %d: rank %d (%s) sent a frame of unknown kind %u "
+                  "(another protocol version?)",
+                  c->rank, cn->peer, cn->addr, h->kind);
         return;
     }
-    if (was_paused) rx_resume(cn);
+    if (was_paused)
+        rx_resume(cn);
 }
 
 /* A peer failed and said why. If it had already finished the op this rank
@@ -243,7 +261,8 @@ static void rx_on_notice(dt_conn *cn)
     uint32_t st;
     memcpy(&st, cn->notice, 4);
     cn->notice[cn->rx_need] = '\0';
-    if (st == DT_OK || st > DT_ENOMEM) st = DT_EPEER;
+    if (st == DT_OK || st > DT_ENOMEM)
+        st = DT_EPEER;
     cn->rx_state = RX_STOPPED;
     comm_transport_read_set(cn, false);
     pthread_mutex_lock(&c->mu);
@@ -252,23 +271,28 @@ static void rx_on_notice(dt_conn *cn)
         c->fail_deferred = true;
         c->deferred_until = dt_now() + DEFERRED_FAIL_GRACE_S;
         c->deferred_status = (dt_status)st;
-        snprintf(c->deferred_error, sizeof c->deferred_error, "rank %d: rank %d (%s) failed "
-                 "and reported: %s", c->rank, cn->peer, cn->addr, cn->notice + 4);
+        snprintf(c->deferred_error, sizeof c->deferred_error,
+                 "rank %d: rank %d (%s) failed "
+                 "and reported: %s",
+                 c->rank, cn->peer, cn->addr, cn->notice + 4);
     }
     pthread_mutex_unlock(&c->mu);
-    if (later) return;
+    if (later)
+        return;
     /* launcher/root_cause.c follows this wording ("failed and reported:",
      * "died or its process was killed") to the rank that failed first. */
-    comm_fail(c, (dt_status)st, "rank %d: rank %d (%s) failed and reported: %s", c->rank,
-              cn->peer, cn->addr, cn->notice + 4);
+    comm_fail(c, (dt_status)st, "rank %d: rank %d (%s) failed and reported: %s", c->rank, cn->peer,
+              cn->addr, cn->notice + 4);
 }
 
 /* Does anything posted still wait for data from this peer? */
 static bool expects_from(dt_comm *c, dt_conn *cn)
 {
-    if (cn->coll_head || cn->rx_cur) return true;
+    if (cn->coll_head || cn->rx_cur)
+        return true;
     for (dt_xfer *x = c->p2p_head; x; x = x->next)
-        if (x->peer == cn->peer) return true;
+        if (x->peer == cn->peer)
+            return true;
     return false;
 }
 
@@ -287,15 +311,21 @@ static void conn_lost(dt_conn *cn, ssize_t err)
         return;
     }
     if (cn->bye)
-        comm_fail(c, DT_EPEER, "rank %d: rank %d (%s) destroyed its communicator while "
-                  "rank %d still expected data from it", c->rank, cn->peer, cn->addr, c->rank);
+        comm_fail(c, DT_EPEER,
+                  "rank %d: rank %d (%s) destroyed its communicator while "
+                  "rank %d still expected data from it",
+                  c->rank, cn->peer, cn->addr, c->rank);
     else if (err == UV_ETIMEDOUT)
-        comm_fail(c, DT_EPEER, "rank %d: connection to rank %d (%s) lost: its host stopped "
+        comm_fail(c, DT_EPEER,
+                  "rank %d: connection to rank %d (%s) lost: its host stopped "
                   "answering (no TCP acknowledgement within %.1f s); is its network link "
-                  "up, is the machine alive?", c->rank, cn->peer, cn->addr, c->timeout_s / 2);
+                  "up, is the machine alive?",
+                  c->rank, cn->peer, cn->addr, c->timeout_s / 2);
     else
-        comm_fail(c, DT_EPEER, "rank %d: connection to rank %d (%s) lost: %s; rank %d died "
-                  "or its process was killed", c->rank, cn->peer, cn->addr,
+        comm_fail(c, DT_EPEER,
+                  "rank %d: connection to rank %d (%s) lost: %s; rank %d died "
+                  "or its process was killed",
+                  c->rank, cn->peer, cn->addr,
                   err == UV_EOF ? "end of file" : uv_strerror((int)err), cn->peer);
 }
 
@@ -305,7 +335,8 @@ static void rx_payload_got(dt_conn *cn, size_t n)
 {
     dt_xfer *x = cn->rx_cur;
     x->done += n;
-    if (x->done < x->len) return;
+    if (x->done < x->len)
+        return;
     cn->rx_cur = NULL;
     comm_conn_release_xfer(cn->comm, x, XFER_DONE);
     next_header(cn);
@@ -341,7 +372,8 @@ static void rx_unit_done(dt_conn *cn)
     switch (cn->rx_state) {
     case RX_HEADER: comm_transport_read_header(cn); break;
     case RX_HANDSHAKE:
-        if (comm_handshake_step(cn)) authenticated(cn);
+        if (comm_handshake_step(cn))
+            authenticated(cn);
         break;
     case RX_NOTICE: rx_on_notice(cn); break;
     default: break;
@@ -368,17 +400,18 @@ static void rx_drain(dt_conn *cn)
         char *dst = cn->rx_state == RX_HEADER   ? (char *)&cn->rx_hdr
                     : cn->rx_state == RX_NOTICE ? cn->notice
                                                 : NULL;
-        if (!dst) return; /* waiting for a match, or stopped */
+        if (!dst)
+            return; /* waiting for a match, or stopped */
         k = cn->rx_need - cn->rx_got < avail ? cn->rx_need - cn->rx_got : avail;
         memcpy(dst + cn->rx_got, src, k);
         cn->rx_got += k;
         cn->stage_off += k;
-        if (cn->rx_got < cn->rx_need) continue;
+        if (cn->rx_got < cn->rx_need)
+            continue;
         rx_unit_done(cn);
         /* every outcome starts a new unit or stops the connection; a state
          * left at "unit complete" would be parsed again forever */
-        if ((cn->rx_state == RX_HEADER || cn->rx_state == RX_NOTICE) &&
-            cn->rx_got == cn->rx_need) {
+        if ((cn->rx_state == RX_HEADER || cn->rx_state == RX_NOTICE) && cn->rx_got == cn->rx_need) {
             cn->rx_state = RX_STOPPED;
             comm_transport_read_set(cn, false);
             return;
@@ -392,9 +425,12 @@ static void rx_drain(dt_conn *cn)
 static void rx_resume(dt_conn *cn)
 {
     rx_drain(cn);
-    if (cn->rx_state == RX_WAIT_MATCH || cn->rx_state == RX_STOPPED) return;
-    if (cn->rx_deferred) conn_lost(cn, cn->rx_deferred);
-    else comm_transport_read_set(cn, true);
+    if (cn->rx_state == RX_WAIT_MATCH || cn->rx_state == RX_STOPPED)
+        return;
+    if (cn->rx_deferred)
+        conn_lost(cn, cn->rx_deferred);
+    else
+        comm_transport_read_set(cn, true);
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
@@ -416,7 +452,8 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     case RX_PAYLOAD:
         base = cn->rx_cur->buf + cn->rx_cur->done;
         len = cn->rx_cur->len - cn->rx_cur->done;
-        if (len > MAX_READ) len = MAX_READ;
+        if (len > MAX_READ)
+            len = MAX_READ;
         break;
     case RX_HANDSHAKE:
         base = (char *)cn->hs_buf + cn->rx_got;
@@ -426,8 +463,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
         base = cn->notice + cn->rx_got;
         len = cn->rx_need - cn->rx_got;
         break;
-    default:
-        break;
+    default: break;
     }
     *buf = uv_buf_init(base, (unsigned)len);
 }
@@ -436,17 +472,23 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     (void)buf;
     dt_conn *cn = s->data;
-    if (nread == 0 || nread == UV_ENOBUFS) return;
+    if (nread == 0 || nread == UV_ENOBUFS)
+        return;
     if (nread < 0 && cn->rx_state == RX_WAIT_MATCH) {
         cn->rx_deferred = (int)nread; /* after the frames staged before it */
         comm_transport_read_set(cn, false);
         return;
     }
-    if (nread < 0) { conn_lost(cn, nread); return; }
+    if (nread < 0) {
+        conn_lost(cn, nread);
+        return;
+    }
     if (cn->rx_into_stage) {
         cn->stage_len += (size_t)nread;
-        if (cn->rx_state != RX_WAIT_MATCH) rx_drain(cn);
-        else if (stage_full(cn)) comm_transport_read_set(cn, false);
+        if (cn->rx_state != RX_WAIT_MATCH)
+            rx_drain(cn);
+        else if (stage_full(cn))
+            comm_transport_read_set(cn, false);
         return;
     }
     if (cn->rx_state == RX_PAYLOAD) {
@@ -454,5 +496,6 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     cn->rx_got += (size_t)nread;
-    if (cn->rx_got == cn->rx_need) rx_unit_done(cn);
+    if (cn->rx_got == cn->rx_need)
+        rx_unit_done(cn);
 }

@@ -39,8 +39,7 @@ static bool is_reduction(dt_op_kind k)
 
 static bool is_rooted(dt_op_kind k)
 {
-    return k == DT_OP_BROADCAST || k == DT_OP_REDUCE || k == DT_OP_GATHER ||
-           k == DT_OP_SCATTER;
+    return k == DT_OP_BROADCAST || k == DT_OP_REDUCE || k == DT_OP_GATHER || k == DT_OP_SCATTER;
 }
 
 /* Which buffers the op needs on this rank: send, recv. */
@@ -49,11 +48,21 @@ static void needs(const dt_comm *c, const dt_op *op, bool *send, bool *recv)
     bool root = op->root == c->rank;
     *send = *recv = false;
     switch (op->kind) {
-    case DT_OP_ALLREDUCE: case DT_OP_BROADCAST: case DT_OP_REDUCE: *recv = true; break;
-    case DT_OP_REDUCE_SCATTER: case DT_OP_ALLGATHER: case DT_OP_ALLGATHERV:
+    case DT_OP_ALLREDUCE:
+    case DT_OP_BROADCAST:
+    case DT_OP_REDUCE: *recv = true; break;
+    case DT_OP_REDUCE_SCATTER:
+    case DT_OP_ALLGATHER:
+    case DT_OP_ALLGATHERV:
     case DT_OP_ALLTOALL: *send = *recv = true; break;
-    case DT_OP_GATHER: *send = true; *recv = root; break;
-    case DT_OP_SCATTER: *send = root; *recv = true; break;
+    case DT_OP_GATHER:
+        *send = true;
+        *recv = root;
+        break;
+    case DT_OP_SCATTER:
+        *send = root;
+        *recv = true;
+        break;
     case DT_OP_SEND: *send = true; break;
     case DT_OP_RECV: *recv = true; break;
     default: break;
@@ -64,7 +73,8 @@ static dt_status check_counts(dt_comm *c, const dt_op *op, size_t esize)
 {
     size_t total = op->count;
     if (op->kind == DT_OP_ALLGATHERV) {
-        if (!op->counts) return bad(c, op, "counts is NULL (allgatherv needs one per rank)");
+        if (!op->counts)
+            return bad(c, op, "counts is NULL (allgatherv needs one per rank)");
         total = 0;
         for (int r = 0; r < c->size; r++) {
             if (op->counts[r] > SIZE_MAX / 2 - total)
@@ -74,7 +84,9 @@ static dt_status check_counts(dt_comm *c, const dt_op *op, size_t esize)
     }
     size_t mult = (op->kind == DT_OP_REDUCE_SCATTER || op->kind == DT_OP_ALLGATHER ||
                    op->kind == DT_OP_GATHER || op->kind == DT_OP_SCATTER ||
-                   op->kind == DT_OP_ALLTOALL) ? (size_t)c->size : 1;
+                   op->kind == DT_OP_ALLTOALL)
+                      ? (size_t)c->size
+                      : 1;
     if (total > SIZE_MAX / esize / mult)
         return bad(c, op, "count %zu x %zu B x %zu overflows", total, esize, mult);
     return DT_OK;
@@ -82,7 +94,8 @@ static dt_status check_counts(dt_comm *c, const dt_op *op, size_t esize)
 
 dt_status comm_validate_op(dt_comm *c, const dt_op *op)
 {
-    if ((unsigned)op->kind >= DT_NUM_OP_KINDS) return bad(c, op, "unknown op kind %d", op->kind);
+    if ((unsigned)op->kind >= DT_NUM_OP_KINDS)
+        return bad(c, op, "unknown op kind %d", op->kind);
     if (op->kind != DT_OP_BARRIER && (unsigned)op->dtype >= DT_NUM_DTYPES)
         return bad(c, op, "unknown dtype %d", op->dtype);
     if (is_reduction(op->kind) && !dt_redop_supports(op->redop, op->dtype))
@@ -95,19 +108,26 @@ dt_status comm_validate_op(dt_comm *c, const dt_op *op)
                    c->size);
     if (op->kind == DT_OP_RECV && op->peer != DT_ANY_SOURCE &&
         (op->peer < 0 || op->peer >= c->size || op->peer == c->rank))
-        return bad(c, op, "source %d is not another rank of this world of %d (or "
-                   "DT_ANY_SOURCE)", op->peer, c->size);
-    if (!(op->timeout_s >= 0)) return bad(c, op, "timeout %g s is negative", op->timeout_s);
+        return bad(c, op,
+                   "source %d is not another rank of this world of %d (or "
+                   "DT_ANY_SOURCE)",
+                   op->peer, c->size);
+    if (!(op->timeout_s >= 0))
+        return bad(c, op, "timeout %g s is negative", op->timeout_s);
     if (!comm_algo_applies(op->kind, op->algo))
         return bad(c, op, "algorithm %d does not apply to this op", op->algo);
-    if (op->kind == DT_OP_BARRIER) return DT_OK;
+    if (op->kind == DT_OP_BARRIER)
+        return DT_OK;
     size_t esize = dt_dtype_size(op->dtype);
     dt_status st = check_counts(c, op, esize);
-    if (st != DT_OK) return st;
+    if (st != DT_OK)
+        return st;
     bool any = op->count > 0 || op->kind == DT_OP_ALLGATHERV;
     bool need_send, need_recv;
     needs(c, op, &need_send, &need_recv);
-    if (any && need_send && !op->send) return bad(c, op, "send buffer is NULL");
-    if (any && need_recv && !op->recv) return bad(c, op, "receive buffer is NULL");
+    if (any && need_send && !op->send)
+        return bad(c, op, "send buffer is NULL");
+    if (any && need_recv && !op->recv)
+        return bad(c, op, "receive buffer is NULL");
     return DT_OK;
 }

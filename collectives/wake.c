@@ -17,7 +17,8 @@
 void comm_wake_thread(dt_comm *c)
 {
     pthread_cond_signal(&c->cv_thread);
-    if (atomic_load(&c->io_running)) uv_async_send(&c->wake);
+    if (atomic_load(&c->io_running))
+        uv_async_send(&c->wake);
 }
 
 void comm_wake_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, double deadline)
@@ -33,6 +34,7 @@ void comm_wake_work_done(dt_work *w, dt_status st)
 {
     w->status = st;
     w->done = true;
-    if (w->op.kind == DT_OP_SEND || w->op.kind == DT_OP_RECV) w->comm->p2p_outstanding--;
+    if (w->op.kind == DT_OP_SEND || w->op.kind == DT_OP_RECV)
+        w->comm->p2p_outstanding--;
     pthread_cond_broadcast(&w->comm->cv_api);
 }

@@ -53,8 +53,7 @@ static void prepare(dt_comm *c, dt_work *w, const dt_op *op)
 {
     w->comm = c;
     w->op = *op;
-    if (op->kind != DT_OP_REDUCE && op->kind != DT_OP_ALLREDUCE &&
-        op->kind != DT_OP_REDUCE_SCATTER)
+    if (op->kind != DT_OP_REDUCE && op->kind != DT_OP_ALLREDUCE && op->kind != DT_OP_REDUCE_SCATTER)
         w->op.redop = DT_SUM;
     if (op->kind != DT_OP_BROADCAST && op->kind != DT_OP_REDUCE && op->kind != DT_OP_GATHER &&
         op->kind != DT_OP_SCATTER)
@@ -66,9 +65,11 @@ dt_status dt_submit(dt_comm *c, const dt_op *op, dt_work **work)
 {
     *work = NULL;
     dt_status st = comm_validate_op(c, op);
-    if (st != DT_OK) return st;
+    if (st != DT_OK)
+        return st;
     dt_work *w = calloc(1, sizeof *w);
-    if (!w) return DT_ENOMEM;
+    if (!w)
+        return DT_ENOMEM;
     prepare(c, w, op);
     if (w->staged && (op->kind == DT_OP_SEND || op->kind == DT_OP_RECV) &&
         (st = comm_staging_p2p_begin(c, w)) != DT_OK) {
@@ -87,8 +88,10 @@ dt_status dt_submit(dt_comm *c, const dt_op *op, dt_work **work)
     }
     pthread_mutex_lock(&c->mu);
     w->seq = c->next_seq++;
-    if (c->q_tail) c->q_tail->next = w;
-    else c->q_head = w;
+    if (c->q_tail)
+        c->q_tail->next = w;
+    else
+        c->q_head = w;
     c->q_tail = w;
     pthread_mutex_unlock(&c->mu);
     comm_wake_thread(c);
@@ -100,16 +103,22 @@ static void p2p_timed_out(dt_comm *c, dt_work *w)
     const dt_op *op = &w->op;
     double t = op->timeout_s > 0 ? op->timeout_s : c->timeout_s;
     if (op->kind == DT_OP_SEND)
-        comm_fail(c, DT_ETIMEDOUT, "rank %d: send #%llu with tag %u to rank %d (%s) timed out "
-                  "after %.1f s", c->rank, (unsigned long long)w->seq, op->tag, op->peer,
-                  c->peer_addr[op->peer], t);
+        comm_fail(c, DT_ETIMEDOUT,
+                  "rank %d: send #%llu with tag %u to rank %d (%s) timed out "
+                  "after %.1f s",
+                  c->rank, (unsigned long long)w->seq, op->tag, op->peer, c->peer_addr[op->peer],
+                  t);
     else if (op->peer == DT_ANY_SOURCE)
-        comm_fail(c, DT_ETIMEDOUT, "rank %d: recv #%llu with tag %u from any rank timed out "
-                  "after %.1f s", c->rank, (unsigned long long)w->seq, op->tag, t);
+        comm_fail(c, DT_ETIMEDOUT,
+                  "rank %d: recv #%llu with tag %u from any rank timed out "
+                  "after %.1f s",
+                  c->rank, (unsigned long long)w->seq, op->tag, t);
     else
-        comm_fail(c, DT_ETIMEDOUT, "rank %d: recv #%llu with tag %u from rank %d (%s) timed "
-                  "out after %.1f s", c->rank, (unsigned long long)w->seq, op->tag, op->peer,
-                  c->peer_addr[op->peer], t);
+        comm_fail(c, DT_ETIMEDOUT,
+                  "rank %d: recv #%llu with tag %u from rank %d (%s) timed "
+                  "out after %.1f s",
+                  c->rank, (unsigned long long)w->seq, op->tag, op->peer, c->peer_addr[op->peer],
+                  t);
 }
 
 dt_status dt_work_wait(dt_work *w)
@@ -125,12 +134,15 @@ dt_status dt_work_wait(dt_work *w)
             pthread_mutex_lock(&c->mu);
             continue;
         }
-        if (p2p) comm_wake_wait_until(&c->cv_api, &c->mu, fired ? dt_now() + 0.05 : w->deadline);
-        else pthread_cond_wait(&c->cv_api, &c->mu);
+        if (p2p)
+            comm_wake_wait_until(&c->cv_api, &c->mu, fired ? dt_now() + 0.05 : w->deadline);
+        else
+            pthread_cond_wait(&c->cv_api, &c->mu);
     }
     dt_status st = w->status;
     pthread_mutex_unlock(&c->mu);
-    if (w->op.kind == DT_OP_RECV && w->op.source) *w->op.source = w->xfer.source;
+    if (w->op.kind == DT_OP_RECV && w->op.source)
+        *w->op.source = w->xfer.source;
     st = comm_staging_p2p_end(w, st);
     free(w);
     return st;
@@ -150,10 +162,12 @@ dt_status dt_run(dt_comm *c, const dt_op *op)
 {
     if (op->kind != DT_OP_SEND && op->kind != DT_OP_RECV) {
         dt_status st = comm_validate_op(c, op);
-        if (st != DT_OK) return st;
+        if (st != DT_OK)
+            return st;
         dt_work w = {0};
         prepare(c, &w, op);
-        if (comm_thread_run_inline(c, &w, &st)) return st;
+        if (comm_thread_run_inline(c, &w, &st))
+            return st;
     }
     dt_work *w;
     dt_status st = dt_submit(c, op, &w);

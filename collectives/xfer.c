@@ -18,8 +18,7 @@
 #include "comm_internal.h"
 #include "xfer.h"
 
-static void xfer_prepare(dt_opctx *o, dt_xfer *x, int peer, void *buf, size_t len,
-                         uint32_t index)
+static void xfer_prepare(dt_opctx *o, dt_xfer *x, int peer, void *buf, size_t len, uint32_t index)
 {
     const dt_op *op = o->op;
     memset(&x->hdr, 0, sizeof x->hdr);
@@ -56,8 +55,10 @@ void comm_xfer_recv(dt_opctx *o, dt_xfer *x, int peer, void *buf, size_t len)
 static void op_timed_out(dt_opctx *o, dt_xfer *x)
 {
     dt_comm *c = o->comm;
-    comm_fail(c, DT_ETIMEDOUT, "rank %d: timed out after %.1f s waiting to %s %zu B %s rank "
-              "%d (%s)", c->rank, o->op->timeout_s > 0 ? o->op->timeout_s : c->timeout_s,
+    comm_fail(c, DT_ETIMEDOUT,
+              "rank %d: timed out after %.1f s waiting to %s %zu B %s rank "
+              "%d (%s)",
+              c->rank, o->op->timeout_s > 0 ? o->op->timeout_s : c->timeout_s,
               x->is_send ? "send" : "receive", x->len, x->is_send ? "to" : "from", x->peer,
               c->peer_addr[x->peer]);
 }
@@ -76,7 +77,8 @@ dt_status comm_xfer_wait(dt_opctx *o, dt_xfer *x)
             comm_fail_deferred(c); /* a peer's failure, held back (transport_read.c) */
         uv_run(&c->loop, UV_RUN_ONCE);
     }
-    if (x->state == XFER_DONE) return DT_OK;
+    if (x->state == XFER_DONE)
+        return DT_OK;
     pthread_mutex_lock(&c->mu);
     dt_status st = c->failed ? c->fail_status : DT_EABORTED;
     pthread_mutex_unlock(&c->mu);
@@ -88,14 +90,16 @@ dt_status comm_xfer_wait_all(dt_opctx *o, dt_xfer *xs, int n)
     dt_status first = DT_OK;
     for (int i = 0; i < n; i++) {
         dt_status st = comm_xfer_wait(o, &xs[i]);
-        if (st != DT_OK && first == DT_OK) first = st;
+        if (st != DT_OK && first == DT_OK)
+            first = st;
     }
     return first;
 }
 
 void comm_xfer_drain(dt_opctx *o)
 {
-    while (o->outstanding > 0) uv_run(&o->comm->loop, UV_RUN_ONCE);
+    while (o->outstanding > 0)
+        uv_run(&o->comm->loop, UV_RUN_ONCE);
 }
 
 void *comm_xfer_scratch(dt_opctx *o, int slot, size_t bytes)
@@ -103,7 +107,8 @@ void *comm_xfer_scratch(dt_opctx *o, int slot, size_t bytes)
     dt_comm *c = o->comm;
     if (bytes > c->scratch_cap[slot]) {
         void *p = realloc(c->scratch[slot], bytes);
-        if (!p) return NULL;
+        if (!p)
+            return NULL;
         c->scratch[slot] = p;
         c->scratch_cap[slot] = bytes;
     }

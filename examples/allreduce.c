@@ -31,12 +31,13 @@ static int run_rank(int rank, const char *url)
         return 1;
     }
     static float x[N];
-    for (int i = 0; i < N; i++) x[i] = (float)(rank + i);
+    for (int i = 0; i < N; i++)
+        x[i] = (float)(rank + i);
     int bad = dt_allreduce(c, x, N, DT_F32, DT_SUM) != DT_OK;
     for (int i = 0; i < N && !bad; i++) /* sum over ranks r of (r + i) */
         bad = x[i] != (float)(RANKS * i + RANKS * (RANKS - 1) / 2);
-    if (bad) fprintf(stderr, "rank %d: %s\n", rank, *dt_comm_error(c) ? dt_comm_error(c)
-                                                                      : "wrong sum");
+    if (bad)
+        fprintf(stderr, "rank %d: %s\n", rank, *dt_comm_error(c) ? dt_comm_error(c) : "wrong sum");
     dt_comm_destroy(c);
     return bad;
 }
@@ -47,7 +48,8 @@ int main(void)
     snprintf(url, sizeof url, "file:///tmp/dtrain-example-%d", (int)getpid());
     pid_t pids[RANKS];
     for (int r = 0; r < RANKS; r++)
-        if ((pids[r] = fork()) == 0) _exit(run_rank(r, url));
+        if ((pids[r] = fork()) == 0)
+            _exit(run_rank(r, url));
     int failed = 0;
     for (int r = 0; r < RANKS; r++) {
         int status = 0;

@@ -52,12 +52,16 @@ static int tour(dt_comm *c)
     st = dt_allgather(c, &mine, all, 1, DT_I32);
     printf("[%d] allgather      rank^2 of everyone:", r);
     int ok = 1;
-    for (int i = 0; i < n; i++) { printf(" %d", all[i]); ok &= all[i] == i * i; }
+    for (int i = 0; i < n; i++) {
+        printf(" %d", all[i]);
+        ok &= all[i] == i * i;
+    }
     printf("\n");
     bad += check(r, "allgather", st, c, ok);
 
     double contrib[64], shard = 0;
-    for (int i = 0; i < n; i++) contrib[i] = i + 0.5;
+    for (int i = 0; i < n; i++)
+        contrib[i] = i + 0.5;
     st = dt_reduce_scatter(c, contrib, &shard, 1, DT_F64, DT_AVG);
     printf("[%d] reduce_scatter avg, my shard = %g\n", r, shard);
     bad += check(r, "reduce_scatter", st, c, shard == r + 0.5);
@@ -67,8 +71,10 @@ static int tour(dt_comm *c)
         dt_work *w;
         st = dt_send_async(c, &token, 1, DT_I32, (r + 1) % n, 7, &w);
         dt_status st2 = dt_recv(c, &got, 1, DT_I32, DT_ANY_SOURCE, 7, &from);
-        if (st == DT_OK) st = dt_work_wait(w);
-        if (st == DT_OK) st = st2;
+        if (st == DT_OK)
+            st = dt_work_wait(w);
+        if (st == DT_OK)
+            st = st2;
         printf("[%d] send/recv      got %d from rank %d (tag 7)\n", r, got, from);
         bad += check(r, "send/recv", st, c, from == (r + n - 1) % n && got == from * 100);
     }
@@ -78,14 +84,16 @@ static int tour(dt_comm *c)
 
     size_t count = (16u << 20) / sizeof(float);
     float *big = malloc(count * sizeof *big);
-    for (size_t i = 0; i < count; i++) big[i] = 1.0f;
+    for (size_t i = 0; i < count; i++)
+        big[i] = 1.0f;
     dt_allreduce(c, big, count, DT_F32, DT_SUM); /* warm-up */
     double t0 = dt_now();
     st = dt_allreduce(c, big, count, DT_F32, DT_SUM);
     double dt = dt_now() - t0;
     double busbw = 2.0 * (n - 1) / n * (double)(count * sizeof(float)) / dt / 1e9;
     printf("[%d] allreduce      16 MiB f32 in %.1f ms, busbw %.2f GB/s\n", r, dt * 1e3, busbw);
-    bad += check(r, "allreduce 16M", st, c, big[0] == (float)n * n && big[count - 1] == (float)n * n);
+    bad += check(r, "allreduce 16M", st, c,
+                 big[0] == (float)n * n && big[count - 1] == (float)n * n);
     free(big);
     return bad;
 }
@@ -119,10 +127,12 @@ static int run_rank(int rank, int n, const char *url, const uint8_t *secret)
 
 static void usage(FILE *f, const char *prog)
 {
-    fprintf(f, "usage: %s [-n RANKS]\n"
-               "Forks RANKS local ranks that run every collective once and check it.\n"
-               "  -n, --ranks RANKS   local ranks, 1..64 (default 4)\n"
-               "  -h, --help          print this help and exit\n", prog);
+    fprintf(f,
+            "usage: %s [-n RANKS]\n"
+            "Forks RANKS local ranks that run every collective once and check it.\n"
+            "  -n, --ranks RANKS   local ranks, 1..64 (default 4)\n"
+            "  -h, --help          print this help and exit\n",
+            prog);
 }
 
 /* -n N / --ranks N / --ranks=N; returns 0, or 1 for --help, 2 for an error. */
@@ -158,8 +168,10 @@ int main(int argc, char **argv)
 {
     int n = 4;
     int prc = parse_args(argc, argv, &n);
-    if (prc) return prc == 1 ? 0 : 2;
-    if (sodium_init() < 0) return 1;
+    if (prc)
+        return prc == 1 ? 0 : 2;
+    if (sodium_init() < 0)
+        return 1;
     uint8_t secret[32];
     randombytes_buf(secret, sizeof secret);
     char url[128];
@@ -178,7 +190,8 @@ int main(int argc, char **argv)
     for (int r = 0; r < n; r++) {
         int status = 0;
         waitpid(pids[r], &status, 0);
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failed++;
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            failed++;
     }
     printf("dtrain-demo: %s (%d of %d ranks failed)\n", failed ? "FAILED" : "all results correct",
            failed, n);

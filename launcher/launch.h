@@ -33,27 +33,27 @@
 /* ---- launch_options.c ------------------------------------------------------ */
 
 typedef struct launch_options {
-    int nproc_per_node;   /* -n: workers on this node, >= 1 */
-    int nnodes;           /* nodes in the job, >= 1 */
-    int node_rank;        /* this node, 0 .. nnodes-1; -1 until given */
-    const char *rdzv;     /* rendezvous URL; NULL = a fresh file per job */
+    int nproc_per_node;        /* -n: workers on this node, >= 1 */
+    int nnodes;                /* nodes in the job, >= 1 */
+    int node_rank;             /* this node, 0 .. nnodes-1; -1 until given */
+    const char *rdzv;          /* rendezvous URL; NULL = a fresh file per job */
     const char *master_addr;   /* --master-addr: with master_port, rdzv = tcp://A:P */
     int master_port;           /* 0 = not given */
     const char *rdzv_endpoint; /* --rdzv-endpoint HOST:PORT: rdzv = tcp://HOST:PORT */
     char rdzv_tcp[320];        /* the tcp:// URL the three above make */
-    const char *run_id;   /* NULL = random (one node) or derived from the secret */
-    int max_restarts;     /* group restarts after a failure */
-    const char *log_dir;  /* NULL = no per-rank log files */
-    double grace_s;       /* SIGTERM -> SIGKILL delay */
-    double init_timeout_s; /* DT_INIT_TIMEOUT for the workers; 0 = not set */
+    const char *run_id;        /* NULL = random (one node) or derived from the secret */
+    int max_restarts;          /* group restarts after a failure */
+    const char *log_dir;       /* NULL = no per-rank log files */
+    double grace_s;            /* SIGTERM -> SIGKILL delay */
+    double init_timeout_s;     /* DT_INIT_TIMEOUT for the workers; 0 = not set */
     bool help;
-    char **program;       /* PROGRAM ARGS..., NULL-terminated, points into argv */
+    char **program; /* PROGRAM ARGS..., NULL-terminated, points into argv */
 } launch_options;
 
 typedef enum launch_parse {
     LAUNCH_PARSE_OK,
-    LAUNCH_PARSE_HELP,    /* --help: print the usage, exit 0 */
-    LAUNCH_PARSE_ERROR,   /* message in err: print it, exit 2 */
+    LAUNCH_PARSE_HELP,  /* --help: print the usage, exit 0 */
+    LAUNCH_PARSE_ERROR, /* message in err: print it, exit 2 */
 } launch_parse;
 
 launch_parse launch_options_parse(launch_options *out, int argc, char **argv, char *err,
@@ -90,25 +90,25 @@ void launch_env_free(char **env);
 /* ---- output_prefix.c ------------------------------------------------------- */
 
 #define OUTPUT_TAIL_LINES 8
-#define OUTPUT_TAIL_WIDTH 1024   /* longer lines keep their start and end */
+#define OUTPUT_TAIL_WIDTH 1024 /* longer lines keep their start and end */
 
 /* The last lines a rank printed (both streams), for the failure report. */
 typedef struct output_tail {
     char lines[OUTPUT_TAIL_LINES][OUTPUT_TAIL_WIDTH];
-    int next;   /* slot the next line goes to */
-    int count;  /* lines held, <= OUTPUT_TAIL_LINES */
+    int next;  /* slot the next line goes to */
+    int count; /* lines held, <= OUTPUT_TAIL_LINES */
 } output_tail;
 
 /* One stream (stdout or stderr) of one rank. */
 typedef struct output_stream {
     int rank;
-    int out_fd;         /* 1 or 2; -1 once writing failed (reader went away) */
-    int log_fd;         /* per-rank log file, or -1 */
-    output_tail *tail;  /* shared by the rank's two streams */
-    char *partial;      /* bytes after the last newline seen */
+    int out_fd;        /* 1 or 2; -1 once writing failed (reader went away) */
+    int log_fd;        /* per-rank log file, or -1 */
+    output_tail *tail; /* shared by the rank's two streams */
+    char *partial;     /* bytes after the last newline seen */
     size_t len, cap;
-    bool tty;           /* out_fd is a terminal: '\r' status lines are drawn */
-    bool transient;     /* partial began after a '\r': a status line */
+    bool tty;       /* out_fd is a terminal: '\r' status lines are drawn */
+    bool transient; /* partial began after a '\r': a status line */
 } output_stream;
 
 void launch_output_init(output_stream *s, int rank, int out_fd, int log_fd, output_tail *tail);
@@ -122,10 +122,10 @@ bool launch_output_tail_mentions(const output_tail *t, const char *needle);
 /* ---- worker_group.c -------------------------------------------------------- */
 
 typedef enum group_result {
-    GROUP_SUCCEEDED,     /* every worker exited 0 */
-    GROUP_FAILED,        /* a worker failed first: the root cause */
-    GROUP_INTERRUPTED,   /* the launcher got SIGINT/SIGTERM/SIGHUP */
-    GROUP_SPAWN_FAILED,  /* the program could not be started: no point restarting */
+    GROUP_SUCCEEDED,    /* every worker exited 0 */
+    GROUP_FAILED,       /* a worker failed first: the root cause */
+    GROUP_INTERRUPTED,  /* the launcher got SIGINT/SIGTERM/SIGHUP */
+    GROUP_SPAWN_FAILED, /* the program could not be started: no point restarting */
 } group_result;
 
 typedef struct worker_group worker_group;
@@ -148,19 +148,19 @@ typedef struct worker {
     worker_group *group;
     int local_rank, rank;
     uv_process_t proc;
-    uv_pipe_t pipes[2];             /* the worker's stdout, stderr */
+    uv_pipe_t pipes[2]; /* the worker's stdout, stderr */
     output_stream streams[2];
     output_tail tail;
     int log_fd;
     char **env;
-    bool running;                   /* spawned and not yet reaped */
+    bool running; /* spawned and not yet reaped */
     bool pipe_open[2];
     int64_t exit_status;
     int term_signal;
-    int spawn_error;                /* libuv error from uv_spawn, or 0 */
-    uint64_t last_output_ms;        /* uv_now of its last output, or of its start */
-    bool stopped;                   /* in state T (SIGSTOP) when the first failure came */
-    bool ignored_term;              /* still running when the grace period ended */
+    int spawn_error;         /* libuv error from uv_spawn, or 0 */
+    uint64_t last_output_ms; /* uv_now of its last output, or of its start */
+    bool stopped;            /* in state T (SIGSTOP) when the first failure came */
+    bool ignored_term;       /* still running when the grace period ended */
 } worker;
 
 struct worker_group {
@@ -169,15 +169,15 @@ struct worker_group {
     int restart;
     int n;
     worker *workers;
-    uv_timer_t grace_timer;         /* SIGTERM -> SIGKILL */
-    uv_timer_t drain_timer;         /* all exited -> stop waiting for EOF */
+    uv_timer_t grace_timer; /* SIGTERM -> SIGKILL */
+    uv_timer_t drain_timer; /* all exited -> stop waiting for EOF */
     bool timers_closing;
     int running, open_pipes;
-    bool stopping;                  /* SIGTERM sent */
-    bool killed;                    /* SIGKILL sent */
-    int interrupted_by;             /* the launcher's signal, or 0 */
-    worker *first_failure;          /* the first worker to fail, or NULL */
-    uint64_t first_failure_ms;      /* uv_now when it was reaped */
+    bool stopping;             /* SIGTERM sent */
+    bool killed;               /* SIGKILL sent */
+    int interrupted_by;        /* the launcher's signal, or 0 */
+    worker *first_failure;     /* the first worker to fail, or NULL */
+    uint64_t first_failure_ms; /* uv_now when it was reaped */
 };
 
 /* "exited with code 3", "was killed by signal 9 (SIGKILL)", ... */

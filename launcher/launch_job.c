@@ -40,7 +40,8 @@ static int secret_from_env(uint8_t *secret, char *err, size_t errlen)
     const char *hex = getenv("DT_SECRET");
     size_t len = 0;
     if (!hex || !*hex) {
-        snprintf(err, errlen, "a multi-node job needs one secret shared by every node: run "
+        snprintf(err, errlen,
+                 "a multi-node job needs one secret shared by every node: run "
                  "`export DT_SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n')` "
                  "once, and start dtrain-launch on each node with that same DT_SECRET");
         return -1;
@@ -48,8 +49,8 @@ static int secret_from_env(uint8_t *secret, char *err, size_t errlen)
     if (strlen(hex) != 2 * LAUNCH_SECRET_BYTES ||
         sodium_hex2bin(secret, LAUNCH_SECRET_BYTES, hex, strlen(hex), NULL, &len, NULL) != 0 ||
         len != LAUNCH_SECRET_BYTES) {
-        snprintf(err, errlen, "DT_SECRET must be %d hex digits (%d bytes)",
-                 2 * LAUNCH_SECRET_BYTES, LAUNCH_SECRET_BYTES);
+        snprintf(err, errlen, "DT_SECRET must be %d hex digits (%d bytes)", 2 * LAUNCH_SECRET_BYTES,
+                 LAUNCH_SECRET_BYTES);
         return -1;
     }
     return 0;
@@ -59,7 +60,7 @@ static int run_id_from_user(launch_job *job, const char *id, char *err, size_t e
 {
     size_t n = strlen(id);
     if (n >= sizeof job->run_id - 16 || strspn(id, "abcdefghijklmnopqrstuvwxyz"
-                                               "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.") != n) {
+                                                   "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.") != n) {
         snprintf(err, errlen, "--run-id '%s': use up to %zu letters, digits, '_' or '.'", id,
                  sizeof job->run_id - 17);
         return -1;
@@ -77,7 +78,8 @@ int launch_job_init(launch_job *job, const launch_options *o, char *err, size_t 
         return -1;
     }
     if (o->nnodes > 1) {
-        if (secret_from_env(secret, err, errlen) != 0) return -1;
+        if (secret_from_env(secret, err, errlen) != 0)
+            return -1;
         crypto_generichash(id, sizeof id, secret, sizeof secret, NULL, 0);
     } else {
         randombytes_buf(secret, sizeof secret);
@@ -86,7 +88,8 @@ int launch_job_init(launch_job *job, const launch_options *o, char *err, size_t 
     sodium_bin2hex(job->secret_hex, sizeof job->secret_hex, secret, sizeof secret);
     sodium_memzero(secret, sizeof secret);
     if (o->run_id) {
-        if (run_id_from_user(job, o->run_id, err, errlen) != 0) return -1;
+        if (run_id_from_user(job, o->run_id, err, errlen) != 0)
+            return -1;
     } else {
         sodium_bin2hex(job->run_id, sizeof job->run_id, id, sizeof id);
     }
@@ -101,8 +104,7 @@ int launch_job_init(launch_job *job, const launch_options *o, char *err, size_t 
         job->owns_rendezvous_file = true;
     }
     if (n < 0 || (size_t)n >= sizeof job->init_url) {
-        snprintf(err, errlen, "--rdzv: the URL is longer than %zu bytes",
-                 sizeof job->init_url - 1);
+        snprintf(err, errlen, "--rdzv: the URL is longer than %zu bytes", sizeof job->init_url - 1);
         return -1;
     }
     return 0;
@@ -114,10 +116,12 @@ int launch_job_init(launch_job *job, const launch_options *o, char *err, size_t 
  * turned up at the path is not the store our ranks made. */
 void launch_job_cleanup(const launch_job *job)
 {
-    if (!job->owns_rendezvous_file) return;
+    if (!job->owns_rendezvous_file)
+        return;
     const char *path = job->init_url + strlen("file://");
     struct stat st;
-    if (lstat(path, &st) != 0) return;  /* the ranks removed it */
+    if (lstat(path, &st) != 0)
+        return; /* the ranks removed it */
     if (!S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
         fprintf(stderr, "dtrain-launch: left %s alone: not a regular file of this user\n", path);
         return;

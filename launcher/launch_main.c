@@ -40,15 +40,17 @@
 typedef struct launcher {
     uv_loop_t loop;
     uv_signal_t signals[3];
-    worker_group *running;   /* the group being supervised, or NULL */
-    int got_signal;          /* first signal received, or 0 */
+    worker_group *running; /* the group being supervised, or NULL */
+    int got_signal;        /* first signal received, or 0 */
 } launcher;
 
 static void on_signal(uv_signal_t *h, int signum)
 {
     launcher *l = h->data;
-    if (!l->got_signal) l->got_signal = signum;
-    if (l->running) launch_group_interrupt(l->running, signum);
+    if (!l->got_signal)
+        l->got_signal = signum;
+    if (l->running)
+        launch_group_interrupt(l->running, signum);
 }
 
 static void watch_signals(launcher *l)
@@ -68,7 +70,8 @@ static void watch_signals(launcher *l)
 
 static void unwatch_signals(launcher *l)
 {
-    for (int i = 0; i < 3; i++) uv_close((uv_handle_t *)&l->signals[i], NULL);
+    for (int i = 0; i < 3; i++)
+        uv_close((uv_handle_t *)&l->signals[i], NULL);
     uv_run(&l->loop, UV_RUN_DEFAULT);
 }
 
@@ -77,12 +80,17 @@ static int make_dir(const char *path)
 {
     char buf[4096];
     size_t n = strlen(path);
-    if (n >= sizeof buf) { errno = ENAMETOOLONG; return -1; }
+    if (n >= sizeof buf) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
     memcpy(buf, path, n + 1);
     for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
+        if (*p != '/')
+            continue;
         *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return -1;
         *p = '/';
     }
     return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
@@ -93,7 +101,7 @@ static group_result run_attempt(launcher *l, const launch_options *o, const laun
                                 int restart, int *exit_code)
 {
     char err[256];
-    uv_run(&l->loop, UV_RUN_NOWAIT);  /* deliver a signal that arrived between attempts */
+    uv_run(&l->loop, UV_RUN_NOWAIT); /* deliver a signal that arrived between attempts */
     if (l->got_signal) {
         *exit_code = 128 + l->got_signal;
         return GROUP_INTERRUPTED;
@@ -122,21 +130,24 @@ static void warn_if_oversubscribed(const launch_options *o)
 {
     cpu_set_t set;
     int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
-    if (cpus <= 0 || o->nproc_per_node <= WORKERS_PER_CPU_WARN * cpus) return;
-    fprintf(stderr, "dtrain-launch: warning: %d workers on %d CPU core%s (%.0f per core): they "
+    if (cpus <= 0 || o->nproc_per_node <= WORKERS_PER_CPU_WARN * cpus)
+        return;
+    fprintf(stderr,
+            "dtrain-launch: warning: %d workers on %d CPU core%s (%.0f per core): they "
             "will starve each other and start-up may miss its deadline; start fewer, or give "
-            "them time with --init-timeout\n", o->nproc_per_node, cpus, cpus == 1 ? "" : "s",
-            (double)o->nproc_per_node / cpus);
+            "them time with --init-timeout\n",
+            o->nproc_per_node, cpus, cpus == 1 ? "" : "s", (double)o->nproc_per_node / cpus);
 }
 
 static int supervise(launcher *l, const launch_options *o, const launch_job *job)
 {
     int exit_code = 0;
-    fprintf(stderr, "dtrain-launch: %d worker%s of %s (ranks %d..%d of %d), run id %s, "
-            "rendezvous %s\n", o->nproc_per_node, o->nproc_per_node == 1 ? "" : "s",
-            o->program[0], o->node_rank * o->nproc_per_node,
-            (o->node_rank + 1) * o->nproc_per_node - 1, o->nproc_per_node * o->nnodes,
-            job->run_id, job->init_url);
+    fprintf(stderr,
+            "dtrain-launch: %d worker%s of %s (ranks %d..%d of %d), run id %s, "
+            "rendezvous %s\n",
+            o->nproc_per_node, o->nproc_per_node == 1 ? "" : "s", o->program[0],
+            o->node_rank * o->nproc_per_node, (o->node_rank + 1) * o->nproc_per_node - 1,
+            o->nproc_per_node * o->nnodes, job->run_id, job->init_url);
     for (int restart = 0;; restart++) {
         group_result r = run_attempt(l, o, job, restart, &exit_code);
         if (r != GROUP_FAILED || restart >= o->max_restarts) {
@@ -145,23 +156,23 @@ static int supervise(launcher *l, const launch_options *o, const launch_job *job
                         restart == 1 ? "" : "s");
             break;
         }
-        fprintf(stderr, "dtrain-launch: restart %d of %d: starting all %d workers again "
-                "(job id %s-r%d)\n", restart + 1, o->max_restarts, o->nproc_per_node,
-                job->run_id, restart + 1);
+        fprintf(stderr,
+                "dtrain-launch: restart %d of %d: starting all %d workers again "
+                "(job id %s-r%d)\n",
+                restart + 1, o->max_restarts, o->nproc_per_node, job->run_id, restart + 1);
     }
     if (exit_code >= 128 + SIGHUP && l->got_signal)
-        fprintf(stderr, "dtrain-launch: stopped by signal %d, exit %d\n", l->got_signal,
-                exit_code);
+        fprintf(stderr, "dtrain-launch: stopped by signal %d, exit %d\n", l->got_signal, exit_code);
     return exit_code;
 }
 
 /* Node 0 of a tcp:// rendezvous hosts the store, listening on the URL's
  * HOST:PORT, for as long as it supervises (restarts included). */
-static int host_store(const launch_options *o, dt_store_server **out, char *err,
-                      size_t errlen)
+static int host_store(const launch_options *o, dt_store_server **out, char *err, size_t errlen)
 {
     *out = NULL;
-    if (!o->rdzv || strncmp(o->rdzv, "tcp://", 6) != 0 || o->node_rank != 0) return 0;
+    if (!o->rdzv || strncmp(o->rdzv, "tcp://", 6) != 0 || o->node_rank != 0)
+        return 0;
     char host[256];
     const char *colon = strrchr(o->rdzv + 6, ':');
     int port = colon ? atoi(colon + 1) : 0;
@@ -180,14 +191,11 @@ int main(int argc, char **argv)
     launch_options o;
     char err[512];
     switch (launch_options_parse(&o, argc, argv, err, sizeof err)) {
-    case LAUNCH_PARSE_HELP:
-        launch_options_usage(stdout);
-        return 0;
+    case LAUNCH_PARSE_HELP: launch_options_usage(stdout); return 0;
     case LAUNCH_PARSE_ERROR:
         fprintf(stderr, "dtrain-launch: %s\n(see dtrain-launch --help)\n", err);
         return 2;
-    case LAUNCH_PARSE_OK:
-        break;
+    case LAUNCH_PARSE_OK: break;
     }
     launch_job job;
     if (launch_job_init(&job, &o, err, sizeof err) != 0) {

@@ -26,13 +26,13 @@
 typedef enum flag_kind { FLAG_INT, FLAG_SECONDS, FLAG_STRING, FLAG_SWITCH } flag_kind;
 
 typedef struct flag_spec {
-    char letter;            /* one-letter form, or 0 */
-    const char *name;       /* --name */
-    const char *alias;      /* torchrun's spelling, or NULL */
+    char letter;       /* one-letter form, or 0 */
+    const char *name;  /* --name */
+    const char *alias; /* torchrun's spelling, or NULL */
     const char *metavar;
     flag_kind kind;
-    size_t offset;          /* of the field in launch_options */
-    double lo, hi;          /* accepted range of numbers */
+    size_t offset; /* of the field in launch_options */
+    double lo, hi; /* accepted range of numbers */
     const char *help;
 } flag_spec;
 
@@ -81,16 +81,19 @@ void launch_options_usage(FILE *f)
         const flag_spec *s = &flags[i];
         char head[96];
         const char *sep = s->metavar ? " " : "", *meta = s->metavar ? s->metavar : "";
-        int len = s->letter
-                      ? snprintf(head, sizeof head, "  -%c, --%s%s%s", s->letter, s->name, sep, meta)
-                      : snprintf(head, sizeof head, "      --%s%s%s", s->name, sep, meta);
+        int len = s->letter ? snprintf(head, sizeof head, "  -%c, --%s%s%s", s->letter, s->name,
+                                       sep, meta)
+                            : snprintf(head, sizeof head, "      --%s%s%s", s->name, sep, meta);
         fprintf(f, "%-28s", head);
-        if (len >= 28) fprintf(f, "\n%-28s", "");
+        if (len >= 28)
+            fprintf(f, "\n%-28s", "");
         for (const char *p = s->help; *p; p++) {
             fputc(*p, f);
-            if (*p == '\n') fprintf(f, "%-28s", "");
+            if (*p == '\n')
+                fprintf(f, "%-28s", "");
         }
-        if (s->alias) fprintf(f, "\n%-28s(torchrun's --%s)", "", s->alias);
+        if (s->alias)
+            fprintf(f, "\n%-28s(torchrun's --%s)", "", s->alias);
         fputc('\n', f);
     }
     fprintf(f, "\nEvery flag also takes torchrun's underscore spelling (--nproc_per_node,\n"
@@ -119,15 +122,18 @@ static const flag_spec *find_long(const char *name, size_t len)
 static const flag_spec *find_underscored(const char *name, size_t len)
 {
     char dashed[64];
-    if (len >= sizeof dashed || !memchr(name, '_', len)) return NULL;
-    for (size_t i = 0; i < len; i++) dashed[i] = name[i] == '_' ? '-' : name[i];
+    if (len >= sizeof dashed || !memchr(name, '_', len))
+        return NULL;
+    for (size_t i = 0; i < len; i++)
+        dashed[i] = name[i] == '_' ? '-' : name[i];
     return find_long(dashed, len);
 }
 
 static const flag_spec *find_letter(char c)
 {
     for (size_t i = 0; i < NUM_FLAGS; i++)
-        if (flags[i].letter && flags[i].letter == c) return &flags[i];
+        if (flags[i].letter && flags[i].letter == c)
+            return &flags[i];
     return NULL;
 }
 
@@ -162,8 +168,7 @@ static bool set_value(launch_options *o, const flag_spec *s, const char *value, 
 }
 
 /* Parses argv[*i] (and maybe argv[*i+1]); advances *i past what it used. */
-static bool parse_one(launch_options *o, int argc, char **argv, int *i, char *err,
-                      size_t errlen)
+static bool parse_one(launch_options *o, int argc, char **argv, int *i, char *err, size_t errlen)
 {
     const char *arg = argv[*i], *value = NULL;
     const flag_spec *s;
@@ -171,11 +176,14 @@ static bool parse_one(launch_options *o, int argc, char **argv, int *i, char *er
         const char *name = arg + 2, *eq = strchr(name, '=');
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
         s = find_long(name, len);
-        if (!s) s = find_underscored(name, len);
-        if (eq) value = eq + 1;
+        if (!s)
+            s = find_underscored(name, len);
+        if (eq)
+            value = eq + 1;
     } else {
         s = find_letter(arg[1]);
-        if (s && arg[2]) value = arg + 2;
+        if (s && arg[2])
+            value = arg + 2;
     }
     if (!s) {
         snprintf(err, errlen, "unknown flag '%s'", arg);
@@ -206,9 +214,11 @@ static bool parse_one(launch_options *o, int argc, char **argv, int *i, char *er
 static bool tcp_rendezvous(launch_options *o, char *err, size_t errlen)
 {
     bool master = o->master_addr || o->master_port;
-    if (!master && !o->rdzv_endpoint) return true;
+    if (!master && !o->rdzv_endpoint)
+        return true;
     if (o->rdzv || (master && o->rdzv_endpoint)) {
-        snprintf(err, errlen, "give one of --rdzv, --rdzv-endpoint, or --master-addr with "
+        snprintf(err, errlen,
+                 "give one of --rdzv, --rdzv-endpoint, or --master-addr with "
                  "--master-port");
         return false;
     }
@@ -217,9 +227,9 @@ static bool tcp_rendezvous(launch_options *o, char *err, size_t errlen)
         return false;
     }
     int n = o->rdzv_endpoint
-        ? snprintf(o->rdzv_tcp, sizeof o->rdzv_tcp, "tcp://%s", o->rdzv_endpoint)
-        : snprintf(o->rdzv_tcp, sizeof o->rdzv_tcp, "tcp://%s:%d", o->master_addr,
-                   o->master_port);
+                ? snprintf(o->rdzv_tcp, sizeof o->rdzv_tcp, "tcp://%s", o->rdzv_endpoint)
+                : snprintf(o->rdzv_tcp, sizeof o->rdzv_tcp, "tcp://%s:%d", o->master_addr,
+                           o->master_port);
     if (n < 0 || (size_t)n >= sizeof o->rdzv_tcp) {
         snprintf(err, errlen, "the rendezvous address is too long");
         return false;
@@ -231,8 +241,10 @@ static bool tcp_rendezvous(launch_options *o, char *err, size_t errlen)
 static bool check_combination(const launch_options *o, char *err, size_t errlen)
 {
     if (o->nnodes > 1 && o->node_rank < 0) {
-        snprintf(err, errlen, "--nnodes %d needs --node-rank K (0..%d) on every node, each "
-                 "node its own K", o->nnodes, o->nnodes - 1);
+        snprintf(err, errlen,
+                 "--nnodes %d needs --node-rank K (0..%d) on every node, each "
+                 "node its own K",
+                 o->nnodes, o->nnodes - 1);
         return false;
     }
     if (o->node_rank >= o->nnodes) {
@@ -241,14 +253,15 @@ static bool check_combination(const launch_options *o, char *err, size_t errlen)
         return false;
     }
     if (o->nnodes > 1 && !o->rdzv) {
-        snprintf(err, errlen, "--nnodes %d needs --rdzv file:///PATH, a file every node "
-                 "sees, the same on every node", o->nnodes);
+        snprintf(err, errlen,
+                 "--nnodes %d needs --rdzv file:///PATH, a file every node "
+                 "sees, the same on every node",
+                 o->nnodes);
         return false;
     }
     if (o->rdzv && strncmp(o->rdzv, "tcp://", 6) != 0 &&
         (strncmp(o->rdzv, "file:///", 8) != 0 || !o->rdzv[8])) {
-        snprintf(err, errlen, "--rdzv '%s': use file:///ABSOLUTE/PATH or tcp://HOST:PORT",
-                 o->rdzv);
+        snprintf(err, errlen, "--rdzv '%s': use file:///ABSOLUTE/PATH or tcp://HOST:PORT", o->rdzv);
         return false;
     }
     return true;
@@ -261,17 +274,25 @@ launch_parse launch_options_parse(launch_options *o, int argc, char **argv, char
     int i = 1;
     for (; i < argc; i++) {
         const char *arg = argv[i];
-        if (!strcmp(arg, "--")) { i++; break; }
-        if (arg[0] != '-' || !arg[1]) break;  /* PROGRAM */
-        if (!parse_one(o, argc, argv, &i, err, errlen)) return LAUNCH_PARSE_ERROR;
+        if (!strcmp(arg, "--")) {
+            i++;
+            break;
+        }
+        if (arg[0] != '-' || !arg[1])
+            break; /* PROGRAM */
+        if (!parse_one(o, argc, argv, &i, err, errlen))
+            return LAUNCH_PARSE_ERROR;
     }
-    if (o->help) return LAUNCH_PARSE_HELP;
+    if (o->help)
+        return LAUNCH_PARSE_HELP;
     if (i >= argc) {
         snprintf(err, errlen, "no PROGRAM given: dtrain-launch [FLAGS] PROGRAM [ARGS...]");
         return LAUNCH_PARSE_ERROR;
     }
     o->program = argv + i;
-    if (o->node_rank < 0 && o->nnodes == 1) o->node_rank = 0;
-    if (!tcp_rendezvous(o, err, errlen)) return LAUNCH_PARSE_ERROR;
+    if (o->node_rank < 0 && o->nnodes == 1)
+        o->node_rank = 0;
+    if (!tcp_rendezvous(o, err, errlen))
+        return LAUNCH_PARSE_ERROR;
     return check_combination(o, err, errlen) ? LAUNCH_PARSE_OK : LAUNCH_PARSE_ERROR;
 }

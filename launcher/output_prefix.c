@@ -46,8 +46,12 @@ static void write_all(int *fd, const char *p, size_t n)
 {
     while (*fd >= 0 && n > 0) {
         ssize_t w = write(*fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) { *fd = -1; return; }  /* EPIPE and friends: stop writing there */
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0) {
+            *fd = -1;
+            return;
+        } /* EPIPE and friends: stop writing there */
         p += w;
         n -= (size_t)w;
     }
@@ -59,13 +63,16 @@ static char joined_at(const char *a, size_t na, const char *b, size_t i)
     return i < na ? a[i] : b[i - na];
 }
 
-static void copy_joined(char *dst, const char *a, size_t na, const char *b, size_t from,
-                        size_t to)
+static void copy_joined(char *dst, const char *a, size_t na, const char *b, size_t from, size_t to)
 {
-    for (size_t i = from; i < to; i++) *dst++ = joined_at(a, na, b, i);
+    for (size_t i = from; i < to; i++)
+        *dst++ = joined_at(a, na, b, i);
 }
 
-static bool utf8_continuation(char c) { return ((unsigned char)c & 0xC0) == 0x80; }
+static bool utf8_continuation(char c)
+{
+    return ((unsigned char)c & 0xC0) == 0x80;
+}
 
 /* Keeps the line a ‖ b in the ring. A line too long for a slot loses its
  * middle, not its end: errors name the rank that reports at the start and
@@ -80,10 +87,12 @@ static void tail_push(output_tail *t, const char *a, size_t na, const char *b, s
         dst[n] = '\0';
     } else {
         char marker[48];
-        size_t room = OUTPUT_TAIL_WIDTH - 1 - (sizeof marker - 1);  /* worst-case marker */
+        size_t room = OUTPUT_TAIL_WIDTH - 1 - (sizeof marker - 1); /* worst-case marker */
         size_t head = room * 2 / 3, tail_from = n - (room - head);
-        while (head > 0 && utf8_continuation(joined_at(a, na, b, head))) head--;
-        while (tail_from < n && utf8_continuation(joined_at(a, na, b, tail_from))) tail_from++;
+        while (head > 0 && utf8_continuation(joined_at(a, na, b, head)))
+            head--;
+        while (tail_from < n && utf8_continuation(joined_at(a, na, b, tail_from)))
+            tail_from++;
         int m = snprintf(marker, sizeof marker, " [... %zu bytes cut ...] ", tail_from - head);
         copy_joined(dst, a, na, b, 0, head);
         memcpy(dst + head, marker, (size_t)m);
@@ -91,13 +100,15 @@ static void tail_push(output_tail *t, const char *a, size_t na, const char *b, s
         dst[head + (size_t)m + (n - tail_from)] = '\0';
     }
     t->next = (t->next + 1) % OUTPUT_TAIL_LINES;
-    if (t->count < OUTPUT_TAIL_LINES) t->count++;
+    if (t->count < OUTPUT_TAIL_LINES)
+        t->count++;
 }
 
 bool launch_output_tail_mentions(const output_tail *t, const char *needle)
 {
     for (int i = 0; i < t->count; i++)
-        if (strstr(t->lines[i], needle)) return true;
+        if (strstr(t->lines[i], needle))
+            return true;
     return false;
 }
 
@@ -110,27 +121,33 @@ void launch_output_tail_print(const output_tail *t, int rank, FILE *f)
 
 void launch_output_init(output_stream *s, int rank, int out_fd, int log_fd, output_tail *tail)
 {
-    *s = (output_stream){.rank = rank, .out_fd = out_fd, .log_fd = log_fd, .tail = tail,
+    *s = (output_stream){.rank = rank,
+                         .out_fd = out_fd,
+                         .log_fd = log_fd,
+                         .tail = tail,
                          .tty = isatty(out_fd) == 1};
 }
 
 /* Appends "[rank] line\n" to the batch `out` (grown as needed). */
-static bool batch_line(const output_stream *s, char **out, size_t *len, size_t *cap,
-                       const char *a, size_t na, const char *b, size_t nb)
+static bool batch_line(const output_stream *s, char **out, size_t *len, size_t *cap, const char *a,
+                       size_t na, const char *b, size_t nb)
 {
     size_t need = *len + 24 + na + nb;
     if (need > *cap) {
         size_t c = *cap ? *cap : 4096;
-        while (c < need) c *= 2;
+        while (c < need)
+            c *= 2;
         char *p = realloc(*out, c);
-        if (!p) return false;
+        if (!p)
+            return false;
         *out = p;
         *cap = c;
     }
-    *len += (size_t)snprintf(*out + *len, 24, "%s[%d] ", s->tty ? "\r\033[K" : "",
-                             s->rank);
-    if (na) memcpy(*out + *len, a, na); /* a is NULL when nothing was held */
-    if (nb) memcpy(*out + *len + na, b, nb);
+    *len += (size_t)snprintf(*out + *len, 24, "%s[%d] ", s->tty ? "\r\033[K" : "", s->rank);
+    if (na)
+        memcpy(*out + *len, a, na); /* a is NULL when nothing was held */
+    if (nb)
+        memcpy(*out + *len + na, b, nb);
     *len += na + nb;
     (*out)[(*len)++] = '\n';
     return true;
@@ -163,9 +180,11 @@ static bool hold_partial(output_stream *s, const char *data, size_t n)
 {
     if (s->len + n > s->cap) {
         size_t c = s->cap ? s->cap : 256;
-        while (c < s->len + n) c *= 2;
+        while (c < s->len + n)
+            c *= 2;
         char *p = realloc(s->partial, c);
-        if (!p) return false;
+        if (!p)
+            return false;
         s->partial = p;
         s->cap = c;
     }
@@ -178,16 +197,17 @@ static bool hold_partial(output_stream *s, const char *data, size_t n)
 static const char *line_break(const char *data, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        if (data[i] == '\n' || data[i] == '\r') return data + i;
+        if (data[i] == '\n' || data[i] == '\r')
+            return data + i;
     return NULL;
 }
 
 /* A status line's text a ‖ b, on a terminal only: redrawn in place. A
  * worker's bare clear ("\033[K") draws nothing. */
-static void draw_status_text(output_stream *s, const char *a, size_t na, const char *b,
-                             size_t nb)
+static void draw_status_text(output_stream *s, const char *a, size_t na, const char *b, size_t nb)
 {
-    if (!s->tty || na + nb == 0) return;
+    if (!s->tty || na + nb == 0)
+        return;
     if ((na == 3 && nb == 0 && !memcmp(a, "\033[K", 3)) ||
         (na == 0 && nb == 3 && !memcmp(b, "\033[K", 3)))
         return;
@@ -199,16 +219,21 @@ static void draw_status_text(output_stream *s, const char *a, size_t na, const c
     write_all(&s->out_fd, "\033[K", 3);
 }
 
-static void draw_status(output_stream *s) { draw_status_text(s, s->partial, s->len, "", 0); }
+static void draw_status(output_stream *s)
+{
+    draw_status_text(s, s->partial, s->len, "", 0);
+}
 
 /* A real line that followed a '\r': without the worker's clear sequence. */
-static void emit_after_status(output_stream *s, char **out, size_t *len, size_t *cap,
-                              const char *b, size_t nb)
+static void emit_after_status(output_stream *s, char **out, size_t *len, size_t *cap, const char *b,
+                              size_t nb)
 {
     const char *a = s->partial;
     size_t na = s->len;
-    if (na >= 3 && !memcmp(a, "\033[K", 3)) a += 3, na -= 3;
-    else if (na == 0 && nb >= 3 && !memcmp(b, "\033[K", 3)) b += 3, nb -= 3;
+    if (na >= 3 && !memcmp(a, "\033[K", 3))
+        a += 3, na -= 3;
+    else if (na == 0 && nb >= 3 && !memcmp(b, "\033[K", 3))
+        b += 3, nb -= 3;
     emit_line(s, out, len, cap, a, na, b, nb);
 }
 
@@ -218,9 +243,9 @@ void launch_output_feed(output_stream *s, const char *data, size_t n)
     size_t len = 0, cap = 0;
     while (n > 0) {
         const char *br = line_break(data, n);
-        size_t room = LINE_MAX_BYTES - s->len;  /* s->len < LINE_MAX_BYTES always */
+        size_t room = LINE_MAX_BYTES - s->len; /* s->len < LINE_MAX_BYTES always */
         size_t take = br ? (size_t)(br - data) : n;
-        if (take >= room) {        /* over-long line: cut it here */
+        if (take >= room) { /* over-long line: cut it here */
             emit_line(s, &out, &len, &cap, s->partial, s->len, data, room);
             s->len = 0;
             s->transient = false;
@@ -229,17 +254,16 @@ void launch_output_feed(output_stream *s, const char *data, size_t n)
             continue;
         }
         if (!br) {
-            if (!hold_partial(s, data, n)) {  /* no memory: print the piece as a line */
+            if (!hold_partial(s, data, n)) { /* no memory: print the piece as a line */
                 emit_line(s, &out, &len, &cap, s->partial, s->len, data, n);
                 s->len = 0;
             }
             break;
         }
         if (*br == '\n' && s->transient) {
-            if (s->len + take > 0)  /* "\r\n" alone ends a line already printed */
+            if (s->len + take > 0) /* "\r\n" alone ends a line already printed */
                 emit_after_status(s, &out, &len, &cap, data, take);
-        }
-        else if (*br == '\n' || (!s->transient && s->len + take > 0))
+        } else if (*br == '\n' || (!s->transient && s->len + take > 0))
             emit_line(s, &out, &len, &cap, s->partial, s->len, data, take);
         else if (s->tty && s->len + take > 0) {
             /* a status line superseded by the next '\r' in this same read:
@@ -256,13 +280,15 @@ void launch_output_feed(output_stream *s, const char *data, size_t n)
     }
     write_all(&s->out_fd, out, len);
     free(out);
-    if (s->transient) draw_status(s);
+    if (s->transient)
+        draw_status(s);
 }
 
 void launch_output_finish(output_stream *s)
 {
-    if (s->transient && s->tty) write_all(&s->out_fd, "\r\033[K", 4);
-    if (s->len == 0 || s->transient) {  /* a last status line is not kept */
+    if (s->transient && s->tty)
+        write_all(&s->out_fd, "\r\033[K", 4);
+    if (s->len == 0 || s->transient) { /* a last status line is not kept */
         s->len = 0;
         return;
     }

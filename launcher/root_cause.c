@@ -46,10 +46,12 @@ static int blamed_in_line(const char *line)
 {
     int blamed = -1;
     for (const char *p = line; (p = strstr(p, "rank ")); p += 5) {
-        if (!isdigit((unsigned char)p[5])) continue;
+        if (!isdigit((unsigned char)p[5]))
+            continue;
         char *end;
         long k = strtol(p + 5, &end, 10);
-        if (k > 1 << 30) continue;
+        if (k > 1 << 30)
+            continue;
         const char *close = strncmp(end, " (", 2) ? NULL : strchr(end + 2, ')');
         if ((close && !strncmp(close + 1, REPORTED, strlen(REPORTED))) ||
             !strncmp(end, DIED, strlen(DIED)))
@@ -65,7 +67,8 @@ static int blamed_by(const worker *w)
     for (int i = 0; i < t->count; i++) {
         int slot = (t->next - 1 - i + 2 * OUTPUT_TAIL_LINES) % OUTPUT_TAIL_LINES;
         int k = blamed_in_line(t->lines[slot]);
-        if (k >= 0) return k;
+        if (k >= 0)
+            return k;
     }
     return -1;
 }
@@ -88,14 +91,16 @@ static const worker *own_failure(const worker_group *g, int *remote, const worke
     for (int hops = 0; hops < g->n; hops++) {
         int k = blamed_by(w);
         const worker *next = local_worker(g, k);
-        if (k >= 0 && !next) *remote = k;
+        if (k >= 0 && !next)
+            *remote = k;
         bool next_failed = next && (next->term_signal || next->exit_status != 0);
-        if (!next_failed || next == w) return w;
+        if (!next_failed || next == w)
+            return w;
         *reporter = w;
         w = next;
     }
     *reporter = NULL;
-    return g->first_failure;  /* the lines blame each other in a loop: trust the order */
+    return g->first_failure; /* the lines blame each other in a loop: trust the order */
 }
 
 /* The silent worker that `cause` was waiting for, or NULL: only a timeout
@@ -109,12 +114,15 @@ static const worker *silent_culprit(const worker_group *g, const worker *cause,
     /* what cause failed of: its own words, or, when it was stopped before it
      * could print them, the report of them its peer quoted */
     const output_tail *said = cause->tail.count == 0 && reporter ? &reporter->tail : &cause->tail;
-    if (cause->spawn_error || !launch_output_tail_mentions(said, "timed out")) return NULL;
+    if (cause->spawn_error || !launch_output_tail_mentions(said, "timed out"))
+        return NULL;
     for (int i = 0; i < g->n; i++)
-        if (g->workers[i].stopped) return &g->workers[i];
+        if (g->workers[i].stopped)
+            return &g->workers[i];
     for (int i = 0; i < g->n; i++) {
         const worker *w = &g->workers[i];
-        if (w->ignored_term && w->last_output_ms <= g->first_failure_ms) return w;
+        if (w->ignored_term && w->last_output_ms <= g->first_failure_ms)
+            return w;
     }
     return NULL;
 }
@@ -134,28 +142,32 @@ static void report_silent_cause(const worker_group *g, const worker *w)
 {
     const worker *first = g->first_failure;
     double silent_s = (double)(g->first_failure_ms - w->last_output_ms) / 1000;
-    fprintf(stderr, "dtrain-launch: ROOT CAUSE: rank %d (local rank %d on node %d, pid %d) %s; "
-            "the others timed out waiting for it\n", w->rank, w->local_rank,
-            g->opts->node_rank, w->proc.pid, w->stopped
-            ? "was stopped (SIGSTOP) and made no progress"
-            : "seems hung: it printed nothing after the first failure and ignored SIGTERM");
+    fprintf(stderr,
+            "dtrain-launch: ROOT CAUSE: rank %d (local rank %d on node %d, pid %d) %s; "
+            "the others timed out waiting for it\n",
+            w->rank, w->local_rank, g->opts->node_rank, w->proc.pid,
+            w->stopped
+                ? "was stopped (SIGSTOP) and made no progress"
+                : "seems hung: it printed nothing after the first failure and ignored SIGTERM");
     fprintf(stderr, "dtrain-launch: when rank %d failed, rank %d %s", first->rank, w->rank,
             w->stopped ? "was in state T" : "was running (not stopped)");
     if (w->tail.count)
         fprintf(stderr, "; its last output came %.1f s before that\n", silent_s);
     else
         fprintf(stderr, " and had printed nothing in the %.1f s since it started\n", silent_s);
-    if (w->tail.count) print_last_lines(w);
+    if (w->tail.count)
+        print_last_lines(w);
 }
 
 static void report_own_failure(const worker_group *g, const worker *w)
 {
     char what[128];
     launch_worker_describe_exit(w, what, sizeof what);
-    fprintf(stderr, "dtrain-launch: ROOT CAUSE: rank %d (local rank %d on node %d, pid %d) "
+    fprintf(stderr,
+            "dtrain-launch: ROOT CAUSE: rank %d (local rank %d on node %d, pid %d) "
             "failed on its own, and its peers failed because it did; it %s after rank %d "
-            "failed first\n", w->rank, w->local_rank, g->opts->node_rank, w->proc.pid, what,
-            g->first_failure->rank);
+            "failed first\n",
+            w->rank, w->local_rank, g->opts->node_rank, w->proc.pid, what, g->first_failure->rank);
     print_last_lines(w);
 }
 
@@ -165,8 +177,8 @@ static void report_first_failure(const worker_group *g, const worker *cause)
     char what[128];
     launch_worker_describe_exit(w, what, sizeof what);
     fprintf(stderr, "dtrain-launch: %s: rank %d (local rank %d on node %d, pid %d) %s%s\n",
-            cause == w ? "ROOT CAUSE" : "first to fail", w->rank, w->local_rank,
-            g->opts->node_rank, w->spawn_error ? 0 : w->proc.pid, what,
+            cause == w ? "ROOT CAUSE" : "first to fail", w->rank, w->local_rank, g->opts->node_rank,
+            w->spawn_error ? 0 : w->proc.pid, what,
             cause == w ? "" : ", because of the root cause above");
     print_last_lines(w);
 }
@@ -178,17 +190,26 @@ static void report_the_others(const worker_group *g, const worker *cause)
     for (int i = 0; i < g->n; i++) {
         const worker *o = &g->workers[i];
         if (o != cause && o->stopped)
-            fprintf(stderr, "dtrain-launch: note: rank %d (pid %d) was stopped (SIGSTOP) when "
-                    "rank %d failed\n", o->rank, o->proc.pid, g->first_failure->rank);
-        if (o == g->first_failure || o == cause || o->spawn_error || !o->proc.pid) continue;
-        if (o->term_signal == SIGTERM) term++;
-        else if (o->term_signal == SIGKILL) killed++;
-        else if (!o->term_signal && o->exit_status == 0) clean++;
-        else failed++;
+            fprintf(stderr,
+                    "dtrain-launch: note: rank %d (pid %d) was stopped (SIGSTOP) when "
+                    "rank %d failed\n",
+                    o->rank, o->proc.pid, g->first_failure->rank);
+        if (o == g->first_failure || o == cause || o->spawn_error || !o->proc.pid)
+            continue;
+        if (o->term_signal == SIGTERM)
+            term++;
+        else if (o->term_signal == SIGKILL)
+            killed++;
+        else if (!o->term_signal && o->exit_status == 0)
+            clean++;
+        else
+            failed++;
     }
     if (term + killed + clean + failed > 0)
-        fprintf(stderr, "dtrain-launch: the other workers: %d stopped by SIGTERM, %d by "
-                "SIGKILL, %d failed after it, %d exited 0\n", term, killed, failed, clean);
+        fprintf(stderr,
+                "dtrain-launch: the other workers: %d stopped by SIGTERM, %d by "
+                "SIGKILL, %d failed after it, %d exited 0\n",
+                term, killed, failed, clean);
 }
 
 void launch_root_cause_report(const worker_group *g)
@@ -198,11 +219,15 @@ void launch_root_cause_report(const worker_group *g)
     const worker *own = own_failure(g, &remote, &reporter);
     const worker *silent = silent_culprit(g, own, reporter);
     const worker *cause = silent ? silent : own;
-    if (silent) report_silent_cause(g, silent);
-    else if (own != g->first_failure) report_own_failure(g, own);
+    if (silent)
+        report_silent_cause(g, silent);
+    else if (own != g->first_failure)
+        report_own_failure(g, own);
     report_first_failure(g, cause);
     if (remote >= 0)
-        fprintf(stderr, "dtrain-launch: rank %d's error says rank %d failed first; it runs on "
-                "another node, whose launcher reports its cause\n", own->rank, remote);
+        fprintf(stderr,
+                "dtrain-launch: rank %d's error says rank %d failed first; it runs on "
+                "another node, whose launcher reports its cause\n",
+                own->rank, remote);
     report_the_others(g, cause);
 }

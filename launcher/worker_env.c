@@ -43,7 +43,8 @@ static bool is_contract_name(const char *entry, char *const *ours, int n)
 {
     for (int i = 0; i < n; i++) {
         size_t len = strcspn(ours[i], "=");
-        if (!strncmp(entry, ours[i], len) && entry[len] == '=') return true;
+        if (!strncmp(entry, ours[i], len) && entry[len] == '=')
+            return true;
     }
     return false;
 }
@@ -59,12 +60,12 @@ static char *entry(const char *name, const char *fmt, ...)
     va_end(ap);
     size_t n = strlen(name) + strlen(value) + 2;
     char *e = malloc(n);
-    if (e) snprintf(e, n, "%s=%s", name, value);
+    if (e)
+        snprintf(e, n, "%s=%s", name, value);
     return e;
 }
 
-char **launch_env_build(const launch_options *o, const launch_job *job, int local_rank,
-                        int restart)
+char **launch_env_build(const launch_options *o, const launch_job *job, int local_rank, int restart)
 {
     int world = o->nproc_per_node * o->nnodes;
     int rank = o->node_rank * o->nproc_per_node + local_rank;
@@ -86,26 +87,34 @@ char **launch_env_build(const launch_options *o, const launch_job *job, int loca
     ours[n++] = entry("DT_INIT_URL", "%s", job->init_url);
     ours[n++] = entry("DT_SECRET", "%s", job->secret_hex);
     ours[n++] = entry("DT_PROGRESS", "%d", isatty(STDOUT_FILENO) == 1);
-    if (o->init_timeout_s > 0) ours[n++] = entry("DT_INIT_TIMEOUT", "%g", o->init_timeout_s);
+    if (o->init_timeout_s > 0)
+        ours[n++] = entry("DT_INIT_TIMEOUT", "%g", o->init_timeout_s);
 
     size_t inherited = 0;
-    while (environ[inherited]) inherited++;
+    while (environ[inherited])
+        inherited++;
     char **env = calloc(inherited + (size_t)n + 1, sizeof *env);
     bool ok = env != NULL;
-    for (int i = 0; i < n; i++) ok = ok && ours[i];
+    for (int i = 0; i < n; i++)
+        ok = ok && ours[i];
     if (!ok) {
-        for (int i = 0; i < n; i++) free(ours[i]);
+        for (int i = 0; i < n; i++)
+            free(ours[i]);
         free(env);
         return NULL;
     }
     size_t k = 0;
     for (size_t i = 0; i < inherited; i++)
-        if (!is_contract_name(environ[i], ours, n)) env[k++] = strdup(environ[i]);
-    for (int i = 0; i < n; i++) env[k++] = ours[i];
+        if (!is_contract_name(environ[i], ours, n))
+            env[k++] = strdup(environ[i]);
+    for (int i = 0; i < n; i++)
+        env[k++] = ours[i];
     env[k] = NULL;
     for (size_t i = 0; i < k; i++) {
-        if (env[i]) continue;
-        for (size_t j = 0; j < k; j++) free(env[j]);
+        if (env[i])
+            continue;
+        for (size_t j = 0; j < k; j++)
+            free(env[j]);
         free(env);
         return NULL;
     }
@@ -114,7 +123,9 @@ char **launch_env_build(const launch_options *o, const launch_job *job, int loca
 
 void launch_env_free(char **env)
 {
-    if (!env) return;
-    for (char **p = env; *p; p++) free(*p);
+    if (!env)
+        return;
+    for (char **p = env; *p; p++)
+        free(*p);
     free(env);
 }

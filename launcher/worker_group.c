@@ -69,14 +69,18 @@ static void on_drain_timeout(uv_timer_t *t);
 
 const char *launch_signal_name(int sig)
 {
-    static const struct { int sig; const char *name; } names[] = {
-        {SIGHUP, "SIGHUP"}, {SIGINT, "SIGINT"}, {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
-        {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"}, {SIGFPE, "SIGFPE"},
+    static const struct {
+        int sig;
+        const char *name;
+    } names[] = {
+        {SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
+        {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
         {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
         {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}, {SIGXCPU, "SIGXCPU"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (names[i].sig == sig) return names[i].name;
+        if (names[i].sig == sig)
+            return names[i].name;
     return "a signal";
 }
 
@@ -97,40 +101,49 @@ static void signal_running(worker_group *g, int sig)
 {
     for (int i = 0; i < g->n; i++) {
         worker *w = &g->workers[i];
-        if (!w->running) continue;
-        if (kill(-w->proc.pid, sig) != 0) kill(w->proc.pid, sig);
+        if (!w->running)
+            continue;
+        if (kill(-w->proc.pid, sig) != 0)
+            kill(w->proc.pid, sig);
     }
 }
 
 static void on_grace_over(uv_timer_t *t)
 {
     worker_group *g = t->data;
-    if (g->running == 0 || g->killed) return;
+    if (g->running == 0 || g->killed)
+        return;
     g->killed = true;
     fprintf(stderr, "dtrain-launch: %d worker%s still running after SIGTERM; sending SIGKILL\n",
             g->running, g->running == 1 ? "" : "s");
     for (int i = 0; i < g->n; i++)
-        if (g->workers[i].running && !g->interrupted_by) g->workers[i].ignored_term = true;
+        if (g->workers[i].running && !g->interrupted_by)
+            g->workers[i].ignored_term = true;
     signal_running(g, SIGKILL);
 }
 
 static void group_stop(worker_group *g)
 {
-    if (g->stopping) return;
+    if (g->stopping)
+        return;
     g->stopping = true;
-    if (g->running == 0) return;
+    if (g->running == 0)
+        return;
     signal_running(g, SIGTERM);
-    signal_running(g, SIGCONT);  /* a stopped worker can act on TERM only once resumed */
+    signal_running(g, SIGCONT); /* a stopped worker can act on TERM only once resumed */
     uv_timer_start(&g->grace_timer, on_grace_over, (uint64_t)(g->opts->grace_s * 1000), 0);
 }
 
 void launch_group_interrupt(worker_group *g, int signum)
 {
-    if (!g->interrupted_by) g->interrupted_by = signum;
+    if (!g->interrupted_by)
+        g->interrupted_by = signum;
     if (!g->stopping) {
-        fprintf(stderr, "dtrain-launch: got %s, stopping %d worker%s (SIGTERM, then SIGKILL "
-                "after %g s; repeat to kill now)\n", launch_signal_name(signum), g->running,
-                g->running == 1 ? "" : "s", g->opts->grace_s);
+        fprintf(stderr,
+                "dtrain-launch: got %s, stopping %d worker%s (SIGTERM, then SIGKILL "
+                "after %g s; repeat to kill now)\n",
+                launch_signal_name(signum), g->running, g->running == 1 ? "" : "s",
+                g->opts->grace_s);
         group_stop(g);
     } else {
         on_grace_over(&g->grace_timer);
@@ -139,12 +152,16 @@ void launch_group_interrupt(worker_group *g, int signum)
 
 /* ---- completion ---------------------------------------------------------------- */
 
-static void on_timer_closed(uv_handle_t *h) { (void)h; }
+static void on_timer_closed(uv_handle_t *h)
+{
+    (void)h;
+}
 
 /* Called whenever a worker is reaped or a pipe closes. */
 static void maybe_finish(worker_group *g)
 {
-    if (g->running > 0 || g->timers_closing) return;
+    if (g->running > 0 || g->timers_closing)
+        return;
     if (g->open_pipes > 0) {
         if (!uv_is_active((uv_handle_t *)&g->drain_timer))
             uv_timer_start(&g->drain_timer, on_drain_timeout, DRAIN_AFTER_EXIT_MS, 0);
@@ -164,7 +181,8 @@ static void on_pipe_closed(uv_handle_t *h)
 
 static void close_pipe(worker *w, int which)
 {
-    if (!w->pipe_open[which]) return;
+    if (!w->pipe_open[which])
+        return;
     w->pipe_open[which] = false;
     launch_output_finish(&w->streams[which]);
     uv_close((uv_handle_t *)&w->pipes[which], on_pipe_closed);
@@ -191,10 +209,12 @@ static char process_state(int pid)
     char path[64], buf[512];
     snprintf(path, sizeof path, "/proc/%d/stat", pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
+    if (fd < 0)
+        return 0;
     ssize_t n = read(fd, buf, sizeof buf - 1);
     close(fd);
-    if (n <= 0) return 0;
+    if (n <= 0)
+        return 0;
     buf[n] = '\0';
     const char *end = strrchr(buf, ')');
     return end && end[1] == ' ' ? end[2] : 0;
@@ -205,12 +225,16 @@ static void note_stopped_workers(worker_group *g)
 {
     for (int i = 0; i < g->n; i++) {
         worker *w = &g->workers[i];
-        if (!w->running) continue;
+        if (!w->running)
+            continue;
         char state = process_state(w->proc.pid);
-        if (state != 'T') continue;
+        if (state != 'T')
+            continue;
         w->stopped = true;
-        fprintf(stderr, "dtrain-launch: rank %d (pid %d) is stopped (SIGSTOP) and makes no "
-                "progress\n", w->rank, w->proc.pid);
+        fprintf(stderr,
+                "dtrain-launch: rank %d (pid %d) is stopped (SIGSTOP) and makes no "
+                "progress\n",
+                w->rank, w->proc.pid);
     }
 }
 
@@ -232,10 +256,14 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
         w->last_output_ms = uv_now(w->group->loop);
     }
     free(buf->base);
-    if (n < 0) close_pipe(w, which);  /* UV_EOF, or the pipe failed: either way it is over */
+    if (n < 0)
+        close_pipe(w, which); /* UV_EOF, or the pipe failed: either way it is over */
 }
 
-static void on_process_closed(uv_handle_t *h) { (void)h; }
+static void on_process_closed(uv_handle_t *h)
+{
+    (void)h;
+}
 
 static void on_worker_exit(uv_process_t *p, int64_t exit_status, int term_signal)
 {
@@ -265,7 +293,8 @@ static void on_worker_exit(uv_process_t *p, int64_t exit_status, int term_signal
 
 static int open_log(const launch_options *o, int rank, int restart)
 {
-    if (!o->log_dir) return -1;
+    if (!o->log_dir)
+        return -1;
     char path[4096];
     snprintf(path, sizeof path, "%s/rank_%05d.log", o->log_dir, rank);
     int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -274,7 +303,8 @@ static int open_log(const launch_options *o, int rank, int restart)
                 strerror(errno), rank);
         return -1;
     }
-    if (restart > 0) dprintf(fd, "=== dtrain-launch: restart %d ===\n", restart);
+    if (restart > 0)
+        dprintf(fd, "=== dtrain-launch: restart %d ===\n", restart);
     return fd;
 }
 
@@ -293,19 +323,25 @@ static void spawn_worker(worker_group *g, worker *w, const launch_job *job)
     }
     w->env = launch_env_build(o, job, w->local_rank, g->restart);
     uv_stdio_container_t stdio[3] = {
-        {.flags = UV_IGNORE},  /* stdin: /dev/null; N ranks cannot share a terminal */
+        {.flags = UV_IGNORE}, /* stdin: /dev/null; N ranks cannot share a terminal */
         {.flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE, .data.stream = (uv_stream_t *)&w->pipes[0]},
         {.flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE, .data.stream = (uv_stream_t *)&w->pipes[1]},
     };
     uv_process_options_t po = {
-        .exit_cb = on_worker_exit, .file = o->program[0], .args = o->program, .env = w->env,
-        .flags = UV_PROCESS_DETACHED, .stdio_count = 3, .stdio = stdio,
+        .exit_cb = on_worker_exit,
+        .file = o->program[0],
+        .args = o->program,
+        .env = w->env,
+        .flags = UV_PROCESS_DETACHED,
+        .stdio_count = 3,
+        .stdio = stdio,
     };
     w->proc.data = w;
     int rc = w->env ? uv_spawn(g->loop, &w->proc, &po) : UV_ENOMEM;
     if (rc != 0) {
         w->spawn_error = rc;
-        if (w->env) uv_close((uv_handle_t *)&w->proc, on_process_closed);
+        if (w->env)
+            uv_close((uv_handle_t *)&w->proc, on_process_closed);
         close_pipe(w, 0);
         close_pipe(w, 1);
         return;
@@ -328,12 +364,16 @@ worker_group *launch_group_start(uv_loop_t *loop, const launch_options *o, const
         snprintf(err, errlen, "out of memory for %d workers", o->nproc_per_node);
         return NULL;
     }
-    *g = (worker_group){.loop = loop, .opts = o, .restart = restart, .n = o->nproc_per_node,
+    *g = (worker_group){.loop = loop,
+                        .opts = o,
+                        .restart = restart,
+                        .n = o->nproc_per_node,
                         .workers = ws};
     uv_timer_init(loop, &g->grace_timer);
     uv_timer_init(loop, &g->drain_timer);
     g->grace_timer.data = g->drain_timer.data = g;
-    for (int i = 0; i < g->n; i++) ws[i].log_fd = -1;
+    for (int i = 0; i < g->n; i++)
+        ws[i].log_fd = -1;
     for (int i = 0; i < g->n; i++) {
         ws[i].local_rank = i;
         spawn_worker(g, &ws[i], job);
@@ -354,8 +394,9 @@ worker_group *launch_group_start(uv_loop_t *loop, const launch_options *o, const
 
 group_result launch_group_finish(worker_group *g, int *exit_code)
 {
-    if (g->first_failure) launch_root_cause_report(g);
-    if (g->interrupted_by) {  /* the user's decision overrides any failure */
+    if (g->first_failure)
+        launch_root_cause_report(g);
+    if (g->interrupted_by) { /* the user's decision overrides any failure */
         *exit_code = 128 + g->interrupted_by;
         return GROUP_INTERRUPTED;
     }
@@ -365,23 +406,26 @@ group_result launch_group_finish(worker_group *g, int *exit_code)
     }
     const worker *w = g->first_failure;
     if (w->spawn_error) {
-        *exit_code = w->spawn_error == UV_ENOENT ? 127 : 126;  /* as a shell reports it */
+        *exit_code = w->spawn_error == UV_ENOENT ? 127 : 126; /* as a shell reports it */
         return GROUP_SPAWN_FAILED;
     }
     *exit_code = w->term_signal ? 128 + w->term_signal : (int)(w->exit_status & 0xff);
-    if (*exit_code == 0) *exit_code = 1;
+    if (*exit_code == 0)
+        *exit_code = 1;
     return GROUP_FAILED;
 }
 
 void launch_group_free(worker_group *g)
 {
-    if (!g) return;
+    if (!g)
+        return;
     for (int i = 0; i < g->n; i++) {
         worker *w = &g->workers[i];
         launch_output_free(&w->streams[0]);
         launch_output_free(&w->streams[1]);
         launch_env_free(w->env);
-        if (w->log_fd >= 0) close(w->log_fd);
+        if (w->log_fd >= 0)
+            close(w->log_fd);
     }
     free(g->workers);
     free(g);

@@ -35,8 +35,8 @@ dt_adamw_hparams dt_adamw_defaults(float lr)
 }
 
 DT_VECTORIZE
-void dt_adamw_step(float *params, const float *grads, float *m, float *v,
-                   size_t n, long step, const dt_adamw_hparams *h)
+void dt_adamw_step(float *params, const float *grads, float *m, float *v, size_t n, long step,
+                   const dt_adamw_hparams *h)
 {
     /* bias corrections in double: b^t for large t loses bits in float */
     double bc1 = 1.0 - pow((double)h->beta1, (double)step);

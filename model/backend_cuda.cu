@@ -58,9 +58,9 @@
 
 typedef struct cuda_backend_state {
     pthread_mutex_t lock;
-    int device;           /* -1 until opened */
-    cublasHandle_t blas;  /* bound to device */
-    int failed;           /* a failure not yet reported by _check */
+    int device;          /* -1 until opened */
+    cublasHandle_t blas; /* bound to device */
+    int failed;          /* a failure not yet reported by _check */
     char err[256];
 } cuda_backend_state;
 
@@ -72,8 +72,7 @@ static void note_failure(const char *what, const char *detail)
     pthread_mutex_lock(&g_cuda.lock);
     if (!g_cuda.failed) {
         g_cuda.failed = 1;
-        snprintf(g_cuda.err, sizeof g_cuda.err, "cuda:%d: %s: %s", g_cuda.device,
-                 what, detail);
+        snprintf(g_cuda.err, sizeof g_cuda.err, "cuda:%d: %s: %s", g_cuda.device, what, detail);
     }
     pthread_mutex_unlock(&g_cuda.lock);
 }
@@ -89,10 +88,16 @@ static int cuda_ok(cudaError_t e, const char *what)
 }
 
 /* After a launch: a bad configuration shows up here, a fault at the next wait. */
-static void launched(const char *kernel) { cuda_ok(cudaGetLastError(), kernel); }
+static void launched(const char *kernel)
+{
+    cuda_ok(cudaGetLastError(), kernel);
+}
 
 /* Waits for everything queued so far (see "Streams and waiting"). */
-static void settle(const char *after) { cuda_ok(cudaStreamSynchronize(0), after); }
+static void settle(const char *after)
+{
+    cuda_ok(cudaStreamSynchronize(0), after);
+}
 
 /* ---- launch configuration ------------------------------------------------------ */
 
@@ -125,7 +130,10 @@ static void *cuda_alloc(size_t bytes)
     return p;
 }
 
-static void cuda_free(void *p) { cuda_ok(cudaFree(p), "cudaFree"); }
+static void cuda_free(void *p)
+{
+    cuda_ok(cudaFree(p), "cudaFree");
+}
 
 static void cuda_zero(void *p, size_t bytes)
 {
@@ -156,31 +164,35 @@ static __global__ void encoder_forward_kernel(float *out, const int *inp, const 
                                               const float *wpe, size_t n, int T, int C)
 {
     size_t i = thread_index();
-    if (i < n) dtk_encoder_forward_elem(out, inp, wte, wpe, i, T, C);
+    if (i < n)
+        dtk_encoder_forward_elem(out, inp, wte, wpe, i, T, C);
 }
 
 static __global__ void encoder_backward_kernel(float *dwte, float *dwpe, const float *dout,
                                                const int *inp, int N, int T, int C)
 {
     size_t i = thread_index();
-    if (i < (size_t)C) dtk_encoder_backward_col(dwte, dwpe, dout, inp, (int)i, N, T, C);
+    if (i < (size_t)C)
+        dtk_encoder_backward_col(dwte, dwpe, dout, inp, (int)i, N, T, C);
 }
 
 static __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd,
-                                                const float *inp, const float *w,
-                                                const float *b, int N, int C)
+                                                const float *inp, const float *w, const float *b,
+                                                int N, int C)
 {
     size_t n = thread_index();
-    if (n < (size_t)N) dtk_layernorm_forward_row(out, mean, rstd, inp, w, b, (int)n, C);
+    if (n < (size_t)N)
+        dtk_layernorm_forward_row(out, mean, rstd, inp, w, b, (int)n, C);
 }
 
 static __global__ void layernorm_backward_row_kernel(float *dinp, const float *dout,
                                                      const float *inp, const float *w,
-                                                     const float *mean, const float *rstd,
-                                                     int N, int C)
+                                                     const float *mean, const float *rstd, int N,
+                                                     int C)
 {
     size_t n = thread_index();
-    if (n < (size_t)N) dtk_layernorm_backward_row(dinp, dout, inp, w, mean, rstd, (int)n, C);
+    if (n < (size_t)N)
+        dtk_layernorm_backward_row(dinp, dout, inp, w, mean, rstd, (int)n, C);
 }
 
 static __global__ void layernorm_backward_col_kernel(float *dw, float *db, const float *dout,
@@ -188,32 +200,36 @@ static __global__ void layernorm_backward_col_kernel(float *dw, float *db, const
                                                      const float *rstd, int N, int C)
 {
     size_t i = thread_index();
-    if (i < (size_t)C) dtk_layernorm_backward_col(dw, db, dout, inp, mean, rstd, (int)i, N, C);
+    if (i < (size_t)C)
+        dtk_layernorm_backward_col(dw, db, dout, inp, mean, rstd, (int)i, N, C);
 }
 
 static __global__ void bias_broadcast_kernel(float *out, const float *bias, size_t n, int OC)
 {
     size_t i = thread_index();
-    if (i < n) dtk_bias_broadcast_elem(out, bias, i, OC);
+    if (i < n)
+        dtk_bias_broadcast_elem(out, bias, i, OC);
 }
 
 static __global__ void bias_backward_kernel(float *dbias, const float *dout, int N, int OC)
 {
     size_t o = thread_index();
-    if (o < (size_t)OC) dtk_bias_backward_col(dbias, dout, (int)o, N, OC);
+    if (o < (size_t)OC)
+        dtk_bias_backward_col(dbias, dout, (int)o, N, OC);
 }
 
 static __global__ void attention_forward_kernel(float *out, float *att, const float *qkv,
                                                 size_t rows, int T, int C, int NH)
 {
     size_t r = thread_index();
-    if (r < rows) dtk_attention_forward_row(out, att, qkv, r, T, C, NH);
+    if (r < rows)
+        dtk_attention_forward_row(out, att, qkv, r, T, C, NH);
 }
 
 static __global__ void attention_backward_query_kernel(float *dqkv, float *scratch,
                                                        const float *dout, const float *qkv,
-                                                       const float *att, size_t rows, int T,
-                                                       int C, int NH)
+                                                       const float *att, size_t rows, int T, int C,
+                                                       int NH)
 {
     size_t r = thread_index();
     if (r < rows)
@@ -222,8 +238,8 @@ static __global__ void attention_backward_query_kernel(float *dqkv, float *scrat
 
 static __global__ void attention_backward_key_kernel(float *dqkv, const float *scratch,
                                                      const float *dout, const float *qkv,
-                                                     const float *att, size_t rows, int T,
-                                                     int C, int NH)
+                                                     const float *att, size_t rows, int T, int C,
+                                                     int NH)
 {
     size_t r = thread_index();
     if (r < rows)
@@ -233,66 +249,70 @@ static __global__ void attention_backward_key_kernel(float *dqkv, const float *s
 static __global__ void gelu_forward_kernel(float *out, const float *inp, size_t n)
 {
     size_t i = thread_index();
-    if (i < n) dtk_gelu_forward_elem(out, inp, i);
+    if (i < n)
+        dtk_gelu_forward_elem(out, inp, i);
 }
 
 static __global__ void gelu_backward_kernel(float *dinp, const float *dout, const float *inp,
                                             size_t n)
 {
     size_t i = thread_index();
-    if (i < n) dtk_gelu_backward_elem(dinp, dout, inp, i);
+    if (i < n)
+        dtk_gelu_backward_elem(dinp, dout, inp, i);
 }
 
-static __global__ void residual_forward_kernel(float *out, const float *a, const float *b,
-                                               size_t n)
+static __global__ void residual_forward_kernel(float *out, const float *a, const float *b, size_t n)
 {
     size_t i = thread_index();
-    if (i < n) dtk_residual_forward_elem(out, a, b, i);
+    if (i < n)
+        dtk_residual_forward_elem(out, a, b, i);
 }
 
-static __global__ void crossentropy_forward_kernel(float *probs, float *losses,
-                                                   const float *logits, const int *targets,
-                                                   int N, int V)
+static __global__ void crossentropy_forward_kernel(float *probs, float *losses, const float *logits,
+                                                   const int *targets, int N, int V)
 {
     size_t n = thread_index();
-    if (n < (size_t)N) dtk_crossentropy_forward_row(probs, losses, logits, targets, (int)n, V);
+    if (n < (size_t)N)
+        dtk_crossentropy_forward_row(probs, losses, logits, targets, (int)n, V);
 }
 
 static __global__ void crossentropy_backward_kernel(float *dlogits, const float *probs,
-                                                    const int *targets, float scale,
-                                                    size_t n, int V)
+                                                    const int *targets, float scale, size_t n,
+                                                    int V)
 {
     size_t i = thread_index();
-    if (i < n) dtk_crossentropy_backward_elem(dlogits, probs, targets, scale, i, V);
+    if (i < n)
+        dtk_crossentropy_backward_elem(dlogits, probs, targets, scale, i, V);
 }
 
 static __global__ void adamw_kernel(float *params, const float *grads, float *m, float *v,
                                     dtk_adamw_consts k, size_t n)
 {
     size_t i = thread_index();
-    if (i < n) dtk_adamw_elem(params, grads, m, v, k, i);
+    if (i < n)
+        dtk_adamw_elem(params, grads, m, v, k, i);
 }
 
 /* ---- the backend's entries: launches ---------------------------------------- */
 
-#define LAUNCH(kernel, n, threads, ...)                                           \
-    do {                                                                          \
-        size_t n_ = (n);                                                          \
-        if (n_ > 0) {                                                             \
-            kernel<<<blocks_for(n_, threads), threads>>>(__VA_ARGS__);            \
-            launched(#kernel);                                                    \
-        }                                                                         \
+#define LAUNCH(kernel, n, threads, ...)                                \
+    do {                                                               \
+        size_t n_ = (n);                                               \
+        if (n_ > 0) {                                                  \
+            kernel<<<blocks_for(n_, threads), threads>>>(__VA_ARGS__); \
+            launched(#kernel);                                         \
+        }                                                              \
     } while (0)
 
-static void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe,
-                            int B, int T, int C)
+static void encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B,
+                            int T, int C)
 {
     size_t n = (size_t)B * T * C;
     LAUNCH(encoder_forward_kernel, n, ELEM_THREADS, out, inp, wte, wpe, n, T, C);
 }
 
-static void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp,
-                             int B, int T, int C)
+static void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B,
+                             int T, int C)
 {
     LAUNCH(encoder_backward_kernel, (size_t)C, ROW_THREADS, dwte, dwpe, dout, inp, B * T, T, C);
     settle("encoder_backward");
@@ -308,10 +328,10 @@ static void layernorm_backward(float *dinp, float *dw, float *db, const float *d
                                const float *inp, const float *w, const float *mean,
                                const float *rstd, int N, int C)
 {
-    LAUNCH(layernorm_backward_row_kernel, (size_t)N, ROW_THREADS, dinp, dout, inp, w, mean,
-           rstd, N, C);
-    LAUNCH(layernorm_backward_col_kernel, (size_t)C, ROW_THREADS, dw, db, dout, inp, mean,
-           rstd, N, C);
+    LAUNCH(layernorm_backward_row_kernel, (size_t)N, ROW_THREADS, dinp, dout, inp, w, mean, rstd, N,
+           C);
+    LAUNCH(layernorm_backward_col_kernel, (size_t)C, ROW_THREADS, dw, db, dout, inp, mean, rstd, N,
+           C);
     settle("layernorm_backward");
 }
 
@@ -323,14 +343,14 @@ static void cublas_gemm(void *ctx, int transa, int transb, int m, int n, int k, 
                         int ldc)
 {
     cublasStatus_t s = cublasSgemm((cublasHandle_t)ctx, transa ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                   transb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, A, lda,
-                                   B, ldb, &beta, C, ldc);
+                                   transb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, A, lda, B,
+                                   ldb, &beta, C, ldc);
     if (s != CUBLAS_STATUS_SUCCESS)
         note_failure("cublasSgemm", cublasGetStatusString(s));
 }
 
-static void matmul_forward(float *out, const float *inp, const float *w, const float *bias,
-                           int N, int C, int OC)
+static void matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N,
+                           int C, int OC)
 {
     size_t n = (size_t)N * OC;
     if (bias)
@@ -347,21 +367,20 @@ static void matmul_backward(float *dinp, float *dw, float *dbias, const float *d
     settle("matmul_backward");
 }
 
-static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
-                              int NH)
+static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
 {
     size_t rows = (size_t)B * NH * T;
     LAUNCH(attention_forward_kernel, rows, ROW_THREADS, out, att, qkv, rows, T, C, NH);
 }
 
-static void attention_backward(float *dqkv, float *scratch, const float *dout,
-                               const float *qkv, const float *att, int B, int T, int C, int NH)
+static void attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                               const float *att, int B, int T, int C, int NH)
 {
     size_t rows = (size_t)B * NH * T;
-    LAUNCH(attention_backward_query_kernel, rows, ROW_THREADS, dqkv, scratch, dout, qkv, att,
-           rows, T, C, NH);
-    LAUNCH(attention_backward_key_kernel, rows, ROW_THREADS, dqkv, scratch, dout, qkv, att,
-           rows, T, C, NH);
+    LAUNCH(attention_backward_query_kernel, rows, ROW_THREADS, dqkv, scratch, dout, qkv, att, rows,
+           T, C, NH);
+    LAUNCH(attention_backward_key_kernel, rows, ROW_THREADS, dqkv, scratch, dout, qkv, att, rows, T,
+           C, NH);
 }
 
 static void gelu_forward(float *out, const float *inp, size_t n)
@@ -382,23 +401,23 @@ static void residual_forward(float *out, const float *a, const float *b, size_t 
 static void crossentropy_forward(float *probs, float *losses, const float *logits,
                                  const int *targets, int N, int V)
 {
-    LAUNCH(crossentropy_forward_kernel, (size_t)N, ROW_THREADS, probs, losses, logits, targets,
-           N, V);
+    LAUNCH(crossentropy_forward_kernel, (size_t)N, ROW_THREADS, probs, losses, logits, targets, N,
+           V);
 }
 
 static void crossentropy_backward(float *dlogits, const float *probs, const int *targets,
                                   float dloss, int N, int V)
 {
     size_t n = (size_t)N * V;
-    LAUNCH(crossentropy_backward_kernel, n, ELEM_THREADS, dlogits, probs, targets,
-           dloss / (float)N, n, V);
+    LAUNCH(crossentropy_backward_kernel, n, ELEM_THREADS, dlogits, probs, targets, dloss / (float)N,
+           n, V);
 }
 
 static void adamw(float *params, const float *grads, float *m, float *v, size_t n, long step,
                   const dt_adamw_hparams *h)
 {
-    dtk_adamw_consts k = dtk_adamw_consts_of(h->lr, h->beta1, h->beta2, h->eps,
-                                             h->weight_decay, step);
+    dtk_adamw_consts k = dtk_adamw_consts_of(h->lr, h->beta1, h->beta2, h->eps, h->weight_decay,
+                                             step);
     LAUNCH(adamw_kernel, n, ELEM_THREADS, params, grads, m, v, k, n);
     settle("adamw");
 }
@@ -407,14 +426,25 @@ static void adamw(float *params, const float *grads, float *m, float *v, size_t 
  * initializers before C++20). */
 static const dt_backend cuda_backend = {
     "cuda",
-    cuda_alloc, cuda_free, cuda_zero, cuda_to_host, cuda_from_host, cuda_copy,
-    encoder_forward, encoder_backward,
-    layernorm_forward, layernorm_backward,
-    matmul_forward, matmul_backward,
-    attention_forward, attention_backward,
-    gelu_forward, gelu_backward,
+    cuda_alloc,
+    cuda_free,
+    cuda_zero,
+    cuda_to_host,
+    cuda_from_host,
+    cuda_copy,
+    encoder_forward,
+    encoder_backward,
+    layernorm_forward,
+    layernorm_backward,
+    matmul_forward,
+    matmul_backward,
+    attention_forward,
+    attention_backward,
+    gelu_forward,
+    gelu_backward,
     residual_forward,
-    crossentropy_forward, crossentropy_backward,
+    crossentropy_forward,
+    crossentropy_backward,
     adamw,
 };
 
@@ -448,12 +478,14 @@ static dt_status open_locked(int device, char *err, size_t errlen)
             cudaError_t e = cudaSetDevice(device);
             if (e == cudaSuccess)
                 return DT_OK;
-            snprintf(err, errlen, "cuda: cudaSetDevice(%d): %s (%s)", device,
-                     cudaGetErrorString(e), cudaGetErrorName(e));
+            snprintf(err, errlen, "cuda: cudaSetDevice(%d): %s (%s)", device, cudaGetErrorString(e),
+                     cudaGetErrorName(e));
             return DT_ESYS;
         }
-        snprintf(err, errlen, "cuda: this process already uses device %d; one device per "
-                 "process (one rank per GPU), asked for %d", g_cuda.device, device);
+        snprintf(err, errlen,
+                 "cuda: this process already uses device %d; one device per "
+                 "process (one rank per GPU), asked for %d",
+                 g_cuda.device, device);
         return DT_EINVAL;
     }
     int count = 0;
@@ -463,14 +495,16 @@ static dt_status open_locked(int device, char *err, size_t errlen)
         return DT_ESYS;
     }
     if (device < 0 || device >= count) {
-        snprintf(err, errlen, "cuda: device %d asked for (LOCAL_RANK), but this machine has "
-                 "%d CUDA device%s (0..%d)", device, count, count == 1 ? "" : "s", count - 1);
+        snprintf(err, errlen,
+                 "cuda: device %d asked for (LOCAL_RANK), but this machine has "
+                 "%d CUDA device%s (0..%d)",
+                 device, count, count == 1 ? "" : "s", count - 1);
         return DT_EINVAL;
     }
     e = cudaSetDevice(device);
     if (e != cudaSuccess) {
-        snprintf(err, errlen, "cuda: cudaSetDevice(%d): %s (%s)", device,
-                 cudaGetErrorString(e), cudaGetErrorName(e));
+        snprintf(err, errlen, "cuda: cudaSetDevice(%d): %s (%s)", device, cudaGetErrorString(e),
+                 cudaGetErrorName(e));
         return DT_ESYS;
     }
     cublasHandle_t h;
@@ -515,4 +549,7 @@ extern "C" dt_status dt_backend_cuda_check(char *err, size_t errlen)
     return failed ? DT_ESYS : DT_OK;
 }
 
-extern "C" int dt_backend_cuda_built(void) { return 1; }
+extern "C" int dt_backend_cuda_built(void)
+{
+    return 1;
+}

@@ -8,8 +8,7 @@
 
 #include "dt_model.h"
 
-dt_status dt_backend_cuda_open(const dt_backend **out, int device, char *err,
-                               size_t errlen)
+dt_status dt_backend_cuda_open(const dt_backend **out, int device, char *err, size_t errlen)
 {
     (void)device;
     *out = NULL;

@@ -39,9 +39,8 @@ static void grad_ready(dt_model *m, const float *grad_lo)
  * dres3 (the next block's input gradient, or what ln_f or the next stage
  * gave); on return the gradient w.r.t. the block's input is in
  * dresidual_in. With weights 0, no parameter gradient is touched. */
-static void block_backward(dt_model *m, int l, const float *dres3,
-                           const float *residual_in, float *dresidual_in,
-                           int weights)
+static void block_backward(dt_model *m, int l, const float *dres3, const float *residual_in,
+                           float *dresidual_in, int weights)
 {
     const dt_backend *be = m->be;
     int B = m->last_B, T = m->last_T;
@@ -52,67 +51,57 @@ static void block_backward(dt_model *m, int l, const float *dres3,
     dt_block_params none = {0};
     dt_block_params *g = weights ? dw : &none;
     /* residual3 = residual2 + fcproj: fcproj's gradient is dres3 itself */
-    be->matmul_backward(dx->fch_gelu, g->fcprojw, g->fcprojb, dres3,
-                        x->fch_gelu, w->fcprojw, N, 4 * C, C);
+    be->matmul_backward(dx->fch_gelu, g->fcprojw, g->fcprojb, dres3, x->fch_gelu, w->fcprojw, N,
+                        4 * C, C);
     if (weights)
         grad_ready(m, dw->fcprojw);
     be->gelu_backward(dx->fch, dx->fch_gelu, x->fch, 4 * NC);
-    be->matmul_backward(dx->ln2, g->fcw, g->fcb, dx->fch, x->ln2, w->fcw, N,
-                        C, 4 * C);
+    be->matmul_backward(dx->ln2, g->fcw, g->fcb, dx->fch, x->ln2, w->fcw, N, C, 4 * C);
     if (weights)
         grad_ready(m, dw->fcw);
     /* dresidual2 = dres3 (skip path) + LN2's input gradient */
     be->copy(dx->residual2, dres3, NC * sizeof(float));
-    be->layernorm_backward(dx->residual2, g->ln2w, g->ln2b, dx->ln2,
-                           x->residual2, w->ln2w, x->ln2_mean, x->ln2_rstd,
-                           N, C);
+    be->layernorm_backward(dx->residual2, g->ln2w, g->ln2b, dx->ln2, x->residual2, w->ln2w,
+                           x->ln2_mean, x->ln2_rstd, N, C);
     if (weights)
         grad_ready(m, dw->ln2w);
-    be->matmul_backward(dx->atty, g->attprojw, NULL, dx->residual2, x->atty,
-                        w->attprojw, N, C, C);
+    be->matmul_backward(dx->atty, g->attprojw, NULL, dx->residual2, x->atty, w->attprojw, N, C, C);
     if (weights)
         grad_ready(m, dw->attprojw);
-    be->attention_backward(dx->qkv, m->grad_acts.scratch, dx->atty, x->qkv,
-                           x->att, B, T, C, NH);
-    be->matmul_backward(dx->ln1, g->qkvw, NULL, dx->qkv, x->ln1, w->qkvw, N,
-                        C, 3 * C);
+    be->attention_backward(dx->qkv, m->grad_acts.scratch, dx->atty, x->qkv, x->att, B, T, C, NH);
+    be->matmul_backward(dx->ln1, g->qkvw, NULL, dx->qkv, x->ln1, w->qkvw, N, C, 3 * C);
     if (weights)
         grad_ready(m, dw->qkvw);
     /* dresidual_in = dresidual2 (skip path) + LN1's input gradient */
     be->copy(dresidual_in, dx->residual2, NC * sizeof(float));
-    be->layernorm_backward(dresidual_in, g->ln1w, g->ln1b, dx->ln1,
-                           residual_in, w->ln1w, x->ln1_mean, x->ln1_rstd, N,
-                           C);
+    be->layernorm_backward(dresidual_in, g->ln1w, g->ln1b, dx->ln1, residual_in, w->ln1w,
+                           x->ln1_mean, x->ln1_rstd, N, C);
     if (weights)
         grad_ready(m, dw->ln1w);
 }
 
 /* One block's weight gradients from what block_backward(weights 0) kept:
  * the same kernels, the same operands, dinp NULL. */
-static void block_weights(dt_model *m, int l, const float *dres3,
-                          const float *residual_in)
+static void block_weights(dt_model *m, int l, const float *dres3, const float *residual_in)
 {
     const dt_backend *be = m->be;
     int C = m->cfg.C, N = m->last_B * m->last_T;
     dt_block_params *w = &m->params.blocks[l], *dw = &m->grads.blocks[l];
     dt_block_acts *x = &m->acts.blocks[l], *dx = &m->grad_acts.blocks[l];
-    be->matmul_backward(NULL, dw->fcprojw, dw->fcprojb, dres3, x->fch_gelu,
-                        w->fcprojw, N, 4 * C, C);
+    be->matmul_backward(NULL, dw->fcprojw, dw->fcprojb, dres3, x->fch_gelu, w->fcprojw, N, 4 * C,
+                        C);
     grad_ready(m, dw->fcprojw);
-    be->matmul_backward(NULL, dw->fcw, dw->fcb, dx->fch, x->ln2, w->fcw, N, C,
-                        4 * C);
+    be->matmul_backward(NULL, dw->fcw, dw->fcb, dx->fch, x->ln2, w->fcw, N, C, 4 * C);
     grad_ready(m, dw->fcw);
-    be->layernorm_backward(NULL, dw->ln2w, dw->ln2b, dx->ln2, x->residual2,
-                           w->ln2w, x->ln2_mean, x->ln2_rstd, N, C);
+    be->layernorm_backward(NULL, dw->ln2w, dw->ln2b, dx->ln2, x->residual2, w->ln2w, x->ln2_mean,
+                           x->ln2_rstd, N, C);
     grad_ready(m, dw->ln2w);
-    be->matmul_backward(NULL, dw->attprojw, NULL, dx->residual2, x->atty,
-                        w->attprojw, N, C, C);
+    be->matmul_backward(NULL, dw->attprojw, NULL, dx->residual2, x->atty, w->attprojw, N, C, C);
     grad_ready(m, dw->attprojw);
-    be->matmul_backward(NULL, dw->qkvw, NULL, dx->qkv, x->ln1, w->qkvw, N, C,
-                        3 * C);
+    be->matmul_backward(NULL, dw->qkvw, NULL, dx->qkv, x->ln1, w->qkvw, N, C, 3 * C);
     grad_ready(m, dw->qkvw);
-    be->layernorm_backward(NULL, dw->ln1w, dw->ln1b, dx->ln1, residual_in,
-                           w->ln1w, x->ln1_mean, x->ln1_rstd, N, C);
+    be->layernorm_backward(NULL, dw->ln1w, dw->ln1b, dx->ln1, residual_in, w->ln1w, x->ln1_mean,
+                           x->ln1_rstd, N, C);
     grad_ready(m, dw->ln1w);
 }
 
@@ -126,24 +115,21 @@ static void head_backward(dt_model *m, float dloss, dt_backward_part part)
     dt_acts *a = &m->acts, *da = &m->grad_acts;
     float *dlast = da->blocks[L - 1].residual3;
     if (in) {
-        be->crossentropy_backward(da->logits, a->probs, m->targets, dloss, N,
-                                  V);
+        be->crossentropy_backward(da->logits, a->probs, m->targets, dloss, N, V);
         be->zero(dlast, (size_t)N * C * sizeof(float));
     }
-    be->matmul_backward(in ? da->lnf : NULL, wt ? m->grads.lm_head : NULL,
-                        NULL, da->logits, a->lnf, m->params.lm_head, N, C, V);
+    be->matmul_backward(in ? da->lnf : NULL, wt ? m->grads.lm_head : NULL, NULL, da->logits, a->lnf,
+                        m->params.lm_head, N, C, V);
     if (wt)
         grad_ready(m, m->grads.lm_head);
-    be->layernorm_backward(in ? dlast : NULL, wt ? m->grads.lnfw : NULL,
-                           wt ? m->grads.lnfb : NULL, da->lnf,
-                           a->blocks[L - 1].residual3, m->params.lnfw,
-                           a->lnf_mean, a->lnf_rstd, N, C);
+    be->layernorm_backward(in ? dlast : NULL, wt ? m->grads.lnfw : NULL, wt ? m->grads.lnfb : NULL,
+                           da->lnf, a->blocks[L - 1].residual3, m->params.lnfw, a->lnf_mean,
+                           a->lnf_rstd, N, C);
     if (wt)
         grad_ready(m, m->grads.lnfw);
 }
 
-dt_status dt_model_backward_part(dt_model *m, float dloss,
-                                 dt_backward_part part)
+dt_status dt_model_backward_part(dt_model *m, float dloss, dt_backward_part part)
 {
     int last = m->l1 == m->cfg.L;
     if (m->last_B < 1 || (last && !m->have_targets)) {
@@ -161,12 +147,11 @@ dt_status dt_model_backward_part(dt_model *m, float dloss,
         if (part == DT_BACKWARD_WEIGHT)
             block_weights(m, l, da->blocks[l].residual3, in);
         else
-            block_backward(m, l, da->blocks[l].residual3, in, din,
-                           part == DT_BACKWARD_ALL);
+            block_backward(m, l, da->blocks[l].residual3, in, din, part == DT_BACKWARD_ALL);
     }
     if (m->l0 == 0 && part != DT_BACKWARD_INPUT) {
-        m->be->encoder_backward(m->grads.wte, m->grads.wpe, da->encoded,
-                                m->inputs, m->last_B, m->last_T, m->cfg.C);
+        m->be->encoder_backward(m->grads.wte, m->grads.wpe, da->encoded, m->inputs, m->last_B,
+                                m->last_T, m->cfg.C);
         grad_ready(m, m->grads.wte);
     }
     return DT_OK;

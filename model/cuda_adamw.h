@@ -17,10 +17,8 @@ typedef struct dtk_adamw_consts {
 } dtk_adamw_consts;
 
 /* Host only: the constants of step `step` (>= 1). */
-static inline dtk_adamw_consts dtk_adamw_consts_of(float lr, float beta1,
-                                                   float beta2, float eps,
-                                                   float weight_decay,
-                                                   long step)
+static inline dtk_adamw_consts dtk_adamw_consts_of(float lr, float beta1, float beta2, float eps,
+                                                   float weight_decay, long step)
 {
     double bc1 = 1.0 - pow((double)beta1, (double)step);
     double bc2 = 1.0 - pow((double)beta2, (double)step);
@@ -34,8 +32,7 @@ static inline dtk_adamw_consts dtk_adamw_consts_of(float lr, float beta1,
     return k;
 }
 
-static inline DT_HD void dtk_adamw_elem(float *params, const float *grads,
-                                        float *m, float *v,
+static inline DT_HD void dtk_adamw_elem(float *params, const float *grads, float *m, float *v,
                                         dtk_adamw_consts k, size_t i)
 {
     float g = grads[i];

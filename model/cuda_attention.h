@@ -26,9 +26,8 @@
 #include "cuda_common.h"
 
 /* out (B, T, C) head h of position t; att (B, NH, T, T) row r */
-static inline DT_HD void dtk_attention_forward_row(float *out, float *att,
-                                                   const float *qkv, size_t r,
-                                                   int T, int C, int NH)
+static inline DT_HD void dtk_attention_forward_row(float *out, float *att, const float *qkv,
+                                                   size_t r, int T, int C, int NH)
 {
     int hs = C / NH, C3 = 3 * C;
     int t = (int)(r % (size_t)T), h = (int)(r / (size_t)T % (size_t)NH);
@@ -62,9 +61,10 @@ static inline DT_HD void dtk_attention_forward_row(float *out, float *att,
 }
 
 /* query pass: dqkv's q slice of (b, t, h); scratch row r = dpre */
-static inline DT_HD void dtk_attention_backward_query_row(
-    float *dqkv, float *scratch, const float *dout, const float *qkv,
-    const float *att, size_t r, int T, int C, int NH)
+static inline DT_HD void dtk_attention_backward_query_row(float *dqkv, float *scratch,
+                                                          const float *dout, const float *qkv,
+                                                          const float *att, size_t r, int T, int C,
+                                                          int NH)
 {
     int hs = C / NH, C3 = 3 * C;
     int t = (int)(r % (size_t)T), h = (int)(r / (size_t)T % (size_t)NH);
@@ -95,9 +95,10 @@ static inline DT_HD void dtk_attention_backward_query_row(
 
 /* key pass: dqkv's k and v slices of (b, t2, h), row r = (b, h, t2);
  * reads the query pass's dpre from scratch */
-static inline DT_HD void dtk_attention_backward_key_row(
-    float *dqkv, const float *scratch, const float *dout, const float *qkv,
-    const float *att, size_t r, int T, int C, int NH)
+static inline DT_HD void dtk_attention_backward_key_row(float *dqkv, const float *scratch,
+                                                        const float *dout, const float *qkv,
+                                                        const float *att, size_t r, int T, int C,
+                                                        int NH)
 {
     int hs = C / NH, C3 = 3 * C;
     int t2 = (int)(r % (size_t)T);

@@ -14,10 +14,8 @@
 #include "cuda_common.h"
 
 /* probs (N, V) row n; losses (N) entry n, if targets */
-static inline DT_HD void dtk_crossentropy_forward_row(float *probs,
-                                                      float *losses,
-                                                      const float *logits,
-                                                      const int *targets,
+static inline DT_HD void dtk_crossentropy_forward_row(float *probs, float *losses,
+                                                      const float *logits, const int *targets,
                                                       int n, int V)
 {
     const float *z = logits + (size_t)n * V;
@@ -38,11 +36,9 @@ static inline DT_HD void dtk_crossentropy_forward_row(float *probs,
 }
 
 /* dlogits (N, V) element idx; scale = dloss / N */
-static inline DT_HD void dtk_crossentropy_backward_elem(float *dlogits,
-                                                        const float *probs,
-                                                        const int *targets,
-                                                        float scale,
-                                                        size_t idx, int V)
+static inline DT_HD void dtk_crossentropy_backward_elem(float *dlogits, const float *probs,
+                                                        const int *targets, float scale, size_t idx,
+                                                        int V)
 {
     size_t n = idx / (size_t)V;
     int i = (int)(idx % (size_t)V);

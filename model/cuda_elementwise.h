@@ -13,16 +13,15 @@
 #define DTK_INV_SQRT_2PI 0.3989422804014327f
 
 /* out[i] = x * Phi(x) */
-static inline DT_HD void dtk_gelu_forward_elem(float *out, const float *inp,
-                                               size_t i)
+static inline DT_HD void dtk_gelu_forward_elem(float *out, const float *inp, size_t i)
 {
     float x = inp[i];
     out[i] = 0.5f * x * (1.0f + erff(x * DTK_SQRT1_2));
 }
 
 /* dinp[i] = dout[i] * (Phi(x) + x * phi(x)) */
-static inline DT_HD void dtk_gelu_backward_elem(float *dinp, const float *dout,
-                                                const float *inp, size_t i)
+static inline DT_HD void dtk_gelu_backward_elem(float *dinp, const float *dout, const float *inp,
+                                                size_t i)
 {
     float x = inp[i];
     float cdf = 0.5f * (1.0f + erff(x * DTK_SQRT1_2));
@@ -30,8 +29,8 @@ static inline DT_HD void dtk_gelu_backward_elem(float *dinp, const float *dout,
     dinp[i] = dout[i] * (cdf + x * pdf);
 }
 
-static inline DT_HD void dtk_residual_forward_elem(float *out, const float *a,
-                                                   const float *b, size_t i)
+static inline DT_HD void dtk_residual_forward_elem(float *out, const float *a, const float *b,
+                                                   size_t i)
 {
     out[i] = a[i] + b[i];
 }

@@ -14,10 +14,8 @@
 #include "cuda_common.h"
 
 /* out (N, C) element idx = wte[inp[n]][i] + wpe[n % T][i]; idx < N*C */
-static inline DT_HD void dtk_encoder_forward_elem(float *out, const int *inp,
-                                                  const float *wte,
-                                                  const float *wpe,
-                                                  size_t idx, int T, int C)
+static inline DT_HD void dtk_encoder_forward_elem(float *out, const int *inp, const float *wte,
+                                                  const float *wpe, size_t idx, int T, int C)
 {
     size_t n = idx / (size_t)C, i = idx % (size_t)C;
     size_t t = n % (size_t)T;
@@ -25,10 +23,8 @@ static inline DT_HD void dtk_encoder_forward_elem(float *out, const int *inp,
 }
 
 /* dwte (V, C), dwpe (T, C) column i += dout (N, C) over all N tokens */
-static inline DT_HD void dtk_encoder_backward_col(float *dwte, float *dwpe,
-                                                  const float *dout,
-                                                  const int *inp, int i,
-                                                  int N, int T, int C)
+static inline DT_HD void dtk_encoder_backward_col(float *dwte, float *dwpe, const float *dout,
+                                                  const int *inp, int i, int N, int T, int C)
 {
     for (int n = 0; n < N; n++) {
         float d = dout[(size_t)n * C + i];

@@ -17,12 +17,9 @@
 #include "cuda_common.h"
 
 /* out (N, C) row n; mean, rstd (N) entry n */
-static inline DT_HD void dtk_layernorm_forward_row(float *out, float *mean,
-                                                   float *rstd,
-                                                   const float *inp,
-                                                   const float *w,
-                                                   const float *b, int n,
-                                                   int C)
+static inline DT_HD void dtk_layernorm_forward_row(float *out, float *mean, float *rstd,
+                                                   const float *inp, const float *w, const float *b,
+                                                   int n, int C)
 {
     const float *x = inp + (size_t)n * C;
     float m = 0.0f, v = 0.0f;
@@ -41,12 +38,9 @@ static inline DT_HD void dtk_layernorm_forward_row(float *out, float *mean,
 }
 
 /* dinp (N, C) row n += the LayerNorm input gradient of that row */
-static inline DT_HD void dtk_layernorm_backward_row(float *dinp,
-                                                    const float *dout,
-                                                    const float *inp,
-                                                    const float *w,
-                                                    const float *mean,
-                                                    const float *rstd, int n,
+static inline DT_HD void dtk_layernorm_backward_row(float *dinp, const float *dout,
+                                                    const float *inp, const float *w,
+                                                    const float *mean, const float *rstd, int n,
                                                     int C)
 {
     const float *x = inp + (size_t)n * C;
@@ -68,12 +62,9 @@ static inline DT_HD void dtk_layernorm_backward_row(float *dinp,
 }
 
 /* dw, db (C) entry i += sum over rows of xhat * dout, dout */
-static inline DT_HD void dtk_layernorm_backward_col(float *dw, float *db,
-                                                    const float *dout,
-                                                    const float *inp,
-                                                    const float *mean,
-                                                    const float *rstd, int i,
-                                                    int N, int C)
+static inline DT_HD void dtk_layernorm_backward_col(float *dw, float *db, const float *dout,
+                                                    const float *inp, const float *mean,
+                                                    const float *rstd, int i, int N, int C)
 {
     float w_acc = dw[i], b_acc = db[i];
     for (int n = 0; n < N; n++) {

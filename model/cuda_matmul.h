@@ -33,21 +33,19 @@
 /* A column-major C[m x n] = alpha op(A)[m x k] op(B)[k x n] + beta C, op
  * transposing where trans is set: cublasSgemm's contract (with beta 0, C
  * is not read). ctx is the implementation's (a cuBLAS handle, or NULL). */
-typedef void (*dtk_gemm_fn)(void *ctx, int transa, int transb, int m, int n,
-                            int k, float alpha, const float *A, int lda,
-                            const float *B, int ldb, float beta, float *C,
+typedef void (*dtk_gemm_fn)(void *ctx, int transa, int transb, int m, int n, int k, float alpha,
+                            const float *A, int lda, const float *B, int ldb, float beta, float *C,
                             int ldc);
 
 /* out (N, OC) element idx = bias[idx % OC] */
-static inline DT_HD void dtk_bias_broadcast_elem(float *out, const float *bias,
-                                                 size_t idx, int OC)
+static inline DT_HD void dtk_bias_broadcast_elem(float *out, const float *bias, size_t idx, int OC)
 {
     out[idx] = bias[idx % (size_t)OC];
 }
 
 /* dbias (OC) entry o += sum over rows of dout (N, OC) column o */
-static inline DT_HD void dtk_bias_backward_col(float *dbias, const float *dout,
-                                               int o, int N, int OC)
+static inline DT_HD void dtk_bias_backward_col(float *dbias, const float *dout, int o, int N,
+                                               int OC)
 {
     float acc = dbias[o];
     for (int n = 0; n < N; n++)
@@ -56,19 +54,15 @@ static inline DT_HD void dtk_bias_backward_col(float *dbias, const float *dout,
 }
 
 /* The GEMMs of the linear layer; the bias is the caller's (above). */
-static inline void dtk_matmul_forward_gemm(dtk_gemm_fn gemm, void *ctx,
-                                           float *out, const float *inp,
-                                           const float *w, int has_bias,
-                                           int N, int C, int OC)
+static inline void dtk_matmul_forward_gemm(dtk_gemm_fn gemm, void *ctx, float *out,
+                                           const float *inp, const float *w, int has_bias, int N,
+                                           int C, int OC)
 {
-    gemm(ctx, 1, 0, OC, N, C, 1.0f, w, C, inp, C, has_bias ? 1.0f : 0.0f,
-         out, OC);
+    gemm(ctx, 1, 0, OC, N, C, 1.0f, w, C, inp, C, has_bias ? 1.0f : 0.0f, out, OC);
 }
 
-static inline void dtk_matmul_backward_gemm(dtk_gemm_fn gemm, void *ctx,
-                                            float *dinp, float *dw,
-                                            const float *dout,
-                                            const float *inp, const float *w,
+static inline void dtk_matmul_backward_gemm(dtk_gemm_fn gemm, void *ctx, float *dinp, float *dw,
+                                            const float *dout, const float *inp, const float *w,
                                             int N, int C, int OC)
 {
     if (dinp)

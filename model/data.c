@@ -62,8 +62,7 @@ int dt_dataset_max_token(const dt_dataset *d)
 static dt_status split_tail(dt_dataset *d, size_t n, double val_fraction)
 {
     if (!(val_fraction >= 0.0 && val_fraction < 1.0)) {
-        snprintf(d->err, sizeof d->err,
-                 "dataset: validation fraction %g is not in [0, 1)",
+        snprintf(d->err, sizeof d->err, "dataset: validation fraction %g is not in [0, 1)",
                  val_fraction);
         return DT_EINVAL;
     }
@@ -72,8 +71,7 @@ static dt_status split_tail(dt_dataset *d, size_t n, double val_fraction)
     return DT_OK;
 }
 
-dt_status dt_dataset_open_text(dt_dataset **out, const char *path,
-                               double val_fraction)
+dt_status dt_dataset_open_text(dt_dataset **out, const char *path, double val_fraction)
 {
     dt_dataset *d = dt_dataset_alloc();
     *out = d;
@@ -81,8 +79,7 @@ dt_status dt_dataset_open_text(dt_dataset **out, const char *path,
         return DT_ENOMEM;
     FILE *f = fopen(path, "rb");
     if (!f) {
-        snprintf(d->err, sizeof d->err, "dataset: cannot open %s: %s", path,
-                 strerror(errno));
+        snprintf(d->err, sizeof d->err, "dataset: cannot open %s: %s", path, strerror(errno));
         return DT_ESYS;
     }
     size_t cap = 1 << 16, n = 0;
@@ -125,8 +122,7 @@ dt_status dt_dataset_random(dt_dataset **out, int V, size_t n, uint64_t seed)
     if (!d)
         return DT_ENOMEM;
     if (V < 1 || V > 65536) {
-        snprintf(d->err, sizeof d->err,
-                 "dataset: random vocabulary %d not in [1, 65536]", V);
+        snprintf(d->err, sizeof d->err, "dataset: random vocabulary %d not in [1, 65536]", V);
         return DT_EINVAL;
     }
     d->tokens = malloc((n ? n : 1) * sizeof(uint16_t));
@@ -143,8 +139,8 @@ dt_status dt_dataset_random(dt_dataset **out, int V, size_t n, uint64_t seed)
 /* Offset of row r's window in a split of n tokens (n >= T+1). Task
  * datasets start at one of the examples that leave room for T+1 tokens
  * (starts ascend, so those are a prefix: binary search its length). */
-static size_t window_offset(const dt_dataset *d, dt_split split, size_t n,
-                            uint64_t seed, uint64_t row, int T)
+static size_t window_offset(const dt_dataset *d, dt_split split, size_t n, uint64_t seed,
+                            uint64_t row, int T)
 {
     dt_rng r;
     dt_rng_seed(&r, seed ^ (row * 0xD1B54A32D192ED03ull));
@@ -166,9 +162,8 @@ static size_t window_offset(const dt_dataset *d, dt_split split, size_t n,
     return (size_t)(h % (last + 1));
 }
 
-dt_status dt_dataset_batch(int *inputs, int *targets, dt_dataset *d,
-                           dt_split split, uint64_t seed, uint64_t first_row,
-                           int B, int T)
+dt_status dt_dataset_batch(int *inputs, int *targets, dt_dataset *d, dt_split split, uint64_t seed,
+                           uint64_t first_row, int B, int T)
 {
     size_t n = dt_dataset_tokens(d, split);
     const uint16_t *base = d->tokens + (split == DT_TRAIN ? 0 : d->n_train);

@@ -70,8 +70,7 @@ size_t dt_config_num_params(const dt_config *cfg);
 /* The range [*lo, *hi) of the flat buffer that a pipeline stage owning
  * blocks [l0, l1) holds (dt_stage_spec): the embeddings too if l0 = 0,
  * ln_f and the head if l1 = L. */
-void dt_config_stage_range(const dt_config *cfg, int l0, int l1, size_t *lo,
-                           size_t *hi);
+void dt_config_stage_range(const dt_config *cfg, int l0, int l1, size_t *lo, size_t *hi);
 /* Matmul + attention FLOPs of one training step (forward + backward) on
  * B x T tokens: 6 per weight per token, plus attention's q.k and att.v
  * (computed over the full T x T square, as the kernels do). */
@@ -104,50 +103,43 @@ typedef struct dt_backend {
     void (*copy)(void *dst, const void *src, size_t bytes); /* dev -> dev */
 
     /* out (N, C) = wte[inp] + wpe[t]; inp (B, T) token ids */
-    void (*encoder_forward)(float *out, const int *inp, const float *wte,
-                            const float *wpe, int B, int T, int C);
-    void (*encoder_backward)(float *dwte, float *dwpe, const float *dout,
-                             const int *inp, int B, int T, int C);
+    void (*encoder_forward)(float *out, const int *inp, const float *wte, const float *wpe, int B,
+                            int T, int C);
+    void (*encoder_backward)(float *dwte, float *dwpe, const float *dout, const int *inp, int B,
+                             int T, int C);
     /* out (N, C) = (inp - mean) * rstd * w + b; mean, rstd (N) kept.
      * Backward adds into dinp (if dinp) and into dw, db (if dw). */
-    void (*layernorm_forward)(float *out, float *mean, float *rstd,
-                              const float *inp, const float *w,
-                              const float *b, int N, int C);
-    void (*layernorm_backward)(float *dinp, float *dw, float *db,
-                               const float *dout, const float *inp,
-                               const float *w, const float *mean,
+    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C);
+    void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const float *mean,
                                const float *rstd, int N, int C);
     /* out (N, OC) = inp (N, C) . w^T (w is (OC, C)) + bias (OC) or NULL */
-    void (*matmul_forward)(float *out, const float *inp, const float *w,
-                           const float *bias, int N, int C, int OC);
+    void (*matmul_forward)(float *out, const float *inp, const float *w, const float *bias, int N,
+                           int C, int OC);
     /* dinp = dout . w (if dinp); dw += dout^T . inp and dbias += colsum
      * (if dw; dbias may be NULL): the two halves are independent */
-    void (*matmul_backward)(float *dinp, float *dw, float *dbias,
-                            const float *dout, const float *inp,
-                            const float *w, int N, int C, int OC);
+    void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout,
+                            const float *inp, const float *w, int N, int C, int OC);
     /* qkv (B, T, 3C) -> out (B, T, C); att (B, NH, T, T) softmax kept */
-    void (*attention_forward)(float *out, float *att, const float *qkv,
-                              int B, int T, int C, int NH);
+    void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C,
+                              int NH);
     /* dqkv = ...; scratch (B, NH, T, T) */
-    void (*attention_backward)(float *dqkv, float *scratch,
-                               const float *dout, const float *qkv,
+    void (*attention_backward)(float *dqkv, float *scratch, const float *dout, const float *qkv,
                                const float *att, int B, int T, int C, int NH);
     void (*gelu_forward)(float *out, const float *inp, size_t n);
     void (*gelu_backward)(float *dinp, const float *dout, const float *inp,
                           size_t n); /* dinp = dout * gelu'(inp) */
-    void (*residual_forward)(float *out, const float *a, const float *b,
-                             size_t n);
+    void (*residual_forward)(float *out, const float *a, const float *b, size_t n);
     /* probs (N, V) = softmax(logits); losses (N) = -log probs[target] */
-    void (*crossentropy_forward)(float *probs, float *losses,
-                                 const float *logits, const int *targets,
-                                 int N, int V);
+    void (*crossentropy_forward)(float *probs, float *losses, const float *logits,
+                                 const int *targets, int N, int V);
     /* dlogits = (probs - onehot(target)) * dloss / N */
-    void (*crossentropy_backward)(float *dlogits, const float *probs,
-                                  const int *targets, float dloss, int N,
-                                  int V);
+    void (*crossentropy_backward)(float *dlogits, const float *probs, const int *targets,
+                                  float dloss, int N, int V);
     /* AdamW on any range of the flat buffers; step counts from 1 */
-    void (*adamw)(float *params, const float *grads, float *m, float *v,
-                  size_t n, long step, const dt_adamw_hparams *h);
+    void (*adamw)(float *params, const float *grads, float *m, float *v, size_t n, long step,
+                  const dt_adamw_hparams *h);
 } dt_backend;
 
 const dt_backend *dt_backend_cpu(void);           /* OpenBLAS + loops */
@@ -163,8 +155,7 @@ const dt_backend *dt_backend_cpu_reference(void); /* plain loops only */
  * "cuda-host" runs the same kernel bodies as host loops on host memory:
  * what tests compare against the CPU reference without a GPU.
  */
-dt_status dt_backend_cuda_open(const dt_backend **out, int device, char *err,
-                               size_t errlen);
+dt_status dt_backend_cuda_open(const dt_backend **out, int device, char *err, size_t errlen);
 dt_status dt_backend_cuda_check(char *err, size_t errlen);
 int dt_backend_cuda_built(void); /* 1 if this build has the CUDA backend */
 const dt_backend *dt_backend_cuda_host(void);
@@ -175,8 +166,8 @@ const dt_backend *dt_backend_cuda_host(void);
  *   p -= lr*wd*p;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
  *   p -= lr/(1-b1^step) * m / (sqrt(v)/sqrt(1-b2^step) + eps)
  */
-void dt_adamw_step(float *params, const float *grads, float *m, float *v,
-                   size_t n, long step, const dt_adamw_hparams *h);
+void dt_adamw_step(float *params, const float *grads, float *m, float *v, size_t n, long step,
+                   const dt_adamw_hparams *h);
 
 /* ---- parameters ----------------------------------------------------------- */
 
@@ -204,10 +195,10 @@ typedef struct dt_params {
 
 /* One named range of the flat buffer. */
 typedef struct dt_tensor_info {
-    char name[48];  /* PyTorch state_dict name: "blocks.0.attn.qkv.weight" */
-    size_t offset;  /* in elements, from the start of the flat buffer */
+    char name[48]; /* PyTorch state_dict name: "blocks.0.attn.qkv.weight" */
+    size_t offset; /* in elements, from the start of the flat buffer */
     size_t numel;
-    int ndim;       /* 1 or 2 */
+    int ndim; /* 1 or 2 */
     int shape[2];
 } dt_tensor_info;
 
@@ -232,15 +223,15 @@ typedef struct dt_block_acts {
 } dt_block_acts;
 
 typedef struct dt_acts {
-    float *encoded;          /* (B, T, C) */
-    dt_block_acts *blocks;   /* [L] */
-    float *lnf;              /* (B, T, C) */
-    float *lnf_mean;         /* (B, T) */
-    float *lnf_rstd;         /* (B, T) */
-    float *logits;           /* (B, T, V) */
-    float *probs;            /* (B, T, V) */
-    float *losses;           /* (B, T) */
-    float *scratch;          /* (B, NH, T, T) attention backward */
+    float *encoded;        /* (B, T, C) */
+    dt_block_acts *blocks; /* [L] */
+    float *lnf;            /* (B, T, C) */
+    float *lnf_mean;       /* (B, T) */
+    float *lnf_rstd;       /* (B, T) */
+    float *logits;         /* (B, T, V) */
+    float *probs;          /* (B, T, V) */
+    float *losses;         /* (B, T) */
+    float *scratch;        /* (B, NH, T, T) attention backward */
 } dt_acts;
 
 /* ---- the model ------------------------------------------------------------ */
@@ -279,9 +270,9 @@ typedef void (*dt_params_needed_fn)(void *user, size_t hi);
  * run together). The whole model is the stage {0, L, 1, 1}.
  */
 typedef struct dt_stage_spec {
-    int l0, l1;          /* blocks owned: [l0, l1), at least one */
-    int act_slots;       /* >= 1 */
-    int grad_slots;      /* >= 1 */
+    int l0, l1;     /* blocks owned: [l0, l1), at least one */
+    int act_slots;  /* >= 1 */
+    int grad_slots; /* >= 1 */
 } dt_stage_spec;
 
 /* What a backward call computes. Both halves together are the ordinary
@@ -298,33 +289,33 @@ typedef struct dt_act_slot dt_act_slot;
 typedef struct dt_model {
     dt_config cfg;
     const dt_backend *be;
-    int max_B;                 /* activations sized for (max_B, cfg.T) */
+    int max_B; /* activations sized for (max_B, cfg.T) */
 
     size_t num_params;
-    float *params_memory;      /* device (num_params), the flat buffer */
-    float *grads_memory;       /* device (num_params), same layout */
-    dt_params params;          /* pointers into params_memory */
-    dt_params grads;           /* pointers into grads_memory */
-    dt_tensor_info *tensors;   /* [num_tensors], in offset order */
+    float *params_memory;    /* device (num_params), the flat buffer */
+    float *grads_memory;     /* device (num_params), same layout */
+    dt_params params;        /* pointers into params_memory */
+    dt_params grads;         /* pointers into grads_memory */
+    dt_tensor_info *tensors; /* [num_tensors], in offset order */
     int num_tensors;
 
     size_t num_acts;
-    float *acts_memory;        /* device */
-    float *grad_acts_memory;   /* device, same layout */
+    float *acts_memory;      /* device */
+    float *grad_acts_memory; /* device, same layout */
     dt_acts acts, grad_acts;
-    int *inputs;               /* device (max_B, T) */
-    int *targets;              /* device (max_B, T) */
+    int *inputs;  /* device (max_B, T) */
+    int *targets; /* device (max_B, T) */
 
-    float *adam_m, *adam_v;    /* device (num_params); NULL until update */
+    float *adam_m, *adam_v; /* device (num_params); NULL until update */
 
-    int last_B, last_T;        /* shape of the last forward */
-    int have_targets;          /* last forward computed the loss */
-    float mean_loss;           /* of the last forward with targets */
-    int l0, l1;                /* blocks owned: [l0, l1) (all: [0, L)) */
-    size_t param_lo, param_hi; /* this slice of the full flat layout */
-    int act_slots, grad_slots; /* activation sets, activation-grad sets */
-    int slot, grad_slot;       /* the sets the next call uses */
-    dt_act_slot *slots;        /* [act_slots] shape and loss of each */
+    int last_B, last_T;          /* shape of the last forward */
+    int have_targets;            /* last forward computed the loss */
+    float mean_loss;             /* of the last forward with targets */
+    int l0, l1;                  /* blocks owned: [l0, l1) (all: [0, L)) */
+    size_t param_lo, param_hi;   /* this slice of the full flat layout */
+    int act_slots, grad_slots;   /* activation sets, activation-grad sets */
+    int slot, grad_slot;         /* the sets the next call uses */
+    dt_act_slot *slots;          /* [act_slots] shape and loss of each */
     dt_grad_ready_fn grad_ready; /* backward's progress hook, or NULL */
     void *grad_ready_user;
     dt_params_needed_fn params_needed; /* forward's hook, or NULL */
@@ -338,12 +329,10 @@ typedef struct dt_model {
  * them. Always sets *out (NULL only on DT_ENOMEM); on failure read
  * dt_model_error(*out), then dt_model_destroy.
  */
-dt_status dt_model_create(dt_model **out, const dt_config *cfg,
-                          const dt_backend *be, int max_B);
+dt_status dt_model_create(dt_model **out, const dt_config *cfg, const dt_backend *be, int max_B);
 /* A pipeline stage of cfg (see dt_stage_spec); the same contract. */
-dt_status dt_model_create_stage(dt_model **out, const dt_config *cfg,
-                                const dt_backend *be, int max_B,
-                                const dt_stage_spec *spec);
+dt_status dt_model_create_stage(dt_model **out, const dt_config *cfg, const dt_backend *be,
+                                int max_B, const dt_stage_spec *spec);
 void dt_model_destroy(dt_model *m);
 const char *dt_model_error(const dt_model *m);
 
@@ -357,16 +346,14 @@ void dt_model_init(dt_model *m, uint64_t seed);
 void dt_model_get_params(const dt_model *m, float *host);
 void dt_model_set_params(dt_model *m, const float *host);
 void dt_model_get_grads(const dt_model *m, float *host);
-const dt_tensor_info *dt_model_find_tensor(const dt_model *m,
-                                           const char *name);
+const dt_tensor_info *dt_model_find_tensor(const dt_model *m, const char *name);
 
 /*
  * Forward on host token ids inputs (B, T), B <= max_B, 1 <= T <= cfg.T.
  * targets (B, T) or NULL; with targets, sets m->mean_loss. Ids must be in
  * [0, V): an id out of range is DT_EINVAL, naming its position.
  */
-dt_status dt_model_forward(dt_model *m, const int *inputs, const int *targets,
-                           int B, int T);
+dt_status dt_model_forward(dt_model *m, const int *inputs, const int *targets, int B, int T);
 /* Backward of the last forward (which had targets). dloss is the gradient
  * of the objective w.r.t. this batch's mean loss: 1 for one batch, 1/k
  * when accumulating k micro-batches. Adds into m->grads. */
@@ -386,14 +373,13 @@ void dt_model_zero_grad(dt_model *m);
 /* Selects the activation set and activation-gradient set that the next
  * forward / backward (and the four pointers) use. */
 dt_status dt_model_select(dt_model *m, int slot, int grad_slot);
-float *dt_model_input(dt_model *m, int B, int T);        /* (B, T, C) */
-const float *dt_model_output(const dt_model *m);         /* (B, T, C) */
-float *dt_model_output_grad(dt_model *m);                /* (B, T, C) */
-const float *dt_model_input_grad(const dt_model *m);     /* (B, T, C) */
+float *dt_model_input(dt_model *m, int B, int T);    /* (B, T, C) */
+const float *dt_model_output(const dt_model *m);     /* (B, T, C) */
+float *dt_model_output_grad(dt_model *m);            /* (B, T, C) */
+const float *dt_model_input_grad(const dt_model *m); /* (B, T, C) */
 /* Backward of the selected slot, whole or one half (dloss used by the
  * last stage's ALL and INPUT only). Adds into m->grads. */
-dt_status dt_model_backward_part(dt_model *m, float dloss,
-                                 dt_backward_part part);
+dt_status dt_model_backward_part(dt_model *m, float dloss, dt_backward_part part);
 /* Sets (or, with fn NULL, clears) backward's progress hook. */
 void dt_model_set_grad_hook(dt_model *m, dt_grad_ready_fn fn, void *user);
 /* Sets (or, with fn NULL, clears) forward's parameter hook. */
@@ -415,14 +401,13 @@ float dt_rng_uniform(dt_rng *r); /* [0, 1) */
 
 /* Sample a token from one row of logits (V). temperature <= 0 means greedy
  * (argmax); top_k <= 0 or >= V keeps all tokens. */
-int dt_sample_logits(const float *logits, int V, float temperature,
-                     int top_k, dt_rng *rng);
+int dt_sample_logits(const float *logits, int V, float temperature, int top_k, dt_rng *rng);
 /* Extend tokens[0..n_prompt) to tokens[0..n_prompt+n_new), feeding the model
  * the last cfg.T tokens each step. Uses sequence 0 of the activations.
  * If stop >= 0, stops after emitting that token. Returns the new length,
  * or -1 on error (message on m). */
-int dt_generate(dt_model *m, int *tokens, int n_prompt, int n_new,
-                float temperature, int top_k, int stop, dt_rng *rng);
+int dt_generate(dt_model *m, int *tokens, int n_prompt, int n_new, float temperature, int top_k,
+                int stop, dt_rng *rng);
 
 /* ---- data ----------------------------------------------------------------- */
 
@@ -436,15 +421,13 @@ typedef struct dt_dataset dt_dataset;
  * bytes is the validation split. Always sets *out (NULL only on ENOMEM);
  * on failure read dt_dataset_error(*out), then dt_dataset_close.
  */
-dt_status dt_dataset_open_text(dt_dataset **out, const char *path,
-                               double val_fraction);
+dt_status dt_dataset_open_text(dt_dataset **out, const char *path, double val_fraction);
 /* llm.c token shards: a header of 256 int32 (magic 20240520, version 1,
  * token count) then uint16 tokens; the file size must match. val_path may
  * be NULL (then the last 10% of train is validation). The vocabulary is
  * GPT-2's, DT_GPT2_VOCAB (or 1 + the largest id, if that is larger). */
 #define DT_GPT2_VOCAB 50257
-dt_status dt_dataset_open_shards(dt_dataset **out, const char *train_path,
-                                 const char *val_path);
+dt_status dt_dataset_open_shards(dt_dataset **out, const char *train_path, const char *val_path);
 /* Every shard a glob pattern matches ("data/train_*.bin"), in sorted order,
  * as one stream; the last 10% of it is validation. A pattern matching
  * nothing is DT_EINVAL naming it. */
@@ -452,8 +435,7 @@ dt_status dt_dataset_open_shard_glob(dt_dataset **out, const char *pattern);
 /* Whether the file starts with an llm.c shard's magic (20240520). */
 bool dt_dataset_is_shard_file(const char *path);
 /* The seed's data: n uniform random tokens in [0, V), seeded. */
-dt_status dt_dataset_random(dt_dataset **out, int V, size_t n,
-                            uint64_t seed);
+dt_status dt_dataset_random(dt_dataset **out, int V, size_t n, uint64_t seed);
 
 /* The embedded default: a generated task the model can visibly learn. */
 typedef enum dt_task_kind {
@@ -462,14 +444,13 @@ typedef enum dt_task_kind {
 } dt_task_kind;
 /* n_train + n_val examples of 1..max_digits digits, deterministic in seed;
  * validation examples never appear in training. Tokens are ASCII (< 64). */
-dt_status dt_dataset_task(dt_dataset **out, dt_task_kind kind,
-                          int max_digits, size_t n_train, size_t n_val,
-                          uint64_t seed);
+dt_status dt_dataset_task(dt_dataset **out, dt_task_kind kind, int max_digits, size_t n_train,
+                          size_t n_val, uint64_t seed);
 
 void dt_dataset_close(dt_dataset *d);
 const char *dt_dataset_error(const dt_dataset *d);
 size_t dt_dataset_tokens(const dt_dataset *d, dt_split split);
-int dt_dataset_vocab(const dt_dataset *d); /* the ids it may hold: 256 for
+int dt_dataset_vocab(const dt_dataset *d);     /* the ids it may hold: 256 for
                                              bytes, 50257 for shards, ... */
 int dt_dataset_max_token(const dt_dataset *d); /* the largest id present */
 
@@ -482,9 +463,8 @@ int dt_dataset_max_token(const dt_dataset *d); /* the largest id present */
  * inputs, targets (B, T) host. Returns DT_EINVAL if the split is shorter
  * than T+1 tokens.
  */
-dt_status dt_dataset_batch(int *inputs, int *targets, dt_dataset *d,
-                           dt_split split, uint64_t seed, uint64_t first_row,
-                           int B, int T);
+dt_status dt_dataset_batch(int *inputs, int *targets, dt_dataset *d, dt_split split, uint64_t seed,
+                           uint64_t first_row, int B, int T);
 
 /*
  * Exact-match accuracy on the task's validation examples (the first n, or

@@ -59,8 +59,7 @@ typedef float v16 __attribute__((vector_size(64)));
 /* x86-64 clones for the GEMM: AVX-512 (16 zmm accumulators), AVX2 (the
  * tile spills a little, still far faster than scalar), baseline. */
 #if DT_HAVE_CLONES /* see model_internal.h for when there are none */
-#define DT_GEMM_CLONES \
-    __attribute__((target_clones("avx512f", "avx2", "default")))
+#define DT_GEMM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define DT_GEMM_CLONES
 #endif
@@ -68,8 +67,7 @@ typedef float v16 __attribute__((vector_size(64)));
 /* bp[panel][k][w] = b[k0 + k][panel*w + j], zero past column N.
  * (Full panels copy a constant NR floats, which the compiler inlines: a
  * memcpy call per 128 bytes would cost as much as the copy.) */
-INLINE void pack_b(float *bp, const float *b, int b_rs, int b_cs, int kc,
-                   int N, int w)
+INLINE void pack_b(float *bp, const float *b, int b_rs, int b_cs, int kc, int N, int w)
 {
     for (int j0 = 0; j0 < N; j0 += w) {
         int nr = N - j0 < w ? N - j0 : w;
@@ -87,16 +85,14 @@ INLINE void pack_b(float *bp, const float *b, int b_rs, int b_cs, int kc,
 }
 
 /* ap[panel][k][MR] = a[panel*MR + i][k0 + k], zero past row M. */
-INLINE void pack_a(float *ap, const float *a, int a_rs, int a_cs, int M,
-                   int kc)
+INLINE void pack_a(float *ap, const float *a, int a_rs, int a_cs, int M, int kc)
 {
     for (int i0 = 0; i0 < M; i0 += MR) {
         int mr = M - i0 < MR ? M - i0 : MR;
         const float *src = a + (size_t)i0 * a_rs;
         if (a_rs == 1 && mr == MR) /* a^T row-major: MR rows contiguous */
             for (int k = 0; k < kc; k++)
-                memcpy(ap + (size_t)k * MR, src + (size_t)k * a_cs,
-                       MR * sizeof(float));
+                memcpy(ap + (size_t)k * MR, src + (size_t)k * a_cs, MR * sizeof(float));
         else if (a_cs == 1 && mr == MR) { /* row-major: MR read streams */
             const float *row[MR];
             for (int i = 0; i < MR; i++)
@@ -107,17 +103,16 @@ INLINE void pack_a(float *ap, const float *a, int a_rs, int a_cs, int M,
         } else
             for (int k = 0; k < kc; k++)
                 for (int i = 0; i < MR; i++)
-                    ap[(size_t)k * MR + i] =
-                        i < mr ? src[(size_t)i * a_rs + (size_t)k * a_cs]
-                               : 0.0f;
+                    ap[(size_t)k * MR + i] = i < mr ? src[(size_t)i * a_rs + (size_t)k * a_cs]
+                                                    : 0.0f;
         ap += (size_t)kc * MR;
     }
 }
 
 /* The MR x w tile (w = 16 or 32, a constant after inlining): c[i][j]
  * (=, or += when add) sum_k ap[k][i] bp[k][j], mr x nr of it stored. */
-INLINE void kernel(float *c, int ldc, const float *ap, const float *bp,
-                   int kc, int mr, int nr, int add, int w)
+INLINE void kernel(float *c, int ldc, const float *ap, const float *bp, int kc, int mr, int nr,
+                   int add, int w)
 {
     v16 acc[MR][2];
     int nv = w / 16;
@@ -150,30 +145,27 @@ INLINE void kernel(float *c, int ldc, const float *ap, const float *bp,
     memcpy(t, acc, sizeof t);
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < nr; j++)
-            c[(size_t)i * ldc + j] = add ? c[(size_t)i * ldc + j] + t[i][j]
-                                         : t[i][j];
+            c[(size_t)i * ldc + j] = add ? c[(size_t)i * ldc + j] + t[i][j] : t[i][j];
 }
 
 /* One packed (MC x KC) . (KC x N) block onto c, panels w wide. */
-INLINE void block(float *c, int ldc, const float *ap, const float *bp,
-                  int mc, int N, int kc, int add, int w)
+INLINE void block(float *c, int ldc, const float *ap, const float *bp, int mc, int N, int kc,
+                  int add, int w)
 {
     for (int j0 = 0; j0 < N; j0 += w) {
         const float *bpj = bp + (size_t)(j0 / w) * kc * w;
         int nr = N - j0 < w ? N - j0 : w;
         for (int i0 = 0; i0 < mc; i0 += MR) {
             int mr = mc - i0 < MR ? mc - i0 : MR;
-            kernel(c + (size_t)i0 * ldc + j0, ldc,
-                   ap + (size_t)(i0 / MR) * kc * MR, bpj, kc, mr, nr, add,
-                   w);
+            kernel(c + (size_t)i0 * ldc + j0, ldc, ap + (size_t)(i0 / MR) * kc * MR, bpj, kc, mr,
+                   nr, add, w);
         }
     }
 }
 
 /* The loop nest on packing space pk (see dt_cpu_gemm for its size). */
-INLINE void gemm(float *c, int ldc, const float *a, int a_rs, int a_cs,
-                 const float *b, int b_rs, int b_cs, int M, int N, int K,
-                 int accumulate, float *pk, int w)
+INLINE void gemm(float *c, int ldc, const float *a, int a_rs, int a_cs, const float *b, int b_rs,
+                 int b_cs, int M, int N, int K, int accumulate, float *pk, int w)
 {
     int np = (N + w - 1) / w, kcmax = K < KC ? K : KC;
     float *bp = pk, *ap = pk + (size_t)kcmax * np * w;
@@ -183,8 +175,7 @@ INLINE void gemm(float *c, int ldc, const float *a, int a_rs, int a_cs,
         pack_b(bp, b + (size_t)p0 * b_rs, b_rs, b_cs, kc, N, w);
         for (int i0 = 0; i0 < M; i0 += MC) {
             int mc = M - i0 < MC ? M - i0 : MC;
-            pack_a(ap, a + (size_t)i0 * a_rs + (size_t)p0 * a_cs, a_rs, a_cs,
-                   mc, kc);
+            pack_a(ap, a + (size_t)i0 * a_rs + (size_t)p0 * a_cs, a_rs, a_cs, mc, kc);
             if (w == 16)
                 block(c + (size_t)i0 * ldc, ldc, ap, bp, mc, N, kc, add, 16);
             else
@@ -198,26 +189,21 @@ INLINE void gemm(float *c, int ldc, const float *a, int a_rs, int a_cs,
 enum { SMALL = 8192 };
 
 DT_GEMM_CLONES
-int dt_cpu_gemm(float *c, int ldc, const float *a, int a_rs, int a_cs,
-                const float *b, int b_rs, int b_cs, int M, int N, int K,
-                int accumulate)
+int dt_cpu_gemm(float *c, int ldc, const float *a, int a_rs, int a_cs, const float *b, int b_rs,
+                int b_cs, int M, int N, int K, int accumulate)
 {
     int w = N <= 16 ? 16 : NR; /* narrow products (attention's hs) */
     int np = (N + w - 1) / w, kcmax = K < KC ? K : KC;
     int mcmax = M < MC ? (M + MR - 1) / MR * MR : MC;
     size_t n = (size_t)kcmax * np * w + (size_t)kcmax * mcmax;
     float small[SMALL] __attribute__((aligned(64)));
-    float *pk = n <= SMALL ? small
-                           : aligned_alloc(64, (n * sizeof(float) + 63) &
-                                                   ~(size_t)63);
+    float *pk = n <= SMALL ? small : aligned_alloc(64, (n * sizeof(float) + 63) & ~(size_t)63);
     if (!pk)
         return -1;
     if (w == 16)
-        gemm(c, ldc, a, a_rs, a_cs, b, b_rs, b_cs, M, N, K, accumulate, pk,
-             16);
+        gemm(c, ldc, a, a_rs, a_cs, b, b_rs, b_cs, M, N, K, accumulate, pk, 16);
     else
-        gemm(c, ldc, a, a_rs, a_cs, b, b_rs, b_cs, M, N, K, accumulate, pk,
-             NR);
+        gemm(c, ldc, a, a_rs, a_cs, b, b_rs, b_cs, M, N, K, accumulate, pk, NR);
     if (pk != small)
         free(pk);
     return 0;

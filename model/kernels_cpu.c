@@ -28,16 +28,16 @@
 #include "fastmath.h"
 #include "model_internal.h"
 
-void dt_cpu_matmul_forward(float *out, const float *inp, const float *w,
-                           const float *bias, int N, int C, int OC)
+void dt_cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N,
+                           int C, int OC)
 {
     if (bias) /* preload the bias so the product adds onto it */
         for (int n = 0; n < N; n++)
             memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
     /* out (N,OC) = inp (N,C) . w^T: w^T is w with its strides swapped */
     if (dt_cpu_gemm(out, OC, inp, C, 1, w, 1, C, N, OC, C, bias != NULL))
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f,
-                    inp, C, w, C, bias ? 1.0f : 0.0f, out, OC);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C,
+                    bias ? 1.0f : 0.0f, out, OC);
 }
 
 DT_VECTORIZE
@@ -50,18 +50,17 @@ static void bias_backward(float *dbias, const float *dout, int N, int OC)
     }
 }
 
-void dt_cpu_matmul_backward(float *dinp, float *dw, float *dbias,
-                            const float *dout, const float *inp,
-                            const float *w, int N, int C, int OC)
+void dt_cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
+                            const float *inp, const float *w, int N, int C, int OC)
 {
     /* dinp (N,C) = dout (N,OC) . w (OC,C) */
     if (dinp && dt_cpu_gemm(dinp, C, dout, OC, 1, w, C, 1, N, C, OC, 0))
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC,
-                    1.0f, dout, OC, w, C, 0.0f, dinp, C);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 0.0f,
+                    dinp, C);
     /* dw (OC,C) += dout^T (OC,N) . inp (N,C) (if dw) */
     if (dw && dt_cpu_gemm(dw, C, dout, 1, OC, inp, C, 1, OC, C, N, 1))
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f,
-                    dout, OC, inp, C, 1.0f, dw, C);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
+                    dw, C);
     if (dbias)
         bias_backward(dbias, dout, N, OC);
 }
@@ -96,8 +95,7 @@ static void causal_softmax(float *a, int r0, int r1, int T, float scale)
  * dpre out): dpre = scale * a * (datt - sum_j a_j datt_j); masked
  * entries have a = 0, so their dpre is 0. */
 DT_VECTORIZE
-static void softmax_backward(float *d, const float *a, int r0, int r1, int T,
-                             float scale)
+static void softmax_backward(float *d, const float *a, int r0, int r1, int T, float scale)
 {
     for (int t = r0; t < r1; t++) {
         const float *ar = a + (size_t)t * T;
@@ -115,23 +113,19 @@ static void softmax_backward(float *d, const float *a, int r0, int r1, int T,
 /* dt_cpu_gemm, or OpenBLAS in the rare case it cannot allocate (the same
  * product: c = [c +] a . b, strides as dt_cpu_gemm takes them; one of
  * each operand's strides is 1). */
-static void gemm(float *c, int ldc, const float *a, int a_rs, int a_cs,
-                 const float *b, int b_rs, int b_cs, int M, int N, int K,
-                 int add)
+static void gemm(float *c, int ldc, const float *a, int a_rs, int a_cs, const float *b, int b_rs,
+                 int b_cs, int M, int N, int K, int add)
 {
     if (dt_cpu_gemm(c, ldc, a, a_rs, a_cs, b, b_rs, b_cs, M, N, K, add) == 0)
         return;
     int ta = a_cs != 1, tb = b_cs != 1;
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
-                tb ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, a,
-                ta ? a_cs : a_rs, b, tb ? b_cs : b_rs, add ? 1.0f : 0.0f, c,
-                ldc);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+                K, 1.0f, a, ta ? a_cs : a_rs, b, tb ? b_cs : b_rs, add ? 1.0f : 0.0f, c, ldc);
 }
 
 enum { RB = 32 }; /* query rows per attention block (see the top) */
 
-void dt_cpu_attention_forward(float *out, float *att, const float *qkv,
-                              int B, int T, int C, int NH)
+void dt_cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
 {
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
@@ -144,20 +138,17 @@ void dt_cpu_attention_forward(float *out, float *att, const float *qkv,
             for (int r0 = 0; r0 < T; r0 += RB) {
                 int r1 = r0 + RB < T ? r0 + RB : T, rb = r1 - r0;
                 /* a[r0:r1, 0:r1] = q[r0:r1] (rb,hs) . k[0:r1]^T */
-                gemm(a + (size_t)r0 * T, T, q + (size_t)r0 * C3, C3, 1, k,
-                     1, C3, rb, r1, hs, 0);
+                gemm(a + (size_t)r0 * T, T, q + (size_t)r0 * C3, C3, 1, k, 1, C3, rb, r1, hs, 0);
                 causal_softmax(a, r0, r1, T, scale);
                 /* o[r0:r1] (rb,hs) = a[r0:r1, 0:r1] . v[0:r1] */
-                gemm(o + (size_t)r0 * C, C, a + (size_t)r0 * T, T, 1, v, C3,
-                     1, rb, hs, r1, 0);
+                gemm(o + (size_t)r0 * C, C, a + (size_t)r0 * T, T, 1, v, C3, 1, rb, hs, r1, 0);
             }
         }
 }
 
 /* Backward of one (sequence, head): d is its (T, T) scratch. */
-static void attention_backward_head(float *dq, float *d, const float *dy,
-                                    const float *q, const float *a, int T,
-                                    int C, int hs, float scale)
+static void attention_backward_head(float *dq, float *d, const float *dy, const float *q,
+                                    const float *a, int T, int C, int hs, float scale)
 {
     int C3 = 3 * C;
     const float *k = q + C, *v = q + 2 * C;
@@ -165,27 +156,24 @@ static void attention_backward_head(float *dq, float *d, const float *dy,
     for (int r0 = 0; r0 < T; r0 += RB) {
         int r1 = r0 + RB < T ? r0 + RB : T, rb = r1 - r0;
         /* datt[r0:r1, 0:r1] = dy[r0:r1] . v[0:r1]^T, then dpre */
-        gemm(d + (size_t)r0 * T, T, dy + (size_t)r0 * C, C, 1, v, 1, C3, rb,
-             r1, hs, 0);
+        gemm(d + (size_t)r0 * T, T, dy + (size_t)r0 * C, C, 1, v, 1, C3, rb, r1, hs, 0);
         softmax_backward(d, a, r0, r1, T, scale);
         /* dv[r0:r1] = a[r0:T, r0:r1]^T . dy[r0:T] (a is 0 above the
          * diagonal, so rows before r0 add nothing) */
-        gemm(dv + (size_t)r0 * C3, C3, a + (size_t)r0 * T + r0, 1, T,
-             dy + (size_t)r0 * C, C, 1, rb, hs, T - r0, 0);
+        gemm(dv + (size_t)r0 * C3, C3, a + (size_t)r0 * T + r0, 1, T, dy + (size_t)r0 * C, C, 1, rb,
+             hs, T - r0, 0);
         /* dq[r0:r1] = dpre[r0:r1, 0:r1] . k[0:r1] */
-        gemm(dq + (size_t)r0 * C3, C3, d + (size_t)r0 * T, T, 1, k, C3, 1,
-             rb, hs, r1, 0);
+        gemm(dq + (size_t)r0 * C3, C3, d + (size_t)r0 * T, T, 1, k, C3, 1, rb, hs, r1, 0);
     }
     /* dk[r0:r1] = dpre[r0:T, r0:r1]^T . q[r0:T], once all of dpre is in */
     for (int r0 = 0; r0 < T; r0 += RB) {
         int r1 = r0 + RB < T ? r0 + RB : T, rb = r1 - r0;
-        gemm(dk + (size_t)r0 * C3, C3, d + (size_t)r0 * T + r0, 1, T,
-             q + (size_t)r0 * C3, C3, 1, rb, hs, T - r0, 0);
+        gemm(dk + (size_t)r0 * C3, C3, d + (size_t)r0 * T + r0, 1, T, q + (size_t)r0 * C3, C3, 1,
+             rb, hs, T - r0, 0);
     }
 }
 
-void dt_cpu_attention_backward(float *dqkv, float *scratch,
-                               const float *dout, const float *qkv,
+void dt_cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                                const float *att, int B, int T, int C, int NH)
 {
     int hs = C / NH, C3 = 3 * C;
@@ -196,8 +184,7 @@ void dt_cpu_attention_backward(float *dqkv, float *scratch,
         for (int h = 0; h < NH; h++) {
             size_t qoff = (size_t)b * T * C3 + h * hs;
             size_t hoff = ((size_t)b * NH + h) * T * T;
-            attention_backward_head(dqkv + qoff, scratch + hoff,
-                                    dout + (size_t)b * T * C + h * hs,
+            attention_backward_head(dqkv + qoff, scratch + hoff, dout + (size_t)b * T * C + h * hs,
                                     qkv + qoff, att + hoff, T, C, hs, scale);
         }
 }
@@ -212,8 +199,7 @@ void dt_cpu_gelu_forward(float *out, const float *inp, size_t n)
 }
 
 DT_VECTORIZE
-void dt_cpu_gelu_backward(float *dinp, const float *dout, const float *inp,
-                          size_t n)
+void dt_cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n)
 {
     const float inv_sqrt_2pi = 0.3989422804014327f;
     for (size_t i = 0; i < n; i++) {
@@ -224,9 +210,8 @@ void dt_cpu_gelu_backward(float *dinp, const float *dout, const float *inp,
 }
 
 DT_VECTORIZE
-void dt_cpu_crossentropy_forward(float *probs, float *losses,
-                                 const float *logits, const int *targets,
-                                 int N, int V)
+void dt_cpu_crossentropy_forward(float *probs, float *losses, const float *logits,
+                                 const int *targets, int N, int V)
 {
     for (int n = 0; n < N; n++) {
         const float *z = logits + (size_t)n * V;

@@ -28,8 +28,8 @@
 /* ---- encoder: token + position embedding ---------------------------------- */
 
 DT_VECTORIZE
-void dt_ref_encoder_forward(float *out, const int *inp, const float *wte,
-                            const float *wpe, int B, int T, int C)
+void dt_ref_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B,
+                            int T, int C)
 {
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
@@ -42,8 +42,8 @@ void dt_ref_encoder_forward(float *out, const int *inp, const float *wte,
 }
 
 DT_VECTORIZE
-void dt_ref_encoder_backward(float *dwte, float *dwpe, const float *dout,
-                             const int *inp, int B, int T, int C)
+void dt_ref_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B,
+                             int T, int C)
 {
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
@@ -60,9 +60,8 @@ void dt_ref_encoder_backward(float *dwte, float *dwpe, const float *dout,
 /* ---- layernorm (eps 1e-5, biased variance, as PyTorch) --------------------- */
 
 DT_VECTORIZE
-void dt_ref_layernorm_forward(float *out, float *mean, float *rstd,
-                              const float *inp, const float *w,
-                              const float *b, int N, int C)
+void dt_ref_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C)
 {
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
@@ -86,9 +85,8 @@ void dt_ref_layernorm_forward(float *out, float *mean, float *rstd,
  * dx = rstd * (g - mean(g) - xhat * mean(g * xhat)). dinp NULL skips dx,
  * dw NULL skips dw and db (a split backward asks for one half). */
 DT_VECTORIZE
-void dt_ref_layernorm_backward(float *dinp, float *dw, float *db,
-                               const float *dout, const float *inp,
-                               const float *w, const float *mean,
+void dt_ref_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const float *mean,
                                const float *rstd, int N, int C)
 {
     for (int n = 0; n < N; n++) {
@@ -118,8 +116,8 @@ void dt_ref_layernorm_backward(float *dinp, float *dw, float *db,
 
 /* ---- matmul (reference) ----------------------------------------------------- */
 
-void dt_ref_matmul_forward(float *out, const float *inp, const float *w,
-                           const float *bias, int N, int C, int OC)
+void dt_ref_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N,
+                           int C, int OC)
 {
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++) {
@@ -130,9 +128,8 @@ void dt_ref_matmul_forward(float *out, const float *inp, const float *w,
         }
 }
 
-void dt_ref_matmul_backward(float *dinp, float *dw, float *dbias,
-                            const float *dout, const float *inp,
-                            const float *w, int N, int C, int OC)
+void dt_ref_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
+                            const float *inp, const float *w, int N, int C, int OC)
 {
     if (dinp)
         memset(dinp, 0, (size_t)N * C * sizeof(float));
@@ -152,8 +149,7 @@ void dt_ref_matmul_backward(float *dinp, float *dw, float *dbias,
 
 /* ---- causal self-attention (reference) -------------------------------------- */
 
-void dt_ref_attention_forward(float *out, float *att, const float *qkv,
-                              int B, int T, int C, int NH)
+void dt_ref_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
 {
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
@@ -164,8 +160,7 @@ void dt_ref_attention_forward(float *out, float *att, const float *qkv,
                 float *a = att + (((size_t)b * NH + h) * T + t) * T;
                 float maxv = -INFINITY;
                 for (int t2 = 0; t2 <= t; t2++) {
-                    const float *k =
-                        qkv + ((size_t)b * T + t2) * C3 + C + h * hs;
+                    const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h * hs;
                     float dot = 0.0f;
                     for (int i = 0; i < hs; i++)
                         dot += q[i] * k[i];
@@ -184,8 +179,7 @@ void dt_ref_attention_forward(float *out, float *att, const float *qkv,
                 for (int i = 0; i < hs; i++)
                     o[i] = 0.0f;
                 for (int t2 = 0; t2 <= t; t2++) {
-                    const float *v =
-                        qkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
+                    const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
                     for (int i = 0; i < hs; i++)
                         o[i] += a[t2] * v[i];
                 }
@@ -194,8 +188,7 @@ void dt_ref_attention_forward(float *out, float *att, const float *qkv,
 
 /* Softmax backward: dpre[t2] = att[t2] * (datt[t2] - sum_j att[j] datt[j]).
  * scratch holds datt, one row (T) per (b, h, t). */
-void dt_ref_attention_backward(float *dqkv, float *scratch,
-                               const float *dout, const float *qkv,
+void dt_ref_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                                const float *att, int B, int T, int C, int NH)
 {
     int hs = C / NH, C3 = 3 * C;
@@ -247,8 +240,7 @@ void dt_ref_gelu_forward(float *out, const float *inp, size_t n)
 }
 
 /* d/dx x*Phi(x) = Phi(x) + x*phi(x) */
-void dt_ref_gelu_backward(float *dinp, const float *dout, const float *inp,
-                          size_t n)
+void dt_ref_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n)
 {
     const float inv_sqrt_2pi = 0.3989422804014327f;
     for (size_t i = 0; i < n; i++) {
@@ -260,8 +252,7 @@ void dt_ref_gelu_backward(float *dinp, const float *dout, const float *inp,
 }
 
 DT_VECTORIZE
-void dt_ref_residual_forward(float *out, const float *a, const float *b,
-                             size_t n)
+void dt_ref_residual_forward(float *out, const float *a, const float *b, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         out[i] = a[i] + b[i];
@@ -269,9 +260,8 @@ void dt_ref_residual_forward(float *out, const float *a, const float *b,
 
 /* ---- softmax + cross-entropy ---------------------------------------------- */
 
-void dt_ref_crossentropy_forward(float *probs, float *losses,
-                                 const float *logits, const int *targets,
-                                 int N, int V)
+void dt_ref_crossentropy_forward(float *probs, float *losses, const float *logits,
+                                 const int *targets, int N, int V)
 {
     for (int n = 0; n < N; n++) {
         const float *z = logits + (size_t)n * V;
@@ -294,9 +284,8 @@ void dt_ref_crossentropy_forward(float *probs, float *losses,
 }
 
 DT_VECTORIZE
-void dt_ref_crossentropy_backward(float *dlogits, const float *probs,
-                                  const int *targets, float dloss, int N,
-                                  int V)
+void dt_ref_crossentropy_backward(float *dlogits, const float *probs, const int *targets,
+                                  float dloss, int N, int V)
 {
     float scale = dloss / (float)N;
     for (int n = 0; n < N; n++) {

@@ -53,8 +53,8 @@ dt_status dt_config_check(const dt_config *c, char *err, size_t errlen)
     if (what == NULL)
         return DT_OK;
     if (err && errlen)
-        snprintf(err, errlen, "config V=%d T=%d L=%d H=%d C=%d: %s", c->V,
-                 c->T, c->L, c->H, c->C, what);
+        snprintf(err, errlen, "config V=%d T=%d L=%d H=%d C=%d: %s", c->V, c->T, c->L, c->H, c->C,
+                 what);
     return DT_EINVAL;
 }
 
@@ -62,8 +62,7 @@ dt_status dt_config_check(const dt_config *c, char *err, size_t errlen)
  * fc (4CC + 4C), fcproj (4CC + C). */
 static size_t block_params(size_t C)
 {
-    return 2 * C + 3 * C * C + C * C + 2 * C + 4 * C * C + 4 * C +
-           4 * C * C + C;
+    return 2 * C + 3 * C * C + C * C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C;
 }
 
 size_t dt_config_num_params(const dt_config *c)
@@ -72,8 +71,7 @@ size_t dt_config_num_params(const dt_config *c)
     return V * C + T * C + (size_t)c->L * block_params(C) + 2 * C + V * C;
 }
 
-void dt_config_stage_range(const dt_config *c, int l0, int l1, size_t *lo,
-                           size_t *hi)
+void dt_config_stage_range(const dt_config *c, int l0, int l1, size_t *lo, size_t *hi)
 {
     size_t emb = ((size_t)c->V + (size_t)c->T) * (size_t)c->C;
     size_t block = block_params((size_t)c->C);
@@ -92,8 +90,8 @@ double dt_config_flops_per_step(const dt_config *c, int B, int T)
 }
 
 /* Appends one tensor to the table; returns its offset. */
-static size_t add_tensor(dt_tensor_info *tab, int *n, size_t *offset,
-                         const char *name, int rows, int cols)
+static size_t add_tensor(dt_tensor_info *tab, int *n, size_t *offset, const char *name, int rows,
+                         int cols)
 {
     dt_tensor_info *t = &tab[(*n)++];
     snprintf(t->name, sizeof t->name, "%s", name);
@@ -116,8 +114,7 @@ int dt_layout_num_tensors(const dt_config *c)
  * the pointer struct p with base + offset for every tensor. p->blocks must
  * have room for L entries.
  */
-void dt_layout_build(dt_tensor_info *tab, dt_params *p, float *base,
-                     const dt_config *c)
+void dt_layout_build(dt_tensor_info *tab, dt_params *p, float *base, const dt_config *c)
 {
     int n = 0, C = c->C;
     size_t off = 0;
@@ -130,11 +127,10 @@ void dt_layout_build(dt_tensor_info *tab, dt_params *p, float *base,
     }
     for (int l = 0; l < c->L; l++) {
         size_t o[10];
-        static const char *const names[10] = {
-            "ln1.weight",     "ln1.bias",       "attn.qkv.weight",
-            "attn.proj.weight", "ln2.weight",   "ln2.bias",
-            "mlp.fc.weight",  "mlp.fc.bias",    "mlp.proj.weight",
-            "mlp.proj.bias"};
+        static const char *const names[10] = {"ln1.weight",       "ln1.bias",    "attn.qkv.weight",
+                                              "attn.proj.weight", "ln2.weight",  "ln2.bias",
+                                              "mlp.fc.weight",    "mlp.fc.bias", "mlp.proj.weight",
+                                              "mlp.proj.bias"};
         const int rows[10] = {C, C, 3 * C, C, C, C, 4 * C, 4 * C, C, C};
         const int cols[10] = {0, 0, C, C, 0, 0, C, 0, 4 * C, 0};
         for (int k = 0; k < 10; k++) {
@@ -170,8 +166,7 @@ void dt_layout_build(dt_tensor_info *tab, dt_params *p, float *base,
 /* Index range [i0, i1) of the full table that a stage owning blocks
  * [l0, l1) holds: the embeddings if it is the first, ln_f and the head if
  * it is the last. Forward order makes the range contiguous. */
-static void stage_tensor_range(const dt_config *c, int l0, int l1, int *i0,
-                               int *i1)
+static void stage_tensor_range(const dt_config *c, int l0, int l1, int *i0, int *i1)
 {
     *i0 = l0 == 0 ? 0 : 2 + 10 * l0;
     *i1 = l1 == c->L ? dt_layout_num_tensors(c) : 2 + 10 * l1;
@@ -186,9 +181,8 @@ static float **param_field(dt_params *p, const dt_config *c, int i)
         return &p->wpe;
     if (i < 2 + 10 * c->L) {
         dt_block_params *b = &p->blocks[(i - 2) / 10];
-        float **f[10] = {&b->ln1w, &b->ln1b, &b->qkvw, &b->attprojw,
-                         &b->ln2w, &b->ln2b, &b->fcw,  &b->fcb,
-                         &b->fcprojw, &b->fcprojb};
+        float **f[10] = {&b->ln1w, &b->ln1b, &b->qkvw, &b->attprojw, &b->ln2w,
+                         &b->ln2b, &b->fcw,  &b->fcb,  &b->fcprojw,  &b->fcprojb};
         return f[(i - 2) % 10];
     }
     float **tail[3] = {&p->lnfw, &p->lnfb, &p->lm_head};
@@ -202,9 +196,8 @@ static float **param_field(dt_params *p, const dt_config *c, int i)
  * (NULL in a fresh model). Returns the tensor count; *lo, *hi are the
  * stage's [lo, hi) in the full model's flat layout.
  */
-int dt_layout_build_stage(dt_tensor_info *tab, dt_params *p, float *base,
-                          const dt_config *c, int l0, int l1, size_t *lo,
-                          size_t *hi)
+int dt_layout_build_stage(dt_tensor_info *tab, dt_params *p, float *base, const dt_config *c,
+                          int l0, int l1, size_t *lo, size_t *hi)
 {
     int n = dt_layout_num_tensors(c), i0, i1;
     dt_tensor_info *full = calloc((size_t)n, sizeof *full);
@@ -257,8 +250,7 @@ static void fill_uniform(float *x, size_t n, float bound, dt_rng *r)
 
 /* Tensor i of tab into x (or, x NULL, only its draws): the role of each
  * tensor is read from its name, so the rule lives in one place. */
-static void init_tensor(float *x, const dt_tensor_info *tab, int i,
-                        dt_rng *r)
+static void init_tensor(float *x, const dt_tensor_info *tab, int i, dt_rng *r)
 {
     const dt_tensor_info *t = &tab[i];
     const char *s = t->name;
@@ -275,8 +267,7 @@ static void init_tensor(float *x, const dt_tensor_info *tab, int i,
 }
 
 /* Fills host (num_params) by walking the tensor table in layout order. */
-void dt_layout_init(float *host, const dt_tensor_info *tab, int n,
-                    uint64_t seed)
+void dt_layout_init(float *host, const dt_tensor_info *tab, int n, uint64_t seed)
 {
     dt_rng r;
     dt_rng_seed(&r, seed);
@@ -290,8 +281,7 @@ void dt_layout_init(float *host, const dt_tensor_info *tab, int n,
  * nothing), then into host (the stage's hi - lo floats). The skipped draws
  * cost one splitmix64 step each, no Box-Muller. Returns -1 on ENOMEM.
  */
-int dt_layout_init_stage(float *host, const dt_config *c, int l0, int l1,
-                         uint64_t seed)
+int dt_layout_init_stage(float *host, const dt_config *c, int l0, int l1, uint64_t seed)
 {
     int n = dt_layout_num_tensors(c), i0, i1;
     dt_tensor_info *full = calloc((size_t)n, sizeof *full);
@@ -302,8 +292,7 @@ int dt_layout_init_stage(float *host, const dt_config *c, int l0, int l1,
     dt_rng r;
     dt_rng_seed(&r, seed);
     for (int i = 0; i < i1; i++)
-        init_tensor(i < i0 ? NULL : host + full[i].offset - full[i0].offset,
-                    full, i, &r);
+        init_tensor(i < i0 ? NULL : host + full[i].offset - full[i0].offset, full, i, &r);
     free(full);
     return 0;
 }

@@ -42,17 +42,15 @@
 /* Element counts of one activation set for (B, T): the top-level tensors
  * in dt_acts order (a stage that is not the last has no lnf .. losses),
  * and one block's in dt_block_acts order. */
-static void act_sizes(size_t top[NUM_TOP_ACTS], size_t blk[NUM_BLOCK_ACTS],
-                      const dt_model *m, size_t B, size_t T)
+static void act_sizes(size_t top[NUM_TOP_ACTS], size_t blk[NUM_BLOCK_ACTS], const dt_model *m,
+                      size_t B, size_t T)
 {
     const dt_config *c = &m->cfg;
     size_t N = B * T, C = (size_t)c->C, V = (size_t)c->V;
     size_t att = B * (size_t)c->H * T * T, h = m->l1 == c->L;
-    size_t t[NUM_TOP_ACTS] = {N * C, h * N * C, h * N, h * N,
-                              h * N * V, h * N * V, h * N, att};
-    size_t k[NUM_BLOCK_ACTS] = {N * C, N, N, 3 * N * C, N * C, att, N * C,
-                                N * C, N * C, N, N, 4 * N * C, 4 * N * C,
-                                N * C, N * C};
+    size_t t[NUM_TOP_ACTS] = {N * C, h * N * C, h * N, h * N, h * N * V, h * N * V, h * N, att};
+    size_t k[NUM_BLOCK_ACTS] = {N * C, N, N, 3 * N * C, N * C,     att,   N * C, N * C,
+                                N * C, N, N, 4 * N * C, 4 * N * C, N * C, N * C};
     memcpy(top, t, sizeof t);
     memcpy(blk, k, sizeof k);
 }
@@ -60,25 +58,22 @@ static void act_sizes(size_t top[NUM_TOP_ACTS], size_t blk[NUM_BLOCK_ACTS],
 /* Points every field of a at its range of base, in the order act_sizes
  * lists them; the blocks outside [l0, l1) and absent tensors stay NULL.
  * Returns the total element count (base may be NULL). */
-static size_t carve_acts(dt_acts *a, float *base, const dt_model *m,
-                         size_t B, size_t T)
+static size_t carve_acts(dt_acts *a, float *base, const dt_model *m, size_t B, size_t T)
 {
     size_t top[NUM_TOP_ACTS], blk[NUM_BLOCK_ACTS], off = 0;
     act_sizes(top, blk, m, B, T);
-    float **tp[NUM_TOP_ACTS] = {&a->encoded, &a->lnf, &a->lnf_mean,
-                                &a->lnf_rstd, &a->logits, &a->probs,
-                                &a->losses, &a->scratch};
+    float **tp[NUM_TOP_ACTS] = {&a->encoded, &a->lnf,   &a->lnf_mean, &a->lnf_rstd,
+                                &a->logits,  &a->probs, &a->losses,   &a->scratch};
     for (int i = 0; i < NUM_TOP_ACTS; i++) {
         *tp[i] = base && top[i] ? base + off : NULL;
         off += top[i];
     }
     for (int l = m->l0; l < m->l1; l++) {
         dt_block_acts *b = &a->blocks[l];
-        float **bp[NUM_BLOCK_ACTS] = {
-            &b->ln1,      &b->ln1_mean, &b->ln1_rstd, &b->qkv,
-            &b->atty,     &b->att,      &b->attproj,  &b->residual2,
-            &b->ln2,      &b->ln2_mean, &b->ln2_rstd, &b->fch,
-            &b->fch_gelu, &b->fcproj,   &b->residual3};
+        float **bp[NUM_BLOCK_ACTS] = {&b->ln1,      &b->ln1_mean, &b->ln1_rstd, &b->qkv,
+                                      &b->atty,     &b->att,      &b->attproj,  &b->residual2,
+                                      &b->ln2,      &b->ln2_mean, &b->ln2_rstd, &b->fch,
+                                      &b->fch_gelu, &b->fcproj,   &b->residual3};
         for (int i = 0; i < NUM_BLOCK_ACTS; i++) {
             *bp[i] = base ? base + off : NULL;
             off += blk[i];
@@ -92,10 +87,8 @@ static size_t carve_acts(dt_acts *a, float *base, const dt_model *m,
  * m->targets at the selected slot's tokens. */
 void dt_model_carve(dt_model *m, int B, int T)
 {
-    carve_acts(&m->acts, m->acts_memory + (size_t)m->slot * m->num_acts, m,
-               (size_t)B, (size_t)T);
-    carve_acts(&m->grad_acts,
-               m->grad_acts_memory + (size_t)m->grad_slot * m->num_acts, m,
+    carve_acts(&m->acts, m->acts_memory + (size_t)m->slot * m->num_acts, m, (size_t)B, (size_t)T);
+    carve_acts(&m->grad_acts, m->grad_acts_memory + (size_t)m->grad_slot * m->num_acts, m,
                (size_t)B, (size_t)T);
     m->inputs = m->slots[m->slot].inputs;
     m->targets = m->slots[m->slot].targets;
@@ -117,8 +110,9 @@ static dt_status check_spec(dt_model *m, const dt_stage_spec *sp)
         return DT_EINVAL;
     }
     if (sp->act_slots < 1 || sp->grad_slots < 1)
-        return fail(m, DT_EINVAL, "create: a stage needs at least one "
-                                  "activation set and one gradient set");
+        return fail(m, DT_EINVAL,
+                    "create: a stage needs at least one "
+                    "activation set and one gradient set");
     return DT_OK;
 }
 
@@ -126,22 +120,20 @@ static dt_status check_spec(dt_model *m, const dt_stage_spec *sp)
 static dt_status alloc_tables(dt_model *m)
 {
     size_t L = (size_t)m->cfg.L;
-    m->tensors = calloc((size_t)dt_layout_num_tensors(&m->cfg),
-                        sizeof *m->tensors);
+    m->tensors = calloc((size_t)dt_layout_num_tensors(&m->cfg), sizeof *m->tensors);
     m->params.blocks = calloc(L, sizeof(dt_block_params));
     m->grads.blocks = calloc(L, sizeof(dt_block_params));
     m->acts.blocks = calloc(L, sizeof(dt_block_acts));
     m->grad_acts.blocks = calloc(L, sizeof(dt_block_acts));
     m->slots = calloc((size_t)m->act_slots, sizeof *m->slots);
-    if (!m->tensors || !m->params.blocks || !m->grads.blocks ||
-        !m->acts.blocks || !m->grad_acts.blocks || !m->slots)
+    if (!m->tensors || !m->params.blocks || !m->grads.blocks || !m->acts.blocks ||
+        !m->grad_acts.blocks || !m->slots)
         return fail(m, DT_ENOMEM, "create: out of host memory");
     return DT_OK;
 }
 
-dt_status dt_model_create_stage(dt_model **out, const dt_config *cfg,
-                                const dt_backend *be, int max_B,
-                                const dt_stage_spec *spec)
+dt_status dt_model_create_stage(dt_model **out, const dt_config *cfg, const dt_backend *be,
+                                int max_B, const dt_stage_spec *spec)
 {
     dt_model *m = calloc(1, sizeof *m);
     *out = m;
@@ -164,8 +156,8 @@ dt_status dt_model_create_stage(dt_model **out, const dt_config *cfg,
     m->grad_slots = spec->grad_slots;
     if (alloc_tables(m) != DT_OK)
         return DT_ENOMEM;
-    m->num_tensors = dt_layout_build_stage(m->tensors, NULL, NULL, cfg, m->l0,
-                                           m->l1, &m->param_lo, &m->param_hi);
+    m->num_tensors = dt_layout_build_stage(m->tensors, NULL, NULL, cfg, m->l0, m->l1, &m->param_lo,
+                                           &m->param_hi);
     if (m->num_tensors < 0)
         return fail(m, DT_ENOMEM, "create: out of host memory");
     m->num_params = m->param_hi - m->param_lo;
@@ -179,28 +171,25 @@ dt_status dt_model_create_stage(dt_model **out, const dt_config *cfg,
     m->grad_acts_memory = be->alloc(bytes_a * (size_t)m->grad_slots);
     int *tokens = be->alloc(2 * tok * (size_t)m->act_slots * sizeof(int));
     m->slots[0].inputs = tokens; /* owns the allocation */
-    if (!m->params_memory || !m->grads_memory || !m->acts_memory ||
-        !m->grad_acts_memory || !tokens) {
-        snprintf(m->err, sizeof m->err,
-                 "minigpt: create: %s backend could not allocate %zu MiB",
-                 be->name, (2 * bytes_p + bytes_a * (size_t)(m->act_slots +
-                            m->grad_slots)) >> 20);
+    if (!m->params_memory || !m->grads_memory || !m->acts_memory || !m->grad_acts_memory ||
+        !tokens) {
+        snprintf(m->err, sizeof m->err, "minigpt: create: %s backend could not allocate %zu MiB",
+                 be->name, (2 * bytes_p + bytes_a * (size_t)(m->act_slots + m->grad_slots)) >> 20);
         return DT_ENOMEM;
     }
     for (int k = 0; k < m->act_slots; k++) {
         m->slots[k].inputs = tokens + 2 * (size_t)k * tok;
         m->slots[k].targets = tokens + (2 * (size_t)k + 1) * tok;
     }
-    dt_layout_build_stage(m->tensors, &m->params, m->params_memory, cfg,
-                          m->l0, m->l1, &m->param_lo, &m->param_hi);
-    dt_layout_build_stage(m->tensors, &m->grads, m->grads_memory, cfg, m->l0,
-                          m->l1, &m->param_lo, &m->param_hi);
+    dt_layout_build_stage(m->tensors, &m->params, m->params_memory, cfg, m->l0, m->l1, &m->param_lo,
+                          &m->param_hi);
+    dt_layout_build_stage(m->tensors, &m->grads, m->grads_memory, cfg, m->l0, m->l1, &m->param_lo,
+                          &m->param_hi);
     dt_model_carve(m, max_B, cfg->T);
     return DT_OK;
 }
 
-dt_status dt_model_create(dt_model **out, const dt_config *cfg,
-                          const dt_backend *be, int max_B)
+dt_status dt_model_create(dt_model **out, const dt_config *cfg, const dt_backend *be, int max_B)
 {
     dt_stage_spec whole = {0, cfg->L, 1, 1};
     return dt_model_create_stage(out, cfg, be, max_B, &whole);
@@ -212,9 +201,12 @@ void dt_model_destroy(dt_model *m)
         return;
     const dt_backend *be = m->be;
     if (be) {
-        void *dev[] = {m->params_memory, m->grads_memory, m->acts_memory,
+        void *dev[] = {m->params_memory,
+                       m->grads_memory,
+                       m->acts_memory,
                        m->grad_acts_memory,
-                       m->slots ? m->slots[0].inputs : NULL, m->adam_m,
+                       m->slots ? m->slots[0].inputs : NULL,
+                       m->adam_m,
                        m->adam_v};
         for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
             if (dev[i])
@@ -263,8 +255,7 @@ void dt_model_get_grads(const dt_model *m, float *host)
     m->be->to_host(host, m->grads_memory, m->num_params * sizeof(float));
 }
 
-const dt_tensor_info *dt_model_find_tensor(const dt_model *m,
-                                           const char *name)
+const dt_tensor_info *dt_model_find_tensor(const dt_model *m, const char *name)
 {
     for (int i = 0; i < m->num_tensors; i++)
         if (strcmp(m->tensors[i].name, name) == 0)
@@ -273,8 +264,7 @@ const dt_tensor_info *dt_model_find_tensor(const dt_model *m,
 }
 
 /* Ids outside [0, V) would index outside wte: refuse them with where. */
-static dt_status check_tokens(dt_model *m, const int *tok, const char *what,
-                              int B, int T)
+static dt_status check_tokens(dt_model *m, const int *tok, const char *what, int B, int T)
 {
     for (int i = 0; i < B * T; i++)
         if (tok[i] < 0 || tok[i] >= m->cfg.V) {
@@ -307,51 +297,44 @@ static const float *block_params_end(const dt_model *m, int l)
 /* Shape and tokens: what forward refuses before touching anything. A
  * stage without embeddings takes activations, not tokens; only the last
  * stage reads targets. */
-static dt_status check_forward(dt_model *m, const int *inputs,
-                               const int *targets, int B, int T)
+static dt_status check_forward(dt_model *m, const int *inputs, const int *targets, int B, int T)
 {
     if (B < 1 || B > m->max_B || T < 1 || T > m->cfg.T) {
         snprintf(m->err, sizeof m->err,
                  "minigpt: forward: batch (%d, %d) does not fit the "
-                 "allocation (%d, %d)", B, T, m->max_B, m->cfg.T);
+                 "allocation (%d, %d)",
+                 B, T, m->max_B, m->cfg.T);
         return DT_EINVAL;
     }
     if ((m->l0 == 0) != (inputs != NULL)) {
-        snprintf(m->err, sizeof m->err,
-                 "minigpt: forward: the stage of blocks [%d, %d) takes %s",
-                 m->l0, m->l1, m->l0 == 0 ? "token ids (inputs is NULL)"
-                                          : "activations, not token ids");
+        snprintf(m->err, sizeof m->err, "minigpt: forward: the stage of blocks [%d, %d) takes %s",
+                 m->l0, m->l1,
+                 m->l0 == 0 ? "token ids (inputs is NULL)" : "activations, not token ids");
         return DT_EINVAL;
     }
     if ((inputs && check_tokens(m, inputs, "inputs", B, T) != DT_OK) ||
-        (targets && m->l1 == m->cfg.L &&
-         check_tokens(m, targets, "targets", B, T) != DT_OK))
+        (targets && m->l1 == m->cfg.L && check_tokens(m, targets, "targets", B, T) != DT_OK))
         return DT_EINVAL;
     return DT_OK;
 }
 
 /* One block forward: residual (N, C) in, x->residual3 out. */
-static void block_forward(dt_model *m, int l, const float *residual, int B,
-                          int T)
+static void block_forward(dt_model *m, int l, const float *residual, int B, int T)
 {
     const dt_backend *be = m->be;
     int C = m->cfg.C, NH = m->cfg.H, N = B * T;
     dt_block_params *w = &m->params.blocks[l];
     dt_block_acts *x = &m->acts.blocks[l];
-    be->layernorm_forward(x->ln1, x->ln1_mean, x->ln1_rstd, residual,
-                          w->ln1w, w->ln1b, N, C);
+    be->layernorm_forward(x->ln1, x->ln1_mean, x->ln1_rstd, residual, w->ln1w, w->ln1b, N, C);
     be->matmul_forward(x->qkv, x->ln1, w->qkvw, NULL, N, C, 3 * C);
     be->attention_forward(x->atty, x->att, x->qkv, B, T, C, NH);
     be->matmul_forward(x->attproj, x->atty, w->attprojw, NULL, N, C, C);
     be->residual_forward(x->residual2, residual, x->attproj, (size_t)N * C);
-    be->layernorm_forward(x->ln2, x->ln2_mean, x->ln2_rstd, x->residual2,
-                          w->ln2w, w->ln2b, N, C);
+    be->layernorm_forward(x->ln2, x->ln2_mean, x->ln2_rstd, x->residual2, w->ln2w, w->ln2b, N, C);
     be->matmul_forward(x->fch, x->ln2, w->fcw, w->fcb, N, C, 4 * C);
     be->gelu_forward(x->fch_gelu, x->fch, (size_t)N * 4 * C);
-    be->matmul_forward(x->fcproj, x->fch_gelu, w->fcprojw, w->fcprojb, N,
-                       4 * C, C);
-    be->residual_forward(x->residual3, x->residual2, x->fcproj,
-                         (size_t)N * C);
+    be->matmul_forward(x->fcproj, x->fch_gelu, w->fcprojw, w->fcprojb, N, 4 * C, C);
+    be->residual_forward(x->residual3, x->residual2, x->fcproj, (size_t)N * C);
 }
 
 /* The last stage's head: ln_f, logits, and (with targets) the mean loss,
@@ -362,12 +345,11 @@ static dt_status head_forward(dt_model *m, int with_targets, int N)
     int C = m->cfg.C, V = m->cfg.V;
     dt_params *p = &m->params;
     dt_acts *a = &m->acts;
-    be->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd,
-                          a->blocks[m->cfg.L - 1].residual3, p->lnfw,
-                          p->lnfb, N, C);
+    be->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->blocks[m->cfg.L - 1].residual3,
+                          p->lnfw, p->lnfb, N, C);
     be->matmul_forward(a->logits, a->lnf, p->lm_head, NULL, N, C, V);
-    be->crossentropy_forward(a->probs, a->losses, a->logits,
-                             with_targets ? m->targets : NULL, N, V);
+    be->crossentropy_forward(a->probs, a->losses, a->logits, with_targets ? m->targets : NULL, N,
+                             V);
     if (!with_targets)
         return DT_OK;
     float *losses = malloc((size_t)N * sizeof(float));
@@ -382,8 +364,7 @@ static dt_status head_forward(dt_model *m, int with_targets, int N)
     return DT_OK;
 }
 
-dt_status dt_model_forward(dt_model *m, const int *inputs, const int *targets,
-                           int B, int T)
+dt_status dt_model_forward(dt_model *m, const int *inputs, const int *targets, int B, int T)
 {
     const dt_backend *be = m->be;
     int C = m->cfg.C, N = B * T, last = m->l1 == m->cfg.L;
@@ -393,8 +374,7 @@ dt_status dt_model_forward(dt_model *m, const int *inputs, const int *targets,
     if (inputs) {
         be->from_host(m->inputs, inputs, (size_t)N * sizeof(int));
         params_needed(m, m->l1 > 0 ? m->params.blocks[0].ln1w : m->params.lnfw);
-        be->encoder_forward(m->acts.encoded, m->inputs, m->params.wte,
-                            m->params.wpe, B, T, C);
+        be->encoder_forward(m->acts.encoded, m->inputs, m->params.wte, m->params.wpe, B, T, C);
     }
     if (targets && last)
         be->from_host(m->targets, targets, (size_t)N * sizeof(int));
@@ -441,14 +421,12 @@ dt_status dt_model_update(dt_model *m, const dt_adamw_hparams *h, long step)
         if (!m->adam_m || !m->adam_v)
             return fail(m, DT_ENOMEM, "update: no memory for AdamW state");
     }
-    m->be->adamw(m->params_memory, m->grads_memory, m->adam_m, m->adam_v,
-                 m->num_params, step, h);
+    m->be->adamw(m->params_memory, m->grads_memory, m->adam_m, m->adam_v, m->num_params, step, h);
     return DT_OK;
 }
 
 void dt_model_get_logits(const dt_model *m, float *host, int b, int t)
 {
     size_t row = (size_t)b * m->last_T + t;
-    m->be->to_host(host, m->acts.logits + row * m->cfg.V,
-                   (size_t)m->cfg.V * sizeof(float));
+    m->be->to_host(host, m->acts.logits + row * m->cfg.V, (size_t)m->cfg.V * sizeof(float));
 }

@@ -39,8 +39,8 @@
 #ifndef DT_UNDER_TSAN
 #define DT_UNDER_TSAN 0
 #endif
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__ELF__) && \
-    !DT_UNDER_TSAN && !(defined(__clang__) && __clang_major__ < 18)
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__ELF__) && !DT_UNDER_TSAN && \
+    !(defined(__clang__) && __clang_major__ < 18)
 #define DT_HAVE_CLONES 1
 #define DT_VECTORIZE __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
@@ -51,7 +51,7 @@
 /* One activation slot's state (stage.c): the shape and loss of the
  * micro-batch in it, and its token buffers (device, (max_B, T) each). */
 struct dt_act_slot {
-    int B, T;           /* 0 until a forward ran in the slot */
+    int B, T; /* 0 until a forward ran in the slot */
     int have_targets;
     float mean_loss;
     int *inputs, *targets;
@@ -62,86 +62,69 @@ void dt_model_carve(dt_model *m, int B, int T);
 
 /* layout.c */
 int dt_layout_num_tensors(const dt_config *c);
-void dt_layout_build(dt_tensor_info *tab, dt_params *p, float *base,
-                     const dt_config *c);
-void dt_layout_init(float *host, const dt_tensor_info *tab, int n,
-                    uint64_t seed);
+void dt_layout_build(dt_tensor_info *tab, dt_params *p, float *base, const dt_config *c);
+void dt_layout_init(float *host, const dt_tensor_info *tab, int n, uint64_t seed);
 /* a pipeline stage's slice (blocks [l0, l1)); -1 on ENOMEM */
-int dt_layout_build_stage(dt_tensor_info *tab, dt_params *p, float *base,
-                          const dt_config *c, int l0, int l1, size_t *lo,
-                          size_t *hi);
-int dt_layout_init_stage(float *host, const dt_config *c, int l0, int l1,
-                         uint64_t seed);
+int dt_layout_build_stage(dt_tensor_info *tab, dt_params *p, float *base, const dt_config *c,
+                          int l0, int l1, size_t *lo, size_t *hi);
+int dt_layout_init_stage(float *host, const dt_config *c, int l0, int l1, uint64_t seed);
 
 /* kernels_ref.c — element-wise and row-wise layers (shared by both CPU
  * backends: they are already the fast form) */
-void dt_ref_encoder_forward(float *out, const int *inp, const float *wte,
-                            const float *wpe, int B, int T, int C);
-void dt_ref_encoder_backward(float *dwte, float *dwpe, const float *dout,
-                             const int *inp, int B, int T, int C);
-void dt_ref_layernorm_forward(float *out, float *mean, float *rstd,
-                              const float *inp, const float *w,
-                              const float *b, int N, int C);
-void dt_ref_layernorm_backward(float *dinp, float *dw, float *db,
-                               const float *dout, const float *inp,
-                               const float *w, const float *mean,
+void dt_ref_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B,
+                            int T, int C);
+void dt_ref_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B,
+                             int T, int C);
+void dt_ref_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C);
+void dt_ref_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const float *mean,
                                const float *rstd, int N, int C);
 void dt_ref_gelu_forward(float *out, const float *inp, size_t n);
-void dt_ref_gelu_backward(float *dinp, const float *dout, const float *inp,
-                          size_t n);
-void dt_ref_residual_forward(float *out, const float *a, const float *b,
-                             size_t n);
-void dt_ref_crossentropy_forward(float *probs, float *losses,
-                                 const float *logits, const int *targets,
-                                 int N, int V);
-void dt_ref_crossentropy_backward(float *dlogits, const float *probs,
-                                  const int *targets, float dloss, int N,
-                                  int V);
+void dt_ref_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n);
+void dt_ref_residual_forward(float *out, const float *a, const float *b, size_t n);
+void dt_ref_crossentropy_forward(float *probs, float *losses, const float *logits,
+                                 const int *targets, int N, int V);
+void dt_ref_crossentropy_backward(float *dlogits, const float *probs, const int *targets,
+                                  float dloss, int N, int V);
 /* plain-loop matmul and attention: the reference the fast ones must match */
-void dt_ref_matmul_forward(float *out, const float *inp, const float *w,
-                           const float *bias, int N, int C, int OC);
-void dt_ref_matmul_backward(float *dinp, float *dw, float *dbias,
-                            const float *dout, const float *inp,
-                            const float *w, int N, int C, int OC);
-void dt_ref_attention_forward(float *out, float *att, const float *qkv,
-                              int B, int T, int C, int NH);
-void dt_ref_attention_backward(float *dqkv, float *scratch,
-                               const float *dout, const float *qkv,
+void dt_ref_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N,
+                           int C, int OC);
+void dt_ref_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
+                            const float *inp, const float *w, int N, int C, int OC);
+void dt_ref_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+                              int NH);
+void dt_ref_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                                const float *att, int B, int T, int C, int NH);
 
 /* gemm_cpu.c — c (M,N) = [c +] a (M,K) . b (K,N), operands given by
  * (row stride, column stride); returns -1 (c untouched) if it could not
  * allocate its packing buffer, else 0. */
-int dt_cpu_gemm(float *c, int ldc, const float *a, int a_rs, int a_cs,
-                const float *b, int b_rs, int b_cs, int M, int N, int K,
-                int accumulate);
+int dt_cpu_gemm(float *c, int ldc, const float *a, int a_rs, int a_cs, const float *b, int b_rs,
+                int b_cs, int M, int N, int K, int accumulate);
 
 /* kernels_cpu.c — on dt_cpu_gemm (OpenBLAS sgemm if that cannot allocate) */
-void dt_cpu_matmul_forward(float *out, const float *inp, const float *w,
-                           const float *bias, int N, int C, int OC);
-void dt_cpu_matmul_backward(float *dinp, float *dw, float *dbias,
-                            const float *dout, const float *inp,
-                            const float *w, int N, int C, int OC);
-void dt_cpu_attention_forward(float *out, float *att, const float *qkv,
-                              int B, int T, int C, int NH);
-void dt_cpu_attention_backward(float *dqkv, float *scratch,
-                               const float *dout, const float *qkv,
+void dt_cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N,
+                           int C, int OC);
+void dt_cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
+                            const float *inp, const float *w, int N, int C, int OC);
+void dt_cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+                              int NH);
+void dt_cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                                const float *att, int B, int T, int C, int NH);
 
 void dt_cpu_gelu_forward(float *out, const float *inp, size_t n);
-void dt_cpu_gelu_backward(float *dinp, const float *dout, const float *inp,
-                          size_t n);
-void dt_cpu_crossentropy_forward(float *probs, float *losses,
-                                 const float *logits, const int *targets,
-                                 int N, int V);
+void dt_cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n);
+void dt_cpu_crossentropy_forward(float *probs, float *losses, const float *logits,
+                                 const int *targets, int N, int V);
 
 /* data.c / shard.c / task.c — the dataset handle */
 struct dt_dataset {
-    uint16_t *tokens;    /* [n_train + n_val]: train split, then val */
+    uint16_t *tokens; /* [n_train + n_val]: train split, then val */
     size_t n_train, n_val;
-    int vocab;           /* 1 + the largest id (256 for bytes) */
+    int vocab; /* 1 + the largest id (256 for bytes) */
     /* task datasets only: example start offsets within each split */
-    size_t *starts[2];   /* [DT_TRAIN], [DT_VAL] */
+    size_t *starts[2]; /* [DT_TRAIN], [DT_VAL] */
     size_t n_starts[2];
     int is_task;
     char err[256];

@@ -35,8 +35,7 @@ static int argmax(const float *z, int V)
     return best;
 }
 
-int dt_sample_logits(const float *logits, int V, float temperature,
-                     int top_k, dt_rng *rng)
+int dt_sample_logits(const float *logits, int V, float temperature, int top_k, dt_rng *rng)
 {
     if (temperature <= 0.0f)
         return argmax(logits, V);
@@ -68,13 +67,12 @@ int dt_sample_logits(const float *logits, int V, float temperature,
     return last;
 }
 
-int dt_generate(dt_model *m, int *tokens, int n_prompt, int n_new,
-                float temperature, int top_k, int stop, dt_rng *rng)
+int dt_generate(dt_model *m, int *tokens, int n_prompt, int n_new, float temperature, int top_k,
+                int stop, dt_rng *rng)
 {
     int V = m->cfg.V, T = m->cfg.T, len = n_prompt;
     if (n_prompt < 1) {
-        snprintf(m->err, sizeof m->err,
-                 "minigpt: generate: the prompt needs at least one token");
+        snprintf(m->err, sizeof m->err, "minigpt: generate: the prompt needs at least one token");
         return -1;
     }
     float *logits = malloc((size_t)V * sizeof(float));

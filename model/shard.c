@@ -39,14 +39,12 @@ bool dt_dataset_is_shard_file(const char *path)
 }
 
 /* Reads one shard into a malloc'ed array; *n its token count. */
-static dt_status read_shard(dt_dataset *d, const char *path, uint16_t **out,
-                            size_t *n)
+static dt_status read_shard(dt_dataset *d, const char *path, uint16_t **out, size_t *n)
 {
     *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) {
-        snprintf(d->err, sizeof d->err, "shard %s: cannot open: %s", path,
-                 strerror(errno));
+        snprintf(d->err, sizeof d->err, "shard %s: cannot open: %s", path, strerror(errno));
         return DT_ESYS;
     }
     int32_t header[256];
@@ -62,27 +60,24 @@ static dt_status read_shard(dt_dataset *d, const char *path, uint16_t **out,
                  path, got, SHARD_HEADER_BYTES);
     } else if (header[0] != SHARD_MAGIC) {
         snprintf(d->err, sizeof d->err,
-                 "shard %s: magic %d, expected %d (not an llm.c token shard)",
-                 path, header[0], SHARD_MAGIC);
+                 "shard %s: magic %d, expected %d (not an llm.c token shard)", path, header[0],
+                 SHARD_MAGIC);
     } else if (header[1] != SHARD_VERSION) {
         snprintf(d->err, sizeof d->err,
                  "shard %s: version %d, this reader knows version %d "
                  "(uint16 tokens)",
                  path, header[1], SHARD_VERSION);
-    } else if (header[2] < 0 ||
-               size != (long)(SHARD_HEADER_BYTES + 2 * (size_t)header[2])) {
+    } else if (header[2] < 0 || size != (long)(SHARD_HEADER_BYTES + 2 * (size_t)header[2])) {
         snprintf(d->err, sizeof d->err,
                  "shard %s: header says %d tokens (%zu bytes), the file has "
                  "%ld bytes (truncated?)",
-                 path, header[2], SHARD_HEADER_BYTES + 2 * (size_t)header[2],
-                 size);
+                 path, header[2], SHARD_HEADER_BYTES + 2 * (size_t)header[2], size);
     } else {
         *n = (size_t)header[2];
         *out = malloc(*n ? *n * sizeof(uint16_t) : 1);
         s = *out ? DT_OK : DT_ENOMEM;
-        if (s == DT_OK &&
-            (fseek(f, (long)SHARD_HEADER_BYTES, SEEK_SET) != 0 ||
-             fread(*out, sizeof(uint16_t), *n, f) != *n)) {
+        if (s == DT_OK && (fseek(f, (long)SHARD_HEADER_BYTES, SEEK_SET) != 0 ||
+                           fread(*out, sizeof(uint16_t), *n, f) != *n)) {
             snprintf(d->err, sizeof d->err, "shard %s: read error", path);
             free(*out);
             *out = NULL;
@@ -93,8 +88,7 @@ static dt_status read_shard(dt_dataset *d, const char *path, uint16_t **out,
     return s;
 }
 
-dt_status dt_dataset_open_shards(dt_dataset **out, const char *train_path,
-                                 const char *val_path)
+dt_status dt_dataset_open_shards(dt_dataset **out, const char *train_path, const char *val_path)
 {
     dt_dataset *d = dt_dataset_alloc();
     *out = d;
@@ -132,8 +126,7 @@ dt_status dt_dataset_open_shards(dt_dataset **out, const char *train_path,
 }
 
 /* Appends one shard's tokens to *all (grown); on failure d->err says why. */
-static dt_status append_shard(dt_dataset *d, const char *path, uint16_t **all,
-                              size_t *n)
+static dt_status append_shard(dt_dataset *d, const char *path, uint16_t **all, size_t *n)
 {
     uint16_t *tok;
     size_t k;

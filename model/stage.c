@@ -21,12 +21,11 @@
 
 dt_status dt_model_select(dt_model *m, int slot, int grad_slot)
 {
-    if (slot < 0 || slot >= m->act_slots || grad_slot < 0 ||
-        grad_slot >= m->grad_slots) {
+    if (slot < 0 || slot >= m->act_slots || grad_slot < 0 || grad_slot >= m->grad_slots) {
         snprintf(m->err, sizeof m->err,
                  "minigpt: select: slot %d / gradient slot %d outside the "
-                 "stage's %d / %d", slot, grad_slot, m->act_slots,
-                 m->grad_slots);
+                 "stage's %d / %d",
+                 slot, grad_slot, m->act_slots, m->grad_slots);
         return DT_EINVAL;
     }
     dt_act_slot *old = &m->slots[m->slot], *s = &m->slots[slot];

@@ -43,8 +43,7 @@ static int cmp_char(const void *a, const void *b)
 }
 
 /* Writes "PROMPT=ANSWER\n" for digits[0..n) into line; returns its length. */
-static int format_example(char *line, const char *digits, int n,
-                          dt_task_kind kind)
+static int format_example(char *line, const char *digits, int n, dt_task_kind kind)
 {
     memcpy(line, digits, (size_t)n);
     line[n] = '=';
@@ -62,19 +61,18 @@ static int format_example(char *line, const char *digits, int n,
     return 2 * n + 2;
 }
 
-dt_status dt_dataset_task(dt_dataset **out, dt_task_kind kind,
-                          int max_digits, size_t n_train, size_t n_val,
-                          uint64_t seed)
+dt_status dt_dataset_task(dt_dataset **out, dt_task_kind kind, int max_digits, size_t n_train,
+                          size_t n_val, uint64_t seed)
 {
     dt_dataset *d = dt_dataset_alloc();
     *out = d;
     if (!d)
         return DT_ENOMEM;
-    if (max_digits < 1 || max_digits > 64 ||
-        (kind != DT_TASK_REVERSE && kind != DT_TASK_SORT)) {
+    if (max_digits < 1 || max_digits > 64 || (kind != DT_TASK_REVERSE && kind != DT_TASK_SORT)) {
         snprintf(d->err, sizeof d->err,
                  "dataset: task %d with %d digits: unknown task or digits "
-                 "not in [1, 64]", (int)kind, max_digits);
+                 "not in [1, 64]",
+                 (int)kind, max_digits);
         return DT_EINVAL;
     }
     size_t line_max = 2 * (size_t)max_digits + 2;

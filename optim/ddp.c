@@ -44,20 +44,20 @@
 #include "optim_internal.h"
 
 typedef struct bucket {
-    size_t lo, n;        /* range of the flat buffer, in elements */
-    dt_work *work;       /* in flight, or NULL */
+    size_t lo, n;  /* range of the flat buffer, in elements */
+    dt_work *work; /* in flight, or NULL */
     bool launched, done;
     double t_submit, t_done; /* seconds, dt_now() */
 } bucket;
 
 struct dt_ddp {
     dt_model *m;
-    dt_comm *comm;       /* NULL: one process */
-    bucket *buckets;     /* [nb], bucket 0 = the tail of the flat buffer */
+    dt_comm *comm;   /* NULL: one process */
+    bucket *buckets; /* [nb], bucket 0 = the tail of the flat buffer */
     int nb;
-    int next;            /* first bucket not yet launched this backward */
-    bool syncing;        /* the current backward launches buckets */
-    dt_status st;        /* first failure of a launch */
+    int next;     /* first bucket not yet launched this backward */
+    bool syncing; /* the current backward launches buckets */
+    dt_status st; /* first failure of a launch */
     char err[512];
 };
 
@@ -67,8 +67,7 @@ static dt_status ddp_fail(dt_ddp *d, dt_status st, const char *what)
         d->st = st;
         snprintf(d->err, sizeof d->err, "ddp (rank %d): %s: %s",
                  d->comm ? dt_comm_rank(d->comm) : 0, what,
-                 d->comm && *dt_comm_error(d->comm) ? dt_comm_error(d->comm)
-                                                    : dt_status_name(st));
+                 d->comm && *dt_comm_error(d->comm) ? dt_comm_error(d->comm) : dt_status_name(st));
     }
     return st;
 }
@@ -99,8 +98,7 @@ static int build_buckets(bucket **out, const dt_model *m, size_t cap)
     return nb;
 }
 
-dt_status dt_ddp_create(dt_ddp **out, dt_model *m, dt_comm *comm,
-                        size_t bucket_bytes)
+dt_status dt_ddp_create(dt_ddp **out, dt_model *m, dt_comm *comm, size_t bucket_bytes)
 {
     dt_ddp *d = calloc(1, sizeof *d);
     *out = d;
@@ -108,14 +106,12 @@ dt_status dt_ddp_create(dt_ddp **out, dt_model *m, dt_comm *comm,
         return DT_ENOMEM;
     d->m = m;
     d->comm = comm;
-    size_t cap = (bucket_bytes ? bucket_bytes : DT_DDP_DEFAULT_BUCKET_BYTES) /
-                 sizeof(float);
+    size_t cap = (bucket_bytes ? bucket_bytes : DT_DDP_DEFAULT_BUCKET_BYTES) / sizeof(float);
     d->nb = build_buckets(&d->buckets, m, cap ? cap : 1);
     if (d->nb < 0)
         return ddp_fail(d, DT_ENOMEM, "create: out of memory for buckets");
     if (comm && dt_comm_size(comm) > 1) {
-        dt_status st = dt_broadcast(comm, m->params_memory, m->num_params,
-                                    DT_F32, 0);
+        dt_status st = dt_broadcast(comm, m->params_memory, m->num_params, DT_F32, 0);
         if (st != DT_OK)
             return ddp_fail(d, st, "create: broadcast of the parameters");
     }
@@ -130,8 +126,14 @@ void dt_ddp_destroy(dt_ddp *d)
     free(d);
 }
 
-const char *dt_ddp_error(const dt_ddp *d) { return d->err; }
-int dt_ddp_num_buckets(const dt_ddp *d) { return d->nb; }
+const char *dt_ddp_error(const dt_ddp *d)
+{
+    return d->err;
+}
+int dt_ddp_num_buckets(const dt_ddp *d)
+{
+    return d->nb;
+}
 
 void dt_ddp_bucket(const dt_ddp *d, int i, size_t *lo, size_t *n)
 {
@@ -139,8 +141,7 @@ void dt_ddp_bucket(const dt_ddp *d, int i, size_t *lo, size_t *n)
     *n = d->buckets[i].n;
 }
 
-bool dt_ddp_bucket_times(const dt_ddp *d, int i, double *submit,
-                         double *done)
+bool dt_ddp_bucket_times(const dt_ddp *d, int i, double *submit, double *done)
 {
     const bucket *b = &d->buckets[i];
     *submit = b->t_submit;
@@ -165,12 +166,11 @@ static void on_grads_ready(void *user, size_t lo)
 {
     dt_ddp *d = user;
     poll_buckets(d);
-    while (d->next < d->nb && d->buckets[d->next].lo >= lo &&
-           d->st == DT_OK) {
+    while (d->next < d->nb && d->buckets[d->next].lo >= lo && d->st == DT_OK) {
         bucket *b = &d->buckets[d->next];
         b->t_submit = dt_now();
-        dt_status st = dt_allreduce_async(d->comm, d->m->grads_memory + b->lo,
-                                          b->n, DT_F32, DT_AVG, &b->work);
+        dt_status st = dt_allreduce_async(d->comm, d->m->grads_memory + b->lo, b->n, DT_F32, DT_AVG,
+                                          &b->work);
         if (st != DT_OK) {
             ddp_fail(d, st, "backward: launching a bucket's all-reduce");
             return;
@@ -185,8 +185,7 @@ static void on_grads_ready(void *user, size_t lo)
 static dt_status arm(dt_ddp *d, bool sync, dt_grad_ready_fn *fn)
 {
     if (d->syncing)
-        return ddp_fail(d, DT_EINVAL,
-                        "backward: the last synced backward was not waited");
+        return ddp_fail(d, DT_EINVAL, "backward: the last synced backward was not waited");
     bool comm = sync && d->comm && dt_comm_size(d->comm) > 1;
     d->syncing = comm;
     d->next = 0;
@@ -254,8 +253,7 @@ dt_status dt_ddp_wait(dt_ddp *d, dt_comm_stats *stats)
         if (d->next > 0) {
             stats->comm_ms = 1e3 * comm_seconds(d);
             stats->exposed_ms = 1e3 * (t1 - t0);
-            stats->hidden = dt_optim_hidden_share(stats->comm_ms,
-                                                  stats->exposed_ms);
+            stats->hidden = dt_optim_hidden_share(stats->comm_ms, stats->exposed_ms);
         }
     }
     if (d->syncing && d->st == DT_OK && d->next != d->nb)

@@ -71,8 +71,7 @@ typedef struct dt_ddp dt_ddp;
  * that is a bucket of its own), in reverse parameter order — the order
  * backward finishes them. Blocks for the broadcast. Always sets *out (NULL only on DT_ENOMEM).
  */
-dt_status dt_ddp_create(dt_ddp **out, dt_model *m, dt_comm *comm,
-                        size_t bucket_bytes);
+dt_status dt_ddp_create(dt_ddp **out, dt_model *m, dt_comm *comm, size_t bucket_bytes);
 /* Waits for nothing: call dt_ddp_wait first. */
 void dt_ddp_destroy(dt_ddp *d);
 const char *dt_ddp_error(const dt_ddp *d);
@@ -83,8 +82,7 @@ void dt_ddp_bucket(const dt_ddp *d, int i, size_t *lo, size_t *n);
 /* When bucket i's all-reduce of the last synced backward was launched and
  * seen finished (seconds, CLOCK_MONOTONIC), for traces; false if it was
  * not launched (no sync, or one rank). Valid after dt_ddp_wait. */
-bool dt_ddp_bucket_times(const dt_ddp *d, int i, double *submit,
-                         double *done);
+bool dt_ddp_bucket_times(const dt_ddp *d, int i, double *submit, double *done);
 
 /*
  * dt_model_backward of the last forward, adding into m's gradients. With
@@ -123,8 +121,7 @@ typedef struct dt_zero1 dt_zero1;
  * shard into the fp32 master. Blocks for the broadcast. Always sets *out
  * (NULL only on DT_ENOMEM). dt_zero1_create: default bucket size.
  */
-dt_status dt_zero1_create_bucketed(dt_zero1 **out, dt_model *m, dt_comm *comm,
-                                   size_t bucket_bytes);
+dt_status dt_zero1_create_bucketed(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucket_bytes);
 dt_status dt_zero1_create(dt_zero1 **out, dt_model *m, dt_comm *comm);
 /* Waits for what is in flight, then frees. */
 void dt_zero1_destroy(dt_zero1 *z);
@@ -148,8 +145,7 @@ size_t dt_zero1_staging_bytes(const dt_zero1 *z);
  * dt_model_forward, waiting for each stage's parameters (from the last
  * dt_zero1_step_async) just before forward reads them.
  */
-dt_status dt_zero1_forward(dt_zero1 *z, const int *inputs, const int *targets,
-                           int B, int T);
+dt_status dt_zero1_forward(dt_zero1 *z, const int *inputs, const int *targets, int B, int T);
 /*
  * dt_model_backward of the last forward, adding into m's gradients. With
  * sync, each gradient piece's async reduce to its owner is launched from
@@ -169,10 +165,9 @@ dt_status dt_zero1_backward(dt_zero1 *z, float dloss, bool sync);
  * local sums afterwards. stats (may be NULL): the reduces of this step and
  * the gathers waited since the last stats.
  */
-dt_status dt_zero1_step(dt_zero1 *z, const dt_adamw_hparams *h, long step,
-                        dt_comm_stats *stats);
-dt_status dt_zero1_step_async(dt_zero1 *z, const dt_adamw_hparams *h,
-                              long step, dt_comm_stats *stats);
+dt_status dt_zero1_step(dt_zero1 *z, const dt_adamw_hparams *h, long step, dt_comm_stats *stats);
+dt_status dt_zero1_step_async(dt_zero1 *z, const dt_adamw_hparams *h, long step,
+                              dt_comm_stats *stats);
 /* Waits for the parameter all-gather in flight, if any. */
 dt_status dt_zero1_wait_params(dt_zero1 *z);
 
@@ -187,8 +182,7 @@ uint64_t dt_params_hash(const float *params, size_t n);
  * hashes (may be NULL) gets the p values. Blocks. With comm NULL, *same is
  * true.
  */
-dt_status dt_check_replicas(dt_comm *comm, const dt_model *m, bool *same,
-                            uint64_t *hashes);
+dt_status dt_check_replicas(dt_comm *comm, const dt_model *m, bool *same, uint64_t *hashes);
 
 #ifdef __cplusplus
 }

@@ -26,8 +26,7 @@ uint64_t dt_params_hash(const float *params, size_t n)
     return h;
 }
 
-dt_status dt_check_replicas(dt_comm *comm, const dt_model *m, bool *same,
-                            uint64_t *hashes)
+dt_status dt_check_replicas(dt_comm *comm, const dt_model *m, bool *same, uint64_t *hashes)
 {
     *same = true;
     float *host = malloc(m->num_params * sizeof(float));

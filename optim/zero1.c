@@ -66,29 +66,29 @@
 
 /* One collective on a range of the flat buffer. */
 typedef struct piece {
-    size_t lo, n;      /* elements */
-    int owner;         /* reduce: the rank whose shard holds [lo, lo+n) */
-    size_t *counts;    /* gather: [world] intersection with each shard */
-    dt_work *work;     /* in flight, or NULL */
+    size_t lo, n;   /* elements */
+    int owner;      /* reduce: the rank whose shard holds [lo, lo+n) */
+    size_t *counts; /* gather: [world] intersection with each shard */
+    dt_work *work;  /* in flight, or NULL */
     bool done;
     double t_submit, t_done;
 } piece;
 
 struct dt_zero1 {
     dt_model *m;
-    dt_comm *comm;    /* NULL: one process */
+    dt_comm *comm; /* NULL: one process */
     int rank, world;
-    size_t s;         /* shard size (padded) */
-    size_t lo, n;     /* this rank's valid range of the flat buffer */
-    size_t *counts;   /* [world]: each rank's valid count */
-    float *master;    /* (s) fp32 master of the shard */
-    float *adam_m, *adam_v; /* (s) */
-    piece *reduces;   /* [nreduce], in backward order (tail first) */
-    int nreduce, reduced;  /* launched this backward */
-    piece *gathers;   /* [ngather], in forward order */
-    size_t *gather_counts; /* [ngather * world] */
-    int ngather, gathered, settled; /* launched / waited */
-    bool syncing;     /* the current backward launches reduces */
+    size_t s;                            /* shard size (padded) */
+    size_t lo, n;                        /* this rank's valid range of the flat buffer */
+    size_t *counts;                      /* [world]: each rank's valid count */
+    float *master;                       /* (s) fp32 master of the shard */
+    float *adam_m, *adam_v;              /* (s) */
+    piece *reduces;                      /* [nreduce], in backward order (tail first) */
+    int nreduce, reduced;                /* launched this backward */
+    piece *gathers;                      /* [ngather], in forward order */
+    size_t *gather_counts;               /* [ngather * world] */
+    int ngather, gathered, settled;      /* launched / waited */
+    bool syncing;                        /* the current backward launches reduces */
     double busy_s, exposed_s, prev_done; /* since the last stats */
     int ops;
     dt_status st;
@@ -99,10 +99,8 @@ static dt_status zero1_fail(dt_zero1 *z, dt_status st, const char *what)
 {
     if (z->st == DT_OK) {
         z->st = st;
-        snprintf(z->err, sizeof z->err, "zero1 (rank %d): %s: %s", z->rank,
-                 what,
-                 z->comm && *dt_comm_error(z->comm) ? dt_comm_error(z->comm)
-                                                    : dt_status_name(st));
+        snprintf(z->err, sizeof z->err, "zero1 (rank %d): %s: %s", z->rank, what,
+                 z->comm && *dt_comm_error(z->comm) ? dt_comm_error(z->comm) : dt_status_name(st));
     }
     return st;
 }
@@ -119,8 +117,7 @@ static size_t shard_count(size_t num_params, size_t s, int r)
 /* Reduce pieces: DDP's buckets (whole tensors from the tail, at most cap
  * elements, a bigger tensor alone), each cut at shard boundaries, in the
  * order backward finishes them. Returns the count, -1 on ENOMEM. */
-static int build_reduces(piece **out, const dt_model *m, size_t cap, size_t s,
-                         int world)
+static int build_reduces(piece **out, const dt_model *m, size_t cap, size_t s, int world)
 {
     piece *b = calloc((size_t)m->num_tensors + (size_t)world, sizeof *b);
     *out = b;
@@ -132,7 +129,7 @@ static int build_reduces(piece **out, const dt_model *m, size_t cap, size_t s,
         size_t lo = m->tensors[t].offset;
         size_t next_lo = t == 0 ? 0 : m->tensors[t - 1].offset;
         if (t > 0 && hi - next_lo <= cap)
-            continue; /* the next tensor still fits this bucket */
+            continue;                      /* the next tensor still fits this bucket */
         for (size_t top = hi; top > lo;) { /* [lo, hi) cut at shards */
             int owner = (int)((top - 1) / s);
             size_t base = (size_t)owner * s > lo ? (size_t)owner * s : lo;
@@ -175,7 +172,8 @@ static int build_gathers(dt_zero1 *z, size_t cap)
         while (end < nstages && bound[end + 1] - bound[k] <= cap)
             end++;
         piece *g = &z->gathers[ng];
-        *g = (piece){.lo = bound[k], .n = bound[end] - bound[k],
+        *g = (piece){.lo = bound[k],
+                     .n = bound[end] - bound[k],
                      .counts = z->gather_counts + (size_t)ng * (size_t)z->world};
         for (int r = 0; r < z->world; r++) {
             size_t a = (size_t)r * z->s, b = a + z->counts[r];
@@ -189,8 +187,7 @@ static int build_gathers(dt_zero1 *z, size_t cap)
     return ng;
 }
 
-dt_status dt_zero1_create_bucketed(dt_zero1 **out, dt_model *m, dt_comm *comm,
-                                   size_t bucket_bytes)
+dt_status dt_zero1_create_bucketed(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucket_bytes)
 {
     dt_zero1 *z = calloc(1, sizeof *z);
     *out = z;
@@ -213,8 +210,7 @@ dt_status dt_zero1_create_bucketed(dt_zero1 **out, dt_model *m, dt_comm *comm,
         return zero1_fail(z, DT_ENOMEM, "create: out of memory for the shard");
     for (int r = 0; r < z->world; r++)
         z->counts[r] = shard_count(P, z->s, r);
-    size_t cap = (bucket_bytes ? bucket_bytes : DT_DDP_DEFAULT_BUCKET_BYTES) /
-                 sizeof(float);
+    size_t cap = (bucket_bytes ? bucket_bytes : DT_DDP_DEFAULT_BUCKET_BYTES) / sizeof(float);
     z->nreduce = build_reduces(&z->reduces, m, cap ? cap : 1, z->s, z->world);
     z->ngather = build_gathers(z, cap ? cap : 1);
     if (z->nreduce < 0 || z->ngather < 0)
@@ -280,11 +276,13 @@ static void launch(dt_zero1 *z, piece *pc, const dt_op *op, const char *what)
 /* Launches every reduce piece lying in [lo, Ψ) not launched yet. */
 static void launch_reduces(dt_zero1 *z, size_t lo)
 {
-    while (z->reduced < z->nreduce && z->reduces[z->reduced].lo >= lo &&
-           z->st == DT_OK) {
+    while (z->reduced < z->nreduce && z->reduces[z->reduced].lo >= lo && z->st == DT_OK) {
         piece *pc = &z->reduces[z->reduced];
-        dt_op op = {.kind = DT_OP_REDUCE, .recv = z->m->grads_memory + pc->lo,
-                    .count = pc->n, .dtype = DT_F32, .redop = DT_AVG,
+        dt_op op = {.kind = DT_OP_REDUCE,
+                    .recv = z->m->grads_memory + pc->lo,
+                    .count = pc->n,
+                    .dtype = DT_F32,
+                    .redop = DT_AVG,
                     .root = pc->owner};
         launch(z, pc, &op, "backward: launching a gradient piece's reduce");
         z->reduced++;
@@ -304,8 +302,7 @@ dt_status dt_zero1_backward(dt_zero1 *z, float dloss, bool sync)
     if (z->st != DT_OK)
         return z->st;
     if (z->syncing)
-        return zero1_fail(z, DT_EINVAL,
-                          "backward: the last synced backward had no step");
+        return zero1_fail(z, DT_EINVAL, "backward: the last synced backward had no step");
     dt_zero1_wait_params(z); /* backward reads the parameters */
     bool comm = sync && z->world > 1;
     z->syncing = comm;
@@ -325,8 +322,7 @@ static void wait_gathers_below(dt_zero1 *z, size_t hi)
 {
     poll(z->gathers, z->settled, z->gathered);
     while (z->settled < z->gathered && z->gathers[z->settled].lo < hi)
-        settle(z, &z->gathers[z->settled++],
-               "all-gather of the updated parameters");
+        settle(z, &z->gathers[z->settled++], "all-gather of the updated parameters");
 }
 
 /* The model's parameter hook: forward is about to read [0, hi). */
@@ -341,8 +337,7 @@ dt_status dt_zero1_wait_params(dt_zero1 *z)
     return z->st;
 }
 
-dt_status dt_zero1_forward(dt_zero1 *z, const int *inputs, const int *targets,
-                           int B, int T)
+dt_status dt_zero1_forward(dt_zero1 *z, const int *inputs, const int *targets, int B, int T)
 {
     dt_model_set_params_hook(z->m, on_params_needed, z);
     dt_status st = dt_model_forward(z->m, inputs, targets, B, T);
@@ -377,7 +372,10 @@ void dt_zero1_destroy(dt_zero1 *z)
     free(z);
 }
 
-const char *dt_zero1_error(const dt_zero1 *z) { return z->err; }
+const char *dt_zero1_error(const dt_zero1 *z)
+{
+    return z->err;
+}
 
 void dt_zero1_shard(const dt_zero1 *z, size_t *lo, size_t *n)
 {
@@ -404,7 +402,10 @@ size_t dt_zero1_staging_bytes(const dt_zero1 *z)
     return 0; /* reduces run in place in the model's gradient buffer */
 }
 
-int dt_zero1_num_buckets(const dt_zero1 *z) { return z->nreduce; }
+int dt_zero1_num_buckets(const dt_zero1 *z)
+{
+    return z->nreduce;
+}
 
 /* Waits for every reduce piece (launching those backward did not), so
  * this rank's shard of the gradient buffer holds the mean. */
@@ -430,7 +431,8 @@ static void launch_gathers(dt_zero1 *z)
         size_t from = g->lo > z->lo ? g->lo - z->lo : 0;
         dt_op op = {.kind = DT_OP_ALLGATHERV,
                     .send = g->counts[z->rank] ? z->master + from : z->master,
-                    .recv = z->m->params_memory + g->lo, .counts = g->counts,
+                    .recv = z->m->params_memory + g->lo,
+                    .counts = g->counts,
                     .dtype = DT_F32};
         launch(z, g, &op, "step: launching a stage's parameter all-gather");
         if (g->work)
@@ -445,8 +447,7 @@ static void take_stats(dt_zero1 *z, dt_comm_stats *stats)
         if (z->ops > 0) {
             stats->comm_ms = 1e3 * z->busy_s;
             stats->exposed_ms = 1e3 * z->exposed_s;
-            stats->hidden = dt_optim_hidden_share(stats->comm_ms,
-                                                  stats->exposed_ms);
+            stats->hidden = dt_optim_hidden_share(stats->comm_ms, stats->exposed_ms);
         }
     }
     z->busy_s = z->exposed_s = 0;
@@ -468,8 +469,7 @@ static dt_status step_launch(dt_zero1 *z, const dt_adamw_hparams *h, long step)
     if (z->st != DT_OK)
         return z->st;
     if (z->n > 0)
-        be->adamw(z->master, m->grads_memory + z->lo, z->adam_m, z->adam_v,
-                  z->n, step, h);
+        be->adamw(z->master, m->grads_memory + z->lo, z->adam_m, z->adam_v, z->n, step, h);
     z->settled = z->gathered = 0;
     if (z->world > 1)
         launch_gathers(z);
@@ -478,16 +478,15 @@ static dt_status step_launch(dt_zero1 *z, const dt_adamw_hparams *h, long step)
     return z->st;
 }
 
-dt_status dt_zero1_step_async(dt_zero1 *z, const dt_adamw_hparams *h,
-                              long step, dt_comm_stats *stats)
+dt_status dt_zero1_step_async(dt_zero1 *z, const dt_adamw_hparams *h, long step,
+                              dt_comm_stats *stats)
 {
     dt_status st = step_launch(z, h, step);
     take_stats(z, stats);
     return st;
 }
 
-dt_status dt_zero1_step(dt_zero1 *z, const dt_adamw_hparams *h, long step,
-                        dt_comm_stats *stats)
+dt_status dt_zero1_step(dt_zero1 *z, const dt_adamw_hparams *h, long step, dt_comm_stats *stats)
 {
     dt_status st = step_launch(z, h, step);
     if (st == DT_OK)

@@ -74,9 +74,8 @@ typedef enum dt_pipe_partition_kind {
  * minimises the largest stage. Every stage gets at least one block:
  * p > L is DT_EINVAL with a message in err.
  */
-dt_status dt_pipe_partition(int *bounds, const dt_config *cfg, int p,
-                            dt_pipe_partition_kind kind, char *err,
-                            size_t errlen);
+dt_status dt_pipe_partition(int *bounds, const dt_config *cfg, int p, dt_pipe_partition_kind kind,
+                            char *err, size_t errlen);
 bool dt_pipe_partition_parse(const char *name, dt_pipe_partition_kind *out);
 
 /* ---- schedules ------------------------------------------------------------ */
@@ -92,14 +91,14 @@ const char *dt_pipe_kind_name(dt_pipe_kind k); /* "gpipe", "1f1b", "zb" */
 bool dt_pipe_kind_parse(const char *name, dt_pipe_kind *out);
 
 typedef enum dt_pipe_op {
-    DT_PIPE_F,          /* forward of micro-batch mb */
-    DT_PIPE_B,          /* backward (its input half in a split schedule) */
-    DT_PIPE_W,          /* weight half of the backward (split schedules) */
-    DT_PIPE_SEND_ACT,   /* activations of mb to stage s+1 */
-    DT_PIPE_RECV_ACT,   /* activations of mb from stage s-1 */
-    DT_PIPE_SEND_GRAD,  /* their gradient to stage s-1 */
-    DT_PIPE_RECV_GRAD,  /* their gradient from stage s+1 */
-    DT_PIPE_STEP,       /* end of the step: sends done, gradients final */
+    DT_PIPE_F,         /* forward of micro-batch mb */
+    DT_PIPE_B,         /* backward (its input half in a split schedule) */
+    DT_PIPE_W,         /* weight half of the backward (split schedules) */
+    DT_PIPE_SEND_ACT,  /* activations of mb to stage s+1 */
+    DT_PIPE_RECV_ACT,  /* activations of mb from stage s-1 */
+    DT_PIPE_SEND_GRAD, /* their gradient to stage s-1 */
+    DT_PIPE_RECV_GRAD, /* their gradient from stage s+1 */
+    DT_PIPE_STEP,      /* end of the step: sends done, gradients final */
     DT_PIPE_NUM_OPS
 } dt_pipe_op;
 
@@ -127,8 +126,8 @@ typedef struct dt_pipe_schedule {
  * micro-batch's first action on a stage to its last, so act_slots[s] is
  * the peak of micro-batches alive on stage s. NULL with a message in err
  * on bad arguments or ENOMEM. */
-dt_pipe_schedule *dt_pipe_schedule_create(dt_pipe_kind kind, int p, int m,
-                                          char *err, size_t errlen);
+dt_pipe_schedule *dt_pipe_schedule_create(dt_pipe_kind kind, int p, int m, char *err,
+                                          size_t errlen);
 void dt_pipe_schedule_destroy(dt_pipe_schedule *s);
 /* One line per stage: "F0 send_act0 ..."; for docs and failures. */
 void dt_pipe_schedule_print(const dt_pipe_schedule *s, FILE *f);
@@ -138,16 +137,16 @@ void dt_pipe_schedule_print(const dt_pipe_schedule *s, FILE *f);
 /* Durations of the compute actions (transfers cost `latency` once both
  * sides have posted). */
 typedef struct dt_pipe_costs {
-    double f, b, w;  /* b is the whole backward; split: b_input = b - w */
+    double f, b, w; /* b is the whole backward; split: b_input = b - w */
     double latency;
 } dt_pipe_costs;
 
 typedef struct dt_pipe_sim {
-    double makespan;      /* the step: first action to the last STEP */
-    double *busy;         /* [p] compute time of each stage */
-    double **start;       /* [p][n[s]] when each action began (its post, */
-    double **end;         /* for a transfer) and when it finished */
-    char err[512];        /* the deadlock, if any */
+    double makespan; /* the step: first action to the last STEP */
+    double *busy;    /* [p] compute time of each stage */
+    double **start;  /* [p][n[s]] when each action began (its post, */
+    double **end;    /* for a transfer) and when it finished */
+    char err[512];   /* the deadlock, if any */
 } dt_pipe_sim;
 
 /*
@@ -158,14 +157,13 @@ typedef struct dt_pipe_sim {
  * with a message naming every blocked stage and what it waits for if the
  * lists deadlock. Free with dt_pipe_sim_free.
  */
-dt_status dt_pipe_simulate(const dt_pipe_schedule *s, const dt_pipe_costs *c,
-                           dt_pipe_sim *out);
+dt_status dt_pipe_simulate(const dt_pipe_schedule *s, const dt_pipe_costs *c, dt_pipe_sim *out);
 void dt_pipe_sim_free(const dt_pipe_schedule *s, dt_pipe_sim *sim);
 /* The simulated run as text, one row per stage, one column per `unit` of
  * time: each compute action's micro-batch (mod 10), or with letters its
  * kind (F, B, W); '.' is idle. The head comments' pictures come from it. */
-void dt_pipe_sim_draw(const dt_pipe_schedule *s, const dt_pipe_sim *sim,
-                      double unit, bool letters, FILE *f);
+void dt_pipe_sim_draw(const dt_pipe_schedule *s, const dt_pipe_sim *sim, double unit, bool letters,
+                      FILE *f);
 
 /* ---- executor ------------------------------------------------------------- */
 
@@ -194,8 +192,8 @@ const char *dt_pipe_error(const dt_pipe *p);
  * (summed in micro-batch order, as the trainer does); elsewhere 0. Returns
  * at STEP: gradients final, every send done; the caller syncs and steps.
  */
-dt_status dt_pipe_run(dt_pipe *p, const int *const *inputs,
-                      const int *const *targets, int B, int T, float *loss);
+dt_status dt_pipe_run(dt_pipe *p, const int *const *inputs, const int *const *targets, int B, int T,
+                      float *loss);
 
 /*
  * Installs backward's progress hook (model/'s dt_grad_ready_fn; NULL
@@ -220,8 +218,7 @@ void dt_pipe_last_stats(const dt_pipe *p, dt_pipe_stats *out);
  * rank saw it (a receive's wait returning; a send's wait, before its slot
  * was reused or at STEP). 0 for what did not run (a failed step). Valid
  * until the next run; for traces and the measured Gantt chart. */
-void dt_pipe_last_timeline(const dt_pipe *p, const double **start,
-                           const double **end);
+void dt_pipe_last_timeline(const dt_pipe *p, const double **start, const double **end);
 
 #ifdef __cplusplus
 }

@@ -58,11 +58,11 @@ struct dt_pipe {
     int stage, p;
     dt_work **pending[2]; /* [slots] send leaving each act / grad slot */
     int *pending_mb[2];
-    int *pending_at[2];   /* its action index, for the timeline */
-    dt_work **recvs;      /* the current batch's receives */
-    int *recv_at;         /* their action indices */
-    float *losses;        /* [m] last stage: each micro-batch's loss */
-    int last_weights;     /* index of the step's last weight-gradient action */
+    int *pending_at[2];    /* its action index, for the timeline */
+    dt_work **recvs;       /* the current batch's receives */
+    int *recv_at;          /* their action indices */
+    float *losses;         /* [m] last stage: each micro-batch's loss */
+    int last_weights;      /* index of the step's last weight-gradient action */
     dt_grad_ready_fn hook; /* installed for that action only, or NULL */
     void *hook_user;
     dt_pipe_stats stats;
@@ -84,8 +84,7 @@ static dt_status pipe_fail(dt_pipe *p, dt_status st, const char *fmt, ...)
     va_list ap;
     va_start(ap, fmt);
     if (!p->err[0]) {
-        int n = snprintf(p->err, sizeof p->err, "pipeline stage %d: ",
-                         p->stage);
+        int n = snprintf(p->err, sizeof p->err, "pipeline stage %d: ", p->stage);
         vsnprintf(p->err + n, sizeof p->err - (size_t)n, fmt, ap);
     }
     va_end(ap);
@@ -101,18 +100,22 @@ static dt_status check_fit(dt_pipe *p)
     int st = p->stage, first = m->l0 == 0, last = m->l1 == m->cfg.L;
     int size = p->comm ? dt_comm_size(p->comm) : 1;
     if (size != s->p)
-        return pipe_fail(p, DT_EINVAL, "the group has %d ranks, the "
-                         "schedule %d stages", size, s->p);
+        return pipe_fail(p, DT_EINVAL,
+                         "the group has %d ranks, the "
+                         "schedule %d stages",
+                         size, s->p);
     if (first != (st == 0) || last != (st == s->p - 1))
-        return pipe_fail(p, DT_EINVAL, "its model owns blocks [%d, %d) of "
-                         "%d, which is not stage %d of %d", m->l0, m->l1,
-                         m->cfg.L, st, s->p);
+        return pipe_fail(p, DT_EINVAL,
+                         "its model owns blocks [%d, %d) of "
+                         "%d, which is not stage %d of %d",
+                         m->l0, m->l1, m->cfg.L, st, s->p);
     if (m->act_slots < s->act_slots[st] || m->grad_slots < s->grad_slots[st])
-        return pipe_fail(p, DT_EINVAL, "the %s schedule keeps %d micro-"
+        return pipe_fail(p, DT_EINVAL,
+                         "the %s schedule keeps %d micro-"
                          "batches (%d gradient sets) alive here, the model "
-                         "has %d (%d)", dt_pipe_kind_name(s->kind),
-                         s->act_slots[st], s->grad_slots[st], m->act_slots,
-                         m->grad_slots);
+                         "has %d (%d)",
+                         dt_pipe_kind_name(s->kind), s->act_slots[st], s->grad_slots[st],
+                         m->act_slots, m->grad_slots);
     return DT_OK;
 }
 
@@ -123,7 +126,9 @@ dt_status dt_pipe_create(dt_pipe **out, dt_comm *group, dt_model *stage,
     *out = p;
     if (!p)
         return DT_ENOMEM;
-    *p = (dt_pipe){.comm = group, .m = stage, .sched = sched,
+    *p = (dt_pipe){.comm = group,
+                   .m = stage,
+                   .sched = sched,
                    .stage = group ? dt_comm_rank(group) : 0,
                    .p = sched->p};
     dt_status st = check_fit(p);
@@ -146,9 +151,9 @@ dt_status dt_pipe_create(dt_pipe **out, dt_comm *group, dt_model *stage,
         if (op == (sched->split_backward ? DT_PIPE_W : DT_PIPE_B))
             p->last_weights = i;
     }
-    if (!p->pending[0] || !p->pending[1] || !p->pending_mb[0] ||
-        !p->pending_mb[1] || !p->pending_at[0] || !p->pending_at[1] ||
-        !p->recvs || !p->recv_at || !p->losses || !p->t_start || !p->t_end)
+    if (!p->pending[0] || !p->pending[1] || !p->pending_mb[0] || !p->pending_mb[1] ||
+        !p->pending_at[0] || !p->pending_at[1] || !p->recvs || !p->recv_at || !p->losses ||
+        !p->t_start || !p->t_end)
         return pipe_fail(p, DT_ENOMEM, "out of memory");
     return DT_OK;
 }
@@ -184,8 +189,7 @@ void dt_pipe_set_grad_hook(dt_pipe *p, dt_grad_ready_fn fn, void *user)
     p->hook_user = user;
 }
 
-void dt_pipe_last_timeline(const dt_pipe *p, const double **start,
-                           const double **end)
+void dt_pipe_last_timeline(const dt_pipe *p, const double **start, const double **end)
 {
     *start = p->t_start;
     *end = p->t_end;
@@ -210,17 +214,14 @@ static const char *describe(dt_pipe_op op)
 
 static int peer_of(const dt_pipe *p, dt_pipe_op op)
 {
-    return op == DT_PIPE_SEND_ACT || op == DT_PIPE_RECV_GRAD ? p->stage + 1
-                                                             : p->stage - 1;
+    return op == DT_PIPE_SEND_ACT || op == DT_PIPE_RECV_GRAD ? p->stage + 1 : p->stage - 1;
 }
 
-static dt_status transfer_failed(dt_pipe *p, const dt_pipe_action *a,
-                                 dt_status st)
+static dt_status transfer_failed(dt_pipe *p, const dt_pipe_action *a, dt_status st)
 {
     const char *why = p->comm ? dt_comm_error(p->comm) : "";
-    return pipe_fail(p, st, "%s micro-batch %d (stage %d): %s: %s",
-                     describe(a->op), a->mb, peer_of(p, a->op),
-                     dt_status_name(st), why[0] ? why : "failed");
+    return pipe_fail(p, st, "%s micro-batch %d (stage %d): %s: %s", describe(a->op), a->mb,
+                     peer_of(p, a->op), dt_status_name(st), why[0] ? why : "failed");
 }
 
 /* Waits for the send still leaving from one of a's slots for another
@@ -229,8 +230,7 @@ static dt_status free_slots(dt_pipe *p, const dt_pipe_action *a)
 {
     int slots[2] = {a->slot, a->grad_slot};
     for (int k = 0; k < 2; k++) {
-        if (slots[k] < 0 || !p->pending[k][slots[k]] ||
-            p->pending_mb[k][slots[k]] == a->mb)
+        if (slots[k] < 0 || !p->pending[k][slots[k]] || p->pending_mb[k][slots[k]] == a->mb)
             continue;
         dt_work *w = p->pending[k][slots[k]];
         p->pending[k][slots[k]] = NULL;
@@ -246,8 +246,7 @@ static dt_status free_slots(dt_pipe *p, const dt_pipe_action *a)
 }
 
 /* Posts one transfer, straight from or into the model's slot. */
-static dt_status post(dt_pipe *p, const dt_pipe_action *a, int B, int T,
-                      dt_work **w)
+static dt_status post(dt_pipe *p, const dt_pipe_action *a, int B, int T, dt_work **w)
 {
     dt_model *m = p->m;
     size_t count = (size_t)B * T * m->cfg.C;
@@ -256,17 +255,15 @@ static dt_status post(dt_pipe *p, const dt_pipe_action *a, int B, int T,
     dt_model_select(m, a->slot, a->grad_slot >= 0 ? a->grad_slot : 0);
     switch (a->op) {
     case DT_PIPE_SEND_ACT:
-        return dt_send_async(p->comm, dt_model_output(m), count, DT_F32,
-                             p->stage + 1, tag, w);
+        return dt_send_async(p->comm, dt_model_output(m), count, DT_F32, p->stage + 1, tag, w);
     case DT_PIPE_RECV_ACT:
-        return dt_recv_async(p->comm, dt_model_input(m, B, T), count, DT_F32,
-                             p->stage - 1, tag, NULL, w);
+        return dt_recv_async(p->comm, dt_model_input(m, B, T), count, DT_F32, p->stage - 1, tag,
+                             NULL, w);
     case DT_PIPE_SEND_GRAD:
-        return dt_send_async(p->comm, dt_model_input_grad(m), count, DT_F32,
-                             p->stage - 1, tag, w);
+        return dt_send_async(p->comm, dt_model_input_grad(m), count, DT_F32, p->stage - 1, tag, w);
     default:
-        return dt_recv_async(p->comm, dt_model_output_grad(m), count, DT_F32,
-                             p->stage + 1, tag, NULL, w);
+        return dt_recv_async(p->comm, dt_model_output_grad(m), count, DT_F32, p->stage + 1, tag,
+                             NULL, w);
     }
 }
 
@@ -324,8 +321,8 @@ static dt_status wait_sends(dt_pipe *p)
             dt_status ws = dt_work_wait(w);
             p->t_end[p->pending_at[k][s]] = now_s();
             if (ws != DT_OK && st == DT_OK) {
-                dt_pipe_action a = {k ? DT_PIPE_SEND_GRAD : DT_PIPE_SEND_ACT,
-                                    p->pending_mb[k][s], -1, -1};
+                dt_pipe_action a = {k ? DT_PIPE_SEND_GRAD : DT_PIPE_SEND_ACT, p->pending_mb[k][s],
+                                    -1, -1};
                 st = transfer_failed(p, &a, ws);
             }
         }
@@ -334,9 +331,8 @@ static dt_status wait_sends(dt_pipe *p)
 
 /* ---- compute ---------------------------------------------------------------- */
 
-static dt_status compute(dt_pipe *p, const dt_pipe_action *a,
-                         const int *const *inputs, const int *const *targets,
-                         int B, int T, bool hooked)
+static dt_status compute(dt_pipe *p, const dt_pipe_action *a, const int *const *inputs,
+                         const int *const *targets, int B, int T, bool hooked)
 {
     dt_model *m = p->m;
     dt_status st = free_slots(p, a);
@@ -346,12 +342,12 @@ static dt_status compute(dt_pipe *p, const dt_pipe_action *a,
     int last = p->stage == p->p - 1;
     float dloss = 1.0f / (float)p->sched->m;
     if (a->op == DT_PIPE_F) {
-        st = dt_model_forward(m, p->stage == 0 ? inputs[a->mb] : NULL,
-                              last ? targets[a->mb] : NULL, B, T);
+        st = dt_model_forward(m, p->stage == 0 ? inputs[a->mb] : NULL, last ? targets[a->mb] : NULL,
+                              B, T);
         if (st == DT_OK && last)
             p->losses[a->mb] = m->mean_loss;
     } else {
-        dt_backward_part part = a->op == DT_PIPE_W ? DT_BACKWARD_WEIGHT
+        dt_backward_part part = a->op == DT_PIPE_W         ? DT_BACKWARD_WEIGHT
                                 : p->sched->split_backward ? DT_BACKWARD_INPUT
                                                            : DT_BACKWARD_ALL;
         if (hooked)
@@ -361,13 +357,12 @@ static dt_status compute(dt_pipe *p, const dt_pipe_action *a,
             dt_model_set_grad_hook(m, NULL, NULL);
     }
     if (st != DT_OK)
-        return pipe_fail(p, st, "%s of micro-batch %d: %s",
-                         dt_pipe_op_name(a->op), a->mb, dt_model_error(m));
+        return pipe_fail(p, st, "%s of micro-batch %d: %s", dt_pipe_op_name(a->op), a->mb,
+                         dt_model_error(m));
     return DT_OK;
 }
 
-static dt_status check_batch(dt_pipe *p, const int *const *inputs,
-                             const int *const *targets)
+static dt_status check_batch(dt_pipe *p, const int *const *inputs, const int *const *targets)
 {
     if (p->stage == 0 && !inputs)
         return pipe_fail(p, DT_EINVAL, "the first stage needs inputs");
@@ -376,8 +371,8 @@ static dt_status check_batch(dt_pipe *p, const int *const *inputs,
     return DT_OK;
 }
 
-dt_status dt_pipe_run(dt_pipe *p, const int *const *inputs,
-                      const int *const *targets, int B, int T, float *loss)
+dt_status dt_pipe_run(dt_pipe *p, const int *const *inputs, const int *const *targets, int B, int T,
+                      float *loss)
 {
     const dt_pipe_schedule *s = p->sched;
     const dt_pipe_action *acts = s->actions[p->stage];
@@ -397,8 +392,7 @@ dt_status dt_pipe_run(dt_pipe *p, const int *const *inputs,
             p->t_end[i++] = now_s();
         } else {
             p->t_start[i] = ta;
-            st = compute(p, a, inputs, targets, B, T,
-                         p->hook && i == p->last_weights);
+            st = compute(p, a, inputs, targets, B, T, p->hook && i == p->last_weights);
             p->t_end[i++] = now_s();
         }
         p->stats.op_s[a->op] += now_s() - ta;

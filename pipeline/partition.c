@@ -82,14 +82,15 @@ static int by_params(int *bounds, const dt_config *c, int p)
     return 0;
 }
 
-dt_status dt_pipe_partition(int *bounds, const dt_config *cfg, int p,
-                            dt_pipe_partition_kind kind, char *err,
-                            size_t errlen)
+dt_status dt_pipe_partition(int *bounds, const dt_config *cfg, int p, dt_pipe_partition_kind kind,
+                            char *err, size_t errlen)
 {
     if (p < 1 || p > cfg->L) {
-        snprintf(err, errlen, "pipeline: %d stages for %d blocks: every "
+        snprintf(err, errlen,
+                 "pipeline: %d stages for %d blocks: every "
                  "stage must own at least one block (use --pp <= %d or "
-                 "more layers)", p, cfg->L, cfg->L);
+                 "more layers)",
+                 p, cfg->L, cfg->L);
         return DT_EINVAL;
     }
     if (kind == DT_PARTITION_PARAMS) {

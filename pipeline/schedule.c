@@ -28,10 +28,10 @@
 
 #include "pipe_internal.h"
 
-static const char *const kind_names[DT_PIPE_NUM_KINDS] = {"gpipe", "1f1b",
-                                                          "zb"};
-static const char *const op_names[DT_PIPE_NUM_OPS] = {
-    "F", "B", "W", "send_act", "recv_act", "send_grad", "recv_grad", "STEP"};
+static const char *const kind_names[DT_PIPE_NUM_KINDS] = {"gpipe", "1f1b", "zb"};
+static const char *const op_names[DT_PIPE_NUM_OPS] = {"F",         "B",        "W",
+                                                      "send_act",  "recv_act", "send_grad",
+                                                      "recv_grad", "STEP"};
 
 const char *dt_pipe_kind_name(dt_pipe_kind k)
 {
@@ -54,8 +54,7 @@ const char *dt_pipe_op_name(dt_pipe_op op)
 }
 
 /* Compute order -> full list: transfers around each F and B, STEP last. */
-static int add_transfers(dt_pipe_action *out, const dt_pipe_action *comp,
-                         int n, int s, int p)
+static int add_transfers(dt_pipe_action *out, const dt_pipe_action *comp, int n, int s, int p)
 {
     int k = 0;
     for (int i = 0; i < n; i++) {
@@ -76,8 +75,7 @@ static int add_transfers(dt_pipe_action *out, const dt_pipe_action *comp,
 
 static bool uses_grad_slot(dt_pipe_op op)
 {
-    return op == DT_PIPE_B || op == DT_PIPE_W || op == DT_PIPE_RECV_GRAD ||
-           op == DT_PIPE_SEND_GRAD;
+    return op == DT_PIPE_B || op == DT_PIPE_W || op == DT_PIPE_RECV_GRAD || op == DT_PIPE_SEND_GRAD;
 }
 
 /* Lowest-free assignment of one kind of set (grad = 0: activations, 1:
@@ -121,8 +119,7 @@ static int assign_slots(dt_pipe_action *a, int n, int m, int grad)
     return used > 0 ? used : 1;
 }
 
-static int generate(dt_pipe_kind kind, dt_pipe_action **comp, int *n, int p,
-                    int m)
+static int generate(dt_pipe_kind kind, dt_pipe_action **comp, int *n, int p, int m)
 {
     switch (kind) {
     case DT_PIPE_GPIPE: return dt_sched_gpipe(comp, n, p, m);
@@ -136,12 +133,10 @@ static int complete_lists(dt_pipe_schedule *s, dt_pipe_action **comp)
 {
     for (int st = 0; st < s->p; st++) {
         /* each F and B gains at most one transfer before and after */
-        s->actions[st] = malloc((size_t)(3 * s->n[st] + 1) *
-                                sizeof(dt_pipe_action));
+        s->actions[st] = malloc((size_t)(3 * s->n[st] + 1) * sizeof(dt_pipe_action));
         if (!s->actions[st])
             return -1;
-        s->n[st] = add_transfers(s->actions[st], comp[st], s->n[st], st,
-                                 s->p);
+        s->n[st] = add_transfers(s->actions[st], comp[st], s->n[st], st, s->p);
         s->act_slots[st] = assign_slots(s->actions[st], s->n[st], s->m, 0);
         s->grad_slots[st] = assign_slots(s->actions[st], s->n[st], s->m, 1);
         if (s->act_slots[st] < 0 || s->grad_slots[st] < 0)
@@ -150,11 +145,11 @@ static int complete_lists(dt_pipe_schedule *s, dt_pipe_action **comp)
     return 0;
 }
 
-dt_pipe_schedule *dt_pipe_schedule_create(dt_pipe_kind kind, int p, int m,
-                                          char *err, size_t errlen)
+dt_pipe_schedule *dt_pipe_schedule_create(dt_pipe_kind kind, int p, int m, char *err, size_t errlen)
 {
     if (kind >= DT_PIPE_NUM_KINDS || p < 1 || m < 1) {
-        snprintf(err, errlen, "pipeline schedule: %s with %d stages and %d "
+        snprintf(err, errlen,
+                 "pipeline schedule: %s with %d stages and %d "
                  "micro-batches: need a known schedule, p >= 1 and m >= 1",
                  dt_pipe_kind_name(kind), p, m);
         return NULL;
@@ -163,7 +158,10 @@ dt_pipe_schedule *dt_pipe_schedule_create(dt_pipe_kind kind, int p, int m,
     dt_pipe_action **comp = calloc((size_t)p, sizeof *comp);
     int ok = s && comp;
     if (ok) {
-        *s = (dt_pipe_schedule){kind, p, m, kind == DT_PIPE_ZB,
+        *s = (dt_pipe_schedule){kind,
+                                p,
+                                m,
+                                kind == DT_PIPE_ZB,
                                 calloc((size_t)p, sizeof(int)),
                                 calloc((size_t)p, sizeof(dt_pipe_action *)),
                                 calloc((size_t)p, sizeof(int)),
@@ -172,8 +170,7 @@ dt_pipe_schedule *dt_pipe_schedule_create(dt_pipe_kind kind, int p, int m,
     }
     for (int st = 0; ok && st < p; st++)
         ok = (comp[st] = malloc((size_t)3 * m * sizeof **comp)) != NULL;
-    ok = ok && generate(kind, comp, s->n, p, m) == 0 &&
-         complete_lists(s, comp) == 0;
+    ok = ok && generate(kind, comp, s->n, p, m) == 0 && complete_lists(s, comp) == 0;
     for (int st = 0; comp && st < p; st++)
         free(comp[st]);
     free(comp);

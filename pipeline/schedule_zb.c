@@ -44,8 +44,8 @@
 
 typedef struct zb_state {
     int p, m;
-    int *nf, *nb, *nw;   /* [p] F, B, W done so far on each stage */
-    int *f_at, *b_at;    /* [p * m] step that ran F / B of (s, mb); -1 */
+    int *nf, *nb, *nw; /* [p] F, B, W done so far on each stage */
+    int *f_at, *b_at;  /* [p * m] step that ran F / B of (s, mb); -1 */
 } zb_state;
 
 /* The action stage s takes at step t, by the rule above; -1 for idle. */
@@ -54,16 +54,14 @@ static int zb_choose(const zb_state *z, int s, int t, int *mb)
     int p = z->p, m = z->m;
     int f = z->nf[s], b = z->nb[s], w = z->nw[s];
     if (f < m) {
-        int ready = s == 0 || (z->f_at[(s - 1) * m + f] >= 0 &&
-                               z->f_at[(s - 1) * m + f] < t);
+        int ready = s == 0 || (z->f_at[(s - 1) * m + f] >= 0 && z->f_at[(s - 1) * m + f] < t);
         if (ready && f - b < p - s && f - w < p) {
             *mb = f;
             return DT_PIPE_F;
         }
     }
     if (b < f) {
-        int ready = s == p - 1 || (z->b_at[(s + 1) * m + b] >= 0 &&
-                                   z->b_at[(s + 1) * m + b] < t);
+        int ready = s == p - 1 || (z->b_at[(s + 1) * m + b] >= 0 && z->b_at[(s + 1) * m + b] < t);
         if (ready && z->f_at[s * m + b] < t) {
             *mb = b;
             return DT_PIPE_B;
@@ -78,8 +76,7 @@ static int zb_choose(const zb_state *z, int s, int t, int *mb)
 
 /* Plays the steps until every W is done; -1 if that takes longer than a
  * pipeline running one action at a time would (a bug in the rule). */
-static int zb_play(zb_state *z, dt_pipe_action **comp, int *n, int *op,
-                   int *mb)
+static int zb_play(zb_state *z, dt_pipe_action **comp, int *n, int *op, int *mb)
 {
     int p = z->p, m = z->m;
     for (int t = 0, left = p; left > 0; t++) {
@@ -105,7 +102,9 @@ static int zb_play(zb_state *z, dt_pipe_action **comp, int *n, int *op,
 
 int dt_sched_zb(dt_pipe_action **comp, int *n, int p, int m)
 {
-    zb_state z = {p, m, calloc((size_t)p, sizeof(int)),
+    zb_state z = {p,
+                  m,
+                  calloc((size_t)p, sizeof(int)),
                   calloc((size_t)p, sizeof(int)),
                   calloc((size_t)p, sizeof(int)),
                   malloc((size_t)p * m * sizeof(int)),

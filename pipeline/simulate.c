@@ -36,10 +36,10 @@ typedef struct sim {
     /* post times (NAN until posted), indexed [kind][sender stage][mb],
      * kind 0 = activations (s -> s+1), 1 = gradients (s -> s-1) */
     double *send_at[2], *recv_at[2];
-    int *pc;             /* [p] next action */
-    char *posted;        /* [p] the batch at pc is posted */
-    double *clock;       /* [p] */
-    int *slot_send[2];   /* [p * m] mb whose send left from a slot, or -1 */
+    int *pc;           /* [p] next action */
+    char *posted;      /* [p] the batch at pc is posted */
+    double *clock;     /* [p] */
+    int *slot_send[2]; /* [p * m] mb whose send left from a slot, or -1 */
 } sim;
 
 static double *post_time(sim *z, int recv, int kind, int sender, int mb)
@@ -49,8 +49,7 @@ static double *post_time(sim *z, int recv, int kind, int sender, int mb)
 }
 
 /* The transfer's (kind, sender) as seen from stage st. */
-static void transfer_id(dt_pipe_op op, int st, int *kind, int *sender,
-                        int *recv)
+static void transfer_id(dt_pipe_op op, int st, int *kind, int *sender, int *recv)
 {
     *kind = op == DT_PIPE_SEND_GRAD || op == DT_PIPE_RECV_GRAD;
     *recv = op == DT_PIPE_RECV_ACT || op == DT_PIPE_RECV_GRAD;
@@ -108,9 +107,8 @@ static bool step_batch(sim *z, int st)
             transfer_id(acts[i].op, st, &kind, &snd, &recv);
             *post_time(z, recv, kind, snd, acts[i].mb) = z->clock[st];
             if (!recv)
-                z->slot_send[kind][st * z->m +
-                                   (kind ? acts[i].grad_slot
-                                         : acts[i].slot)] = acts[i].mb;
+                z->slot_send[kind][st * z->m + (kind ? acts[i].grad_slot : acts[i].slot)] =
+                    acts[i].mb;
             z->out->start[st][i] = z->out->end[st][i] = z->clock[st];
         }
         z->posted[st] = 1;
@@ -186,15 +184,15 @@ static bool step_stage(sim *z, int st)
 static void describe_stuck(sim *z)
 {
     size_t len = 0, cap = sizeof z->out->err;
-    len += (size_t)snprintf(z->out->err, cap, "%s, p=%d m=%d deadlocks:",
-                            dt_pipe_kind_name(z->s->kind), z->p, z->m);
+    len += (size_t)snprintf(z->out->err, cap,
+                            "%s, p=%d m=%d deadlocks:", dt_pipe_kind_name(z->s->kind), z->p, z->m);
     for (int st = 0; st < z->p && len < cap; st++) {
         if (z->pc[st] >= z->s->n[st])
             continue;
         const dt_pipe_action *a = &z->s->actions[st][z->pc[st]];
         len += (size_t)snprintf(z->out->err + len, cap - len,
-                                " stage %d waits at %s%d (action %d);", st,
-                                dt_pipe_op_name(a->op), a->mb, z->pc[st]);
+                                " stage %d waits at %s%d (action %d);", st, dt_pipe_op_name(a->op),
+                                a->mb, z->pc[st]);
     }
 }
 
@@ -218,8 +216,7 @@ static bool sim_alloc(sim *z)
     z->out->busy = calloc((size_t)z->p, sizeof(double));
     z->out->start = calloc((size_t)z->p, sizeof(double *));
     z->out->end = calloc((size_t)z->p, sizeof(double *));
-    ok = ok && z->pc && z->posted && z->clock && z->out->busy &&
-         z->out->start && z->out->end;
+    ok = ok && z->pc && z->posted && z->clock && z->out->busy && z->out->start && z->out->end;
     for (int st = 0; ok && st < z->p; st++) {
         z->out->start[st] = calloc((size_t)z->s->n[st], sizeof(double));
         z->out->end[st] = calloc((size_t)z->s->n[st], sizeof(double));
@@ -240,8 +237,7 @@ static void sim_release(sim *z)
     free(z->clock);
 }
 
-dt_status dt_pipe_simulate(const dt_pipe_schedule *s, const dt_pipe_costs *c,
-                           dt_pipe_sim *out)
+dt_status dt_pipe_simulate(const dt_pipe_schedule *s, const dt_pipe_costs *c, dt_pipe_sim *out)
 {
     memset(out, 0, sizeof *out);
     sim z = {.s = s, .c = c, .out = out, .p = s->p, .m = s->m};
@@ -280,8 +276,8 @@ void dt_pipe_sim_free(const dt_pipe_schedule *s, dt_pipe_sim *sim)
     memset(sim, 0, sizeof *sim);
 }
 
-void dt_pipe_sim_draw(const dt_pipe_schedule *s, const dt_pipe_sim *sim,
-                      double unit, bool letters, FILE *f)
+void dt_pipe_sim_draw(const dt_pipe_schedule *s, const dt_pipe_sim *sim, double unit, bool letters,
+                      FILE *f)
 {
     int cols = (int)ceil(sim->makespan / unit);
     char *row = malloc((size_t)cols + 1);

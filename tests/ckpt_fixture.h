@@ -26,10 +26,11 @@ static inline dt_config fixture_config(void)
     return (dt_config){.V = 8, .T = 5, .L = 2, .H = 1, .C = 5};
 }
 
-static inline int fixture_rm_one(const char *p, const struct stat *sb, int f,
-                                 struct FTW *w)
+static inline int fixture_rm_one(const char *p, const struct stat *sb, int f, struct FTW *w)
 {
-    (void)sb; (void)f; (void)w;
+    (void)sb;
+    (void)f;
+    (void)w;
     return remove(p);
 }
 
@@ -61,8 +62,7 @@ static inline float fixture_value(long step, int array, size_t i)
     return (float)(int32_t)x / 2147483648.0f;
 }
 
-static inline void full_state_init(full_state *f, dt_ckpt_mode mode,
-                                   long step)
+static inline void full_state_init(full_state *f, dt_ckpt_mode mode, long step)
 {
     dt_config cfg = fixture_config();
     size_t n = dt_config_num_params(&cfg);
@@ -77,14 +77,21 @@ static inline void full_state_init(full_state *f, dt_ckpt_mode mode,
             arr[a][i] = fixture_value(step, a, i);
     /* ZeRO-1's master holds the same fp32 values as the parameters */
     memcpy(f->master, f->params, n * sizeof(float));
-    f->s = (dt_ckpt_state){.cfg = cfg, .mode = mode, .rank = 0, .world = 1,
-                           .step = step, .seed = 0xfeedbeefcafe1234ull,
+    f->s = (dt_ckpt_state){.cfg = cfg,
+                           .mode = mode,
+                           .rank = 0,
+                           .world = 1,
+                           .step = step,
+                           .seed = 0xfeedbeefcafe1234ull,
                            .data_row = (uint64_t)step * 16,
                            .rng_state = 0x8000000000000001ull ^ (uint64_t)step,
-                           .num_params = n, .params = f->params,
-                           .opt_lo = 0, .opt_n = n,
+                           .num_params = n,
+                           .params = f->params,
+                           .opt_lo = 0,
+                           .opt_n = n,
                            .master = mode == DT_CKPT_ZERO1 ? f->master : NULL,
-                           .adam_m = f->m, .adam_v = f->v};
+                           .adam_m = f->m,
+                           .adam_v = f->v};
 }
 
 static inline void full_state_free(full_state *f)
@@ -97,8 +104,7 @@ static inline void full_state_free(full_state *f)
 
 /* Rank r's view of `world` ranks: zeroed buffers to load into (under
  * ZeRO-1 the optimizer range is r's partition, at index 0). */
-static inline void fixture_rank_view(full_state *dst, dt_ckpt_mode mode, int r,
-                                     int world)
+static inline void fixture_rank_view(full_state *dst, dt_ckpt_mode mode, int r, int world)
 {
     full_state_init(dst, mode, 0);
     size_t n = dst->s.num_params;
@@ -113,8 +119,7 @@ static inline void fixture_rank_view(full_state *dst, dt_ckpt_mode mode, int r,
 }
 
 /* What a view loaded equals the full state src, byte for byte. */
-static inline void fixture_expect_view(const full_state *src,
-                                       const full_state *got)
+static inline void fixture_expect_view(const full_state *src, const full_state *got)
 {
     const dt_ckpt_state *a = &src->s, *b = &got->s;
     cr_assert_eq(memcmp(a->params, b->params, a->num_params * sizeof(float)), 0,
@@ -147,8 +152,7 @@ static inline void fixture_flip_byte(const char *path, long offset)
 }
 
 /* Rewrites root/step_N/manifest.json through edit(json). */
-static inline void fixture_edit_manifest(const char *stepdir,
-                                         void (*edit)(json_t *root))
+static inline void fixture_edit_manifest(const char *stepdir, void (*edit)(json_t *root))
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/manifest.json", stepdir);

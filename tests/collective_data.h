@@ -27,7 +27,8 @@
 #include "rank_threads.h"
 #include "reduce.h"
 
-static inline void *xmalloc(size_t bytes) {
+static inline void *xmalloc(size_t bytes)
+{
     void *p = malloc(bytes ? bytes : 1); /* non-NULL even for count 0 */
     if (!p)
         abort();
@@ -36,7 +37,8 @@ static inline void *xmalloc(size_t bytes) {
 
 /* ---- values ---------------------------------------------------------------- */
 
-static inline void put_value(void *buf, size_t i, dt_dtype t, double v) {
+static inline void put_value(void *buf, size_t i, dt_dtype t, double v)
+{
     switch (t) {
     case DT_F32: ((float *)buf)[i] = (float)v; break;
     case DT_F64: ((double *)buf)[i] = v; break;
@@ -50,7 +52,8 @@ static inline void put_value(void *buf, size_t i, dt_dtype t, double v) {
     }
 }
 
-static inline double get_value(const void *buf, size_t i, dt_dtype t) {
+static inline double get_value(const void *buf, size_t i, dt_dtype t)
+{
     switch (t) {
     case DT_F32: return ((const float *)buf)[i];
     case DT_F64: return ((const double *)buf)[i];
@@ -67,7 +70,8 @@ static inline double get_value(const void *buf, size_t i, dt_dtype t) {
 /* A well-mixed number for element i (splitmix64's finaliser): patterns built
  * on it have no period, so a chunk or block that lands shifted, by any
  * amount, disagrees with the reference almost everywhere. */
-static inline uint64_t element_hash(size_t i) {
+static inline uint64_t element_hash(size_t i)
+{
     uint64_t x = (uint64_t)i * 0x9e3779b97f4a7c15u;
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9u;
     x = (x ^ (x >> 27)) * 0x94d049bb133111ebu;
@@ -77,7 +81,8 @@ static inline uint64_t element_hash(size_t i) {
 /* What `rank` contributes at element i to a reduction with `op`. Along the
  * ranks the pattern steps through residues, so 8 ranks hit each residue at
  * most twice (the bound on prod's factors). */
-static inline int reduction_value(dt_dtype t, dt_redop op, int rank, size_t i) {
+static inline int reduction_value(dt_dtype t, dt_redop op, int rank, size_t i)
+{
     const bool is_unsigned = t == DT_U8;
     const uint64_t h = element_hash(i), r = (uint64_t)rank;
     switch (op) {
@@ -87,18 +92,18 @@ static inline int reduction_value(dt_dtype t, dt_redop op, int rank, size_t i) {
         size_t k = (size_t)((h + r) % 5);
         return is_unsigned ? unsigned_factors[k] : signed_factors[k];
     }
-    case DT_MIN: case DT_MAX:
-        return (int)((h + r * 11) % 13) - (is_unsigned ? 0 : 6);
+    case DT_MIN:
+    case DT_MAX: return (int)((h + r * 11) % 13) - (is_unsigned ? 0 : 6);
     case DT_BAND: return 0x7f & ~(1 << ((h + r) % 7));
     case DT_BOR: return 1 << ((h + 2 * r) % 7);
     case DT_BXOR: return (int)((h + r * 29) % 97);
-    default: /* sum, avg */
-        return (int)((h + r * 3) % 9) - (is_unsigned ? 0 : 4);
+    default: /* sum, avg */ return (int)((h + r * 3) % 9) - (is_unsigned ? 0 : 4);
     }
 }
 
 /* buf[i] = v[i] in dtype t; the switch outside the loops keeps it fast. */
-static inline void store_ints(void *buf, const int *v, size_t n, dt_dtype t) {
+static inline void store_ints(void *buf, const int *v, size_t n, dt_dtype t)
+{
 #define STORE_LOOP(type, expr)         \
     do {                               \
         for (size_t i = 0; i < n; i++) \
@@ -119,8 +124,8 @@ static inline void store_ints(void *buf, const int *v, size_t n, dt_dtype t) {
 #undef STORE_LOOP
 }
 
-static inline void fill_reduction_input(void *buf, size_t n, dt_dtype t,
-                                        dt_redop op, int rank) {
+static inline void fill_reduction_input(void *buf, size_t n, dt_dtype t, dt_redop op, int rank)
+{
     int *v = xmalloc(n * sizeof *v);
     for (size_t i = 0; i < n; i++)
         v[i] = reduction_value(t, op, rank, i);
@@ -131,7 +136,8 @@ static inline void fill_reduction_input(void *buf, size_t n, dt_dtype t,
 /* Element i of the block that rank `from` holds for rank `to` (0 where
  * there is no destination): below 101, distinct for distinct `from` (37
  * is invertible mod 101). */
-static inline void fill_block(void *buf, size_t n, dt_dtype t, int from, int to) {
+static inline void fill_block(void *buf, size_t n, dt_dtype t, int from, int to)
+{
     int *v = xmalloc(n * sizeof *v);
     for (size_t i = 0; i < n; i++)
         v[i] = (int)(((uint64_t)from * 37 + (uint64_t)to * 13 + element_hash(i)) % 101);
@@ -140,16 +146,17 @@ static inline void fill_block(void *buf, size_t n, dt_dtype t, int from, int to)
 }
 
 /* Records a mismatch (first differing element) under `label`. */
-static inline void expect_equal(rank_ctx *rc, const char *label, const void *got,
-                                const void *want, size_t n, dt_dtype t) {
+static inline void expect_equal(rank_ctx *rc, const char *label, const void *got, const void *want,
+                                size_t n, dt_dtype t)
+{
     size_t es = dt_dtype_size(t);
     if (n == 0 || memcmp(got, want, n * es) == 0)
         return;
     size_t i = 0;
     while (memcmp((const char *)got + i * es, (const char *)want + i * es, es) == 0)
         i++;
-    rank_fail(rc, "%s: element %zu of %zu is %g, expected %g", label, i, n,
-              get_value(got, i, t), get_value(want, i, t));
+    rank_fail(rc, "%s: element %zu of %zu is %g, expected %g", label, i, n, get_value(got, i, t),
+              get_value(want, i, t));
 }
 
 #endif /* DT_TEST_COLLECTIVE_DATA_H */

@@ -56,8 +56,8 @@ static inline void fixture_load(fixture *fx, const char *path)
         cr_assert_eq(fread(&r->count, 4, 1, f), 1);
         r->dtype = dt;
         r->data = malloc((size_t)r->count * 4 + 1);
-        cr_assert_eq(fread(r->data, 4, r->count, f), r->count,
-                     "fixture record %s truncated", r->name);
+        cr_assert_eq(fread(r->data, 4, r->count, f), r->count, "fixture record %s truncated",
+                     r->name);
     }
     fclose(f);
 }
@@ -82,19 +82,17 @@ static inline dt_model *golden_model(fixture *fx, const dt_backend *be)
 {
     fixture_load(fx, DT_TEST_DATA_DIR "/minigpt_golden.bin");
     const int *cfg = fixture_get(fx, "config")->data;
-    dt_config c = {.V = cfg[0], .T = cfg[1], .L = cfg[2], .H = cfg[3],
-                   .C = cfg[4]};
+    dt_config c = {.V = cfg[0], .T = cfg[1], .L = cfg[2], .H = cfg[3], .C = cfg[4]};
     dt_model *m;
-    cr_assert_eq(dt_model_create(&m, &c, be, cfg[5]), DT_OK, "%s",
-                 dt_model_error(m));
+    cr_assert_eq(dt_model_create(&m, &c, be, cfg[5]), DT_OK, "%s", dt_model_error(m));
     float *host = calloc(m->num_params, sizeof(float));
     for (int i = 0; i < m->num_tensors; i++) {
         const dt_tensor_info *t = &m->tensors[i];
         char key[80];
         snprintf(key, sizeof key, "param:%s", t->name);
         const record *r = fixture_get(fx, key);
-        cr_assert_eq(r->count, t->numel, "%s: %u values, layout says %zu",
-                     t->name, r->count, t->numel);
+        cr_assert_eq(r->count, t->numel, "%s: %u values, layout says %zu", t->name, r->count,
+                     t->numel);
         memcpy(host + t->offset, r->data, t->numel * sizeof(float));
     }
     dt_model_set_params(m, host);
@@ -106,8 +104,7 @@ static inline void golden_forward(dt_model *m, const fixture *fx)
 {
     const int *cfg = fixture_get(fx, "config")->data;
     cr_assert_eq(dt_model_forward(m, fixture_get(fx, "inputs")->data,
-                                  fixture_get(fx, "targets")->data, cfg[5],
-                                  cfg[1]),
+                                  fixture_get(fx, "targets")->data, cfg[5], cfg[1]),
                  DT_OK, "%s", dt_model_error(m));
 }
 

@@ -40,8 +40,8 @@ extern char **environ;
 typedef struct launch_run {
     pid_t pid;
     char dir[64];
-    char *out, *err;   /* after launch_wait: the launcher's stdout and stderr */
-    int code;          /* exit code, or 128+signal */
+    char *out, *err; /* after launch_wait: the launcher's stdout and stderr */
+    int code;        /* exit code, or 128+signal */
 } launch_run;
 
 /* The launcher's environment: ours without any inherited launch contract,
@@ -49,14 +49,16 @@ typedef struct launch_run {
 static inline char **test_env(const char *const *extra)
 {
     size_t n = 0, k = 0;
-    while (environ[n]) n++;
+    while (environ[n])
+        n++;
     char **env = calloc(n + 8, sizeof *env);
     cr_assert(env);
     for (size_t i = 0; i < n; i++)
         if (strncmp(environ[i], "DT_", 3) && strncmp(environ[i], "RANK=", 5) &&
             strncmp(environ[i], "WORLD_SIZE=", 11))
             env[k++] = environ[i];
-    for (; extra && *extra; extra++) env[k++] = (char *)*extra;
+    for (; extra && *extra; extra++)
+        env[k++] = (char *)*extra;
     return env;
 }
 
@@ -70,7 +72,8 @@ static inline void launch_start_env(launch_run *r, const char *const *extra_env,
     snprintf(err, sizeof err, "%s/stderr", r->dir);
     const char *argv[32] = {LAUNCH_BIN};
     int n = 1;
-    for (; *args; args++) argv[n++] = strcmp(*args, "DIR") ? *args : r->dir;
+    for (; *args; args++)
+        argv[n++] = strcmp(*args, "DIR") ? *args : r->dir;
     argv[n] = NULL;
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
@@ -84,7 +87,10 @@ static inline void launch_start_env(launch_run *r, const char *const *extra_env,
     free(env);
 }
 
-static inline void launch_start(launch_run *r, const char **args) { launch_start_env(r, NULL, args); }
+static inline void launch_start(launch_run *r, const char **args)
+{
+    launch_start_env(r, NULL, args);
+}
 
 static inline char *slurp(const char *dir, const char *name)
 {
@@ -97,7 +103,8 @@ static inline char *slurp(const char *dir, const char *name)
     size_t got;
     while ((got = fread(buf + len, 1, cap - len - 1, f)) > 0) {
         len += got;
-        if (cap - len < 2) buf = realloc(buf, cap *= 2);
+        if (cap - len < 2)
+            buf = realloc(buf, cap *= 2);
     }
     buf[len] = '\0';
     fclose(f);
@@ -107,7 +114,8 @@ static inline char *slurp(const char *dir, const char *name)
 static inline void launch_wait(launch_run *r)
 {
     int status;
-    while (waitpid(r->pid, &status, 0) < 0) cr_assert_eq(errno, EINTR);
+    while (waitpid(r->pid, &status, 0) < 0)
+        cr_assert_eq(errno, EINTR);
     r->code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     r->out = slurp(r->dir, "stdout");
     r->err = slurp(r->dir, "stderr");
@@ -131,7 +139,8 @@ static inline pid_t wait_pid_file(const launch_run *r, int rank)
     char path[128];
     snprintf(path, sizeof path, "%s/pid_%d", r->dir, rank);
     FILE *f;
-    while (!(f = fopen(path, "r"))) nanosleep(&(struct timespec){0, 5000000}, NULL);
+    while (!(f = fopen(path, "r")))
+        nanosleep(&(struct timespec){0, 5000000}, NULL);
     int pid = 0;
     cr_assert_eq(fscanf(f, "%d", &pid), 1);
     fclose(f);
@@ -144,22 +153,25 @@ static inline void assert_all_gone(const launch_run *r, int n)
         char path[128];
         snprintf(path, sizeof path, "%s/pid_%d", r->dir, i);
         FILE *f = fopen(path, "r");
-        if (!f) continue;  /* stopped before it wrote its pid */
+        if (!f)
+            continue; /* stopped before it wrote its pid */
         int pid = 0;
         cr_assert_eq(fscanf(f, "%d", &pid), 1);
         fclose(f);
-        cr_assert(kill(pid, 0) != 0 && errno == ESRCH, "rank %d (pid %d) outlived the launcher",
-                  i, pid);
+        cr_assert(kill(pid, 0) != 0 && errno == ESRCH, "rank %d (pid %d) outlived the launcher", i,
+                  pid);
     }
 }
 
 /* The value of NAME in the line "[rank] NAME=value" of `out`, copied to buf. */
-static inline const char *value_of(const char *out, int rank, const char *name, char *buf, size_t len)
+static inline const char *value_of(const char *out, int rank, const char *name, char *buf,
+                                   size_t len)
 {
     char key[96];
     snprintf(key, sizeof key, "[%d] %s=", rank, name);
     for (const char *p = out; (p = strstr(p, key)); p++) {
-        if (p != out && p[-1] != '\n') continue;
+        if (p != out && p[-1] != '\n')
+            continue;
         p += strlen(key);
         size_t n = strcspn(p, "\n");
         cr_assert(n < len);

@@ -58,15 +58,22 @@ static void write_pid_file(const char *dir)
     snprintf(tmp, sizeof tmp, "%s/.pid_%d", dir, env_int("RANK"));
     snprintf(path, sizeof path, "%s/pid_%d", dir, env_int("RANK"));
     FILE *f = fopen(tmp, "w");
-    if (!f) { perror(tmp); exit(90); }
+    if (!f) {
+        perror(tmp);
+        exit(90);
+    }
     fprintf(f, "%d\n", (int)getpid());
     fclose(f);
-    if (rename(tmp, path) != 0) { perror(path); exit(90); }
+    if (rename(tmp, path) != 0) {
+        perror(path);
+        exit(90);
+    }
 }
 
 static _Noreturn void sleep_forever(void)
 {
-    for (;;) pause();
+    for (;;)
+        pause();
 }
 
 static void wait_for_pid_files(const char *dir, int n)
@@ -74,15 +81,26 @@ static void wait_for_pid_files(const char *dir, int n)
     for (int i = 0; i < n; i++) {
         char path[4096];
         snprintf(path, sizeof path, "%s/pid_%d", dir, i);
-        while (access(path, F_OK) != 0) nanosleep(&(struct timespec){0, 5000000}, NULL);
+        while (access(path, F_OK) != 0)
+            nanosleep(&(struct timespec){0, 5000000}, NULL);
     }
 }
 
 static int mode_env(void)
 {
-    static const char *names[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
-        "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "TORCHELASTIC_RESTART_COUNT",
-        "DT_RESTART_COUNT", "TORCHELASTIC_RUN_ID", "DT_JOB_ID", "DT_INIT_URL", "DT_SECRET"};
+    static const char *names[] = {"RANK",
+                                  "LOCAL_RANK",
+                                  "WORLD_SIZE",
+                                  "LOCAL_WORLD_SIZE",
+                                  "GROUP_RANK",
+                                  "GROUP_WORLD_SIZE",
+                                  "ROLE_RANK",
+                                  "TORCHELASTIC_RESTART_COUNT",
+                                  "DT_RESTART_COUNT",
+                                  "TORCHELASTIC_RUN_ID",
+                                  "DT_JOB_ID",
+                                  "DT_INIT_URL",
+                                  "DT_SECRET"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const char *v = getenv(names[i]);
         printf("%s=%s\n", names[i], v ? v : "(unset)");
@@ -132,12 +150,15 @@ static dt_comm *join_from_env(void)
 static int mode_allreduce(void)
 {
     dt_comm *c = join_from_env();
-    if (!c) return 93;
+    if (!c)
+        return 93;
     int rank = dt_comm_rank(c), world = dt_comm_size(c);
     float v = (float)(rank + 1);
     dt_status st = dt_allreduce(c, &v, 1, DT_F32, DT_SUM);
-    if (st == DT_OK) printf("rank=%d world=%d sum=%g\n", rank, world, v);
-    else fprintf(stderr, "allreduce: %s\n", dt_comm_error(c));
+    if (st == DT_OK)
+        printf("rank=%d world=%d sum=%g\n", rank, world, v);
+    else
+        fprintf(stderr, "allreduce: %s\n", dt_comm_error(c));
     dt_comm_destroy(c);
     return st == DT_OK ? 0 : 94;
 }
@@ -148,10 +169,13 @@ static int mode_allreduce(void)
 static int mode_allreduce_loop(const char *dir, int hung)
 {
     dt_comm *c = join_from_env();
-    if (!c) return 93;
-    if (dt_comm_rank(c) == hung) signal(SIGTERM, SIG_IGN);
+    if (!c)
+        return 93;
+    if (dt_comm_rank(c) == hung)
+        signal(SIGTERM, SIG_IGN);
     write_pid_file(dir);
-    if (dt_comm_rank(c) == hung) sleep_forever();
+    if (dt_comm_rank(c) == hung)
+        sleep_forever();
     float v = 1;
     dt_status st;
     for (unsigned long i = 0;; i++) {
@@ -168,7 +192,8 @@ static int mode_allreduce_loop(const char *dir, int hung)
 static int mode_join_sleep(const char *dir)
 {
     dt_comm *c = join_from_env();
-    if (!c) return 93;
+    if (!c)
+        return 93;
     printf("init_url=%s\n", getenv("DT_INIT_URL"));
     write_pid_file(dir);
     sleep_forever();
@@ -179,7 +204,8 @@ static int mode_join_sleep(const char *dir)
 static int mode_abort_one(const char *dir, int culprit, int code)
 {
     dt_comm *c = join_from_env();
-    if (!c) return 93;
+    if (!c)
+        return 93;
     write_pid_file(dir);
     if (dt_comm_rank(c) == culprit) {
         char why[128];
@@ -192,7 +218,8 @@ static int mode_abort_one(const char *dir, int culprit, int code)
     }
     float v = 1;
     dt_status st = dt_allreduce(c, &v, 1, DT_F32, DT_SUM);
-    if (st != DT_OK) fprintf(stderr, "allreduce: %s\n", dt_comm_error(c));
+    if (st != DT_OK)
+        fprintf(stderr, "allreduce: %s\n", dt_comm_error(c));
     dt_comm_destroy(c);
     return st == DT_OK ? 0 : 94;
 }
@@ -208,15 +235,19 @@ static int mode_peer_died(const char *dir, int culprit)
     write_pid_file(dir);
     if (rank == culprit) {
         fprintf(stderr, "rank %d: out of memory for the activations\n", rank);
-        FILE *f = fopen(said, "w");  /* the others fail once it has spoken */
-        if (!f) return 90;
+        FILE *f = fopen(said, "w"); /* the others fail once it has spoken */
+        if (!f)
+            return 90;
         fclose(f);
         nanosleep(&(struct timespec){0, 500 * 1000 * 1000}, NULL);
         return 3;
     }
-    while (access(said, F_OK) != 0) nanosleep(&(struct timespec){0, 5000000}, NULL);
-    fprintf(stderr, "rank %d: connection to rank %d (127.0.0.1:9) lost: end of file; rank %d "
-            "died or its process was killed\n", rank, culprit, culprit);
+    while (access(said, F_OK) != 0)
+        nanosleep(&(struct timespec){0, 5000000}, NULL);
+    fprintf(stderr,
+            "rank %d: connection to rank %d (127.0.0.1:9) lost: end of file; rank %d "
+            "died or its process was killed\n",
+            rank, culprit, culprit);
     return 1;
 }
 
@@ -225,9 +256,11 @@ static int mode_peer_died(const char *dir, int culprit)
 static int mode_long_error(int len, int code)
 {
     char *line = malloc((size_t)len + 64);
-    if (!line) return 95;
+    if (!line)
+        return 95;
     int n = sprintf(line, "error on rank %d: ", env_int("RANK"));
-    for (; n < len; n++) line[n] = n % 10 ? '.' : '|';
+    for (; n < len; n++)
+        line[n] = n % 10 ? '.' : '|';
     sprintf(line + n, " blamed peer rank 3");
     fprintf(stderr, "%s\n", line);
     free(line);
@@ -238,21 +271,25 @@ int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *mode = argc > 1 ? argv[1] : "";
-    if (!strcmp(mode, "env")) return mode_env();
-    if (!strcmp(mode, "lines") && argc > 2) return mode_lines(atoi(argv[2]));
+    if (!strcmp(mode, "env"))
+        return mode_env();
+    if (!strcmp(mode, "lines") && argc > 2)
+        return mode_lines(atoi(argv[2]));
     if (!strcmp(mode, "streams")) {
         printf("to-stdout rank=%d\n", env_int("RANK"));
         fprintf(stderr, "to-stderr rank=%d\n", env_int("RANK"));
         return 0;
     }
     if ((!strcmp(mode, "sleep") || !strcmp(mode, "sleep-ignore-term")) && argc > 2) {
-        if (!strcmp(mode, "sleep-ignore-term")) signal(SIGTERM, SIG_IGN);
+        if (!strcmp(mode, "sleep-ignore-term"))
+            signal(SIGTERM, SIG_IGN);
         write_pid_file(argv[2]);
         sleep_forever();
     }
     if (!strcmp(mode, "fail") && argc > 4) {
         write_pid_file(argv[2]);
-        if (env_int("RANK") != atoi(argv[3])) sleep_forever();
+        if (env_int("RANK") != atoi(argv[3]))
+            sleep_forever();
         wait_for_pid_files(argv[2], env_int("WORLD_SIZE"));
         printf("rank %d is about to fail with code %d\n", env_int("RANK"), atoi(argv[4]));
         return atoi(argv[4]);
@@ -262,13 +299,16 @@ int main(int argc, char **argv)
         printf("attempt %d job %s\n", restart, getenv("DT_JOB_ID"));
         return restart < atoi(argv[2]) ? atoi(argv[3]) : 0;
     }
-    if (!strcmp(mode, "allreduce")) return mode_allreduce();
+    if (!strcmp(mode, "allreduce"))
+        return mode_allreduce();
     if (!strcmp(mode, "allreduce-loop") && argc > 2)
         return mode_allreduce_loop(argv[2], argc > 3 ? atoi(argv[3]) : -1);
-    if (!strcmp(mode, "join-sleep") && argc > 2) return mode_join_sleep(argv[2]);
+    if (!strcmp(mode, "join-sleep") && argc > 2)
+        return mode_join_sleep(argv[2]);
     if (!strcmp(mode, "abort-one") && argc > 4)
         return mode_abort_one(argv[2], atoi(argv[3]), atoi(argv[4]));
-    if (!strcmp(mode, "peer-died") && argc > 3) return mode_peer_died(argv[2], atoi(argv[3]));
+    if (!strcmp(mode, "peer-died") && argc > 3)
+        return mode_peer_died(argv[2], atoi(argv[3]));
     if (!strcmp(mode, "long-error") && argc > 3)
         return mode_long_error(atoi(argv[2]), atoi(argv[3]));
     fprintf(stderr, "launch_worker: unknown mode '%s'\n", mode);

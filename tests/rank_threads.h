@@ -47,18 +47,18 @@ typedef struct rank_job rank_job;
 
 typedef struct rank_ctx {
     int rank, world;
-    dt_comm *comm;    /* this rank's communicator for the job */
-    void *arg;        /* the test's argument, shared by all ranks */
+    dt_comm *comm; /* this rank's communicator for the job */
+    void *arg;     /* the test's argument, shared by all ranks */
     rank_job *job;
     bool failed;
-    char msg[1024];   /* the first failure, for the test's report */
+    char msg[1024]; /* the first failure, for the test's report */
 } rank_ctx;
 
 typedef void (*rank_fn)(rank_ctx *rc);
 
 struct rank_job {
     int world;
-    char url[128];    /* the job's rendezvous URL */
+    char url[128]; /* the job's rendezvous URL */
     rank_fn fn;
     void *arg;
     /* rank_sync: a barrier that a failed rank can break */
@@ -73,8 +73,9 @@ struct rank_job {
 
 /* Records the first failure of this rank; returns false so that callers
  * can write `return rank_fail(...)`. */
-__attribute__((format(printf, 2, 3)))
-static inline bool rank_fail(rank_ctx *rc, const char *fmt, ...) {
+__attribute__((format(printf, 2, 3))) static inline bool rank_fail(rank_ctx *rc, const char *fmt,
+                                                                   ...)
+{
     if (!rc->failed) {
         va_list ap;
         va_start(ap, fmt);
@@ -87,7 +88,8 @@ static inline bool rank_fail(rank_ctx *rc, const char *fmt, ...) {
 
 /* Waits until every rank of the job calls rank_sync as often. False when a
  * rank has given up (returned failed): the caller should return too. */
-static inline bool rank_sync(rank_ctx *rc) {
+static inline bool rank_sync(rank_ctx *rc)
+{
     rank_job *j = rc->job;
     pthread_mutex_lock(&j->mu);
     unsigned long gen = j->generation;
@@ -103,7 +105,8 @@ static inline bool rank_sync(rank_ctx *rc) {
     return ok || rank_fail(rc, "gave up: another rank failed");
 }
 
-static inline void rank_sync_break(rank_job *j) {
+static inline void rank_sync_break(rank_job *j)
+{
     pthread_mutex_lock(&j->mu);
     j->broken = true;
     pthread_cond_broadcast(&j->cv);
@@ -112,8 +115,8 @@ static inline void rank_sync_break(rank_job *j) {
 
 /* Joins `url` as this rank, with the tests' timeouts. On failure records
  * why and returns the status (*out is then NULL). */
-static inline dt_status rank_join(rank_ctx *rc, const char *url,
-                                  const char *job_id, dt_comm **out) {
+static inline dt_status rank_join(rank_ctx *rc, const char *url, const char *job_id, dt_comm **out)
+{
     dt_comm_options o;
     dt_comm_options_default(&o);
     o.rank = rc->rank;
@@ -134,7 +137,8 @@ static inline dt_status rank_join(rank_ctx *rc, const char *url,
     return st;
 }
 
-static inline void *rank_thread_main(void *p) {
+static inline void *rank_thread_main(void *p)
+{
     rank_ctx *rc = p;
     if (rank_join(rc, rc->job->url, "collectives", &rc->comm) == DT_OK)
         rc->job->fn(rc);
@@ -150,16 +154,17 @@ static inline void *rank_thread_main(void *p) {
  * Verdicts are in job->ranks[r].failed / .msg. Returns the number of ranks
  * that failed (threads that could not start count as failed). devices: NULL,
  * or [world] with rank r's communicator staging devices[r]'s buffers. */
-static inline int rank_threads_run_on(rank_job *job, int world, rank_fn fn,
-                                      void *arg, struct dt_device **devices) {
+static inline int rank_threads_run_on(rank_job *job, int world, rank_fn fn, void *arg,
+                                      struct dt_device **devices)
+{
     static atomic_uint counter;
     memset(job, 0, sizeof *job);
     job->devices = devices;
     job->world = world;
     job->fn = fn;
     job->arg = arg;
-    snprintf(job->url, sizeof job->url, "file:///tmp/dtrain-test-%d-%u",
-             (int)getpid(), atomic_fetch_add(&counter, 1));
+    snprintf(job->url, sizeof job->url, "file:///tmp/dtrain-test-%d-%u", (int)getpid(),
+             atomic_fetch_add(&counter, 1));
     pthread_mutex_init(&job->mu, NULL);
     pthread_cond_init(&job->cv, NULL);
 
@@ -189,8 +194,8 @@ static inline int rank_threads_run_on(rank_job *job, int world, rank_fn fn,
 }
 
 /* rank_threads_run_on with no devices: host buffers only. */
-static inline int rank_threads_run(rank_job *job, int world, rank_fn fn,
-                                   void *arg) {
+static inline int rank_threads_run(rank_job *job, int world, rank_fn fn, void *arg)
+{
     return rank_threads_run_on(job, world, fn, arg, NULL);
 }
 

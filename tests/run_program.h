@@ -42,8 +42,7 @@ static inline char *run_slurp(const char *path)
 /* Runs argv (NULL-terminated, argv[0] a path) with output to log_path;
  * returns the exit code, or 128 + signal; *out (if not NULL) gets the
  * output, malloc'ed. */
-static inline int run_program(const char *const *argv, const char *log_path,
-                              char **out)
+static inline int run_program(const char *const *argv, const char *log_path, char **out)
 {
     size_t n = 0, k = 0;
     while (environ[n])
@@ -57,8 +56,7 @@ static inline int run_program(const char *const *argv, const char *log_path,
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, log_path,
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 1, log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
     pid_t pid;
     int rc = posix_spawn(&pid, argv[0], &fa, NULL, (char **)argv, env);

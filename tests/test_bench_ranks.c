@@ -31,7 +31,10 @@
 
 enum { RANKS = 3 };
 
-static void sleep_ms(long ms) { nanosleep(&(struct timespec){0, ms * 1000000}, NULL); }
+static void sleep_ms(long ms)
+{
+    nanosleep(&(struct timespec){0, ms * 1000000}, NULL);
+}
 
 /* The parent pid in /proc/PID/stat, or -1. */
 static pid_t parent_of(pid_t pid)
@@ -39,7 +42,8 @@ static pid_t parent_of(pid_t pid)
     char path[64], buf[512];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
     FILE *f = fopen(path, "r");
-    if (!f) return -1;
+    if (!f)
+        return -1;
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
     buf[n] = '\0';
@@ -56,7 +60,8 @@ static int children_of(pid_t parent, pid_t *out, int max)
     int n = 0;
     for (struct dirent *e; (e = readdir(d)) && n < max;) {
         pid_t pid = (pid_t)atoi(e->d_name);
-        if (pid > 0 && parent_of(pid) == parent) out[n++] = pid;
+        if (pid > 0 && parent_of(pid) == parent)
+            out[n++] = pid;
     }
     closedir(d);
     return n;
@@ -85,8 +90,9 @@ static void bench_start(bench_run *b)
     cr_assert(mkdtemp(b->dir), "mkdtemp: %s", strerror(errno));
     snprintf(b->out, sizeof b->out, "%s/stdout", b->dir);
     snprintf(b->err, sizeof b->err, "%s/stderr", b->dir);
-    const char *argv[] = {DTRAIN_BENCH_BIN, "--ranks", "3", "-c", "allreduce", "-b", "4",
-                          "-e", "4", "-w", "1", "-n", "1000000", NULL};
+    const char *argv[] = {
+        DTRAIN_BENCH_BIN, "--ranks", "3", "-c", "allreduce", "-b", "4", "-e", "4", "-w", "1", "-n",
+        "1000000",        NULL};
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
@@ -108,7 +114,8 @@ static void bench_start(bench_run *b)
 static int bench_wait(const bench_run *b, char **err)
 {
     int status;
-    while (waitpid(b->pid, &status, 0) < 0) cr_assert_eq(errno, EINTR);
+    while (waitpid(b->pid, &status, 0) < 0)
+        cr_assert_eq(errno, EINTR);
     *err = run_slurp(b->err);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
@@ -130,8 +137,7 @@ static void bench_cleanup(const bench_run *b)
     rmdir(b->dir);
 }
 
-Test(bench_ranks, a_killed_rank_lets_the_others_report_and_sets_the_exit_status,
-     .timeout = 60)
+Test(bench_ranks, a_killed_rank_lets_the_others_report_and_sets_the_exit_status, .timeout = 60)
 {
     bench_run b;
     bench_start(&b);
@@ -145,10 +151,12 @@ Test(bench_ranks, a_killed_rank_lets_the_others_report_and_sets_the_exit_status,
     int dead = -1;
     const char *said = strstr(text, "was killed by signal 9");
     cr_assert(said, "the bench did not say which rank was killed:\n%s", text);
-    while (said > text && said[-1] != '\n') said--;
+    while (said > text && said[-1] != '\n')
+        said--;
     cr_assert_eq(sscanf(said, "dtrain-bench: rank %d", &dead), 1, "%s", text);
     for (int r = 0; r < RANKS; r++) {
-        if (r == dead) continue;
+        if (r == dead)
+            continue;
         char own[64];
         snprintf(own, sizeof own, "dtrain-bench: rank %d: ", r);
         cr_assert(strstr(text, own), "rank %d's own failure message was lost:\n%s", r, text);

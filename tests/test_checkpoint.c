@@ -34,8 +34,7 @@ static void fx_open(fx *x, dt_ckpt_mode mode, const dt_ckpt_options *o)
     fixture_mkroot(x->root, sizeof x->root);
     cr_assert_eq(dt_ckpt_open(&x->ck, x->root, o), DT_OK);
     full_state_init(&x->f, mode, 10);
-    cr_assert_eq(dt_ckpt_save_all(x->ck, &x->f.s, WORLD), DT_OK, "%s",
-                 dt_ckpt_error(x->ck));
+    cr_assert_eq(dt_ckpt_save_all(x->ck, &x->f.s, WORLD), DT_OK, "%s", dt_ckpt_error(x->ck));
     snprintf(x->step_dir, sizeof x->step_dir, "%s/step_00000010", x->root);
 }
 
@@ -56,8 +55,7 @@ static void round_trip(dt_ckpt_mode mode)
     for (int r = 0; r < WORLD; r++) {
         full_state got;
         fixture_rank_view(&got, mode, r, WORLD);
-        cr_assert_eq(dt_ckpt_load(x.ck, latest, &got.s), DT_OK, "%s",
-                     dt_ckpt_error(x.ck));
+        cr_assert_eq(dt_ckpt_load(x.ck, latest, &got.s), DT_OK, "%s", dt_ckpt_error(x.ck));
         fixture_expect_view(&x.f, &got);
         full_state_free(&got);
     }
@@ -89,8 +87,7 @@ Test(checkpoint, manifest_lists_every_shard_with_its_ranges, .timeout = 30)
     fx_close(&x);
 }
 
-Test(checkpoint, a_state_holding_a_stages_range_loads_exactly_that_range,
-     .timeout = 30)
+Test(checkpoint, a_state_holding_a_stages_range_loads_exactly_that_range, .timeout = 30)
 {
     fx x;
     fx_open(&x, DT_CKPT_DDP, &(dt_ckpt_options){.allow_reshard = true});
@@ -100,8 +97,7 @@ Test(checkpoint, a_state_holding_a_stages_range_loads_exactly_that_range,
     dt_ckpt_state s = x.f.s;
     s.params = p, s.adam_m = m, s.adam_v = v;
     s.held_lo = lo, s.held_n = k, s.opt_lo = lo, s.opt_n = k;
-    cr_assert_eq(dt_ckpt_load(x.ck, x.step_dir, &s), DT_OK, "%s",
-                 dt_ckpt_error(x.ck));
+    cr_assert_eq(dt_ckpt_load(x.ck, x.step_dir, &s), DT_OK, "%s", dt_ckpt_error(x.ck));
     cr_expect(memcmp(p, x.f.params + lo, k * sizeof(float)) == 0);
     cr_expect(memcmp(m, x.f.m + lo, k * sizeof(float)) == 0);
     cr_expect(memcmp(v, x.f.v + lo, k * sizeof(float)) == 0);
@@ -111,8 +107,7 @@ Test(checkpoint, a_state_holding_a_stages_range_loads_exactly_that_range,
     fx_close(&x);
 }
 
-Test(checkpoint, a_slice_outside_the_parameters_a_rank_holds_is_refused,
-     .timeout = 30)
+Test(checkpoint, a_slice_outside_the_parameters_a_rank_holds_is_refused, .timeout = 30)
 {
     fx x;
     fx_open(&x, DT_CKPT_DDP, NULL);
@@ -122,8 +117,8 @@ Test(checkpoint, a_slice_outside_the_parameters_a_rank_holds_is_refused,
     s.held_n = n / 2; /* holds the first half, asked to save all of it */
     s.slices = slices;
     cr_assert_eq(dt_ckpt_save(x.ck, NULL, &s), DT_EINVAL);
-    cr_expect(strstr(dt_ckpt_error(x.ck), "outside the parameters") != NULL,
-              "%s", dt_ckpt_error(x.ck));
+    cr_expect(strstr(dt_ckpt_error(x.ck), "outside the parameters") != NULL, "%s",
+              dt_ckpt_error(x.ck));
     slices[1] = n - 1; /* slices must end at the parameter count */
     s.held_n = 0;
     cr_assert_eq(dt_ckpt_save(x.ck, NULL, &s), DT_EINVAL);
@@ -141,8 +136,7 @@ Test(checkpoint, reshard_loads_three_shards_on_two_and_five_ranks, .timeout = 30
         for (int r = 0; r < worlds[w]; r++) {
             full_state got;
             fixture_rank_view(&got, DT_CKPT_ZERO1, r, worlds[w]);
-            cr_assert_eq(dt_ckpt_load(x.ck, x.step_dir, &got.s), DT_OK, "%s",
-                         dt_ckpt_error(x.ck));
+            cr_assert_eq(dt_ckpt_load(x.ck, x.step_dir, &got.s), DT_OK, "%s", dt_ckpt_error(x.ck));
             fixture_expect_view(&x.f, &got);
             full_state_free(&got);
         }
@@ -156,8 +150,7 @@ Test(checkpoint, ddp_checkpoint_loads_as_zero1_with_master_from_params, .timeout
     fx_open(&x, DT_CKPT_DDP, &o);
     full_state got;
     fixture_rank_view(&got, DT_CKPT_ZERO1, 1, 2);
-    cr_assert_eq(dt_ckpt_load(x.ck, x.step_dir, &got.s), DT_OK, "%s",
-                 dt_ckpt_error(x.ck));
+    cr_assert_eq(dt_ckpt_load(x.ck, x.step_dir, &got.s), DT_OK, "%s", dt_ckpt_error(x.ck));
     fixture_expect_view(&x.f, &got);
     full_state_free(&got);
     fx_close(&x);
@@ -173,10 +166,9 @@ static void expect_fault(fx *x, dt_ckpt_fault want, const char *needle)
     full_state_free(&got);
     cr_assert_neq(st, DT_OK, "a corrupt checkpoint loaded");
     cr_assert_eq(dt_ckpt_last_fault(x->ck), want, "fault %s, expected %s: %s",
-                 dt_ckpt_fault_name(dt_ckpt_last_fault(x->ck)),
-                 dt_ckpt_fault_name(want), dt_ckpt_error(x->ck));
-    cr_assert_not_null(strstr(dt_ckpt_error(x->ck), needle),
-                       "message \"%s\" does not name \"%s\"",
+                 dt_ckpt_fault_name(dt_ckpt_last_fault(x->ck)), dt_ckpt_fault_name(want),
+                 dt_ckpt_error(x->ck));
+    cr_assert_not_null(strstr(dt_ckpt_error(x->ck), needle), "message \"%s\" does not name \"%s\"",
                        dt_ckpt_error(x->ck), needle);
     cr_assert_eq(dt_ckpt_verify(x->ck, x->step_dir), st);
 }
@@ -236,11 +228,13 @@ Test(checkpoint_corrupt, missing_manifest_is_not_a_checkpoint, .timeout = 30)
     fx_close(&x);
 }
 
-static void drop_last_shard(json_t *r) { json_array_remove(json_object_get(r, "shards"), 2); }
+static void drop_last_shard(json_t *r)
+{
+    json_array_remove(json_object_get(r, "shards"), 2);
+}
 static void duplicate_rank(json_t *r)
 {
-    json_object_set_new(json_array_get(json_object_get(r, "shards"), 1), "rank",
-                        json_integer(0));
+    json_object_set_new(json_array_get(json_object_get(r, "shards"), 1), "rank", json_integer(0));
 }
 static void extra_rank(json_t *r)
 {
@@ -259,7 +253,10 @@ static void absolute_name(json_t *r)
     json_object_set_new(json_array_get(json_object_get(r, "shards"), 1), "file",
                         json_string("/etc/passwd"));
 }
-static void unknown_schema(json_t *r) { json_object_set_new(r, "schema_version", json_integer(99)); }
+static void unknown_schema(json_t *r)
+{
+    json_object_set_new(r, "schema_version", json_integer(99));
+}
 static void absurd_bytes(json_t *r)
 {
     json_object_set_new(json_array_get(json_object_get(r, "shards"), 0), "bytes",
@@ -270,8 +267,14 @@ static void absurd_range(json_t *r)
     json_t *ranges = json_object_get(json_array_get(json_object_get(r, "shards"), 0), "ranges");
     json_object_set_new(ranges, "m", json_pack("[II]", (json_int_t)0, (json_int_t)1 << 40));
 }
-static void absurd_world(json_t *r) { json_object_set_new(r, "world_size", json_integer(1 << 30)); }
-static void wrong_world_field(json_t *r) { json_object_set_new(r, "world_size", json_integer(2)); }
+static void absurd_world(json_t *r)
+{
+    json_object_set_new(r, "world_size", json_integer(1 << 30));
+}
+static void wrong_world_field(json_t *r)
+{
+    json_object_set_new(r, "world_size", json_integer(2));
+}
 
 Test(checkpoint_corrupt, missing_rank_is_named, .timeout = 30)
 {
@@ -319,8 +322,7 @@ Test(checkpoint_corrupt, wrong_world_size_is_refused_without_reshard, .timeout =
     full_state got;
     fixture_rank_view(&got, DT_CKPT_DDP, 0, 2);
     cr_assert_eq(dt_ckpt_load(x.ck, x.step_dir, &got.s), DT_EINVAL);
-    cr_assert_eq(dt_ckpt_last_fault(x.ck), DT_CKPT_FAULT_WORLD, "%s",
-                 dt_ckpt_error(x.ck));
+    cr_assert_eq(dt_ckpt_last_fault(x.ck), DT_CKPT_FAULT_WORLD, "%s", dt_ckpt_error(x.ck));
     cr_assert_not_null(strstr(dt_ckpt_error(x.ck), "saved by 3 ranks"));
     full_state_free(&got);
     fx_close(&x);
@@ -404,11 +406,9 @@ Test(checkpoint_corrupt, a_shard_listing_a_section_kind_twice_is_refused, .timeo
     fixture_edit_manifest(x.step_dir, set_shard0_sha);
     full_state got;
     fixture_rank_view(&got, DT_CKPT_DDP, 0, WORLD);
-    cr_assert_eq(dt_ckpt_load(x.ck, x.step_dir, &got.s), DT_EPROTO, "%s",
-                 dt_ckpt_error(x.ck));
+    cr_assert_eq(dt_ckpt_load(x.ck, x.step_dir, &got.s), DT_EPROTO, "%s", dt_ckpt_error(x.ck));
     cr_expect_eq(dt_ckpt_last_fault(x.ck), DT_CKPT_FAULT_HEADER);
-    cr_expect_not_null(strstr(dt_ckpt_error(x.ck), "repeats kind 0"), "%s",
-                       dt_ckpt_error(x.ck));
+    cr_expect_not_null(strstr(dt_ckpt_error(x.ck), "repeats kind 0"), "%s", dt_ckpt_error(x.ck));
     free(buf);
     full_state_free(&got);
     fx_close(&x);
@@ -425,8 +425,7 @@ static void saver_child(const char *root, int round)
     dt_ckpt *ck;
     char dir[4200];
     dt_ckpt_info info;
-    if (dt_ckpt_open(&ck, root, &o) != DT_OK ||
-        dt_ckpt_latest(ck, dir, sizeof dir) != DT_OK ||
+    if (dt_ckpt_open(&ck, root, &o) != DT_OK || dt_ckpt_latest(ck, dir, sizeof dir) != DT_OK ||
         dt_ckpt_inspect(ck, dir, &info) != DT_OK)
         _exit(2);
     /* re-saving latest's step needs another committed step for latest to
@@ -467,15 +466,17 @@ Test(checkpoint_crash, killed_saver_always_leaves_a_verified_latest, .timeout = 
         kill(pid, SIGKILL);
         int status;
         waitpid(pid, &status, 0);
-        cr_assert(WIFSIGNALED(status), "round %d (seed %u): the saver exited "
-                  "on its own with %d", round, seed, WEXITSTATUS(status));
+        cr_assert(WIFSIGNALED(status),
+                  "round %d (seed %u): the saver exited "
+                  "on its own with %d",
+                  round, seed, WEXITSTATUS(status));
         char latest[4200];
-        cr_assert_eq(dt_ckpt_latest(x.ck, latest, sizeof latest), DT_OK,
-                     "round %d (seed %u): %s", round, seed, dt_ckpt_error(x.ck));
+        cr_assert_eq(dt_ckpt_latest(x.ck, latest, sizeof latest), DT_OK, "round %d (seed %u): %s",
+                     round, seed, dt_ckpt_error(x.ck));
         full_state got;
         fixture_rank_view(&got, DT_CKPT_ZERO1, 0, 1);
-        cr_assert_eq(dt_ckpt_load(x.ck, latest, &got.s), DT_OK,
-                     "round %d (seed %u): %s", round, seed, dt_ckpt_error(x.ck));
+        cr_assert_eq(dt_ckpt_load(x.ck, latest, &got.s), DT_OK, "round %d (seed %u): %s", round,
+                     seed, dt_ckpt_error(x.ck));
         full_state want;
         full_state_init(&want, DT_CKPT_ZERO1, got.s.step);
         fixture_expect_view(&want, &got);
@@ -491,8 +492,8 @@ Test(checkpoint, safetensors_export_has_named_tensors_and_raw_data, .timeout = 3
     fx_open(&x, DT_CKPT_DDP, NULL);
     char p[256];
     snprintf(p, sizeof p, "%s/model.safetensors", x.root);
-    cr_assert_eq(dt_ckpt_export_safetensors(x.ck, p, &x.f.s.cfg, x.f.params),
-                 DT_OK, "%s", dt_ckpt_error(x.ck));
+    cr_assert_eq(dt_ckpt_export_safetensors(x.ck, p, &x.f.s.cfg, x.f.params), DT_OK, "%s",
+                 dt_ckpt_error(x.ck));
     FILE *f = fopen(p, "rb");
     cr_assert_not_null(f);
     unsigned char lb[8];
@@ -530,8 +531,8 @@ Test(checkpoint, safetensors_metadata_carries_the_model_config, .timeout = 30)
     fx_open(&x, DT_CKPT_DDP, NULL);
     char p[256];
     snprintf(p, sizeof p, "%s/model.safetensors", x.root);
-    cr_assert_eq(dt_ckpt_export_safetensors(x.ck, p, &x.f.s.cfg, x.f.params),
-                 DT_OK, "%s", dt_ckpt_error(x.ck));
+    cr_assert_eq(dt_ckpt_export_safetensors(x.ck, p, &x.f.s.cfg, x.f.params), DT_OK, "%s",
+                 dt_ckpt_error(x.ck));
     FILE *f = fopen(p, "rb");
     cr_assert_not_null(f);
     unsigned char lb[8];

@@ -28,8 +28,8 @@
 typedef struct load_case {
     char root[128], step_dir[256];
     bool reshard;
-    full_state src;                           /* what was saved */
-    full_state views[RANK_THREADS_MAX];       /* what each rank loads into */
+    full_state src;                     /* what was saved */
+    full_state views[RANK_THREADS_MAX]; /* what each rank loads into */
     dt_status st[RANK_THREADS_MAX];
     dt_ckpt_fault fault[RANK_THREADS_MAX];
     char msg[RANK_THREADS_MAX][1100];
@@ -44,8 +44,7 @@ static void case_open(load_case *c, int saved, int world)
     dt_ckpt *ck;
     cr_assert_eq(dt_ckpt_open(&ck, c->root, NULL), DT_OK);
     full_state_init(&c->src, DT_CKPT_ZERO1, STEP);
-    cr_assert_eq(dt_ckpt_save_all(ck, &c->src.s, saved), DT_OK, "%s",
-                 dt_ckpt_error(ck));
+    cr_assert_eq(dt_ckpt_save_all(ck, &c->src.s, saved), DT_OK, "%s", dt_ckpt_error(ck));
     dt_ckpt_close(ck);
     snprintf(c->step_dir, sizeof c->step_dir, "%s/step_%08d", c->root, STEP);
     c->reshard = saved != world;
@@ -72,8 +71,7 @@ static void load_rank(rank_ctx *rc)
         return;
     }
     int r = rc->rank;
-    c->st[r] = dt_ckpt_load_collective(ck, rc->comm, c->step_dir,
-                                       &c->views[r].s);
+    c->st[r] = dt_ckpt_load_collective(ck, rc->comm, c->step_dir, &c->views[r].s);
     c->fault[r] = dt_ckpt_last_fault(ck);
     snprintf(c->msg[r], sizeof c->msg[r], "%s", dt_ckpt_error(ck));
     dt_ckpt_close(ck);
@@ -98,22 +96,25 @@ static void expect_loaded(load_case *c, int world)
 
 /* Every rank failed with status st and fault f; the rank that found it
  * (finder) says so in its own words naming file, the others quote it. */
-static void expect_same_failure(const load_case *c, int world, dt_status st,
-                                dt_ckpt_fault f, int finder, const char *file)
+static void expect_same_failure(const load_case *c, int world, dt_status st, dt_ckpt_fault f,
+                                int finder, const char *file)
 {
     char quoted[64];
     snprintf(quoted, sizeof quoted, "rank %d of the load found: ", finder);
     for (int r = 0; r < world; r++) {
-        cr_assert_eq(c->st[r], st, "rank %d: %s, expected %s: %s", r,
-                     dt_status_name(c->st[r]), dt_status_name(st), c->msg[r]);
+        cr_assert_eq(c->st[r], st, "rank %d: %s, expected %s: %s", r, dt_status_name(c->st[r]),
+                     dt_status_name(st), c->msg[r]);
         cr_assert_eq(c->fault[r], f, "rank %d: %s, expected %s: %s", r,
-                     dt_ckpt_fault_name(c->fault[r]), dt_ckpt_fault_name(f),
-                     c->msg[r]);
-        cr_assert_not_null(strstr(c->msg[r], file), "rank %d: \"%s\" does "
-                           "not name %s", r, c->msg[r], file);
+                     dt_ckpt_fault_name(c->fault[r]), dt_ckpt_fault_name(f), c->msg[r]);
+        cr_assert_not_null(strstr(c->msg[r], file),
+                           "rank %d: \"%s\" does "
+                           "not name %s",
+                           r, c->msg[r], file);
         bool quotes = strstr(c->msg[r], quoted) == c->msg[r];
-        cr_assert_eq(quotes, r != finder, "rank %d: \"%s\" (the finder is "
-                     "rank %d)", r, c->msg[r], finder);
+        cr_assert_eq(quotes, r != finder,
+                     "rank %d: \"%s\" (the finder is "
+                     "rank %d)",
+                     r, c->msg[r], finder);
     }
 }
 
@@ -134,28 +135,24 @@ static void saved_by_loaded_on(int saved, int loading)
     free(c);
 }
 
-Test(checkpoint_collective, load_on_4_ranks_is_byte_identical_on_every_rank,
-     .timeout = 60)
+Test(checkpoint_collective, load_on_4_ranks_is_byte_identical_on_every_rank, .timeout = 60)
 {
     saved_by_loaded_on(4, 4);
 }
 
-Test(checkpoint_collective, reshard_4_shards_onto_2_ranks_loads_every_value,
-     .timeout = 60)
+Test(checkpoint_collective, reshard_4_shards_onto_2_ranks_loads_every_value, .timeout = 60)
 {
     saved_by_loaded_on(4, 2);
 }
 
-Test(checkpoint_collective, reshard_2_shards_onto_4_ranks_loads_every_value,
-     .timeout = 60)
+Test(checkpoint_collective, reshard_2_shards_onto_4_ranks_loads_every_value, .timeout = 60)
 {
     saved_by_loaded_on(2, 4);
 }
 
 /* Rank 2's m section: only rank 2 holds it, and rank 2 verifies shard 2,
  * so no other rank even reads the byte. */
-Test(checkpoint_collective, flipped_byte_only_its_verifier_reads_fails_every_rank,
-     .timeout = 60)
+Test(checkpoint_collective, flipped_byte_only_its_verifier_reads_fails_every_rank, .timeout = 60)
 {
     load_case *c = malloc(sizeof *c);
     case_open(c, 4, 4);
@@ -186,8 +183,7 @@ Test(checkpoint_collective, flipped_byte_all_ranks_read_fails_every_rank_by_its_
 
 /* Every rank finds shard 1 missing (all read its parameters); rank 0, the
  * lowest, is the one quoted. */
-Test(checkpoint_collective, missing_shard_fails_every_rank_with_the_same_fault,
-     .timeout = 60)
+Test(checkpoint_collective, missing_shard_fails_every_rank_with_the_same_fault, .timeout = 60)
 {
     load_case *c = malloc(sizeof *c);
     case_open(c, 4, 4);
@@ -195,15 +191,13 @@ Test(checkpoint_collective, missing_shard_fails_every_rank_with_the_same_fault,
     shard_path(c, 1, p, sizeof p);
     cr_assert_eq(unlink(p), 0);
     run_load(c, 4);
-    expect_same_failure(c, 4, DT_EPROTO, DT_CKPT_FAULT_MISSING_FILE, 0,
-                        "rank00001.bin");
+    expect_same_failure(c, 4, DT_EPROTO, DT_CKPT_FAULT_MISSING_FILE, 0, "rank00001.bin");
     case_close(c, 4);
     free(c);
 }
 
 /* A truncated shard is found by its size on every rank, before any read. */
-Test(checkpoint_collective, truncated_shard_fails_every_rank_with_a_size_fault,
-     .timeout = 60)
+Test(checkpoint_collective, truncated_shard_fails_every_rank_with_a_size_fault, .timeout = 60)
 {
     load_case *c = malloc(sizeof *c);
     case_open(c, 4, 4);
@@ -258,11 +252,10 @@ Test(checkpoint_collective, save_failing_on_one_rank_fails_every_rank_with_its_m
     rank_job job;
     cr_assert_eq(rank_threads_run(&job, 4, save_rank, c), 0, "%s", job.ranks[0].msg);
     for (int r = 0; r < 4; r++) {
-        cr_assert_eq(c->st[r], DT_EINVAL, "rank %d: %s: %s", r,
-                     dt_status_name(c->st[r]), c->msg[r]);
+        cr_assert_eq(c->st[r], DT_EINVAL, "rank %d: %s: %s", r, dt_status_name(c->st[r]),
+                     c->msg[r]);
         cr_assert_eq(c->fault[r], DT_CKPT_FAULT_FIELD, "rank %d: %s", r, c->msg[r]);
-        cr_assert_not_null(strstr(c->msg[r], "rank 2's slice"), "rank %d: %s", r,
-                           c->msg[r]);
+        cr_assert_not_null(strstr(c->msg[r], "rank 2's slice"), "rank %d: %s", r, c->msg[r]);
         bool quotes = strstr(c->msg[r], "rank 2 of the save found: ") == c->msg[r];
         cr_assert_eq(quotes, r != 2, "rank %d: %s", r, c->msg[r]);
     }

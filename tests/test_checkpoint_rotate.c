@@ -63,8 +63,7 @@ static void list_root(const char *root, char *buf, size_t len)
     for (int i = 0; i < n; i++) {
         const char *nm = names[i]->d_name;
         if (strcmp(nm, ".") && strcmp(nm, ".."))
-            snprintf(buf + strlen(buf), len - strlen(buf), "%s%s",
-                     buf[0] ? " " : "", nm);
+            snprintf(buf + strlen(buf), len - strlen(buf), "%s%s", buf[0] ? " " : "", nm);
         free(names[i]);
     }
     free(names);

@@ -34,25 +34,20 @@ static void expect_ours(const void *data, size_t n, const char *want_hex)
 
 Test(checkpoint_sha256, matches_the_fips_180_test_vectors, .timeout = 30)
 {
-    expect_ours("", 0,
-        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-    expect_ours("abc", 3,
-        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-    const char *two_blocks =
-        "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+    expect_ours("", 0, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    expect_ours("abc", 3, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    const char *two_blocks = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
     expect_ours(two_blocks, strlen(two_blocks),
-        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+                "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
     size_t million = 1000000;
     char *a = malloc(million);
     cr_assert_not_null(a);
     memset(a, 'a', million);
-    expect_ours(a, million,
-        "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+    expect_ours(a, million, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
     free(a);
 }
 
-Test(checkpoint_sha256, equals_libsodium_on_every_length_up_to_300_and_on_4_mib,
-     .timeout = 30)
+Test(checkpoint_sha256, equals_libsodium_on_every_length_up_to_300_and_on_4_mib, .timeout = 30)
 {
     cr_assert_geq(sodium_init(), 0);
     size_t big = ((size_t)4 << 20) + 17;
@@ -64,16 +59,17 @@ Test(checkpoint_sha256, equals_libsodium_on_every_length_up_to_300_and_on_4_mib,
         size_t len = n == 301 ? big : n;
         cr_assert_eq(dt_ckpt_sha256(ours, buf, len), DT_OK);
         crypto_hash_sha256(theirs, buf, (unsigned long long)len);
-        cr_assert_arr_eq(ours, theirs, 32, "%zu bytes: OpenSSL and libsodium "
-                         "disagree", len);
+        cr_assert_arr_eq(ours, theirs, 32,
+                         "%zu bytes: OpenSSL and libsodium "
+                         "disagree",
+                         len);
     }
     free(buf);
 }
 
 /* The streaming path of a real save (its hashing thread, the header and
  * each section as a span) against libsodium over the file. */
-Test(checkpoint_sha256, a_saved_shard_hash_is_libsodium_sha256_of_its_file,
-     .timeout = 30)
+Test(checkpoint_sha256, a_saved_shard_hash_is_libsodium_sha256_of_its_file, .timeout = 30)
 {
     cr_assert_geq(sodium_init(), 0);
     char root[128], step_dir[256], path[320];
@@ -104,8 +100,7 @@ Test(checkpoint_sha256, a_saved_shard_hash_is_libsodium_sha256_of_its_file,
         crypto_hash_sha256_final(&h, d);
         char want[65];
         hex(want, d);
-        cr_assert_str_eq(json_string_value(json_object_get(sh, "sha256")), want,
-                         "shard %d", r);
+        cr_assert_str_eq(json_string_value(json_object_get(sh, "sha256")), want, "shard %d", r);
     }
     json_decref(man);
     dt_ckpt_close(ck);

@@ -22,12 +22,12 @@
 
 typedef struct run {
     dt_ckpt_mode mode;
-    int B;                 /* per rank: GLOBAL_BATCH / world */
-    int start, stop;       /* steps [start, stop) */
-    bool load;             /* resume from latest first */
-    bool save;             /* save at stop */
+    int B;           /* per rank: GLOBAL_BATCH / world */
+    int start, stop; /* steps [start, stop) */
+    bool load;       /* resume from latest first */
+    bool save;       /* save at stop */
     const char *root;
-    float losses[STEPS];   /* rank 0's view of the global mean loss */
+    float losses[STEPS]; /* rank 0's view of the global mean loss */
     float params[RANK_THREADS_MAX][1024];
 } run;
 
@@ -67,8 +67,7 @@ static bool verify_snapshot(rank_ctx *rc, dt_ckpt *ck, const dt_ckpt_state *live
     return ok;
 }
 
-static bool train_steps(rank_ctx *rc, run *R, dt_model *m, dt_dataset *d,
-                        dt_ddp *ddp, dt_zero1 *z)
+static bool train_steps(rank_ctx *rc, run *R, dt_model *m, dt_dataset *d, dt_ddp *ddp, dt_zero1 *z)
 {
     dt_config cfg = fixture_config();
     int T = cfg.T, B = R->B;
@@ -96,8 +95,7 @@ static bool train_steps(rank_ctx *rc, run *R, dt_model *m, dt_dataset *d,
     return true;
 }
 
-static bool checkpoint_io(rank_ctx *rc, run *R, dt_model *m, dt_zero1 *z,
-                          bool loading)
+static bool checkpoint_io(rank_ctx *rc, run *R, dt_model *m, dt_zero1 *z, bool loading)
 {
     dt_ckpt_options o = {.allow_reshard = true, .keep = 2};
     dt_ckpt *ck;

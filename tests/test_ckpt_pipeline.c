@@ -41,20 +41,20 @@ static const dt_config cfg = {.V = 64, .T = 16, .L = 3, .H = 4, .C = 32};
 /* Trains `steps` steps on 4 ranks into root/sub (checkpoint every 3);
  * pipelined: --pp 2 with 4 micro-batches, else DDP with --grad-accum 2
  * (the same 16 rows per step). extra flags after. */
-static void train(const char *root, const char *sub, bool pipelined,
-                  const char *parallel, const char *steps, const char *extra)
+static void train(const char *root, const char *sub, bool pipelined, const char *parallel,
+                  const char *steps, const char *extra)
 {
     char dir[256], log[256];
     snprintf(dir, sizeof dir, "%s/%s", root, sub);
     snprintf(log, sizeof log, "%s/%s-%s.log", root, sub, steps);
-    const char *argv[40] = {LAUNCH_BIN, "-n", "4", MINIGPT_BIN, "--steps",
-        steps, "--batch", "2", "--layers", "3", "--data", "random",
-        "--parallel", parallel, "--eval-every", "0", "--sample", "0",
-        "--log-every", "10", "--threads", "1", "--ckpt-dir", dir,
-        "--ckpt-every", "3"};
+    const char *argv[40] = {LAUNCH_BIN,  "-n",       "4",          MINIGPT_BIN,   "--steps",
+                            steps,       "--batch",  "2",          "--layers",    "3",
+                            "--data",    "random",   "--parallel", parallel,      "--eval-every",
+                            "0",         "--sample", "0",          "--log-every", "10",
+                            "--threads", "1",        "--ckpt-dir", dir,           "--ckpt-every",
+                            "3"};
     int n = 26;
-    const char *pp[] = {"--pp", "2", "--microbatches", "4", "--schedule",
-                        "zb", NULL};
+    const char *pp[] = {"--pp", "2", "--microbatches", "4", "--schedule", "zb", NULL};
     const char *dp[] = {"--grad-accum", "2", NULL};
     for (const char *const *f = pipelined ? pp : dp; *f; f++)
         argv[n++] = *f;
@@ -71,8 +71,7 @@ static void reshard(const char *src, const char *dst, const char *pp)
 {
     char log[300];
     snprintf(log, sizeof log, "%s.log", dst);
-    const char *argv[] = {DT_CKPT_BIN, "reshard", src, dst, "4",
-                          pp ? "--pp" : NULL, pp, NULL};
+    const char *argv[] = {DT_CKPT_BIN, "reshard", src, dst, "4", pp ? "--pp" : NULL, pp, NULL};
     char *out = NULL;
     int rc = run_program(argv, log, &out);
     cr_assert_eq(rc, 0, "reshard %s -> %s exited %d:\n%s", src, dst, rc, out);
@@ -83,16 +82,19 @@ static void reshard(const char *src, const char *dst, const char *pp)
 static dt_ckpt_state load_full(const char *dir, bool zero1)
 {
     size_t n = dt_config_num_params(&cfg);
-    dt_ckpt_state s = {.cfg = cfg, .mode = zero1 ? DT_CKPT_ZERO1 : DT_CKPT_DDP,
-                       .world = 1, .num_params = n, .opt_n = n,
-                       .params = calloc(n, 4), .adam_m = calloc(n, 4),
+    dt_ckpt_state s = {.cfg = cfg,
+                       .mode = zero1 ? DT_CKPT_ZERO1 : DT_CKPT_DDP,
+                       .world = 1,
+                       .num_params = n,
+                       .opt_n = n,
+                       .params = calloc(n, 4),
+                       .adam_m = calloc(n, 4),
                        .adam_v = calloc(n, 4),
                        .master = zero1 ? calloc(n, 4) : NULL};
     dt_ckpt_options o = {.allow_reshard = true};
     dt_ckpt *ck;
     cr_assert_eq(dt_ckpt_open(&ck, dir, &o), DT_OK);
-    cr_assert_eq(dt_ckpt_load(ck, dir, &s), DT_OK, "%s: %s", dir,
-                 dt_ckpt_error(ck));
+    cr_assert_eq(dt_ckpt_load(ck, dir, &s), DT_OK, "%s: %s", dir, dt_ckpt_error(ck));
     dt_ckpt_close(ck);
     return s;
 }
@@ -105,8 +107,7 @@ static void free_full(dt_ckpt_state *s)
     free(s->master);
 }
 
-static void expect_bitwise(const dt_ckpt_state *a, const dt_ckpt_state *b,
-                           const char *what)
+static void expect_bitwise(const dt_ckpt_state *a, const dt_ckpt_state *b, const char *what)
 {
     size_t bytes = a->num_params * sizeof(float);
     cr_expect(memcmp(a->params, b->params, bytes) == 0, "%s: parameters", what);
@@ -154,24 +155,24 @@ static void params_range(const char *dir, int r, size_t *lo, size_t *n)
     json_error_t e;
     json_t *m = json_load_file(path, 0, &e);
     cr_assert(m, "%s: %s", path, e.text);
-    json_t *range = json_object_get(json_object_get(json_array_get(
-        json_object_get(m, "shards"), (size_t)r), "ranges"), "params");
+    json_t *range = json_object_get(
+        json_object_get(json_array_get(json_object_get(m, "shards"), (size_t)r), "ranges"),
+        "params");
     cr_assert(json_is_array(range), "%s: shard %d has no params range", path, r);
     *lo = (size_t)json_integer_value(json_array_get(range, 0));
     *n = (size_t)json_integer_value(json_array_get(range, 1));
     json_decref(m);
 }
 
-Test(ckpt_pipeline, each_rank_of_2x2_saves_its_replicas_share_of_its_stage,
-     .timeout = 300)
+Test(ckpt_pipeline, each_rank_of_2x2_saves_its_replicas_share_of_its_stage, .timeout = 300)
 {
     char root[128], dir[200], err[256];
     fixture_mkroot(root, sizeof root);
     train(root, "a", true, "ddp", "3", NULL);
     snprintf(dir, sizeof dir, "%s/a/step_00000003", root);
     int blocks[3];
-    cr_assert_eq(dt_pipe_partition(blocks, &cfg, 2, DT_PARTITION_PARAMS, err,
-                                   sizeof err), DT_OK, "%s", err);
+    cr_assert_eq(dt_pipe_partition(blocks, &cfg, 2, DT_PARTITION_PARAMS, err, sizeof err), DT_OK,
+                 "%s", err);
     for (int s = 0; s < 2; s++) {
         size_t lo, hi;
         dt_config_stage_range(&cfg, blocks[s], blocks[s + 1], &lo, &hi);
@@ -182,8 +183,7 @@ Test(ckpt_pipeline, each_rank_of_2x2_saves_its_replicas_share_of_its_stage,
             cr_expect(got_lo == lo + want_lo && got_n == want_n,
                       "rank %d (stage %d, replica %d) saved [%zu, +%zu), "
                       "its share of the stage [%zu, %zu) is [%zu, +%zu)",
-                      2 * s + r, s, r, got_lo, got_n, lo, hi, lo + want_lo,
-                      want_n);
+                      2 * s + r, s, r, got_lo, got_n, lo, hi, lo + want_lo, want_n);
         }
     }
     fixture_rmtree(root);
@@ -210,8 +210,7 @@ static void expect_same_shards(const char *x, const char *y)
         snprintf(q, sizeof q, "%s/rank%05d.bin", y, r);
         read_file(p, &a, &na);
         read_file(q, &b, &nb);
-        cr_expect(na == nb && memcmp(a, b, (size_t)na) == 0,
-                  "%s and %s differ", p, q);
+        cr_expect(na == nb && memcmp(a, b, (size_t)na) == 0, "%s and %s differ", p, q);
         free(a);
         free(b);
     }
@@ -252,8 +251,10 @@ Test(ckpt_pipeline, reshard_2x2_to_4_ranks_continues_within_1e_5_and_back_is_byt
     dt_ckpt_state x = load_full(a, false), y = load_full(c, false);
     double rel = max_relative(x.params, y.params, x.num_params);
     cr_log_info("2 x 2 resharded to 4 DDP ranks, step 6: max relative %.3g", rel);
-    cr_expect(rel <= 1e-5, "after 3 more steps on 4 DDP ranks the parameters "
-              "are %.3g relative from the 2 x 2 run's", rel);
+    cr_expect(rel <= 1e-5,
+              "after 3 more steps on 4 DDP ranks the parameters "
+              "are %.3g relative from the 2 x 2 run's",
+              rel);
     cr_expect_eq(x.data_row, y.data_row);
     free_full(&x);
     free_full(&y);

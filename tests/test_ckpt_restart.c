@@ -36,17 +36,39 @@
 
 /* Trains 40 steps on 2 ranks into root/sub; extra flags after. Returns the
  * launcher's exit code and its output in *out. */
-static int train(const char *root, const char *sub, const char *const *extra,
-                 char **out)
+static int train(const char *root, const char *sub, const char *const *extra, char **out)
 {
     char dir[256], log[256];
     snprintf(dir, sizeof dir, "%s/%s", root, sub);
     snprintf(log, sizeof log, "%s/%s.log", root, sub);
-    const char *argv[40] = {LAUNCH_BIN, "-n", "2", "--max-restarts", "2",
-        MINIGPT_BIN, "--steps", STEPS, "--batch", "4", "--data", "random",
-        "--parallel", "zero1", "--eval-every", "0", "--sample", "0",
-        "--log-every", "10", "--threads", "1", "--ckpt-dir", dir,
-        "--ckpt-every", "5", "--keep", "2"};
+    const char *argv[40] = {LAUNCH_BIN,
+                            "-n",
+                            "2",
+                            "--max-restarts",
+                            "2",
+                            MINIGPT_BIN,
+                            "--steps",
+                            STEPS,
+                            "--batch",
+                            "4",
+                            "--data",
+                            "random",
+                            "--parallel",
+                            "zero1",
+                            "--eval-every",
+                            "0",
+                            "--sample",
+                            "0",
+                            "--log-every",
+                            "10",
+                            "--threads",
+                            "1",
+                            "--ckpt-dir",
+                            dir,
+                            "--ckpt-every",
+                            "5",
+                            "--keep",
+                            "2"};
     int n = 28;
     for (; extra && *extra; extra++)
         argv[n++] = *extra;
@@ -82,8 +104,7 @@ static void assert_same_file(const char *a, const char *b)
     free(y);
 }
 
-Test(ckpt_restart, sigkilled_rank_restart_ends_bitwise_equal_to_uninterrupted,
-     .timeout = 240)
+Test(ckpt_restart, sigkilled_rank_restart_ends_bitwise_equal_to_uninterrupted, .timeout = 240)
 {
     char root[64];
     fixture_mkroot(root, sizeof root);
@@ -105,8 +126,7 @@ Test(ckpt_restart, sigkilled_rank_restart_ends_bitwise_equal_to_uninterrupted,
     char h1[64], h2[64];
     params_hash(o1, h1, sizeof h1);
     params_hash(o2, h2, sizeof h2);
-    cr_assert_str_eq(h1, h2, "killed at step %d: final parameter hashes differ",
-                     die);
+    cr_assert_str_eq(h1, h2, "killed at step %d: final parameter hashes differ", die);
     for (int r = 0; r < 2; r++) {
         char a[256], b[256];
         snprintf(a, sizeof a, "%s/D1/step_00000040/rank%05d.bin", root, r);

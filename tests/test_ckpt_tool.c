@@ -44,8 +44,7 @@ static void make_root(char *root, size_t len, full_state *f)
     dt_ckpt_close(ck);
 }
 
-static int tool(const char *root, const char *a1, const char *a2,
-                const char *a3, char **out)
+static int tool(const char *root, const char *a1, const char *a2, const char *a3, char **out)
 {
     char log[128];
     snprintf(log, sizeof log, "%s.log", root);
@@ -112,10 +111,9 @@ static size_t check_tensor(const char *name, json_t *t, size_t expect_begin)
 {
     json_t *shape = json_object_get(t, "shape");
     json_t *offs = json_object_get(t, "data_offsets");
-    cr_assert_str_eq(json_string_value(json_object_get(t, "dtype")), "F32",
-                     "%s: dtype", name);
-    cr_assert(json_is_array(shape) && json_is_array(offs) &&
-              json_array_size(offs) == 2, "%s: shape/data_offsets", name);
+    cr_assert_str_eq(json_string_value(json_object_get(t, "dtype")), "F32", "%s: dtype", name);
+    cr_assert(json_is_array(shape) && json_is_array(offs) && json_array_size(offs) == 2,
+              "%s: shape/data_offsets", name);
     size_t elems = 1;
     for (size_t i = 0; i < json_array_size(shape); i++)
         elems *= (size_t)json_integer_value(json_array_get(shape, i));
@@ -126,8 +124,7 @@ static size_t check_tensor(const char *name, json_t *t, size_t expect_begin)
     return e - b;
 }
 
-Test(ckpt_tool, export_writes_safetensors_whose_data_is_the_parameters,
-     .timeout = 30)
+Test(ckpt_tool, export_writes_safetensors_whose_data_is_the_parameters, .timeout = 30)
 {
     char root[64], path[128], *out = NULL;
     full_state f;
@@ -152,7 +149,8 @@ Test(ckpt_tool, export_writes_safetensors_whose_data_is_the_parameters,
         const char *key;
         json_t *t, *next = NULL;
         const char *next_name = NULL;
-        json_object_foreach(j, key, t) {
+        json_object_foreach(j, key, t)
+        {
             json_t *o = json_object_get(t, "data_offsets");
             if (o && (size_t)json_integer_value(json_array_get(o, 0)) == covered)
                 next = t, next_name = key;
@@ -161,8 +159,8 @@ Test(ckpt_tool, export_writes_safetensors_whose_data_is_the_parameters,
             break;
         covered += check_tensor(next_name, next, covered);
     }
-    cr_assert_eq(covered, n * sizeof(float), "tensors cover %zu of %zu bytes",
-                 covered, n * sizeof(float));
+    cr_assert_eq(covered, n * sizeof(float), "tensors cover %zu of %zu bytes", covered,
+                 n * sizeof(float));
     float *data = malloc(n * sizeof(float) + 1);
     cr_assert_eq(fread(data, 1, n * sizeof(float) + 1, fp), n * sizeof(float),
                  "data section is not exactly 4Ψ bytes");

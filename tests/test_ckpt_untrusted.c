@@ -60,8 +60,7 @@ static void expect_file_holds(const char *path, const char *text)
     cr_assert(fd >= 0, "%s is gone", path);
     ssize_t n = read(fd, buf, sizeof buf - 1);
     close(fd);
-    cr_assert_str_eq(buf, text, "%s was written through a symlink (%zd bytes)",
-                     path, n);
+    cr_assert_str_eq(buf, text, "%s was written through a symlink (%zd bytes)", path, n);
 }
 
 /* Saves the fixture at STEP in 2 shards under root; returns its status and
@@ -93,8 +92,7 @@ static void save_refuses_symlink_at(const char *name, bool in_root)
     make_victim(victim, sizeof victim, "precious\n");
     cr_assert_eq(symlink(victim, link), 0);
     cr_assert_neq(save_at(root, msg, sizeof msg), DT_OK, "the save succeeded");
-    cr_assert(strstr(msg, link) && strstr(msg, "never writes through it"),
-              "message: %s", msg);
+    cr_assert(strstr(msg, link) && strstr(msg, "never writes through it"), "message: %s", msg);
     expect_file_holds(victim, "precious\n");
     unlink(victim);
     fixture_rmtree(root);
@@ -115,8 +113,7 @@ Test(ckpt_untrusted, save_never_writes_through_a_symlinked_latest_tmp, .timeout 
     save_refuses_symlink_at("latest.tmp", true);
 }
 
-Test(ckpt_untrusted, trainers_save_never_writes_through_a_symlinked_shard_tmp,
-     .timeout = 30)
+Test(ckpt_untrusted, trainers_save_never_writes_through_a_symlinked_shard_tmp, .timeout = 30)
 {
     /* dt_ckpt_save is what minigpt calls every --ckpt-every steps */
     char root[64], dir[128], link[256], victim[128];
@@ -165,8 +162,7 @@ Test(ckpt_untrusted, save_refuses_a_symlinked_step_directory, .timeout = 30)
     fixture_rmtree(root);
 }
 
-Test(ckpt_untrusted, rotation_removes_a_planted_step_symlink_not_what_it_points_to,
-     .timeout = 30)
+Test(ckpt_untrusted, rotation_removes_a_planted_step_symlink_not_what_it_points_to, .timeout = 30)
 {
     char root[64], elsewhere[64], link[128], keep[160];
     fixture_mkroot(root, sizeof root);
@@ -190,8 +186,7 @@ Test(ckpt_untrusted, rotation_removes_a_planted_step_symlink_not_what_it_points_
 
 /* ---- loading ------------------------------------------------------------ */
 
-static void expect_verify_fails(const char *dir, dt_ckpt_fault fault,
-                                const char *why)
+static void expect_verify_fails(const char *dir, dt_ckpt_fault fault, const char *why)
 {
     dt_ckpt *ck = NULL;
     cr_assert_eq(dt_ckpt_open(&ck, dir, NULL), DT_OK);
@@ -217,8 +212,7 @@ Test(ckpt_untrusted, load_refuses_a_symlinked_shard, .timeout = 30)
     char root[64], dir[128];
     make_ckpt(root, sizeof root, dir, sizeof dir, 2);
     symlink_in_place(dir, "rank00001.bin");
-    expect_verify_fails(dir, DT_CKPT_FAULT_UNSAFE_NAME,
-                        "rank00001.bin: is a symbolic link");
+    expect_verify_fails(dir, DT_CKPT_FAULT_UNSAFE_NAME, "rank00001.bin: is a symbolic link");
     fixture_rmtree(root);
 }
 
@@ -227,8 +221,7 @@ Test(ckpt_untrusted, load_refuses_a_symlinked_manifest, .timeout = 30)
     char root[64], dir[128];
     make_ckpt(root, sizeof root, dir, sizeof dir, 2);
     symlink_in_place(dir, "manifest.json");
-    expect_verify_fails(dir, DT_CKPT_FAULT_UNSAFE_NAME,
-                        "manifest.json: is a symbolic link");
+    expect_verify_fails(dir, DT_CKPT_FAULT_UNSAFE_NAME, "manifest.json: is a symbolic link");
     fixture_rmtree(root);
 }
 
@@ -278,8 +271,7 @@ Test(ckpt_untrusted, fifo_as_latest_fails_at_once, .timeout = 10)
     dt_ckpt *ck = NULL;
     cr_assert_eq(dt_ckpt_open(&ck, root, NULL), DT_OK);
     cr_assert_neq(dt_ckpt_latest(ck, buf, sizeof buf), DT_OK);
-    cr_assert(strstr(dt_ckpt_error(ck), "latest: is a FIFO"), "message: %s",
-              dt_ckpt_error(ck));
+    cr_assert(strstr(dt_ckpt_error(ck), "latest: is a FIFO"), "message: %s", dt_ckpt_error(ck));
     dt_ckpt_close(ck);
     fixture_rmtree(root);
 }
@@ -300,14 +292,12 @@ static void fifo_load_rank(rank_ctx *rc)
         dt_ckpt_close(ck);
         return;
     }
-    c->st[rc->rank] = dt_ckpt_load_collective(ck, rc->comm, c->dir,
-                                              &c->views[rc->rank].s);
+    c->st[rc->rank] = dt_ckpt_load_collective(ck, rc->comm, c->dir, &c->views[rc->rank].s);
     snprintf(c->msg[rc->rank], sizeof c->msg[0], "%s", dt_ckpt_error(ck));
     dt_ckpt_close(ck);
 }
 
-Test(ckpt_untrusted, fifo_shard_fails_every_rank_of_a_4_rank_load_at_once,
-     .timeout = 30)
+Test(ckpt_untrusted, fifo_shard_fails_every_rank_of_a_4_rank_load_at_once, .timeout = 30)
 {
     fifo_load *c = calloc(1, sizeof *c);
     make_ckpt(c->root, sizeof c->root, c->dir, sizeof c->dir, 4);
@@ -315,12 +305,10 @@ Test(ckpt_untrusted, fifo_shard_fails_every_rank_of_a_4_rank_load_at_once,
     for (int r = 0; r < 4; r++)
         fixture_rank_view(&c->views[r], DT_CKPT_ZERO1, r, 4);
     rank_job job;
-    cr_assert_eq(rank_threads_run(&job, 4, fifo_load_rank, c), 0, "%s",
-                 job.ranks[0].msg);
+    cr_assert_eq(rank_threads_run(&job, 4, fifo_load_rank, c), 0, "%s", job.ranks[0].msg);
     for (int r = 0; r < 4; r++) {
         cr_assert_eq(c->st[r], DT_EPROTO, "rank %d: %s", r, c->msg[r]);
-        cr_assert(strstr(c->msg[r], "rank00002.bin: is a FIFO"), "rank %d: %s",
-                  r, c->msg[r]);
+        cr_assert(strstr(c->msg[r], "rank00002.bin: is a FIFO"), "rank %d: %s", r, c->msg[r]);
         full_state_free(&c->views[r]);
     }
     fixture_rmtree(c->root);
@@ -341,22 +329,24 @@ Test(ckpt_untrusted, manifest_step_must_match_its_directory_name, .timeout = 30)
     fixture_rmtree(root);
 }
 
-static void add_top_key(json_t *root) { json_object_set_new(root, "extra", json_true()); }
+static void add_top_key(json_t *root)
+{
+    json_object_set_new(root, "extra", json_true());
+}
 static void add_config_key(json_t *root)
 {
     json_object_set_new(json_object_get(root, "config"), "D", json_integer(3));
 }
 static void add_shard_key(json_t *root)
 {
-    json_object_set_new(json_array_get(json_object_get(root, "shards"), 1),
-                        "note\x1b[2J", json_string("hi"));
+    json_object_set_new(json_array_get(json_object_get(root, "shards"), 1), "note\x1b[2J",
+                        json_string("hi"));
 }
 
 Test(ckpt_untrusted, unknown_keys_are_refused_by_name_at_every_level, .timeout = 30)
 {
     void (*edits[])(json_t *) = {add_top_key, add_config_key, add_shard_key};
-    const char *named[] = {"unknown key \"extra\" in the manifest",
-                           "unknown key \"D\" in config",
+    const char *named[] = {"unknown key \"extra\" in the manifest", "unknown key \"D\" in config",
                            "unknown key \"note\\x1b[2J\" in a shard"};
     for (int i = 0; i < 3; i++) {
         char root[64], dir[128];
@@ -375,8 +365,7 @@ static void add_big_array(json_t *root)
     json_object_set_new(root, "padding", a);
 }
 
-Test(ckpt_untrusted, manifest_over_the_size_cap_is_refused_before_parsing,
-     .timeout = 60)
+Test(ckpt_untrusted, manifest_over_the_size_cap_is_refused_before_parsing, .timeout = 60)
 {
     char root[64], dir[128];
     make_ckpt(root, sizeof root, dir, sizeof dir, 2);
@@ -387,12 +376,11 @@ Test(ckpt_untrusted, manifest_over_the_size_cap_is_refused_before_parsing,
 
 static void bad_file_name(json_t *root)
 {
-    json_object_set_new(json_array_get(json_object_get(root, "shards"), 0),
-                        "file", json_string("evil\x1b]0;owned\x07.bin"));
+    json_object_set_new(json_array_get(json_object_get(root, "shards"), 0), "file",
+                        json_string("evil\x1b]0;owned\x07.bin"));
 }
 
-Test(ckpt_untrusted, messages_escape_control_characters_of_hostile_names,
-     .timeout = 30)
+Test(ckpt_untrusted, messages_escape_control_characters_of_hostile_names, .timeout = 30)
 {
     char root[64], dir[128];
     make_ckpt(root, sizeof root, dir, sizeof dir, 2);
@@ -402,8 +390,8 @@ Test(ckpt_untrusted, messages_escape_control_characters_of_hostile_names,
     cr_assert_neq(dt_ckpt_verify(ck, dir), DT_OK);
     const char *msg = dt_ckpt_error(ck);
     for (const char *p = msg; *p; p++)
-        cr_assert((unsigned char)*p >= 0x20, "a raw control byte 0x%02x in: %s",
-                  (unsigned char)*p, msg);
+        cr_assert((unsigned char)*p >= 0x20, "a raw control byte 0x%02x in: %s", (unsigned char)*p,
+                  msg);
     cr_assert(strstr(msg, "evil\\x1b]0;owned\\x07.bin"), "message: %s", msg);
     dt_ckpt_close(ck);
     fixture_rmtree(root);
@@ -467,8 +455,7 @@ static void claim_a_huge_model(json_t *root)
     json_object_set_new(sh, "bytes", json_integer(72 + 3 * 32 + 3 * 4 * n));
 }
 
-Test(ckpt_untrusted, export_checks_the_shards_before_allocating_from_the_manifest,
-     .timeout = 30)
+Test(ckpt_untrusted, export_checks_the_shards_before_allocating_from_the_manifest, .timeout = 30)
 {
     char root[64], dir[128], dst[128], *out = NULL;
     fixture_mkroot(root, sizeof root);
@@ -485,8 +472,7 @@ Test(ckpt_untrusted, export_checks_the_shards_before_allocating_from_the_manifes
     const char *argv[] = {DT_CKPT_BIN, "export", dir, dst, NULL};
     int rc = run(root, argv, &out);
     cr_assert_eq(rc, 1, "export exited %d:\n%s", rc, out);
-    cr_assert(strstr(out, "rank00000.bin") && strstr(out, "bytes on disk"),
-              "output:\n%s", out);
+    cr_assert(strstr(out, "rank00000.bin") && strstr(out, "bytes on disk"), "output:\n%s", out);
     cr_assert_null(strstr(out, "out of memory"), "output:\n%s", out);
     free(out);
     fixture_rmtree(root);
@@ -509,10 +495,17 @@ Test(ckpt_untrusted, ls_escapes_hostile_directory_names, .timeout = 30)
 /* minigpt's own small run (its default model) saving at step 2 under root. */
 static void minigpt_run(const char *root, const char *resume, char **out, int *rc)
 {
-    const char *argv[] = {MINIGPT_BIN, "--steps", "2", "--batch", "4", "--data",
-        "random", "--eval-every", "0", "--sample", "0", "--threads", "1",
-        "--log-every", "10", "--ckpt-dir", root, "--ckpt-every", "2",
-        resume ? "--resume" : NULL, resume, NULL};
+    const char *argv[] = {MINIGPT_BIN, "--steps",
+                          "2",         "--batch",
+                          "4",         "--data",
+                          "random",    "--eval-every",
+                          "0",         "--sample",
+                          "0",         "--threads",
+                          "1",         "--log-every",
+                          "10",        "--ckpt-dir",
+                          root,        "--ckpt-every",
+                          "2",         resume ? "--resume" : NULL,
+                          resume,      NULL};
     *rc = run(root, argv, out);
 }
 
@@ -531,9 +524,13 @@ Test(ckpt_untrusted, resume_refuses_a_step_past_the_trainers_counter, .timeout =
     cr_assert_eq(dt_ckpt_latest(ck, latest, sizeof latest), DT_OK);
     cr_assert_eq(dt_ckpt_inspect(ck, latest, &info), DT_OK, "%s", dt_ckpt_error(ck));
     size_t n = info.num_params;
-    dt_ckpt_state s = {.cfg = info.cfg, .mode = info.mode, .world = 1,
-                       .num_params = n, .opt_n = n,
-                       .params = calloc(n, 4), .adam_m = calloc(n, 4),
+    dt_ckpt_state s = {.cfg = info.cfg,
+                       .mode = info.mode,
+                       .world = 1,
+                       .num_params = n,
+                       .opt_n = n,
+                       .params = calloc(n, 4),
+                       .adam_m = calloc(n, 4),
                        .adam_v = calloc(n, 4)};
     cr_assert_eq(dt_ckpt_load(ck, latest, &s), DT_OK, "%s", dt_ckpt_error(ck));
     dt_ckpt_close(ck);
@@ -548,7 +545,8 @@ Test(ckpt_untrusted, resume_refuses_a_step_past_the_trainers_counter, .timeout =
     minigpt_run(b, b, &out, &rc);
     cr_assert_neq(rc, 0, "minigpt resumed:\n%s", out);
     cr_assert(strstr(out, "step 4294967306 is past the last step the trainer "
-                     "counts"), "output:\n%s", out);
+                          "counts"),
+              "output:\n%s", out);
     free(out);
     free(s.params);
     free(s.adam_m);

@@ -37,8 +37,8 @@ static void assert_help(const char *bin)
 
 Test(cli, help_exits_0_with_a_usage_in_every_program, .timeout = 60)
 {
-    const char *bins[] = {DTRAIN_DEMO_BIN, DT_CKPT_BIN, MINIGPT_BENCH_BIN, CKPT_BENCH_BIN,
-                          LOOPBACK_STREAMS_BIN, DTRAIN_BENCH_BIN, LAUNCH_BIN, MINIGPT_BIN};
+    const char *bins[] = {DTRAIN_DEMO_BIN,      DT_CKPT_BIN,      MINIGPT_BENCH_BIN, CKPT_BENCH_BIN,
+                          LOOPBACK_STREAMS_BIN, DTRAIN_BENCH_BIN, LAUNCH_BIN,        MINIGPT_BIN};
     for (size_t i = 0; i < sizeof bins / sizeof bins[0]; i++)
         assert_help(bins[i]);
 }
@@ -80,8 +80,8 @@ Test(cli, launcher_takes_torchruns_underscore_spellings, .timeout = 30)
 {
     int code;
     char *out = run((const char *[]){LAUNCH_BIN, "--nproc_per_node", "2", "--nnodes=1",
-                                     "--node_rank", "0", "--max_restarts", "0", "/bin/sh",
-                                     "-c", "echo hello from $RANK of $WORLD_SIZE", NULL},
+                                     "--node_rank", "0", "--max_restarts", "0", "/bin/sh", "-c",
+                                     "echo hello from $RANK of $WORLD_SIZE", NULL},
                     &code);
     cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
     cr_assert(strstr(out, "hello from 0 of 2"), "rank 0 missing:\n%s", out);
@@ -129,7 +129,8 @@ Test(cli, launcher_init_timeout_reaches_the_workers_as_dt_init_timeout, .timeout
 {
     int code;
     char *out = run((const char *[]){LAUNCH_BIN, "--init-timeout", "90", "/bin/sh", "-c",
-                                     "echo deadline=$DT_INIT_TIMEOUT", NULL}, &code);
+                                     "echo deadline=$DT_INIT_TIMEOUT", NULL},
+                    &code);
     cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
     cr_expect(strstr(out, "deadline=90"), "DT_INIT_TIMEOUT not passed on:\n%s", out);
     free(out);
@@ -147,7 +148,8 @@ Test(cli, an_unwritable_ckpt_dir_fails_before_step_1, .timeout = 60)
     snprintf(dir, sizeof dir, "%s/ckpt", file); /* under a regular file */
     int code;
     char *out = run((const char *[]){MINIGPT_BIN, "--steps", "20", "--ckpt-every", "10",
-                                     "--ckpt-dir", dir, NULL}, &code);
+                                     "--ckpt-dir", dir, NULL},
+                    &code);
     unlink(file);
     cr_assert_eq(code, 1, "exit %d:\n%s", code, out);
     cr_expect(strstr(out, "--ckpt-dir") && strstr(out, "Not a directory"), "%s", out);
@@ -160,8 +162,9 @@ Test(cli, a_ckpt_dir_without_a_scheduled_save_is_reported, .timeout = 60)
     char dir[64];
     snprintf(dir, sizeof dir, "/tmp/dtrain-test-cli-ckpt-%d", (int)getpid());
     int code;
-    char *out = run((const char *[]){MINIGPT_BIN, "--steps", "1", "--sample", "0",
-                                     "--ckpt-dir", dir, NULL}, &code);
+    char *out = run((const char *[]){MINIGPT_BIN, "--steps", "1", "--sample", "0", "--ckpt-dir",
+                                     dir, NULL},
+                    &code);
     rmdir(dir);
     cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
     cr_expect(strstr(out, "no save is scheduled"), "%s", out);
@@ -183,8 +186,9 @@ static void write_token_shard(const char *path, int count, int stride)
     fclose(f);
 }
 
-#define TINY_MODEL "-C", "16", "-H", "2", "-L", "1", "-T", "8", "-B", "2", "--steps", "2", \
-                   "--sample", "0", "--eval-every", "0"
+#define TINY_MODEL                                                                           \
+    "-C", "16", "-H", "2", "-L", "1", "-T", "8", "-B", "2", "--steps", "2", "--sample", "0", \
+        "--eval-every", "0"
 
 Test(cli, minigpt_trains_on_an_llm_c_shard_with_gpt2s_vocabulary, .timeout = 120)
 {
@@ -195,8 +199,8 @@ Test(cli, minigpt_trains_on_an_llm_c_shard_with_gpt2s_vocabulary, .timeout = 120
     char *out = run((const char *[]){MINIGPT_BIN, "--data", path, TINY_MODEL, NULL}, &code);
     unlink(path);
     cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
-    cr_expect(strstr(out, "llm.c token shards") && strstr(out, "3600 train + 400 validation"),
-              "%s", out);
+    cr_expect(strstr(out, "llm.c token shards") && strstr(out, "3600 train + 400 validation"), "%s",
+              out);
     cr_expect(strstr(out, "V=50257"), "the model did not take GPT-2's vocabulary:\n%s", out);
     free(out);
 }
@@ -211,7 +215,8 @@ Test(cli, minigpt_takes_a_glob_of_shards, .timeout = 120)
     write_token_shard(b, 1000, 17);
     int code;
     char *out = run((const char *[]){MINIGPT_BIN, "--data", pattern, "-V", "20000", TINY_MODEL,
-                                     NULL}, &code);
+                                     NULL},
+                    &code);
     unlink(a);
     unlink(b);
     cr_assert_eq(code, 0, "exit %d:\n%s", code, out);

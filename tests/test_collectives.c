@@ -45,9 +45,8 @@
 
 /* ---- plans: one slice of the matrix, run by every rank of a job ------------- */
 
-static const dt_dtype ALL_DTYPES[] = {DT_F32, DT_F64, DT_F16, DT_BF16,
-                                      DT_I8, DT_U8, DT_I32, DT_I64,
-                                      DT_NUM_DTYPES};
+static const dt_dtype ALL_DTYPES[] = {DT_F32, DT_F64, DT_F16, DT_BF16,      DT_I8,
+                                      DT_U8,  DT_I32, DT_I64, DT_NUM_DTYPES};
 static const dt_dtype LARGE_DTYPES[] = {DT_F32, DT_BF16, DT_I64, DT_NUM_DTYPES};
 static const dt_dtype F32_ONLY[] = {DT_F32, DT_NUM_DTYPES};
 static const dt_redop LARGE_OPS[] = {DT_SUM, DT_AVG, DT_MAX};
@@ -55,7 +54,8 @@ static const dt_redop SUM_ONLY[] = {DT_SUM};
 
 /* Whole-buffer kinds count the buffer; the others count per rank (or per
  * peer), so their large count is a million elements over all ranks. */
-static int plan_counts(const plan *pl, int p, size_t out[MAX_COUNTS]) {
+static int plan_counts(const plan *pl, int p, size_t out[MAX_COUNTS])
+{
     int n = 0;
     if (pl->counts == COUNTS_LARGE) {
         bool whole = pl->kind == DT_OP_ALLREDUCE || pl->kind == DT_OP_BROADCAST ||
@@ -78,7 +78,8 @@ static int plan_counts(const plan *pl, int p, size_t out[MAX_COUNTS]) {
     return n;
 }
 
-static void run_plan(rank_ctx *rc) {
+static void run_plan(rank_ctx *rc)
+{
     plan *pl = rc->arg;
     const int p = rc->world;
     size_t counts[MAX_COUNTS];
@@ -100,9 +101,9 @@ static void run_plan(rank_ctx *rc) {
                     if (is_rooted(pl->kind))
                         snprintf(where, sizeof where, " root %d", root);
                     snprintf(k.label, sizeof k.label, "%s%s (algo %d) %s %s count %zu%s",
-                             dt_op_name(pl->kind), pl->in_place ? " in place" : "",
-                             pl->algo, dt_dtype_name(*t),
-                             is_reduction(pl->kind) ? dt_redop_name(op) : "-", k.count, where);
+                             dt_op_name(pl->kind), pl->in_place ? " in place" : "", pl->algo,
+                             dt_dtype_name(*t), is_reduction(pl->kind) ? dt_redop_name(op) : "-",
+                             k.count, where);
                     if (!run_case(rc, pl, &k)) {
                         rank_fail(rc, "%s: stopped", k.label); /* if nothing said why */
                         return;
@@ -113,13 +114,13 @@ static void run_plan(rank_ctx *rc) {
     }
 }
 
-static void run_ranks(int world, rank_fn fn, void *arg) {
+static void run_ranks(int world, rank_fn fn, void *arg)
+{
     rank_job *job = calloc(1, sizeof *job);
     cr_assert(job != NULL);
     rank_threads_run(job, world, fn, arg);
     for (int r = 0; r < world; r++)
-        cr_expect(!job->ranks[r].failed, "rank %d of %d: %s", r, world,
-                  job->ranks[r].msg);
+        cr_expect(!job->ranks[r].failed, "rank %d of %d: %s", r, world, job->ranks[r].msg);
     free(job);
 }
 
@@ -129,87 +130,85 @@ static int every_world[] = {1, 2, 3, 4, 5, 8};
 static int large_worlds[] = {2, 3, 4, 8};
 
 /* One parameterized test per plan: one run per world size. */
-#define PLAN_TEST(name, worlds, ...)                                              \
-    ParameterizedTestParameters(collectives, name) {                              \
+#define PLAN_TEST(name, worlds, ...)                                               \
+    ParameterizedTestParameters(collectives, name)                                 \
+    {                                                                              \
         return cr_make_param_array(int, worlds, sizeof worlds / sizeof worlds[0]); \
-    }                                                                             \
-    ParameterizedTest(int *world, collectives, name, .timeout = TEST_TIMEOUT_S) { \
-        plan pl = {__VA_ARGS__};                                                  \
-        run_ranks(*world, run_plan, &pl);                                         \
-        free(pl.ref);                                                             \
+    }                                                                              \
+    ParameterizedTest(int *world, collectives, name, .timeout = TEST_TIMEOUT_S)    \
+    {                                                                              \
+        plan pl = {__VA_ARGS__};                                                   \
+        run_ranks(*world, run_plan, &pl);                                          \
+        free(pl.ref);                                                              \
     }
 
-PLAN_TEST(allreduce_ring_matches_reference, every_world,
-          .kind = DT_OP_ALLREDUCE, .algo = DT_ALGO_RING)
-PLAN_TEST(allreduce_recursive_doubling_matches_reference, every_world,
-          .kind = DT_OP_ALLREDUCE, .algo = DT_ALGO_RECURSIVE_DOUBLING)
+PLAN_TEST(allreduce_ring_matches_reference, every_world, .kind = DT_OP_ALLREDUCE,
+          .algo = DT_ALGO_RING)
+PLAN_TEST(allreduce_recursive_doubling_matches_reference, every_world, .kind = DT_OP_ALLREDUCE,
+          .algo = DT_ALGO_RECURSIVE_DOUBLING)
 PLAN_TEST(allreduce_auto_matches_reference_across_the_size_threshold, every_world,
           .kind = DT_OP_ALLREDUCE, .dtypes = F32_ONLY, .ops = SUM_ONLY, .nops = 1,
           .counts = COUNTS_AUTO)
-PLAN_TEST(reduce_scatter_matches_reference, every_world,
-          .kind = DT_OP_REDUCE_SCATTER)
-PLAN_TEST(reduce_scatter_in_place_matches_reference, every_world,
-          .kind = DT_OP_REDUCE_SCATTER, .in_place = true, .dtypes = LARGE_DTYPES,
-          .ops = LARGE_OPS, .nops = 3)
+PLAN_TEST(reduce_scatter_matches_reference, every_world, .kind = DT_OP_REDUCE_SCATTER)
+PLAN_TEST(reduce_scatter_in_place_matches_reference, every_world, .kind = DT_OP_REDUCE_SCATTER,
+          .in_place = true, .dtypes = LARGE_DTYPES, .ops = LARGE_OPS, .nops = 3)
 PLAN_TEST(allgather_matches_reference, every_world, .kind = DT_OP_ALLGATHER)
-PLAN_TEST(allgather_in_place_matches_reference, every_world,
-          .kind = DT_OP_ALLGATHER, .in_place = true, .dtypes = LARGE_DTYPES)
+PLAN_TEST(allgather_in_place_matches_reference, every_world, .kind = DT_OP_ALLGATHER,
+          .in_place = true, .dtypes = LARGE_DTYPES)
 PLAN_TEST(allgatherv_matches_reference_with_uneven_and_empty_counts, every_world,
           .kind = DT_OP_ALLGATHERV)
-PLAN_TEST(broadcast_tree_from_every_root_matches_reference, every_world,
-          .kind = DT_OP_BROADCAST, .algo = DT_ALGO_TREE, .every_root = true)
-PLAN_TEST(broadcast_chain_from_every_root_matches_reference, every_world,
-          .kind = DT_OP_BROADCAST, .algo = DT_ALGO_CHAIN, .every_root = true)
+PLAN_TEST(broadcast_tree_from_every_root_matches_reference, every_world, .kind = DT_OP_BROADCAST,
+          .algo = DT_ALGO_TREE, .every_root = true)
+PLAN_TEST(broadcast_chain_from_every_root_matches_reference, every_world, .kind = DT_OP_BROADCAST,
+          .algo = DT_ALGO_CHAIN, .every_root = true)
 PLAN_TEST(broadcast_auto_matches_reference_across_the_size_threshold, every_world,
           .kind = DT_OP_BROADCAST, .dtypes = F32_ONLY, .counts = COUNTS_AUTO)
-PLAN_TEST(reduce_from_every_root_matches_reference_and_spares_other_buffers,
-          every_world, .kind = DT_OP_REDUCE, .every_root = true)
-PLAN_TEST(gather_from_every_root_matches_reference, every_world,
-          .kind = DT_OP_GATHER, .every_root = true)
-PLAN_TEST(scatter_from_every_root_matches_reference, every_world,
-          .kind = DT_OP_SCATTER, .every_root = true)
+PLAN_TEST(reduce_from_every_root_matches_reference_and_spares_other_buffers, every_world,
+          .kind = DT_OP_REDUCE, .every_root = true)
+PLAN_TEST(gather_from_every_root_matches_reference, every_world, .kind = DT_OP_GATHER,
+          .every_root = true)
+PLAN_TEST(scatter_from_every_root_matches_reference, every_world, .kind = DT_OP_SCATTER,
+          .every_root = true)
 PLAN_TEST(alltoall_matches_reference, every_world, .kind = DT_OP_ALLTOALL)
-PLAN_TEST(alltoall_in_place_matches_reference, every_world,
-          .kind = DT_OP_ALLTOALL, .in_place = true, .dtypes = LARGE_DTYPES)
+PLAN_TEST(alltoall_in_place_matches_reference, every_world, .kind = DT_OP_ALLTOALL,
+          .in_place = true, .dtypes = LARGE_DTYPES)
 
 /* >= 1M elements: several 1 MiB segments per chunk (2-3 ranks, 4-8 byte
  * dtypes), every step of every pipeline. */
 PLAN_TEST(allreduce_ring_of_a_million_elements_matches_reference, large_worlds,
-          .kind = DT_OP_ALLREDUCE, .algo = DT_ALGO_RING, .dtypes = LARGE_DTYPES,
-          .ops = LARGE_OPS, .nops = 3, .counts = COUNTS_LARGE)
-PLAN_TEST(allreduce_recursive_doubling_of_a_million_elements_matches_reference,
-          large_worlds, .kind = DT_OP_ALLREDUCE, .algo = DT_ALGO_RECURSIVE_DOUBLING,
-          .dtypes = F32_ONLY, .ops = SUM_ONLY, .nops = 1, .counts = COUNTS_LARGE)
-PLAN_TEST(reduce_scatter_of_a_million_elements_matches_reference, large_worlds,
-          .kind = DT_OP_REDUCE_SCATTER, .dtypes = LARGE_DTYPES, .ops = LARGE_OPS,
+          .kind = DT_OP_ALLREDUCE, .algo = DT_ALGO_RING, .dtypes = LARGE_DTYPES, .ops = LARGE_OPS,
           .nops = 3, .counts = COUNTS_LARGE)
-PLAN_TEST(allgather_of_a_million_elements_matches_reference, large_worlds,
-          .kind = DT_OP_ALLGATHER, .dtypes = LARGE_DTYPES, .counts = COUNTS_LARGE)
+PLAN_TEST(allreduce_recursive_doubling_of_a_million_elements_matches_reference, large_worlds,
+          .kind = DT_OP_ALLREDUCE, .algo = DT_ALGO_RECURSIVE_DOUBLING, .dtypes = F32_ONLY,
+          .ops = SUM_ONLY, .nops = 1, .counts = COUNTS_LARGE)
+PLAN_TEST(reduce_scatter_of_a_million_elements_matches_reference, large_worlds,
+          .kind = DT_OP_REDUCE_SCATTER, .dtypes = LARGE_DTYPES, .ops = LARGE_OPS, .nops = 3,
+          .counts = COUNTS_LARGE)
+PLAN_TEST(allgather_of_a_million_elements_matches_reference, large_worlds, .kind = DT_OP_ALLGATHER,
+          .dtypes = LARGE_DTYPES, .counts = COUNTS_LARGE)
 PLAN_TEST(allgatherv_of_a_million_elements_matches_reference, large_worlds,
           .kind = DT_OP_ALLGATHERV, .dtypes = F32_ONLY, .counts = COUNTS_LARGE)
 PLAN_TEST(broadcast_chain_of_a_million_elements_matches_reference, large_worlds,
           .kind = DT_OP_BROADCAST, .algo = DT_ALGO_CHAIN, .dtypes = LARGE_DTYPES,
           .counts = COUNTS_LARGE)
 PLAN_TEST(broadcast_tree_of_a_million_elements_matches_reference, large_worlds,
-          .kind = DT_OP_BROADCAST, .algo = DT_ALGO_TREE, .dtypes = F32_ONLY,
-          .counts = COUNTS_LARGE)
-PLAN_TEST(reduce_of_a_million_elements_matches_reference, large_worlds,
-          .kind = DT_OP_REDUCE, .dtypes = F32_ONLY, .ops = LARGE_OPS, .nops = 3,
-          .counts = COUNTS_LARGE)
-PLAN_TEST(gather_of_a_million_elements_matches_reference, large_worlds,
-          .kind = DT_OP_GATHER, .dtypes = F32_ONLY, .counts = COUNTS_LARGE)
-PLAN_TEST(scatter_of_a_million_elements_matches_reference, large_worlds,
-          .kind = DT_OP_SCATTER, .dtypes = F32_ONLY, .counts = COUNTS_LARGE)
-PLAN_TEST(alltoall_of_a_million_elements_matches_reference, large_worlds,
-          .kind = DT_OP_ALLTOALL, .dtypes = F32_ONLY, .counts = COUNTS_LARGE)
-
+          .kind = DT_OP_BROADCAST, .algo = DT_ALGO_TREE, .dtypes = F32_ONLY, .counts = COUNTS_LARGE)
+PLAN_TEST(reduce_of_a_million_elements_matches_reference, large_worlds, .kind = DT_OP_REDUCE,
+          .dtypes = F32_ONLY, .ops = LARGE_OPS, .nops = 3, .counts = COUNTS_LARGE)
+PLAN_TEST(gather_of_a_million_elements_matches_reference, large_worlds, .kind = DT_OP_GATHER,
+          .dtypes = F32_ONLY, .counts = COUNTS_LARGE)
+PLAN_TEST(scatter_of_a_million_elements_matches_reference, large_worlds, .kind = DT_OP_SCATTER,
+          .dtypes = F32_ONLY, .counts = COUNTS_LARGE)
+PLAN_TEST(alltoall_of_a_million_elements_matches_reference, large_worlds, .kind = DT_OP_ALLTOALL,
+          .dtypes = F32_ONLY, .counts = COUNTS_LARGE)
 
 
 /* ---- all-reduce leaves every rank with the same bytes ------------------------- */
 
 /* Inexact on purpose: fractions whose sums round, so that a rank combining
  * in another order than its partner would end with other bytes. */
-static void fill_inexact(void *buf, size_t n, dt_dtype t, int rank) {
+static void fill_inexact(void *buf, size_t n, dt_dtype t, int rank)
+{
     for (size_t i = 0; i < n; i++)
         put_value(buf, i, t, sin((double)i * 0.37 + rank * 1.91) * 97.3 + rank / 7.0);
 }
@@ -219,7 +218,8 @@ typedef struct identity_arg {
     char *results; /* [p][bytes], each rank writes its own row */
 } identity_arg;
 
-static void rank_allreduce_identity(rank_ctx *rc) {
+static void rank_allreduce_identity(rank_ctx *rc)
+{
     identity_arg *a = rc->arg;
     static const dt_dtype types[] = {DT_F32, DT_F64, DT_F16, DT_BF16};
     static const dt_redop ops[] = {DT_SUM, DT_AVG, DT_PROD, DT_MAX};
@@ -229,8 +229,12 @@ static void rank_allreduce_identity(rank_ctx *rc) {
             size_t bytes = n * dt_dtype_size(types[ti]);
             char *mine = a->results + (size_t)rc->rank * bytes;
             fill_inexact(mine, n, types[ti], rc->rank);
-            dt_op o = {.kind = DT_OP_ALLREDUCE, .recv = mine, .count = n,
-                       .dtype = types[ti], .redop = ops[oi], .algo = a->algo};
+            dt_op o = {.kind = DT_OP_ALLREDUCE,
+                       .recv = mine,
+                       .count = n,
+                       .dtype = types[ti],
+                       .redop = ops[oi],
+                       .algo = a->algo};
             char label[96];
             snprintf(label, sizeof label, "allreduce (algo %d) %s %s", a->algo,
                      dt_dtype_name(types[ti]), dt_redop_name(ops[oi]));
@@ -244,7 +248,8 @@ static void rank_allreduce_identity(rank_ctx *rc) {
     }
 }
 
-static void allreduce_identity(int world, dt_algo algo) {
+static void allreduce_identity(int world, dt_algo algo)
+{
     identity_arg a = {algo, xmalloc((size_t)world * 3008 * 8)};
     run_ranks(world, rank_allreduce_identity, &a);
     free(a.results);
@@ -252,21 +257,25 @@ static void allreduce_identity(int world, dt_algo algo) {
 
 static int identity_worlds[] = {2, 3, 5, 8};
 
-ParameterizedTestParameters(collectives, allreduce_ring_leaves_every_rank_bitwise_identical) {
+ParameterizedTestParameters(collectives, allreduce_ring_leaves_every_rank_bitwise_identical)
+{
     return cr_make_param_array(int, identity_worlds, 4);
 }
 ParameterizedTest(int *world, collectives, allreduce_ring_leaves_every_rank_bitwise_identical,
-                  .timeout = TEST_TIMEOUT_S) {
+                  .timeout = TEST_TIMEOUT_S)
+{
     allreduce_identity(*world, DT_ALGO_RING);
 }
 
 ParameterizedTestParameters(collectives,
-                            allreduce_recursive_doubling_leaves_every_rank_bitwise_identical) {
+                            allreduce_recursive_doubling_leaves_every_rank_bitwise_identical)
+{
     return cr_make_param_array(int, identity_worlds, 4);
 }
 ParameterizedTest(int *world, collectives,
                   allreduce_recursive_doubling_leaves_every_rank_bitwise_identical,
-                  .timeout = TEST_TIMEOUT_S) {
+                  .timeout = TEST_TIMEOUT_S)
+{
     allreduce_identity(*world, DT_ALGO_RECURSIVE_DOUBLING);
 }
 
@@ -276,7 +285,8 @@ ParameterizedTest(int *world, collectives,
 
 /* Ranks arrive staggered (rank r a little later than r-1); whoever leaves a
  * barrier must see that everyone has arrived at it. */
-static void rank_barrier(rank_ctx *rc) {
+static void rank_barrier(rank_ctx *rc)
+{
     atomic_int *arrived = rc->arg;
     for (int k = 0; k < BARRIER_ROUNDS; k++) {
         usleep((useconds_t)(rc->rank * 2000));
@@ -288,16 +298,17 @@ static void rank_barrier(rank_ctx *rc) {
         }
         int seen = atomic_load(&arrived[k]);
         if (seen != rc->world)
-            rank_fail(rc, "left barrier %d when %d of %d ranks had arrived", k, seen,
-                      rc->world);
+            rank_fail(rc, "left barrier %d when %d of %d ranks had arrived", k, seen, rc->world);
     }
 }
 
-ParameterizedTestParameters(collectives, barrier_releases_no_rank_before_all_arrive) {
+ParameterizedTestParameters(collectives, barrier_releases_no_rank_before_all_arrive)
+{
     return cr_make_param_array(int, every_world, 6);
 }
 ParameterizedTest(int *world, collectives, barrier_releases_no_rank_before_all_arrive,
-                  .timeout = TEST_TIMEOUT_S) {
+                  .timeout = TEST_TIMEOUT_S)
+{
     atomic_int arrived[BARRIER_ROUNDS];
     for (int k = 0; k < BARRIER_ROUNDS; k++)
         atomic_init(&arrived[k], 0);
@@ -306,18 +317,18 @@ ParameterizedTest(int *world, collectives, barrier_releases_no_rank_before_all_a
 
 /* ---- tagged send / recv (the transport's; tested here with the rest) ----------- */
 
-#define CHECK_OK(rc, what, call)                                                     \
-    do {                                                                             \
-        dt_status st_ = (call);                                                      \
-        if (st_ != DT_OK) {                                                          \
-            rank_fail(rc, "%s: %s: %s", what, dt_status_name(st_),                   \
-                      dt_comm_error(rc->comm));                                      \
-            return;                                                                  \
-        }                                                                            \
+#define CHECK_OK(rc, what, call)                                                             \
+    do {                                                                                     \
+        dt_status st_ = (call);                                                              \
+        if (st_ != DT_OK) {                                                                  \
+            rank_fail(rc, "%s: %s: %s", what, dt_status_name(st_), dt_comm_error(rc->comm)); \
+            return;                                                                          \
+        }                                                                                    \
     } while (0)
 
 /* Rank 1 sends 1, 2, ..., 5 with one tag; rank 0 receives them in order. */
-static void rank_same_tag_in_order(rank_ctx *rc) {
+static void rank_same_tag_in_order(rank_ctx *rc)
+{
     for (int32_t k = 1; k <= 5; k++) {
         int32_t v = rc->rank == 1 ? k : 0;
         if (rc->rank == 1)
@@ -330,13 +341,15 @@ static void rank_same_tag_in_order(rank_ctx *rc) {
     }
 }
 
-Test(collectives, send_recv_with_one_tag_arrive_in_send_order, .timeout = TEST_TIMEOUT_S) {
+Test(collectives, send_recv_with_one_tag_arrive_in_send_order, .timeout = TEST_TIMEOUT_S)
+{
     run_ranks(2, rank_same_tag_in_order, NULL);
 }
 
 /* Rank 1 sends tag 1 (3 elements) then tag 2 (5 elements); rank 0 posts the
  * receive for tag 2 first. Each receive gets the message with its tag. */
-static void rank_match_by_tag(rank_ctx *rc) {
+static void rank_match_by_tag(rank_ctx *rc)
+{
     int64_t one[3] = {11, 12, 13}, two[5] = {21, 22, 23, 24, 25};
     if (rc->rank == 1) {
         CHECK_OK(rc, "send tag 1", dt_send(rc->comm, one, 3, DT_I64, 0, 1));
@@ -354,7 +367,8 @@ static void rank_match_by_tag(rank_ctx *rc) {
     }
 }
 
-Test(collectives, recv_takes_the_message_with_its_tag, .timeout = TEST_TIMEOUT_S) {
+Test(collectives, recv_takes_the_message_with_its_tag, .timeout = TEST_TIMEOUT_S)
+{
     run_ranks(3, rank_match_by_tag, NULL);
 }
 
@@ -363,15 +377,18 @@ Test(collectives, recv_takes_the_message_with_its_tag, .timeout = TEST_TIMEOUT_S
  * receives them in order: every one arrives, intact, in its place. */
 #define EARLY_MESSAGES 48
 #define EARLY_COUNT 1000
-static void rank_sends_far_ahead(rank_ctx *rc) {
+static void rank_sends_far_ahead(rank_ctx *rc)
+{
     static _Thread_local int32_t buf[EARLY_COUNT];
     for (int m = 0; m < EARLY_MESSAGES; m++) {
         if (rc->rank == 1) {
-            for (int i = 0; i < EARLY_COUNT; i++) buf[i] = m * EARLY_COUNT + i;
+            for (int i = 0; i < EARLY_COUNT; i++)
+                buf[i] = m * EARLY_COUNT + i;
             CHECK_OK(rc, "send", dt_send(rc->comm, buf, EARLY_COUNT, DT_I32, 0, 9));
             continue;
         }
-        if (m == 0) usleep(200 * 1000);
+        if (m == 0)
+            usleep(200 * 1000);
         CHECK_OK(rc, "recv", dt_recv(rc->comm, buf, EARLY_COUNT, DT_I32, 1, 9, NULL));
         for (int i = 0; i < EARLY_COUNT; i++)
             if (buf[i] != m * EARLY_COUNT + i) {
@@ -382,14 +399,16 @@ static void rank_sends_far_ahead(rank_ctx *rc) {
 }
 
 Test(collectives, messages_sent_long_before_their_receives_arrive_intact_in_order,
-     .timeout = TEST_TIMEOUT_S) {
+     .timeout = TEST_TIMEOUT_S)
+{
     run_ranks(2, rank_sends_far_ahead, NULL);
 }
 
 /* Rank 1 sends one message and leaves (destroys its communicator) before
  * rank 0 has posted the receive: the message is still delivered, and the
  * departure that came behind it is no error. */
-static void rank_sends_and_leaves(rank_ctx *rc) {
+static void rank_sends_and_leaves(rank_ctx *rc)
+{
     int64_t v = rc->rank == 1 ? 4242 : 0;
     if (rc->rank == 1) {
         CHECK_OK(rc, "send", dt_send(rc->comm, &v, 1, DT_I64, 0, 4));
@@ -397,11 +416,13 @@ static void rank_sends_and_leaves(rank_ctx *rc) {
     }
     usleep(300 * 1000);
     CHECK_OK(rc, "recv", dt_recv(rc->comm, &v, 1, DT_I64, 1, 4, NULL));
-    if (v != 4242) rank_fail(rc, "received %lld, sent 4242", (long long)v);
+    if (v != 4242)
+        rank_fail(rc, "received %lld, sent 4242", (long long)v);
 }
 
 Test(collectives, a_message_whose_sender_left_before_the_receive_is_still_delivered,
-     .timeout = TEST_TIMEOUT_S) {
+     .timeout = TEST_TIMEOUT_S)
+{
     run_ranks(2, rank_sends_and_leaves, NULL);
 }
 
@@ -409,12 +430,19 @@ Test(collectives, a_message_whose_sender_left_before_the_receive_is_still_delive
  * can ever come (a departed rank sent everything before its BYE), so the
  * receive fails at once naming rank 1, instead of waiting out its timeout
  * and blaming the clock. (Found by tests/fuzz/fuzz_frames.) */
-static void rank_receives_from_a_rank_that_left(rank_ctx *rc) {
-    if (rc->rank == 1) return;
+static void rank_receives_from_a_rank_that_left(rank_ctx *rc)
+{
+    if (rc->rank == 1)
+        return;
     usleep(300 * 1000);
     int32_t v = 0;
-    dt_op op = {.kind = DT_OP_RECV, .recv = &v, .count = 1, .dtype = DT_I32, .peer = 1,
-                .tag = 5, .timeout_s = 10};
+    dt_op op = {.kind = DT_OP_RECV,
+                .recv = &v,
+                .count = 1,
+                .dtype = DT_I32,
+                .peer = 1,
+                .tag = 5,
+                .timeout_s = 10};
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     dt_status st = dt_run(rc->comm, &op);
@@ -422,18 +450,20 @@ static void rank_receives_from_a_rank_that_left(rank_ctx *rc) {
     double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
     const char *msg = dt_comm_error(rc->comm);
     if (st != DT_EPEER || !strstr(msg, "rank 1") || took > 5.0)
-        rank_fail(rc, "recv from a rank that left: %s after %.2f s: %s", dt_status_name(st),
-                  took, msg);
+        rank_fail(rc, "recv from a rank that left: %s after %.2f s: %s", dt_status_name(st), took,
+                  msg);
 }
 
 Test(collectives, a_receive_from_a_rank_that_left_fails_at_once_naming_it,
-     .timeout = TEST_TIMEOUT_S) {
+     .timeout = TEST_TIMEOUT_S)
+{
     run_ranks(2, rank_receives_from_a_rank_that_left, NULL);
 }
 
 /* Every rank but 0 sends its rank number; rank 0 receives from any source
  * and learns who sent each message: everyone, once. */
-static void rank_any_source(rank_ctx *rc) {
+static void rank_any_source(rank_ctx *rc)
+{
     if (rc->rank != 0) {
         int32_t v = rc->rank;
         CHECK_OK(rc, "send", dt_send(rc->comm, &v, 1, DT_I32, 0, 3));
@@ -451,7 +481,8 @@ static void rank_any_source(rank_ctx *rc) {
     }
 }
 
-Test(collectives, recv_from_any_source_reports_each_sender, .timeout = TEST_TIMEOUT_S) {
+Test(collectives, recv_from_any_source_reports_each_sender, .timeout = TEST_TIMEOUT_S)
+{
     run_ranks(4, rank_any_source, NULL);
 }
 
@@ -459,7 +490,8 @@ Test(collectives, recv_from_any_source_reports_each_sender, .timeout = TEST_TIME
 
 /* Each rank joins a second job beside the first and interleaves
  * all-reduces on both, blocking and in flight at once. */
-static void rank_two_communicators(rank_ctx *rc) {
+static void rank_two_communicators(rank_ctx *rc)
+{
     char url[160];
     snprintf(url, sizeof url, "%s-second", rc->job->url);
     dt_comm *second;
@@ -470,12 +502,14 @@ static void rank_two_communicators(rank_ctx *rc) {
         dt_work *wa, *wb;
         dt_status sa = dt_allreduce_async(rc->comm, &a, 1, DT_I64, DT_SUM, &wa);
         dt_status sb = dt_allreduce_async(second, &b, 1, DT_I64, DT_MAX, &wb);
-        if (sb == DT_OK) sb = dt_work_wait(wb);
-        if (sa == DT_OK) sa = dt_work_wait(wa);
+        if (sb == DT_OK)
+            sb = dt_work_wait(wb);
+        if (sa == DT_OK)
+            sa = dt_work_wait(wa);
         int64_t p = rc->world;
         if (sa != DT_OK || sb != DT_OK)
-            rank_fail(rc, "round %d: %s / %s: %s / %s", k, dt_status_name(sa),
-                      dt_status_name(sb), dt_comm_error(rc->comm), dt_comm_error(second));
+            rank_fail(rc, "round %d: %s / %s: %s / %s", k, dt_status_name(sa), dt_status_name(sb),
+                      dt_comm_error(rc->comm), dt_comm_error(second));
         else if (a != p * (p - 1) / 2 + p * k || b != 100 * p)
             rank_fail(rc, "round %d: sum %lld, max %lld", k, (long long)a, (long long)b);
         if (rc->failed)
@@ -484,14 +518,15 @@ static void rank_two_communicators(rank_ctx *rc) {
     dt_comm_destroy(second);
 }
 
-Test(collectives, two_communicators_in_one_process_work_independently,
-     .timeout = TEST_TIMEOUT_S) {
+Test(collectives, two_communicators_in_one_process_work_independently, .timeout = TEST_TIMEOUT_S)
+{
     run_ranks(3, rank_two_communicators, NULL);
 }
 
 /* Three ops in flight while the rank computes something else; waited in
  * reverse order of submission. */
-static void rank_async_overlap(rank_ctx *rc) {
+static void rank_async_overlap(rank_ctx *rc)
+{
     const size_t n = MILLION;
     const int p = rc->world;
     float *big = xmalloc(n * sizeof *big), *want = xmalloc(n * sizeof *want);
@@ -506,8 +541,7 @@ static void rank_async_overlap(rank_ctx *rc) {
     dt_work *w[3];
     CHECK_OK(rc, "allreduce", dt_allreduce_async(rc->comm, big, n, DT_F32, DT_SUM, &w[0]));
     CHECK_OK(rc, "broadcast", dt_broadcast_async(rc->comm, &root_val, 1, DT_I32, p - 1, &w[1]));
-    CHECK_OK(rc, "allgather",
-             dt_allgather_async(rc->comm, &mine, gathered, 1, DT_I32, &w[2]));
+    CHECK_OK(rc, "allgather", dt_allgather_async(rc->comm, &mine, gathered, 1, DT_I32, &w[2]));
     volatile double work = 0; /* the other work, while the ops run */
     for (long k = 0; k < 200000 || !dt_work_test(w[0]); k++)
         work = work + sqrt((double)k);
@@ -526,20 +560,29 @@ static void rank_async_overlap(rank_ctx *rc) {
     free(want);
 }
 
-Test(collectives, async_ops_complete_while_the_caller_works, .timeout = TEST_TIMEOUT_S) {
+Test(collectives, async_ops_complete_while_the_caller_works, .timeout = TEST_TIMEOUT_S)
+{
     run_ranks(4, rank_async_overlap, NULL);
 }
 
 /* Forcing an algorithm that does not implement the op is refused before
  * anything is sent; the communicator stays usable. */
-static void rank_wrong_algorithm(rank_ctx *rc) {
+static void rank_wrong_algorithm(rank_ctx *rc)
+{
     float x = 1;
     const dt_op wrong[] = {
         {.kind = DT_OP_ALLREDUCE, .recv = &x, .count = 1, .dtype = DT_F32, .algo = DT_ALGO_CHAIN},
         {.kind = DT_OP_BROADCAST, .recv = &x, .count = 1, .dtype = DT_F32, .algo = DT_ALGO_RING},
-        {.kind = DT_OP_REDUCE, .recv = &x, .count = 1, .dtype = DT_F32,
+        {.kind = DT_OP_REDUCE,
+         .recv = &x,
+         .count = 1,
+         .dtype = DT_F32,
          .algo = DT_ALGO_RECURSIVE_DOUBLING},
-        {.kind = DT_OP_ALLGATHER, .send = &x, .recv = &x, .count = 1, .dtype = DT_F32,
+        {.kind = DT_OP_ALLGATHER,
+         .send = &x,
+         .recv = &x,
+         .count = 1,
+         .dtype = DT_F32,
          .algo = DT_ALGO_TREE},
         {.kind = DT_OP_BARRIER, .algo = DT_ALGO_RING},
     };
@@ -549,12 +592,12 @@ static void rank_wrong_algorithm(rank_ctx *rc) {
             rank_fail(rc, "%s forced to algorithm %d: %s, expected DT_EINVAL",
                       dt_op_name(wrong[k].kind), wrong[k].algo, dt_status_name(st));
     }
-    CHECK_OK(rc, "allreduce after the refusals",
-             dt_allreduce(rc->comm, &x, 1, DT_F32, DT_SUM));
+    CHECK_OK(rc, "allreduce after the refusals", dt_allreduce(rc->comm, &x, 1, DT_F32, DT_SUM));
     if (x != (float)rc->world)
         rank_fail(rc, "allreduce after the refusals gave %g", (double)x);
 }
 
-Test(collectives, forcing_an_algorithm_the_op_lacks_is_rejected, .timeout = TEST_TIMEOUT_S) {
+Test(collectives, forcing_an_algorithm_the_op_lacks_is_rejected, .timeout = TEST_TIMEOUT_S)
+{
     run_ranks(2, rank_wrong_algorithm, NULL);
 }

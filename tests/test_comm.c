@@ -60,7 +60,8 @@ static void run_job(join_arg *args, int n, const char *ifname, const char *what)
         args[r].o.timeout_s = 10;
         pthread_create(&t[r], NULL, join_and_sum, &args[r]);
     }
-    for (int r = 0; r < n; r++) pthread_join(t[r], NULL);
+    for (int r = 0; r < n; r++)
+        pthread_join(t[r], NULL);
 }
 
 Test(comm, ranks_join_on_the_address_of_a_named_interface, .timeout = 30)
@@ -103,8 +104,7 @@ Test(comm, rank_outside_the_world_is_einval, .timeout = 10)
     o.init_url = "file:///tmp/unused";
     dt_comm *c;
     cr_expect_eq(dt_comm_init(&c, &o), DT_EINVAL);
-    cr_expect(strstr(dt_comm_error(c), "rank 4 of world size 4") != NULL, "%s",
-              dt_comm_error(c));
+    cr_expect(strstr(dt_comm_error(c), "rank 4 of world size 4") != NULL, "%s", dt_comm_error(c));
     dt_comm_destroy(c);
 }
 
@@ -173,7 +173,8 @@ Test(comm, mpi_and_slurm_variables_give_rank_and_size, .timeout = 10)
 static pid_t srun_rank(const char *url, int rank, const char *job)
 {
     pid_t pid = fork();
-    if (pid != 0) return pid;
+    if (pid != 0)
+        return pid;
     unsetenv("DT_JOB_ID");
     unsetenv("OMPI_MCA_ess_base_jobid");
     unsetenv("PMIX_NAMESPACE");
@@ -229,18 +230,15 @@ Test(comm, malformed_environment_is_einval_naming_the_variable, .timeout = 10)
     setenv("RANK", "two", 1);
     setenv("WORLD_SIZE", "4", 1);
     setenv("DT_INIT_URL", "file:///tmp/env-job", 1);
-    cr_expect_eq(dt_comm_options_from_env(&o, scratch, sizeof scratch, err, sizeof err),
-                 DT_EINVAL);
+    cr_expect_eq(dt_comm_options_from_env(&o, scratch, sizeof scratch, err, sizeof err), DT_EINVAL);
     cr_expect(strstr(err, "RANK='two'") != NULL, "%s", err);
     setenv("RANK", "1", 1);
     setenv("DT_SECRET", "xyz", 1);
-    cr_expect_eq(dt_comm_options_from_env(&o, scratch, sizeof scratch, err, sizeof err),
-                 DT_EINVAL);
+    cr_expect_eq(dt_comm_options_from_env(&o, scratch, sizeof scratch, err, sizeof err), DT_EINVAL);
     cr_expect(strstr(err, "DT_SECRET") != NULL, "%s", err);
     unsetenv("DT_SECRET");
     unsetenv("DT_INIT_URL");
-    cr_expect_eq(dt_comm_options_from_env(&o, scratch, sizeof scratch, err, sizeof err),
-                 DT_EINVAL);
+    cr_expect_eq(dt_comm_options_from_env(&o, scratch, sizeof scratch, err, sizeof err), DT_EINVAL);
     cr_expect(strstr(err, "DT_INIT_URL") != NULL, "%s", err);
 }
 
@@ -274,8 +272,7 @@ Test(comm, dt_init_timeout_sets_the_start_up_deadline, .timeout = 10)
                  "%s", err);
     cr_expect(o.init_timeout_s == 240.0, "init_timeout_s %g", o.init_timeout_s);
     setenv("DT_INIT_TIMEOUT", "soon", 1);
-    cr_expect_eq(dt_comm_options_from_env(&o, scratch, sizeof scratch, err, sizeof err),
-                 DT_EINVAL);
+    cr_expect_eq(dt_comm_options_from_env(&o, scratch, sizeof scratch, err, sizeof err), DT_EINVAL);
     cr_expect(strstr(err, "DT_INIT_TIMEOUT='soon'") != NULL, "%s", err);
 }
 
@@ -302,7 +299,8 @@ Test(comm, a_start_up_timeout_gives_the_time_that_passed, .timeout = 30)
         a[r].o.init_timeout_s = 2.0;
         pthread_create(&t[r], NULL, r == 0 ? join_and_sum : join_late, &a[r]);
     }
-    for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
+    for (int r = 0; r < 2; r++)
+        pthread_join(t[r], NULL);
     cr_assert_eq(a[0].st, DT_ETIMEDOUT, "%s", a[0].error);
     const char *after = strstr(a[0].error, "timed out after ");
     cr_assert(after && strstr(a[0].error, "rank 2"), "%s", a[0].error);

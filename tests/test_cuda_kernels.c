@@ -97,13 +97,12 @@ static double rel_inf(const float *a, const float *b, size_t n)
 }
 
 /* The device result d (n floats) against the host reference ref. */
-static void expect_close(const dt_backend *be, const float *d, const float *ref,
-                         size_t n, const char *what)
+static void expect_close(const dt_backend *be, const float *d, const float *ref, size_t n,
+                         const char *what)
 {
     float *h = back(be, d, n);
     double e = rel_inf(h, ref, n);
-    cr_expect(e <= TOL, "%s on %s: relative error %.3g (tolerance %.0e)", what,
-              be->name, e, TOL);
+    cr_expect(e <= TOL, "%s on %s: relative error %.3g (tolerance %.0e)", what, be->name, e, TOL);
     free(h);
 }
 
@@ -158,8 +157,7 @@ Test(cuda_kernels, layernorm_forward_and_backward_match_reference, .timeout = 30
     float *d_dinp = dev_floats(be, dinp, N * C), *d_dw = dev_floats(be, dw, C);
     float *d_db = dev_floats(be, db, C);
     be->layernorm_forward(d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C);
-    be->layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd,
-                           N, C);
+    be->layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C);
     check_device(be);
     dt_ref_layernorm_forward(out, mean, rstd, inp, w, b, N, C);
     dt_ref_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
@@ -191,12 +189,11 @@ static void check_matmul(int n, int c, int oc, bool bias, bool want_dinp)
     float *d_dw = dev_floats(be, dw, nw), *d_db = dev_floats(be, db, oc);
     float *d_out = be->alloc(no * sizeof(float)), *d_dinp = be->alloc(ni * sizeof(float));
     be->matmul_forward(d_out, d_inp, d_w, bias ? d_bs : NULL, n, c, oc);
-    be->matmul_backward(want_dinp ? d_dinp : NULL, d_dw, bias ? d_db : NULL, d_dout,
-                        d_inp, d_w, n, c, oc);
+    be->matmul_backward(want_dinp ? d_dinp : NULL, d_dw, bias ? d_db : NULL, d_dout, d_inp, d_w, n,
+                        c, oc);
     check_device(be);
     dt_ref_matmul_forward(out, inp, w, bias ? bs : NULL, n, c, oc);
-    dt_ref_matmul_backward(want_dinp ? dinp : NULL, dw, bias ? db : NULL, dout, inp, w,
-                           n, c, oc);
+    dt_ref_matmul_backward(want_dinp ? dinp : NULL, dw, bias ? db : NULL, dout, inp, w, n, c, oc);
     expect_close(be, d_out, out, no, "matmul out");
     if (want_dinp)
         expect_close(be, d_dinp, dinp, ni, "matmul dinp");
@@ -377,15 +374,18 @@ Test(cuda_golden, ten_adamw_losses_match_pytorch, .timeout = 120)
     fixture fx;
     dt_model *m = golden_model(&fx, be);
     const float *hp = fixture_get(&fx, "adamw")->data;
-    dt_adamw_hparams h = {.lr = hp[0], .beta1 = hp[1], .beta2 = hp[2], .eps = hp[3],
+    dt_adamw_hparams h = {.lr = hp[0],
+                          .beta1 = hp[1],
+                          .beta2 = hp[2],
+                          .eps = hp[3],
                           .weight_decay = hp[4]};
     const record *ls = fixture_get(&fx, "losses");
     const float *ref = ls->data;
     for (uint32_t step = 1; step <= ls->count; step++) {
         golden_forward(m, &fx);
         double e = fabs((double)m->mean_loss - ref[step - 1]) / fabs(ref[step - 1]);
-        cr_expect(e <= 1e-5, "%s: loss before update %u: %.7f vs PyTorch %.7f (rel %.3g)",
-                  be->name, step, m->mean_loss, ref[step - 1], e);
+        cr_expect(e <= 1e-5, "%s: loss before update %u: %.7f vs PyTorch %.7f (rel %.3g)", be->name,
+                  step, m->mean_loss, ref[step - 1], e);
         dt_model_zero_grad(m);
         cr_assert_eq(dt_model_backward(m, 1.0f), DT_OK);
         cr_assert_eq(dt_model_update(m, &h, step), DT_OK);

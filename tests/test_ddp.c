@@ -58,8 +58,13 @@ static dt_config odd_config(void)
 
 static scenario make_scenario(mode how, int k, size_t bucket_bytes)
 {
-    return (scenario){.cfg = odd_config(), .B = 2, .k = k, .steps = 4,
-                      .bucket_bytes = bucket_bytes, .how = how, .lr = 1e-2f,
+    return (scenario){.cfg = odd_config(),
+                      .B = 2,
+                      .k = k,
+                      .steps = 4,
+                      .bucket_bytes = bucket_bytes,
+                      .how = how,
+                      .lr = 1e-2f,
                       .seed = 42};
 }
 
@@ -75,13 +80,11 @@ static dt_dataset *open_data(const scenario *s)
  * rank r's micro-step j is g = r·k + j. */
 static uint64_t first_row(const scenario *s, int world, int step, int g)
 {
-    return (uint64_t)step * (uint64_t)(world * s->k * s->B) +
-           (uint64_t)g * (uint64_t)s->B;
+    return (uint64_t)step * (uint64_t)(world * s->k * s->B) + (uint64_t)g * (uint64_t)s->B;
 }
 
 /* One process, N·k micro-batches per step: the reference. */
-static void serial_reference(const scenario *s, int world, float *losses,
-                             float *params)
+static void serial_reference(const scenario *s, int world, float *losses, float *params)
 {
     dt_model *m;
     cr_assert_eq(dt_model_create(&m, &s->cfg, dt_backend_cpu(), s->B), DT_OK);
@@ -95,8 +98,8 @@ static void serial_reference(const scenario *s, int world, float *losses,
         dt_model_zero_grad(m);
         double sum = 0;
         for (int g = 0; g < G; g++) {
-            cr_assert_eq(dt_dataset_batch(x, y, d, DT_TRAIN, s->seed,
-                                          first_row(s, world, t, g), s->B, T),
+            cr_assert_eq(dt_dataset_batch(x, y, d, DT_TRAIN, s->seed, first_row(s, world, t, g),
+                                          s->B, T),
                          DT_OK);
             cr_assert_eq(dt_model_forward(m, x, y, s->B, T), DT_OK);
             cr_assert_eq(dt_model_backward(m, 1.0f / (float)G), DT_OK);
@@ -113,8 +116,8 @@ static void serial_reference(const scenario *s, int world, float *losses,
 }
 
 /* The gradient-sync and optimizer half of a step, DDP or ZeRO-1. */
-static dt_status rank_step(rank_ctx *rc, scenario *s, dt_model *m,
-                           dt_ddp *ddp, dt_zero1 *z, int step)
+static dt_status rank_step(rank_ctx *rc, scenario *s, dt_model *m, dt_ddp *ddp, dt_zero1 *z,
+                           int step)
 {
     dt_adamw_hparams h = dt_adamw_defaults(s->lr);
     dt_status st;
@@ -133,8 +136,8 @@ static dt_status rank_step(rank_ctx *rc, scenario *s, dt_model *m,
 }
 
 /* Forward and backward of micro-step j of step t. */
-static dt_status micro_step(scenario *s, dt_model *m, dt_ddp *ddp, dt_zero1 *z,
-                            const int *x, const int *y, int j)
+static dt_status micro_step(scenario *s, dt_model *m, dt_ddp *ddp, dt_zero1 *z, const int *x,
+                            const int *y, int j)
 {
     bool last = j == s->k - 1;
     float dloss = 1.0f / (float)s->k;
@@ -149,8 +152,7 @@ static dt_status micro_step(scenario *s, dt_model *m, dt_ddp *ddp, dt_zero1 *z,
 }
 
 /* Every rank's parameters bitwise equal (the replica check). */
-static dt_status expect_same_replicas(rank_ctx *rc, dt_comm *comm,
-                                      const dt_model *m, int t)
+static dt_status expect_same_replicas(rank_ctx *rc, dt_comm *comm, const dt_model *m, int t)
 {
     bool same = false;
     dt_status st = dt_check_replicas(comm, m, &same, NULL);
@@ -173,12 +175,10 @@ static void train_on(rank_ctx *rc, scenario *s, dt_comm *comm)
     dt_model_init(m, rank == 0 ? s->seed : s->seed + 1000 + rank);
     dt_ddp *ddp = NULL;
     dt_zero1 *z = NULL;
-    dt_status st = s->how == MODE_DDP
-                       ? dt_ddp_create(&ddp, m, comm, s->bucket_bytes)
-                       : dt_zero1_create_bucketed(&z, m, comm, s->bucket_bytes);
+    dt_status st = s->how == MODE_DDP ? dt_ddp_create(&ddp, m, comm, s->bucket_bytes)
+                                      : dt_zero1_create_bucketed(&z, m, comm, s->bucket_bytes);
     if (st != DT_OK)
-        rank_fail(rc, "create: %s",
-                  ddp ? dt_ddp_error(ddp) : z ? dt_zero1_error(z) : "ENOMEM");
+        rank_fail(rc, "create: %s", ddp ? dt_ddp_error(ddp) : z ? dt_zero1_error(z) : "ENOMEM");
     dt_dataset *d = NULL;
     dt_dataset_random(&d, s->cfg.V, 4096, s->seed);
     int T = s->cfg.T, n = s->B * T;
@@ -188,8 +188,7 @@ static void train_on(rank_ctx *rc, scenario *s, dt_comm *comm)
         dt_model_zero_grad(m);
         float loss = 0;
         for (int j = 0; st == DT_OK && j < s->k; j++) {
-            dt_dataset_batch(x, y, d, DT_TRAIN, s->seed,
-                             first_row(s, world, t, rank * s->k + j),
+            dt_dataset_batch(x, y, d, DT_TRAIN, s->seed, first_row(s, world, t, rank * s->k + j),
                              s->B, T);
             st = micro_step(s, m, ddp, z, x, y, j);
             loss += m->mean_loss / (float)s->k;
@@ -208,7 +207,9 @@ static void train_on(rank_ctx *rc, scenario *s, dt_comm *comm)
         st = expect_same_replicas(rc, comm, m, s->steps - 1);
     if (st != DT_OK)
         rank_fail(rc, "training: %s: %s", dt_status_name(st),
-                  z ? dt_zero1_error(z) : ddp ? dt_ddp_error(ddp) : "");
+                  z     ? dt_zero1_error(z)
+                  : ddp ? dt_ddp_error(ddp)
+                        : "");
     s->params[rank] = malloc(m->num_params * sizeof(float));
     dt_model_get_params(m, s->params[rank]);
     free(x);
@@ -233,15 +234,15 @@ static void expect_serial_results(scenario *s, int world)
     serial_reference(s, world, ref_losses, ref);
     for (int r = 0; r < world; r++) {
         for (int t = 0; t < s->steps; t++) {
-            double e = fabs((double)s->losses[r][t] - ref_losses[t]) /
-                       fabs((double)ref_losses[t]);
-            cr_expect(e <= TOL, "N=%d bucket=%zu rank %d step %d: loss %.9g "
-                      "vs %.9g (rel %.3g)", world, s->bucket_bytes, r, t,
-                      s->losses[r][t], ref_losses[t], e);
+            double e = fabs((double)s->losses[r][t] - ref_losses[t]) / fabs((double)ref_losses[t]);
+            cr_expect(e <= TOL,
+                      "N=%d bucket=%zu rank %d step %d: loss %.9g "
+                      "vs %.9g (rel %.3g)",
+                      world, s->bucket_bytes, r, t, s->losses[r][t], ref_losses[t], e);
         }
         double e = rel_l2(s->params[r], ref, P);
-        cr_expect(e <= TOL, "N=%d bucket=%zu rank %d: parameters off by %.3g",
-                  world, s->bucket_bytes, r, e);
+        cr_expect(e <= TOL, "N=%d bucket=%zu rank %d: parameters off by %.3g", world,
+                  s->bucket_bytes, r, e);
         free(s->params[r]);
         s->params[r] = NULL;
     }
@@ -290,8 +291,7 @@ Test(ddp, four_ranks_equal_serial_at_every_bucket_size, .timeout = 60)
     ddp_equals_serial_on(4);
 }
 
-Test(ddp, gradient_accumulation_syncs_only_the_last_micro_step,
-     .timeout = 60)
+Test(ddp, gradient_accumulation_syncs_only_the_last_micro_step, .timeout = 60)
 {
     scenario s = make_scenario(MODE_DDP, 3, 64);
     expect_equals_serial(&s, 2);
@@ -313,18 +313,14 @@ static void zero1_equals_serial_on(int world, mode how)
     }
 }
 
-Test(zero1, overlapped_equals_serial_on_one_to_four_ranks_at_every_bucket_size,
-     .timeout = 120)
+Test(zero1, overlapped_equals_serial_on_one_to_four_ranks_at_every_bucket_size, .timeout = 120)
 {
-    cr_assert_eq(dt_config_num_params(&(dt_config){.V = 8, .T = 5, .L = 2,
-                                                    .H = 1, .C = 5}),
-                 805);
+    cr_assert_eq(dt_config_num_params(&(dt_config){.V = 8, .T = 5, .L = 2, .H = 1, .C = 5}), 805);
     for (int world = 1; world <= 4; world++)
         zero1_equals_serial_on(world, MODE_ZERO1);
 }
 
-Test(zero1, plain_backward_and_blocking_step_equal_serial_on_one_to_four_ranks,
-     .timeout = 120)
+Test(zero1, plain_backward_and_blocking_step_equal_serial_on_one_to_four_ranks, .timeout = 120)
 {
     for (int world = 1; world <= 4; world++)
         zero1_equals_serial_on(world, MODE_ZERO1_PLAIN);
@@ -349,8 +345,7 @@ static void expect_one_piece_per_shard(rank_ctx *rc)
         dt_zero1_create_bucketed(&z, m, rc->comm, 0) != DT_OK)
         rank_fail(rc, "create failed");
     else if (dt_zero1_num_buckets(z) != dt_comm_size(rc->comm))
-        rank_fail(rc, "%d pieces on %d ranks", dt_zero1_num_buckets(z),
-                  dt_comm_size(rc->comm));
+        rank_fail(rc, "%d pieces on %d ranks", dt_zero1_num_buckets(z), dt_comm_size(rc->comm));
     dt_zero1_destroy(z);
     dt_model_destroy(m);
 }
@@ -361,8 +356,8 @@ static void expect_one_piece_per_shard(rank_ctx *rc)
 Test(zero1, a_bucket_is_cut_at_shard_boundaries, .timeout = 30)
 {
     rank_job job;
-    cr_assert_eq(rank_threads_run(&job, 3, expect_one_piece_per_shard, NULL),
-                 0, "%s", job.ranks[0].msg);
+    cr_assert_eq(rank_threads_run(&job, 3, expect_one_piece_per_shard, NULL), 0, "%s",
+                 job.ranks[0].msg);
     dt_config c = odd_config();
     dt_model *m;
     cr_assert_eq(dt_model_create(&m, &c, dt_backend_cpu(), 1), DT_OK);
@@ -379,17 +374,13 @@ Test(zero1, equals_ddp_with_adamw, .timeout = 60)
     scenario a = make_scenario(MODE_DDP, 1, 256);
     scenario b = make_scenario(MODE_ZERO1, 1, 0);
     rank_job job;
-    cr_assert_eq(rank_threads_run(&job, 3, run_rank, &a), 0, "%s",
-                 job.ranks[0].msg);
-    cr_assert_eq(rank_threads_run(&job, 3, run_rank, &b), 0, "%s",
-                 job.ranks[0].msg);
+    cr_assert_eq(rank_threads_run(&job, 3, run_rank, &a), 0, "%s", job.ranks[0].msg);
+    cr_assert_eq(rank_threads_run(&job, 3, run_rank, &b), 0, "%s", job.ranks[0].msg);
     size_t P = dt_config_num_params(&a.cfg);
     for (int r = 0; r < 3; r++) {
         for (int t = 0; t < a.steps; t++)
-            cr_expect(fabsf(a.losses[r][t] - b.losses[r][t]) <=
-                          TOL * fabsf(a.losses[r][t]),
-                      "rank %d step %d: %.9g vs %.9g", r, t, a.losses[r][t],
-                      b.losses[r][t]);
+            cr_expect(fabsf(a.losses[r][t] - b.losses[r][t]) <= TOL * fabsf(a.losses[r][t]),
+                      "rank %d step %d: %.9g vs %.9g", r, t, a.losses[r][t], b.losses[r][t]);
         cr_expect(rel_l2(b.params[r], a.params[r], P) <= TOL, "rank %d", r);
         free(a.params[r]);
         free(b.params[r]);
@@ -413,11 +404,9 @@ static void train_in_my_group(rank_ctx *rc)
     dt_comm_destroy(dp);
 }
 
-Test(ddp, each_group_of_a_split_world_trains_like_a_job_of_its_size,
-     .timeout = 60)
+Test(ddp, each_group_of_a_split_world_trains_like_a_job_of_its_size, .timeout = 60)
 {
-    scenario both[2] = {make_scenario(MODE_DDP, 1, 1024),
-                        make_scenario(MODE_ZERO1, 2, 0)};
+    scenario both[2] = {make_scenario(MODE_DDP, 1, 1024), make_scenario(MODE_ZERO1, 2, 0)};
     both[1].seed = 7;
     rank_job job;
     int failed = rank_threads_run(&job, 4, train_in_my_group, both);

@@ -42,7 +42,8 @@ static void round_trip(dt_device *d, void *dev, const void *in, void *out, size_
 }
 
 Test(device, fake_device_pointer_crashes_the_host_code_that_dereferences_it,
-     .timeout = TEST_TIMEOUT_S) {
+     .timeout = TEST_TIMEOUT_S)
+{
     dt_device *d = open_fake(0);
     void *dev;
     cr_assert_eq(dt_device_alloc(d, &dev, 4096), DT_OK);
@@ -51,7 +52,7 @@ Test(device, fake_device_pointer_crashes_the_host_code_that_dereferences_it,
     cr_assert(child >= 0);
     if (child == 0) {
         volatile const char *p = dev;
-        char c = p[100]; /* the mistake: host code reading device memory */
+        char c = p[100];       /* the mistake: host code reading device memory */
         _exit(c == 0 ? 0 : 1); /* reached only if the read did not fault */
     }
     int status;
@@ -62,11 +63,13 @@ Test(device, fake_device_pointer_crashes_the_host_code_that_dereferences_it,
     dt_device_close(d);
 }
 
-Test(device, fake_device_round_trips_bytes_through_device_memory, .timeout = TEST_TIMEOUT_S) {
+Test(device, fake_device_round_trips_bytes_through_device_memory, .timeout = TEST_TIMEOUT_S)
+{
     dt_device *d = open_fake(0);
     enum { N = 3 * 4096 + 17 };
     static char in[N], out[N];
-    for (int i = 0; i < N; i++) in[i] = (char)(i * 7 + 3);
+    for (int i = 0; i < N; i++)
+        in[i] = (char)(i * 7 + 3);
     void *dev;
     cr_assert_eq(dt_device_alloc(d, &dev, N), DT_OK);
     round_trip(d, dev, in, out, N);
@@ -75,8 +78,8 @@ Test(device, fake_device_round_trips_bytes_through_device_memory, .timeout = TES
     dt_device_close(d);
 }
 
-Test(device, a_host_read_before_the_copy_event_completes_sees_poison,
-     .timeout = TEST_TIMEOUT_S) {
+Test(device, a_host_read_before_the_copy_event_completes_sees_poison, .timeout = TEST_TIMEOUT_S)
+{
     dt_device *d = open_fake(200 * 1000); /* each copy waits 200 ms */
     char in[64], out[64];
     memset(in, 0x11, sizeof in);
@@ -104,7 +107,8 @@ Test(device, a_host_read_before_the_copy_event_completes_sees_poison,
     dt_device_close(d);
 }
 
-Test(device, fake_copies_complete_in_enqueue_order, .timeout = TEST_TIMEOUT_S) {
+Test(device, fake_copies_complete_in_enqueue_order, .timeout = TEST_TIMEOUT_S)
+{
     dt_device *d = open_fake(2000);
     enum { N = 256, K = 8 };
     static char in[K][N], out[K][N];
@@ -138,7 +142,8 @@ Test(device, fake_copies_complete_in_enqueue_order, .timeout = TEST_TIMEOUT_S) {
     dt_device_close(d);
 }
 
-Test(device, a_copy_past_the_end_of_a_device_allocation_is_refused, .timeout = TEST_TIMEOUT_S) {
+Test(device, a_copy_past_the_end_of_a_device_allocation_is_refused, .timeout = TEST_TIMEOUT_S)
+{
     dt_device *d = open_fake(0);
     char host[128];
     void *dev;
@@ -153,7 +158,8 @@ Test(device, a_copy_past_the_end_of_a_device_allocation_is_refused, .timeout = T
     dt_device_close(d);
 }
 
-Test(device, the_fake_device_owns_its_device_memory_and_nothing_else, .timeout = TEST_TIMEOUT_S) {
+Test(device, the_fake_device_owns_its_device_memory_and_nothing_else, .timeout = TEST_TIMEOUT_S)
+{
     dt_device *d = open_fake(0);
     void *dev, *pinned;
     char host[16];
@@ -172,7 +178,8 @@ Test(device, the_fake_device_owns_its_device_memory_and_nothing_else, .timeout =
     dt_device_close(d);
 }
 
-Test(device, a_refused_pinned_allocation_says_so, .timeout = TEST_TIMEOUT_S) {
+Test(device, a_refused_pinned_allocation_says_so, .timeout = TEST_TIMEOUT_S)
+{
     dt_fake_device_options o = {.fail_pinned_alloc = true};
     dt_device *d;
     cr_assert_eq(dt_device_open_fake(&d, &o), DT_OK);
@@ -184,7 +191,8 @@ Test(device, a_refused_pinned_allocation_says_so, .timeout = TEST_TIMEOUT_S) {
     dt_device_close(d);
 }
 
-Test(device, an_unknown_device_name_is_refused_by_name, .timeout = TEST_TIMEOUT_S) {
+Test(device, an_unknown_device_name_is_refused_by_name, .timeout = TEST_TIMEOUT_S)
+{
     dt_device *d;
     char err[256];
     cr_assert_eq(dt_device_open(&d, "tpu", err, sizeof err), DT_EINVAL);
@@ -195,7 +203,8 @@ Test(device, an_unknown_device_name_is_refused_by_name, .timeout = TEST_TIMEOUT_
 /* Without CUDA built in, or without a driver or a GPU, opening "cuda" fails
  * with a message saying what is missing; with a GPU this test has nothing to
  * check and skips. */
-Test(device, opening_cuda_without_a_gpu_names_what_is_missing, .timeout = TEST_TIMEOUT_S) {
+Test(device, opening_cuda_without_a_gpu_names_what_is_missing, .timeout = TEST_TIMEOUT_S)
+{
     dt_device *d;
     char err[512];
     dt_status st = dt_device_open(&d, "cuda", err, sizeof err);
@@ -213,7 +222,8 @@ Test(device, opening_cuda_without_a_gpu_names_what_is_missing, .timeout = TEST_T
 }
 
 /* Needs a GPU: the same round trip as the fake's, on the real thing. */
-Test(device, cuda_device_round_trips_bytes_through_pinned_memory, .timeout = TEST_TIMEOUT_S) {
+Test(device, cuda_device_round_trips_bytes_through_pinned_memory, .timeout = TEST_TIMEOUT_S)
+{
     dt_device *d;
     char err[512];
     if (dt_device_open(&d, "cuda", err, sizeof err) != DT_OK) {
@@ -228,7 +238,8 @@ Test(device, cuda_device_round_trips_bytes_through_pinned_memory, .timeout = TES
     cr_assert_eq(dt_device_alloc(d, &dev, N), DT_OK, "%s", dt_device_error(d));
     cr_assert(dt_device_owns(d, dev));
     cr_assert_not(dt_device_owns(d, in));
-    for (int i = 0; i < N; i++) in[i] = (char)(i * 13 + 1);
+    for (int i = 0; i < N; i++)
+        in[i] = (char)(i * 13 + 1);
     round_trip(d, dev, in, out, N);
     cr_assert(memcmp(in, out, N) == 0);
     dt_device_free(d, dev);

@@ -38,10 +38,10 @@
 typedef struct root_case {
     dt_op_kind kind;
     dt_algo algo;
-    size_t count;   /* elements (per rank for gather/scatter) */
-    int root;       /* the root every other rank names */
-    int odd_rank;   /* the rank that names another root ... */
-    int odd_root;   /* ... this one */
+    size_t count; /* elements (per rank for gather/scatter) */
+    int root;     /* the root every other rank names */
+    int odd_rank; /* the rank that names another root ... */
+    int odd_root; /* ... this one */
 } root_case;
 
 static void run_disagreeing_root(rank_ctx *rc)
@@ -58,8 +58,13 @@ static void run_disagreeing_root(rank_ctx *rc)
         rank_fail(rc, "warm-up barrier: %s: %s", dt_status_name(st), dt_comm_error(rc->comm));
         goto out;
     }
-    dt_op op = {.kind = k->kind, .send = send, .recv = recv, .count = k->count,
-                .dtype = DT_F32, .redop = DT_SUM, .algo = k->algo,
+    dt_op op = {.kind = k->kind,
+                .send = send,
+                .recv = recv,
+                .count = k->count,
+                .dtype = DT_F32,
+                .redop = DT_SUM,
+                .algo = k->algo,
                 .root = rc->rank == k->odd_rank ? k->odd_root : k->root,
                 .timeout_s = OP_TIMEOUT_S};
     st = dt_run(rc->comm, &op);
@@ -101,19 +106,22 @@ static void expect_every_rank_fails(root_case k)
 #define THIRD_ROOT(kind_, algo_, count_) \
     ((root_case){kind_, algo_, count_, .root = 1, .odd_rank = 3, .odd_root = 2})
 
-#define SMALL 16                                  /* one tree message */
+#define SMALL 16                                           /* one tree message */
 #define CHAIN_COUNT ((size_t)(2 * 1024 * 1024 + 4096) / 4) /* three chain segments */
 
-#define ROOT_TESTS(name, kind, algo, count)                                           \
-    Test(disagreement, name##_where_a_rank_thinks_it_is_root_fails_every_rank,        \
-         .timeout = 120)                                                               \
-    { expect_every_rank_fails(SELF_ROOT(kind, algo, count)); }                         \
-    Test(disagreement, name##_where_the_root_names_another_fails_every_rank,          \
-         .timeout = 120)                                                               \
-    { expect_every_rank_fails(ROOT_ELSEWHERE(kind, algo, count)); }                    \
-    Test(disagreement, name##_where_a_rank_names_a_third_root_fails_every_rank,       \
-         .timeout = 120)                                                               \
-    { expect_every_rank_fails(THIRD_ROOT(kind, algo, count)); }
+#define ROOT_TESTS(name, kind, algo, count)                                                     \
+    Test(disagreement, name##_where_a_rank_thinks_it_is_root_fails_every_rank, .timeout = 120)  \
+    {                                                                                           \
+        expect_every_rank_fails(SELF_ROOT(kind, algo, count));                                  \
+    }                                                                                           \
+    Test(disagreement, name##_where_the_root_names_another_fails_every_rank, .timeout = 120)    \
+    {                                                                                           \
+        expect_every_rank_fails(ROOT_ELSEWHERE(kind, algo, count));                             \
+    }                                                                                           \
+    Test(disagreement, name##_where_a_rank_names_a_third_root_fails_every_rank, .timeout = 120) \
+    {                                                                                           \
+        expect_every_rank_fails(THIRD_ROOT(kind, algo, count));                                 \
+    }
 
 ROOT_TESTS(broadcast_tree, DT_OP_BROADCAST, DT_ALGO_TREE, SMALL)
 ROOT_TESTS(broadcast_chain, DT_OP_BROADCAST, DT_ALGO_CHAIN, CHAIN_COUNT)
@@ -160,12 +168,11 @@ static void run_abort_after_reduce(rank_ctx *rc)
         dt_comm_abort(rc->comm, ABORT_WHY);
     st = dt_barrier(rc->comm);
     if (st != DT_EABORTED || !strstr(dt_comm_error(rc->comm), ABORT_WHY))
-        rank_fail(rc, "rank %d: barrier #1 got %s, want DT_EABORTED naming the abort: %s",
-                  rc->rank, dt_status_name(st), dt_comm_error(rc->comm));
+        rank_fail(rc, "rank %d: barrier #1 got %s, want DT_EABORTED naming the abort: %s", rc->rank,
+                  dt_status_name(st), dt_comm_error(rc->comm));
 }
 
-Test(disagreement, a_failure_in_a_later_op_fails_the_next_op_not_the_current_one,
-     .timeout = 120)
+Test(disagreement, a_failure_in_a_later_op_fails_the_next_op_not_the_current_one, .timeout = 120)
 {
     for (int rep = 0; rep < 3; rep++) {
         rank_job job;
@@ -192,7 +199,8 @@ static void run_disagreeing_p2p(rank_ctx *rc)
     dt_status st;
     if (rc->rank == 0) {
         st = dt_send(rc->comm, buf, k->send_count, k->send_type, 1, 7);
-        if (st == DT_OK) st = dt_barrier(rc->comm);
+        if (st == DT_OK)
+            st = dt_barrier(rc->comm);
     } else {
         st = dt_recv(rc->comm, buf, k->recv_count, k->recv_type, 0, 7, NULL);
     }
@@ -200,8 +208,8 @@ static void run_disagreeing_p2p(rank_ctx *rc)
     if (st != DT_EPROTO)
         rank_fail(rc, "rank %d got %s, want DT_EPROTO: '%s'", rc->rank, dt_status_name(st), msg);
     else if (!strstr(msg, k->send_view) || !strstr(msg, k->recv_view))
-        rank_fail(rc, "rank %d: the error does not quote '%s' and '%s': %s", rc->rank,
-                  k->send_view, k->recv_view, msg);
+        rank_fail(rc, "rank %d: the error does not quote '%s' and '%s': %s", rc->rank, k->send_view,
+                  k->recv_view, msg);
 }
 
 static void expect_both_sides_fail(p2p_case k)

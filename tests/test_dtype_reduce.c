@@ -34,33 +34,42 @@ typedef struct rng {
     uint64_t state;
 } rng;
 
-static uint64_t rng_next(rng *r) {
+static uint64_t rng_next(rng *r)
+{
     r->state ^= r->state << 13;
     r->state ^= r->state >> 7;
     r->state ^= r->state << 17;
     return r->state;
 }
 
-static uint32_t f32_bits(float f) {
+static uint32_t f32_bits(float f)
+{
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
 }
 
-static float f32_from_bits(uint32_t u) {
+static float f32_from_bits(uint32_t u)
+{
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
 }
 
-static bool f16_is_nan(uint16_t h) { return (h & 0x7fffu) > 0x7c00u; }
-static bool bf16_is_nan(uint16_t h) { return (h & 0x7fffu) > 0x7f80u; }
+static bool f16_is_nan(uint16_t h)
+{
+    return (h & 0x7fffu) > 0x7c00u;
+}
+static bool bf16_is_nan(uint16_t h)
+{
+    return (h & 0x7fffu) > 0x7f80u;
+}
 
 /* Independent value of an f16: (-1)^s · 2^(e-15) · 1.m, or 2^-14 · 0.m. */
-static double f16_value_oracle(uint16_t h) {
+static double f16_value_oracle(uint16_t h)
+{
     int sign = h >> 15, e = (h >> 10) & 0x1f, m = h & 0x3ff;
-    double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY)
-                                                : ldexp(1024 + m, e - 25);
+    double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(1024 + m, e - 25);
     return sign ? -v : v;
 }
 
@@ -69,8 +78,9 @@ static double f16_value_oracle(uint16_t h) {
  * non-negative encoding not above |x|, then pick the nearer neighbour, the
  * even one on a tie. `max_finite` (odd in both formats) rounds on to inf
  * from its midpoint up. */
-static uint16_t nearest_even_oracle(float x, float (*widen)(uint16_t),
-                                    uint16_t max_finite, uint16_t inf) {
+static uint16_t nearest_even_oracle(float x, float (*widen)(uint16_t), uint16_t max_finite,
+                                    uint16_t inf)
+{
     double a = fabs((double)x);
     uint16_t sign = signbit(x) ? 0x8000u : 0;
     uint16_t lo = 0, hi = max_finite;
@@ -80,7 +90,10 @@ static uint16_t nearest_even_oracle(float x, float (*widen)(uint16_t),
     }
     while (hi - lo > 1) { /* invariant: widen(lo) <= a < widen(hi) */
         uint16_t mid = (uint16_t)((lo + hi) / 2);
-        if (widen(mid) <= a) lo = mid; else hi = mid;
+        if (widen(mid) <= a)
+            lo = mid;
+        else
+            hi = mid;
     }
     double down = a - widen(lo), up = widen(hi) - a;
     uint16_t pick = down < up ? lo : up < down ? hi : (lo % 2 == 0 ? lo : hi);
@@ -89,7 +102,8 @@ static uint16_t nearest_even_oracle(float x, float (*widen)(uint16_t),
 
 /* Equal bits, or both NaN: which NaN payload survives NaN (op) NaN depends
  * on operand order, which the compiler may swap in a commutative op. */
-static bool same_element(dt_dtype t, const void *a, const void *b) {
+static bool same_element(dt_dtype t, const void *a, const void *b)
+{
     switch (t) {
     case DT_F32: {
         float x, y;
@@ -115,9 +129,10 @@ static bool same_element(dt_dtype t, const void *a, const void *b) {
 /* Mostly ordinary values in [-4, 4) with 1 in 16 special ones, so sums and
  * products stay interesting and every kernel meets NaN, inf, ±0 and
  * subnormals somewhere. Integers get raw random bits. */
-static void fill_random(void *buf, size_t count, dt_dtype t, rng *r) {
-    static const float specials[] = {NAN, -NAN, INFINITY, -INFINITY, 0.0f,
-                                     -0.0f, 1e-40f, -3e-8f, 65504.0f, 1e30f};
+static void fill_random(void *buf, size_t count, dt_dtype t, rng *r)
+{
+    static const float specials[] = {NAN,   -NAN,   INFINITY, -INFINITY, 0.0f,
+                                     -0.0f, 1e-40f, -3e-8f,   65504.0f,  1e30f};
     size_t nspecial = sizeof specials / sizeof specials[0];
     for (size_t i = 0; i < count; i++) {
         uint64_t bits = rng_next(r);
@@ -129,8 +144,7 @@ static void fill_random(void *buf, size_t count, dt_dtype t, rng *r) {
         case DT_F64: ((double *)buf)[i] = (double)f * (1.0 + 0x1p-40); break;
         case DT_F16: ((uint16_t *)buf)[i] = dt_f32_to_f16(f); break;
         case DT_BF16: ((uint16_t *)buf)[i] = dt_f32_to_bf16(f); break;
-        default: memcpy((char *)buf + i * dt_dtype_size(t), &bits,
-                        dt_dtype_size(t));
+        default: memcpy((char *)buf + i * dt_dtype_size(t), &bits, dt_dtype_size(t));
         }
     }
 }
@@ -138,7 +152,8 @@ static void fill_random(void *buf, size_t count, dt_dtype t, rng *r) {
 /* Runs fast and reference on the same random inputs for every supported op
  * and several lengths, starting `skew` elements into the allocation so that
  * vector loops meet unaligned heads; checks a guard past `count` too. */
-static void check_fast_matches_reference(dt_dtype t) {
+static void check_fast_matches_reference(dt_dtype t)
+{
     static const size_t lengths[] = {0, 1, 7, 1000, 4099};
     const size_t guard = 16, size = dt_dtype_size(t);
     rng r = {0x9e3779b97f4a7c15ull + (uint64_t)t};
@@ -154,13 +169,12 @@ static void check_fast_matches_reference(dt_dtype t) {
             fill_random(fast, total, t, &r);
             memcpy(ref, fast, total * size);
             dt_reduce_into(fast + skew * size, src + skew * size, n, t, op);
-            dt_reduce_into_reference(ref + skew * size, src + skew * size, n,
-                                     t, op);
+            dt_reduce_into_reference(ref + skew * size, src + skew * size, n, t, op);
             for (size_t i = 0; i < total; i++)
                 cr_assert(same_element(t, fast + i * size, ref + i * size),
                           "%s %s, count %zu: element %zu differs (fast vs "
-                          "reference)%s", dt_dtype_name(t),
-                          dt_redop_name(op), n, i,
+                          "reference)%s",
+                          dt_dtype_name(t), dt_redop_name(op), n, i,
                           i < skew || i >= skew + n ? ", outside the range" : "");
             free(src), free(fast), free(ref);
         }
@@ -168,8 +182,9 @@ static void check_fast_matches_reference(dt_dtype t) {
 }
 
 /* Both kernels on one small case: dst (op)= src, compared with `want`. */
-static void check_both(dt_dtype t, dt_redop op, const void *dst,
-                       const void *src, const void *want, size_t n) {
+static void check_both(dt_dtype t, dt_redop op, const void *dst, const void *src, const void *want,
+                       size_t n)
+{
     size_t bytes = n * dt_dtype_size(t);
     char fast[64], ref[64];
     cr_assert(bytes <= sizeof fast);
@@ -179,21 +194,23 @@ static void check_both(dt_dtype t, dt_redop op, const void *dst,
     for (size_t i = 0; i < n; i++) {
         size_t at = i * dt_dtype_size(t);
         cr_assert(same_element(t, fast + at, (const char *)want + at),
-                  "fast %s %s: element %zu wrong", dt_dtype_name(t),
-                  dt_redop_name(op), i);
+                  "fast %s %s: element %zu wrong", dt_dtype_name(t), dt_redop_name(op), i);
         cr_assert(same_element(t, ref + at, (const char *)want + at),
-                  "reference %s %s: element %zu wrong", dt_dtype_name(t),
-                  dt_redop_name(op), i);
+                  "reference %s %s: element %zu wrong", dt_dtype_name(t), dt_redop_name(op), i);
     }
 }
 
 /* ---- names, sizes, parsing ------------------------------------------------ */
 
-Test(names, every_dtype_has_its_name_and_size, .timeout = 10) {
-    static const struct { dt_dtype t; const char *name; size_t size; } want[] = {
-        {DT_F32, "f32", 4}, {DT_F64, "f64", 8}, {DT_F16, "f16", 2},
-        {DT_BF16, "bf16", 2}, {DT_I8, "i8", 1}, {DT_U8, "u8", 1},
-        {DT_I32, "i32", 4}, {DT_I64, "i64", 8},
+Test(names, every_dtype_has_its_name_and_size, .timeout = 10)
+{
+    static const struct {
+        dt_dtype t;
+        const char *name;
+        size_t size;
+    } want[] = {
+        {DT_F32, "f32", 4}, {DT_F64, "f64", 8}, {DT_F16, "f16", 2}, {DT_BF16, "bf16", 2},
+        {DT_I8, "i8", 1},   {DT_U8, "u8", 1},   {DT_I32, "i32", 4}, {DT_I64, "i64", 8},
     };
     cr_assert_eq(sizeof want / sizeof want[0], DT_NUM_DTYPES);
     for (size_t i = 0; i < DT_NUM_DTYPES; i++) {
@@ -202,7 +219,8 @@ Test(names, every_dtype_has_its_name_and_size, .timeout = 10) {
     }
 }
 
-Test(names, out_of_range_values_are_safe_to_print, .timeout = 10) {
+Test(names, out_of_range_values_are_safe_to_print, .timeout = 10)
+{
     cr_assert_eq(dt_dtype_size(DT_NUM_DTYPES), 0);
     cr_assert_eq(dt_dtype_size((dt_dtype)-1), 0);
     cr_assert_str_eq(dt_dtype_name(DT_NUM_DTYPES), "?");
@@ -211,30 +229,35 @@ Test(names, out_of_range_values_are_safe_to_print, .timeout = 10) {
     cr_assert_str_eq(dt_status_name((dt_status)(DT_ENOMEM + 1)), "?");
 }
 
-Test(names, every_redop_has_its_name, .timeout = 10) {
-    static const char *const want[DT_NUM_REDOPS] = {
-        "sum", "prod", "min", "max", "avg", "band", "bor", "bxor"};
+Test(names, every_redop_has_its_name, .timeout = 10)
+{
+    static const char *const want[DT_NUM_REDOPS] = {"sum", "prod", "min", "max",
+                                                    "avg", "band", "bor", "bxor"};
     for (int op = 0; op < DT_NUM_REDOPS; op++)
         cr_assert_str_eq(dt_redop_name((dt_redop)op), want[op]);
 }
 
-Test(names, every_status_has_its_name, .timeout = 10) {
-    static const char *const want[] = {
-        "DT_OK", "DT_EINVAL", "DT_ETIMEDOUT", "DT_EPEER", "DT_EPROTO",
-        "DT_EABORTED", "DT_ESTORE", "DT_ESYS", "DT_ENOMEM"};
+Test(names, every_status_has_its_name, .timeout = 10)
+{
+    static const char *const want[] = {"DT_OK",     "DT_EINVAL", "DT_ETIMEDOUT",
+                                       "DT_EPEER",  "DT_EPROTO", "DT_EABORTED",
+                                       "DT_ESTORE", "DT_ESYS",   "DT_ENOMEM"};
     for (int s = 0; s <= DT_ENOMEM; s++)
         cr_assert_str_eq(dt_status_name((dt_status)s), want[s]);
 }
 
-Test(names, every_op_kind_has_its_name, .timeout = 10) {
-    static const char *const want[DT_NUM_OP_KINDS] = {
-        "allreduce", "reduce_scatter", "allgather", "allgatherv", "broadcast",
-        "barrier", "reduce", "gather", "scatter", "alltoall", "send", "recv"};
+Test(names, every_op_kind_has_its_name, .timeout = 10)
+{
+    static const char *const want[DT_NUM_OP_KINDS] = {"allreduce",  "reduce_scatter", "allgather",
+                                                      "allgatherv", "broadcast",      "barrier",
+                                                      "reduce",     "gather",         "scatter",
+                                                      "alltoall",   "send",           "recv"};
     for (int k = 0; k < DT_NUM_OP_KINDS; k++)
         cr_assert_str_eq(dt_op_name((dt_op_kind)k), want[k]);
 }
 
-Test(parse, every_dtype_name_parses_back_to_its_dtype, .timeout = 10) {
+Test(parse, every_dtype_name_parses_back_to_its_dtype, .timeout = 10)
+{
     for (int t = 0; t < DT_NUM_DTYPES; t++) {
         dt_dtype got = (dt_dtype)-1;
         cr_assert(dt_dtype_parse(dt_dtype_name((dt_dtype)t), &got));
@@ -242,7 +265,8 @@ Test(parse, every_dtype_name_parses_back_to_its_dtype, .timeout = 10) {
     }
 }
 
-Test(parse, every_redop_name_parses_back_to_its_redop, .timeout = 10) {
+Test(parse, every_redop_name_parses_back_to_its_redop, .timeout = 10)
+{
     for (int op = 0; op < DT_NUM_REDOPS; op++) {
         dt_redop got = (dt_redop)-1;
         cr_assert(dt_redop_parse(dt_redop_name((dt_redop)op), &got));
@@ -250,9 +274,10 @@ Test(parse, every_redop_name_parses_back_to_its_redop, .timeout = 10) {
     }
 }
 
-Test(parse, unknown_names_are_rejected_and_leave_out_alone, .timeout = 10) {
-    static const char *const bad[] = {"", "F32", "f3", "f322", "float", "?",
-                                      "SUM", "sum ", "average", "bf"};
+Test(parse, unknown_names_are_rejected_and_leave_out_alone, .timeout = 10)
+{
+    static const char *const bad[] = {"",  "F32", "f3",   "f322",    "float",
+                                      "?", "SUM", "sum ", "average", "bf"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         dt_dtype t = DT_I64;
         dt_redop op = DT_BXOR;
@@ -267,14 +292,14 @@ Test(parse, unknown_names_are_rejected_and_leave_out_alone, .timeout = 10) {
     cr_assert_not(dt_redop_parse(NULL, &op));
 }
 
-Test(supports, bitwise_ops_only_on_integers_the_rest_everywhere, .timeout = 10) {
+Test(supports, bitwise_ops_only_on_integers_the_rest_everywhere, .timeout = 10)
+{
     for (int t = 0; t < DT_NUM_DTYPES; t++) {
         bool integer = t == DT_I8 || t == DT_U8 || t == DT_I32 || t == DT_I64;
         for (int op = 0; op < DT_NUM_REDOPS; op++) {
             bool bitwise = op == DT_BAND || op == DT_BOR || op == DT_BXOR;
-            cr_assert_eq(dt_redop_supports((dt_redop)op, (dt_dtype)t),
-                         !bitwise || integer, "%s on %s",
-                         dt_redop_name((dt_redop)op), dt_dtype_name((dt_dtype)t));
+            cr_assert_eq(dt_redop_supports((dt_redop)op, (dt_dtype)t), !bitwise || integer,
+                         "%s on %s", dt_redop_name((dt_redop)op), dt_dtype_name((dt_dtype)t));
         }
     }
     cr_assert_not(dt_redop_supports(DT_NUM_REDOPS, DT_I32));
@@ -283,14 +308,15 @@ Test(supports, bitwise_ops_only_on_integers_the_rest_everywhere, .timeout = 10) 
 
 /* ---- f16 ------------------------------------------------------------------ */
 
-Test(f16, named_values_widen_exactly, .timeout = 10) {
+Test(f16, named_values_widen_exactly, .timeout = 10)
+{
     cr_assert_eq(dt_f16_to_f32(0x3c00), 1.0f);
     cr_assert_eq(dt_f16_to_f32(0xc000), -2.0f);
     cr_assert_eq(dt_f16_to_f32(0x3555), 0.333251953125f);
     cr_assert_eq(dt_f16_to_f32(0x7bff), 65504.0f);
-    cr_assert_eq(dt_f16_to_f32(0x0400), 0x1p-14f);   /* smallest normal */
+    cr_assert_eq(dt_f16_to_f32(0x0400), 0x1p-14f);        /* smallest normal */
     cr_assert_eq(dt_f16_to_f32(0x03ff), 1023 * 0x1p-24f); /* largest subnormal */
-    cr_assert_eq(dt_f16_to_f32(0x0001), 0x1p-24f);   /* smallest subnormal */
+    cr_assert_eq(dt_f16_to_f32(0x0001), 0x1p-24f);        /* smallest subnormal */
     cr_assert_eq(dt_f16_to_f32(0x8001), -0x1p-24f);
     cr_assert_eq(f32_bits(dt_f16_to_f32(0x8000)), 0x80000000u); /* -0 */
     cr_assert_eq(dt_f16_to_f32(0x7c00), INFINITY);
@@ -299,7 +325,8 @@ Test(f16, named_values_widen_exactly, .timeout = 10) {
     cr_assert(isnan(dt_f16_to_f32(0x7c01))); /* signalling NaN: not inf */
 }
 
-Test(f16, every_encoding_widens_to_its_value, .timeout = 10) {
+Test(f16, every_encoding_widens_to_its_value, .timeout = 10)
+{
     for (uint32_t h = 0; h <= 0xffff; h++) {
         double want = f16_value_oracle((uint16_t)h);
         float got = dt_f16_to_f32((uint16_t)h);
@@ -311,7 +338,8 @@ Test(f16, every_encoding_widens_to_its_value, .timeout = 10) {
     }
 }
 
-Test(f16, every_value_round_trips_and_nan_stays_nan, .timeout = 10) {
+Test(f16, every_value_round_trips_and_nan_stays_nan, .timeout = 10)
+{
     for (uint32_t h = 0; h <= 0xffff; h++) {
         uint16_t back = dt_f32_to_f16(dt_f16_to_f32((uint16_t)h));
         if (f16_is_nan((uint16_t)h))
@@ -322,7 +350,8 @@ Test(f16, every_value_round_trips_and_nan_stays_nan, .timeout = 10) {
     }
 }
 
-Test(f16, every_midpoint_rounds_to_the_even_neighbour, .timeout = 10) {
+Test(f16, every_midpoint_rounds_to_the_even_neighbour, .timeout = 10)
+{
     for (uint32_t k = 0; k < 0x7bff; k++) { /* between k and k+1 */
         float lo = dt_f16_to_f32((uint16_t)k), hi = dt_f16_to_f32((uint16_t)(k + 1));
         float mid = (lo + hi) / 2; /* exact: 12 significant bits */
@@ -330,15 +359,16 @@ Test(f16, every_midpoint_rounds_to_the_even_neighbour, .timeout = 10) {
         cr_assert_eq(dt_f32_to_f16(mid), even, "midpoint after 0x%04x", k);
         cr_assert_eq(dt_f32_to_f16(-mid), even | 0x8000u);
         cr_assert_eq(dt_f32_to_f16(nextafterf(mid, 0)), k, "below mid 0x%04x", k);
-        cr_assert_eq(dt_f32_to_f16(nextafterf(mid, INFINITY)), k + 1,
-                     "above midpoint after 0x%04x", k);
+        cr_assert_eq(dt_f32_to_f16(nextafterf(mid, INFINITY)), k + 1, "above midpoint after 0x%04x",
+                     k);
     }
 }
 
-Test(f16, named_roundings_ties_subnormals_and_overflow, .timeout = 10) {
+Test(f16, named_roundings_ties_subnormals_and_overflow, .timeout = 10)
+{
     cr_assert_eq(dt_f32_to_f16(1.0f + 0x1p-11f), 0x3c00);     /* tie, to even */
     cr_assert_eq(dt_f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3c02); /* tie, to even */
-    cr_assert_eq(dt_f32_to_f16(0x1p-25f), 0x0000);   /* tie between 0 and 2^-24 */
+    cr_assert_eq(dt_f32_to_f16(0x1p-25f), 0x0000);            /* tie between 0 and 2^-24 */
     cr_assert_eq(dt_f32_to_f16(3 * 0x1p-25f), 0x0002);
     cr_assert_eq(dt_f32_to_f16(0x1p-14f - 0x1p-25f), 0x0400); /* up into normals */
     cr_assert_eq(dt_f32_to_f16(1e-10f), 0x0000);
@@ -353,9 +383,9 @@ Test(f16, named_roundings_ties_subnormals_and_overflow, .timeout = 10) {
     cr_assert_eq(dt_f32_to_f16(-INFINITY), 0xfc00);
 }
 
-Test(f16, nan_narrows_to_a_quiet_nan_of_the_same_sign, .timeout = 10) {
-    uint32_t nans[] = {0x7fc00000u, 0x7f800001u, 0x7fffffffu, 0xffc00000u,
-                       0xff800001u};
+Test(f16, nan_narrows_to_a_quiet_nan_of_the_same_sign, .timeout = 10)
+{
+    uint32_t nans[] = {0x7fc00000u, 0x7f800001u, 0x7fffffffu, 0xffc00000u, 0xff800001u};
     for (size_t i = 0; i < sizeof nans / sizeof nans[0]; i++) {
         uint16_t h = dt_f32_to_f16(f32_from_bits(nans[i]));
         cr_assert(f16_is_nan(h) && (h & 0x0200u), "0x%08x -> 0x%04x", nans[i], h);
@@ -363,7 +393,8 @@ Test(f16, nan_narrows_to_a_quiet_nan_of_the_same_sign, .timeout = 10) {
     }
 }
 
-Test(f16, random_f32_narrow_like_the_nearest_even_oracle, .timeout = 30) {
+Test(f16, random_f32_narrow_like_the_nearest_even_oracle, .timeout = 30)
+{
     rng r = {12345};
     for (int i = 0; i < 200000; i++) {
         uint64_t bits = rng_next(&r);
@@ -371,14 +402,15 @@ Test(f16, random_f32_narrow_like_the_nearest_even_oracle, .timeout = 30) {
         uint32_t x = (uint32_t)(bits & 0x807fffffu) | exponent << 23;
         float f = f32_from_bits(x);
         uint16_t want = nearest_even_oracle(f, dt_f16_to_f32, 0x7bff, 0x7c00);
-        cr_assert_eq(dt_f32_to_f16(f), want, "%a -> 0x%04x, want 0x%04x", f,
-                     dt_f32_to_f16(f), want);
+        cr_assert_eq(dt_f32_to_f16(f), want, "%a -> 0x%04x, want 0x%04x", f, dt_f32_to_f16(f),
+                     want);
     }
 }
 
 /* ---- bf16 ----------------------------------------------------------------- */
 
-Test(bf16, named_values_widen_exactly, .timeout = 10) {
+Test(bf16, named_values_widen_exactly, .timeout = 10)
+{
     cr_assert_eq(dt_bf16_to_f32(0x3f80), 1.0f);
     cr_assert_eq(dt_bf16_to_f32(0xc000), -2.0f);
     cr_assert_eq(dt_bf16_to_f32(0x7f7f), 0x1.fep127f);
@@ -389,7 +421,8 @@ Test(bf16, named_values_widen_exactly, .timeout = 10) {
     cr_assert(isnan(dt_bf16_to_f32(0x7f81)));
 }
 
-Test(bf16, every_value_round_trips_and_nan_stays_nan, .timeout = 10) {
+Test(bf16, every_value_round_trips_and_nan_stays_nan, .timeout = 10)
+{
     for (uint32_t h = 0; h <= 0xffff; h++) {
         uint16_t back = dt_f32_to_bf16(dt_bf16_to_f32((uint16_t)h));
         if (bf16_is_nan((uint16_t)h))
@@ -399,19 +432,20 @@ Test(bf16, every_value_round_trips_and_nan_stays_nan, .timeout = 10) {
     }
 }
 
-Test(bf16, every_midpoint_rounds_to_the_even_neighbour, .timeout = 10) {
+Test(bf16, every_midpoint_rounds_to_the_even_neighbour, .timeout = 10)
+{
     for (uint32_t k = 0; k < 0x7f7f; k++) {
         uint32_t mid = k << 16 | 0x8000u;
         uint16_t even = (uint16_t)(k % 2 == 0 ? k : k + 1);
         cr_assert_eq(dt_f32_to_bf16(f32_from_bits(mid)), even, "after 0x%04x", k);
-        cr_assert_eq(dt_f32_to_bf16(f32_from_bits(mid | 0x80000000u)),
-                     even | 0x8000u);
+        cr_assert_eq(dt_f32_to_bf16(f32_from_bits(mid | 0x80000000u)), even | 0x8000u);
         cr_assert_eq(dt_f32_to_bf16(f32_from_bits(mid - 1)), k);
         cr_assert_eq(dt_f32_to_bf16(f32_from_bits(mid + 1)), k + 1);
     }
 }
 
-Test(bf16, named_roundings_ties_subnormals_overflow_and_nan, .timeout = 10) {
+Test(bf16, named_roundings_ties_subnormals_overflow_and_nan, .timeout = 10)
+{
     cr_assert_eq(dt_f32_to_bf16(f32_from_bits(0x3f808000u)), 0x3f80); /* tie */
     cr_assert_eq(dt_f32_to_bf16(f32_from_bits(0x3f818000u)), 0x3f82); /* tie */
     cr_assert_eq(dt_f32_to_bf16(f32_from_bits(0x00008000u)), 0x0000);
@@ -428,32 +462,58 @@ Test(bf16, named_roundings_ties_subnormals_overflow_and_nan, .timeout = 10) {
     cr_assert_eq(dt_f32_to_bf16(f32_from_bits(0xffffffffu)) >> 15, 1);
 }
 
-Test(bf16, random_f32_narrow_like_the_nearest_even_oracle, .timeout = 30) {
+Test(bf16, random_f32_narrow_like_the_nearest_even_oracle, .timeout = 30)
+{
     rng r = {777};
     for (int i = 0; i < 200000; i++) {
         float f = f32_from_bits((uint32_t)rng_next(&r));
         if (isnan(f))
             continue;
         uint16_t want = nearest_even_oracle(f, dt_bf16_to_f32, 0x7f7f, 0x7f80);
-        cr_assert_eq(dt_f32_to_bf16(f), want, "%a -> 0x%04x, want 0x%04x", f,
-                     dt_f32_to_bf16(f), want);
+        cr_assert_eq(dt_f32_to_bf16(f), want, "%a -> 0x%04x, want 0x%04x", f, dt_f32_to_bf16(f),
+                     want);
     }
 }
 
 /* ---- reductions: fast equals reference ------------------------------------ */
 
-Test(fast_vs_reference, f32, .timeout = 30) { check_fast_matches_reference(DT_F32); }
-Test(fast_vs_reference, f64, .timeout = 30) { check_fast_matches_reference(DT_F64); }
-Test(fast_vs_reference, f16, .timeout = 30) { check_fast_matches_reference(DT_F16); }
-Test(fast_vs_reference, bf16, .timeout = 30) { check_fast_matches_reference(DT_BF16); }
-Test(fast_vs_reference, i8, .timeout = 30) { check_fast_matches_reference(DT_I8); }
-Test(fast_vs_reference, u8, .timeout = 30) { check_fast_matches_reference(DT_U8); }
-Test(fast_vs_reference, i32, .timeout = 30) { check_fast_matches_reference(DT_I32); }
-Test(fast_vs_reference, i64, .timeout = 30) { check_fast_matches_reference(DT_I64); }
+Test(fast_vs_reference, f32, .timeout = 30)
+{
+    check_fast_matches_reference(DT_F32);
+}
+Test(fast_vs_reference, f64, .timeout = 30)
+{
+    check_fast_matches_reference(DT_F64);
+}
+Test(fast_vs_reference, f16, .timeout = 30)
+{
+    check_fast_matches_reference(DT_F16);
+}
+Test(fast_vs_reference, bf16, .timeout = 30)
+{
+    check_fast_matches_reference(DT_BF16);
+}
+Test(fast_vs_reference, i8, .timeout = 30)
+{
+    check_fast_matches_reference(DT_I8);
+}
+Test(fast_vs_reference, u8, .timeout = 30)
+{
+    check_fast_matches_reference(DT_U8);
+}
+Test(fast_vs_reference, i32, .timeout = 30)
+{
+    check_fast_matches_reference(DT_I32);
+}
+Test(fast_vs_reference, i64, .timeout = 30)
+{
+    check_fast_matches_reference(DT_I64);
+}
 
 /* ---- reductions: hand-computed cases -------------------------------------- */
 
-Test(reduce, integer_sum_and_prod_wrap_around, .timeout = 10) {
+Test(reduce, integer_sum_and_prod_wrap_around, .timeout = 10)
+{
     int8_t i8d[] = {127, -128, 16}, i8s[] = {1, -1, 16}, i8w[] = {-128, 127, 32};
     check_both(DT_I8, DT_SUM, i8d, i8s, i8w, 3);
     int8_t i8p[] = {127, -128, 0}; /* -128·-1 = 128 and 16·16 = 256 wrap */
@@ -469,7 +529,8 @@ Test(reduce, integer_sum_and_prod_wrap_around, .timeout = 10) {
     check_both(DT_I64, DT_SUM, i64d, i64s, i64w, 2);
 }
 
-Test(reduce, integer_min_max_respect_signedness, .timeout = 10) {
+Test(reduce, integer_min_max_respect_signedness, .timeout = 10)
+{
     int8_t i8d[] = {-1, 5}, i8s[] = {1, -128}, i8min[] = {-1, -128}, i8max[] = {1, 5};
     check_both(DT_I8, DT_MIN, i8d, i8s, i8min, 2);
     check_both(DT_I8, DT_MAX, i8d, i8s, i8max, 2);
@@ -482,7 +543,8 @@ Test(reduce, integer_min_max_respect_signedness, .timeout = 10) {
     check_both(DT_I64, DT_MAX, i64d, i64s, i64max, 2);
 }
 
-Test(reduce, bitwise_ops_combine_bits, .timeout = 10) {
+Test(reduce, bitwise_ops_combine_bits, .timeout = 10)
+{
     int32_t d[] = {0x0ff0, -1}, s[] = {0x00ff, 0x1234};
     int32_t band[] = {0x00f0, 0x1234}, bor[] = {0x0fff, -1}, bxor[] = {0x0f0f, ~0x1234};
     check_both(DT_I32, DT_BAND, d, s, band, 2);
@@ -492,7 +554,8 @@ Test(reduce, bitwise_ops_combine_bits, .timeout = 10) {
     check_both(DT_U8, DT_BXOR, ud, us, ux, 1);
 }
 
-Test(reduce, float_min_max_propagate_nan_from_either_side, .timeout = 10) {
+Test(reduce, float_min_max_propagate_nan_from_either_side, .timeout = 10)
+{
     float d[] = {NAN, 1.0f, 2.0f, -0.0f}, s[] = {1.0f, NAN, -3.0f, 5.0f};
     float min[] = {NAN, NAN, -3.0f, -0.0f}, max[] = {NAN, NAN, 2.0f, 5.0f};
     check_both(DT_F32, DT_MIN, d, s, min, 4);
@@ -506,7 +569,8 @@ Test(reduce, float_min_max_propagate_nan_from_either_side, .timeout = 10) {
     check_both(DT_BF16, DT_MAX, bd, bs, bw, 2);
 }
 
-Test(reduce, f16_sum_rounds_once_per_step_to_even, .timeout = 10) {
+Test(reduce, f16_sum_rounds_once_per_step_to_even, .timeout = 10)
+{
     /* ulp(2048) = 2: 2048+1 ties to 2048, 2048+3 = 2051 ties to 2052. */
     uint16_t d[] = {dt_f32_to_f16(2048), dt_f32_to_f16(2048), dt_f32_to_f16(65504)};
     uint16_t s[] = {dt_f32_to_f16(1), dt_f32_to_f16(3), dt_f32_to_f16(32)};
@@ -519,7 +583,8 @@ Test(reduce, f16_sum_rounds_once_per_step_to_even, .timeout = 10) {
     check_both(DT_BF16, DT_SUM, bd, bs, bw, 2);
 }
 
-Test(reduce, avg_sums_like_sum, .timeout = 10) {
+Test(reduce, avg_sums_like_sum, .timeout = 10)
+{
     float d[] = {1.5f, -2.0f}, s[] = {2.5f, 8.0f}, w[] = {4.0f, 6.0f};
     check_both(DT_F32, DT_AVG, d, s, w, 2);
     int8_t id[] = {100}, is[] = {100}, iw[] = {-56}; /* wraps, like sum */
@@ -528,7 +593,8 @@ Test(reduce, avg_sums_like_sum, .timeout = 10) {
 
 /* ---- average -------------------------------------------------------------- */
 
-Test(finish, float_avg_divides_by_world_size, .timeout = 10) {
+Test(finish, float_avg_divides_by_world_size, .timeout = 10)
+{
     float f[] = {10.0f, -3.0f, 1.0f};
     dt_reduce_finish(f, 3, DT_F32, DT_AVG, 4);
     cr_assert(f[0] == 2.5f && f[1] == -0.75f && f[2] == 0.25f);
@@ -543,7 +609,8 @@ Test(finish, float_avg_divides_by_world_size, .timeout = 10) {
     cr_assert_eq(b[0], dt_f32_to_bf16(1.0f / 3.0f));
 }
 
-Test(finish, integer_avg_truncates_toward_zero, .timeout = 10) {
+Test(finish, integer_avg_truncates_toward_zero, .timeout = 10)
+{
     int32_t i32[] = {7, -7, 8, -1};
     dt_reduce_finish(i32, 4, DT_I32, DT_AVG, 2);
     cr_assert(i32[0] == 3 && i32[1] == -3 && i32[2] == 4 && i32[3] == 0);
@@ -558,7 +625,8 @@ Test(finish, integer_avg_truncates_toward_zero, .timeout = 10) {
     cr_assert(i64[0] == INT64_MIN / 2 && i64[1] == -2);
 }
 
-Test(finish, other_ops_and_a_world_of_one_leave_the_buffer_alone, .timeout = 10) {
+Test(finish, other_ops_and_a_world_of_one_leave_the_buffer_alone, .timeout = 10)
+{
     float f[] = {10.0f};
     for (int op = 0; op < DT_NUM_REDOPS; op++)
         if (op != DT_AVG)

@@ -106,9 +106,11 @@ static void report_of(job *j, int r, double timeout_s, char *line, size_t n)
     while (got + 1 < n) {
         int left = (int)((deadline - dt_now()) * 1000);
         struct pollfd pfd = {.fd = j->fd[r], .events = POLLIN};
-        if (left <= 0 || poll(&pfd, 1, left) <= 0) break;
+        if (left <= 0 || poll(&pfd, 1, left) <= 0)
+            break;
         ssize_t k = read(j->fd[r], line + got, 1);
-        if (k <= 0 || line[got] == '\n') break;
+        if (k <= 0 || line[got] == '\n')
+            break;
         got += (size_t)k;
     }
     line[got] = '\0';
@@ -119,10 +121,14 @@ static const char *child_state(job *j, int r, char *buf, size_t n)
 {
     int status;
     pid_t p = waitpid(j->pid[r], &status, WNOHANG);
-    if (p == 0) snprintf(buf, n, "running");
-    else if (p < 0) snprintf(buf, n, "reaped");
-    else if (WIFEXITED(status)) snprintf(buf, n, "exit %d", WEXITSTATUS(status));
-    else snprintf(buf, n, "signal %d", WTERMSIG(status));
+    if (p == 0)
+        snprintf(buf, n, "running");
+    else if (p < 0)
+        snprintf(buf, n, "reaped");
+    else if (WIFEXITED(status))
+        snprintf(buf, n, "exit %d", WEXITSTATUS(status));
+    else
+        snprintf(buf, n, "signal %d", WTERMSIG(status));
     return buf;
 }
 
@@ -170,7 +176,10 @@ static void allreduce_forever(int rank, job *j, FILE *report)
             say(report, st, dt_now(), dt_comm_error(c));
             break;
         }
-        if (i == 3) { fprintf(report, "running\n"); fflush(report); }
+        if (i == 3) {
+            fprintf(report, "running\n");
+            fflush(report);
+        }
     }
     fflush(report);
     dt_comm_destroy(c);
@@ -190,7 +199,8 @@ Test(failures, killed_rank_is_named_by_every_survivor_within_5_seconds, .timeout
     kill(j.pid[victim], SIGKILL);
     double killed_at = dt_now();
     for (int r = 0; r < 4; r++) {
-        if (r == victim) continue;
+        if (r == victim)
+            continue;
         verdict v;
         verdict_of(&j, r, 10, &v);
         cr_assert_neq(v.status, DT_OK);
@@ -214,8 +224,12 @@ static void one_rank_skips_the_op(int rank, job *j, FILE *report)
         return;
     }
     float x[4] = {1, 2, 3, 4};
-    dt_op op = {.kind = DT_OP_ALLREDUCE, .recv = x, .count = 4, .dtype = DT_F32,
-                .redop = DT_SUM, .timeout_s = 0.5};
+    dt_op op = {.kind = DT_OP_ALLREDUCE,
+                .recv = x,
+                .count = 4,
+                .dtype = DT_F32,
+                .redop = DT_SUM,
+                .timeout_s = 0.5};
     double t0 = dt_now();
     dt_status st = dt_run(c, &op);
     say(report, st, dt_now() - t0, dt_comm_error(c));
@@ -274,7 +288,8 @@ static void wait_then_allreduce(int rank, job *j, FILE *report)
     fprintf(report, "port %d\n", dt_comm_port(c));
     fflush(report);
     char go;
-    if (read(go_pipe[0], &go, 1) != 1) _exit(2);
+    if (read(go_pipe[0], &go, 1) != 1)
+        _exit(2);
     int ok = 1;
     for (int i = 0; i < 10 && ok; i++) {
         int32_t x[3] = {rank, 1, i};
@@ -303,7 +318,8 @@ static bool closed_by_peer(int fd)
     struct pollfd pfd = {.fd = fd, .events = POLLIN};
     double deadline = dt_now() + 5;
     while (dt_now() < deadline) {
-        if (poll(&pfd, 1, 100) > 0 && read(fd, buf, sizeof buf) <= 0) return true;
+        if (poll(&pfd, 1, 100) > 0 && read(fd, buf, sizeof buf) <= 0)
+            return true;
     }
     return false;
 }
@@ -317,7 +333,8 @@ static void stranger_test(void (*stranger)(int port))
     int port = 0;
     for (int r = 0; r < 3; r++) {
         report_of(&j, r, 30, line, sizeof line);
-        if (r == 0) cr_assert_eq(sscanf(line, "port %d", &port), 1, "rank 0: '%s'", line);
+        if (r == 0)
+            cr_assert_eq(sscanf(line, "port %d", &port), 1, "rank 0: '%s'", line);
     }
     stranger(port);
     cr_assert_eq(write(go_pipe[1], "ggg", 3), 3);
@@ -327,7 +344,8 @@ static void stranger_test(void (*stranger)(int port))
         unsigned long long rejected = 0;
         cr_assert_eq(sscanf(line, "%d %llu", &ok, &rejected), 2, "rank %d: '%s'", r, line);
         cr_expect_eq(ok, 1, "rank %d's all-reduces failed: %s", r, line);
-        if (r == 0) cr_expect_eq(rejected, 1, "rank 0 rejected %llu connections", rejected);
+        if (r == 0)
+            cr_expect_eq(rejected, 1, "rank 0 rejected %llu connections", rejected);
     }
     finish(&j);
     close(go_pipe[0]);
@@ -386,7 +404,11 @@ Test(failures, stranger_with_the_wrong_secret_is_rejected_while_the_job_goes_on,
 static void abort_from_another_thread(int rank, job *j, FILE *report)
 {
     dt_comm *c = child_join(j, rank, 60, report);
-    if (rank == 1) { sleep(5); dt_comm_destroy(c); return; }
+    if (rank == 1) {
+        sleep(5);
+        dt_comm_destroy(c);
+        return;
+    }
     float x = 1;
     dt_work *w;
     dt_status st = dt_allreduce_async(c, &x, 1, DT_F32, DT_SUM, &w);
@@ -506,7 +528,8 @@ static void barriers_beside_resetting_strangers(int rank, job *j, FILE *report)
     cr_assert_geq(sodium_init(), 0);
     dt_comm *c = child_join(j, rank, 20, report);
     for (int i = 0; i < 20; i++) {
-        if (rank == 0) hello_then_reset(dt_comm_port(c));
+        if (rank == 0)
+            hello_then_reset(dt_comm_port(c));
         dt_status st = dt_barrier(c);
         if (st != DT_OK) {
             say(report, st, dt_now(), dt_comm_error(c));
@@ -535,7 +558,8 @@ static void read_exactly(int fd, void *buf, size_t n)
 {
     for (size_t got = 0; got < n;) {
         ssize_t k = read(fd, (char *)buf + got, n - got);
-        if (k <= 0) return;
+        if (k <= 0)
+            return;
         got += (size_t)k;
     }
 }
@@ -567,14 +591,16 @@ static void *fake_rank0_sends_a_bad_abort(void *arg)
     static uint8_t frame[40 + 2000];
     memset(frame, 'x', sizeof frame);
     memset(frame, 0, 40);
-    frame[0] = 3;                   /* kind: ABORT */
+    frame[0] = 3; /* kind: ABORT */
     int32_t root = -1;
     memcpy(frame + 4, &root, 4);
     uint64_t length = 2000;
     memcpy(frame + 32, &length, 8); /* over the longest notice */
-    if (write(fd, frame, sizeof frame) != (ssize_t)sizeof frame) perror("fake rank 0");
+    if (write(fd, frame, sizeof frame) != (ssize_t)sizeof frame)
+        perror("fake rank 0");
     char go;
-    if (read(f->done_pipe[0], &go, 1) < 0) perror("fake rank 0");
+    if (read(f->done_pipe[0], &go, 1) < 0)
+        perror("fake rank 0");
     close(fd);
     return NULL;
 }
@@ -620,8 +646,7 @@ Test(failures, an_abort_frame_of_impossible_length_fails_the_op_and_stops, .time
     dt_status st = dt_barrier(c);
     cr_expect_eq(st, DT_EPROTO, "barrier: %s: %s", dt_status_name(st), dt_comm_error(c));
     cr_expect_lt(dt_now() - t0, 4.0, "the failure took %.1f s to surface", dt_now() - t0);
-    cr_expect_not_null(strstr(dt_comm_error(c), "ABORT frame of 2000 B"), "%s",
-                       dt_comm_error(c));
+    cr_expect_not_null(strstr(dt_comm_error(c), "ABORT frame of 2000 B"), "%s", dt_comm_error(c));
     dt_comm_destroy(c);
     cr_assert_eq(write(f.done_pipe[1], "g", 1), 1);
     pthread_join(fake, NULL);

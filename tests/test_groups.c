@@ -28,19 +28,19 @@
 /* ---- the reference ------------------------------------------------------------ */
 
 typedef enum shape_kind {
-    ONE_GROUP,       /* colour 0, key = rank */
-    GRID_ROWS,       /* colour = rank / pp: the pipeline group of a replica */
-    GRID_COLUMNS,    /* colour = rank % pp: the data-parallel group of a stage */
-    REVERSED_KEYS,   /* colour = rank % 2, key = -rank */
-    EQUAL_KEYS,      /* colour = rank % 3, key 7: parent order decides */
-    SOME_UNDEFINED,  /* every third rank DT_UNDEFINED, the rest by parity */
-    OTHER_NEGATIVE,  /* even ranks pass colour -5: no group either */
-    EACH_ALONE,      /* colour = rank */
+    ONE_GROUP,      /* colour 0, key = rank */
+    GRID_ROWS,      /* colour = rank / pp: the pipeline group of a replica */
+    GRID_COLUMNS,   /* colour = rank % pp: the data-parallel group of a stage */
+    REVERSED_KEYS,  /* colour = rank % 2, key = -rank */
+    EQUAL_KEYS,     /* colour = rank % 3, key 7: parent order decides */
+    SOME_UNDEFINED, /* every third rank DT_UNDEFINED, the rest by parity */
+    OTHER_NEGATIVE, /* even ranks pass colour -5: no group either */
+    EACH_ALONE,     /* colour = rank */
 } shape_kind;
 
 typedef struct shape {
     shape_kind kind;
-    int pp;          /* GRID_*: columns of the grid */
+    int pp; /* GRID_*: columns of the grid */
 } shape;
 
 static int color_of(shape s, int rank)
@@ -72,16 +72,19 @@ static int key_of(shape s, int rank)
 static int expected_group(shape s, int n, int rank, int *members, int *position)
 {
     int color = color_of(s, rank), size = 0;
-    if (color < 0) return 0;
+    if (color < 0)
+        return 0;
     for (int j = 0; j < n; j++) {
-        if (color_of(s, j) != color) continue;
+        if (color_of(s, j) != color)
+            continue;
         int before = 0; /* members sorting before j by (key, rank) */
         for (int i = 0; i < n; i++)
             if (color_of(s, i) == color &&
                 (key_of(s, i) < key_of(s, j) || (key_of(s, i) == key_of(s, j) && i < j)))
                 before++;
         members[before] = j;
-        if (j == rank) *position = before;
+        if (j == rank)
+            *position = before;
         size++;
     }
     return size;
@@ -95,8 +98,8 @@ static bool check_child(rank_ctx *rc, dt_comm *child, const int *members, int si
                         const char *what)
 {
     if (dt_comm_size(child) != size || dt_comm_rank(child) != pos)
-        return rank_fail(rc, "%s: rank %d of %d, expected %d of %d", what,
-                         dt_comm_rank(child), dt_comm_size(child), pos, size);
+        return rank_fail(rc, "%s: rank %d of %d, expected %d of %d", what, dt_comm_rank(child),
+                         dt_comm_size(child), pos, size);
     for (int i = 0; i < size; i++)
         if (dt_comm_world_rank(child, i) != members[i])
             return rank_fail(rc, "%s: group rank %d is world rank %d, expected %d", what, i,
@@ -104,7 +107,8 @@ static bool check_child(rank_ctx *rc, dt_comm *child, const int *members, int si
     if (dt_comm_world_rank(child, size) != -1)
         return rank_fail(rc, "%s: group rank %d (out of range) has a world rank", what, size);
     int64_t sum = rc->rank + 1, want = 0;
-    for (int i = 0; i < size; i++) want += members[i] + 1;
+    for (int i = 0; i < size; i++)
+        want += members[i] + 1;
     int32_t b = pos == size - 1 ? 1000 + rc->rank : -1;
     if (dt_allreduce(child, &sum, 1, DT_I64, DT_SUM) != DT_OK ||
         dt_broadcast(child, &b, 1, DT_I32, size - 1) != DT_OK)
@@ -128,22 +132,25 @@ static bool check_shape(rank_ctx *rc, shape s)
                          dt_comm_error(rc->comm));
     bool ok = size == 0 ? (child == NULL || rank_fail(rc, "%s: a child without a colour", what))
                         : (child != NULL || rank_fail(rc, "%s: no child", what));
-    if (ok && child) ok = check_child(rc, child, members, size, pos, what);
-    if (child) dt_comm_destroy(child);
+    if (ok && child)
+        ok = check_child(rc, child, members, size, pos, what);
+    if (child)
+        dt_comm_destroy(child);
     return ok;
 }
 
 static void every_shape(rank_ctx *rc)
 {
     int n = rc->world;
-    shape fixed[] = {{ONE_GROUP, 0}, {REVERSED_KEYS, 0}, {EQUAL_KEYS, 0},
+    shape fixed[] = {{ONE_GROUP, 0},      {REVERSED_KEYS, 0},  {EQUAL_KEYS, 0},
                      {SOME_UNDEFINED, 0}, {OTHER_NEGATIVE, 0}, {EACH_ALONE, 0}};
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
-        if (!check_shape(rc, fixed[i])) return;
+        if (!check_shape(rc, fixed[i]))
+            return;
     for (int pp = 1; pp <= n; pp++) {
-        if (n % pp != 0) continue;
-        if (!check_shape(rc, (shape){GRID_ROWS, pp}) ||
-            !check_shape(rc, (shape){GRID_COLUMNS, pp}))
+        if (n % pp != 0)
+            continue;
+        if (!check_shape(rc, (shape){GRID_ROWS, pp}) || !check_shape(rc, (shape){GRID_COLUMNS, pp}))
             return;
     }
     int32_t x = 1; /* the parent still works after all those children */
@@ -242,16 +249,19 @@ static bool pp_ring(rank_ctx *rc, dt_comm *pp, int round)
 {
     int me = dt_comm_rank(pp), p = dt_comm_size(pp);
     float out[1000], in[1000];
-    for (int i = 0; i < 1000; i++) out[i] = (float)(rc->rank * 1000 + i + round);
+    for (int i = 0; i < 1000; i++)
+        out[i] = (float)(rc->rank * 1000 + i + round);
     dt_work *ws, *wr;
     int from = -1;
     if (dt_recv_async(pp, in, 1000, DT_F32, DT_ANY_SOURCE, 7, &from, &wr) != DT_OK ||
         dt_send_async(pp, out, 1000, DT_F32, (me + 1) % p, 7, &ws) != DT_OK)
         return rank_fail(rc, "p2p submit: %s", dt_comm_error(pp));
     dt_status a = dt_work_wait(wr), b = dt_work_wait(ws);
-    if (a != DT_OK || b != DT_OK) return rank_fail(rc, "p2p: %s", dt_comm_error(pp));
+    if (a != DT_OK || b != DT_OK)
+        return rank_fail(rc, "p2p: %s", dt_comm_error(pp));
     int prev = (me + p - 1) % p, prev_world = dt_comm_world_rank(pp, prev);
-    if (from != prev) return rank_fail(rc, "p2p: came from %d, expected %d", from, prev);
+    if (from != prev)
+        return rank_fail(rc, "p2p: came from %d, expected %d", from, prev);
     for (int i = 0; i < 1000; i++)
         if (in[i] != (float)(prev_world * 1000 + i + round))
             return rank_fail(rc, "p2p round %d: element %d is %g", round, i, in[i]);
@@ -261,11 +271,13 @@ static bool pp_ring(rank_ctx *rc, dt_comm *pp, int round)
 /* Sum over the data-parallel group of (world rank + 1)·(i mod 7): exact in f32. */
 static bool dp_allreduce(rank_ctx *rc, dt_comm *dp, float *buf, size_t n, int round)
 {
-    for (size_t i = 0; i < n; i++) buf[i] = (float)((rc->rank + 1) * (int)((i + (size_t)round) % 7));
+    for (size_t i = 0; i < n; i++)
+        buf[i] = (float)((rc->rank + 1) * (int)((i + (size_t)round) % 7));
     if (dt_allreduce(dp, buf, n, DT_F32, DT_SUM) != DT_OK)
         return rank_fail(rc, "dp all-reduce: %s", dt_comm_error(dp));
     int ranks = 0;
-    for (int i = 0; i < dt_comm_size(dp); i++) ranks += dt_comm_world_rank(dp, i) + 1;
+    for (int i = 0; i < dt_comm_size(dp); i++)
+        ranks += dt_comm_world_rank(dp, i) + 1;
     for (size_t i = 0; i < n; i++)
         if (buf[i] != (float)(ranks * (int)((i + (size_t)round) % 7)))
             return rank_fail(rc, "dp all-reduce round %d: element %zu is %g", round, i, buf[i]);
@@ -282,11 +294,13 @@ static void grid_results(rank_ctx *rc)
         size_t n = (1u << 18) + 1;
         float *b = malloc(n * sizeof *b);
         int root = dt_comm_size(g.pp) - 1, root_world = dt_comm_world_rank(g.pp, root);
-        for (size_t i = 0; i < n; i++) b[i] = dt_comm_rank(g.pp) == root ? (float)(i % 1000) : -1;
+        for (size_t i = 0; i < n; i++)
+            b[i] = dt_comm_rank(g.pp) == root ? (float)(i % 1000) : -1;
         if (dt_broadcast(g.pp, b, n, DT_F32, root) != DT_OK)
             rank_fail(rc, "broadcast from world rank %d: %s", root_world, dt_comm_error(g.pp));
         for (size_t i = 0; i < n && !rc->failed; i++)
-            if (b[i] != (float)(i % 1000)) rank_fail(rc, "broadcast: element %zu is %g", i, b[i]);
+            if (b[i] != (float)(i % 1000))
+                rank_fail(rc, "broadcast: element %zu is %g", i, b[i]);
         free(b);
     }
     grid_destroy(&g);
@@ -316,7 +330,8 @@ static void *pp_rounds(void *p)
 {
     pp_worker *w = p;
     w->ok = true;
-    for (int round = 0; round < ROUNDS && w->ok; round++) w->ok = pp_ring(w->rc, w->pp, round);
+    for (int round = 0; round < ROUNDS && w->ok; round++)
+        w->ok = pp_ring(w->rc, w->pp, round);
     return NULL;
 }
 
@@ -328,8 +343,10 @@ static void groups_at_once(rank_ctx *rc)
     grid g = {0};
     enum { N = 4096 };
     float *buf = malloc(N * sizeof *buf), a[64], b[64];
-    if (!buf || !grid_split(rc, 2, &g)) goto out;
-    for (int i = 0; i < 64; i++) a[i] = b[i] = (float)rc->rank;
+    if (!buf || !grid_split(rc, 2, &g))
+        goto out;
+    for (int i = 0; i < 64; i++)
+        a[i] = b[i] = (float)rc->rank;
     dt_work *wa, *wb;
     int32_t world_sum = 1;
     if (dt_allreduce_async(g.dp, a, 64, DT_F32, DT_MAX, &wa) != DT_OK ||
@@ -353,7 +370,8 @@ static void groups_at_once(rank_ctx *rc)
     pthread_create(&t, NULL, pp_rounds, &w);
     for (int round = 0; round < ROUNDS && !rc->failed; round++) {
         int32_t x = rc->rank;
-        if (!dp_allreduce(rc, g.dp, buf, N, round)) break;
+        if (!dp_allreduce(rc, g.dp, buf, N, round))
+            break;
         if (dt_allreduce(rc->comm, &x, 1, DT_I32, DT_SUM) != DT_OK ||
             x != rc->world * (rc->world - 1) / 2)
             rank_fail(rc, "parent round %d: %d (%s)", round, x, dt_comm_error(rc->comm));
@@ -389,19 +407,24 @@ static bool world_sum_is(rank_ctx *rc, const char *when)
 static void destroy_children_then_use_parent(rank_ctx *rc)
 {
     grid g = {0};
-    if (!grid_split(rc, 2, &g)) return;
+    if (!grid_split(rc, 2, &g))
+        return;
     float x[256];
-    if (!dp_allreduce(rc, g.dp, x, 256, 0) || !pp_ring(rc, g.pp, 0)) goto out;
-    if (rc->rank % 2) usleep(50 * 1000); /* odd ranks leave later */
+    if (!dp_allreduce(rc, g.dp, x, 256, 0) || !pp_ring(rc, g.pp, 0))
+        goto out;
+    if (rc->rank % 2)
+        usleep(50 * 1000); /* odd ranks leave later */
     grid_destroy(&g);
     g = (grid){0};
-    if (!world_sum_is(rc, "after the children were destroyed")) return;
+    if (!world_sum_is(rc, "after the children were destroyed"))
+        return;
     int32_t b = rc->rank == 2 ? 42 : 0;
     if (dt_broadcast(rc->comm, &b, 1, DT_I32, 2) != DT_OK || b != 42) {
         rank_fail(rc, "parent broadcast: %d (%s)", b, dt_comm_error(rc->comm));
         return;
     }
-    if (grid_split(rc, 2, &g)) dp_allreduce(rc, g.dp, x, 256, 1);
+    if (grid_split(rc, 2, &g))
+        dp_allreduce(rc, g.dp, x, 256, 1);
 out:
     grid_destroy(&g);
 }
@@ -425,7 +448,8 @@ static void destroy_parent_then_use_child(rank_ctx *rc)
     dt_comm_destroy(rc->comm);
     rc->comm = NULL;
     float x[1000];
-    for (int round = 0; round < 3 && !rc->failed; round++) dp_allreduce(rc, child, x, 1000, round);
+    for (int round = 0; round < 3 && !rc->failed; round++)
+        dp_allreduce(rc, child, x, 1000, round);
     dt_comm_destroy(child);
 }
 

@@ -33,8 +33,12 @@ static void abort_parent(rank_ctx *rc)
         rank_fail(rc, "split: %s", dt_comm_error(rc->comm));
         return;
     }
-    if (!rank_sync(rc)) { dt_comm_destroy(child); return; } /* every side is connected */
-    if (rc->rank == 1) dt_comm_abort(rc->comm, "the test stops the job");
+    if (!rank_sync(rc)) {
+        dt_comm_destroy(child);
+        return;
+    } /* every side is connected */
+    if (rc->rank == 1)
+        dt_comm_abort(rc->comm, "the test stops the job");
     float x[16] = {0};
     dt_status st = dt_allreduce(child, x, 16, DT_F32, DT_SUM);
     if (st != DT_EABORTED || !strstr(dt_comm_error(child), "the test stops the job"))
@@ -59,13 +63,16 @@ static void abort_child(rank_ctx *rc)
         rank_fail(rc, "split: %s", dt_comm_error(rc->comm));
         return;
     }
-    if (!rank_sync(rc)) { dt_comm_destroy(child); return; } /* every side is connected */
-    if (rc->rank == 0) dt_comm_abort(child, "only this group");
+    if (!rank_sync(rc)) {
+        dt_comm_destroy(child);
+        return;
+    } /* every side is connected */
+    if (rc->rank == 0)
+        dt_comm_abort(child, "only this group");
     float x[16] = {0};
     dt_status st = dt_allreduce(child, x, 16, DT_F32, DT_SUM);
     if (st != DT_EABORTED)
-        rank_fail(rc, "child op after its abort: %s: %s", dt_status_name(st),
-                  dt_comm_error(child));
+        rank_fail(rc, "child op after its abort: %s: %s", dt_status_name(st), dt_comm_error(child));
     dt_comm_destroy(child);
     int32_t sum = rc->rank;
     if (dt_allreduce(rc->comm, &sum, 1, DT_I32, DT_SUM) != DT_OK || sum != 3 ||
@@ -87,7 +94,8 @@ Test(groups_failure, aborting_a_child_leaves_the_parent_working, .timeout = 60)
  * child) fails the parent, so its peers are not left in the all-gather. */
 static void split_without_a_child_pointer(rank_ctx *rc)
 {
-    if (!rank_sync(rc)) return; /* every side is connected */
+    if (!rank_sync(rc))
+        return; /* every side is connected */
     dt_status st = dt_comm_split(rc->comm, 0, 0, rc->rank == 0 ? NULL : &(dt_comm *){NULL});
     if (st == DT_OK) {
         rank_fail(rc, "a split with a NULL child pointer succeeded");
@@ -107,7 +115,8 @@ Test(groups_failure, a_split_with_a_null_child_pointer_fails_it_on_every_rank, .
 
 static void split_failed_parent(rank_ctx *rc)
 {
-    if (!rank_sync(rc)) return; /* every side is connected */
+    if (!rank_sync(rc))
+        return; /* every side is connected */
     dt_comm_abort(rc->comm, "already broken");
     dt_comm *child = (dt_comm *)&child;
     dt_status st = dt_comm_split(rc->comm, 0, 0, &child);
@@ -135,18 +144,28 @@ static void child_times_out(rank_ctx *rc)
         rank_fail(rc, "split: %s", dt_comm_error(rc->comm));
         return;
     }
-    if (!rank_sync(rc)) { dt_comm_destroy(child); return; }
+    if (!rank_sync(rc)) {
+        dt_comm_destroy(child);
+        return;
+    }
     if (rc->rank == 1) {
         float x[4] = {0};
-        dt_op op = {.kind = DT_OP_ALLREDUCE, .recv = x, .count = 4, .dtype = DT_F32,
-                    .redop = DT_SUM, .timeout_s = 0.5};
+        dt_op op = {.kind = DT_OP_ALLREDUCE,
+                    .recv = x,
+                    .count = 4,
+                    .dtype = DT_F32,
+                    .redop = DT_SUM,
+                    .timeout_s = 0.5};
         dt_status st = dt_run(child, &op);
         const char *e = dt_comm_error(child);
         if (st != DT_ETIMEDOUT || !strstr(e, "rank 0 (") || !strstr(e, ", world rank 2)") ||
             !strstr(e, "rank 1 (world rank 1) of group"))
             rank_fail(rc, "the child's timeout: %s: %s", dt_status_name(st), e);
     }
-    if (!rank_sync(rc)) { dt_comm_destroy(child); return; }
+    if (!rank_sync(rc)) {
+        dt_comm_destroy(child);
+        return;
+    }
     int32_t sum = rc->rank;
     if (dt_allreduce(rc->comm, &sum, 1, DT_I32, DT_SUM) != DT_OK || sum != 3)
         rank_fail(rc, "the world after a child's timeout: %d: %s", sum, dt_comm_error(rc->comm));
@@ -190,10 +209,13 @@ static void report(int fd, const char *fmt, ...)
     va_start(ap, fmt);
     int n = vsnprintf(line, sizeof line - 1, fmt, ap);
     va_end(ap);
-    if (n < 0) return;
-    if (n > (int)sizeof line - 2) n = (int)sizeof line - 2;
+    if (n < 0)
+        return;
+    if (n > (int)sizeof line - 2)
+        n = (int)sizeof line - 2;
     line[n++] = '\n';
-    if (write(fd, line, (size_t)n) != n) _exit(3);
+    if (write(fd, line, (size_t)n) != n)
+        _exit(3);
 }
 
 static void killed_rank_child(int rank, const char *url, int fd)
@@ -207,14 +229,14 @@ static void killed_rank_child(int rank, const char *url, int fd)
     o.timeout_s = 15;
     o.init_timeout_s = 20;
     dt_comm *world, *dp = NULL, *pp = NULL;
-    if (dt_comm_init(&world, &o) != DT_OK ||
-        dt_comm_split(world, rank / 2, rank, &pp) != DT_OK ||
+    if (dt_comm_init(&world, &o) != DT_OK || dt_comm_split(world, rank / 2, rank, &pp) != DT_OK ||
         dt_comm_split(world, rank % 2, rank, &dp) != DT_OK || dt_barrier(world) != DT_OK) {
         report(fd, "setup failed: %s", dt_comm_error(world));
         _exit(1);
     }
     report(fd, "ready");
-    if (rank == VICTIM) pause(); /* until the test kills it */
+    if (rank == VICTIM)
+        pause(); /* until the test kills it */
     float x[1024] = {0};
     dt_comm *first = rank == 1 ? dp : rank == 2 ? pp : world;
     dt_status st = dt_allreduce(first, x, 1024, DT_F32, DT_SUM);
@@ -255,10 +277,13 @@ static void forked_line(forked *f, int r, double timeout_s, char *line, size_t n
     for (;;) {
         clock_gettime(CLOCK_MONOTONIC, &t);
         int left = (int)((timeout_s - (double)(t.tv_sec - t0.tv_sec) -
-                          (double)(t.tv_nsec - t0.tv_nsec) * 1e-9) * 1000);
+                          (double)(t.tv_nsec - t0.tv_nsec) * 1e-9) *
+                         1000);
         struct pollfd pfd = {.fd = f->fd[r], .events = POLLIN};
-        if (got + 1 >= n || left <= 0 || poll(&pfd, 1, left) <= 0) break;
-        if (read(f->fd[r], line + got, 1) != 1 || line[got] == '\n') break;
+        if (got + 1 >= n || left <= 0 || poll(&pfd, 1, left) <= 0)
+            break;
+        if (read(f->fd[r], line + got, 1) != 1 || line[got] == '\n')
+            break;
         got++;
     }
     line[got] = '\0';
@@ -294,7 +319,8 @@ Test(groups_failure, a_killed_rank_fails_every_group_with_one_root_cause, .timeo
     kill(f.pid[VICTIM], SIGKILL);
     const char *names[3] = {"world", "dp", "pp"};
     for (int r = 0; r < KILL_N; r++) {
-        if (r == VICTIM) continue;
+        if (r == VICTIM)
+            continue;
         forked_line(&f, r, 10, line, sizeof line);
         cr_expect_eq(atoi(line), DT_EPEER, "rank %d's first op: %s", r, line);
         size_t shortest = 0;
@@ -304,13 +330,14 @@ Test(groups_failure, a_killed_rank_fails_every_group_with_one_root_cause, .timeo
             sscanf(line, "%d %n", &st, &used);
             snprintf(errors[i], sizeof errors[i], "%s", line + used);
             cr_expect_eq(st, DT_EPEER, "rank %d, %s: %s", r, names[i], line);
-            if (strlen(errors[i]) < strlen(errors[shortest])) shortest = (size_t)i;
+            if (strlen(errors[i]) < strlen(errors[shortest]))
+                shortest = (size_t)i;
         }
         /* The first to notice wrote the root cause; the others repeat it
          * and add where they saw it. */
         const char *root = errors[shortest];
-        cr_expect(names_victim(root), "rank %d: the root cause does not name world rank 3: %s",
-                  r, root);
+        cr_expect(names_victim(root), "rank %d: the root cause does not name world rank 3: %s", r,
+                  root);
         for (int i = 0; i < 3; i++)
             cr_expect(strncmp(errors[i], root, strlen(root)) == 0,
                       "rank %d: %s's error does not start with the root cause\n  %s\n  %s", r,

@@ -40,11 +40,13 @@ Test(launcher, every_rank_gets_the_torchrun_and_dtrain_environment, .timeout = 3
         cr_assert_str_eq(value_of(r.out, rank, "TORCHELASTIC_RESTART_COUNT", v, sizeof v), "0");
         value_of(r.out, rank, "DT_SECRET", v, sizeof v);
         cr_assert(is_hex(v, 64), "DT_SECRET '%s' is not 64 hex digits", v);
-        if (rank == 0) strcpy(secret0, v);
+        if (rank == 0)
+            strcpy(secret0, v);
         cr_assert_str_eq(v, secret0, "ranks were given different secrets");
         value_of(r.out, rank, "DT_INIT_URL", v, sizeof v);
         cr_assert(!strncmp(v, "file:///tmp/dtrain-", 19), "DT_INIT_URL '%s'", v);
-        if (rank == 0) strcpy(url0, v);
+        if (rank == 0)
+            strcpy(url0, v);
         cr_assert_str_eq(v, url0, "ranks were given different rendezvous URLs");
         value_of(r.out, rank, "TORCHELASTIC_RUN_ID", run_id, sizeof run_id);
         snprintf(expect, sizeof expect, "%s-r0", run_id);
@@ -110,16 +112,17 @@ Test(launcher, output_lines_carry_their_rank_and_never_interleave, .timeout = 60
     for (; line; line = strtok_r(NULL, "\n", &save)) {
         int prefix, rank, i, used = 0;
         char payload[80];
-        if (sscanf(line, "[%d] no-newline rank=%d%n", &prefix, &rank, &used) == 2 &&
-            !line[used]) {
+        if (sscanf(line, "[%d] no-newline rank=%d%n", &prefix, &rank, &used) == 2 && !line[used]) {
             cr_assert_eq(prefix, rank, "line '%s' has another rank's prefix", line);
             tail[rank] = true;
             continue;
         }
         cr_assert_eq(sscanf(line, "[%d] rank=%d line=%d %79s%n", &prefix, &rank, &i, payload,
-                            &used), 4, "malformed line '%s'", line);
+                            &used),
+                     4, "malformed line '%s'", line);
         cr_assert(!line[used] && !strcmp(payload, "abcdefghijklmnopqrstuvwxyz0123456789"
-                                         "abcdefghijklmnopqrstuvwxyz"), "mangled line '%s'", line);
+                                                  "abcdefghijklmnopqrstuvwxyz"),
+                  "mangled line '%s'", line);
         cr_assert_eq(prefix, rank, "line '%s' has another rank's prefix", line);
         cr_assert(rank >= 0 && rank < RANKS && i == next[rank], "line '%s' out of order", line);
         next[rank]++;
@@ -137,10 +140,8 @@ Test(launcher, stderr_stays_on_stderr_with_its_prefix, .timeout = 30)
     launch_start(&r, (const char *[]){"-n", "2", W, "streams", NULL});
     launch_wait(&r);
     cr_assert_eq(r.code, 0);
-    cr_assert(strstr(r.out, "[1] to-stdout rank=1\n") && !strstr(r.out, "to-stderr"), "%s",
-              r.out);
-    cr_assert(strstr(r.err, "[1] to-stderr rank=1\n") && !strstr(r.err, "to-stdout"), "%s",
-              r.err);
+    cr_assert(strstr(r.out, "[1] to-stdout rank=1\n") && !strstr(r.out, "to-stderr"), "%s", r.out);
+    cr_assert(strstr(r.err, "[1] to-stderr rank=1\n") && !strstr(r.err, "to-stdout"), "%s", r.err);
     launch_cleanup(&r);
 }
 
@@ -152,7 +153,8 @@ Test(launcher, log_dir_gets_one_file_per_rank, .timeout = 30)
     cr_assert_eq(r.code, 0, "exit %d, stderr:\n%s", r.code, r.err);
     char *log1 = slurp(r.dir, "rank_00001.log");
     cr_assert(strstr(log1, "to-stdout rank=1\n") && strstr(log1, "to-stderr rank=1\n") &&
-              !strstr(log1, "rank=0"), "rank_00001.log:\n%s", log1);
+                  !strstr(log1, "rank=0"),
+              "rank_00001.log:\n%s", log1);
     free(log1);
     launch_cleanup(&r);
 }
@@ -178,7 +180,8 @@ Test(launcher, a_killed_rank_is_named_with_its_signal_and_the_rest_stop, .timeou
 {
     launch_run r;
     launch_start(&r, (const char *[]){"-n", "3", W, "sleep", "DIR", NULL});
-    for (int i = 0; i < 3; i++) wait_pid_file(&r, i);
+    for (int i = 0; i < 3; i++)
+        wait_pid_file(&r, i);
     kill(wait_pid_file(&r, 1), SIGKILL);
     launch_wait(&r);
     cr_assert_eq(r.code, 128 + SIGKILL, "exit %d, stderr:\n%s", r.code, r.err);
@@ -191,9 +194,10 @@ Test(launcher, a_killed_rank_is_named_with_its_signal_and_the_rest_stop, .timeou
 Test(launcher, a_worker_ignoring_sigterm_is_killed_after_the_grace_period, .timeout = 20)
 {
     launch_run r;
-    launch_start(&r, (const char *[]){"-n", "2", "--grace", "0.2", W, "sleep-ignore-term",
-                                      "DIR", NULL});
-    for (int i = 0; i < 2; i++) wait_pid_file(&r, i);
+    launch_start(&r, (const char *[]){"-n", "2", "--grace", "0.2", W, "sleep-ignore-term", "DIR",
+                                      NULL});
+    for (int i = 0; i < 2; i++)
+        wait_pid_file(&r, i);
     kill(wait_pid_file(&r, 0), SIGKILL);
     launch_wait(&r);
     cr_assert_eq(r.code, 128 + SIGKILL, "exit %d, stderr:\n%s", r.code, r.err);
@@ -206,7 +210,8 @@ Test(launcher, sigint_stops_every_worker_and_exits_130, .timeout = 20)
 {
     launch_run r;
     launch_start(&r, (const char *[]){"-n", "3", W, "sleep", "DIR", NULL});
-    for (int i = 0; i < 3; i++) wait_pid_file(&r, i);
+    for (int i = 0; i < 3; i++)
+        wait_pid_file(&r, i);
     kill(r.pid, SIGINT);
     launch_wait(&r);
     cr_assert_eq(r.code, 130, "exit %d, stderr:\n%s", r.code, r.err);
@@ -219,7 +224,8 @@ Test(launcher, sigterm_stops_every_worker_and_exits_143, .timeout = 20)
 {
     launch_run r;
     launch_start(&r, (const char *[]){"-n", "2", W, "sleep", "DIR", NULL});
-    for (int i = 0; i < 2; i++) wait_pid_file(&r, i);
+    for (int i = 0; i < 2; i++)
+        wait_pid_file(&r, i);
     kill(r.pid, SIGTERM);
     launch_wait(&r);
     cr_assert_eq(r.code, 143, "exit %d, stderr:\n%s", r.code, r.err);
@@ -250,10 +256,11 @@ static bool exists(const char *path)
 static void assert_ctrl_c_removes_the_rendezvous_file(const char *rdzv_flag)
 {
     launch_run r;
-    launch_start(&r, rdzv_flag ? (const char *[]){"-n", "2", "--rdzv", rdzv_flag, W,
-                                                  "join-sleep", "DIR", NULL}
+    launch_start(&r, rdzv_flag ? (const char *[]){"-n", "2", "--rdzv", rdzv_flag, W, "join-sleep",
+                                                  "DIR", NULL}
                                : (const char *[]){"-n", "2", W, "join-sleep", "DIR", NULL});
-    for (int i = 0; i < 2; i++) wait_pid_file(&r, i);
+    for (int i = 0; i < 2; i++)
+        wait_pid_file(&r, i);
     kill(r.pid, SIGINT);
     launch_wait(&r);
     cr_assert_eq(r.code, 130, "exit %d, stderr:\n%s", r.code, r.err);
@@ -286,8 +293,7 @@ Test(launcher, an_rdzv_file_that_existed_before_the_launch_is_left_alone, .timeo
     fputs("not ours to remove\n", f);
     fclose(f);
     launch_run r;
-    launch_start(&r, (const char *[]){"-n", "2", "--rdzv", url, W, "fail", "DIR", "1", "4",
-                                      NULL});
+    launch_start(&r, (const char *[]){"-n", "2", "--rdzv", url, W, "fail", "DIR", "1", "4", NULL});
     launch_wait(&r);
     cr_assert_eq(r.code, 4, "exit %d, stderr:\n%s", r.code, r.err);
     char *left = slurp("/tmp", strrchr(url, '/') + 1);
@@ -302,8 +308,8 @@ Test(launcher, an_rdzv_file_that_existed_before_the_launch_is_left_alone, .timeo
 Test(launcher, max_restarts_restarts_the_group_until_it_succeeds, .timeout = 30)
 {
     launch_run r;
-    launch_start(&r, (const char *[]){"-n", "2", "--max-restarts", "2", W, "fail-until", "2",
-                                      "5", NULL});
+    launch_start(&r, (const char *[]){"-n", "2", "--max-restarts", "2", W, "fail-until", "2", "5",
+                                      NULL});
     launch_wait(&r);
     cr_assert_eq(r.code, 0, "exit %d, stderr:\n%s", r.code, r.err);
     cr_assert(strstr(r.err, "restart 1 of 2") && strstr(r.err, "restart 2 of 2"), "%s", r.err);
@@ -312,15 +318,16 @@ Test(launcher, max_restarts_restarts_the_group_until_it_succeeds, .timeout = 30)
     cr_assert(sscanf(strstr(r.out, "[0] attempt 2 job "), "[0] attempt 2 job %127s", job2) == 1);
     size_t n = strlen(job0);
     cr_assert(n > 3 && !strcmp(job0 + n - 3, "-r0") && !strncmp(job0, job2, n - 3) &&
-              !strcmp(job2 + n - 3, "-r2"), "job ids %s then %s", job0, job2);
+                  !strcmp(job2 + n - 3, "-r2"),
+              "job ids %s then %s", job0, job2);
     launch_cleanup(&r);
 }
 
 Test(launcher, exhausted_restarts_exit_with_the_last_failure, .timeout = 30)
 {
     launch_run r;
-    launch_start(&r, (const char *[]){"-n", "2", "--max-restarts", "1", W, "fail-until", "9",
-                                      "5", NULL});
+    launch_start(&r, (const char *[]){"-n", "2", "--max-restarts", "1", W, "fail-until", "9", "5",
+                                      NULL});
     launch_wait(&r);
     cr_assert_eq(r.code, 5, "exit %d, stderr:\n%s", r.code, r.err);
     cr_assert(strstr(r.err, "restart 1 of 1") && !strstr(r.err, "restart 2"), "%s", r.err);
@@ -361,10 +368,11 @@ Test(launcher, multi_node_needs_rdzv_node_rank_and_a_shared_secret, .timeout = 1
 {
     assert_usage_error((const char *[]){"--nnodes", "2", "--node-rank", "0", W, "env", NULL},
                        "--rdzv");
-    assert_usage_error((const char *[]){"--nnodes", "2", "--rdzv", "file:///tmp/x", W, "env",
-                                        NULL}, "--node-rank");
+    assert_usage_error((const char *[]){"--nnodes", "2", "--rdzv", "file:///tmp/x", W, "env", NULL},
+                       "--node-rank");
     assert_usage_error((const char *[]){"--nnodes", "2", "--node-rank", "1", "--rdzv",
-                                        "file:///tmp/x", W, "env", NULL}, "DT_SECRET");
+                                        "file:///tmp/x", W, "env", NULL},
+                       "DT_SECRET");
 }
 
 Test(launcher, help_lists_every_flag_and_exits_0, .timeout = 10)
@@ -373,8 +381,10 @@ Test(launcher, help_lists_every_flag_and_exits_0, .timeout = 10)
     launch_start(&r, (const char *[]){"--help", NULL});
     launch_wait(&r);
     cr_assert_eq(r.code, 0);
-    const char *flags[] = {"-n, --nproc-per-node N", "--nnodes M", "--node-rank K", "--rdzv URL",
-                           "--max-restarts R", "--log-dir D", "--grace SECONDS", "--run-id ID"};
+    const char *flags[] = {"-n, --nproc-per-node N", "--nnodes M",
+                           "--node-rank K",          "--rdzv URL",
+                           "--max-restarts R",       "--log-dir D",
+                           "--grace SECONDS",        "--run-id ID"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         cr_assert(strstr(r.out, flags[i]), "'%s' missing from:\n%s", flags[i], r.out);
     launch_cleanup(&r);
@@ -405,8 +415,8 @@ Test(launcher, two_launchers_as_two_nodes_form_one_job, .timeout = 60)
     launch_run node[2];
     for (int k = 0; k < 2; k++)
         launch_start_env(&node[k], (const char *[]){secret, NULL},
-                         (const char *[]){"-n", "2", "--nnodes", "2", "--node-rank",
-                                          k ? "1" : "0", "--rdzv", url, W, "allreduce", NULL});
+                         (const char *[]){"-n", "2", "--nnodes", "2", "--node-rank", k ? "1" : "0",
+                                          "--rdzv", url, W, "allreduce", NULL});
     for (int k = 0; k < 2; k++) {
         launch_wait(&node[k]);
         cr_assert_eq(node[k].code, 0, "node %d: exit %d, stderr:\n%s", k, node[k].code,
@@ -417,7 +427,8 @@ Test(launcher, two_launchers_as_two_nodes_form_one_job, .timeout = 60)
             cr_assert(strstr(node[k].out, want), "'%s' missing from:\n%s", want, node[k].out);
         }
     }
-    for (int k = 0; k < 2; k++) launch_cleanup(&node[k]);
+    for (int k = 0; k < 2; k++)
+        launch_cleanup(&node[k]);
 }
 
 /* A port nobody listens on now (the kernel's pick for a closed socket). */
@@ -432,8 +443,7 @@ static int free_port(void)
     return ntohs(a.sin_port);
 }
 
-Test(launcher, two_launchers_meet_at_node_0s_tcp_store_by_master_addr_and_port,
-     .timeout = 60)
+Test(launcher, two_launchers_meet_at_node_0s_tcp_store_by_master_addr_and_port, .timeout = 60)
 {
     static const char secret[] = "DT_SECRET=00112233445566778899aabbccddeeff"
                                  "00112233445566778899aabbccddeeff";
@@ -442,9 +452,9 @@ Test(launcher, two_launchers_meet_at_node_0s_tcp_store_by_master_addr_and_port,
     launch_run node[2];
     for (int k = 0; k < 2; k++)
         launch_start_env(&node[k], (const char *[]){secret, NULL},
-                         (const char *[]){"-n", "2", "--nnodes", "2", "--node-rank",
-                                          k ? "1" : "0", "--master-addr", "127.0.0.1",
-                                          "--master-port", port, W, "allreduce", NULL});
+                         (const char *[]){"-n", "2", "--nnodes", "2", "--node-rank", k ? "1" : "0",
+                                          "--master-addr", "127.0.0.1", "--master-port", port, W,
+                                          "allreduce", NULL});
     for (int k = 0; k < 2; k++) {
         launch_wait(&node[k]);
         cr_assert_eq(node[k].code, 0, "node %d: exit %d, stderr:\n%s", k, node[k].code,
@@ -455,7 +465,8 @@ Test(launcher, two_launchers_meet_at_node_0s_tcp_store_by_master_addr_and_port,
             cr_assert(strstr(node[k].out, want), "'%s' missing from:\n%s", want, node[k].out);
         }
     }
-    for (int k = 0; k < 2; k++) launch_cleanup(&node[k]);
+    for (int k = 0; k < 2; k++)
+        launch_cleanup(&node[k]);
 }
 
 Test(launcher, rdzv_endpoint_and_master_addr_together_are_a_usage_error, .timeout = 10)

@@ -16,7 +16,8 @@ static char proc_state(pid_t pid)
     char path[64], buf[512];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
     FILE *f = fopen(path, "r");
-    if (!f) return '?';
+    if (!f)
+        return '?';
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
     buf[n] = '\0';
@@ -36,19 +37,23 @@ Test(launcher_blame, a_stopped_rank_is_named_as_the_root_cause_not_those_that_ti
         launch_start_env(&r, (const char *[]){"DT_TIMEOUT=2", NULL},
                          (const char *[]){"-n", "4", "--grace", "1", W, "allreduce-loop", "DIR",
                                           NULL});
-        for (int i = 0; i < 4; i++) wait_pid_file(&r, i);
+        for (int i = 0; i < 4; i++)
+            wait_pid_file(&r, i);
         pid_t stopped = wait_pid_file(&r, 2);
         kill(stopped, SIGSTOP);
-        while (proc_state(stopped) != 'T') nanosleep(&(struct timespec){0, 1000000}, NULL);
+        while (proc_state(stopped) != 'T')
+            nanosleep(&(struct timespec){0, 1000000}, NULL);
         launch_wait(&r);
         char want[128];
-        snprintf(want, sizeof want, "ROOT CAUSE: rank 2 (local rank 2 on node 0, pid %d) was "
-                 "stopped (SIGSTOP)", (int)stopped);
+        snprintf(want, sizeof want,
+                 "ROOT CAUSE: rank 2 (local rank 2 on node 0, pid %d) was "
+                 "stopped (SIGSTOP)",
+                 (int)stopped);
         cr_assert(strstr(r.err, want), "trial %d: '%s' missing from:\n%s", trial, want, r.err);
         cr_assert(strstr(r.err, "the others timed out waiting for it"), "trial %d:\n%s", trial,
                   r.err);
-        cr_assert_eq(r.code, 94, "trial %d: exit %d (not the first failure's), stderr:\n%s",
-                     trial, r.code, r.err);
+        cr_assert_eq(r.code, 94, "trial %d: exit %d (not the first failure's), stderr:\n%s", trial,
+                     r.code, r.err);
         assert_all_gone(&r, 4);
         launch_cleanup(&r);
     }
@@ -124,7 +129,8 @@ Test(launcher_blame, a_stopped_worker_ends_on_sigterm_without_waiting_for_the_gr
     launch_start(&r, (const char *[]){"-n", "2", "--grace", "60", W, "sleep", "DIR", NULL});
     pid_t stopped = wait_pid_file(&r, 1);
     kill(stopped, SIGSTOP);
-    while (proc_state(stopped) != 'T') nanosleep(&(struct timespec){0, 1000000}, NULL);
+    while (proc_state(stopped) != 'T')
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
     kill(wait_pid_file(&r, 0), SIGKILL);
     launch_wait(&r);
     cr_assert_eq(r.code, 128 + SIGKILL, "exit %d, stderr:\n%s", r.code, r.err);

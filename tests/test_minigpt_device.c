@@ -46,20 +46,19 @@ static void expect_trained_or_named_failure(int rc, const char *out)
 
 Test(minigpt_device, cuda_alone_trains_or_names_what_is_missing, .timeout = 120)
 {
-    const char *argv[] = {MINIGPT_BIN, "--device", "cuda", "--steps", "2",
-                          "--data", "random", "--sample", "0", NULL};
+    const char *argv[] = {MINIGPT_BIN, "--device", "cuda",     "--steps", "2",
+                          "--data",    "random",   "--sample", "0",       NULL};
     char *out = NULL;
     int rc = run_program(argv, LOG("alone"), &out);
     expect_trained_or_named_failure(rc, out);
     free(out);
 }
 
-Test(minigpt_device, cuda_under_the_launcher_trains_or_names_what_is_missing,
-     .timeout = 120)
+Test(minigpt_device, cuda_under_the_launcher_trains_or_names_what_is_missing, .timeout = 120)
 {
-    const char *argv[] = {LAUNCH_BIN, "-n", "2", MINIGPT_BIN, "--device", "cuda",
-                          "--steps", "2", "--batch", "2", "--data", "random",
-                          "--sample", "0", NULL};
+    const char *argv[] = {LAUNCH_BIN, "-n",      "2",        MINIGPT_BIN, "--device",
+                          "cuda",     "--steps", "2",        "--batch",   "2",
+                          "--data",   "random",  "--sample", "0",         NULL};
     char *out = NULL;
     int rc = run_program(argv, LOG("launched"), &out);
     expect_trained_or_named_failure(rc, out);
@@ -80,8 +79,8 @@ static int read_losses(const char *path, double losses[MAX_STEPS + 1])
     while (line && *line) {
         int step;
         double loss;
-        if (sscanf(line, "{\"event\":\"step\",\"step\":%d,\"loss\":%lf", &step,
-                   &loss) == 2 && step >= 1 && step <= MAX_STEPS) {
+        if (sscanf(line, "{\"event\":\"step\",\"step\":%d,\"loss\":%lf", &step, &loss) == 2 &&
+            step >= 1 && step <= MAX_STEPS) {
             losses[step] = loss;
             n++;
         }
@@ -101,15 +100,16 @@ static void run_ok(const char *const *argv, const char *log, char **out)
 /* The seed preset on 2 ranks, its checkpoint verified through the host
  * mirror, the loss curve within 1e-4 of the CPU backend's at every step
  * (the comparison gpu_check.sh makes on a GPU). */
-Test(minigpt_device, cuda_host_seed_run_verifies_its_checkpoint_and_matches_cpu,
-     .timeout = 300)
+Test(minigpt_device, cuda_host_seed_run_verifies_its_checkpoint_and_matches_cpu, .timeout = 300)
 {
-    const char *cpu[] = {LAUNCH_BIN, "-n", "2", MINIGPT_BIN, "--preset", "seed",
-                         "--sample", "0", "--device", "cpu", "--metrics",
-                         "/tmp/dt_test_mgdev_cpu.jsonl", NULL};
-    const char *host[] = {LAUNCH_BIN, "-n", "2", MINIGPT_BIN, "--preset", "seed",
-                          "--sample", "0", "--device", "cuda-host", "--metrics",
-                          "/tmp/dt_test_mgdev_host.jsonl", NULL};
+    const char *cpu[] = {LAUNCH_BIN, "-n",   "2",         MINIGPT_BIN,
+                         "--preset", "seed", "--sample",  "0",
+                         "--device", "cpu",  "--metrics", "/tmp/dt_test_mgdev_cpu.jsonl",
+                         NULL};
+    const char *host[] = {LAUNCH_BIN, "-n",        "2",         MINIGPT_BIN,
+                          "--preset", "seed",      "--sample",  "0",
+                          "--device", "cuda-host", "--metrics", "/tmp/dt_test_mgdev_host.jsonl",
+                          NULL};
     char *out = NULL;
     run_ok(cpu, LOG("seed_cpu"), &out);
     free(out);
@@ -121,29 +121,54 @@ Test(minigpt_device, cuda_host_seed_run_verifies_its_checkpoint_and_matches_cpu,
     cr_assert_eq(read_losses("/tmp/dt_test_mgdev_cpu.jsonl", a), 20);
     cr_assert_eq(read_losses("/tmp/dt_test_mgdev_host.jsonl", b), 20);
     for (int s = 1; s <= 20; s++)
-        cr_expect(fabs(b[s] - a[s]) <= 1e-4 * fabs(a[s]),
-                  "step %d: cuda-host loss %.7f, cpu %.7f", s, b[s], a[s]);
+        cr_expect(fabs(b[s] - a[s]) <= 1e-4 * fabs(a[s]), "step %d: cuda-host loss %.7f, cpu %.7f",
+                  s, b[s], a[s]);
     remove("/tmp/dt_test_mgdev_cpu.jsonl");
     remove("/tmp/dt_test_mgdev_host.jsonl");
 }
 
 /* Saved at step 6 through the host mirror, resumed into device memory: the
  * next six losses are bitwise those of a run never interrupted. */
-Test(minigpt_device, cuda_host_resume_continues_the_uninterrupted_curve,
-     .timeout = 300)
+Test(minigpt_device, cuda_host_resume_continues_the_uninterrupted_curve, .timeout = 300)
 {
     char dir[] = "/tmp/dt_test_mgdev_XXXXXX";
     cr_assert_not_null(mkdtemp(dir));
-    const char *whole[] = {MINIGPT_BIN, "--device", "cuda-host", "--data", "random",
-                           "--batch", "4", "--steps", "12", "--sample", "0",
-                           "--metrics", "/tmp/dt_test_mgdev_whole.jsonl", NULL};
-    const char *first[] = {MINIGPT_BIN, "--device", "cuda-host", "--data", "random",
-                           "--batch", "4", "--steps", "6", "--sample", "0",
-                           "--ckpt-dir", dir, "--ckpt-every", "6", NULL};
-    const char *rest[] = {MINIGPT_BIN, "--device", "cuda-host", "--data", "random",
-                          "--batch", "4", "--steps", "12", "--sample", "0",
-                          "--ckpt-dir", dir, "--resume", "auto", "--metrics",
-                          "/tmp/dt_test_mgdev_rest.jsonl", NULL};
+    const char *whole[] = {MINIGPT_BIN,
+                           "--device",
+                           "cuda-host",
+                           "--data",
+                           "random",
+                           "--batch",
+                           "4",
+                           "--steps",
+                           "12",
+                           "--sample",
+                           "0",
+                           "--metrics",
+                           "/tmp/dt_test_mgdev_whole.jsonl",
+                           NULL};
+    const char *first[] = {MINIGPT_BIN, "--device",     "cuda-host", "--data",
+                           "random",    "--batch",      "4",         "--steps",
+                           "6",         "--sample",     "0",         "--ckpt-dir",
+                           dir,         "--ckpt-every", "6",         NULL};
+    const char *rest[] = {MINIGPT_BIN,
+                          "--device",
+                          "cuda-host",
+                          "--data",
+                          "random",
+                          "--batch",
+                          "4",
+                          "--steps",
+                          "12",
+                          "--sample",
+                          "0",
+                          "--ckpt-dir",
+                          dir,
+                          "--resume",
+                          "auto",
+                          "--metrics",
+                          "/tmp/dt_test_mgdev_rest.jsonl",
+                          NULL};
     char *out = NULL;
     run_ok(whole, LOG("resume_whole"), &out);
     free(out);
@@ -156,8 +181,7 @@ Test(minigpt_device, cuda_host_resume_continues_the_uninterrupted_curve,
     cr_assert_eq(read_losses("/tmp/dt_test_mgdev_whole.jsonl", a), 12);
     cr_assert_eq(read_losses("/tmp/dt_test_mgdev_rest.jsonl", b), 6);
     for (int s = 7; s <= 12; s++)
-        cr_expect(b[s] == a[s], "step %d: resumed loss %.9g, uninterrupted %.9g", s,
-                  b[s], a[s]);
+        cr_expect(b[s] == a[s], "step %d: resumed loss %.9g, uninterrupted %.9g", s, b[s], a[s]);
     remove("/tmp/dt_test_mgdev_whole.jsonl");
     remove("/tmp/dt_test_mgdev_rest.jsonl");
     char cmd[128];

@@ -30,15 +30,15 @@
 
 /* Runs minigpt on n ranks with --trace root/trace.json and extra flags;
  * returns the parsed file. */
-static json_t *traced_run(const char *root, const char *n,
-                          const char *const *extra)
+static json_t *traced_run(const char *root, const char *n, const char *const *extra)
 {
     char path[256], log[256];
     snprintf(path, sizeof path, "%s/trace.json", root);
     snprintf(log, sizeof log, "%s/run.log", root);
-    const char *argv[40] = {LAUNCH_BIN, "-n", n, MINIGPT_BIN, "--steps", "2",
-        "--batch", "2", "--layers", "3", "--data", "random", "--eval-every",
-        "0", "--sample", "0", "--bucket-mb", "0.01", "--trace", path};
+    const char *argv[40] = {LAUNCH_BIN,     "-n", n,          MINIGPT_BIN, "--steps",     "2",
+                            "--batch",      "2",  "--layers", "3",         "--data",      "random",
+                            "--eval-every", "0",  "--sample", "0",         "--bucket-mb", "0.01",
+                            "--trace",      path};
     int k = 20;
     for (; *extra; extra++)
         argv[k++] = *extra;
@@ -50,8 +50,7 @@ static json_t *traced_run(const char *root, const char *n,
     json_error_t e;
     json_t *doc = json_load_file(path, 0, &e);
     cr_assert(doc, "%s is not JSON: %s (line %d)", path, e.text, e.line);
-    cr_assert(json_is_array(json_object_get(doc, "traceEvents")),
-              "no traceEvents array");
+    cr_assert(json_is_array(json_object_get(doc, "traceEvents")), "no traceEvents array");
     return doc;
 }
 
@@ -61,7 +60,8 @@ static int count(json_t *doc, int tid, const char *name)
     json_t *ev;
     size_t i;
     int n = 0;
-    json_array_foreach(json_object_get(doc, "traceEvents"), i, ev) {
+    json_array_foreach(json_object_get(doc, "traceEvents"), i, ev)
+    {
         if (strcmp(json_string_value(json_object_get(ev, "ph")), "X") == 0 &&
             json_integer_value(json_object_get(ev, "tid")) == tid &&
             strcmp(json_string_value(json_object_get(ev, "name")), name) == 0)
@@ -71,12 +71,12 @@ static int count(json_t *doc, int tid, const char *name)
 }
 
 /* Start and end (µs) of slice `name` for (tid, step, mb); false if none. */
-static bool slice(json_t *doc, int tid, const char *name, int step, int mb,
-                  double *t0, double *t1)
+static bool slice(json_t *doc, int tid, const char *name, int step, int mb, double *t0, double *t1)
 {
     json_t *ev;
     size_t i;
-    json_array_foreach(json_object_get(doc, "traceEvents"), i, ev) {
+    json_array_foreach(json_object_get(doc, "traceEvents"), i, ev)
+    {
         json_t *args = json_object_get(ev, "args");
         if (json_integer_value(json_object_get(ev, "tid")) != tid ||
             strcmp(json_string_value(json_object_get(ev, "name")), name) ||
@@ -93,34 +93,29 @@ static bool slice(json_t *doc, int tid, const char *name, int step, int mb,
 static void expect_count(json_t *doc, int tid, const char *name, int want)
 {
     int got = count(doc, tid, name);
-    cr_expect_eq(got, want, "rank %d: %d '%s' slices, expected %d", tid, got,
-                 name, want);
+    cr_expect_eq(got, want, "rank %d: %d '%s' slices, expected %d", tid, got, name, want);
 }
 
-static void expect_causal(json_t *doc, int tid, const char *before,
-                          const char *after)
+static void expect_causal(json_t *doc, int tid, const char *before, const char *after)
 {
     for (int step = 0; step < 2; step++)
         for (int mb = 0; mb < 3; mb++) {
             double a0, a1, b0, b1;
             cr_assert(slice(doc, tid, before, step, mb, &a0, &a1) &&
                           slice(doc, tid, after, step, mb, &b0, &b1),
-                      "rank %d step %d mb %d: no %s or %s", tid, step, mb,
-                      before, after);
+                      "rank %d step %d mb %d: no %s or %s", tid, step, mb, before, after);
             cr_expect(a0 >= 0 && a1 >= a0 && a1 <= b0 + 1.0,
                       "rank %d step %d mb %d: %s [%.1f, %.1f] does not end "
-                      "before %s starts at %.1f", tid, step, mb, before, a0,
-                      a1, after, b0);
+                      "before %s starts at %.1f",
+                      tid, step, mb, before, a0, a1, after, b0);
         }
 }
 
-Test(minigpt_trace, a_2x2_pipelined_run_traces_every_action_of_every_rank,
-     .timeout = 120)
+Test(minigpt_trace, a_2x2_pipelined_run_traces_every_action_of_every_rank, .timeout = 120)
 {
     char root[128];
     fixture_mkroot(root, sizeof root);
-    const char *flags[] = {"--pp", "2", "--microbatches", "3", "--schedule",
-                           "zb", NULL};
+    const char *flags[] = {"--pp", "2", "--microbatches", "3", "--schedule", "zb", NULL};
     json_t *doc = traced_run(root, "4", flags);
     for (int g = 0; g < 4; g++) {
         int stage = g / 2;
@@ -133,8 +128,10 @@ Test(minigpt_trace, a_2x2_pipelined_run_traces_every_action_of_every_rank,
         expect_count(doc, g, stage == 0 ? "recv_grad" : "send_grad", 6);
         expect_count(doc, g, stage == 0 ? "recv_act" : "send_act", 0);
         int buckets = count(doc, g, "allreduce bucket");
-        cr_expect(buckets >= 4 && buckets % 2 == 0, "rank %d: %d bucket "
-                  "all-reduces in 2 steps", g, buckets);
+        cr_expect(buckets >= 4 && buckets % 2 == 0,
+                  "rank %d: %d bucket "
+                  "all-reduces in 2 steps",
+                  g, buckets);
         expect_causal(doc, g, "F", "B");
     }
     expect_causal(doc, 2, "recv_act", "F");
@@ -142,8 +139,7 @@ Test(minigpt_trace, a_2x2_pipelined_run_traces_every_action_of_every_rank,
     fixture_rmtree(root);
 }
 
-Test(minigpt_trace, a_ddp_run_traces_micro_steps_buckets_and_optimizer_steps,
-     .timeout = 120)
+Test(minigpt_trace, a_ddp_run_traces_micro_steps_buckets_and_optimizer_steps, .timeout = 120)
 {
     char root[128];
     fixture_mkroot(root, sizeof root);
@@ -154,8 +150,10 @@ Test(minigpt_trace, a_ddp_run_traces_micro_steps_buckets_and_optimizer_steps,
         expect_count(doc, g, "backward", 4);
         expect_count(doc, g, "optimizer step", 2);
         int buckets = count(doc, g, "allreduce bucket");
-        cr_expect(buckets >= 4 && buckets % 2 == 0, "rank %d: %d bucket "
-                  "all-reduces in 2 steps", g, buckets);
+        cr_expect(buckets >= 4 && buckets % 2 == 0,
+                  "rank %d: %d bucket "
+                  "all-reduces in 2 steps",
+                  g, buckets);
         expect_count(doc, g, "F", 0);
     }
     json_decref(doc);

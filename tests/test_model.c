@@ -53,8 +53,7 @@ Test(model, tensor_table_tiles_the_flat_buffer_in_order, .timeout = 10)
     }
     cr_assert_eq(off, m->num_params);
     cr_assert_eq(m->params.blocks[2].qkvw - m->params_memory,
-                 (long)dt_model_find_tensor(m, "blocks.2.attn.qkv.weight")
-                     ->offset);
+                 (long)dt_model_find_tensor(m, "blocks.2.attn.qkv.weight")->offset);
     cr_assert_eq(m->grads.lm_head - m->grads_memory,
                  (long)dt_model_find_tensor(m, "lm_head.weight")->offset);
     dt_model_destroy(m);
@@ -65,8 +64,7 @@ Test(model, create_rejects_heads_not_dividing_width, .timeout = 10)
     dt_config c = {.V = 16, .T = 8, .L = 1, .H = 3, .C = 8};
     dt_model *m;
     cr_assert_eq(dt_model_create(&m, &c, dt_backend_cpu(), 1), DT_EINVAL);
-    cr_assert(strstr(dt_model_error(m), "H") != NULL, "%s",
-              dt_model_error(m));
+    cr_assert(strstr(dt_model_error(m), "H") != NULL, "%s", dt_model_error(m));
     dt_model_destroy(m);
 }
 
@@ -78,8 +76,7 @@ Test(model, forward_rejects_token_outside_vocabulary, .timeout = 10)
     int in[16] = {0}, tg[16] = {0};
     in[5] = 64;
     cr_assert_eq(dt_model_forward(m, in, tg, 1, 16), DT_EINVAL);
-    cr_assert(strstr(dt_model_error(m), "inputs[0][5] = 64") != NULL, "%s",
-              dt_model_error(m));
+    cr_assert(strstr(dt_model_error(m), "inputs[0][5] = 64") != NULL, "%s", dt_model_error(m));
     dt_model_destroy(m);
 }
 
@@ -98,10 +95,8 @@ Test(golden, logits_and_loss_match_pytorch, .timeout = 30)
     double e_logits = rel_inf(logits, lg->data, n);
     float ref = *(const float *)fixture_get(&fx, "loss")->data;
     double e_loss = fabs((double)m->mean_loss - ref) / fabs(ref);
-    cr_assert(e_logits <= 1e-5, "logits: inf-norm relative error %.3g",
-              e_logits);
-    cr_assert(e_loss <= 1e-5, "loss %.7f vs PyTorch %.7f: rel %.3g",
-              m->mean_loss, ref, e_loss);
+    cr_assert(e_logits <= 1e-5, "logits: inf-norm relative error %.3g", e_logits);
+    cr_assert(e_loss <= 1e-5, "loss %.7f vs PyTorch %.7f: rel %.3g", m->mean_loss, ref, e_loss);
     free(logits);
     dt_model_destroy(m);
     fixture_free(&fx);
@@ -122,8 +117,7 @@ static void check_golden_gradients(const dt_backend *be)
         snprintf(key, sizeof key, "grad:%s", t->name);
         const record *r = fixture_get(&fx, key);
         double e = rel_l2(g + t->offset, r->data, t->numel);
-        cr_expect(e <= 1e-4, "%s (%s): L2 relative error %.3g", t->name,
-                  be->name, e);
+        cr_expect(e <= 1e-4, "%s (%s): L2 relative error %.3g", t->name, be->name, e);
     }
     free(g);
     dt_model_destroy(m);
@@ -145,16 +139,20 @@ Test(golden, ten_adamw_losses_match_pytorch, .timeout = 30)
     fixture fx;
     dt_model *m = golden_model(&fx, dt_backend_cpu());
     const float *hp = fixture_get(&fx, "adamw")->data;
-    dt_adamw_hparams h = {.lr = hp[0], .beta1 = hp[1], .beta2 = hp[2],
-                          .eps = hp[3], .weight_decay = hp[4]};
+    dt_adamw_hparams h = {.lr = hp[0],
+                          .beta1 = hp[1],
+                          .beta2 = hp[2],
+                          .eps = hp[3],
+                          .weight_decay = hp[4]};
     const record *ls = fixture_get(&fx, "losses");
     const float *ref = ls->data;
     for (uint32_t step = 1; step <= ls->count; step++) {
         golden_forward(m, &fx);
-        double e = fabs((double)m->mean_loss - ref[step - 1]) /
-                   fabs(ref[step - 1]);
-        cr_expect(e <= 1e-5, "loss before update %u: %.7f vs PyTorch %.7f "
-                  "(rel %.3g)", step, m->mean_loss, ref[step - 1], e);
+        double e = fabs((double)m->mean_loss - ref[step - 1]) / fabs(ref[step - 1]);
+        cr_expect(e <= 1e-5,
+                  "loss before update %u: %.7f vs PyTorch %.7f "
+                  "(rel %.3g)",
+                  step, m->mean_loss, ref[step - 1], e);
         dt_model_zero_grad(m);
         cr_assert_eq(dt_model_backward(m, 1.0f), DT_OK);
         cr_assert_eq(dt_model_update(m, &h, step), DT_OK);
@@ -199,9 +197,8 @@ Test(kernels, sgemm_attention_matches_plain_loops, .timeout = 10)
     dt_rng r;
     dt_rng_seed(&r, 6);
     static float qkv[B * T * 3 * C], dout[B * T * C];
-    static float o1[B * T * C], o2[B * T * C], a1[B * NH * T * T],
-        a2[B * NH * T * T], s[B * NH * T * T], d1[B * T * 3 * C],
-        d2[B * T * 3 * C];
+    static float o1[B * T * C], o2[B * T * C], a1[B * NH * T * T], a2[B * NH * T * T],
+        s[B * NH * T * T], d1[B * T * 3 * C], d2[B * T * 3 * C];
     fill(qkv, B * T * 3 * C, &r);
     fill(dout, B * T * C, &r);
     dt_cpu_attention_forward(o1, a1, qkv, B, T, C, NH);
@@ -226,10 +223,10 @@ Test(kernels, fast_gelu_and_softmax_match_libm, .timeout = 10)
     dt_cpu_gelu_backward(g1, d, x, N);
     dt_ref_gelu_backward(g2, d, x, N);
     for (int i = 0; i < N; i++) {
-        cr_expect(fabsf(y1[i] - y2[i]) <= 1e-6f * (1.0f + fabsf(y2[i])),
-                  "gelu(%g) = %g, libm %g", x[i], y1[i], y2[i]);
-        cr_expect(fabsf(g1[i] - g2[i]) <= 1e-6f * (1.0f + fabsf(g2[i])),
-                  "gelu'(%g) = %g, libm %g", x[i], g1[i], g2[i]);
+        cr_expect(fabsf(y1[i] - y2[i]) <= 1e-6f * (1.0f + fabsf(y2[i])), "gelu(%g) = %g, libm %g",
+                  x[i], y1[i], y2[i]);
+        cr_expect(fabsf(g1[i] - g2[i]) <= 1e-6f * (1.0f + fabsf(g2[i])), "gelu'(%g) = %g, libm %g",
+                  x[i], g1[i], g2[i]);
     }
     enum { R = 3, V = 50 };
     float z[R * V], p1[R * V], p2[R * V], l1[R], l2[R];
@@ -241,8 +238,8 @@ Test(kernels, fast_gelu_and_softmax_match_libm, .timeout = 10)
     dt_cpu_crossentropy_forward(p1, l1, z, tg, R, V);
     dt_ref_crossentropy_forward(p2, l2, z, tg, R, V);
     for (int i = 0; i < R * V; i++)
-        cr_expect(fabsf(p1[i] - p2[i]) <= 1e-6f * p2[i] + 1e-30f,
-                  "probs[%d] %g vs %g", i, p1[i], p2[i]);
+        cr_expect(fabsf(p1[i] - p2[i]) <= 1e-6f * p2[i] + 1e-30f, "probs[%d] %g vs %g", i, p1[i],
+                  p2[i]);
     for (int i = 0; i < R; i++)
         cr_expect(fabsf(l1[i] - l2[i]) <= 1e-5f * fabsf(l2[i]), "loss");
 }
@@ -253,8 +250,7 @@ Test(model, cpu_backend_matches_reference_backend, .timeout = 30)
     enum { B = 3 };
     dt_model *m1, *m2;
     cr_assert_eq(dt_model_create(&m1, &c, dt_backend_cpu(), B), DT_OK);
-    cr_assert_eq(dt_model_create(&m2, &c, dt_backend_cpu_reference(), B),
-                 DT_OK);
+    cr_assert_eq(dt_model_create(&m2, &c, dt_backend_cpu_reference(), B), DT_OK);
     dt_model_init(m1, 77);
     dt_model_init(m2, 77);
     int in[B * 11], tg[B * 11];
@@ -287,7 +283,8 @@ static void plain_gemm(float *c, const float *a, int a_rs, int a_cs, const float
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) {
             float s = 0;
-            for (int k = 0; k < K; k++) s += a[i * a_rs + k * a_cs] * b[k * b_rs + j * b_cs];
+            for (int k = 0; k < K; k++)
+                s += a[i * a_rs + k * a_cs] * b[k * b_rs + j * b_cs];
             c[i * N + j] = accumulate ? c[i * N + j] + s : s;
         }
 }
@@ -297,23 +294,33 @@ static void gemm_case(int M, int N, int K, int transpose_a, int transpose_b, int
     float *a = malloc(sizeof(float) * (size_t)M * K), *b = malloc(sizeof(float) * (size_t)K * N);
     float *c = malloc(sizeof(float) * (size_t)M * N), *r = malloc(sizeof(float) * (size_t)M * N);
     uint32_t x = 12345;
-    for (int i = 0; i < M * K; i++) { x = x * 1664525u + 1013904223u; a[i] = (float)(x >> 9) / 8388608.0f - 1; }
-    for (int i = 0; i < K * N; i++) { x = x * 1664525u + 1013904223u; b[i] = (float)(x >> 9) / 8388608.0f - 1; }
-    for (int i = 0; i < M * N; i++) c[i] = r[i] = (float)(i % 7);
+    for (int i = 0; i < M * K; i++) {
+        x = x * 1664525u + 1013904223u;
+        a[i] = (float)(x >> 9) / 8388608.0f - 1;
+    }
+    for (int i = 0; i < K * N; i++) {
+        x = x * 1664525u + 1013904223u;
+        b[i] = (float)(x >> 9) / 8388608.0f - 1;
+    }
+    for (int i = 0; i < M * N; i++)
+        c[i] = r[i] = (float)(i % 7);
     int a_rs = transpose_a ? 1 : K, a_cs = transpose_a ? M : 1;
     int b_rs = transpose_b ? 1 : N, b_cs = transpose_b ? K : 1;
     cr_assert_eq(dt_cpu_gemm(c, N, a, a_rs, a_cs, b, b_rs, b_cs, M, N, K, accumulate), 0);
     plain_gemm(r, a, a_rs, a_cs, b, b_rs, b_cs, M, N, K, accumulate);
     cr_expect_leq(rel_l2(c, r, (size_t)M * N), 1e-6, "M=%d N=%d K=%d ta=%d tb=%d acc=%d", M, N, K,
                   transpose_a, transpose_b, accumulate);
-    free(a); free(b); free(c); free(r);
+    free(a);
+    free(b);
+    free(c);
+    free(r);
 }
 
 Test(model, blocked_gemm_matches_plain_loops_on_odd_and_large_shapes, .timeout = 60)
 {
     /* odd edges of the 8x32 and 8x16 tiles, and packing past the 32 KiB
      * stack buffer with narrow (N <= 16) and wide products */
-    const int shapes[][3] = {{1, 1, 1},   {7, 5, 3},    {9, 17, 33},   {31, 16, 64},
+    const int shapes[][3] = {{1, 1, 1},     {7, 5, 3},      {9, 17, 33},   {31, 16, 64},
                              {64, 15, 300}, {130, 16, 257}, {65, 97, 129}, {256, 33, 200}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int t = 0; t < 8; t++)

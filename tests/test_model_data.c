@@ -25,8 +25,7 @@ static const char *temp_file(char *path, const void *data, size_t n)
 
 /* An llm.c shard: header (magic, version, count) then uint16 tokens;
  * `drop` bytes cut from the end. */
-static const char *write_shard(char *path, int magic, int version, int count,
-                               size_t drop)
+static const char *write_shard(char *path, int magic, int version, int count, size_t drop)
 {
     size_t n = 1024 + 2 * (size_t)count;
     unsigned char *buf = calloc(1, n);
@@ -63,8 +62,8 @@ static void expect_refused(const char *path, const char *words)
 {
     dt_dataset *d;
     cr_assert_neq(dt_dataset_open_shards(&d, path, NULL), DT_OK);
-    cr_expect(strstr(dt_dataset_error(d), words) != NULL,
-              "message \"%s\" lacks \"%s\"", dt_dataset_error(d), words);
+    cr_expect(strstr(dt_dataset_error(d), words) != NULL, "message \"%s\" lacks \"%s\"",
+              dt_dataset_error(d), words);
     cr_expect(strstr(dt_dataset_error(d), path) != NULL, "names the file");
     dt_dataset_close(d);
 }
@@ -113,7 +112,8 @@ static void write_shard_of(const char *path, int count, uint16_t token)
     cr_assert(f, "cannot write %s", path);
     int32_t hdr[256] = {20240520, 1, count};
     fwrite(hdr, sizeof hdr, 1, f);
-    for (int i = 0; i < count; i++) fwrite(&token, sizeof token, 1, f);
+    for (int i = 0; i < count; i++)
+        fwrite(&token, sizeof token, 1, f);
     fclose(f);
 }
 
@@ -170,7 +170,8 @@ Test(shard, a_glob_matching_nothing_is_refused_naming_it, .timeout = 10)
     dt_dataset *d;
     cr_assert_eq(dt_dataset_open_shard_glob(&d, "/nonexistent/train_*.bin"), DT_EINVAL);
     cr_expect(strstr(dt_dataset_error(d), "/nonexistent/train_*.bin") &&
-              strstr(dt_dataset_error(d), "no file matches"), "%s", dt_dataset_error(d));
+                  strstr(dt_dataset_error(d), "no file matches"),
+              "%s", dt_dataset_error(d));
     dt_dataset_close(d);
 }
 
@@ -198,8 +199,8 @@ Test(batch, split_shorter_than_a_row_is_refused, .timeout = 10)
     cr_assert_eq(dt_dataset_random(&d, 10, 50, 1), DT_OK); /* 5 val tokens */
     int in[8], tg[8];
     cr_assert_eq(dt_dataset_batch(in, tg, d, DT_VAL, 1, 0, 1, 8), DT_EINVAL);
-    cr_expect(strstr(dt_dataset_error(d), "validation split has 5 tokens"),
-              "%s", dt_dataset_error(d));
+    cr_expect(strstr(dt_dataset_error(d), "validation split has 5 tokens"), "%s",
+              dt_dataset_error(d));
     dt_dataset_close(d);
 }
 
@@ -253,8 +254,7 @@ Test(task, rows_start_at_a_correct_line, .timeout = 10)
         cr_assert_eq(dt_dataset_task(&d, kind, 6, 2000, 200, 3), DT_OK);
         int in[32 * 15], tg[32 * 15];
         for (int split = 0; split < 2; split++) {
-            cr_assert_eq(dt_dataset_batch(in, tg, d, split, 1, 0, 32, 15),
-                         DT_OK);
+            cr_assert_eq(dt_dataset_batch(in, tg, d, split, 1, 0, 32, 15), DT_OK);
             for (int b = 0; b < 32; b++)
                 check_lines(in + b * 15, 15, kind);
         }
@@ -275,8 +275,7 @@ static int prompt_in(const char *prompt, char (*set)[8], int n)
 Test(task, validation_prompts_never_occur_in_training, .timeout = 30)
 {
     dt_dataset *d;
-    cr_assert_eq(dt_dataset_task(&d, DT_TASK_REVERSE, 3, 3000, 300, 5),
-                 DT_OK);
+    cr_assert_eq(dt_dataset_task(&d, DT_TASK_REVERSE, 3, 3000, 300, 5), DT_OK);
     static char val[300][8];
     int nval = 0;
     /* T = 7 rows hold one 3-digit line "ddd=ddd"; walk rows to gather */

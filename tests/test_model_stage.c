@@ -40,8 +40,7 @@ static void make_stages(dt_model **st, int slots, int grad_slots)
 {
     for (int s = 0; s < NSTAGE; s++) {
         dt_stage_spec sp = {bounds[s], bounds[s + 1], slots, grad_slots};
-        dt_status rc = dt_model_create_stage(&st[s], &cfg, dt_backend_cpu(),
-                                             B, &sp);
+        dt_status rc = dt_model_create_stage(&st[s], &cfg, dt_backend_cpu(), B, &sp);
         cr_assert_eq(rc, DT_OK, "%s", dt_model_error(st[s]));
         dt_model_init(st[s], 42);
     }
@@ -54,8 +53,7 @@ static void destroy_all(dt_model *full, dt_model **st)
         dt_model_destroy(st[s]);
 }
 
-Test(model_stage, stages_tile_the_flat_layout_and_hold_its_slices_bitwise,
-     .timeout = 30)
+Test(model_stage, stages_tile_the_flat_layout_and_hold_its_slices_bitwise, .timeout = 30)
 {
     dt_model *full = full_model(), *st[NSTAGE];
     make_stages(st, 1, 1);
@@ -64,14 +62,14 @@ Test(model_stage, stages_tile_the_flat_layout_and_hold_its_slices_bitwise,
     size_t next = 0;
     for (int s = 0; s < NSTAGE; s++) {
         dt_model *m = st[s];
-        cr_assert_eq(m->param_lo, next, "stage %d starts at %zu", s,
-                     m->param_lo);
+        cr_assert_eq(m->param_lo, next, "stage %d starts at %zu", s, m->param_lo);
         cr_assert_eq(m->num_params, m->param_hi - m->param_lo);
         float *p = malloc(m->num_params * sizeof(float));
         dt_model_get_params(m, p);
-        cr_expect(memcmp(p, all + m->param_lo, m->num_params * sizeof(float))
-                      == 0, "stage %d's parameters differ from [%zu, %zu) of "
-                            "the full model's", s, m->param_lo, m->param_hi);
+        cr_expect(memcmp(p, all + m->param_lo, m->num_params * sizeof(float)) == 0,
+                  "stage %d's parameters differ from [%zu, %zu) of "
+                  "the full model's",
+                  s, m->param_lo, m->param_hi);
         /* its tensor table is the full table's entries, offsets local */
         for (int i = 0; i < m->num_tensors; i++) {
             const dt_tensor_info *t = &m->tensors[i];
@@ -98,17 +96,14 @@ static void chain_forward(dt_model **st, const int *x, const int *y, int mb)
         cr_assert_eq(dt_model_select(st[s], mb, 0), DT_OK);
         if (s > 0) {
             float *in = dt_model_input(st[s], B, cfg.T);
-            memcpy(in, dt_model_output(st[s - 1]),
-                   (size_t)B * cfg.T * cfg.C * sizeof(float));
+            memcpy(in, dt_model_output(st[s - 1]), (size_t)B * cfg.T * cfg.C * sizeof(float));
         }
-        dt_status rc = dt_model_forward(st[s], s == 0 ? x : NULL, y, B,
-                                        cfg.T);
+        dt_status rc = dt_model_forward(st[s], s == 0 ? x : NULL, y, B, cfg.T);
         cr_assert_eq(rc, DT_OK, "%s", dt_model_error(st[s]));
     }
 }
 
-static void chain_backward(dt_model **st, int mb, float dloss,
-                           dt_backward_part part)
+static void chain_backward(dt_model **st, int mb, float dloss, dt_backward_part part)
 {
     for (int s = NSTAGE - 1; s >= 0; s--) {
         cr_assert_eq(dt_model_select(st[s], mb, mb), DT_OK);
@@ -130,8 +125,7 @@ static void expect_same_grads(dt_model *full, dt_model **st)
         dt_model_get_grads(st[s], h + st[s]->param_lo);
     for (int i = 0; i < full->num_tensors; i++) {
         const dt_tensor_info *t = &full->tensors[i];
-        cr_expect(memcmp(g + t->offset, h + t->offset,
-                         t->numel * sizeof(float)) == 0,
+        cr_expect(memcmp(g + t->offset, h + t->offset, t->numel * sizeof(float)) == 0,
                   "gradient of %s differs from the full model's", t->name);
     }
     free(g);
@@ -163,8 +157,8 @@ static void stages_match_full_model(int split)
     for (int k = 0; k < M; k++) {
         dt_model_select(st[NSTAGE - 1], k, k);
         cr_expect_eq(st[NSTAGE - 1]->mean_loss, full_loss[k],
-                     "micro-batch %d: loss %.9g, full model %.9g", k,
-                     st[NSTAGE - 1]->mean_loss, full_loss[k]);
+                     "micro-batch %d: loss %.9g, full model %.9g", k, st[NSTAGE - 1]->mean_loss,
+                     full_loss[k]);
         if (!split)
             chain_backward(st, k, 1.0f / M, DT_BACKWARD_ALL);
         else
@@ -184,21 +178,18 @@ Test(model_stage, config_stage_range_is_the_stage_models_slice, .timeout = 10)
         size_t lo, hi;
         dt_config_stage_range(&cfg, bounds[s], bounds[s + 1], &lo, &hi);
         cr_expect(lo == st[s]->param_lo && hi == st[s]->param_hi,
-                  "blocks [%d, %d): [%zu, %zu), the stage holds [%zu, %zu)",
-                  bounds[s], bounds[s + 1], lo, hi, st[s]->param_lo,
-                  st[s]->param_hi);
+                  "blocks [%d, %d): [%zu, %zu), the stage holds [%zu, %zu)", bounds[s],
+                  bounds[s + 1], lo, hi, st[s]->param_lo, st[s]->param_hi);
     }
     destroy_all(NULL, st);
 }
 
-Test(model_stage, stages_in_sequence_give_the_full_models_loss_and_grads,
-     .timeout = 60)
+Test(model_stage, stages_in_sequence_give_the_full_models_loss_and_grads, .timeout = 60)
 {
     stages_match_full_model(0);
 }
 
-Test(model_stage, split_backward_gives_the_same_bits_as_whole_backward,
-     .timeout = 60)
+Test(model_stage, split_backward_gives_the_same_bits_as_whole_backward, .timeout = 60)
 {
     stages_match_full_model(1);
 }
@@ -207,14 +198,11 @@ Test(model_stage, an_empty_block_range_is_refused_by_name, .timeout = 10)
 {
     dt_model *m;
     dt_stage_spec sp = {2, 2, 1, 1};
-    cr_assert_eq(dt_model_create_stage(&m, &cfg, dt_backend_cpu(), B, &sp),
-                 DT_EINVAL);
-    cr_expect(strstr(dt_model_error(m), "[2, 2)") != NULL, "%s",
-              dt_model_error(m));
+    cr_assert_eq(dt_model_create_stage(&m, &cfg, dt_backend_cpu(), B, &sp), DT_EINVAL);
+    cr_expect(strstr(dt_model_error(m), "[2, 2)") != NULL, "%s", dt_model_error(m));
     dt_model_destroy(m);
     dt_stage_spec beyond = {3, 5, 1, 1};
-    cr_assert_eq(dt_model_create_stage(&m, &cfg, dt_backend_cpu(), B,
-                                       &beyond), DT_EINVAL);
+    cr_assert_eq(dt_model_create_stage(&m, &cfg, dt_backend_cpu(), B, &beyond), DT_EINVAL);
     dt_model_destroy(m);
 }
 
@@ -222,12 +210,10 @@ Test(model_stage, a_middle_stage_refuses_token_ids, .timeout = 10)
 {
     dt_model *m;
     dt_stage_spec sp = {1, 3, 1, 1};
-    cr_assert_eq(dt_model_create_stage(&m, &cfg, dt_backend_cpu(), B, &sp),
-                 DT_OK);
+    cr_assert_eq(dt_model_create_stage(&m, &cfg, dt_backend_cpu(), B, &sp), DT_OK);
     int x[B * 16] = {0};
     cr_expect_eq(dt_model_forward(m, x, NULL, B, cfg.T), DT_EINVAL);
-    cr_expect(strstr(dt_model_error(m), "activations") != NULL, "%s",
-              dt_model_error(m));
+    cr_expect(strstr(dt_model_error(m), "activations") != NULL, "%s", dt_model_error(m));
     dt_model_destroy(m);
 }
 
@@ -239,8 +225,7 @@ Test(model_stage, stage_activations_add_up_to_the_full_models, .timeout = 10)
 {
     dt_model *full = full_model(), *st[NSTAGE];
     make_stages(st, 1, 1);
-    size_t extra = (size_t)B * cfg.T * cfg.C +
-                   (size_t)B * cfg.H * cfg.T * cfg.T;
+    size_t extra = (size_t)B * cfg.T * cfg.C + (size_t)B * cfg.H * cfg.T * cfg.T;
     size_t sum = 0;
     for (int s = 0; s < NSTAGE; s++)
         sum += st[s]->num_acts;

@@ -66,8 +66,10 @@ Test(gradcheck, every_tensor_matches_finite_differences, .timeout = 60)
     for (int k = 0; k < m->num_tensors; k++) {
         const dt_tensor_info *t = &m->tensors[k];
         double e = rel_l2(g + t->offset, fd + t->offset, t->numel);
-        cr_expect(e <= 1e-2, "%s: analytic vs finite differences, L2 "
-                  "relative %.3g", t->name, e);
+        cr_expect(e <= 1e-2,
+                  "%s: analytic vs finite differences, L2 "
+                  "relative %.3g",
+                  t->name, e);
     }
     free(p);
     free(g);
@@ -88,8 +90,7 @@ static void train_losses(float *losses, int n, const dt_backend *be)
     int in[B * 16], tg[B * 16];
     dt_adamw_hparams h = dt_adamw_defaults(1e-2f);
     for (int s = 1; s <= n; s++) {
-        cr_assert_eq(dt_dataset_batch(in, tg, d, DT_TRAIN, 5,
-                                      (uint64_t)s * B, B, c.T), DT_OK);
+        cr_assert_eq(dt_dataset_batch(in, tg, d, DT_TRAIN, 5, (uint64_t)s * B, B, c.T), DT_OK);
         cr_assert_eq(dt_model_forward(m, in, tg, B, c.T), DT_OK);
         losses[s - 1] = m->mean_loss;
         dt_model_zero_grad(m);
@@ -127,8 +128,7 @@ Test(training, two_half_batches_accumulate_to_one_full_batch, .timeout = 30)
     dt_model_get_grads(m, full);
     dt_model_zero_grad(m);
     for (int half = 0; half < 2; half++) { /* rows 0-1, then rows 2-3 */
-        cr_assert_eq(dt_model_forward(m, in + half * N / 2,
-                                      tg + half * N / 2, B / 2, 16), DT_OK);
+        cr_assert_eq(dt_model_forward(m, in + half * N / 2, tg + half * N / 2, B / 2, 16), DT_OK);
         cr_assert_eq(dt_model_backward(m, 0.5f), DT_OK);
     }
     dt_model_get_grads(m, acc);
@@ -166,15 +166,14 @@ Test(adamw, shards_update_bitwise_like_the_whole_buffer, .timeout = 10)
         dt_adamw_step(p1, g, m1, v1, N, step, &h);
         const size_t cut[4] = {0, 333, 334, N}; /* odd, 1-element, rest */
         for (int s = 0; s < 3; s++)
-            dt_adamw_step(p2 + cut[s], g + cut[s], m2 + cut[s], v2 + cut[s],
-                          cut[s + 1] - cut[s], step, &h);
+            dt_adamw_step(p2 + cut[s], g + cut[s], m2 + cut[s], v2 + cut[s], cut[s + 1] - cut[s],
+                          step, &h);
     }
     cr_assert(memcmp(p1, p2, sizeof p1) == 0);
     cr_assert(memcmp(m1, m2, sizeof m1) == 0 && memcmp(v1, v2, sizeof v1) == 0);
 }
 
-Test(adamw, first_step_moves_each_weight_by_lr_against_its_gradient,
-     .timeout = 10)
+Test(adamw, first_step_moves_each_weight_by_lr_against_its_gradient, .timeout = 10)
 {
     /* step 1: m_hat = g, v_hat = g^2, so the update is lr * g/|g| */
     float p[3] = {1.0f, 1.0f, 1.0f}, g[3] = {0.5f, -2.0f, 1e-3f};
@@ -251,8 +250,7 @@ Test(learning, seed_model_learns_to_reverse_digits, .timeout = 120)
     dt_model *m;
     dt_dataset *d;
     cr_assert_eq(dt_model_create(&m, &c, dt_backend_cpu(), B), DT_OK);
-    cr_assert_eq(dt_dataset_task(&d, DT_TASK_REVERSE, 5, 20000, 500, 7),
-                 DT_OK);
+    cr_assert_eq(dt_dataset_task(&d, DT_TASK_REVERSE, 5, 20000, 500, 7), DT_OK);
     dt_model_init(m, 1);
     int in[B * 16], tg[B * 16];
     dt_adamw_hparams h = dt_adamw_defaults(3e-3f);

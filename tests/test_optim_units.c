@@ -54,15 +54,13 @@ Test(grad_hook, reports_a_shrinking_final_tail_ending_at_zero, .timeout = 30)
     for (size_t i = 0; i < h.calls; i++) {
         if (i > 0)
             cr_expect_lt(h.los[i], h.los[i - 1], "call %zu", i);
-        cr_expect(memcmp(h.snap[i] + h.los[i], final + h.los[i],
-                         (P - h.los[i]) * sizeof(float)) == 0,
-                  "gradients above %zu changed after the hook said final",
-                  h.los[i]);
+        cr_expect(memcmp(h.snap[i] + h.los[i], final + h.los[i], (P - h.los[i]) * sizeof(float)) ==
+                      0,
+                  "gradients above %zu changed after the hook said final", h.los[i]);
         free(h.snap[i]);
     }
     /* head, final LayerNorm, 6 layers per block, embeddings */
-    cr_expect_eq(h.calls, (size_t)(3 + 6 * c.L),
-                 "one call per layer with parameters");
+    cr_expect_eq(h.calls, (size_t)(3 + 6 * c.L), "one call per layer with parameters");
     free(final);
     dt_model_destroy(m);
 }
@@ -80,15 +78,14 @@ static void expect_buckets_tile(dt_ddp *d, const dt_model *m, size_t cap)
             one_tensor |= m->tensors[t].offset == lo && m->tensors[t].numel == n;
         }
         cr_expect(starts_a_tensor, "bucket %d splits a tensor", i);
-        cr_expect(n * sizeof(float) <= cap || one_tensor,
-                  "bucket %d: %zu B over the cap %zu", i, n * sizeof(float), cap);
+        cr_expect(n * sizeof(float) <= cap || one_tensor, "bucket %d: %zu B over the cap %zu", i,
+                  n * sizeof(float), cap);
         top = lo;
     }
     cr_expect_eq(top, 0, "buckets do not reach the start of the buffer");
 }
 
-Test(ddp_buckets, tile_the_buffer_in_reverse_with_whole_tensors,
-     .timeout = 30)
+Test(ddp_buckets, tile_the_buffer_in_reverse_with_whole_tensors, .timeout = 30)
 {
     dt_config c = dt_config_seed();
     dt_model *m;
@@ -107,8 +104,7 @@ Test(ddp_buckets, tile_the_buffer_in_reverse_with_whole_tensors,
     dt_model_destroy(m);
 }
 
-Test(zero1_shards, seed_model_on_four_ranks_keeps_89472_optimizer_bytes,
-     .timeout = 30)
+Test(zero1_shards, seed_model_on_four_ranks_keeps_89472_optimizer_bytes, .timeout = 30)
 {
     /* a one-process ZeRO-1 has one shard; the 4-rank figure is checked in
      * the sharding arithmetic below and end to end by minigpt --preset seed */
@@ -153,13 +149,11 @@ static void shard_rank(rank_ctx *rc)
     dt_model_destroy(m);
 }
 
-Test(zero1_shards, four_ranks_split_the_seed_model_in_equal_quarters,
-     .timeout = 30)
+Test(zero1_shards, four_ranks_split_the_seed_model_in_equal_quarters, .timeout = 30)
 {
     shard_case sc = {0};
     rank_job job;
-    cr_assert_eq(rank_threads_run(&job, 4, shard_rank, &sc), 0, "%s",
-                 job.ranks[0].msg);
+    cr_assert_eq(rank_threads_run(&job, 4, shard_rank, &sc), 0, "%s", job.ranks[0].msg);
     for (int r = 0; r < 4; r++) {
         cr_expect_eq(sc.lo[r], (size_t)r * 7456);
         cr_expect_eq(sc.n[r], 7456);

@@ -35,10 +35,10 @@ typedef struct scenario {
     bool zero1;
     int m;
     int x[K][D * MAX_M][B * T], y[K][D * MAX_M][B * T];
-    float *ref_params;       /* [num_params] DDP rank 0 after K steps */
+    float *ref_params; /* [num_params] DDP rank 0 after K steps */
     float ref_loss[K];
-    float *got_params[D];    /* each replica's stages write their slices */
-    float got_loss[K];       /* replica 0's last stage, after the average */
+    float *got_params[D]; /* each replica's stages write their slices */
+    float got_loss[K];    /* replica 0's last stage, after the average */
 } scenario;
 
 static void make_data(scenario *s)
@@ -54,8 +54,7 @@ static void make_data(scenario *s)
 }
 
 /* DDP's or ZeRO-1's sync and AdamW step; false (rank failed) on error. */
-static bool sync_and_step(rank_ctx *rc, dt_model *m, dt_ddp *ddp,
-                          dt_zero1 *z, int k)
+static bool sync_and_step(rank_ctx *rc, dt_model *m, dt_ddp *ddp, dt_zero1 *z, int k)
 {
     dt_adamw_hparams h = dt_adamw_defaults(LR);
     if (z)
@@ -65,17 +64,13 @@ static bool sync_and_step(rank_ctx *rc, dt_model *m, dt_ddp *ddp,
     if (dt_ddp_wait(ddp, &cs) != DT_OK)
         return rank_fail(rc, "ddp wait: %s", dt_ddp_error(ddp));
     if (cs.ops != dt_ddp_num_buckets(ddp) && dt_comm_size(rc->comm) > 1)
-        rank_fail(rc, "only %d of %d buckets went out", cs.ops,
-                  dt_ddp_num_buckets(ddp));
-    return dt_model_update(m, &h, k + 1) == DT_OK ||
-           rank_fail(rc, "update: %s", dt_model_error(m));
+        rank_fail(rc, "only %d of %d buckets went out", cs.ops, dt_ddp_num_buckets(ddp));
+    return dt_model_update(m, &h, k + 1) == DT_OK || rank_fail(rc, "update: %s", dt_model_error(m));
 }
 
-static dt_status make_optimizer(dt_model *m, dt_comm *c, bool zero1,
-                                dt_ddp **ddp, dt_zero1 **z)
+static dt_status make_optimizer(dt_model *m, dt_comm *c, bool zero1, dt_ddp **ddp, dt_zero1 **z)
 {
-    return zero1 ? dt_zero1_create(z, m, c)
-                 : dt_ddp_create(ddp, m, c, BUCKET_BYTES);
+    return zero1 ? dt_zero1_create(z, m, c) : dt_ddp_create(ddp, m, c, BUCKET_BYTES);
 }
 
 /* The reference: rank r of D runs --grad-accum m on micro-batches r·m+j. */
@@ -137,10 +132,8 @@ static bool open_stage_rank(rank_ctx *rc, scenario *s, stage_rank *sr)
     if (dt_comm_split(rc->comm, sr->replica, sr->stage, &sr->pipe) != DT_OK ||
         dt_comm_split(rc->comm, sr->stage, sr->replica, &sr->dp) != DT_OK)
         return rank_fail(rc, "split: %s", dt_comm_error(rc->comm));
-    if (!(sr->sched = dt_pipe_schedule_create(s->kind, P, s->m, err,
-                                              sizeof err)) ||
-        dt_pipe_partition(bounds, &cfg, P, DT_PARTITION_PARAMS, err,
-                          sizeof err) != DT_OK)
+    if (!(sr->sched = dt_pipe_schedule_create(s->kind, P, s->m, err, sizeof err)) ||
+        dt_pipe_partition(bounds, &cfg, P, DT_PARTITION_PARAMS, err, sizeof err) != DT_OK)
         return rank_fail(rc, "%s", err);
     int st = sr->stage;
     dt_stage_spec sp = {bounds[st], bounds[st + 1], sr->sched->act_slots[st],
@@ -185,8 +178,7 @@ static bool pipelined_step(rank_ctx *rc, scenario *s, stage_rank *sr, int k)
             return rank_fail(rc, "arm: %s", dt_ddp_error(sr->ddp));
         dt_pipe_set_grad_hook(sr->pp, fn, user);
     }
-    if (dt_pipe_run(sr->pp, sr->stage == 0 ? in : NULL, last ? tg : NULL, B,
-                    T, &loss) != DT_OK)
+    if (dt_pipe_run(sr->pp, sr->stage == 0 ? in : NULL, last ? tg : NULL, B, T, &loss) != DT_OK)
         return rank_fail(rc, "%s", dt_pipe_error(sr->pp));
     if (!sync_and_step(rc, sr->m, sr->ddp, sr->z, k))
         return false;
@@ -220,18 +212,20 @@ static void expect_bitwise(const scenario *s)
         double rel = fabs((double)g - r) / (fabs((double)r) + 1e-30);
         maxrel = rel > maxrel ? rel : maxrel;
         differ += memcmp(&g, &r, sizeof g) != 0;
-        apart += memcmp(&s->got_params[0][i], &s->got_params[1][i],
-                        sizeof g) != 0;
+        apart += memcmp(&s->got_params[0][i], &s->got_params[1][i], sizeof g) != 0;
     }
-    cr_expect_eq(differ, 0, "%s %s m=%d: %zu of %zu parameters differ from "
-                 "%d ranks with --grad-accum %d (max relative %.3g)", k, opt,
-                 s->m, differ, n, D, s->m, maxrel);
-    cr_expect_eq(apart, 0, "%s %s m=%d: the replicas of a stage differ in "
-                 "%zu parameters", k, opt, s->m, apart);
+    cr_expect_eq(differ, 0,
+                 "%s %s m=%d: %zu of %zu parameters differ from "
+                 "%d ranks with --grad-accum %d (max relative %.3g)",
+                 k, opt, s->m, differ, n, D, s->m, maxrel);
+    cr_expect_eq(apart, 0,
+                 "%s %s m=%d: the replicas of a stage differ in "
+                 "%zu parameters",
+                 k, opt, s->m, apart);
     for (int j = 0; j < K; j++)
         cr_expect(memcmp(&s->got_loss[j], &s->ref_loss[j], sizeof(float)) == 0,
-                  "%s %s m=%d step %d: loss %.9g, DDP %.9g", k, opt, s->m, j,
-                  s->got_loss[j], s->ref_loss[j]);
+                  "%s %s m=%d step %d: loss %.9g, DDP %.9g", k, opt, s->m, j, s->got_loss[j],
+                  s->ref_loss[j]);
 }
 
 static void run_job(int world, rank_fn fn, scenario *s, const char *what)
@@ -240,8 +234,8 @@ static void run_job(int world, rank_fn fn, scenario *s, const char *what)
     rank_threads_run(&job, world, fn, s);
     for (int r = 0; r < world; r++)
         cr_assert(!job.ranks[r].failed, "%s %s %s m=%d: rank %d: %s", what,
-                  dt_pipe_kind_name(s->kind), s->zero1 ? "zero1" : "ddp",
-                  s->m, r, job.ranks[r].msg);
+                  dt_pipe_kind_name(s->kind), s->zero1 ? "zero1" : "ddp", s->m, r,
+                  job.ranks[r].msg);
 }
 
 static void dp_pp_equals_ddp(dt_pipe_kind kind, bool zero1)
@@ -265,11 +259,10 @@ static void dp_pp_equals_ddp(dt_pipe_kind kind, bool zero1)
     }
 }
 
-#define DP_PP(name, kind, zero1, opt)                                          \
-    Test(pipeline_dp, name##_2x2_with_##opt##_equals_2_ranks_grad_accum_bitwise, \
-         .timeout = 240)                                                       \
-    {                                                                          \
-        dp_pp_equals_ddp(kind, zero1);                                         \
+#define DP_PP(name, kind, zero1, opt)                                                            \
+    Test(pipeline_dp, name##_2x2_with_##opt##_equals_2_ranks_grad_accum_bitwise, .timeout = 240) \
+    {                                                                                            \
+        dp_pp_equals_ddp(kind, zero1);                                                           \
     }
 
 DP_PP(gpipe, DT_PIPE_GPIPE, false, ddp)

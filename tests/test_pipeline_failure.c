@@ -51,10 +51,8 @@ static void stage_main(const char *url, int rank, FILE *report)
 {
     char err[256];
     dt_comm *c = join(url, rank, report);
-    dt_pipe_schedule *s = dt_pipe_schedule_create(DT_PIPE_1F1B, P, M, err,
-                                                  sizeof err);
-    dt_stage_spec sp = {rank, rank + 1, s->act_slots[rank],
-                        s->grad_slots[rank]};
+    dt_pipe_schedule *s = dt_pipe_schedule_create(DT_PIPE_1F1B, P, M, err, sizeof err);
+    dt_stage_spec sp = {rank, rank + 1, s->act_slots[rank], s->grad_slots[rank]};
     dt_model *m;
     dt_pipe *pp;
     if (dt_model_create_stage(&m, &cfg, dt_backend_cpu(), B, &sp) != DT_OK ||
@@ -69,8 +67,7 @@ static void stage_main(const char *url, int rank, FILE *report)
     for (int step = 0; step < 1000 && st == DT_OK; step++) {
         if (rank == VICTIM && step == 2)
             raise(SIGKILL);
-        st = dt_pipe_run(pp, rank == 0 ? in : NULL,
-                         rank == P - 1 ? in : NULL, B, T, NULL);
+        st = dt_pipe_run(pp, rank == 0 ? in : NULL, rank == P - 1 ? in : NULL, B, T, NULL);
     }
     fprintf(report, "%d %s\n", st, dt_pipe_error(pp));
     fflush(report);
@@ -89,11 +86,9 @@ static void read_line(int fd, double timeout_s, char *line, size_t n)
     while (got + 1 < n) {
         struct timespec t;
         clock_gettime(CLOCK_MONOTONIC, &t);
-        double spent = (double)(t.tv_sec - t0.tv_sec) +
-                       1e-9 * (double)(t.tv_nsec - t0.tv_nsec);
+        double spent = (double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec);
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        if (spent >= timeout_s ||
-            poll(&pfd, 1, (int)((timeout_s - spent) * 1000) + 1) <= 0)
+        if (spent >= timeout_s || poll(&pfd, 1, (int)((timeout_s - spent) * 1000) + 1) <= 0)
             break;
         if (read(fd, line + got, 1) <= 0 || line[got] == '\n')
             break;
@@ -102,12 +97,10 @@ static void read_line(int fd, double timeout_s, char *line, size_t n)
     line[got] = '\0';
 }
 
-Test(pipeline_failure, a_killed_stage_fails_every_other_stage_naming_it,
-     .timeout = 90)
+Test(pipeline_failure, a_killed_stage_fails_every_other_stage_naming_it, .timeout = 90)
 {
     char url[128];
-    snprintf(url, sizeof url, "file:///tmp/dtrain-test-pipe-kill-%d",
-             (int)getpid());
+    snprintf(url, sizeof url, "file:///tmp/dtrain-test-pipe-kill-%d", (int)getpid());
     pid_t pid[P];
     int fd[P];
     for (int r = 0; r < P; r++) {
@@ -131,10 +124,9 @@ Test(pipeline_failure, a_killed_stage_fails_every_other_stage_naming_it,
             continue;
         read_line(fd[r], 45, line, sizeof line);
         int status = atoi(line);
-        cr_expect(line[0] && status != DT_OK,
-                  "stage %d did not fail: '%s'", r, line);
-        cr_expect(strstr(line, "rank 1") != NULL,
-                  "stage %d's error does not name rank 1: %s", r, line);
+        cr_expect(line[0] && status != DT_OK, "stage %d did not fail: '%s'", r, line);
+        cr_expect(strstr(line, "rank 1") != NULL, "stage %d's error does not name rank 1: %s", r,
+                  line);
         cr_log_info("stage %d: %s", r, line);
     }
     for (int r = 0; r < P; r++) {

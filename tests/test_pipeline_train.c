@@ -34,9 +34,9 @@ typedef struct scenario {
     dt_pipe_kind kind;
     int m;
     int x[K][MAX_M][B * T], y[K][MAX_M][B * T];
-    float *ref_params;    /* [num_params] after K steps */
+    float *ref_params; /* [num_params] after K steps */
     float ref_loss[K];
-    float *got_params;    /* each stage writes its slice */
+    float *got_params; /* each stage writes its slice */
     float got_loss[K];
     int shape_B[RANK_THREADS_MAX]; /* micro-batch rows each rank uses */
 } scenario;
@@ -64,8 +64,7 @@ static void reference(scenario *s)
         float loss = 0;
         dt_model_zero_grad(m);
         for (int j = 0; j < s->m; j++) {
-            cr_assert_eq(dt_model_forward(m, s->x[k][j], s->y[k][j], B, T),
-                         DT_OK);
+            cr_assert_eq(dt_model_forward(m, s->x[k][j], s->y[k][j], B, T), DT_OK);
             loss += m->mean_loss / (float)s->m;
             cr_assert_eq(dt_model_backward(m, 1.0f / (float)s->m), DT_OK);
         }
@@ -90,8 +89,8 @@ static void train_stage(rank_ctx *rc, scenario *s, dt_model *m, dt_pipe *pp)
         float loss;
         dt_model_zero_grad(m);
         int rows = s->shape_B[st] ? s->shape_B[st] : B;
-        dt_status rs = dt_pipe_run(pp, st == 0 ? in : NULL,
-                                   st == p - 1 ? tg : NULL, rows, T, &loss);
+        dt_status rs = dt_pipe_run(pp, st == 0 ? in : NULL, st == p - 1 ? tg : NULL, rows, T,
+                                   &loss);
         if (rs != DT_OK) {
             rank_fail(rc, "%s", dt_pipe_error(pp));
             return;
@@ -108,24 +107,20 @@ static void run_rank(rank_ctx *rc)
     scenario *s = rc->arg;
     char err[256];
     int bounds[RANK_THREADS_MAX + 1];
-    dt_pipe_schedule *sched = dt_pipe_schedule_create(s->kind, rc->world,
-                                                      s->m, err, sizeof err);
+    dt_pipe_schedule *sched = dt_pipe_schedule_create(s->kind, rc->world, s->m, err, sizeof err);
     if (!sched ||
-        dt_pipe_partition(bounds, &cfg, rc->world, DT_PARTITION_PARAMS, err,
-                          sizeof err) != DT_OK) {
+        dt_pipe_partition(bounds, &cfg, rc->world, DT_PARTITION_PARAMS, err, sizeof err) != DT_OK) {
         rank_fail(rc, "%s", err);
         dt_pipe_schedule_destroy(sched);
         return;
     }
     int st = rc->rank;
-    dt_stage_spec sp = {bounds[st], bounds[st + 1], sched->act_slots[st],
-                        sched->grad_slots[st]};
+    dt_stage_spec sp = {bounds[st], bounds[st + 1], sched->act_slots[st], sched->grad_slots[st]};
     dt_model *m;
     dt_pipe *pp = NULL;
     if (dt_model_create_stage(&m, &cfg, dt_backend_cpu(), B, &sp) != DT_OK)
         rank_fail(rc, "%s", dt_model_error(m));
-    else if (dt_model_init(m, SEED),
-             dt_pipe_create(&pp, rc->comm, m, sched) != DT_OK)
+    else if (dt_model_init(m, SEED), dt_pipe_create(&pp, rc->comm, m, sched) != DT_OK)
         rank_fail(rc, "%s", dt_pipe_error(pp));
     else
         train_stage(rc, s, m, pp);
@@ -146,14 +141,15 @@ static void expect_bitwise(const scenario *s, int p)
             worst++;
         maxrel = r > maxrel ? r : maxrel;
     }
-    cr_expect_eq(worst, 0, "%s p=%d m=%d: %zu of %zu parameters differ from "
-                 "--grad-accum (max relative %.3g)", k, p, s->m, worst, n,
-                 maxrel);
+    cr_expect_eq(worst, 0,
+                 "%s p=%d m=%d: %zu of %zu parameters differ from "
+                 "--grad-accum (max relative %.3g)",
+                 k, p, s->m, worst, n, maxrel);
     for (int j = 0; j < K; j++)
-        cr_expect(memcmp(&s->got_loss[j], &s->ref_loss[j], sizeof(float))
-                      == 0, "%s p=%d m=%d step %d: loss %.9g, --grad-accum "
-                            "%.9g", k, p, s->m, j, s->got_loss[j],
-                  s->ref_loss[j]);
+        cr_expect(memcmp(&s->got_loss[j], &s->ref_loss[j], sizeof(float)) == 0,
+                  "%s p=%d m=%d step %d: loss %.9g, --grad-accum "
+                  "%.9g",
+                  k, p, s->m, j, s->got_loss[j], s->ref_loss[j]);
 }
 
 static void pipeline_equals_grad_accum(dt_pipe_kind kind, int p)
@@ -170,8 +166,8 @@ static void pipeline_equals_grad_accum(dt_pipe_kind kind, int p)
         rank_job job;
         int failed = rank_threads_run(&job, p, run_rank, s);
         for (int r = 0; r < p; r++)
-            cr_assert(!job.ranks[r].failed, "%s p=%d m=%d: rank %d: %s",
-                      dt_pipe_kind_name(kind), p, s->m, r, job.ranks[r].msg);
+            cr_assert(!job.ranks[r].failed, "%s p=%d m=%d: rank %d: %s", dt_pipe_kind_name(kind), p,
+                      s->m, r, job.ranks[r].msg);
         cr_assert_eq(failed, 0);
         expect_bitwise(s, p);
         free(s->ref_params);
@@ -180,11 +176,10 @@ static void pipeline_equals_grad_accum(dt_pipe_kind kind, int p)
     }
 }
 
-#define EQUALS_GRAD_ACCUM(name, kind, p)                                    \
-    Test(pipeline_train, name##_on_##p##_stages_equals_grad_accum_bitwise, \
-         .timeout = 120)                                                    \
-    {                                                                       \
-        pipeline_equals_grad_accum(kind, p);                                \
+#define EQUALS_GRAD_ACCUM(name, kind, p)                                                   \
+    Test(pipeline_train, name##_on_##p##_stages_equals_grad_accum_bitwise, .timeout = 120) \
+    {                                                                                      \
+        pipeline_equals_grad_accum(kind, p);                                               \
     }
 
 EQUALS_GRAD_ACCUM(gpipe, DT_PIPE_GPIPE, 2)
@@ -215,8 +210,7 @@ Test(pipeline_train, mismatched_activation_shapes_are_a_protocol_error_naming_bo
                   strstr(m1, "expected recv #0 with tag 1879048192 (512 x f32; 2048 B)"),
               "the message names both sides and sizes: %s", m1);
     cr_expect(strstr(m1, "activations of micro-batch 0") != NULL, "%s", m1);
-    cr_expect(job.ranks[0].failed, "stage 0 did not notice: %s",
-              job.ranks[0].msg);
+    cr_expect(job.ranks[0].failed, "stage 0 did not notice: %s", job.ranks[0].msg);
     free(s->got_params);
     free(s);
 }

@@ -27,20 +27,24 @@ extern char **environ;
 /* Our environment without any launch contract, plus `extra` (NULL-ended). */
 static char **clean_env(const char *const *extra)
 {
-    static const char *const drop[] = {"DT_", "RANK=", "WORLD_SIZE=", "OMPI_", "PMI",
-                                       "SLURM_", "TERM="};
+    static const char *const drop[] = {"DT_", "RANK=",  "WORLD_SIZE=", "OMPI_",
+                                       "PMI", "SLURM_", "TERM="};
     size_t n = 0, k = 0, e = 0;
-    while (environ[n]) n++;
-    while (extra && extra[e]) e++;
+    while (environ[n])
+        n++;
+    while (extra && extra[e])
+        e++;
     char **env = calloc(n + e + 2, sizeof *env);
     for (size_t i = 0; i < n; i++) {
         bool keep = true;
         for (size_t d = 0; d < sizeof drop / sizeof drop[0]; d++)
             keep = keep && strncmp(environ[i], drop[d], strlen(drop[d])) != 0;
-        if (keep) env[k++] = environ[i];
+        if (keep)
+            env[k++] = environ[i];
     }
     env[k++] = "TERM=xterm";
-    for (size_t i = 0; i < e; i++) env[k++] = (char *)extra[i];
+    for (size_t i = 0; i < e; i++)
+        env[k++] = (char *)extra[i];
     return env;
 }
 
@@ -68,14 +72,18 @@ static char *run_on(bool pty, const char *const *argv, const char *const *extra,
         execve(argv[0], (char **)argv, env);
         _exit(127);
     }
-    if (!pty) close(p[1]);
+    if (!pty)
+        close(p[1]);
     size_t cap = 1 << 16, len = 0;
     char *out = malloc(cap);
     for (;;) {
-        if (cap - len < 4096) out = realloc(out, cap *= 2);
+        if (cap - len < 4096)
+            out = realloc(out, cap *= 2);
         ssize_t got = read(fd, out + len, cap - len - 1);
-        if (got < 0 && errno == EINTR) continue;
-        if (got <= 0) break; /* EOF, or EIO once the pty's last writer is gone */
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            break; /* EOF, or EIO once the pty's last writer is gone */
         len += (size_t)got;
     }
     out[len] = '\0';
@@ -102,8 +110,8 @@ Test(progress, under_mpirun_a_terminal_is_not_enough, .timeout = 60)
 {
     int code;
     char *out = run_on(true, (const char *[]){MINIGPT_3_STEPS, NULL},
-                       (const char *[]){"OMPI_COMM_WORLD_SIZE=1", "OMPI_COMM_WORLD_RANK=0",
-                                        NULL}, &code);
+                       (const char *[]){"OMPI_COMM_WORLD_SIZE=1", "OMPI_COMM_WORLD_RANK=0", NULL},
+                       &code);
     cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
     cr_expect(!strstr(out, "/3 loss"), "a bar was drawn under mpirun:\n%s", out);
     free(out);
@@ -122,8 +130,8 @@ Test(progress, dt_progress_0_keeps_the_bar_off_a_terminal, .timeout = 60)
 Test(progress, the_launcher_on_a_terminal_shows_rank_0s_bar_in_place, .timeout = 60)
 {
     int code;
-    char *out = run_on(true, (const char *[]){LAUNCH_BIN, "-n", "1", MINIGPT_3_STEPS, NULL},
-                       NULL, &code);
+    char *out = run_on(true, (const char *[]){LAUNCH_BIN, "-n", "1", MINIGPT_3_STEPS, NULL}, NULL,
+                       &code);
     cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
     cr_expect(strstr(out, "\r[0] [") && strstr(out, "/3 loss"), "no bar:\n%s", out);
     free(out);
@@ -132,8 +140,8 @@ Test(progress, the_launcher_on_a_terminal_shows_rank_0s_bar_in_place, .timeout =
 Test(progress, the_launcher_into_a_pipe_gets_no_bar, .timeout = 60)
 {
     int code;
-    char *out = run_on(false, (const char *[]){LAUNCH_BIN, "-n", "1", MINIGPT_3_STEPS, NULL},
-                       NULL, &code);
+    char *out = run_on(false, (const char *[]){LAUNCH_BIN, "-n", "1", MINIGPT_3_STEPS, NULL}, NULL,
+                       &code);
     cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
     cr_expect(!strchr(out, '\r') && !strstr(out, "/3 loss"), "a bar in a pipe:\n%s", out);
     free(out);
@@ -144,9 +152,10 @@ Test(progress, status_lines_stay_out_of_pipes_and_logs, .timeout = 30)
     char dir[64], log[96];
     snprintf(dir, sizeof dir, "/tmp/dtrain-test-progress-%d", (int)getpid());
     int code;
-    char *out = run_on(false, (const char *[]){LAUNCH_BIN, "--log-dir", dir, "/bin/sh", "-c",
-                                               "printf '\\rbar 1\\rbar 2\\r\\033[Kline one\\n'",
-                                               NULL}, NULL, &code);
+    char *out = run_on(false,
+                       (const char *[]){LAUNCH_BIN, "--log-dir", dir, "/bin/sh", "-c",
+                                        "printf '\\rbar 1\\rbar 2\\r\\033[Kline one\\n'", NULL},
+                       NULL, &code);
     cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
     cr_expect(strstr(out, "[0] line one\n") && !strstr(out, "bar"), "%s", out);
     snprintf(log, sizeof log, "%s/rank_00000.log", dir);

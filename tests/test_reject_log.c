@@ -34,7 +34,8 @@ static void collect(void *user, const char *line)
     snprintf(l->text + n, sizeof l->text - n, "%s\n", line);
     const char *more = strstr(line, "rejected ");
     unsigned long long k;
-    if (strstr(line, "rejected connection from")) l->full++;
+    if (strstr(line, "rejected connection from"))
+        l->full++;
     else if (more && sscanf(more, "rejected %llu more", &k) == 1) {
         l->summaries++;
         l->summarized += k;
@@ -74,8 +75,10 @@ static void join_two(joiner j[2], log_lines *log)
         }
         pthread_create(&t[r], NULL, join, &j[r]);
     }
-    for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
-    for (int r = 0; r < 2; r++) cr_assert_eq(j[r].st, DT_OK, "%s", dt_comm_error(j[r].c));
+    for (int r = 0; r < 2; r++)
+        pthread_join(t[r], NULL);
+    for (int r = 0; r < 2; r++)
+        cr_assert_eq(j[r].st, DT_OK, "%s", dt_comm_error(j[r].c));
 }
 
 /* Connects, sends bytes that are not a dtrain HELLO and hangs up, as a
@@ -95,7 +98,8 @@ static void stranger(int port)
 /* Waits (at most 20 s) until rank 0 has rejected n connections. */
 static void await_rejected(dt_comm *c, unsigned long long n)
 {
-    for (int i = 0; i < 2000 && dt_comm_rejected_connections(c) < n; i++) usleep(10000);
+    for (int i = 0; i < 2000 && dt_comm_rejected_connections(c) < n; i++)
+        usleep(10000);
     cr_assert_eq(dt_comm_rejected_connections(c), n);
 }
 
@@ -113,12 +117,13 @@ Test(reject_log, a_burst_logs_five_in_full_and_counts_the_rest, .timeout = 60)
     joiner j[2];
     join_two(j, &log);
     int port = dt_comm_port(j[0].c);
-    for (int i = 0; i < 200; i++) stranger(port);
+    for (int i = 0; i < 200; i++)
+        stranger(port);
     await_rejected(j[0].c, 200);
     destroy_two(j);
     cr_expect_eq(log.full, 5, "lines in full: %d\n%s", log.full, log.text);
-    cr_expect_eq(log.full + log.summarized, 200, "counted %d + %llu:\n%s", log.full,
-                 log.summarized, log.text);
+    cr_expect_eq(log.full + log.summarized, 200, "counted %d + %llu:\n%s", log.full, log.summarized,
+                 log.text);
     cr_expect(log.summaries >= 1 && log.summaries <= 5, "%d summaries:\n%s", log.summaries,
               log.text);
     cr_expect(strstr(log.text, "from 127.0.0.1"), "no host in:\n%s", log.text);
@@ -130,7 +135,8 @@ Test(reject_log, a_summary_line_comes_each_interval_while_the_job_runs, .timeout
     joiner j[2];
     join_two(j, &log);
     int port = dt_comm_port(j[0].c);
-    for (int i = 0; i < 20; i++) stranger(port);
+    for (int i = 0; i < 20; i++)
+        stranger(port);
     await_rejected(j[0].c, 20);
     sleep(6); /* one interval (5 s) and a tick */
     pthread_mutex_lock(&log.mu);

@@ -36,22 +36,27 @@ typedef struct rank_dev {
 
 typedef struct job_arg {
     rank_dev rd[RANK_THREADS_MAX];
-    int cases;          /* what each rank ran, for the report */
+    int cases; /* what each rank ran, for the report */
 } job_arg;
 
 static bool copy_wait(rank_ctx *rc, rank_dev *d, void *dst, const void *src, size_t n,
-                      bool to_device) {
+                      bool to_device)
+{
     dt_status st = to_device ? dt_device_copy_h2d(d->dev, dst, src, n, d->stream)
                              : dt_device_copy_d2h(d->dev, dst, src, n, d->stream);
-    if (st == DT_OK) st = dt_device_event_record(d->dev, d->event, d->stream);
-    if (st == DT_OK) st = dt_device_event_synchronize(d->dev, d->event);
+    if (st == DT_OK)
+        st = dt_device_event_record(d->dev, d->event, d->stream);
+    if (st == DT_OK)
+        st = dt_device_event_synchronize(d->dev, d->event);
     return st == DT_OK || rank_fail(rc, "test copy: %s", dt_device_error(d->dev));
 }
 
 /* A device buffer holding a copy of host[0..n). */
-static char *to_device(rank_ctx *rc, rank_dev *d, const void *host, size_t n) {
+static char *to_device(rank_ctx *rc, rank_dev *d, const void *host, size_t n)
+{
     void *p = NULL;
-    if (n == 0) return NULL;
+    if (n == 0)
+        return NULL;
     if (dt_device_alloc(d->dev, &p, n) != DT_OK) {
         rank_fail(rc, "device alloc: %s", dt_device_error(d->dev));
         return NULL;
@@ -60,12 +65,14 @@ static char *to_device(rank_ctx *rc, rank_dev *d, const void *host, size_t n) {
 }
 
 /* Inexact floats (sums round, so order shows) and exact small integers. */
-static void fill_input(void *buf, size_t n, dt_dtype t, dt_redop op, int rank, int salt) {
+static void fill_input(void *buf, size_t n, dt_dtype t, dt_redop op, int rank, int salt)
+{
     if (t == DT_F32 || t == DT_F64 || t == DT_F16 || t == DT_BF16) {
         for (size_t i = 0; i < n; i++) {
             uint64_t h = element_hash(i * 31 + (size_t)rank * 7919 + (size_t)salt);
             double v = ((double)(h % 20001) - 10000.0) / 997.0;
-            if (op == DT_PROD) v = 0.5 + (double)(h % 1000) / 1000.0;
+            if (op == DT_PROD)
+                v = 0.5 + (double)(h % 1000) / 1000.0;
             put_value(buf, i, t, v);
         }
     } else {
@@ -74,20 +81,36 @@ static void fill_input(void *buf, size_t n, dt_dtype t, dt_redop op, int rank, i
 }
 
 /* The bytes of send and recv this rank uses for op kind k. */
-static void sizes(const dt_op *o, int rank, int p, size_t *send, size_t *recv) {
+static void sizes(const dt_op *o, int rank, int p, size_t *send, size_t *recv)
+{
     size_t n = o->count * dt_dtype_size(o->dtype), pp = (size_t)p;
     bool root = o->root == rank;
     *send = *recv = 0;
     switch (o->kind) {
-    case DT_OP_ALLREDUCE: case DT_OP_BROADCAST: case DT_OP_REDUCE: *recv = n; break;
-    case DT_OP_REDUCE_SCATTER: *send = pp * n; *recv = n; break;
-    case DT_OP_ALLGATHER: *send = n; *recv = pp * n; break;
+    case DT_OP_ALLREDUCE:
+    case DT_OP_BROADCAST:
+    case DT_OP_REDUCE: *recv = n; break;
+    case DT_OP_REDUCE_SCATTER:
+        *send = pp * n;
+        *recv = n;
+        break;
+    case DT_OP_ALLGATHER:
+        *send = n;
+        *recv = pp * n;
+        break;
     case DT_OP_ALLGATHERV:
         *send = o->counts[rank] * dt_dtype_size(o->dtype);
-        for (int q = 0; q < p; q++) *recv += o->counts[q] * dt_dtype_size(o->dtype);
+        for (int q = 0; q < p; q++)
+            *recv += o->counts[q] * dt_dtype_size(o->dtype);
         break;
-    case DT_OP_GATHER: *send = n; *recv = root ? pp * n : 0; break;
-    case DT_OP_SCATTER: *send = root ? pp * n : 0; *recv = n; break;
+    case DT_OP_GATHER:
+        *send = n;
+        *recv = root ? pp * n : 0;
+        break;
+    case DT_OP_SCATTER:
+        *send = root ? pp * n : 0;
+        *recv = n;
+        break;
     case DT_OP_ALLTOALL: *send = *recv = pp * n; break;
     default: break;
     }
@@ -95,12 +118,14 @@ static void sizes(const dt_op *o, int rank, int p, size_t *send, size_t *recv) {
 
 /* In place: the byte offset of the inner buffer in the outer one (AG: send
  * in recv; RS: recv in send; all-to-all: one buffer). */
-static size_t in_place_offset(const dt_op *o, int rank) {
+static size_t in_place_offset(const dt_op *o, int rank)
+{
     size_t es = dt_dtype_size(o->dtype), off = 0;
     if (o->kind == DT_OP_ALLTOALL)
         off = 0;
     else if (o->kind == DT_OP_ALLGATHERV)
-        for (int q = 0; q < rank; q++) off += o->counts[q] * es;
+        for (int q = 0; q < rank; q++)
+            off += o->counts[q] * es;
     else
         off = (size_t)rank * o->count * es;
     return off;
@@ -113,7 +138,8 @@ typedef struct bufs {
     size_t sb, rb;
 } bufs;
 
-static void make_inputs(bufs *b, const dt_op *o, int rank, int p, bool in_place) {
+static void make_inputs(bufs *b, const dt_op *o, int rank, int p, bool in_place)
+{
     sizes(o, rank, p, &b->sb, &b->rb);
     size_t es = dt_dtype_size(o->dtype);
     bool rs = o->kind == DT_OP_REDUCE_SCATTER;
@@ -137,7 +163,8 @@ static void make_inputs(bufs *b, const dt_op *o, int rank, int p, bool in_place)
  * and compares the receive buffers byte for byte. False when the job cannot
  * go on.
  */
-static bool host_vs_device(rank_ctx *rc, dt_op o, bool in_place, const char *label) {
+static bool host_vs_device(rank_ctx *rc, dt_op o, bool in_place, const char *label)
+{
     rank_dev *d = &((job_arg *)rc->arg)->rd[rc->rank];
     bufs h, init;
     make_inputs(&h, &o, rc->rank, rc->world, in_place);
@@ -162,7 +189,8 @@ static bool host_vs_device(rank_ctx *rc, dt_op o, bool in_place, const char *lab
     if (ok && h.rb && copy_wait(rc, d, got, o.recv, h.rb, false) &&
         memcmp(got, h.recv, h.rb) != 0) {
         size_t i = 0;
-        while (got[i] == h.recv[i]) i++;
+        while (got[i] == h.recv[i])
+            i++;
         rank_fail(rc, "%s: byte %zu of %zu differs: device %#x, host %#x", label, i, h.rb,
                   (unsigned char)got[i], (unsigned char)h.recv[i]);
     }
@@ -200,13 +228,15 @@ static const plan PLANS[] = {
     {DT_OP_ALLTOALL, DT_ALGO_AUTO, true},
 };
 
-static bool reduces(dt_op_kind k) {
+static bool reduces(dt_op_kind k)
+{
     return k == DT_OP_ALLREDUCE || k == DT_OP_REDUCE_SCATTER || k == DT_OP_REDUCE;
 }
 
 /* Counts: nothing, one element, a few, and several 1 MiB staging pieces
  * (the last only for f32 and bf16 sums and averages, to bound the time). */
-static int counts_for(dt_dtype t, dt_redop op, size_t out[5]) {
+static int counts_for(dt_dtype t, dt_redop op, size_t out[5])
+{
     int n = 0;
     out[n++] = 0;
     out[n++] = 1;
@@ -217,38 +247,48 @@ static int counts_for(dt_dtype t, dt_redop op, size_t out[5]) {
     return n;
 }
 
-static bool run_plan_case(rank_ctx *rc, const plan *pl, dt_dtype t, dt_redop r, size_t n) {
+static bool run_plan_case(rank_ctx *rc, const plan *pl, dt_dtype t, dt_redop r, size_t n)
+{
     size_t counts[RANK_THREADS_MAX];
-    for (int q = 0; q < rc->world; q++) counts[q] = q % 3 == 1 ? 0 : n + (size_t)q;
-    dt_op o = {.kind = pl->kind, .count = n, .dtype = t, .redop = r, .algo = pl->algo,
+    for (int q = 0; q < rc->world; q++)
+        counts[q] = q % 3 == 1 ? 0 : n + (size_t)q;
+    dt_op o = {.kind = pl->kind,
+               .count = n,
+               .dtype = t,
+               .redop = r,
+               .algo = pl->algo,
                .root = rc->world - 1};
     if (pl->kind == DT_OP_ALLGATHERV) {
         o.counts = counts;
         o.count = counts[rc->rank];
     }
     char label[160];
-    snprintf(label, sizeof label, "%s%s algo %d %s %s count %zu, world %d",
-             dt_op_name(pl->kind), pl->in_place ? " in place" : "", pl->algo,
-             dt_dtype_name(t), dt_redop_name(r), n, rc->world);
+    snprintf(label, sizeof label, "%s%s algo %d %s %s count %zu, world %d", dt_op_name(pl->kind),
+             pl->in_place ? " in place" : "", pl->algo, dt_dtype_name(t), dt_redop_name(r), n,
+             rc->world);
     return host_vs_device(rc, o, pl->in_place, label);
 }
 
-static void rank_every_collective(rank_ctx *rc) {
+static void rank_every_collective(rank_ctx *rc)
+{
     for (size_t i = 0; i < sizeof PLANS / sizeof PLANS[0]; i++) {
         const plan *pl = &PLANS[i];
         for (int t = 0; t < DT_NUM_DTYPES; t++)
             for (int r = 0; r < DT_NUM_REDOPS; r++) {
-                if (reduces(pl->kind) ? !dt_redop_supports(r, t) : r != DT_SUM) continue;
+                if (reduces(pl->kind) ? !dt_redop_supports(r, t) : r != DT_SUM)
+                    continue;
                 size_t counts[5];
                 int nc = counts_for(t, r, counts);
                 for (int c = 0; c < nc; c++)
-                    if (!run_plan_case(rc, pl, t, r, counts[c])) return;
+                    if (!run_plan_case(rc, pl, t, r, counts[c]))
+                        return;
             }
     }
 }
 
 /* Each rank its own fake device, as each would have its own GPU. */
-static void open_devices(job_arg *a, dt_device **devs, int world, dt_fake_device_options *o) {
+static void open_devices(job_arg *a, dt_device **devs, int world, dt_fake_device_options *o)
+{
     for (int r = 0; r < world; r++) {
         rank_dev *d = &a->rd[r];
         cr_assert_eq(dt_device_open_fake(&d->dev, o), DT_OK);
@@ -259,7 +299,8 @@ static void open_devices(job_arg *a, dt_device **devs, int world, dt_fake_device
 }
 
 /* Closes the devices, asserting that staging left no allocation behind. */
-static void close_devices(job_arg *a, int world) {
+static void close_devices(job_arg *a, int world)
+{
     for (int r = 0; r < world; r++) {
         rank_dev *d = &a->rd[r];
         size_t live = dt_device_fake_live_allocations(d->dev);
@@ -270,7 +311,8 @@ static void close_devices(job_arg *a, int world) {
     }
 }
 
-static void run_on_fake(int world, rank_fn fn, dt_fake_device_options *o) {
+static void run_on_fake(int world, rank_fn fn, dt_fake_device_options *o)
+{
     job_arg a = {0};
     dt_device *devs[RANK_THREADS_MAX];
     open_devices(&a, devs, world, o);
@@ -284,12 +326,14 @@ static void run_on_fake(int world, rank_fn fn, dt_fake_device_options *o) {
 
 /* Needs a GPU (skips without one): the same matrix with real pinned memory,
  * streams and DMA, every rank (thread) on device 0. */
-ParameterizedTestParameters(staging, every_collective_on_cuda_buffers_equals_the_host_result) {
+ParameterizedTestParameters(staging, every_collective_on_cuda_buffers_equals_the_host_result)
+{
     static int worlds[] = {1, 2, 3, 4, 5};
     return cr_make_param_array(int, worlds, sizeof worlds / sizeof worlds[0]);
 }
 ParameterizedTest(int *world, staging, every_collective_on_cuda_buffers_equals_the_host_result,
-                  .timeout = TEST_TIMEOUT_S) {
+                  .timeout = TEST_TIMEOUT_S)
+{
     job_arg a = {0};
     dt_device *devs[RANK_THREADS_MAX];
     char err[512];
@@ -297,7 +341,8 @@ ParameterizedTest(int *world, staging, every_collective_on_cuda_buffers_equals_t
         rank_dev *d = &a.rd[r];
         if (dt_device_open(&d->dev, "cuda", err, sizeof err) != DT_OK) {
             dt_device_close(d->dev);
-            for (int k = 0; k < r; k++) dt_device_close(a.rd[k].dev);
+            for (int k = 0; k < r; k++)
+                dt_device_close(a.rd[k].dev);
             cr_skip_test("needs a CUDA device: %s", err);
         }
         cr_assert_eq(dt_device_stream_create(d->dev, &d->stream), DT_OK, "%s",
@@ -317,12 +362,14 @@ ParameterizedTest(int *world, staging, every_collective_on_cuda_buffers_equals_t
     cr_assert_eq(failed, 0);
 }
 
-ParameterizedTestParameters(staging, every_collective_on_device_buffers_equals_the_host_result) {
+ParameterizedTestParameters(staging, every_collective_on_device_buffers_equals_the_host_result)
+{
     static int worlds[] = {1, 2, 3, 4, 5};
     return cr_make_param_array(int, worlds, sizeof worlds / sizeof worlds[0]);
 }
 ParameterizedTest(int *world, staging, every_collective_on_device_buffers_equals_the_host_result,
-                  .timeout = TEST_TIMEOUT_S) {
+                  .timeout = TEST_TIMEOUT_S)
+{
     dt_fake_device_options o = {.copy_delay_us = COPY_DELAY_US};
     run_on_fake(*world, rank_every_collective, &o);
 }
@@ -332,7 +379,8 @@ ParameterizedTest(int *world, staging, every_collective_on_device_buffers_equals
 /* Each rank sends a device buffer to its right neighbour and receives its
  * left neighbour's into another device buffer; one of the two pairs uses a
  * host send buffer, so mixed ops are covered. */
-static void rank_p2p_ring(rank_ctx *rc) {
+static void rank_p2p_ring(rank_ctx *rc)
+{
     rank_dev *d = &((job_arg *)rc->arg)->rd[rc->rank];
     const size_t n = ((size_t)3 << 19) / 4 + 5; /* 1.5 MiB of f32, and a bit */
     const int right = (rc->rank + 1) % rc->world, left = (rc->rank + rc->world - 1) % rc->world;
@@ -349,7 +397,8 @@ static void rank_p2p_ring(rank_ctx *rc) {
             st = dt_send_async(rc->comm, src, n, DT_F32, right, 7, &ws);
             dt_status st2 = st == DT_OK ? dt_work_wait(ws) : st;
             st = dt_work_wait(wr);
-            if (st == DT_OK) st = st2;
+            if (st == DT_OK)
+                st = st2;
         }
         if (st != DT_OK) {
             rank_fail(rc, "round %d: %s: %s", round, dt_status_name(st), dt_comm_error(rc->comm));
@@ -358,21 +407,26 @@ static void rank_p2p_ring(rank_ctx *rc) {
         if (copy_wait(rc, d, got, drecv, n * 4, false) && memcmp(got, want, n * 4) != 0)
             rank_fail(rc, "round %d: the received device buffer differs from rank %d's", round,
                       left);
-        if (source != left) rank_fail(rc, "round %d: source %d, expected %d", round, source, left);
+        if (source != left)
+            rank_fail(rc, "round %d: source %d, expected %d", round, source, left);
     }
     dt_device_free(d->dev, dsend);
     dt_device_free(d->dev, drecv);
-    free(mine); free(want); free(got);
+    free(mine);
+    free(want);
+    free(got);
 }
 
-Test(staging, send_and_recv_move_device_buffers_between_ranks, .timeout = TEST_TIMEOUT_S) {
+Test(staging, send_and_recv_move_device_buffers_between_ranks, .timeout = TEST_TIMEOUT_S)
+{
     dt_fake_device_options o = {.copy_delay_us = COPY_DELAY_US};
     run_on_fake(3, rank_p2p_ring, &o);
 }
 
 /* Ten rounds of one send and one receive: the pool's two buffers serve them
  * all (live allocations: the two device buffers, two pool buffers). */
-static void rank_p2p_reuses_buffers(rank_ctx *rc) {
+static void rank_p2p_reuses_buffers(rank_ctx *rc)
+{
     rank_dev *d = &((job_arg *)rc->arg)->rd[rc->rank];
     const size_t n = 100000;
     const int right = (rc->rank + 1) % rc->world, left = (rc->rank + rc->world - 1) % rc->world;
@@ -398,22 +452,23 @@ static void rank_p2p_reuses_buffers(rank_ctx *rc) {
     free(host);
 }
 
-Test(staging, repeated_sends_and_receives_reuse_their_host_buffers, .timeout = TEST_TIMEOUT_S) {
+Test(staging, repeated_sends_and_receives_reuse_their_host_buffers, .timeout = TEST_TIMEOUT_S)
+{
     dt_fake_device_options o = {0};
     run_on_fake(2, rank_p2p_reuses_buffers, &o);
 }
 
 /* ---- failures ---------------------------------------------------------------------- */
 
-static void rank_allreduce_large_and_p2p(rank_ctx *rc) {
-    dt_op o = {.kind = DT_OP_ALLREDUCE, .count = (size_t)3 << 18, .dtype = DT_F32,
-               .redop = DT_SUM};
+static void rank_allreduce_large_and_p2p(rank_ctx *rc)
+{
+    dt_op o = {.kind = DT_OP_ALLREDUCE, .count = (size_t)3 << 18, .dtype = DT_F32, .redop = DT_SUM};
     if (host_vs_device(rc, o, false, "allreduce 3 MiB"))
         rank_p2p_ring(rc);
 }
 
-Test(staging, a_refused_pinned_allocation_falls_back_to_pageable_memory,
-     .timeout = TEST_TIMEOUT_S) {
+Test(staging, a_refused_pinned_allocation_falls_back_to_pageable_memory, .timeout = TEST_TIMEOUT_S)
+{
     dt_fake_device_options o = {.copy_delay_us = COPY_DELAY_US, .fail_pinned_alloc = true};
     run_on_fake(3, rank_allreduce_large_and_p2p, &o);
 }
@@ -422,7 +477,8 @@ Test(staging, a_refused_pinned_allocation_falls_back_to_pageable_memory,
  * on this fake device) when rank 2 aborts. Everyone's op must fail, naming
  * the cause, and leave no pinned or device memory behind (the devices count
  * their allocations; ASan sees the pinned ones too). */
-static void rank_dies_mid_staging(rank_ctx *rc) {
+static void rank_dies_mid_staging(rank_ctx *rc)
+{
     rank_dev *d = &((job_arg *)rc->arg)->rd[rc->rank];
     const size_t n = (size_t)2 << 20; /* 8 MiB of f32 */
     void *buf;
@@ -436,7 +492,8 @@ static void rank_dies_mid_staging(rank_ctx *rc) {
         usleep(30 * 1000);
         dt_comm_abort(rc->comm, "rank 2 dies mid-staging");
     }
-    if (st == DT_OK) st = dt_work_wait(w);
+    if (st == DT_OK)
+        st = dt_work_wait(w);
     if (st == DT_OK)
         rank_fail(rc, "the all-reduce succeeded though rank 2 died");
     else if (!strstr(dt_comm_error(rc->comm), "rank 2"))
@@ -445,7 +502,8 @@ static void rank_dies_mid_staging(rank_ctx *rc) {
 }
 
 Test(staging, a_rank_dying_mid_staging_fails_every_rank_and_leaks_nothing,
-     .timeout = TEST_TIMEOUT_S) {
+     .timeout = TEST_TIMEOUT_S)
+{
     dt_fake_device_options o = {.copy_delay_us = 20 * 1000};
     job_arg a = {0};
     dt_device *devs[3];

@@ -111,8 +111,7 @@ Test(store, set_then_get_returns_binary_value_with_nul_after_it, .timeout = 10)
     test_file f = unique_file("roundtrip");
     dt_store *s = open_ok(&f, "job");
     const uint8_t val[] = {0, 1, 2, 0, 255, 'x'};
-    cr_assert_eq(dt_store_set(s, "blob", val, sizeof val), DT_OK, "%s",
-                 dt_store_error(s));
+    cr_assert_eq(dt_store_set(s, "blob", val, sizeof val), DT_OK, "%s", dt_store_error(s));
     void *got = NULL;
     size_t len = 0;
     cr_assert_eq(dt_store_get(s, "blob", &got, &len, 1.0), DT_OK);
@@ -393,8 +392,8 @@ Test(store, eight_ranks_opening_at_once_over_a_stale_file_all_meet, .timeout = 3
 /* ---- files that are not stores ---------------------------------------------------- */
 
 /* Opening `content` must fail with DT_ESTORE, say why, and change nothing. */
-static void expect_refused_untouched(const char *tag, const uint8_t *content,
-                                     size_t n, const char *why)
+static void expect_refused_untouched(const char *tag, const uint8_t *content, size_t n,
+                                     const char *why)
 {
     test_file f = unique_file(tag);
     write_bytes(f.path, content, n, O_TRUNC);
@@ -432,8 +431,7 @@ Test(store, random_bytes_file_is_refused_and_left_byte_for_byte, .timeout = 10)
 Test(store, text_file_is_refused_and_left_byte_for_byte, .timeout = 10)
 {
     const char *text = "# my notes\nthis is a text file, not a store\n";
-    expect_refused_untouched("text", (const uint8_t *)text, strlen(text),
-                             "but the file has");
+    expect_refused_untouched("text", (const uint8_t *)text, strlen(text), "but the file has");
 }
 
 Test(store, a_cut_record_appended_during_use_is_estore, .timeout = 10)
@@ -445,8 +443,7 @@ Test(store, a_cut_record_appended_during_use_is_estore, .timeout = 10)
     write_bytes(f.path, &huge, 4, O_APPEND); /* a key length, then nothing */
     cr_assert_eq(dt_store_set(s, "k2", "v", 1), DT_ESTORE);
     /* after the handle's three counter records (60 bytes) and k's (14) */
-    cr_assert(strstr(dt_store_error(s), "record at byte 74"), "message: %s",
-              dt_store_error(s));
+    cr_assert(strstr(dt_store_error(s), "record at byte 74"), "message: %s", dt_store_error(s));
     dt_store_close(s);
     cr_assert_eq(access(f.path, F_OK), 0, "a corrupt file must be kept");
     unlink(f.path);
@@ -456,8 +453,7 @@ Test(store, a_cut_record_appended_during_use_is_estore, .timeout = 10)
 
 Test(store, url_of_no_known_scheme_or_a_relative_file_path_is_einval, .timeout = 10)
 {
-    const char *bad[] = {"http://127.0.0.1:29500", "file://relative/x", "/tmp/x",
-                         "", NULL};
+    const char *bad[] = {"http://127.0.0.1:29500", "file://relative/x", "/tmp/x", "", NULL};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         dt_store *s = NULL;
         cr_assert_eq(dt_store_open(&s, bad[i], NULL), DT_EINVAL, "url %s", bad[i]);
@@ -511,8 +507,8 @@ Test(store, records_set_by_4_forked_processes_are_seen, .timeout = 20)
     for (int i = 0; i < 4; i++) {
         int status = 0;
         cr_assert_eq(waitpid(kids[i], &status, 0), kids[i]);
-        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-                  "child %d exited with status %#x", i, status);
+        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child %d exited with status %#x",
+                  i, status);
     }
     dt_store_close(s);
     cr_assert_eq(access(f.path, F_OK), -1, "the last close left the file");

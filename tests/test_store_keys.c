@@ -24,8 +24,8 @@ static kind make(bool tcp, const char *tag)
     kind k = {0};
     if (tcp) {
         char err[256];
-        cr_assert_eq(dt_store_server_start(&k.srv, "127.0.0.1", 0, err, sizeof err), DT_OK,
-                     "%s", err);
+        cr_assert_eq(dt_store_server_start(&k.srv, "127.0.0.1", 0, err, sizeof err), DT_OK, "%s",
+                     err);
         snprintf(k.url, sizeof k.url, "tcp://127.0.0.1:%d", dt_store_server_port(k.srv));
     } else {
         snprintf(k.url, sizeof k.url, "file:///tmp/dt-store-keys-%d-%d-%s", (int)getpid(),
@@ -155,8 +155,10 @@ static void expect_cas(dt_store *s, const char *expected, const char *desired, c
     cr_assert_eq(dt_store_compare_set(s, "owner", expected, strlen(expected), desired,
                                       strlen(desired), &v, &n),
                  DT_OK, "%s", dt_store_error(s));
-    cr_expect(n == strlen(now) && memcmp(v, now, n) == 0, "compare_set('%s' -> '%s') left "
-              "'%.*s', want '%s'", expected, desired, (int)n, (const char *)v, now);
+    cr_expect(n == strlen(now) && memcmp(v, now, n) == 0,
+              "compare_set('%s' -> '%s') left "
+              "'%.*s', want '%s'",
+              expected, desired, (int)n, (const char *)v, now);
     free(v);
 }
 
@@ -164,7 +166,7 @@ static void compare_set_sets_only_on_a_match(bool tcp)
 {
     kind k = make(tcp, "cas");
     dt_store *s = open_on(&k, "job");
-    expect_cas(s, "x", "y", "x");       /* absent, "x" expected: unchanged, PyTorch answers x */
+    expect_cas(s, "x", "y", "x");        /* absent, "x" expected: unchanged, PyTorch answers x */
     expect_cas(s, "", "rank0", "rank0"); /* absent, nothing expected: set */
     expect_cas(s, "", "rank1", "rank0"); /* present: "" does not match */
     expect_cas(s, "rank1", "rank2", "rank0");

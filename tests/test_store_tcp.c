@@ -34,8 +34,7 @@ static server start_server(void)
 {
     server s;
     char err[256];
-    cr_assert_eq(dt_store_server_start(&s.srv, "127.0.0.1", 0, err, sizeof err), DT_OK,
-                 "%s", err);
+    cr_assert_eq(dt_store_server_start(&s.srv, "127.0.0.1", 0, err, sizeof err), DT_OK, "%s", err);
     s.port = dt_store_server_port(s.srv);
     snprintf(s.url, sizeof s.url, "tcp://127.0.0.1:%d", s.port);
     return s;
@@ -79,7 +78,8 @@ static int count_fds(void)
 {
     DIR *d = opendir("/proc/self/fd");
     int n = 0;
-    while (readdir(d)) n++;
+    while (readdir(d))
+        n++;
     closedir(d);
     return n;
 }
@@ -111,7 +111,8 @@ static void *set_after_200ms(void *arg)
     l->rc = dt_store_open(&st, l->url, "job");
     struct timespec nap = {0, 200000000L};
     nanosleep(&nap, NULL);
-    if (l->rc == DT_OK) l->rc = dt_store_set(st, "late", "yes", 3);
+    if (l->rc == DT_OK)
+        l->rc = dt_store_set(st, "late", "yes", 3);
     dt_store_close(st);
     return NULL;
 }
@@ -146,8 +147,10 @@ Test(store_tcp, add_from_four_ranks_at_once_loses_no_increment, .timeout = 30)
 {
     server s = start_server();
     pthread_t t[4];
-    for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, add_100_times, s.url);
-    for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < 4; i++)
+        pthread_create(&t[i], NULL, add_100_times, s.url);
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
     dt_store *a = open_store(s.url, "job");
     int64_t sum = 0;
     cr_assert_eq(dt_store_add(a, "counter", 0, &sum), DT_OK, "%s", dt_store_error(a));
@@ -159,8 +162,7 @@ Test(store_tcp, add_from_four_ranks_at_once_loses_no_increment, .timeout = 30)
     dt_store_server_stop(s.srv);
 }
 
-Test(store_tcp, a_timed_out_wait_names_the_missing_key_and_the_store_still_works,
-     .timeout = 20)
+Test(store_tcp, a_timed_out_wait_names_the_missing_key_and_the_store_still_works, .timeout = 20)
 {
     server s = start_server();
     dt_store *a = open_store(s.url, "job");
@@ -218,8 +220,7 @@ Test(store_tcp, env_url_reaches_the_server_at_master_addr_and_port, .timeout = 2
 
 /* ---- strangers -------------------------------------------------------------------- */
 
-Test(store_tcp, a_stranger_sending_an_unknown_query_is_disconnected_and_others_go_on,
-     .timeout = 20)
+Test(store_tcp, a_stranger_sending_an_unknown_query_is_disconnected_and_others_go_on, .timeout = 20)
 {
     server s = start_server();
     dt_store *a = open_store(s.url, "job");
@@ -261,7 +262,8 @@ static bool server_end_open(int server_port, int client_port)
     FILE *f = fopen("/proc/net/tcp", "r");
     char line[512];
     bool open = false;
-    if (!f) return true;
+    if (!f)
+        return true;
     while (!open && fgets(line, sizeof line, f)) {
         unsigned lport, rport, state;
         if (sscanf(line, " %*d: %*x:%x %*x:%x %x", &lport, &rport, &state) == 3)
@@ -293,8 +295,10 @@ Test(store_tcp, a_client_that_vanishes_mid_wait_is_forgotten, .timeout = 20)
         struct timespec nap = {0, 10000000L};
         nanosleep(&nap, NULL);
     }
-    cr_expect(!server_end_open(s.port, cport), "the server still holds the vanished client's "
-              "socket (port %d)", cport);
+    cr_expect(!server_end_open(s.port, cport),
+              "the server still holds the vanished client's "
+              "socket (port %d)",
+              cport);
     int64_t n;
     cr_expect_eq(dt_store_add(a, "alive", 1, &n), DT_OK, "%s", dt_store_error(a));
     dt_store_close(a);
@@ -305,7 +309,8 @@ Test(store_tcp, a_thousand_connect_close_cycles_leak_no_descriptors, .timeout = 
 {
     server s = start_server();
     int before = count_fds();
-    for (int i = 0; i < 1000; i++) close(raw_connect(s.port));
+    for (int i = 0; i < 1000; i++)
+        close(raw_connect(s.port));
     for (int i = 0; i < 500 && count_fds() != before; i++) {
         struct timespec nap = {0, 10000000L};
         nanosleep(&nap, NULL);
@@ -342,7 +347,8 @@ static void *join_and_reduce(void *arg)
     dt_comm *c;
     r->value = (float)(r->rank + 1);
     r->rc = dt_comm_init(&c, &o);
-    if (r->rc == DT_OK) r->rc = dt_allreduce(c, &r->value, 1, DT_F32, DT_SUM);
+    if (r->rc == DT_OK)
+        r->rc = dt_allreduce(c, &r->value, 1, DT_F32, DT_SUM);
     snprintf(r->msg, sizeof r->msg, "%s", c ? dt_comm_error(c) : "out of memory");
     dt_comm_destroy(c);
     return NULL;
@@ -354,8 +360,10 @@ Test(store_tcp, two_ranks_with_a_secret_meet_at_the_server_and_reduce, .timeout 
     tcp_rank r[2] = {{.url = s.url, .rank = 0, .with_secret = true},
                      {.url = s.url, .rank = 1, .with_secret = true}};
     pthread_t t[2];
-    for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, join_and_reduce, &r[i]);
-    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < 2; i++)
+        pthread_create(&t[i], NULL, join_and_reduce, &r[i]);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
     for (int i = 0; i < 2; i++) {
         cr_expect_eq(r[i].rc, DT_OK, "rank %d: %s", i, r[i].msg);
         cr_expect_eq(r[i].value, 3.0f, "rank %d", i);

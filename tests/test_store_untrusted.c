@@ -36,8 +36,8 @@ static test_file unique_file(const char *tag)
 {
     static atomic_uint counter; /* test-local: only names files */
     test_file f;
-    snprintf(f.path, sizeof f.path, "/tmp/dt-store-untrusted-%d-%u-%s",
-             (int)getpid(), atomic_fetch_add(&counter, 1), tag);
+    snprintf(f.path, sizeof f.path, "/tmp/dt-store-untrusted-%d-%u-%s", (int)getpid(),
+             atomic_fetch_add(&counter, 1), tag);
     snprintf(f.url, sizeof f.url, "file://%s", f.path);
     unlink(f.path);
     return f;
@@ -60,8 +60,7 @@ static bool holds(const char *path, const void *want, size_t n)
         return false;
     uint8_t *buf = malloc(n + 1);
     int fd = open(path, O_RDONLY);
-    bool same = fd >= 0 && read(fd, buf, n + 1) == (ssize_t)n &&
-                memcmp(buf, want, n) == 0;
+    bool same = fd >= 0 && read(fd, buf, n + 1) == (ssize_t)n && memcmp(buf, want, n) == 0;
     if (fd >= 0)
         close(fd);
     free(buf);
@@ -85,8 +84,7 @@ static void expect_refused(const test_file *f, const char *why)
 
 /* ---- what is at the path ------------------------------------------------------ */
 
-Test(store_untrusted, symlink_to_a_users_file_is_refused_and_the_file_untouched,
-     .timeout = 10)
+Test(store_untrusted, symlink_to_a_users_file_is_refused_and_the_file_untouched, .timeout = 10)
 {
     test_file victim = unique_file("victim"), link = unique_file("link");
     const char text[] = "the user's own notes\n";
@@ -101,8 +99,7 @@ Test(store_untrusted, symlink_to_a_users_file_is_refused_and_the_file_untouched,
     unlink(victim.path);
 }
 
-Test(store_untrusted, dangling_symlink_is_refused_and_its_target_not_created,
-     .timeout = 10)
+Test(store_untrusted, dangling_symlink_is_refused_and_its_target_not_created, .timeout = 10)
 {
     test_file target = unique_file("absent"), link = unique_file("dangling");
     cr_assert_eq(symlink(target.path, link.path), 0);
@@ -176,8 +173,7 @@ Test(store_untrusted, file_of_another_user_is_refused_untouched, .timeout = 10)
 
 /* ---- files that parse but are not stores --------------------------------------- */
 
-Test(store_untrusted, four_kib_of_zeros_is_refused_for_its_empty_key_and_untouched,
-     .timeout = 10)
+Test(store_untrusted, four_kib_of_zeros_is_refused_for_its_empty_key_and_untouched, .timeout = 10)
 {
     test_file f = unique_file("zeros");
     static const uint8_t zeros[4096];
@@ -198,8 +194,7 @@ static size_t record(uint8_t *out, const void *key, uint32_t kl, const char *val
     return 8 + kl + vl;
 }
 
-Test(store_untrusted, records_with_a_key_no_writer_makes_are_refused_untouched,
-     .timeout = 10)
+Test(store_untrusted, records_with_a_key_no_writer_makes_are_refused_untouched, .timeout = 10)
 {
     test_file f = unique_file("nokey");
     uint8_t buf[256];

@@ -46,8 +46,9 @@ Test(train_launch, step_lines_reach_the_launcher_while_the_trainer_runs, .timeou
     /* A run far longer than the test, printing its header and first step
      * line and then nothing for a long while: with a buffered stdout
      * those lines would sit in the trainer until it exits. */
-    const char *argv[] = {LAUNCH_BIN, "-n", "1", MINIGPT_BIN, "--steps", "1000000",
-                          "--log-every", "1000000", "--eval-every", "0", NULL};
+    const char *argv[] = {LAUNCH_BIN,     "-n",      "1",           MINIGPT_BIN,
+                          "--steps",      "1000000", "--log-every", "1000000",
+                          "--eval-every", "0",       NULL};
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
@@ -62,11 +63,13 @@ Test(train_launch, step_lines_reach_the_launcher_while_the_trainer_runs, .timeou
         bool seen = strstr(out, "[0]      1 ") != NULL;
         cr_assert_eq(waitpid(pid, &status, WNOHANG), 0, "the run ended first:\n%s", out);
         free(out);
-        if (seen) break;
+        if (seen)
+            break;
         nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
     }
     kill(pid, SIGINT);
-    while (waitpid(pid, &status, 0) < 0) cr_assert_eq(errno, EINTR);
+    while (waitpid(pid, &status, 0) < 0)
+        cr_assert_eq(errno, EINTR);
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 130, "the launcher did not stop");
     unlink(log);
 }
@@ -77,9 +80,10 @@ Test(train_launch, a_killed_ranks_lines_are_in_the_output_and_the_report, .timeo
     temp_log(log, sizeof log);
     /* One rank, so it is the last rank, which --die-at-step kills after
      * step 12's update: step lines 1, 5 and 10 were printed before. */
-    int code = run_program((const char *[]){LAUNCH_BIN, "-n", "1", MINIGPT_BIN, "--steps",
-                                            "40", "--log-every", "5", "--eval-every", "0",
-                                            "--die-at-step", "12", NULL}, log, &out);
+    int code = run_program((const char *[]){LAUNCH_BIN, "-n", "1", MINIGPT_BIN, "--steps", "40",
+                                            "--log-every", "5", "--eval-every", "0",
+                                            "--die-at-step", "12", NULL},
+                           log, &out);
     cr_assert_eq(code, 128 + SIGKILL, "exit %d:\n%s", code, out);
     const char *report = strstr(out, "ROOT CAUSE: rank 0");
     cr_assert(report, "no root cause:\n%s", out);
@@ -97,28 +101,34 @@ static void assert_reports_say_why(const char *out, int trial)
     for (const char *p = out; (p = strstr(p, "failed and reported: ")); p++) {
         const char *eol = strchr(p, '\n');
         const char *why = strstr(p, "cannot open /nonexistent");
-        cr_assert(why && (!eol || why < eol), "trial %d: a rank forwarded a failure without "
-                  "its reason: %.*s", trial, eol ? (int)(eol - p) : 200, p);
+        cr_assert(why && (!eol || why < eol),
+                  "trial %d: a rank forwarded a failure without "
+                  "its reason: %.*s",
+                  trial, eol ? (int)(eol - p) : 200, p);
     }
 }
 
-Test(train_launch, a_rank_that_cannot_open_its_data_is_named_and_its_peers_say_why,
-     .timeout = 180)
+Test(train_launch, a_rank_that_cannot_open_its_data_is_named_and_its_peers_say_why, .timeout = 180)
 {
     for (int trial = 0; trial < 3; trial++) {
         char log[64], *out;
         temp_log(log, sizeof log);
         int code = run_program((const char *[]){LAUNCH_BIN, "-n", "4", MINIGPT_BIN, "--data",
-                                                "/nonexistent", NULL}, log, &out);
+                                                "/nonexistent", NULL},
+                               log, &out);
         cr_assert_eq(code, 1, "trial %d: exit %d:\n%s", trial, code, out);
         int rank = -1;
         const char *report = strstr(out, "ROOT CAUSE: rank ");
         cr_assert(report && sscanf(report, "ROOT CAUSE: rank %d", &rank) == 1, "%s", out);
         char own[96];
-        snprintf(own, sizeof own, "    [%d] minigpt: rank %d: data: dataset: cannot open "
-                 "/nonexistent", rank, rank);
-        cr_assert(strstr(report, own), "trial %d: the root cause, rank %d, did not fail on its "
-                  "own (expected '%s'):\n%s", trial, rank, own, out);
+        snprintf(own, sizeof own,
+                 "    [%d] minigpt: rank %d: data: dataset: cannot open "
+                 "/nonexistent",
+                 rank, rank);
+        cr_assert(strstr(report, own),
+                  "trial %d: the root cause, rank %d, did not fail on its "
+                  "own (expected '%s'):\n%s",
+                  trial, rank, own, out);
         assert_reports_say_why(out, trial);
         free(out);
         unlink(log);

@@ -80,10 +80,12 @@ static dt_comm *join(const scenario_job *j, int rank, rank_result *r)
     o.log = quiet_log;
     dt_comm *c = NULL;
     dt_status st = dt_comm_init(&c, &o);
-    if (st == DT_OK) return c;
+    if (st == DT_OK)
+        return c;
     r->status = st;
     snprintf(r->msg, sizeof r->msg, "init: %s", c ? dt_comm_error(c) : "out of memory");
-    if (c) dt_comm_destroy(c);
+    if (c)
+        dt_comm_destroy(c);
     return NULL;
 }
 
@@ -106,27 +108,28 @@ static void *rank_main(void *p)
 {
     rank_arg *a = p;
     dt_comm *c = join(a->job, a->rank, &a->result);
-    if (c) a->fn(a, c); /* fn destroys c */
+    if (c)
+        a->fn(a, c); /* fn destroys c */
     return NULL;
 }
 
-static void run_ranks(const scenario_job *j, rank_arg *args,
-                      void (*fn)(rank_arg *a, dt_comm *c))
+static void run_ranks(const scenario_job *j, rank_arg *args, void (*fn)(rank_arg *a, dt_comm *c))
 {
     pthread_t t[MAX_RANKS];
     for (int r = 0; r < j->world; r++) {
         args[r] = (rank_arg){.job = j, .rank = r, .fn = fn, .result = {.status = DT_OK}};
         pthread_create(&t[r], NULL, rank_main, &args[r]);
     }
-    for (int r = 0; r < j->world; r++) pthread_join(t[r], NULL);
+    for (int r = 0; r < j->world; r++)
+        pthread_join(t[r], NULL);
 }
 
 /* ---- TAP ---------------------------------------------------------------- */
 
 static int tap_index, tap_failed;
 
-__attribute__((format(printf, 3, 4)))
-static void verdict(bool ok, const char *name, const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static void verdict(bool ok, const char *name,
+                                                          const char *fmt, ...)
 {
     char why[2048];
     va_list ap;
@@ -141,7 +144,10 @@ static void verdict(bool ok, const char *name, const char *fmt, ...)
     fflush(stdout);
 }
 
-static bool has(const char *msg, const char *part) { return strstr(msg, part) != NULL; }
+static bool has(const char *msg, const char *part)
+{
+    return strstr(msg, part) != NULL;
+}
 
 /* ---- abort -------------------------------------------------------------- */
 
@@ -173,7 +179,8 @@ static void abort_rank(rank_arg *a, dt_comm *c)
     pthread_t t;
     dt_status st = dt_allreduce_async(c, &x, 1, DT_F32, DT_SUM, &w);
     pthread_create(&t, NULL, abort_later, &ctx);
-    if (st == DT_OK) st = dt_work_wait(w);
+    if (st == DT_OK)
+        st = dt_work_wait(w);
     record(&a->result, st, c);
     dt_comm_destroy(c); /* before the join: no order with the aborting thread */
     pthread_join(t, NULL);
@@ -201,8 +208,12 @@ static void timeout_rank(rank_arg *a, dt_comm *c)
         return;
     }
     float x[4] = {1, 2, 3, 4};
-    dt_op op = {.kind = DT_OP_ALLREDUCE, .recv = x, .count = 4, .dtype = DT_F32,
-                .redop = DT_SUM, .timeout_s = 0.5};
+    dt_op op = {.kind = DT_OP_ALLREDUCE,
+                .recv = x,
+                .count = 4,
+                .dtype = DT_F32,
+                .redop = DT_SUM,
+                .timeout_s = 0.5};
     record(&a->result, dt_run(c, &op), c);
     dt_comm_destroy(c);
 }
@@ -215,8 +226,8 @@ static void scenario_timeout(void)
     run_ranks(&j, args, timeout_rank);
     rank_result *r = &args[0].result;
     verdict(r->status == DT_ETIMEDOUT && has(r->msg, "rank 1"),
-            "timeout: the op times out naming the silent rank", "%s: %s",
-            dt_status_name(r->status), r->msg);
+            "timeout: the op times out naming the silent rank", "%s: %s", dt_status_name(r->status),
+            r->msg);
 }
 
 /* ---- mismatch ----------------------------------------------------------- */
@@ -252,10 +263,12 @@ static void victim_main(const scenario_job *j)
 {
     rank_result r;
     dt_comm *c = join(j, 1, &r);
-    if (!c) _exit(1);
+    if (!c)
+        _exit(1);
     for (;;) {
         float x = 1;
-        if (dt_allreduce(c, &x, 1, DT_F32, DT_SUM) != DT_OK) _exit(1);
+        if (dt_allreduce(c, &x, 1, DT_F32, DT_SUM) != DT_OK)
+            _exit(1);
     }
 }
 
@@ -266,7 +279,8 @@ static void scenario_kill(void)
     scenario_job j;
     job_init(&j, "kill", 2, 20);
     pid_t pid = fork();
-    if (pid == 0) victim_main(&j);
+    if (pid == 0)
+        victim_main(&j);
     rank_result r = {.status = DT_OK};
     dt_comm *c = pid > 0 ? join(&j, 0, &r) : NULL;
     double killed_at = 0;
@@ -277,10 +291,12 @@ static void scenario_kill(void)
             killed_at = now_s();
         }
         dt_status st = dt_allreduce(c, &x, 1, DT_F32, DT_SUM);
-        if (st != DT_OK) record(&r, st, c);
+        if (st != DT_OK)
+            record(&r, st, c);
     }
     double noticed = now_s() - killed_at;
-    if (c) dt_comm_destroy(c);
+    if (c)
+        dt_comm_destroy(c);
     if (pid > 0) {
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
@@ -316,7 +332,8 @@ static void *ring_p2p(void *p)
             break;
         }
         dt_status sent = dt_send_async(a->comm, &out, 1, DT_I32, right, 7, &s);
-        if (sent == DT_OK) sent = dt_work_wait(s);
+        if (sent == DT_OK)
+            sent = dt_work_wait(s);
         dt_status got = dt_work_wait(r);
         a->ok = sent == DT_OK && got == DT_OK && in == left * 1000 + i;
     }
@@ -329,19 +346,23 @@ static bool async_collectives(dt_comm *c, int rank, int world)
 {
     int32_t a[ASYNC_COUNT], b[ASYNC_COUNT];
     for (int i = 0; i < ASYNC_ROUNDS; i++) {
-        for (int k = 0; k < ASYNC_COUNT; k++) a[k] = b[k] = rank + k + i;
+        for (int k = 0; k < ASYNC_COUNT; k++)
+            a[k] = b[k] = rank + k + i;
         dt_work *wa, *wb;
-        if (dt_allreduce_async(c, a, ASYNC_COUNT, DT_I32, DT_SUM, &wa) != DT_OK) return false;
+        if (dt_allreduce_async(c, a, ASYNC_COUNT, DT_I32, DT_SUM, &wa) != DT_OK)
+            return false;
         dt_status st = dt_allreduce_async(c, b, ASYNC_COUNT, DT_I32, DT_MAX, &wb);
         dt_status sa = dt_work_wait(wa);
-        if (st == DT_OK) st = dt_work_wait(wb);
-        if (sa != DT_OK || st != DT_OK) return false;
+        if (st == DT_OK)
+            st = dt_work_wait(wb);
+        if (sa != DT_OK || st != DT_OK)
+            return false;
         for (int k = 0; k < ASYNC_COUNT; k++)
-            if (a[k] != world * (k + i) + world * (world - 1) / 2 ||
-                b[k] != world - 1 + k + i)
+            if (a[k] != world * (k + i) + world * (world - 1) / 2 || b[k] != world - 1 + k + i)
                 return false;
         int32_t v = rank == i % world ? i : -1; /* the root's value wins */
-        if (dt_broadcast(c, &v, 1, DT_I32, i % world) != DT_OK || v != i) return false;
+        if (dt_broadcast(c, &v, 1, DT_I32, i % world) != DT_OK || v != i)
+            return false;
     }
     return true;
 }
@@ -383,10 +404,8 @@ static const struct {
     void (*run)(void);
 } scenarios[] = {
     {"kill", scenario_kill}, /* first: it forks, before any thread exists */
-    {"abort", scenario_abort},
-    {"timeout", scenario_timeout},
-    {"mismatch", scenario_mismatch},
-    {"async", scenario_async},
+    {"abort", scenario_abort},       {"timeout", scenario_timeout},
+    {"mismatch", scenario_mismatch}, {"async", scenario_async},
 };
 enum { NUM_SCENARIOS = sizeof scenarios / sizeof scenarios[0] };
 
@@ -394,10 +413,12 @@ int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
     bool want[NUM_SCENARIOS];
-    for (int s = 0; s < NUM_SCENARIOS; s++) want[s] = argc < 2;
+    for (int s = 0; s < NUM_SCENARIOS; s++)
+        want[s] = argc < 2;
     for (int i = 1; i < argc; i++) {
         int s = 0;
-        while (s < NUM_SCENARIOS && strcmp(argv[i], scenarios[s].name) != 0) s++;
+        while (s < NUM_SCENARIOS && strcmp(argv[i], scenarios[s].name) != 0)
+            s++;
         if (s == NUM_SCENARIOS) {
             fprintf(stderr, "tsan_driver: unknown scenario '%s'\n", argv[i]);
             return 2;
@@ -409,6 +430,7 @@ int main(int argc, char **argv)
         planned += want[s] ? (strcmp(scenarios[s].name, "mismatch") == 0 ? 2 : 1) : 0;
     printf("1..%d\n", planned);
     for (int s = 0; s < NUM_SCENARIOS; s++)
-        if (want[s]) scenarios[s].run();
+        if (want[s])
+            scenarios[s].run();
     return tap_failed == 0 && tap_index == planned ? 0 : 1;
 }

@@ -31,9 +31,8 @@
 
 static dt_status ck_fail(mg_run *r, dt_status st, const char *what)
 {
-    snprintf(r->err, sizeof r->err, "rank %d: checkpoint: %s: %s", r->rank,
-             what, r->ck && *dt_ckpt_error(r->ck) ? dt_ckpt_error(r->ck)
-                                                  : dt_status_name(st));
+    snprintf(r->err, sizeof r->err, "rank %d: checkpoint: %s: %s", r->rank, what,
+             r->ck && *dt_ckpt_error(r->ck) ? dt_ckpt_error(r->ck) : dt_status_name(st));
     return st;
 }
 
@@ -93,9 +92,10 @@ static dt_status check_writable(mg_run *r, const char *root)
         return ck_fail(r, st, "agreeing that --ckpt-dir is writable");
     if (ok)
         return DT_OK;
-    snprintf(r->err, sizeof r->err, "rank %d: checkpoint: --ckpt-dir %.300s: %s "
-             "(checked at start, before step 1)", r->rank, root,
-             why[0] ? why : "another rank cannot write it");
+    snprintf(r->err, sizeof r->err,
+             "rank %d: checkpoint: --ckpt-dir %.300s: %s "
+             "(checked at start, before step 1)",
+             r->rank, root, why[0] ? why : "another rank cannot write it");
     return DT_ESYS;
 }
 
@@ -112,7 +112,8 @@ dt_status mg_ckpt_open(mg_run *r)
     if (!root)
         return DT_OK;
     if (o->ckpt_dir && o->ckpt_every <= 0 && r->rank == 0)
-        fprintf(stderr, "minigpt: note: --ckpt-dir %s is given but no save is "
+        fprintf(stderr,
+                "minigpt: note: --ckpt-dir %s is given but no save is "
                 "scheduled (--ckpt-every is 0): this run writes no checkpoint\n",
                 o->ckpt_dir);
     dt_ckpt_options co = {.keep = o->keep, .allow_reshard = true};
@@ -124,7 +125,9 @@ dt_status mg_ckpt_open(mg_run *r)
 
 static int rm_one(const char *p, const struct stat *sb, int f, struct FTW *w)
 {
-    (void)sb; (void)f; (void)w;
+    (void)sb;
+    (void)f;
+    (void)w;
     return remove(p);
 }
 
@@ -142,8 +145,7 @@ void mg_ckpt_close(mg_run *r)
 static uint64_t global_batch(const mg_run *r)
 {
     if (r->pipe)
-        return (uint64_t)r->dp * (uint64_t)mg_microbatches(&r->o) *
-               (uint64_t)r->o.batch;
+        return (uint64_t)r->dp * (uint64_t)mg_microbatches(&r->o) * (uint64_t)r->o.batch;
     return (uint64_t)r->world * (uint64_t)r->o.grad_accum * (uint64_t)r->o.batch;
 }
 
@@ -158,8 +160,7 @@ static dt_status state_of(mg_run *r, dt_ckpt_state *s)
 
 /* The step directory --resume names: "auto" = latest under --ckpt-dir (or
  * none yet), a directory with a manifest, or a root with a latest. */
-static dt_status resume_dir(mg_run *r, dt_ckpt *h, char *dir, size_t len,
-                            bool *none)
+static dt_status resume_dir(mg_run *r, dt_ckpt *h, char *dir, size_t len, bool *none)
 {
     const char *what = r->o.resume;
     char man[4200];
@@ -213,12 +214,11 @@ dt_status mg_ckpt_resume(mg_run *r)
         code = RESUME_FAILED;
     else if (resume_dir(r, h, dir, sizeof dir, &none) != DT_OK)
         code = none ? RESUME_NONE : RESUME_FAILED;
-    else if (state_of(r, &dev) != DT_OK ||
-             mg_state_mirror(r, &dev, &s, false) != DT_OK)
+    else if (state_of(r, &dev) != DT_OK || mg_state_mirror(r, &dev, &s, false) != DT_OK)
         code = RESUME_FAILED;
     if (code == RESUME_FAILED)
-        snprintf(msg, sizeof msg, "resume: %s", h && *dt_ckpt_error(h)
-                 ? dt_ckpt_error(h) : "out of memory");
+        snprintf(msg, sizeof msg, "resume: %s",
+                 h && *dt_ckpt_error(h) ? dt_ckpt_error(h) : "out of memory");
     dt_status st = agree_range(r, code, &lo, &hi);
     if (st == DT_OK && lo == RESUME_READY &&
         dt_ckpt_load_collective(h, r->comm, dir, &s) != DT_OK) {
@@ -232,19 +232,21 @@ dt_status mg_ckpt_resume(mg_run *r)
         dt_ckpt_close(h);
     if (st != DT_OK || lo != hi || lo == RESUME_FAILED) {
         snprintf(r->err, sizeof r->err, "rank %d: checkpoint: %s", r->rank,
-                 msg[0] ? msg : lo != hi ? "ranks disagree on whether there "
-                 "is a checkpoint to resume from" : "another rank could not "
-                 "find the checkpoint");
+                 msg[0]     ? msg
+                 : lo != hi ? "ranks disagree on whether there "
+                              "is a checkpoint to resume from"
+                            : "another rank could not "
+                              "find the checkpoint");
         return st != DT_OK ? st : DT_EPROTO;
     }
     if (lo == RESUME_NONE) {
         if (r->rank == 0)
-            printf("resume: no checkpoint under %s yet, starting at step 0\n",
-                   r->o.ckpt_dir);
+            printf("resume: no checkpoint under %s yet, starting at step 0\n", r->o.ckpt_dir);
         return DT_OK;
     }
     if (s.step > INT_MAX) { /* every rank loaded the same step: all fail */
-        snprintf(r->err, sizeof r->err, "rank %d: checkpoint: resume: %.400s: "
+        snprintf(r->err, sizeof r->err,
+                 "rank %d: checkpoint: resume: %.400s: "
                  "step %ld is past the last step the trainer counts (%d)",
                  r->rank, dir, s.step, INT_MAX);
         return DT_EINVAL;
@@ -259,8 +261,7 @@ dt_status mg_ckpt_resume(mg_run *r)
 
 /* Reloads what was just saved (collectively: every rank calls this) and
  * compares it with memory, every array. */
-static bool snapshot_equal(mg_run *r, const dt_ckpt_state *live, char *why,
-                           size_t len)
+static bool snapshot_equal(mg_run *r, const dt_ckpt_state *live, char *why, size_t len)
 {
     char dir[4200];
     dt_ckpt_state s = *live;
@@ -287,12 +288,13 @@ static bool snapshot_equal(mg_run *r, const dt_ckpt_state *live, char *why,
         snprintf(why, len, "reload: %s", dt_ckpt_error(r->ck));
         ok = false;
     }
-    const char *diff = !ok ? NULL
-        : memcmp(s.params, live->params, n * sizeof(float)) ? "parameters"
-        : live->master && memcmp(s.master, live->master, live->opt_n * 4) ? "master"
-        : memcmp(s.adam_m, live->adam_m, live->opt_n * sizeof(float)) ? "m"
-        : memcmp(s.adam_v, live->adam_v, live->opt_n * sizeof(float)) ? "v"
-        : s.step != live->step || s.data_row != live->data_row ? "step" : NULL;
+    const char *diff = !ok                                                 ? NULL
+                       : memcmp(s.params, live->params, n * sizeof(float)) ? "parameters"
+                       : live->master && memcmp(s.master, live->master, live->opt_n * 4) ? "master"
+                       : memcmp(s.adam_m, live->adam_m, live->opt_n * sizeof(float))     ? "m"
+                       : memcmp(s.adam_v, live->adam_v, live->opt_n * sizeof(float))     ? "v"
+                       : s.step != live->step || s.data_row != live->data_row            ? "step"
+                                                                                         : NULL;
     if (diff) {
         snprintf(why, len, "the reloaded %s differ from memory", diff);
         ok = false;
@@ -346,14 +348,16 @@ static dt_status save_and_verify(mg_run *r, const dt_ckpt_state *sp, int done)
     if ((st = agree(r, &all)) != DT_OK)
         return ck_fail(r, st, "agreeing on the verification");
     if (!all) {
-        snprintf(r->err, sizeof r->err, "rank %d: RESUME NOT VERIFIED at step "
-                 "%d: %s", r->rank, done, why);
+        snprintf(r->err, sizeof r->err,
+                 "rank %d: RESUME NOT VERIFIED at step "
+                 "%d: %s",
+                 r->rank, done, why);
         return DT_EPROTO;
     }
     r->verified = true;
     if (r->rank == 0)
         printf("RESUME VERIFIED: step %d reloaded on %d ranks, parameters, "
-               "%smoments m and v, and step byte-equal to memory\n", done,
-               r->world, r->zero1 ? "master shard, " : "");
+               "%smoments m and v, and step byte-equal to memory\n",
+               done, r->world, r->zero1 ? "master shard, " : "");
     return DT_OK;
 }

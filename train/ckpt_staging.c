@@ -36,8 +36,7 @@ static void arrays_of(dt_ckpt_state *s, float **p[4], size_t n[4])
     n[1] = n[2] = n[3] = s->opt_n;
 }
 
-dt_status mg_state_mirror(mg_run *r, const dt_ckpt_state *dev,
-                          dt_ckpt_state *host, bool copy_out)
+dt_status mg_state_mirror(mg_run *r, const dt_ckpt_state *dev, dt_ckpt_state *host, bool copy_out)
 {
     *host = *dev;
     if (!mg_state_on_device(r))
@@ -61,14 +60,12 @@ dt_status mg_state_mirror(mg_run *r, const dt_ckpt_state *dev,
     return DT_OK;
 }
 
-void mg_state_copy_in(mg_run *r, const dt_ckpt_state *dev,
-                      const dt_ckpt_state *host)
+void mg_state_copy_in(mg_run *r, const dt_ckpt_state *dev, const dt_ckpt_state *host)
 {
     if (!mg_state_on_device(r))
         return;
     float *d[4] = {dev->params, dev->master, dev->adam_m, dev->adam_v};
-    const float *h[4] = {host->params, host->master, host->adam_m,
-                         host->adam_v};
+    const float *h[4] = {host->params, host->master, host->adam_m, host->adam_v};
     size_t n[4] = {dev->num_params, dev->opt_n, dev->opt_n, dev->opt_n};
     for (int i = 0; i < 4; i++)
         if (d[i] && h[i] && n[i])

@@ -23,15 +23,14 @@
 
 /* K_INT is a count (>= 0), K_POS a positive one (>= 1); K_U64 is
  * unsigned, a '-' refused rather than wrapped. */
-typedef enum kind { K_INT, K_POS, K_U64, K_FLOAT, K_DOUBLE, K_STR, K_BOOL,
-                    K_PARALLEL } kind;
+typedef enum kind { K_INT, K_POS, K_U64, K_FLOAT, K_DOUBLE, K_STR, K_BOOL, K_PARALLEL } kind;
 
 typedef struct flag {
     const char *name;  /* --name */
     const char *alias; /* -X, or NULL */
     kind kind;
-    size_t offset;     /* into mg_options */
-    const char *arg;   /* placeholder in the usage */
+    size_t offset;   /* into mg_options */
+    const char *arg; /* placeholder in the usage */
     const char *help;
 } flag;
 
@@ -54,15 +53,13 @@ static const flag flags[] = {
      "shards (a file or a glob, 'train_*.bin'; the vocabulary becomes GPT-2's "
      "50257 unless -V is given) or a text file (bytes)"},
     {"--parallel", NULL, K_PARALLEL, OPT(parallel), "MODE", "ddp or zero1"},
-    {"--bucket-mb", NULL, K_DOUBLE, OPT(bucket_mb), "MB",
-     "DDP gradient bucket size (0 = 25 MB)"},
+    {"--bucket-mb", NULL, K_DOUBLE, OPT(bucket_mb), "MB", "DDP gradient bucket size (0 = 25 MB)"},
     {"--log-every", NULL, K_POS, OPT(log_every), "N", "print a step line every N steps"},
     {"--eval-every", NULL, K_INT, OPT(eval_every), "N",
      "task accuracy every N steps (0 = at the end only)"},
     {"--sample", NULL, K_INT, OPT(sample), "N", "tokens to generate at the end"},
     {"--metrics", NULL, K_STR, OPT(metrics), "FILE", "JSONL metrics (rank 0)"},
-    {"--loss-table", NULL, K_BOOL, OPT(loss_table), NULL,
-     "print every step's loss at the end"},
+    {"--loss-table", NULL, K_BOOL, OPT(loss_table), NULL, "print every step's loss at the end"},
     {"--check-replicas", NULL, K_BOOL, OPT(check_replicas), NULL,
      "compare parameter hashes across ranks after every step"},
     {"--threads", "-t", K_POS, OPT(threads), "N", "OpenBLAS threads per rank"},
@@ -107,11 +104,21 @@ static const flag flags[] = {
 
 void mg_options_default(mg_options *o)
 {
-    *o = (mg_options){.cfg = dt_config_seed(), .batch = 16, .steps = 600,
-                      .grad_accum = 1, .lr = 3e-3f, .seed = 1337, .data = "task",
-                      .parallel = MG_DDP, .log_every = 50, .eval_every = 200,
-                      .sample = 48, .threads = 1, .schedule = "1f1b",
-                      .pp_partition = "params", .device = "cpu"};
+    *o = (mg_options){.cfg = dt_config_seed(),
+                      .batch = 16,
+                      .steps = 600,
+                      .grad_accum = 1,
+                      .lr = 3e-3f,
+                      .seed = 1337,
+                      .data = "task",
+                      .parallel = MG_DDP,
+                      .log_every = 50,
+                      .eval_every = 200,
+                      .sample = 48,
+                      .threads = 1,
+                      .schedule = "1f1b",
+                      .pp_partition = "params",
+                      .device = "cpu"};
 }
 
 /* A preset is a function of the options: it sets what it names. */
@@ -176,11 +183,14 @@ static void preset_pipeline(mg_options *o)
 }
 
 static const preset presets[] = {
-    {"seed", "4 ranks, 20 steps, batch 4, lr 5e-3, ZeRO-1, random tokens, "
-             "checkpoint at step 10 verified (RESUME VERIFIED)", preset_seed},
+    {"seed",
+     "4 ranks, 20 steps, batch 4, lr 5e-3, ZeRO-1, random tokens, "
+     "checkpoint at step 10 verified (RESUME VERIFIED)",
+     preset_seed},
     {"865k", "V=256 C=128 H=4 L=4 T=64, batch 8, DDP with 1 MB buckets", preset_865k},
-    {"pipeline", "the pipeline lesson: 4 ranks = 4 stages, 8 micro-batches "
-                 "of 1F1B, a measured Gantt chart and bubble table",
+    {"pipeline",
+     "the pipeline lesson: 4 ranks = 4 stages, 8 micro-batches "
+     "of 1F1B, a measured Gantt chart and bubble table",
      preset_pipeline},
 };
 #define NPRESETS (sizeof presets / sizeof presets[0])
@@ -194,8 +204,12 @@ static void print_default(FILE *f, const flag *fl, const mg_options *d)
     case K_U64: fprintf(f, " (default %llu)", (unsigned long long)*(const uint64_t *)p); break;
     case K_FLOAT: fprintf(f, " (default %g)", (double)*(const float *)p); break;
     case K_DOUBLE: fprintf(f, " (default %g)", *(const double *)p); break;
-    case K_STR: fprintf(f, " (default %s)", *(const char *const *)p ? *(const char *const *)p : "none"); break;
-    case K_PARALLEL: fprintf(f, " (default %s)", *(const mg_parallel *)p == MG_ZERO1 ? "zero1" : "ddp"); break;
+    case K_STR:
+        fprintf(f, " (default %s)", *(const char *const *)p ? *(const char *const *)p : "none");
+        break;
+    case K_PARALLEL:
+        fprintf(f, " (default %s)", *(const mg_parallel *)p == MG_ZERO1 ? "zero1" : "ddp");
+        break;
     case K_BOOL: break;
     }
 }
@@ -204,15 +218,17 @@ void mg_usage(FILE *f, const char *prog)
 {
     mg_options d;
     mg_options_default(&d);
-    fprintf(f, "usage: %s [--preset NAME] [flags]\n"
-               "Trains MiniGPT as one rank of a job started by dtrain-launch,\n"
-               "mpirun or srun (RANK/WORLD_SIZE/DT_INIT_URL from the environment),\n"
-               "or alone when no world size is set.\n\n", prog);
+    fprintf(f,
+            "usage: %s [--preset NAME] [flags]\n"
+            "Trains MiniGPT as one rank of a job started by dtrain-launch,\n"
+            "mpirun or srun (RANK/WORLD_SIZE/DT_INIT_URL from the environment),\n"
+            "or alone when no world size is set.\n\n",
+            prog);
     for (size_t i = 0; i < NFLAGS; i++) {
         const flag *fl = &flags[i];
         char left[48];
-        snprintf(left, sizeof left, "%s%s%s %s", fl->alias ? fl->alias : "",
-                 fl->alias ? ", " : "", fl->name, fl->arg ? fl->arg : "");
+        snprintf(left, sizeof left, "%s%s%s %s", fl->alias ? fl->alias : "", fl->alias ? ", " : "",
+                 fl->name, fl->arg ? fl->arg : "");
         fprintf(f, "  %-24s %s", left, fl->help);
         print_default(f, fl, &d);
         fputc('\n', f);
@@ -280,8 +296,8 @@ static bool set_value(mg_options *o, const flag *fl, const char *text)
 /* "--steps: must be a positive integer, got '-5'", and where to look. */
 static int bad_value(const char *prog, const flag *fl, const char *text)
 {
-    fprintf(stderr, "%s: %s: must be %s, got '%s' (--help lists the flags)\n",
-            prog, fl->name, kind_wants(fl->kind), text);
+    fprintf(stderr, "%s: %s: must be %s, got '%s' (--help lists the flags)\n", prog, fl->name,
+            kind_wants(fl->kind), text);
     return 2;
 }
 
@@ -289,8 +305,7 @@ static const flag *find_flag(const char *arg, size_t len)
 {
     for (size_t i = 0; i < NFLAGS; i++)
         if ((strlen(flags[i].name) == len && !strncmp(arg, flags[i].name, len)) ||
-            (flags[i].alias && strlen(flags[i].alias) == len &&
-             !strncmp(arg, flags[i].alias, len)))
+            (flags[i].alias && strlen(flags[i].alias) == len && !strncmp(arg, flags[i].alias, len)))
             return &flags[i];
     return NULL;
 }
@@ -314,22 +329,26 @@ static int check_pipeline(const mg_options *o, const char *prog)
     if (o->pp < 0 || o->dp < 0 || o->microbatches < 0)
         return bad(prog, "counts must be >= 0:", "--pp/--dp/--microbatches");
     if (o->dp > 0 && o->pp == 0)
-        return bad(prog, "--dp counts the replicas of a pipeline; without "
-                   "--pp every rank is one:", "--dp");
+        return bad(prog,
+                   "--dp counts the replicas of a pipeline; without "
+                   "--pp every rank is one:",
+                   "--dp");
     if (!dt_pipe_kind_parse(o->schedule, &k))
         return bad(prog, "not a schedule (gpipe, 1f1b, zb):", o->schedule);
     if (!dt_pipe_partition_parse(o->pp_partition, &pk))
-        return bad(prog, "not a partition (params, uniform):",
-                   o->pp_partition);
+        return bad(prog, "not a partition (params, uniform):", o->pp_partition);
     if (o->pp == 0 && (o->gantt || o->bubble_table))
-        return bad(prog, "a Gantt chart and the bubble table need a "
-                   "pipeline:", "--gantt/--bubble-table without --pp");
+        return bad(prog,
+                   "a Gantt chart and the bubble table need a "
+                   "pipeline:",
+                   "--gantt/--bubble-table without --pp");
     if (o->pp == 0)
         return 0;
-    if (o->microbatches > 0 && o->grad_accum > 1 &&
-        o->microbatches != o->grad_accum)
-        return bad(prog, "--microbatches and --grad-accum disagree (they "
-                   "are the same thing in a pipeline):", "--microbatches");
+    if (o->microbatches > 0 && o->grad_accum > 1 && o->microbatches != o->grad_accum)
+        return bad(prog,
+                   "--microbatches and --grad-accum disagree (they "
+                   "are the same thing in a pipeline):",
+                   "--microbatches");
     return 0;
 }
 
@@ -339,17 +358,17 @@ static int check(const mg_options *o, const char *prog)
     if (dt_config_check(&o->cfg, err, sizeof err) != DT_OK)
         return bad(prog, err, "model config");
     if (o->batch < 1 || o->steps < 1 || o->grad_accum < 1 || o->log_every < 1 ||
-        o->eval_every < 0 || o->sample < 0 || o->threads < 1 ||
-        o->ckpt_every < 0 || o->keep < 0 || o->die_at_step < 0)
-        return bad(prog, "counts must be positive:", "batch/steps/grad-accum/"
+        o->eval_every < 0 || o->sample < 0 || o->threads < 1 || o->ckpt_every < 0 || o->keep < 0 ||
+        o->die_at_step < 0)
+        return bad(prog, "counts must be positive:",
+                   "batch/steps/grad-accum/"
                    "log-every/threads >= 1, eval-every/sample/ckpt-every/keep/"
                    "die-at-step >= 0");
     if (o->resume && strcmp(o->resume, "auto") == 0 && !o->ckpt_dir)
         return bad(prog, "--resume auto needs", "--ckpt-dir");
     if (!(o->lr > 0) || !isfinite(o->lr) || o->bucket_mb < 0)
         return bad(prog, "lr must be > 0 and bucket-mb >= 0", "lr/bucket-mb");
-    if (strcmp(o->device, "cpu") && strcmp(o->device, "cuda") &&
-        strcmp(o->device, "cuda-host"))
+    if (strcmp(o->device, "cpu") && strcmp(o->device, "cuda") && strcmp(o->device, "cuda-host"))
         return bad(prog, "--device is cpu, cuda or cuda-host, not", o->device);
     if (o->pp > 0 && strcmp(o->device, "cpu"))
         return bad(prog, "--pp runs on the CPU backend for now; drop", "--device");
@@ -365,7 +384,7 @@ int mg_options_parse(mg_options *o, int argc, char **argv)
             return 1;
         }
         if (strncmp(argv[i], "--preset", 8) == 0) {
-            const char *v = argv[i][8] == '=' ? argv[i] + 9
+            const char *v = argv[i][8] == '='                    ? argv[i] + 9
                             : argv[i][8] == '\0' && i + 1 < argc ? argv[i + 1]
                                                                  : NULL;
             if (!v)

@@ -16,41 +16,41 @@
 typedef enum mg_parallel { MG_DDP = 0, MG_ZERO1 } mg_parallel;
 
 typedef struct mg_options {
-    dt_config cfg;         /* -V -C -H -L -T */
-    bool vocab_set;        /* -V given: token shards do not resize it */
-    int batch;             /* sequences per rank per micro-step */
+    dt_config cfg;  /* -V -C -H -L -T */
+    bool vocab_set; /* -V given: token shards do not resize it */
+    int batch;      /* sequences per rank per micro-step */
     int steps;
-    int grad_accum;        /* micro-steps per optimizer step */
+    int grad_accum; /* micro-steps per optimizer step */
     float lr;
     uint64_t seed;
-    const char *data;      /* NULL: embedded task; "random"; an llm.c
+    const char *data; /* NULL: embedded task; "random"; an llm.c
                               token shard or a glob of them; else text */
     mg_parallel parallel;
-    double bucket_mb;      /* DDP bucket cap; 0 = 25 MB */
-    int log_every;         /* print a step line every N steps */
-    int eval_every;        /* task accuracy every N steps; 0 = end only */
-    int sample;            /* tokens to generate at the end */
-    const char *metrics;   /* JSONL file, or NULL */
-    const char *preset;    /* the preset applied, or NULL */
-    int expect_ranks;      /* the preset's world size; 0 = any */
-    bool loss_table;       /* print every step's loss at the end */
-    bool check_replicas;   /* compare parameter hashes after every step */
-    int threads;           /* OpenBLAS threads per rank */
-    const char *device;    /* "cpu"; "cuda": GPU LOCAL_RANK of this node;
+    double bucket_mb;         /* DDP bucket cap; 0 = 25 MB */
+    int log_every;            /* print a step line every N steps */
+    int eval_every;           /* task accuracy every N steps; 0 = end only */
+    int sample;               /* tokens to generate at the end */
+    const char *metrics;      /* JSONL file, or NULL */
+    const char *preset;       /* the preset applied, or NULL */
+    int expect_ranks;         /* the preset's world size; 0 = any */
+    bool loss_table;          /* print every step's loss at the end */
+    bool check_replicas;      /* compare parameter hashes after every step */
+    int threads;              /* OpenBLAS threads per rank */
+    const char *device;       /* "cpu"; "cuda": GPU LOCAL_RANK of this node;
                               "cuda-host": the CUDA kernels on the host */
-    const char *ckpt_dir;  /* checkpoint root, or NULL */
-    int ckpt_every;        /* save every K steps; 0 = never */
-    int keep;              /* keep the K newest checkpoints; 0 = all */
-    const char *resume;    /* "auto", a root or a step directory, or NULL */
-    bool verify_resume;    /* reload the first checkpoint and compare */
-    int die_at_step;       /* fault injection: the last rank SIGKILLs itself */
-    int pp;                /* pipeline stages; 0 = no pipeline */
-    int dp;                /* with --pp: replicas; 0 = world / pp */
-    const char *trace;     /* Chrome trace-event JSON to write, or NULL */
-    bool gantt;            /* --pp: print the last step as a Gantt chart */
-    bool bubble_table;     /* --pp: measure every schedule's bubble */
-    int microbatches;      /* per pipelined step; 0 = --grad-accum */
-    const char *schedule;  /* gpipe, 1f1b or zb */
+    const char *ckpt_dir;     /* checkpoint root, or NULL */
+    int ckpt_every;           /* save every K steps; 0 = never */
+    int keep;                 /* keep the K newest checkpoints; 0 = all */
+    const char *resume;       /* "auto", a root or a step directory, or NULL */
+    bool verify_resume;       /* reload the first checkpoint and compare */
+    int die_at_step;          /* fault injection: the last rank SIGKILLs itself */
+    int pp;                   /* pipeline stages; 0 = no pipeline */
+    int dp;                   /* with --pp: replicas; 0 = world / pp */
+    const char *trace;        /* Chrome trace-event JSON to write, or NULL */
+    bool gantt;               /* --pp: print the last step as a Gantt chart */
+    bool bubble_table;        /* --pp: measure every schedule's bubble */
+    int microbatches;         /* per pipelined step; 0 = --grad-accum */
+    const char *schedule;     /* gpipe, 1f1b or zb */
     const char *pp_partition; /* params or uniform */
 } mg_options;
 

@@ -49,8 +49,7 @@ static void my_timeline(const mg_run *r, double *out, int cap)
 
 /* One stage's two rows: the kind and the micro-batch covering most of
  * each column of [origin, origin + span). */
-static void draw_stage(FILE *f, int q, const double *ev, int cap,
-                       double origin, double span)
+static void draw_stage(FILE *f, int q, const double *ev, int cap, double origin, double span)
 {
     char kind[GANTT_WIDTH + 1], mb[GANTT_WIDTH + 1];
     double best[GANTT_WIDTH] = {0};
@@ -99,11 +98,12 @@ dt_status mg_lesson_gantt(FILE *f, mg_run *r)
             origin = origin == 0 || e[G_T0] < origin ? e[G_T0] : origin;
             end = e[G_T1] > end ? e[G_T1] : end;
         }
-        fprintf(f, "gantt: the last step of %s on %d stages, %d micro-batches,"
-                   " measured (%.2f ms, one column = %.3f ms; F forward, B "
-                   "backward%s, . idle; below: micro-batch mod 10)\n",
-                dt_pipe_kind_name(r->sched->kind), P, r->sched->m,
-                1e3 * (end - origin), 1e3 * (end - origin) / GANTT_WIDTH,
+        fprintf(f,
+                "gantt: the last step of %s on %d stages, %d micro-batches,"
+                " measured (%.2f ms, one column = %.3f ms; F forward, B "
+                "backward%s, . idle; below: micro-batch mod 10)\n",
+                dt_pipe_kind_name(r->sched->kind), P, r->sched->m, 1e3 * (end - origin),
+                1e3 * (end - origin) / GANTT_WIDTH,
                 r->sched->split_backward ? " (input half), W weight half" : "");
         for (int q = 0; q < P; q++)
             draw_stage(f, q, all + (size_t)q * per, cap, origin, end - origin);
@@ -112,8 +112,7 @@ dt_status mg_lesson_gantt(FILE *f, mg_run *r)
     free(all);
     if (st != DT_OK)
         snprintf(r->err, sizeof r->err, "rank %d: gantt: %s", r->rank,
-                 r->pipe_comm ? dt_comm_error(r->pipe_comm)
-                              : dt_status_name(st));
+                 r->pipe_comm ? dt_comm_error(r->pipe_comm) : dt_status_name(st));
     return st;
 }
 
@@ -125,22 +124,19 @@ enum { S_WALL, S_COMPUTE, S_ACT_BYTES, S_ACT_SETS, S_FIELDS };
 
 /* One schedule at m micro-batches on this stage, REPS steps after a
  * warm-up: out[S_*]. x, y: MAX_M micro-batches of (B, T) tokens. */
-static dt_status measure(mg_run *r, dt_pipe_kind kind, int m, const int *x,
-                         const int *y, double *out)
+static dt_status measure(mg_run *r, dt_pipe_kind kind, int m, const int *x, const int *y,
+                         double *out)
 {
     const mg_options *o = &r->o;
     char err[256];
     size_t rows = (size_t)o->batch * o->cfg.T;
-    dt_pipe_schedule *s = dt_pipe_schedule_create(kind, o->pp, m, err,
-                                                  sizeof err);
+    dt_pipe_schedule *s = dt_pipe_schedule_create(kind, o->pp, m, err, sizeof err);
     if (!s)
         return DT_EINVAL;
-    dt_stage_spec sp = {r->m->l0, r->m->l1, s->act_slots[r->stage],
-                        s->grad_slots[r->stage]};
+    dt_stage_spec sp = {r->m->l0, r->m->l1, s->act_slots[r->stage], s->grad_slots[r->stage]};
     dt_model *sm = NULL;
     dt_pipe *pp = NULL;
-    dt_status st = dt_model_create_stage(&sm, &o->cfg, dt_backend_cpu(),
-                                         o->batch, &sp);
+    dt_status st = dt_model_create_stage(&sm, &o->cfg, dt_backend_cpu(), o->batch, &sp);
     if (st == DT_OK) {
         dt_model_init(sm, o->seed);
         st = dt_pipe_create(&pp, r->pipe_comm, sm, s);
@@ -151,19 +147,16 @@ static dt_status measure(mg_run *r, dt_pipe_kind kind, int m, const int *x,
     int first = r->stage == 0, last = r->stage == o->pp - 1;
     for (int rep = 0; rep <= REPS && st == DT_OK; rep++) {
         dt_model_zero_grad(sm);
-        st = dt_pipe_run(pp, first ? in : NULL, last ? tg : NULL, o->batch,
-                         o->cfg.T, NULL);
+        st = dt_pipe_run(pp, first ? in : NULL, last ? tg : NULL, o->batch, o->cfg.T, NULL);
         dt_pipe_stats ps;
         dt_pipe_last_stats(pp, &ps);
         if (rep > 0) { /* the first warms up */
             out[S_WALL] += ps.wall_s;
-            out[S_COMPUTE] += ps.op_s[DT_PIPE_F] + ps.op_s[DT_PIPE_B] +
-                              ps.op_s[DT_PIPE_W];
+            out[S_COMPUTE] += ps.op_s[DT_PIPE_F] + ps.op_s[DT_PIPE_B] + ps.op_s[DT_PIPE_W];
         }
     }
     if (st != DT_OK && pp)
-        snprintf(r->err, sizeof r->err, "rank %d: bubble table: %s", r->rank,
-                 dt_pipe_error(pp));
+        snprintf(r->err, sizeof r->err, "rank %d: bubble table: %s", r->rank, dt_pipe_error(pp));
     out[S_ACT_SETS] = sp.act_slots + sp.grad_slots;
     out[S_ACT_BYTES] = out[S_ACT_SETS] * (sm ? (double)sm->num_acts * 4 : 0);
     dt_pipe_destroy(pp);
@@ -182,10 +175,8 @@ static dt_status sweep_data(mg_run *r, int **x, int **y)
     if (!*x || !*y)
         return DT_ENOMEM;
     for (int j = 0; j < MAX_M; j++) {
-        dt_status st = dt_dataset_batch(*x + j * rows, *y + j * rows, r->data,
-                                        DT_TRAIN, o->seed,
-                                        (uint64_t)j * o->batch, o->batch,
-                                        o->cfg.T);
+        dt_status st = dt_dataset_batch(*x + j * rows, *y + j * rows, r->data, DT_TRAIN, o->seed,
+                                        (uint64_t)j * o->batch, o->batch, o->cfg.T);
         if (st != DT_OK)
             return st;
     }
@@ -202,9 +193,11 @@ static void print_bubbles(FILE *f, const mg_run *r, const double *all)
 {
     int P = r->o.pp;
     size_t per_stage = (size_t)DT_PIPE_NUM_KINDS * NM * S_FIELDS;
-    fprintf(f, "bubble: idle / step time of each stage (measured: 1 - "
-               "compute/wall over %d steps after a warm-up) beside the closed "
-               "form (F = 1, B = 2, W = 1), p = %d\n  %4s", REPS, P, "m");
+    fprintf(f,
+            "bubble: idle / step time of each stage (measured: 1 - "
+            "compute/wall over %d steps after a warm-up) beside the closed "
+            "form (F = 1, B = 2, W = 1), p = %d\n  %4s",
+            REPS, P, "m");
     for (int k = 0; k < DT_PIPE_NUM_KINDS; k++) {
         fprintf(f, " | %-5s closed", dt_pipe_kind_name((dt_pipe_kind)k));
         for (int q = 0; q < P; q++)
@@ -217,26 +210,25 @@ static void print_bubbles(FILE *f, const mg_run *r, const double *all)
             char closed[16] = "-"; /* ZB-H1 has none for m < p */
             if (k != DT_PIPE_ZB || sweep_m[i] >= P)
                 snprintf(closed, sizeof closed, "%.1f%%",
-                         100 * mg_closed_form_bubble((dt_pipe_kind)k, P,
-                                                     sweep_m[i]));
+                         100 * mg_closed_form_bubble((dt_pipe_kind)k, P, sweep_m[i]));
             fprintf(f, " | %12s", closed);
             for (int q = 0; q < P; q++)
-                fprintf(f, " %3.0f%%", measured(all + q * per_stage +
-                        ((size_t)k * NM + i) * S_FIELDS));
+                fprintf(f, " %3.0f%%",
+                        measured(all + q * per_stage + ((size_t)k * NM + i) * S_FIELDS));
         }
         fprintf(f, "\n");
     }
-    fprintf(f, "peak activation memory per stage at m = %d (activation + "
-               "gradient sets alive x bytes per set):\n  %5s", sweep_m[M_MEM],
-            "stage");
+    fprintf(f,
+            "peak activation memory per stage at m = %d (activation + "
+            "gradient sets alive x bytes per set):\n  %5s",
+            sweep_m[M_MEM], "stage");
     for (int k = 0; k < DT_PIPE_NUM_KINDS; k++)
         fprintf(f, " %20s", dt_pipe_kind_name((dt_pipe_kind)k));
     fprintf(f, "\n");
     for (int q = 0; q < P; q++) {
         fprintf(f, "  %5d", q);
         for (int k = 0; k < DT_PIPE_NUM_KINDS; k++) {
-            const double *v = all + q * per_stage +
-                              ((size_t)k * NM + M_MEM) * S_FIELDS;
+            const double *v = all + q * per_stage + ((size_t)k * NM + M_MEM) * S_FIELDS;
             fprintf(f, " %5.0f sets %9.0f B", v[S_ACT_SETS], v[S_ACT_BYTES]);
         }
         fprintf(f, "\n");
@@ -262,8 +254,7 @@ dt_status mg_lesson_bubbles(FILE *f, mg_run *r)
     if (st == DT_OK && r->rank == 0)
         print_bubbles(f, r, all);
     if (st != DT_OK && !r->err[0])
-        snprintf(r->err, sizeof r->err, "rank %d: bubble table: %s", r->rank,
-                 dt_status_name(st));
+        snprintf(r->err, sizeof r->err, "rank %d: bubble table: %s", r->rank, dt_status_name(st));
     free(x);
     free(y);
     free(mine);

@@ -21,8 +21,7 @@ struct mg_metrics {
 static void emit(mg_metrics *mx, json_t *obj)
 {
     if (mx && obj) {
-        json_dumpf(obj, mx->f, JSON_COMPACT | JSON_PRESERVE_ORDER |
-                              JSON_REAL_PRECISION(8));
+        json_dumpf(obj, mx->f, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(8));
         fputc('\n', mx->f);
         fflush(mx->f);
     }
@@ -37,16 +36,14 @@ mg_metrics *mg_metrics_open(const char *path, const mg_run *r)
         return NULL;
     }
     const mg_options *o = &r->o;
-    emit(mx, json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:I, s:i, s:i, s:i, "
-                       "s:f, s:s, s:s, s:f}",
-                       "event", "config", "V", o->cfg.V, "C", o->cfg.C,
-                       "H", o->cfg.H, "L", o->cfg.L, "T", o->cfg.T,
-                       "params", (json_int_t)r->m->num_params,
-                       "world_size", r->world, "batch_per_rank", o->batch,
-                       "grad_accum", o->grad_accum, "lr", (double)o->lr,
-                       "parallel", o->parallel == MG_ZERO1 ? "zero1" : "ddp",
-                       "data", o->data ? o->data : "task",
-                       "bucket_mb", o->bucket_mb));
+    emit(mx,
+         json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:I, s:i, s:i, s:i, "
+                   "s:f, s:s, s:s, s:f}",
+                   "event", "config", "V", o->cfg.V, "C", o->cfg.C, "H", o->cfg.H, "L", o->cfg.L,
+                   "T", o->cfg.T, "params", (json_int_t)r->m->num_params, "world_size", r->world,
+                   "batch_per_rank", o->batch, "grad_accum", o->grad_accum, "lr", (double)o->lr,
+                   "parallel", o->parallel == MG_ZERO1 ? "zero1" : "ddp", "data",
+                   o->data ? o->data : "task", "bucket_mb", o->bucket_mb));
     return mx;
 }
 
@@ -54,13 +51,10 @@ void mg_metrics_step(mg_metrics *mx, int step, const mg_step *s)
 {
     if (!mx)
         return;
-    json_t *obj = json_pack("{s:s, s:i, s:f, s:f, s:f, s:f, s:f, s:i}",
-                            "event", "step", "step", step + 1,
-                            "loss", (double)s->loss, "tokens_per_s",
-                            s->tokens_per_s, "ms_per_step", s->ms,
-                            "comm_ms", s->comm.comm_ms,
-                            "exposed_ms", s->comm.exposed_ms,
-                            "collectives", s->comm.ops);
+    json_t *obj = json_pack("{s:s, s:i, s:f, s:f, s:f, s:f, s:f, s:i}", "event", "step", "step",
+                            step + 1, "loss", (double)s->loss, "tokens_per_s", s->tokens_per_s,
+                            "ms_per_step", s->ms, "comm_ms", s->comm.comm_ms, "exposed_ms",
+                            s->comm.exposed_ms, "collectives", s->comm.ops);
     /* "hidden" is absent (not 0) when nothing was communicated */
     if (obj && s->comm.hidden >= 0)
         json_object_set_new(obj, "hidden", json_real(s->comm.hidden));
@@ -71,21 +65,20 @@ void mg_metrics_eval(mg_metrics *mx, int step, float val_loss, double acc)
 {
     if (!mx)
         return;
-    json_t *obj = json_pack("{s:s, s:i, s:f}", "event", "eval", "step", step,
-                            "val_loss", (double)val_loss);
+    json_t *obj = json_pack("{s:s, s:i, s:f}", "event", "eval", "step", step, "val_loss",
+                            (double)val_loss);
     if (obj && acc >= 0)
         json_object_set_new(obj, "accuracy", json_real(acc));
     emit(mx, obj);
 }
 
-void mg_metrics_summary(mg_metrics *mx, const mg_run *r, double secs,
-                        double mean_hidden, double acc)
+void mg_metrics_summary(mg_metrics *mx, const mg_run *r, double secs, double mean_hidden,
+                        double acc)
 {
     if (!mx)
         return;
-    json_t *obj = json_pack("{s:s, s:i, s:f, s:f}", "event", "summary",
-                            "steps", r->o.steps, "final_loss",
-                            (double)r->losses[r->o.steps - 1], "seconds", secs);
+    json_t *obj = json_pack("{s:s, s:i, s:f, s:f}", "event", "summary", "steps", r->o.steps,
+                            "final_loss", (double)r->losses[r->o.steps - 1], "seconds", secs);
     if (obj && mean_hidden >= 0)
         json_object_set_new(obj, "mean_hidden", json_real(mean_hidden));
     if (obj && acc >= 0)

@@ -34,8 +34,7 @@
  * set (then r->comm stays NULL and the run is one process). */
 static int join_job(mg_run *r)
 {
-    if (!getenv("WORLD_SIZE") && !getenv("OMPI_COMM_WORLD_SIZE") &&
-        !getenv("SLURM_NTASKS")) {
+    if (!getenv("WORLD_SIZE") && !getenv("OMPI_COMM_WORLD_SIZE") && !getenv("SLURM_NTASKS")) {
         r->rank = 0;
         r->world = 1;
         return 0;
@@ -44,8 +43,7 @@ static int join_job(mg_run *r)
     dt_comm_options_default(&co);
     uint8_t secret[64];
     char err[256];
-    if (dt_comm_options_from_env(&co, secret, sizeof secret, err,
-                                 sizeof err) != DT_OK) {
+    if (dt_comm_options_from_env(&co, secret, sizeof secret, err, sizeof err) != DT_OK) {
         fprintf(stderr, "minigpt: %s\n", err);
         return 1;
     }
@@ -86,8 +84,7 @@ static double evaluate(mg_run *r, mg_metrics *mx, int step)
     double acc = r->is_task ? dt_task_accuracy(r->m, r->data, 200) : -1;
     printf("eval @ step %d: val loss %.4f", step, (double)val);
     if (acc >= 0)
-        printf(", exact-match accuracy %.1f%% (200 held-out prompts)",
-               100 * acc);
+        printf(", exact-match accuracy %.1f%% (200 held-out prompts)", 100 * acc);
     printf("\n");
     mg_metrics_eval(mx, step, val, acc);
     return acc;
@@ -103,19 +100,20 @@ static dt_status check_replicas(mg_run *r, int step, bool quiet)
     bool same = false;
     uint64_t hash0[1];
     uint64_t *hashes = calloc((size_t)r->world, sizeof *hashes);
-    st = dt_check_replicas(r->comm, r->m, &same,
-                                     hashes ? hashes : hash0);
+    st = dt_check_replicas(r->comm, r->m, &same, hashes ? hashes : hash0);
     if (st == DT_OK && !same) {
-        fprintf(stderr, "minigpt: rank %d: after step %d the ranks' "
-                        "parameters differ:", r->rank, step);
+        fprintf(stderr,
+                "minigpt: rank %d: after step %d the ranks' "
+                "parameters differ:",
+                r->rank, step);
         for (int q = 0; hashes && q < r->world; q++)
             fprintf(stderr, " %d:%016llx", q, (unsigned long long)hashes[q]);
         fprintf(stderr, "\n");
         st = DT_EPROTO;
     } else if (st == DT_OK && !quiet && r->rank == 0) {
         printf("replicas: all %d ranks hold bitwise identical parameters "
-               "(hash %016llx)\n", r->world,
-               (unsigned long long)(hashes ? hashes[0] : hash0[0]));
+               "(hash %016llx)\n",
+               r->world, (unsigned long long)(hashes ? hashes[0] : hash0[0]));
     }
     free(hashes);
     return st;
@@ -126,18 +124,16 @@ static dt_status check_replicas(mg_run *r, int step, bool quiet)
 static void maybe_die(const mg_run *r, int done)
 {
     const char *rc = getenv("DT_RESTART_COUNT");
-    if (r->o.die_at_step > 0 && done == r->o.die_at_step &&
-        r->rank == r->world - 1 && (!rc || strcmp(rc, "0") == 0)) {
-        fprintf(stderr, "minigpt: rank %d: --die-at-step %d: SIGKILL\n",
-                r->rank, done);
+    if (r->o.die_at_step > 0 && done == r->o.die_at_step && r->rank == r->world - 1 &&
+        (!rc || strcmp(rc, "0") == 0)) {
+        fprintf(stderr, "minigpt: rank %d: --die-at-step %d: SIGKILL\n", r->rank, done);
         raise(SIGKILL);
     }
 }
 
 /* The step loop; returns the mean hidden share over steps that
  * communicated (-1 if none) through *mean_hidden. */
-static dt_status train(mg_run *r, mg_metrics *mx, double *mean_hidden,
-                       double *acc)
+static dt_status train(mg_run *r, mg_metrics *mx, double *mean_hidden, double *acc)
 {
     const mg_options *o = &r->o;
     bool tty = mg_progress_wanted(r->rank);
@@ -164,8 +160,7 @@ static dt_status train(mg_run *r, mg_metrics *mx, double *mean_hidden,
             mg_progress_clear(stdout);
         if ((s + 1) % o->log_every == 0 || s == r->start_step || s + 1 == o->steps)
             mg_report_step(stdout, s, &st_info);
-        if (o->eval_every > 0 && (s + 1) % o->eval_every == 0 &&
-            s + 1 < o->steps)
+        if (o->eval_every > 0 && (s + 1) % o->eval_every == 0 && s + 1 < o->steps)
             *acc = evaluate(r, mx, s + 1);
         if (tty)
             mg_progress(stdout, s + 1, o->steps, st_info.loss);
@@ -177,8 +172,7 @@ static dt_status train(mg_run *r, mg_metrics *mx, double *mean_hidden,
 }
 
 /* Everything after the last step: summary, tables, sample. */
-static dt_status finish(mg_run *r, mg_metrics *mx, double secs,
-                        double mean_hidden, double acc)
+static dt_status finish(mg_run *r, mg_metrics *mx, double secs, double mean_hidden, double acc)
 {
     const mg_options *o = &r->o;
     dt_status st = check_replicas(r, o->steps, false);
@@ -186,19 +180,17 @@ static dt_status finish(mg_run *r, mg_metrics *mx, double secs,
         return st;
     if (r->rank == 0) {
         acc = evaluate(r, mx, o->steps);
-        printf("summary: %d steps in %.2f s, loss %.4f -> %.4f", o->steps,
-               secs, (double)r->losses[r->start_step < o->steps ? r->start_step : 0],
+        printf("summary: %d steps in %.2f s, loss %.4f -> %.4f", o->steps, secs,
+               (double)r->losses[r->start_step < o->steps ? r->start_step : 0],
                (double)r->losses[o->steps - 1]);
         if (mean_hidden >= 0)
-            printf(", communication hidden behind compute %.0f%% (mean)",
-                   100 * mean_hidden);
+            printf(", communication hidden behind compute %.0f%% (mean)", 100 * mean_hidden);
         printf("\n");
         mg_metrics_summary(mx, r, secs, mean_hidden, acc);
         if (o->loss_table)
             mg_report_loss_table(stdout, r);
         if (r->zero1)
-            printf("optimizer shard bytes per rank: %zu\n",
-                   dt_zero1_optimizer_bytes(r->zero1));
+            printf("optimizer shard bytes per rank: %zu\n", dt_zero1_optimizer_bytes(r->zero1));
         if (!r->pipe)
             mg_report_memory_model(stdout, r);
     }
@@ -209,8 +201,7 @@ static dt_status finish(mg_run *r, mg_metrics *mx, double secs,
     if (r->pipe && o->gantt && (st = mg_lesson_gantt(stdout, r)) != DT_OK)
         return st;
     fflush(stdout);
-    if (r->pipe && o->bubble_table &&
-        (st = mg_lesson_bubbles(stdout, r)) != DT_OK)
+    if (r->pipe && o->bubble_table && (st = mg_lesson_bubbles(stdout, r)) != DT_OK)
         return st;
     st = mg_report_memory(stdout, r);
     if (st == DT_OK && r->trace)
@@ -252,8 +243,8 @@ int main(int argc, char **argv)
         return 1;
     }
     if (r.rank == 0 && r.o.expect_ranks && r.o.expect_ranks != r.world)
-        printf("note: preset %s expects %d ranks, running on %d\n",
-               r.o.preset, r.o.expect_ranks, r.world);
+        printf("note: preset %s expects %d ranks, running on %d\n", r.o.preset, r.o.expect_ranks,
+               r.world);
     mg_metrics *mx = NULL;
     dt_status st = mg_run_open(&r);
     if (st == DT_OK && r.o.trace && !(r.trace = mg_trace_open()))
@@ -265,8 +256,7 @@ int main(int argc, char **argv)
     if (st == DT_OK && r.rank == 0) {
         mg_report_header(stdout, &r);
         if (r.o.metrics && !(mx = mg_metrics_open(r.o.metrics, &r)))
-            fprintf(stderr, "minigpt: cannot write metrics to %s\n",
-                    r.o.metrics);
+            fprintf(stderr, "minigpt: cannot write metrics to %s\n", r.o.metrics);
     }
     double t0 = dt_now(), hidden = -1, acc = -1;
     if (st == DT_OK)

@@ -33,8 +33,7 @@
 #include "trainer.h"
 #include "dt_clock.h"
 
-static dt_status pipe_fail(mg_run *r, dt_status st, const char *what,
-                           const char *detail)
+static dt_status pipe_fail(mg_run *r, dt_status st, const char *what, const char *detail)
 {
     snprintf(r->err, sizeof r->err, "rank %d: %s: %s", r->rank, what, detail);
     return st;
@@ -57,8 +56,7 @@ static dt_status checkpoint_slices(mg_run *r, const int *bounds)
         return pipe_fail(r, DT_ENOMEM, "pipeline", "out of memory");
     }
     for (int s = 0; s < P; s++)
-        dt_config_stage_range(&r->o.cfg, bounds[s], bounds[s + 1], &stage[s],
-                              &stage[s + 1]);
+        dt_config_stage_range(&r->o.cfg, bounds[s], bounds[s + 1], &stage[s], &stage[s + 1]);
     dt_ckpt_pipeline_slices(r->ckpt_slices, stage, P, r->dp);
     free(stage);
     return DT_OK;
@@ -76,27 +74,22 @@ static dt_status open_stage(mg_run *r, int M)
     dt_pipe_partition_parse(o->pp_partition, &pk);
     if (!bounds)
         return pipe_fail(r, DT_ENOMEM, "pipeline", "out of memory");
-    dt_status st = dt_pipe_partition(bounds, &o->cfg, o->pp, pk, err,
-                                     sizeof err);
-    if (st == DT_OK && !(r->sched = dt_pipe_schedule_create(kind, o->pp, M,
-                                                            err, sizeof err)))
+    dt_status st = dt_pipe_partition(bounds, &o->cfg, o->pp, pk, err, sizeof err);
+    if (st == DT_OK && !(r->sched = dt_pipe_schedule_create(kind, o->pp, M, err, sizeof err)))
         st = DT_EINVAL;
     if (st != DT_OK) {
         free(bounds);
         return pipe_fail(r, st, "pipeline", err);
     }
     int s = r->stage;
-    dt_stage_spec sp = {bounds[s], bounds[s + 1], r->sched->act_slots[s],
-                        r->sched->grad_slots[s]};
+    dt_stage_spec sp = {bounds[s], bounds[s + 1], r->sched->act_slots[s], r->sched->grad_slots[s]};
     st = checkpoint_slices(r, bounds);
     free(bounds);
     if (st != DT_OK)
         return st;
-    st = dt_model_create_stage(&r->m, &o->cfg, dt_backend_cpu(), o->batch,
-                               &sp);
+    st = dt_model_create_stage(&r->m, &o->cfg, dt_backend_cpu(), o->batch, &sp);
     if (st != DT_OK)
-        return pipe_fail(r, st, "model",
-                         r->m ? dt_model_error(r->m) : "out of memory");
+        return pipe_fail(r, st, "model", r->m ? dt_model_error(r->m) : "out of memory");
     dt_model_init(r->m, o->seed); /* this stage's slice of the full init */
     return DT_OK;
 }
@@ -114,14 +107,16 @@ static dt_status check_world(mg_run *r)
         return DT_OK;
     }
     if (o->dp > 0)
-        snprintf(msg, sizeof msg, "--pp %d --dp %d needs a world of exactly "
-                 "%d ranks (this one has %d); run dtrain-launch -n %d", P,
-                 o->dp, P * o->dp, r->world, P * o->dp);
+        snprintf(msg, sizeof msg,
+                 "--pp %d --dp %d needs a world of exactly "
+                 "%d ranks (this one has %d); run dtrain-launch -n %d",
+                 P, o->dp, P * o->dp, r->world, P * o->dp);
     else
-        snprintf(msg, sizeof msg, "--pp %d needs a world of a multiple of %d "
+        snprintf(msg, sizeof msg,
+                 "--pp %d needs a world of a multiple of %d "
                  "ranks, one pipeline per data-parallel replica (this one "
-                 "has %d); run dtrain-launch -n %d", P, P, r->world,
-                 P * (r->world / P > 0 ? r->world / P : 1));
+                 "has %d); run dtrain-launch -n %d",
+                 P, P, r->world, P * (r->world / P > 0 ? r->world / P : 1));
     return pipe_fail(r, DT_EINVAL, "pipeline", msg);
 }
 
@@ -139,8 +134,10 @@ static dt_status open_groups(mg_run *r)
     if (st == DT_OK && P > 1 && D > 1)
         st = dt_comm_split(r->comm, r->stage, r->replica, &r->dp_comm);
     if (st != DT_OK)
-        return pipe_fail(r, st, "splitting the world into pipeline and "
-                         "data-parallel groups", dt_comm_error(r->comm));
+        return pipe_fail(r, st,
+                         "splitting the world into pipeline and "
+                         "data-parallel groups",
+                         dt_comm_error(r->comm));
     return DT_OK;
 }
 
@@ -153,14 +150,11 @@ static dt_status open_optimizer(mg_run *r)
         size_t bytes = (size_t)(o->bucket_mb * 1024 * 1024);
         st = dt_ddp_create(&r->ddp, r->m, r->dp_comm, bytes);
         if (st != DT_OK)
-            return pipe_fail(r, st, "ddp", r->ddp ? dt_ddp_error(r->ddp)
-                                                  : "out of memory");
+            return pipe_fail(r, st, "ddp", r->ddp ? dt_ddp_error(r->ddp) : "out of memory");
     } else {
         st = dt_zero1_create(&r->zero1, r->m, r->dp_comm);
         if (st != DT_OK)
-            return pipe_fail(r, st, "zero1", r->zero1
-                                                 ? dt_zero1_error(r->zero1)
-                                                 : "out of memory");
+            return pipe_fail(r, st, "zero1", r->zero1 ? dt_zero1_error(r->zero1) : "out of memory");
     }
     return DT_OK;
 }
@@ -211,13 +205,11 @@ static dt_status load_microbatches(mg_run *r, int step, int M)
     const mg_options *o = &r->o;
     size_t rows = (size_t)o->batch * o->cfg.T;
     uint64_t per_replica = (uint64_t)M * (uint64_t)o->batch;
-    uint64_t row = r->row0 + (uint64_t)(step - r->start_step) * (uint64_t)r->dp
-                   * per_replica + (uint64_t)r->replica * per_replica;
+    uint64_t row = r->row0 + (uint64_t)(step - r->start_step) * (uint64_t)r->dp * per_replica +
+                   (uint64_t)r->replica * per_replica;
     for (int j = 0; j < M; j++) {
-        dt_status st = dt_dataset_batch(r->x + j * rows, r->y + j * rows,
-                                        r->data, DT_TRAIN, o->seed,
-                                        row + (uint64_t)j * o->batch,
-                                        o->batch, o->cfg.T);
+        dt_status st = dt_dataset_batch(r->x + j * rows, r->y + j * rows, r->data, DT_TRAIN,
+                                        o->seed, row + (uint64_t)j * o->batch, o->batch, o->cfg.T);
         if (st != DT_OK)
             return pipe_fail(r, st, "data", dt_dataset_error(r->data));
     }
@@ -232,8 +224,7 @@ static void add_stats(mg_run *r, int step)
     if (step == r->start_step && r->o.steps - r->start_step > 1)
         return;
     r->pipe_wall_s += ps.wall_s;
-    r->pipe_compute_s += ps.op_s[DT_PIPE_F] + ps.op_s[DT_PIPE_B] +
-                         ps.op_s[DT_PIPE_W];
+    r->pipe_compute_s += ps.op_s[DT_PIPE_F] + ps.op_s[DT_PIPE_B] + ps.op_s[DT_PIPE_W];
 }
 
 /* DDP: arms the buckets to go out during the stage's last backward. */
@@ -258,16 +249,14 @@ static dt_status sync_and_update(mg_run *r, int step, mg_step *out)
     double t0;
     if (r->ddp) {
         if ((st = dt_ddp_wait(r->ddp, &out->comm)) != DT_OK)
-            return pipe_fail(r, st, "gradient all-reduce",
-                             dt_ddp_error(r->ddp));
+            return pipe_fail(r, st, "gradient all-reduce", dt_ddp_error(r->ddp));
         mg_trace_ddp(r->trace, r->ddp);
         t0 = dt_now();
         if ((st = dt_model_update(r->m, &r->h, step + 1)) != DT_OK)
             return pipe_fail(r, st, "update", dt_model_error(r->m));
     } else {
         t0 = dt_now();
-        if ((st = dt_zero1_step(r->zero1, &r->h, step + 1, &out->comm)) !=
-            DT_OK)
+        if ((st = dt_zero1_step(r->zero1, &r->h, step + 1, &out->comm)) != DT_OK)
             return pipe_fail(r, st, "zero1 step", dt_zero1_error(r->zero1));
     }
     mg_trace_add(r->trace, MG_EV_OPTIMIZER, -1, t0, dt_now());
@@ -283,10 +272,8 @@ static dt_status share_loss(mg_run *r, float *loss)
     if (r->stage == r->o.pp - 1 && r->dp_comm &&
         (st = dt_allreduce(r->dp_comm, loss, 1, DT_F32, DT_AVG)) != DT_OK)
         return pipe_fail(r, st, "loss all-reduce", dt_comm_error(r->dp_comm));
-    if (r->pipe_comm && (st = dt_broadcast(r->pipe_comm, loss, 1, DT_F32,
-                                           r->o.pp - 1)) != DT_OK)
-        return pipe_fail(r, st, "loss broadcast",
-                         dt_comm_error(r->pipe_comm));
+    if (r->pipe_comm && (st = dt_broadcast(r->pipe_comm, loss, 1, DT_F32, r->o.pp - 1)) != DT_OK)
+        return pipe_fail(r, st, "loss broadcast", dt_comm_error(r->pipe_comm));
     return DT_OK;
 }
 
@@ -306,8 +293,8 @@ dt_status mg_pipe_step(mg_run *r, int step, mg_step *out)
     dt_model_zero_grad(r->m);
     if ((st = arm_sync(r)) != DT_OK)
         return st;
-    st = dt_pipe_run(r->pipe, r->stage == 0 ? in : NULL, last ? tg : NULL,
-                     o->batch, o->cfg.T, &loss);
+    st = dt_pipe_run(r->pipe, r->stage == 0 ? in : NULL, last ? tg : NULL, o->batch, o->cfg.T,
+                     &loss);
     if (st != DT_OK)
         return pipe_fail(r, st, "pipeline", dt_pipe_error(r->pipe));
     add_stats(r, step);
@@ -339,9 +326,10 @@ dt_status mg_pipe_check_replicas(mg_run *r, int step, bool quiet)
     if (st == DT_OK && r->comm)
         st = dt_allreduce(r->comm, &v, 1, DT_I32, DT_MIN);
     if (st == DT_OK && !same) {
-        fprintf(stderr, "minigpt: rank %d: after step %d the %d replicas of "
-                "stage %d hold different parameters:", r->rank, step, r->dp,
-                r->stage);
+        fprintf(stderr,
+                "minigpt: rank %d: after step %d the %d replicas of "
+                "stage %d hold different parameters:",
+                r->rank, step, r->dp, r->stage);
         for (int q = 0; q < r->dp; q++)
             fprintf(stderr, " %d:%016llx", q, (unsigned long long)hashes[q]);
         fprintf(stderr, "\n");
@@ -350,11 +338,13 @@ dt_status mg_pipe_check_replicas(mg_run *r, int step, bool quiet)
     if (st != DT_OK)
         return pipe_fail(r, st, "replica check", dt_comm_error(r->comm));
     if (!v)
-        return pipe_fail(r, DT_EPROTO, "replica check", "the replicas of a "
+        return pipe_fail(r, DT_EPROTO, "replica check",
+                         "the replicas of a "
                          "stage differ (their ranks print the hashes)");
     if (!quiet && r->rank == 0 && r->dp > 1)
         printf("replicas: the %d ranks of each of the %d stages hold bitwise "
-               "identical parameters\n", r->dp, r->o.pp);
+               "identical parameters\n",
+               r->dp, r->o.pp);
     return DT_OK;
 }
 
@@ -366,15 +356,13 @@ double mg_closed_form_bubble(dt_pipe_kind k, int p, int m)
     return idle / (work + idle);
 }
 
-enum { PF_L0, PF_L1, PF_PARAMS, PF_ACT_SETS, PF_GRAD_SETS, PF_WALL,
-       PF_COMPUTE, PF_FIELDS };
+enum { PF_L0, PF_L1, PF_PARAMS, PF_ACT_SETS, PF_GRAD_SETS, PF_WALL, PF_COMPUTE, PF_FIELDS };
 
 dt_status mg_report_pipeline(FILE *f, const mg_run *r)
 {
     const dt_model *m = r->m;
-    double mine[PF_FIELDS] = {m->l0, m->l1, (double)m->num_params,
-                              m->act_slots, m->grad_slots, r->pipe_wall_s,
-                              r->pipe_compute_s};
+    double mine[PF_FIELDS] = {m->l0,         m->l1,          (double)m->num_params, m->act_slots,
+                              m->grad_slots, r->pipe_wall_s, r->pipe_compute_s};
     int P = r->o.pp;
     double *all = calloc((size_t)P * PF_FIELDS, sizeof *all);
     if (!all)
@@ -386,28 +374,26 @@ dt_status mg_report_pipeline(FILE *f, const mg_run *r)
         memcpy(all, mine, sizeof mine);
     const dt_pipe_schedule *s = r->sched;
     if (st == DT_OK && r->rank == 0) {
-        fprintf(f, "pipeline: %s, %d stages, %d micro-batches (replica 0 of "
-                   "%d); bubble = idle share of the step (measured: 1 - "
-                   "compute/wall, mean over steps after the first; closed "
-                   "form with B = 2F%s)\n",
+        fprintf(f,
+                "pipeline: %s, %d stages, %d micro-batches (replica 0 of "
+                "%d); bubble = idle share of the step (measured: 1 - "
+                "compute/wall, mean over steps after the first; closed "
+                "form with B = 2F%s)\n",
                 dt_pipe_kind_name(s->kind), s->p, s->m, r->dp,
                 s->kind == DT_PIPE_ZB ? ", W = F" : "");
-        fprintf(f, "  %5s %9s %11s %9s %9s %9s %12s\n", "stage", "blocks",
-                "params", "act sets", "grad sets", "bubble", "closed form");
+        fprintf(f, "  %5s %9s %11s %9s %9s %9s %12s\n", "stage", "blocks", "params", "act sets",
+                "grad sets", "bubble", "closed form");
         for (int q = 0; q < P; q++) {
             double *v = all + (size_t)q * PF_FIELDS;
             char blocks[24];
-            snprintf(blocks, sizeof blocks, "[%d, %d)", (int)v[PF_L0],
-                     (int)v[PF_L1]);
-            double bubble = v[PF_WALL] > 0 ? 1 - v[PF_COMPUTE] / v[PF_WALL]
-                                           : 0;
+            snprintf(blocks, sizeof blocks, "[%d, %d)", (int)v[PF_L0], (int)v[PF_L1]);
+            double bubble = v[PF_WALL] > 0 ? 1 - v[PF_COMPUTE] / v[PF_WALL] : 0;
             char closed[16] = "-"; /* ZB-H1 has none for m < p */
             if (s->kind != DT_PIPE_ZB || s->m >= s->p)
                 snprintf(closed, sizeof closed, "%.1f%%",
                          100 * mg_closed_form_bubble(s->kind, s->p, s->m));
-            fprintf(f, "  %5d %9s %11.0f %9.0f %9.0f %8.1f%% %12s\n", q,
-                    blocks, v[PF_PARAMS], v[PF_ACT_SETS], v[PF_GRAD_SETS],
-                    100 * bubble, closed);
+            fprintf(f, "  %5d %9s %11.0f %9.0f %9.0f %8.1f%% %12s\n", q, blocks, v[PF_PARAMS],
+                    v[PF_ACT_SETS], v[PF_GRAD_SETS], 100 * bubble, closed);
         }
     }
     free(all);

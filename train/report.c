@@ -46,28 +46,29 @@ void mg_report_header(FILE *f, const mg_run *r)
     int replicas = r->pipe ? r->dp : r->world;
     int accum = r->pipe ? mg_microbatches(o) : o->grad_accum;
     char who[48];
-    snprintf(who, sizeof who, "%d %s%s", replicas,
-             r->pipe ? "pipeline" : "rank", replicas == 1 ? "" : "s");
-    fprintf(f, "minigpt: V=%d C=%d H=%d L=%d T=%d, %s parameters; %s x "
-               "batch %d x accum %d x T %d = %d tokens/step; lr %g; %s%s%s; "
-               "data %s\n",
+    snprintf(who, sizeof who, "%d %s%s", replicas, r->pipe ? "pipeline" : "rank",
+             replicas == 1 ? "" : "s");
+    fprintf(f,
+            "minigpt: V=%d C=%d H=%d L=%d T=%d, %s parameters; %s x "
+            "batch %d x accum %d x T %d = %d tokens/step; lr %g; %s%s%s; "
+            "data %s\n",
             o->cfg.V, o->cfg.C, o->cfg.H, o->cfg.L, o->cfg.T,
-            commas(pc, sizeof pc, dt_config_num_params(&o->cfg)), who,
-            o->batch, accum,
-            o->cfg.T, replicas * o->batch * accum * o->cfg.T,
-            (double)o->lr, r->pipe ? "pipeline"
-                           : o->parallel == MG_ZERO1 ? "ZeRO-1" : "DDP",
+            commas(pc, sizeof pc, dt_config_num_params(&o->cfg)), who, o->batch, accum, o->cfg.T,
+            replicas * o->batch * accum * o->cfg.T, (double)o->lr,
+            r->pipe                   ? "pipeline"
+            : o->parallel == MG_ZERO1 ? "ZeRO-1"
+                                      : "DDP",
             o->preset ? ", preset " : "", o->preset ? o->preset : "",
             o->data ? o->data : "embedded task (reverse digits)");
     if (r->pipe)
-        fprintf(f, "pipeline: %s over %d stages (one per rank) x %d "
-                   "data-parallel replica%s, %d micro-batches of %d "
-                   "sequences per step\n", o->schedule, o->pp, r->dp,
-                r->dp == 1 ? "" : "s", mg_microbatches(o), o->batch);
+        fprintf(f,
+                "pipeline: %s over %d stages (one per rank) x %d "
+                "data-parallel replica%s, %d micro-batches of %d "
+                "sequences per step\n",
+                o->schedule, o->pp, r->dp, r->dp == 1 ? "" : "s", mg_microbatches(o), o->batch);
     if (r->m && strcmp(r->m->be->name, "cpu") != 0)
         fprintf(f, "backend: %s%s%s\n", r->m->be->name,
-                strcmp(r->m->be->name, "cuda") == 0
-                    ? " (one GPU per rank, by LOCAL_RANK)" : "",
+                strcmp(r->m->be->name, "cuda") == 0 ? " (one GPU per rank, by LOCAL_RANK)" : "",
                 r->dev ? "; collectives staged through pinned host memory" : "");
     if (r->ddp)
         fprintf(f, "ddp: %d gradient bucket%s\n", dt_ddp_num_buckets(r->ddp),
@@ -75,11 +76,13 @@ void mg_report_header(FILE *f, const mg_run *r)
     if (r->zero1) {
         size_t lo, n;
         dt_zero1_shard(r->zero1, &lo, &n);
-        fprintf(f, "zero1: shard of %zu elements per rank, optimizer state "
-                   "%zu bytes per rank\n", n, dt_zero1_optimizer_bytes(r->zero1));
+        fprintf(f,
+                "zero1: shard of %zu elements per rank, optimizer state "
+                "%zu bytes per rank\n",
+                n, dt_zero1_optimizer_bytes(r->zero1));
     }
-    fprintf(f, "%6s %9s %11s %9s %9s %7s\n", "step", "loss", "tokens/s",
-            "ms/step", "comm ms", "hidden");
+    fprintf(f, "%6s %9s %11s %9s %9s %7s\n", "step", "loss", "tokens/s", "ms/step", "comm ms",
+            "hidden");
 }
 
 void mg_report_step(FILE *f, int step, const mg_step *s)
@@ -87,8 +90,8 @@ void mg_report_step(FILE *f, int step, const mg_step *s)
     char hidden[16] = "-";
     if (s->comm.hidden >= 0)
         snprintf(hidden, sizeof hidden, "%.0f%%", 100 * s->comm.hidden);
-    fprintf(f, "%6d %9.4f %11.0f %9.2f %9.2f %7s\n", step + 1, (double)s->loss,
-            s->tokens_per_s, s->ms, s->comm.comm_ms, hidden);
+    fprintf(f, "%6d %9.4f %11.0f %9.2f %9.2f %7s\n", step + 1, (double)s->loss, s->tokens_per_s,
+            s->ms, s->comm.comm_ms, hidden);
 }
 
 /*
@@ -107,8 +110,8 @@ bool mg_progress_wanted(int rank)
     const char *says = getenv("DT_PROGRESS");
     if (says && *says)
         return strcmp(says, "1") == 0;
-    static const char *const foreign[] = {"OMPI_COMM_WORLD_SIZE", "PMI_RANK",
-                                          "PMIX_RANK", "SLURM_PROCID"};
+    static const char *const foreign[] = {"OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMIX_RANK",
+                                          "SLURM_PROCID"};
     for (size_t i = 0; i < sizeof foreign / sizeof foreign[0]; i++)
         if (getenv(foreign[i]))
             return false;
@@ -134,8 +137,7 @@ void mg_progress_clear(FILE *f)
 
 void mg_report_loss_table(FILE *f, const mg_run *r)
 {
-    fprintf(f, "loss table (%d steps, mean over the global batch):\n",
-            r->o.steps - r->start_step);
+    fprintf(f, "loss table (%d steps, mean over the global batch):\n", r->o.steps - r->start_step);
     fprintf(f, "  step   loss\n");
     for (int s = r->start_step; s < r->o.steps; s++) /* resumed: from there */
         fprintf(f, "  %4d   %.4f\n", s + 1, (double)r->losses[s]);
@@ -145,22 +147,21 @@ void mg_report_memory_model(FILE *f, const mg_run *r)
 {
     size_t P = r->m->num_params, N = (size_t)r->world;
     char a[32], b[32], c[32];
-    fprintf(f, "memory model per rank (Ψ = %s parameters, N = %zu; fp32 "
-               "weights 4Ψ, optimizer fp32 master + m + v 12Ψ):\n",
+    fprintf(f,
+            "memory model per rank (Ψ = %s parameters, N = %zu; fp32 "
+            "weights 4Ψ, optimizer fp32 master + m + v 12Ψ):\n",
             commas(a, sizeof a, P), N);
     /* Ψ is two bytes in UTF-8, one column: the formulas are padded by hand */
     fprintf(f, "  %-12s %-12s %12s\n", "", "formula", "bytes");
-    fprintf(f, "  %-12s 16Ψ          %12s\n", "plain Adam",
-            commas(a, sizeof a, 16 * P));
-    fprintf(f, "  %-12s 4Ψ + 12Ψ/N   %12s  (optimizer shard %s = 12Ψ/N, "
-               "saving %s)\n", "ZeRO-1",
-            commas(b, sizeof b, 4 * P + 12 * P / N),
-            commas(c, sizeof c, 12 * P / N),
+    fprintf(f, "  %-12s 16Ψ          %12s\n", "plain Adam", commas(a, sizeof a, 16 * P));
+    fprintf(f,
+            "  %-12s 4Ψ + 12Ψ/N   %12s  (optimizer shard %s = 12Ψ/N, "
+            "saving %s)\n",
+            "ZeRO-1", commas(b, sizeof b, 4 * P + 12 * P / N), commas(c, sizeof c, 12 * P / N),
             commas(a, sizeof a, 16 * P - (4 * P + 12 * P / N)));
 }
 
-enum { MEM_PARAMS, MEM_GRADS, MEM_OPTIM, MEM_STAGING, MEM_ACTS, MEM_HEAP,
-       MEM_RSS, MEM_FIELDS };
+enum { MEM_PARAMS, MEM_GRADS, MEM_OPTIM, MEM_STAGING, MEM_ACTS, MEM_HEAP, MEM_RSS, MEM_FIELDS };
 
 static void my_memory(const mg_run *r, int64_t v[MEM_FIELDS])
 {
@@ -168,11 +169,11 @@ static void my_memory(const mg_run *r, int64_t v[MEM_FIELDS])
     size_t P4 = m->num_params * sizeof(float);
     v[MEM_PARAMS] = (int64_t)P4;
     v[MEM_GRADS] = (int64_t)P4;
-    v[MEM_OPTIM] = r->zero1 ? (int64_t)dt_zero1_optimizer_bytes(r->zero1)
-                   : m->adam_m ? (int64_t)(2 * P4) : 0;
+    v[MEM_OPTIM] = r->zero1    ? (int64_t)dt_zero1_optimizer_bytes(r->zero1)
+                   : m->adam_m ? (int64_t)(2 * P4)
+                               : 0;
     v[MEM_STAGING] = r->zero1 ? (int64_t)dt_zero1_staging_bytes(r->zero1) : 0;
-    v[MEM_ACTS] = (int64_t)((size_t)(m->act_slots + m->grad_slots) *
-                            m->num_acts * sizeof(float));
+    v[MEM_ACTS] = (int64_t)((size_t)(m->act_slots + m->grad_slots) * m->num_acts * sizeof(float));
     struct mallinfo2 mi = mallinfo2();
     v[MEM_HEAP] = (int64_t)(mi.uordblks + mi.hblkhd);
     struct rusage ru;
@@ -182,8 +183,7 @@ static void my_memory(const mg_run *r, int64_t v[MEM_FIELDS])
 
 dt_status mg_report_memory(FILE *f, const mg_run *r)
 {
-    int64_t mine[MEM_FIELDS], *all = calloc((size_t)r->world * MEM_FIELDS,
-                                            sizeof *all);
+    int64_t mine[MEM_FIELDS], *all = calloc((size_t)r->world * MEM_FIELDS, sizeof *all);
     if (!all)
         return DT_ENOMEM;
     my_memory(r, mine);
@@ -195,19 +195,17 @@ dt_status mg_report_memory(FILE *f, const mg_run *r)
     if (st == DT_OK && r->rank == 0) {
         fprintf(f, "memory per rank (bytes; accounted from buffer sizes, "
                    "measured from the allocator and the kernel):\n");
-        fprintf(f, "  %4s %11s %11s %11s %11s %11s | %13s %13s\n", "rank",
-                "params", "grads", "optimizer", "staging", "activations",
-                "measured heap", "peak RSS");
+        fprintf(f, "  %4s %11s %11s %11s %11s %11s | %13s %13s\n", "rank", "params", "grads",
+                "optimizer", "staging", "activations", "measured heap", "peak RSS");
         for (int q = 0; q < r->world; q++) {
             int64_t *v = all + (size_t)q * MEM_FIELDS;
             /* a sanitizer's allocator reports 0 to mallinfo2 */
             char heap[24] = "n/a";
             if (v[MEM_HEAP] > 0)
                 snprintf(heap, sizeof heap, "%lld", (long long)v[MEM_HEAP]);
-            fprintf(f, "  %4d %11lld %11lld %11lld %11lld %11lld | %13s %13lld\n",
-                    q, (long long)v[MEM_PARAMS], (long long)v[MEM_GRADS],
-                    (long long)v[MEM_OPTIM], (long long)v[MEM_STAGING],
-                    (long long)v[MEM_ACTS], heap, (long long)v[MEM_RSS]);
+            fprintf(f, "  %4d %11lld %11lld %11lld %11lld %11lld | %13s %13lld\n", q,
+                    (long long)v[MEM_PARAMS], (long long)v[MEM_GRADS], (long long)v[MEM_OPTIM],
+                    (long long)v[MEM_STAGING], (long long)v[MEM_ACTS], heap, (long long)v[MEM_RSS]);
         }
     }
     free(all);

@@ -32,9 +32,9 @@
 #define TRACE_TAG 0x7ace0000u
 
 typedef struct mg_event {
-    double t0, t1;   /* seconds, CLOCK_MONOTONIC */
-    int32_t kind;    /* a dt_pipe_op, or an mg_event_kind */
-    int32_t arg;     /* micro-batch, micro-step or bucket; -1 none */
+    double t0, t1; /* seconds, CLOCK_MONOTONIC */
+    int32_t kind;  /* a dt_pipe_op, or an mg_event_kind */
+    int32_t arg;   /* micro-batch, micro-step or bucket; -1 none */
     int32_t step;
     int32_t pad;
 } mg_event;
@@ -42,7 +42,7 @@ typedef struct mg_event {
 struct mg_trace {
     mg_event *ev;
     size_t n, cap;
-    int step;        /* the step slices are being recorded for */
+    int step; /* the step slices are being recorded for */
 };
 
 mg_trace *mg_trace_open(void)
@@ -78,8 +78,7 @@ void mg_trace_add(mg_trace *t, int kind, int arg, double t0, double t1)
     t->ev[t->n++] = (mg_event){t0, t1, kind, arg, t->step, 0};
 }
 
-void mg_trace_pipe(mg_trace *t, const dt_pipe *p, const dt_pipe_schedule *s,
-                   int stage)
+void mg_trace_pipe(mg_trace *t, const dt_pipe *p, const dt_pipe_schedule *s, int stage)
 {
     const double *t0, *t1;
     if (!t)
@@ -107,16 +106,18 @@ static const char *kind_name(int k)
     case MG_EV_BACKWARD: return "backward";
     case MG_EV_ALLREDUCE: return "allreduce bucket";
     case MG_EV_OPTIMIZER: return "optimizer step";
-    default: return k >= 0 && k < DT_PIPE_NUM_OPS
-                        ? dt_pipe_op_name((dt_pipe_op)k) : "?";
+    default: return k >= 0 && k < DT_PIPE_NUM_OPS ? dt_pipe_op_name((dt_pipe_op)k) : "?";
     }
 }
 
 static const char *kind_category(int k)
 {
     switch (k) {
-    case DT_PIPE_SEND_ACT: case DT_PIPE_RECV_ACT: case DT_PIPE_SEND_GRAD:
-    case DT_PIPE_RECV_GRAD: case DT_PIPE_STEP: return "p2p";
+    case DT_PIPE_SEND_ACT:
+    case DT_PIPE_RECV_ACT:
+    case DT_PIPE_SEND_GRAD:
+    case DT_PIPE_RECV_GRAD:
+    case DT_PIPE_STEP: return "p2p";
     case MG_EV_ALLREDUCE: return "collective";
     case MG_EV_OPTIMIZER: return "optimizer";
     default: return "compute";
@@ -124,8 +125,7 @@ static const char *kind_category(int k)
 }
 
 /* Rank 0: every rank's slices, all[q] with n[q] of them. */
-static dt_status collect(const mg_run *r, const mg_trace *t, mg_event **all,
-                         int64_t *n)
+static dt_status collect(const mg_run *r, const mg_trace *t, mg_event **all, int64_t *n)
 {
     int64_t mine = (int64_t)t->n;
     dt_status st = DT_OK;
@@ -135,8 +135,7 @@ static dt_status collect(const mg_run *r, const mg_trace *t, mg_event **all,
         n[0] = mine;
     if (st != DT_OK || r->rank != 0) {
         if (st == DT_OK && r->comm && mine > 0)
-            st = dt_send(r->comm, t->ev, (size_t)mine * sizeof(mg_event),
-                         DT_U8, 0, TRACE_TAG);
+            st = dt_send(r->comm, t->ev, (size_t)mine * sizeof(mg_event), DT_U8, 0, TRACE_TAG);
         return st;
     }
     all[0] = t->ev;
@@ -145,8 +144,8 @@ static dt_status collect(const mg_run *r, const mg_trace *t, mg_event **all,
         if (!all[q])
             return DT_ENOMEM;
         if (n[q] > 0)
-            st = dt_recv(r->comm, all[q], (size_t)n[q] * sizeof(mg_event),
-                         DT_U8, q, TRACE_TAG, NULL);
+            st = dt_recv(r->comm, all[q], (size_t)n[q] * sizeof(mg_event), DT_U8, q, TRACE_TAG,
+                         NULL);
     }
     return st;
 }
@@ -156,12 +155,11 @@ static json_t *track_name(const mg_run *r, int q)
 {
     char name[64];
     if (r->pipe)
-        snprintf(name, sizeof name, "rank %d (stage %d, replica %d)", q,
-                 q / r->dp, q % r->dp);
+        snprintf(name, sizeof name, "rank %d (stage %d, replica %d)", q, q / r->dp, q % r->dp);
     else
         snprintf(name, sizeof name, "rank %d", q);
-    return json_pack("{s:s, s:s, s:i, s:i, s:{s:s}}", "name", "thread_name",
-                     "ph", "M", "pid", 0, "tid", q, "args", "name", name);
+    return json_pack("{s:s, s:s, s:i, s:i, s:{s:s}}", "name", "thread_name", "ph", "M", "pid", 0,
+                     "tid", q, "args", "name", name);
 }
 
 static json_t *to_json(const mg_run *r, mg_event **all, const int64_t *n)
@@ -176,21 +174,21 @@ static json_t *to_json(const mg_run *r, mg_event **all, const int64_t *n)
         json_array_append_new(events, track_name(r, q));
         for (int64_t i = 0; i < n[q]; i++) {
             const mg_event *e = &all[q][i];
-            const char *arg = e->kind == MG_EV_ALLREDUCE ? "bucket"
+            const char *arg = e->kind == MG_EV_ALLREDUCE  ? "bucket"
                               : e->kind < DT_PIPE_NUM_OPS ? "mb"
                                                           : "micro_step";
             json_t *args = json_pack("{s:i}", "step", e->step);
             if (e->arg >= 0)
                 json_object_set_new(args, arg, json_integer(e->arg));
-            json_array_append_new(events, json_pack(
-                "{s:s, s:s, s:s, s:f, s:f, s:i, s:i, s:o}", "name",
-                kind_name(e->kind), "cat", kind_category(e->kind), "ph", "X",
-                "ts", 1e6 * (e->t0 - origin), "dur", 1e6 * (e->t1 - e->t0),
-                "pid", 0, "tid", q, "args", args));
+            json_array_append_new(events,
+                                  json_pack("{s:s, s:s, s:s, s:f, s:f, s:i, s:i, s:o}", "name",
+                                            kind_name(e->kind), "cat", kind_category(e->kind), "ph",
+                                            "X", "ts", 1e6 * (e->t0 - origin), "dur",
+                                            1e6 * (e->t1 - e->t0), "pid", 0, "tid", q, "args",
+                                            args));
         }
     }
-    return json_pack("{s:o, s:s}", "traceEvents", events, "displayTimeUnit",
-                     "ms");
+    return json_pack("{s:o, s:s}", "traceEvents", events, "displayTimeUnit", "ms");
 }
 
 dt_status mg_trace_write(mg_trace *t, mg_run *r, const char *path)
@@ -204,14 +202,14 @@ dt_status mg_trace_write(mg_trace *t, mg_run *r, const char *path)
             snprintf(r->err, sizeof r->err, "rank 0: trace: cannot write %s", path);
             st = DT_ESYS;
         } else {
-            printf("trace: %s (open it in Perfetto or chrome://tracing)\n",
-                   path);
+            printf("trace: %s (open it in Perfetto or chrome://tracing)\n", path);
         }
         json_decref(doc);
     } else if (st != DT_OK) {
-        snprintf(r->err, sizeof r->err, "rank %d: trace: "
-                 "collecting the slices: %s", r->rank,
-                 r->comm ? dt_comm_error(r->comm) : dt_status_name(st));
+        snprintf(r->err, sizeof r->err,
+                 "rank %d: trace: "
+                 "collecting the slices: %s",
+                 r->rank, r->comm ? dt_comm_error(r->comm) : dt_status_name(st));
     }
     for (int q = 1; all && q < r->world; q++)
         free(all[q]);

@@ -31,8 +31,7 @@
 #include "dt_clock.h"
 #include "trainer.h"
 
-static dt_status run_fail(mg_run *r, dt_status st, const char *what,
-                          const char *detail)
+static dt_status run_fail(mg_run *r, dt_status st, const char *what, const char *detail)
 {
     snprintf(r->err, sizeof r->err, "rank %d: %s: %s", r->rank, what,
              detail && *detail ? detail : dt_status_name(st));
@@ -50,9 +49,9 @@ static dt_status open_shards(mg_run *r)
         r->o.cfg.V = dt_dataset_vocab(r->data);
     if (r->rank == 0)
         printf("data: llm.c token shards %s: %zu train + %zu validation "
-               "tokens, vocabulary %d\n", r->o.data,
-               dt_dataset_tokens(r->data, DT_TRAIN),
-               dt_dataset_tokens(r->data, DT_VAL), r->o.cfg.V);
+               "tokens, vocabulary %d\n",
+               r->o.data, dt_dataset_tokens(r->data, DT_TRAIN), dt_dataset_tokens(r->data, DT_VAL),
+               r->o.cfg.V);
     return DT_OK;
 }
 
@@ -71,11 +70,11 @@ static dt_status open_data(mg_run *r)
         st = dt_dataset_open_text(&r->data, o->data, 0.1);
     }
     if (st != DT_OK)
-        return run_fail(r, st, "data",
-                        r->data ? dt_dataset_error(r->data) : "out of memory");
+        return run_fail(r, st, "data", r->data ? dt_dataset_error(r->data) : "out of memory");
     if (dt_dataset_max_token(r->data) >= o->cfg.V) {
         char msg[128];
-        snprintf(msg, sizeof msg, "the data has token ids up to %d, the "
+        snprintf(msg, sizeof msg,
+                 "the data has token ids up to %d, the "
                  "model's vocabulary is %d (set --vocab)",
                  dt_dataset_max_token(r->data), o->cfg.V);
         return run_fail(r, DT_EINVAL, "data", msg);
@@ -85,8 +84,7 @@ static dt_status open_data(mg_run *r)
 
 int mg_local_rank(void)
 {
-    const char *names[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
-                           "SLURM_LOCALID"};
+    const char *names[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (getenv(names[i]))
             return atoi(getenv(names[i]));
@@ -142,8 +140,7 @@ dt_status mg_run_open(mg_run *r)
         size_t bytes = (size_t)(o->bucket_mb * 1024 * 1024);
         st = dt_zero1_create_bucketed(&r->zero1, r->m, r->comm, bytes);
         if (st != DT_OK)
-            return run_fail(r, st, "zero1",
-                            r->zero1 ? dt_zero1_error(r->zero1) : NULL);
+            return run_fail(r, st, "zero1", r->zero1 ? dt_zero1_error(r->zero1) : NULL);
     }
     return DT_OK;
 }
@@ -167,16 +164,16 @@ static dt_status micro_step(mg_run *r, int step, int j, float *loss)
     uint64_t G = (uint64_t)r->world * (uint64_t)o->grad_accum * (uint64_t)o->batch;
     uint64_t row = r->row0 + (uint64_t)(step - r->start_step) * G +
                    (uint64_t)(r->rank * o->grad_accum + j) * (uint64_t)o->batch;
-    dt_status st = dt_dataset_batch(r->x, r->y, r->data, DT_TRAIN, o->seed, row,
-                                    o->batch, o->cfg.T);
+    dt_status st = dt_dataset_batch(r->x, r->y, r->data, DT_TRAIN, o->seed, row, o->batch,
+                                    o->cfg.T);
     if (st != DT_OK)
         return run_fail(r, st, "data", dt_dataset_error(r->data));
     double t0 = dt_now();
     st = r->zero1 ? dt_zero1_forward(r->zero1, r->x, r->y, o->batch, o->cfg.T)
                   : dt_model_forward(r->m, r->x, r->y, o->batch, o->cfg.T);
     if (st != DT_OK)
-        return run_fail(r, st, "forward", r->zero1 ? dt_zero1_error(r->zero1)
-                                                   : dt_model_error(r->m));
+        return run_fail(r, st, "forward",
+                        r->zero1 ? dt_zero1_error(r->zero1) : dt_model_error(r->m));
     double t1 = dt_now();
     mg_trace_add(r->trace, MG_EV_FORWARD, j, t0, t1);
     *loss += r->m->mean_loss / (float)o->grad_accum;
@@ -215,8 +212,8 @@ dt_status mg_train_step(mg_run *r, int step, mg_step *out)
     /* the logged loss is the global batch's: 4 bytes, queued before the
      * parameter all-gather so that waiting for it does not wait for that */
     dt_work *loss_work = NULL;
-    if (r->comm && (st = dt_allreduce_async(r->comm, &loss, 1, DT_F32, DT_AVG,
-                                            &loss_work)) != DT_OK)
+    if (r->comm &&
+        (st = dt_allreduce_async(r->comm, &loss, 1, DT_F32, DT_AVG, &loss_work)) != DT_OK)
         return run_fail(r, st, "loss all-reduce", dt_comm_error(r->comm));
     if (r->ddp) {
         st = dt_ddp_wait(r->ddp, &out->comm);
@@ -267,8 +264,7 @@ float mg_val_loss(mg_run *r)
     int n = 0;
     for (int k = 0; k < 4; k++) {
         if (dt_dataset_batch(r->x, r->y, r->data, DT_VAL, o->seed + 1,
-                             (uint64_t)k * (uint64_t)o->batch, o->batch,
-                             o->cfg.T) != DT_OK ||
+                             (uint64_t)k * (uint64_t)o->batch, o->batch, o->cfg.T) != DT_OK ||
             dt_model_forward(r->m, r->x, r->y, o->batch, o->cfg.T) != DT_OK)
             break;
         sum += r->m->mean_loss;
@@ -293,8 +289,7 @@ void mg_sample(mg_run *r, FILE *f, int n)
     const mg_options *o = &r->o;
     int T = o->cfg.T, total = T + n;
     int *tok = malloc((size_t)total * sizeof(int));
-    if (!tok || dt_dataset_batch(r->x, r->y, r->data, DT_VAL, o->seed + 2, 0,
-                                 1, T) != DT_OK) {
+    if (!tok || dt_dataset_batch(r->x, r->y, r->data, DT_VAL, o->seed + 2, 0, 1, T) != DT_OK) {
         free(tok);
         return;
     }
@@ -308,8 +303,8 @@ void mg_sample(mg_run *r, FILE *f, int n)
     memcpy(tok, r->x, (size_t)prompt * sizeof(int));
     dt_rng rng;
     dt_rng_seed(&rng, o->seed + 3);
-    int len = dt_generate(r->m, tok, prompt, n, r->is_task ? 0.0f : 1.0f, 0,
-                          r->is_task ? '\n' : -1, &rng);
+    int len = dt_generate(r->m, tok, prompt, n, r->is_task ? 0.0f : 1.0f, 0, r->is_task ? '\n' : -1,
+                          &rng);
     fputs("sample: ", f);
     for (int i = 0; i < prompt; i++)
         put_token(f, tok[i]);

@@ -22,44 +22,44 @@ typedef struct mg_trace mg_trace;
 typedef struct mg_run {
     mg_options o;
     int rank, world;
-    dt_comm *comm;          /* NULL when running alone */
-    dt_device *dev;         /* --device cuda with ranks: stages comm's ops */
+    dt_comm *comm;  /* NULL when running alone */
+    dt_device *dev; /* --device cuda with ranks: stages comm's ops */
     dt_model *m;
     dt_dataset *data;
-    bool is_task;           /* the embedded task: has an accuracy */
-    dt_ddp *ddp;            /* --parallel ddp */
-    dt_zero1 *zero1;        /* --parallel zero1 */
+    bool is_task;    /* the embedded task: has an accuracy */
+    dt_ddp *ddp;     /* --parallel ddp */
+    dt_zero1 *zero1; /* --parallel zero1 */
     dt_adamw_hparams h;
-    int *x, *y;             /* (batch, T) host tokens of one micro-batch */
-    float *losses;          /* [steps] mean loss over the global batch */
-    dt_ckpt *ck;            /* --ckpt-dir (or the seed's temporary root) */
-    char ckpt_tmp[128];     /* a temporary root made for the run, or "" */
-    int start_step;         /* first step to run: 0, or the resumed step */
-    uint64_t row0;          /* data position at start_step */
-    bool verified;          /* RESUME VERIFIED already printed */
-    dt_pipe_schedule *sched; /* --pp: the schedule, this rank's stage runs */
-    dt_pipe *pipe;           /* --pp: its executor; r->m is the stage */
+    int *x, *y;                         /* (batch, T) host tokens of one micro-batch */
+    float *losses;                      /* [steps] mean loss over the global batch */
+    dt_ckpt *ck;                        /* --ckpt-dir (or the seed's temporary root) */
+    char ckpt_tmp[128];                 /* a temporary root made for the run, or "" */
+    int start_step;                     /* first step to run: 0, or the resumed step */
+    uint64_t row0;                      /* data position at start_step */
+    bool verified;                      /* RESUME VERIFIED already printed */
+    dt_pipe_schedule *sched;            /* --pp: the schedule, this rank's stage runs */
+    dt_pipe *pipe;                      /* --pp: its executor; r->m is the stage */
     double pipe_wall_s, pipe_compute_s; /* summed over steps, for bubbles */
-    int stage, replica, dp;  /* --pp: world rank = stage · dp + replica */
-    dt_comm *pipe_comm;      /* --pp: this replica's stages (NULL: P = 1) */
-    dt_comm *dp_comm;        /* --pp: this stage's replicas (NULL: D = 1) */
-    size_t *ckpt_slices;     /* --pp: [world + 1] who saves what */
-    mg_trace *trace;         /* --trace: this rank's slices, or NULL */
+    int stage, replica, dp;             /* --pp: world rank = stage · dp + replica */
+    dt_comm *pipe_comm;                 /* --pp: this replica's stages (NULL: P = 1) */
+    dt_comm *dp_comm;                   /* --pp: this stage's replicas (NULL: D = 1) */
+    size_t *ckpt_slices;                /* --pp: [world + 1] who saves what */
+    mg_trace *trace;                    /* --trace: this rank's slices, or NULL */
     char err[768];
 } mg_run;
 
 /* What one optimizer step took. */
 typedef struct mg_step {
-    float loss;             /* mean over the global batch (all ranks) */
-    double ms;              /* wall time of the step on this rank */
-    double tokens_per_s;    /* global tokens / ms */
+    float loss;          /* mean over the global batch (all ranks) */
+    double ms;           /* wall time of the step on this rank */
+    double tokens_per_s; /* global tokens / ms */
     dt_comm_stats comm;
 } mg_step;
 
 /* trainer.c */
 /* This rank's GPU on its node: LOCAL_RANK (or Open MPI's, Slurm's), 0. */
 int mg_local_rank(void);
-dt_status mg_run_open(mg_run *r);      /* data, model, optimizer */
+dt_status mg_run_open(mg_run *r); /* data, model, optimizer */
 void mg_run_close(mg_run *r);
 /* Optimizer step `step` (0-based): micro-steps, gradient sync, AdamW. */
 dt_status mg_train_step(mg_run *r, int step, mg_step *out);
@@ -73,7 +73,7 @@ void mg_sample(mg_run *r, FILE *f, int n);
 
 /* pipelined.c: --pp (every rank calls each) */
 int mg_microbatches(const mg_options *o);
-dt_status mg_pipe_open(mg_run *r);     /* stage model, schedule, executor */
+dt_status mg_pipe_open(mg_run *r); /* stage model, schedule, executor */
 void mg_pipe_close(mg_run *r);
 dt_status mg_pipe_step(mg_run *r, int step, mg_step *out);
 /* Every stage's replicas hold bitwise identical parameters (one verdict
@@ -95,8 +95,8 @@ dt_status mg_report_pipeline(FILE *f, const mg_run *r);
 enum mg_event_kind {
     MG_EV_FORWARD = DT_PIPE_NUM_OPS, /* a data-parallel micro-step's */
     MG_EV_BACKWARD,
-    MG_EV_ALLREDUCE,                 /* a DDP bucket */
-    MG_EV_OPTIMIZER,                 /* AdamW (ZeRO-1: with its collectives) */
+    MG_EV_ALLREDUCE, /* a DDP bucket */
+    MG_EV_OPTIMIZER, /* AdamW (ZeRO-1: with its collectives) */
 };
 mg_trace *mg_trace_open(void);
 void mg_trace_close(mg_trace *t);
@@ -105,8 +105,7 @@ void mg_trace_set_step(mg_trace *t, int step);
 /* One slice [t0, t1] in seconds on CLOCK_MONOTONIC; arg -1 for none. */
 void mg_trace_add(mg_trace *t, int kind, int arg, double t0, double t1);
 /* The executor's last step, every action of this stage's list. */
-void mg_trace_pipe(mg_trace *t, const dt_pipe *p, const dt_pipe_schedule *s,
-                   int stage);
+void mg_trace_pipe(mg_trace *t, const dt_pipe *p, const dt_pipe_schedule *s, int stage);
 /* The buckets of DDP's last synced backward. */
 void mg_trace_ddp(mg_trace *t, const dt_ddp *d);
 /* Collective: every rank's slices to rank 0, which writes the JSON. */
@@ -124,11 +123,9 @@ dt_status mg_ckpt_after_step(mg_run *r, int done);
  * backend the state is mirrored (host arrays malloc'd, same lengths). */
 bool mg_state_on_device(const mg_run *r);
 /* host = dev with host copies of its arrays (filled when copy_out). */
-dt_status mg_state_mirror(mg_run *r, const dt_ckpt_state *dev,
-                          dt_ckpt_state *host, bool copy_out);
+dt_status mg_state_mirror(mg_run *r, const dt_ckpt_state *dev, dt_ckpt_state *host, bool copy_out);
 /* Copies the host mirror's arrays into the device state's. */
-void mg_state_copy_in(mg_run *r, const dt_ckpt_state *dev,
-                      const dt_ckpt_state *host);
+void mg_state_copy_in(mg_run *r, const dt_ckpt_state *dev, const dt_ckpt_state *host);
 void mg_state_mirror_free(mg_run *r, dt_ckpt_state *host);
 
 /* metrics.c: JSONL, one object per line, rank 0 only */
@@ -136,8 +133,8 @@ typedef struct mg_metrics mg_metrics;
 mg_metrics *mg_metrics_open(const char *path, const mg_run *r);
 void mg_metrics_step(mg_metrics *mx, int step, const mg_step *s);
 void mg_metrics_eval(mg_metrics *mx, int step, float val_loss, double acc);
-void mg_metrics_summary(mg_metrics *mx, const mg_run *r, double secs,
-                        double mean_hidden, double acc);
+void mg_metrics_summary(mg_metrics *mx, const mg_run *r, double secs, double mean_hidden,
+                        double acc);
 void mg_metrics_close(mg_metrics *mx);
 
 /* report.c */

@@ -52,7 +52,8 @@ extern "C" {
 #include "../bench_case.h"
 }
 
-namespace {
+namespace
+{
 
 using Algorithm = gloo::AllreduceOptions::Algorithm;
 using Ctx = std::shared_ptr<gloo::Context>;
@@ -68,30 +69,39 @@ struct Options {
 
 /* ---- flags: one table for the parser and the usage text -------------------------- */
 
-bool parse_size(const char *s, size_t *out) {
+bool parse_size(const char *s, size_t *out)
+{
     char *end;
-    if (*s < '0' || *s > '9') return false;
+    if (*s < '0' || *s > '9')
+        return false;
     unsigned long long v = strtoull(s, &end, 10);
     int shift = 0;
-    if (*end == 'K' || *end == 'k') shift = 10, end++;
-    else if (*end == 'M' || *end == 'm') shift = 20, end++;
-    else if (*end == 'G' || *end == 'g') shift = 30, end++;
-    if (*end || v > (SIZE_MAX >> shift)) return false;
+    if (*end == 'K' || *end == 'k')
+        shift = 10, end++;
+    else if (*end == 'M' || *end == 'm')
+        shift = 20, end++;
+    else if (*end == 'G' || *end == 'g')
+        shift = 30, end++;
+    if (*end || v > (SIZE_MAX >> shift))
+        return false;
     *out = size_t(v) << shift;
     return true;
 }
 
-bool parse_int(const char *s, long lo, long hi, int *out) {
+bool parse_int(const char *s, long lo, long hi, int *out)
+{
     char *end;
     long v = strtol(s, &end, 10);
-    if (end == s || *end || v < lo || v > hi) return false;
+    if (end == s || *end || v < lo || v > hi)
+        return false;
     *out = int(v);
     return true;
 }
 
-bool set_collective(Options &o, const char *v) {
+bool set_collective(Options &o, const char *v)
+{
     static const dt_op_kind all[] = {DT_OP_ALLREDUCE, DT_OP_REDUCE_SCATTER, DT_OP_ALLGATHER,
-                                     DT_OP_BROADCAST, DT_OP_BARRIER, DT_OP_ALLTOALL};
+                                     DT_OP_BROADCAST, DT_OP_BARRIER,        DT_OP_ALLTOALL};
     if (strcmp(v, "all") == 0) {
         o.collectives.assign(std::begin(all), std::end(all));
         return true;
@@ -109,10 +119,13 @@ struct Flag {
     std::function<bool(Options &, const char *)> set;
 };
 
-const std::vector<Flag> &flags() {
+const std::vector<Flag> &flags()
+{
     static const std::vector<Flag> table = {
-        {"-c", "--collective", "NAME", "allreduce|reduce_scatter|allgather|broadcast|barrier|"
-         "alltoall|all (default allreduce)", set_collective},
+        {"-c", "--collective", "NAME",
+         "allreduce|reduce_scatter|allgather|broadcast|barrier|"
+         "alltoall|all (default allreduce)",
+         set_collective},
         {"-b", "--minbytes", "SIZE", "smallest size, bytes with K/M/G suffix (default 4)",
          [](Options &o, const char *v) { return parse_size(v, &o.min_bytes); }},
         {"-e", "--maxbytes", "SIZE", "largest size (default 64M)",
@@ -136,8 +149,10 @@ const std::vector<Flag> &flags() {
          [](Options &o, const char *) { return o.check = true; }},
         {nullptr, "--algo", "NAME", "allreduce: ring (default) or bcube",
          [](Options &o, const char *v) {
-             if (strcmp(v, "ring") == 0) return o.algo = Algorithm::RING, true;
-             if (strcmp(v, "bcube") == 0) return o.algo = Algorithm::BCUBE, true;
+             if (strcmp(v, "ring") == 0)
+                 return o.algo = Algorithm::RING, true;
+             if (strcmp(v, "bcube") == 0)
+                 return o.algo = Algorithm::BCUBE, true;
              return false;
          }},
         {nullptr, "--ranks", "N", "local ranks to fork (default 4)",
@@ -148,9 +163,10 @@ const std::vector<Flag> &flags() {
     return table;
 }
 
-void usage(FILE *out) {
+void usage(FILE *out)
+{
     fprintf(out, "usage: gloo-bench [flags]\nTimes Gloo's collectives in dtrain-bench's "
-            "table; rank 0 prints.\n");
+                 "table; rank 0 prints.\n");
     for (const Flag &f : flags()) {
         std::string left = std::string(f.short_name ? f.short_name : "") +
                            (f.short_name ? ", " : "    ") + f.long_name +
@@ -160,7 +176,8 @@ void usage(FILE *out) {
 }
 
 /* False after printing what was wrong (flag and value). */
-bool parse(Options &o, int argc, char **argv) {
+bool parse(Options &o, int argc, char **argv)
+{
     for (int i = 1; i < argc; i++) {
         const Flag *hit = nullptr;
         for (const Flag &f : flags())
@@ -180,8 +197,7 @@ bool parse(Options &o, int argc, char **argv) {
             v = argv[++i];
         }
         if (!hit->set(o, v)) {
-            fprintf(stderr, "gloo-bench: %s '%s': not accepted; %s\n", argv[i - 1], v,
-                    hit->help);
+            fprintf(stderr, "gloo-bench: %s '%s': not accepted; %s\n", argv[i - 1], v, hit->help);
             return false;
         }
     }
@@ -194,7 +210,8 @@ bool parse(Options &o, int argc, char **argv) {
 
 /* ---- running Gloo's ops --------------------------------------------------------------- */
 
-double now_s() {
+double now_s()
+{
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
         .count();
 }
@@ -202,8 +219,8 @@ double now_s() {
 /* One op of bench case bc, as ProcessGroupGloo would issue it. rs is the
  * reduce-scatter algorithm object for this size (reduce_scatter only). */
 template <typename T>
-void run_op(const Ctx &ctx, bench_case &bc, gloo::Algorithm *rs, Algorithm algo,
-            uint32_t tag) {
+void run_op(const Ctx &ctx, bench_case &bc, gloo::Algorithm *rs, Algorithm algo, uint32_t tag)
+{
     T *send = static_cast<T *>(bc.send), *recv = static_cast<T *>(bc.recv);
     size_t n = bc.op.count, p = size_t(bc.p);
     switch (bc.op.kind) {
@@ -254,8 +271,8 @@ void run_op(const Ctx &ctx, bench_case &bc, gloo::Algorithm *rs, Algorithm algo,
     }
 }
 
-template <typename T>
-void allreduce_scalar(const Ctx &ctx, T *v, bool max, uint32_t tag) {
+template <typename T> void allreduce_scalar(const Ctx &ctx, T *v, bool max, uint32_t tag)
+{
     gloo::AllreduceOptions opts(ctx);
     opts.setOutput(v, 1);
     using Fn = void (*)(void *, const void *, const void *, size_t);
@@ -269,27 +286,33 @@ struct Runner {
     const Options &o;
     uint32_t tag = 0;
 
-    template <typename T>
-    void one(bench_case &bc, gloo::Algorithm *rs) { run_op<T>(ctx, bc, rs, o.algo, tag++); }
+    template <typename T> void one(bench_case &bc, gloo::Algorithm *rs)
+    {
+        run_op<T>(ctx, bc, rs, o.algo, tag++);
+    }
 
     /* Seconds per op (slowest rank) and wrong elements (all ranks). */
-    template <typename T>
-    void measure(bench_case &bc, double *sec, double *wrong) {
+    template <typename T> void measure(bench_case &bc, double *sec, double *wrong)
+    {
         std::unique_ptr<gloo::Algorithm> rs;
         if (bc.op.kind == DT_OP_REDUCE_SCATTER)
-            rs.reset(new gloo::ReduceScatterHalvingDoubling<T>(
-                ctx, {static_cast<T *>(bc.send)}, int(bc.send_count),
-                std::vector<int>(size_t(bc.p), int(bc.op.count))));
-        for (int i = 0; i < o.warmup; i++) one<T>(bc, rs.get());
+            rs.reset(new gloo::ReduceScatterHalvingDoubling<T>(ctx, {static_cast<T *>(bc.send)},
+                                                               int(bc.send_count),
+                                                               std::vector<int>(size_t(bc.p),
+                                                                                int(bc.op.count))));
+        for (int i = 0; i < o.warmup; i++)
+            one<T>(bc, rs.get());
         gloo::BarrierOptions b(ctx);
         b.setTag(tag++);
         gloo::barrier(b);
         double t0 = now_s();
-        for (int i = 0; i < o.iters; i++) one<T>(bc, rs.get());
+        for (int i = 0; i < o.iters; i++)
+            one<T>(bc, rs.get());
         *sec = (now_s() - t0) / o.iters;
         allreduce_scalar(ctx, sec, true, tag++);
         *wrong = 0;
-        if (!o.check) return;
+        if (!o.check)
+            return;
         bench_case_fill(&bc);
         one<T>(bc, rs.get());
         *wrong = double(bench_case_count_wrong(&bc));
@@ -297,33 +320,36 @@ struct Runner {
     }
 };
 
-void print_header(const Options &o, dt_op_kind kind) {
+void print_header(const Options &o, dt_op_kind kind)
+{
     bool reduces = kind == DT_OP_ALLREDUCE || kind == DT_OP_REDUCE_SCATTER;
     printf("# gloo-bench %s: %d ranks, %s%s, algo %s, %d iters after %d warm-up%s\n",
            dt_op_name(kind), o.ranks, kind == DT_OP_BARRIER ? "no data" : dt_dtype_name(o.dtype),
-           reduces ? " sum" : "",
-           o.algo == Algorithm::BCUBE ? "bcube" : "ring", o.iters, o.warmup,
+           reduces ? " sum" : "", o.algo == Algorithm::BCUBE ? "bcube" : "ring", o.iters, o.warmup,
            o.check ? ", checked" : "");
-    printf("# %10s %12s %6s %6s %12s %11s %11s %6s\n", "size", "count", "type", "op",
-           "time_us", "algbw_GBps", "busbw_GBps", "wrong");
+    printf("# %10s %12s %6s %6s %12s %11s %11s %6s\n", "size", "count", "type", "op", "time_us",
+           "algbw_GBps", "busbw_GBps", "wrong");
 }
 
-void print_row(const Options &o, const bench_case &bc, double sec, double wrong) {
+void print_row(const Options &o, const bench_case &bc, double sec, double wrong)
+{
     bool reduces = bc.op.kind == DT_OP_ALLREDUCE || bc.op.kind == DT_OP_REDUCE_SCATTER;
     double algbw = sec > 0 ? double(bc.bytes) / sec / 1e9 : 0;
     std::string w = o.check ? std::to_string((long long)wrong) : "N/A";
     printf("%12zu %12zu %6s %6s %12.1f %11.3f %11.3f %6s\n", bc.bytes, bc.op.count,
            bc.op.kind == DT_OP_BARRIER ? "none" : dt_dtype_name(bc.op.dtype),
-           reduces ? "sum" : "none", sec * 1e6, algbw,
-           algbw * bench_busbw_factor(bc.op.kind, bc.p), w.c_str());
+           reduces ? "sum" : "none", sec * 1e6, algbw, algbw * bench_busbw_factor(bc.op.kind, bc.p),
+           w.c_str());
     fflush(stdout);
 }
 
 /* Every size of one collective; returns true if every element was right. */
-bool run_collective(Runner &run, dt_op_kind kind, int rank) {
+bool run_collective(Runner &run, dt_op_kind kind, int rank)
+{
     const Options &o = run.o;
     bool all_right = true;
-    if (rank == 0) print_header(o, kind);
+    if (rank == 0)
+        print_header(o, kind);
     size_t last = SIZE_MAX;
     for (size_t bytes = o.min_bytes; bytes <= o.max_bytes;) {
         bench_case bc;
@@ -332,20 +358,25 @@ bool run_collective(Runner &run, dt_op_kind kind, int rank) {
             throw std::bad_alloc();
         if (bc.bytes != last) {
             double sec, wrong;
-            if (o.dtype == DT_F64) run.measure<double>(bc, &sec, &wrong);
-            else run.measure<float>(bc, &sec, &wrong);
-            if (rank == 0) print_row(o, bc, sec, wrong);
+            if (o.dtype == DT_F64)
+                run.measure<double>(bc, &sec, &wrong);
+            else
+                run.measure<float>(bc, &sec, &wrong);
+            if (rank == 0)
+                print_row(o, bc, sec, wrong);
             all_right = all_right && wrong == 0;
         }
         last = bc.bytes;
         bench_case_free(&bc);
-        if (kind == DT_OP_BARRIER || bytes > o.max_bytes / o.factor) break;
+        if (kind == DT_OP_BARRIER || bytes > o.max_bytes / o.factor)
+            break;
         bytes = bytes ? bytes * o.factor : 1;
     }
     return all_right;
 }
 
-int run_rank(const Options &o, int rank, const std::string &dir) {
+int run_rank(const Options &o, int rank, const std::string &dir)
+{
     try {
         gloo::transport::tcp::attr attr;
         attr.hostname = "127.0.0.1";
@@ -356,7 +387,8 @@ int run_rank(const Options &o, int rank, const std::string &dir) {
         ctx->connectFullMesh(store, dev);
         Runner run{ctx, o};
         bool right = true;
-        for (dt_op_kind k : o.collectives) right = run_collective(run, k, rank) && right;
+        for (dt_op_kind k : o.collectives)
+            right = run_collective(run, k, rank) && right;
         return right ? 0 : 1;
     } catch (const std::exception &e) {
         fprintf(stderr, "gloo-bench: rank %d: %s\n", rank, e.what());
@@ -364,7 +396,8 @@ int run_rank(const Options &o, int rank, const std::string &dir) {
     }
 }
 
-void remove_dir(const std::string &dir) {
+void remove_dir(const std::string &dir)
+{
     if (DIR *d = opendir(dir.c_str())) {
         while (struct dirent *e = readdir(d))
             if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
@@ -376,7 +409,8 @@ void remove_dir(const std::string &dir) {
 
 } // namespace
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     Options o;
     if (!parse(o, argc, argv)) {
         fprintf(stderr, "(gloo-bench --help lists the flags)\n");
@@ -395,19 +429,22 @@ int main(int argc, char **argv) {
     std::vector<pid_t> pids;
     for (int r = 0; r < o.ranks; r++) {
         pid_t pid = fork();
-        if (pid == 0) _exit(run_rank(o, r, dir));
+        if (pid == 0)
+            _exit(run_rank(o, r, dir));
         pids.push_back(pid);
     }
     int result = 0;
     for (size_t left = pids.size(); left > 0; left--) {
         int status;
         pid_t pid = wait(&status);
-        if (pid < 0) break;
+        if (pid < 0)
+            break;
         int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
         if (code && !result) {
             result = code;
             for (pid_t other : pids)
-                if (other != pid) kill(other, SIGTERM);
+                if (other != pid)
+                    kill(other, SIGTERM);
         }
     }
     remove_dir(dir);

@@ -19,7 +19,8 @@ static inline bool dt_parse_int(const char *s, long lo, long hi, int *out)
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return false;
+    if (errno || end == s || *end || v < lo || v > hi)
+        return false;
     *out = (int)v;
     return true;
 }

@@ -24,8 +24,8 @@
 
 static dt_config cfg = {.V = 8, .T = 4, .L = 1, .H = 1, .C = 4};
 static char root[512], dir[600], shard_path[700];
-static json_t *manifest;  /* the genuine manifest, patched per input */
-static float *arrays;     /* params, master, m, v: 4 x num_params */
+static json_t *manifest; /* the genuine manifest, patched per input */
+static float *arrays;    /* params, master, m, v: 4 x num_params */
 static size_t num_params;
 
 /* Rank 0's state of the job: full parameters, its ZeRO-1 slice of the rest. */
@@ -34,9 +34,16 @@ static dt_ckpt_state rank0_state(void)
     size_t lo, n;
     dt_ckpt_partition(num_params, 2, 0, &lo, &n);
     float *a = arrays;
-    return (dt_ckpt_state){.cfg = cfg, .mode = DT_CKPT_ZERO1, .rank = 0, .world = 2,
-                           .num_params = num_params, .params = a, .opt_lo = lo, .opt_n = n,
-                           .master = a + num_params, .adam_m = a + 2 * num_params,
+    return (dt_ckpt_state){.cfg = cfg,
+                           .mode = DT_CKPT_ZERO1,
+                           .rank = 0,
+                           .world = 2,
+                           .num_params = num_params,
+                           .params = a,
+                           .opt_lo = lo,
+                           .opt_n = n,
+                           .master = a + num_params,
+                           .adam_m = a + 2 * num_params,
                            .adam_v = a + 3 * num_params};
 }
 
@@ -44,12 +51,23 @@ static void save_genuine_checkpoint(void)
 {
     num_params = dt_config_num_params(&cfg);
     arrays = malloc(4 * num_params * sizeof *arrays);
-    if (!arrays) abort();
-    for (size_t i = 0; i < 4 * num_params; i++) arrays[i] = (float)i * 0.25f;
-    dt_ckpt_state full = {.cfg = cfg, .mode = DT_CKPT_ZERO1, .rank = 0, .world = 1,
-                          .step = STEP, .seed = 1337, .data_row = 640, .rng_state = 99,
-                          .num_params = num_params, .params = arrays, .opt_lo = 0,
-                          .opt_n = num_params, .master = arrays + num_params,
+    if (!arrays)
+        abort();
+    for (size_t i = 0; i < 4 * num_params; i++)
+        arrays[i] = (float)i * 0.25f;
+    dt_ckpt_state full = {.cfg = cfg,
+                          .mode = DT_CKPT_ZERO1,
+                          .rank = 0,
+                          .world = 1,
+                          .step = STEP,
+                          .seed = 1337,
+                          .data_row = 640,
+                          .rng_state = 99,
+                          .num_params = num_params,
+                          .params = arrays,
+                          .opt_lo = 0,
+                          .opt_n = num_params,
+                          .master = arrays + num_params,
                           .adam_m = arrays + 2 * num_params,
                           .adam_v = arrays + 3 * num_params};
     dt_ckpt *ck = NULL;
@@ -70,13 +88,15 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     char path[700];
     snprintf(path, sizeof path, "%s/manifest.json", dir);
     manifest = json_load_file(path, 0, NULL);
-    if (!manifest) abort();
+    if (!manifest)
+        abort();
     const char *seed_out = getenv("DT_FUZZ_SEED_OUT");
     if (seed_out) {
         FILE *f = fopen(shard_path, "rb");
         uint8_t buf[1 << 16];
         size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
-        if (f) fclose(f);
+        if (f)
+            fclose(f);
         fuzz_write_file(seed_out, buf, n);
     }
     return 0;
@@ -88,12 +108,14 @@ static void vouch_for(const uint8_t *data, size_t size)
     unsigned char digest[32];
     char hex[2 * sizeof digest + 1], path[700];
     dt_ckpt_sha256(digest, data, size);
-    for (size_t i = 0; i < sizeof digest; i++) sprintf(hex + 2 * i, "%02x", digest[i]);
+    for (size_t i = 0; i < sizeof digest; i++)
+        sprintf(hex + 2 * i, "%02x", digest[i]);
     json_t *shard0 = json_array_get(json_object_get(manifest, "shards"), 0);
     json_object_set_new(shard0, "bytes", json_integer((json_int_t)size));
     json_object_set_new(shard0, "sha256", json_string(hex));
     snprintf(path, sizeof path, "%s/manifest.json", dir);
-    if (json_dump_file(manifest, path, 0) != 0) abort();
+    if (json_dump_file(manifest, path, 0) != 0)
+        abort();
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -102,7 +124,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     vouch_for(data, size);
     dt_ckpt_options opts = {.allow_reshard = false};
     dt_ckpt *ck = NULL;
-    if (dt_ckpt_open(&ck, root, &opts) != DT_OK) abort();
+    if (dt_ckpt_open(&ck, root, &opts) != DT_OK)
+        abort();
     dt_ckpt_state s = rank0_state();
     (void)dt_ckpt_load(ck, dir, &s);
     (void)dt_ckpt_verify(ck, dir);

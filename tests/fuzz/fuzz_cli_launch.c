@@ -15,8 +15,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int argc = fuzz_argv(data, size, "dtrain-launch", argv, 64, &storage);
     launch_options o;
     if (launch_options_parse(&o, argc, argv, err, sizeof err) == LAUNCH_PARSE_OK &&
-        (o.nproc_per_node < 1 || o.nnodes < 1 || o.node_rank < 0 ||
-         o.node_rank >= o.nnodes || !o.program || !o.program[0]))
+        (o.nproc_per_node < 1 || o.nnodes < 1 || o.node_rank < 0 || o.node_rank >= o.nnodes ||
+         !o.program || !o.program[0]))
         abort();
     free(storage);
     return 0;

@@ -57,7 +57,10 @@ typedef struct rank1_run {
     char error[DT_ERROR_MAX_SHOWN]; /* dt_comm_error after the last op */
 } rank1_run;
 
-static void quiet(void *user, const char *line) { (void)user, (void)line; }
+static void quiet(void *user, const char *line)
+{
+    (void)user, (void)line;
+}
 
 /* Rank 1: join, run the three ops while each succeeds, leave. */
 static void *rank1_main(void *p)
@@ -78,12 +81,19 @@ static void *rank1_main(void *p)
     dt_status st = r->init = dt_comm_init(&c, &o);
     float in[RECV_FLOATS], x[ALLREDUCE_FLOATS] = {1, 2, 3, 4, 5, 6, 7, 8};
     int32_t b[BCAST_INTS] = {0};
-    dt_op ar = {.kind = DT_OP_ALLREDUCE, .recv = x, .count = ALLREDUCE_FLOATS,
-                .dtype = DT_F32, .redop = DT_SUM, .root = -1,
+    dt_op ar = {.kind = DT_OP_ALLREDUCE,
+                .recv = x,
+                .count = ALLREDUCE_FLOATS,
+                .dtype = DT_F32,
+                .redop = DT_SUM,
+                .root = -1,
                 .algo = DT_ALGO_RECURSIVE_DOUBLING};
-    if (st == DT_OK) st = r->op[0] = dt_recv(c, in, RECV_FLOATS, DT_F32, 0, RECV_TAG, NULL);
-    if (st == DT_OK) st = r->op[1] = dt_run(c, &ar);
-    if (st == DT_OK) st = r->op[2] = dt_broadcast(c, b, BCAST_INTS, DT_I32, 0);
+    if (st == DT_OK)
+        st = r->op[0] = dt_recv(c, in, RECV_FLOATS, DT_F32, 0, RECV_TAG, NULL);
+    if (st == DT_OK)
+        st = r->op[1] = dt_run(c, &ar);
+    if (st == DT_OK)
+        st = r->op[2] = dt_broadcast(c, b, BCAST_INTS, DT_I32, 0);
     snprintf(r->error, sizeof r->error, "%s", c ? dt_comm_error(c) : "");
     dt_comm_destroy(c);
     pthread_mutex_lock(&r->mu);
@@ -104,9 +114,11 @@ static bool wait_fd(int fd, short events, int ms)
 static bool read_exact(int fd, uint8_t *buf, size_t n)
 {
     for (size_t got = 0; got < n;) {
-        if (!wait_fd(fd, POLLIN, 10000)) return false;
+        if (!wait_fd(fd, POLLIN, 10000))
+            return false;
         ssize_t k = read(fd, buf + got, n - got);
-        if (k <= 0) return false;
+        if (k <= 0)
+            return false;
         got += (size_t)k;
     }
     return true;
@@ -115,14 +127,19 @@ static bool read_exact(int fd, uint8_t *buf, size_t n)
 static void write_all(int fd, const uint8_t *buf, size_t n)
 {
     for (size_t done = 0; done < n;) {
-        if (!wait_fd(fd, POLLOUT, 10000)) return;
+        if (!wait_fd(fd, POLLOUT, 10000))
+            return;
         ssize_t k = write(fd, buf + done, n - done);
-        if (k <= 0) return; /* rank 1 hung up: it refused what it read */
+        if (k <= 0)
+            return; /* rank 1 hung up: it refused what it read */
         done += (size_t)k;
     }
 }
 
-static void put_le32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static void put_le32(uint8_t *p, uint32_t v)
+{
+    memcpy(p, &v, 4);
+}
 
 /* The acceptor's answer to `hello`, as handshake.c computes it. */
 static void genuine_challenge(uint8_t ch[CHALLENGE_BYTES], const uint8_t hello[HELLO_BYTES])
@@ -155,10 +172,12 @@ static int listen_any(int *port)
 /* Plays rank 0 against rank 1 with data as described in the head comment. */
 static void play_rank0(int lfd, const uint8_t *data, size_t size)
 {
-    if (!wait_fd(lfd, POLLIN, 10000)) return; /* rank 1 failed before dialling */
+    if (!wait_fd(lfd, POLLIN, 10000))
+        return; /* rank 1 failed before dialling */
     int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
     uint8_t hello[HELLO_BYTES], ch[CHALLENGE_BYTES], resp[RESPONSE_BYTES];
-    if (fd < 0) return;
+    if (fd < 0)
+        return;
     bool forged = size > 0 && (data[0] & 1);
     size_t skip = size > 0 ? 1 : 0;
     if (read_exact(fd, hello, sizeof hello)) {
@@ -172,7 +191,8 @@ static void play_rank0(int lfd, const uint8_t *data, size_t size)
             genuine_challenge(ch, hello);
             write_all(fd, ch, sizeof ch);
         }
-        if (forged || read_exact(fd, resp, sizeof resp)) write_all(fd, data + skip, size - skip);
+        if (forged || read_exact(fd, resp, sizeof resp))
+            write_all(fd, data + skip, size - skip);
     }
     shutdown(fd, SHUT_WR);
     /* read what rank 1 sends until it hangs up, so it never blocks on us */
@@ -217,7 +237,8 @@ static size_t put_frame(uint8_t *out, dt_frame_hdr h, const void *payload)
 {
     memcpy(out, &h, sizeof h);
     memset(out + sizeof h, 0, h.length);
-    if (payload) memcpy(out + sizeof h, payload, h.length);
+    if (payload)
+        memcpy(out + sizeof h, payload, h.length);
     return sizeof h + h.length;
 }
 
@@ -227,15 +248,37 @@ static size_t genuine_stream(uint8_t *out)
     int32_t ints[BCAST_INTS] = {7, 8, 9, 10};
     size_t n = 0;
     out[n++] = 0; /* a genuine challenge */
-    n += put_frame(out + n, (dt_frame_hdr){.kind = FRAME_P2P, .op = DT_OP_SEND,
-                   .dtype = DT_F32, .root = -1, .index = RECV_TAG, .seq = 0,
-                   .count = RECV_FLOATS, .length = sizeof floats}, floats);
-    n += put_frame(out + n, (dt_frame_hdr){.kind = FRAME_COLL, .op = DT_OP_ALLREDUCE,
-                   .dtype = DT_F32, .redop = DT_SUM, .root = -1, .index = 0, .seq = 0,
-                   .count = ALLREDUCE_FLOATS, .length = ALLREDUCE_FLOATS * 4}, floats);
-    n += put_frame(out + n, (dt_frame_hdr){.kind = FRAME_COLL, .op = DT_OP_BROADCAST,
-                   .dtype = DT_I32, .root = 0, .index = 0, .seq = 1, .count = BCAST_INTS,
-                   .length = sizeof ints}, ints);
+    n += put_frame(out + n,
+                   (dt_frame_hdr){.kind = FRAME_P2P,
+                                  .op = DT_OP_SEND,
+                                  .dtype = DT_F32,
+                                  .root = -1,
+                                  .index = RECV_TAG,
+                                  .seq = 0,
+                                  .count = RECV_FLOATS,
+                                  .length = sizeof floats},
+                   floats);
+    n += put_frame(out + n,
+                   (dt_frame_hdr){.kind = FRAME_COLL,
+                                  .op = DT_OP_ALLREDUCE,
+                                  .dtype = DT_F32,
+                                  .redop = DT_SUM,
+                                  .root = -1,
+                                  .index = 0,
+                                  .seq = 0,
+                                  .count = ALLREDUCE_FLOATS,
+                                  .length = ALLREDUCE_FLOATS * 4},
+                   floats);
+    n += put_frame(out + n,
+                   (dt_frame_hdr){.kind = FRAME_COLL,
+                                  .op = DT_OP_BROADCAST,
+                                  .dtype = DT_I32,
+                                  .root = 0,
+                                  .index = 0,
+                                  .seq = 1,
+                                  .count = BCAST_INTS,
+                                  .length = sizeof ints},
+                   ints);
     n += put_frame(out + n, (dt_frame_hdr){.kind = FRAME_BYE, .root = -1}, NULL);
     return n;
 }
@@ -244,7 +287,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc, (void)argv;
     signal(SIGPIPE, SIG_IGN);
-    if (sodium_init() < 0) abort();
+    if (sodium_init() < 0)
+        abort();
     crypto_generichash(key, sizeof key, secret, sizeof secret, NULL, 0);
     snprintf(url, sizeof url, "file://%s/store", fuzz_scratch_dir("frames"));
     const char *seed_out = getenv("DT_FUZZ_SEED_OUT");
@@ -254,10 +298,13 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         fuzz_write_file(seed_out, seed, n);
         rank1_run r;
         run_one(seed, n, &r);
-        fprintf(stderr, "fuzz_frames: the seed gives init %s, recv %s, allreduce %s, "
-                "broadcast %s\n", dt_status_name(r.init), dt_status_name(r.op[0]),
-                dt_status_name(r.op[1]), dt_status_name(r.op[2]));
-        if (r.op[2] != DT_OK) abort();
+        fprintf(stderr,
+                "fuzz_frames: the seed gives init %s, recv %s, allreduce %s, "
+                "broadcast %s\n",
+                dt_status_name(r.init), dt_status_name(r.op[0]), dt_status_name(r.op[1]),
+                dt_status_name(r.op[2]));
+        if (r.op[2] != DT_OK)
+            abort();
     }
     return 0;
 }
@@ -267,7 +314,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 static void check_verdict(const rank1_run *r)
 {
     dt_status last = r->init;
-    for (int i = 0; i < OPS && last == DT_OK; i++) last = r->op[i];
+    for (int i = 0; i < OPS && last == DT_OK; i++)
+        last = r->op[i];
     if (getenv("DT_FUZZ_VERBOSE"))
         fprintf(stderr, "fuzz_frames: init %s, ops %s %s %s: %s\n", dt_status_name(r->init),
                 dt_status_name(r->op[0]), dt_status_name(r->op[1]), dt_status_name(r->op[2]),
@@ -276,10 +324,11 @@ static void check_verdict(const rank1_run *r)
      * mismatch"): a tagged receive that meets a send of another length is
      * released before the failure is recorded, and returns DT_EABORTED,
      * sometimes with no message. Remove this exception with that fix. */
-    if (r->init == DT_OK && r->op[0] == DT_EABORTED) return;
+    if (r->init == DT_OK && r->op[0] == DT_EABORTED)
+        return;
     if (last != DT_OK && (last == DT_EABORTED || !r->error[0]))
-        fuzz_fail("fuzz_frames: rank 1 failed with %s and the message '%s'",
-                  dt_status_name(last), r->error);
+        fuzz_fail("fuzz_frames: rank 1 failed with %s and the message '%s'", dt_status_name(last),
+                  r->error);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -34,7 +34,10 @@
 static char url[600];
 static int port;
 
-static void quiet(void *user, const char *line) { (void)user, (void)line; }
+static void quiet(void *user, const char *line)
+{
+    (void)user, (void)line;
+}
 
 /* Rank 0 waits in init for as long as the fuzzing lasts. */
 static void *rank0_main(void *arg)
@@ -86,14 +89,17 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc, (void)argv;
     signal(SIGPIPE, SIG_IGN);
-    if (sodium_init() < 0) abort();
+    if (sodium_init() < 0)
+        abort();
     snprintf(url, sizeof url, "file://%s/store", fuzz_scratch_dir("handshake"));
     pthread_t t;
-    if (pthread_create(&t, NULL, rank0_main, NULL) != 0) abort();
+    if (pthread_create(&t, NULL, rank0_main, NULL) != 0)
+        abort();
     pthread_detach(t);
     port = published_port();
     const char *seed_out = getenv("DT_FUZZ_SEED_OUT");
-    if (seed_out) write_seed(seed_out);
+    if (seed_out)
+        write_seed(seed_out);
     return 0;
 }
 
@@ -107,7 +113,8 @@ static int poll_retrying(struct pollfd *p, int ms)
         clock_gettime(CLOCK_MONOTONIC, &t);
         int spent = (int)((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
         int rc = poll(p, 1, spent < ms ? ms - spent : 0);
-        if (rc >= 0 || errno != EINTR) return rc;
+        if (rc >= 0 || errno != EINTR)
+            return rc;
     }
 }
 
@@ -116,11 +123,18 @@ static int poll_retrying(struct pollfd *p, int ms)
 static int finish_interrupted_connect(int fd)
 {
     struct pollfd p = {.fd = fd, .events = POLLOUT};
-    if (poll_retrying(&p, 10000) != 1) { errno = ETIMEDOUT; return -1; }
+    if (poll_retrying(&p, 10000) != 1) {
+        errno = ETIMEDOUT;
+        return -1;
+    }
     int err = 0;
     socklen_t len = sizeof err;
-    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) return -1;
-    if (err) { errno = err; return -1; }
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+        return -1;
+    if (err) {
+        errno = err;
+        return -1;
+    }
     return 0;
 }
 
@@ -141,7 +155,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fuzz_fail("fuzz_handshake: connecting to rank 0's port %d: %s", port, strerror(errno));
     for (size_t done = 0; done < size;) {
         ssize_t w = write(fd, data + done, size - done);
-        if (w <= 0) break; /* rank 0 already hung up */
+        if (w <= 0)
+            break; /* rank 0 already hung up */
         done += (size_t)w;
     }
     shutdown(fd, SHUT_WR);
@@ -150,7 +165,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (poll_retrying(&p, 10000) != 1)
             fuzz_fail("fuzz_handshake: rank 0 kept a stranger's connection open for 10 s");
-        if (read(fd, sink, sizeof sink) <= 0) break; /* closed (EOF or reset) */
+        if (read(fd, sink, sizeof sink) <= 0)
+            break; /* closed (EOF or reset) */
     }
     /* Rank 0 has closed its end: drop ours at once rather than leave it in
      * TIME_WAIT, or a long run uses up the ephemeral ports. */

@@ -19,7 +19,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     snprintf(root, sizeof root, "%s/root", fuzz_scratch_dir("manifest"));
     snprintf(step_dir, sizeof step_dir, "%s/step_00000010", root);
     snprintf(manifest, sizeof manifest, "%s/manifest.json", step_dir);
-    if (mkdir(root, 0700) != 0 || mkdir(step_dir, 0700) != 0) abort();
+    if (mkdir(root, 0700) != 0 || mkdir(step_dir, 0700) != 0)
+        abort();
     return 0;
 }
 
@@ -27,10 +28,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fuzz_write_file(manifest, data, size);
     dt_ckpt *ck = NULL;
-    if (dt_ckpt_open(&ck, root, NULL) != DT_OK) abort();
+    if (dt_ckpt_open(&ck, root, NULL) != DT_OK)
+        abort();
     dt_ckpt_info info;
-    if (dt_ckpt_inspect(ck, step_dir, &info) == DT_OK && info.world < 1) abort();
-    if (dt_ckpt_verify(ck, step_dir) == DT_OK) abort(); /* no shard exists */
+    if (dt_ckpt_inspect(ck, step_dir, &info) == DT_OK && info.world < 1)
+        abort();
+    if (dt_ckpt_verify(ck, step_dir) == DT_OK)
+        abort(); /* no shard exists */
     dt_ckpt_close(ck);
     return 0;
 }

@@ -20,13 +20,15 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argc, (void)argv;
     devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
     devnull_file = fopen("/dev/null", "w");
-    if (devnull < 0 || !devnull_file) abort();
+    if (devnull < 0 || !devnull_file)
+        abort();
     return 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (size == 0) return 0;
+    if (size == 0)
+        return 0;
     size_t piece = (size_t)data[0] + 1;
     output_tail tail;
     memset(&tail, 0, sizeof tail);
@@ -36,9 +38,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         launch_output_feed(&s, (const char *)data + at, size - at < piece ? size - at : piece);
     launch_output_finish(&s);
     launch_output_free(&s);
-    if (tail.count < 0 || tail.count > OUTPUT_TAIL_LINES) abort();
+    if (tail.count < 0 || tail.count > OUTPUT_TAIL_LINES)
+        abort();
     for (int i = 0; i < OUTPUT_TAIL_LINES; i++)
-        if (!memchr(tail.lines[i], '\0', OUTPUT_TAIL_WIDTH)) abort();
+        if (!memchr(tail.lines[i], '\0', OUTPUT_TAIL_WIDTH))
+            abort();
     launch_output_tail_print(&tail, 3, devnull_file);
     return 0;
 }

@@ -19,11 +19,17 @@
 static void replay_in_two_pieces(const uint8_t *data, size_t size)
 {
     int fd = memfd_create("store", MFD_CLOEXEC);
-    if (fd < 0) abort();
+    if (fd < 0)
+        abort();
     size_t cut = size ? data[0] % (size + 1) : 0;
     char url[] = "memfd", job[] = "job", prefix[] = "job/";
-    dt_store s = {.fd = fd, .healthy = true, .url = url, .path = url, .job_id = job,
-                  .prefix = prefix, .prefix_len = strlen(prefix)};
+    dt_store s = {.fd = fd,
+                  .healthy = true,
+                  .url = url,
+                  .path = url,
+                  .job_id = job,
+                  .prefix = prefix,
+                  .prefix_len = strlen(prefix)};
     bool ok = write(fd, data, cut) == (ssize_t)cut && comm_store_log_replay(&s) == DT_OK;
     if (ok && write(fd, data + cut, size - cut) == (ssize_t)(size - cut))
         (void)comm_store_log_replay(&s);

@@ -19,7 +19,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         dt_dataset *d = NULL;
         if (dt_dataset_open_shards(&d, path, both ? path : NULL) == DT_OK) {
             size_t n = dt_dataset_tokens(d, DT_TRAIN) + dt_dataset_tokens(d, DT_VAL);
-            if (n != (size - 1024) / 2 * (both ? 2 : 1)) abort();
+            if (n != (size - 1024) / 2 * (both ? 2 : 1))
+                abort();
         }
         dt_dataset_close(d);
     }

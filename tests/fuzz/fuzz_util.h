@@ -34,13 +34,13 @@ static int fuzz_stderr = 2;
 __attribute__((constructor)) static void fuzz_keep_stderr(void)
 {
     int fd = dup(2);
-    if (fd >= 0) fuzz_stderr = fd;
+    if (fd >= 0)
+        fuzz_stderr = fd;
 }
 
 /* A finding the harness itself detected: say what, then crash (libFuzzer
  * saves the input). */
-__attribute__((format(printf, 1, 2), noreturn))
-static inline void fuzz_fail(const char *fmt, ...)
+__attribute__((format(printf, 1, 2), noreturn)) static inline void fuzz_fail(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -102,11 +102,12 @@ static inline void fuzz_write_file(const char *path, const uint8_t *data, size_t
 /* Splits data at NUL and newline bytes into argv[1..], after argv[0] =
  * prog; at most max - 1 entries, NULL-terminated. The strings live in
  * *storage (free it after use). Returns argc. */
-static inline int fuzz_argv(const uint8_t *data, size_t size, const char *prog,
-                            char **argv, int max, char **storage)
+static inline int fuzz_argv(const uint8_t *data, size_t size, const char *prog, char **argv,
+                            int max, char **storage)
 {
     char *text = malloc(size + 1);
-    if (!text) abort();
+    if (!text)
+        abort();
     memcpy(text, data, size);
     text[size] = '\0';
     *storage = text;
@@ -115,7 +116,8 @@ static inline int fuzz_argv(const uint8_t *data, size_t size, const char *prog,
     char *p = text, *end = text + size;
     while (p <= end && argc < max - 1) {
         char *q = p;
-        while (q < end && *q != '\0' && *q != '\n') q++;
+        while (q < end && *q != '\0' && *q != '\n')
+            q++;
         *q = '\0';
         argv[argc++] = p;
         p = q + 1;
