@@ -11,8 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "device_internal.h"
+#include "dt_clock.h"
 
 bool dt_device_cuda_built(void)
 {
@@ -149,6 +151,30 @@ dt_status dt_device_event_record(dt_device *d, dt_device_event *e, dt_device_str
 dt_status dt_device_event_query(dt_device *d, dt_device_event *e, bool *done)
 {
     return d->ops->event_query(d, e, done);
+}
+
+dt_status dt_device_event_wait(dt_device *d, dt_device_event *e, double deadline)
+{
+    long nap_ns = 10000;
+    for (int spins = 0;; spins++) {
+        bool done = false;
+        dt_status st = d->ops->event_query(d, e, &done);
+        if (st != DT_OK || done)
+            return st;
+        double now = dt_now();
+        if (now >= deadline)
+            return comm_device_base_fail(d, DT_ETIMEDOUT,
+                                         "%s: an event did not complete by "
+                                         "the deadline",
+                                         dt_device_name(d));
+        if (spins < 64)
+            continue;
+        double left_ns = (deadline - now) * 1e9;
+        struct timespec ts = {0, left_ns < (double)nap_ns ? (long)left_ns + 1 : nap_ns};
+        nanosleep(&ts, NULL);
+        if (nap_ns < 500000)
+            nap_ns *= 2;
+    }
 }
 
 dt_status dt_device_event_synchronize(dt_device *d, dt_device_event *e)

@@ -26,7 +26,9 @@
  * has finished that many.
  *
  * Pinned memory is plain malloc (counted, and it can be made to fail, to
- * test the fallback to pageable memory). Cost: a copy is one memcpy on the
+ * test the fallback to pageable memory). The engine can be made to hang
+ * after a number of copies (hang_after_copies), as a wedged GPU does:
+ * events behind the rest never complete. Cost: a copy is one memcpy on the
  * engine thread; allocations cost a memfd, two mmaps and a lock.
  */
 #include <errno.h>
@@ -83,14 +85,20 @@ static fake_device *impl(const dt_device *d)
 
 /* ---- the copy engine ---------------------------------------------------------- */
 
+/* hang_after_copies: the engine has done its share and takes no more. */
+static bool hung(const fake_device *f)
+{
+    return f->opts.hang_after_copies && f->completed >= f->opts.hang_after_copies;
+}
+
 static void *engine_main(void *arg)
 {
     fake_device *f = arg;
     pthread_mutex_lock(&f->mu);
     for (;;) {
-        while (!f->head && !f->stop)
+        while ((!f->head || hung(f)) && !f->stop)
             pthread_cond_wait(&f->cv_work, &f->mu);
-        if (!f->head)
+        if (!f->head || hung(f)) /* stopping; a hung engine drops what is queued */
             break;
         fake_copy *c = f->head;
         f->head = c->next;
@@ -369,6 +377,11 @@ static void fake_close(dt_device *d)
     pthread_cond_signal(&f->cv_work);
     pthread_mutex_unlock(&f->mu);
     pthread_join(f->engine, NULL);
+    while (f->head) { /* what a hung engine never ran */
+        fake_copy *c = f->head;
+        f->head = c->next;
+        free(c);
+    }
     while (f->allocs) {
         fake_alloc *a = f->allocs;
         f->allocs = a->next;

@@ -54,8 +54,10 @@ typedef struct dt_device_event dt_device_event;
 
 /* Options of the fake device (zeros are the defaults). */
 typedef struct dt_fake_device_options {
-    unsigned copy_delay_us; /* the copy thread sleeps this long before each copy */
-    bool fail_pinned_alloc; /* dt_device_pinned_alloc always fails (DT_ENOMEM) */
+    unsigned copy_delay_us;     /* the copy thread sleeps this long before each copy */
+    bool fail_pinned_alloc;     /* dt_device_pinned_alloc always fails (DT_ENOMEM) */
+    unsigned hang_after_copies; /* > 0: the copy engine completes that many
+                                   copies, then none (a hung device) */
 } dt_fake_device_options;
 
 /*
@@ -97,6 +99,11 @@ dt_status dt_device_event_record(dt_device *d, dt_device_event *e, dt_device_str
 /* *done = whether e has completed (an event never recorded has). */
 dt_status dt_device_event_query(dt_device *d, dt_device_event *e, bool *done);
 dt_status dt_device_event_synchronize(dt_device *d, dt_device_event *e);
+/* Waits until e has completed or `deadline` (dt_now() seconds) passes:
+ * DT_ETIMEDOUT then, with the device's message saying so. A hung device
+ * fails an op at its timeout instead of hanging it (it polls: spins a
+ * little, then sleeps 10 µs doubling to 0.5 ms between queries). */
+dt_status dt_device_event_wait(dt_device *d, dt_device_event *e, double deadline);
 
 /* Fake device only (0 on others): pinned and device allocations not yet
  * freed, so tests can prove that nothing leaks. */

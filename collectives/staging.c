@@ -371,9 +371,11 @@ static dt_status finish(stage_op *so, dt_status st)
     if (st == DT_OK && so->err == DT_OK && b->dev && b->out && so->out_staged != b->bytes &&
         dt_device_copy_h2d(s->dev, b->dev, b->host, b->bytes, s->stream) != DT_OK)
         so->err = comm_staging_pieces_fail(so->comm, DT_ESYS, "copying the result to the device");
-    if (dt_device_event_record(s->dev, s->done, s->stream) != DT_OK ||
-        dt_device_event_synchronize(s->dev, s->done) != DT_OK)
+    if (dt_device_event_record(s->dev, s->done, s->stream) != DT_OK)
         return comm_staging_pieces_fail(so->comm, DT_ESYS, "waiting for the copies of this op");
+    dt_status waited = comm_staging_pieces_wait(so, s->done, "the copies of this op");
+    if (waited != DT_OK)
+        return waited;
     return st != DT_OK ? st : so->err;
 }
 
@@ -381,7 +383,7 @@ dt_status comm_staging_run(dt_opctx *o)
 {
     dt_comm *c = o->comm;
     const dt_op *user = o->op;
-    stage_op so = {.comm = c};
+    stage_op so = {.comm = c, .o = o};
     dt_status st = staging_get(c, &so.s);
     if (st != DT_OK)
         return st;

@@ -161,21 +161,30 @@ static p2p_buf *buf_busy(p2p_pool *p, const char *data)
     return b;
 }
 
-/* One synchronous copy through buffer b. */
-static dt_status copy_now(dt_comm *c, p2p_pool *p, p2p_buf *b, void *dev, size_t bytes,
-                          bool to_host)
+/* One synchronous copy through buffer b, for p2p op `op`: bounded by the
+ * op's timeout, so a hung device fails the send or receive instead of
+ * hanging it. */
+static dt_status copy_now(dt_comm *c, p2p_pool *p, p2p_buf *b, const dt_op *op, void *dev,
+                          size_t bytes, bool to_host)
 {
     dt_device *d = c->device;
+    double timeout = op->timeout_s > 0 ? op->timeout_s : c->timeout_s;
+    const char *what = to_host ? "send: copying to the host" : "recv: copying to the device";
     dt_status st = to_host ? dt_device_copy_d2h(d, b->data, dev, bytes, p->stream)
                            : dt_device_copy_h2d(d, dev, b->data, bytes, p->stream);
     if (st == DT_OK)
         st = dt_device_event_record(d, b->event, p->stream);
     if (st == DT_OK)
-        st = dt_device_event_synchronize(d, b->event);
-    return st == DT_OK
-               ? DT_OK
-               : p2p_fail(c, st,
-                          to_host ? "send: copying to the host" : "recv: copying to the device");
+        st = dt_device_event_wait(d, b->event, dt_now() + timeout);
+    if (st == DT_ETIMEDOUT) {
+        comm_fail(c, st,
+                  "rank %d: %s with rank %d (tag %u): %s: %s did not complete within the "
+                  "op's %.1f s; is the device hung?",
+                  c->rank, dt_op_name(op->kind), op->peer, op->tag, dt_device_name(d), what,
+                  timeout);
+        return st;
+    }
+    return st == DT_OK ? DT_OK : p2p_fail(c, st, what);
 }
 
 dt_status comm_staging_p2p_begin(dt_comm *c, dt_work *w)
@@ -193,7 +202,7 @@ dt_status comm_staging_p2p_begin(dt_comm *c, dt_work *w)
     if (!b)
         return DT_ENOMEM;
     if (send) {
-        dt_status st = copy_now(c, p, b, dev, bytes, true);
+        dt_status st = copy_now(c, p, b, op, dev, bytes, true);
         if (st != DT_OK) {
             buf_give(p, b);
             return st;
@@ -217,7 +226,7 @@ dt_status comm_staging_p2p_end(dt_work *w, dt_status st)
     if (!b)
         return st; /* not from the pool: cannot happen */
     if (op->kind == DT_OP_RECV && st == DT_OK)
-        st = copy_now(c, p, b, w->p2p_device, op->count * dt_dtype_size(op->dtype), false);
+        st = copy_now(c, p, b, op, w->p2p_device, op->count * dt_dtype_size(op->dtype), false);
     buf_give(p, b);
     return st;
 }

@@ -20,6 +20,23 @@ dt_status comm_staging_pieces_fail(dt_comm *c, dt_status st, const char *what)
     return st;
 }
 
+dt_status comm_staging_pieces_wait(stage_op *so, dt_device_event *e, const char *what)
+{
+    dt_comm *c = so->comm;
+    const dt_opctx *o = so->o;
+    dt_status st = dt_device_event_wait(c->device, e, o->deadline);
+    if (st == DT_ETIMEDOUT) {
+        comm_fail(c, DT_ETIMEDOUT,
+                  "rank %d: %s #%llu: %s: %s did not complete within the "
+                  "op's %.1f s; is the device hung?",
+                  c->rank, dt_op_name(o->op->kind), (unsigned long long)o->seq,
+                  dt_device_name(c->device), what,
+                  o->op->timeout_s > 0 ? o->op->timeout_s : c->timeout_s);
+        return st;
+    }
+    return st == DT_OK ? DT_OK : comm_staging_pieces_fail(c, st, what);
+}
+
 dt_status comm_staging_pieces_sync(stage_op *so, stage_buf *b, size_t lo, size_t hi)
 {
     staging *s = so->s;
@@ -27,8 +44,10 @@ dt_status comm_staging_pieces_sync(stage_op *so, stage_buf *b, size_t lo, size_t
         unsigned char *state = &s->piece[b->piece0 + i];
         if (*state != PIECE_ISSUED)
             continue;
-        if (dt_device_event_synchronize(s->dev, s->events[b->piece0 + i]) != DT_OK)
-            return comm_staging_pieces_fail(so->comm, DT_ESYS, "waiting for a copy to the host");
+        dt_status st = comm_staging_pieces_wait(so, s->events[b->piece0 + i],
+                                                "a device-to-host copy");
+        if (st != DT_OK)
+            return st;
         *state = PIECE_SYNCED;
     }
     return DT_OK;

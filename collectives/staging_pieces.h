@@ -37,6 +37,7 @@ typedef struct stage_buf {
 
 struct stage_op {
     dt_comm *comm;
+    const dt_opctx *o; /* the op: its kind, sequence number and deadline */
     staging *s;
     stage_buf b[2];    /* send, recv */
     size_t out_staged; /* bytes of b[1] copied back through stage_ready */
@@ -47,5 +48,9 @@ struct stage_op {
  * (returns st); wait for the input pieces of b overlapping bytes [lo, hi). */
 dt_status comm_staging_pieces_fail(dt_comm *c, dt_status st, const char *what);
 dt_status comm_staging_pieces_sync(stage_op *so, stage_buf *b, size_t lo, size_t hi);
+/* Waits for e until the op's deadline; fails the communicator with
+ * DT_ETIMEDOUT naming the op, the device and `what` if it never completes
+ * (a hung device), or with the device's error. */
+dt_status comm_staging_pieces_wait(stage_op *so, dt_device_event *e, const char *what);
 
 #endif /* DT_STAGING_PIECES_H */
