@@ -321,6 +321,11 @@ static void conn_lost(dt_conn *cn, ssize_t err)
                   "answering (no TCP acknowledgement within %.1f s); is its network link "
                   "up, is the machine alive?",
                   c->rank, cn->peer, cn->addr, c->timeout_s / 2);
+    else if (err == UV_EHOSTUNREACH || err == UV_ENETUNREACH || err == UV_EHOSTDOWN)
+        comm_fail(c, DT_EPEER,
+                  "rank %d: connection to rank %d (%s) lost: its host cannot be reached "
+                  "(%s); is its network link up, is the machine alive?",
+                  c->rank, cn->peer, cn->addr, uv_strerror((int)err));
     else
         comm_fail(c, DT_EPEER,
                   "rank %d: connection to rank %d (%s) lost: %s; rank %d died "

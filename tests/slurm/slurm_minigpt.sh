@@ -94,21 +94,8 @@ done
 # ---- the tests -----------------------------------------------------------------
 
 common=(-n 20 --log-every 5 --eval-every 0 --sample 0 --check-replicas --seed 7)
-hash_of() { sed -n 's/.*bitwise identical parameters (hash \([0-9a-f]*\)).*/\1/p' "$1" | tail -n 1; }
-n=0 passed=0 failed=0
-report() { # report OK NAME [FILE...]
-    local ok=$1 name=$2
-    shift 2
-    n=$((n + 1))
-    if [ "$ok" = 1 ]; then
-        echo "ok $n - $name"
-        passed=$((passed + 1))
-    else
-        echo "not ok $n - $name"
-        failed=$((failed + 1))
-        for f in "$@"; do echo "# --- $(basename "$f")"; tail -n 15 "$f" | sed 's/^/#   /'; done
-    fi
-}
+# shellcheck source=../tap_report.sh
+. "$here/../tap_report.sh"
 
 echo "1..3"
 (cd "$tmp" && timeout 300 "$launch" -n 4 "$minigpt" "${common[@]}") >"$tmp/launch.out" 2>&1
