@@ -29,15 +29,8 @@
  *     The kernel drops the lock when a process dies, so "nobody holds it"
  *     means "nobody is using this file".
  *
- * The path is untrusted (anyone can put something at a name under /tmp).
- * Open never follows a symlink (O_NOFOLLOW: a dangling one does not create
- * its target) and accepts only a regular file of this user that group and
- * others cannot write, checked before opening (lstat) and again on what
- * was opened (fstat); anything else is refused with DT_ESTORE, saying what
- * it is, and left as it is. A file is only ever reset when every record
- * in it is whole and has a key some writer of the format makes
- * (store_log.c): a file that merely parses, like 4 KiB of zeros, is not a
- * store.
+ * The path is untrusted: what may sit at it, and what is refused, is
+ * store_path.c's concern.
  *
  * Lifecycle:
  *   open:  take the liveness lock exclusively without waiting. If that
@@ -126,84 +119,6 @@ static bool still_named(int fd, const char *path)
            a.st_ino == b.st_ino;
 }
 
-/* ---- trusting the path ------------------------------------------------------ */
-
-/* What a file that is not a regular file is, for a message. */
-static const char *kind_of(mode_t mode)
-{
-    return S_ISFIFO(mode)   ? "a FIFO"
-           : S_ISSOCK(mode) ? "a socket"
-           : S_ISDIR(mode)  ? "a directory"
-           : S_ISLNK(mode)  ? "a symbolic link"
-           : S_ISCHR(mode)  ? "a character device"
-           : S_ISBLK(mode)  ? "a block device"
-                            : "not a regular file";
-}
-
-static dt_status refuse_kind(dt_store *s, mode_t mode)
-{
-    return comm_store_log_fail(s, DT_ESTORE,
-                               "%s is %s, not a rendezvous file; it is "
-                               "left as it is: remove it or choose another name",
-                               s->path, kind_of(mode));
-}
-
-/* A file fit to be this user's rendezvous file: a regular file of this
- * user that nobody else can write. Anything else is not ours to use,
- * reset or remove, and is left as it is. */
-static dt_status check_trusted(dt_store *s, const struct stat *st)
-{
-    if (!S_ISREG(st->st_mode))
-        return refuse_kind(s, st->st_mode);
-    if (st->st_uid != geteuid())
-        return comm_store_log_fail(s, DT_ESTORE,
-                                   "%s belongs to uid %u, not to this "
-                                   "user (uid %u); it is left as it is: choose another "
-                                   "name",
-                                   s->path, (unsigned)st->st_uid, (unsigned)geteuid());
-    if (st->st_mode & (S_IWGRP | S_IWOTH))
-        return comm_store_log_fail(s, DT_ESTORE,
-                                   "%s is writable by %s (mode %04o); a "
-                                   "rendezvous file must be writable by its owner only: "
-                                   "it is left as it is",
-                                   s->path, (st->st_mode & S_IWOTH) ? "others" : "its group",
-                                   (unsigned)(st->st_mode & 07777));
-    return DT_OK;
-}
-
-/* Before open: what is at the path is checked without opening it (opening
- * a FIFO or a device can have effects of its own). Nothing there is fine:
- * open creates the file. */
-static dt_status check_before_open(dt_store *s)
-{
-    struct stat st;
-    if (lstat(s->path, &st) != 0)
-        return errno == ENOENT
-                   ? DT_OK
-                   : comm_store_log_fail(s, DT_ESYS, "lstat %s: %s", s->path, strerror(errno));
-    return check_trusted(s, &st);
-}
-
-/* After open, the same on the inode actually opened: the path may have
- * been replaced since check_before_open looked. */
-static dt_status check_opened(dt_store *s)
-{
-    struct stat st;
-    if (fstat(s->fd, &st) != 0)
-        return comm_store_log_fail(s, DT_ESYS, "fstat %s: %s", s->path, strerror(errno));
-    return check_trusted(s, &st);
-}
-
-/* open(2) refused the path: say what is there when that is the reason. */
-static dt_status open_failed(dt_store *s, int err)
-{
-    struct stat st;
-    if ((err == ELOOP || err == ENXIO || err == EISDIR || err == ENODEV) &&
-        lstat(s->path, &st) == 0 && !S_ISREG(st.st_mode))
-        return refuse_kind(s, st.st_mode);
-    return comm_store_log_fail(s, DT_ESYS, "open %s: %s", s->path, strerror(err));
-}
-
 /* ---- open and close ------------------------------------------------------- */
 
 /* With the liveness lock held exclusively (no dtrain handle uses the
@@ -238,7 +153,7 @@ static dt_status reset_if_stale(dt_store *s)
 static dt_status open_attempt(dt_store *s, bool *again)
 {
     *again = false;
-    dt_status st = check_before_open(s);
+    dt_status st = comm_store_path_check_before_open(s);
     if (st != DT_OK)
         return st;
     /* O_NOFOLLOW: a symlink (dangling or not) is refused, its target
@@ -246,8 +161,8 @@ static dt_status open_attempt(dt_store *s, bool *again)
      * check above opens at once, and check_opened refuses it. */
     s->fd = open(s->path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
     if (s->fd < 0)
-        return open_failed(s, errno);
-    if ((st = check_opened(s)) != DT_OK)
+        return comm_store_path_open_failed(s, errno);
+    if ((st = comm_store_path_check_opened(s)) != DT_OK)
         return st;
     int rc = liveness_lock(s->fd, F_WRLCK, false);
     bool exclusive = rc == 0;

@@ -69,6 +69,14 @@ dt_status comm_store_check_usable(dt_store *s, const char *op, const char *key);
 char *comm_store_scoped(const dt_store *s, const char *key);
 void comm_store_funlock(dt_store *s);
 
+/* store_path.c: DT_OK if what is at s->path may become the store (nothing
+ * at all, or a regular file of this user that others cannot write); the same
+ * on the inode actually opened; and the message for an open(2) that failed
+ * with err. Anything refused is DT_ESTORE naming what it is, left as is. */
+dt_status comm_store_path_check_before_open(dt_store *s);
+dt_status comm_store_path_check_opened(dt_store *s);
+dt_status comm_store_path_open_failed(dt_store *s, int err);
+
 /* Applies the records appended since the last replay. Caller holds flock. */
 dt_status comm_store_log_replay(dt_store *s);
 /* Checks that the whole file is records, applying none (DT_ESTORE if not),
