@@ -273,7 +273,7 @@ dt_status dt_comm_init(dt_comm **out, const dt_comm_options *o)
         return st == DT_OK ? comm_connect_mesh(c, 0) : st;
     }
     double deadline = dt_now() + c->init_timeout_s;
-    st = dt_store_open(&c->store, c->init_url, c->job_id);
+    st = dt_store_open_within(&c->store, c->init_url, c->job_id, c->init_timeout_s);
     if (st != DT_OK)
         return store_failed(c, st, "opening the rendezvous store");
     if ((st = agree_on_key(c, o)) != DT_OK)

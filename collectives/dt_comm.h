@@ -102,13 +102,16 @@ bool dt_redop_parse(const char *name, dt_redop *out);
  * with DT_ESTORE and left untouched. dt_store_close by the last holder
  * removes the file. "tcp://HOST:PORT" and "env://" (MASTER_ADDR,
  * MASTER_PORT) connect to a dt_store_server instead (below); open waits up
- * to 60 s for it to listen.
+ * to 60 s (dt_store_open_within: connect_s) for it to listen, and fails at
+ * once on a host name that does not resolve.
  */
 typedef struct dt_store dt_store;
 
 /* Always sets *out (NULL only on DT_ENOMEM); read dt_store_error on failure,
  * then dt_store_close. */
 dt_status dt_store_open(dt_store **out, const char *url, const char *job_id);
+dt_status dt_store_open_within(dt_store **out, const char *url, const char *job_id,
+                               double connect_s);
 void dt_store_close(dt_store *s);
 const char *dt_store_error(const dt_store *s);
 

@@ -69,6 +69,8 @@
  */
 #include "store_internal.h"
 
+#include "dt_clock.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -218,7 +220,7 @@ static dt_status check_url_and_job(dt_store *s, const char *url, const char *job
 
 /* Connects to the server a tcp:// URL names, or env://'s MASTER_ADDR and
  * MASTER_PORT (torch's env:// names). */
-static dt_status store_open_tcp(dt_store *s, const char *url)
+static dt_status store_open_tcp(dt_store *s, const char *url, double connect_s)
 {
     char target[300], err[STORE_ERR_LEN];
     if (strcmp(url, "env://") == 0) {
@@ -232,7 +234,7 @@ static dt_status store_open_tcp(dt_store *s, const char *url)
     } else {
         snprintf(target, sizeof target, "%s", url + 6);
     }
-    dt_status st = comm_tcp_client_open(&s->tcp, target, STORE_TCP_CONNECT_S, err, sizeof err);
+    dt_status st = comm_tcp_client_open(&s->tcp, target, connect_s, err, sizeof err);
     return st == DT_OK ? DT_OK : comm_store_log_fail(s, st, "%s", err);
 }
 
@@ -270,6 +272,12 @@ static dt_status store_open_file(dt_store *s)
 
 dt_status dt_store_open(dt_store **out, const char *url, const char *job_id)
 {
+    return dt_store_open_within(out, url, job_id, STORE_TCP_CONNECT_S);
+}
+
+dt_status dt_store_open_within(dt_store **out, const char *url, const char *job_id,
+                               double connect_s)
+{
     if (!out)
         return DT_EINVAL;
     const char *job = job_id ? job_id : "dtrain";
@@ -290,7 +298,7 @@ dt_status dt_store_open(dt_store **out, const char *url, const char *job_id)
     *out = s;
     dt_status st = check_url_and_job(s, url, job);
     if (st == DT_OK)
-        st = is_tcp_url(url) ? store_open_tcp(s, url) : store_open_file(s);
+        st = is_tcp_url(url) ? store_open_tcp(s, url, connect_s) : store_open_file(s);
     s->healthy = st == DT_OK;
     if (st != DT_OK && s->fd >= 0) { /* drop our locks; touch nothing */
         close(s->fd);
@@ -374,13 +382,6 @@ dt_status dt_store_set(dt_store *s, const char *key, const void *val, size_t len
     return st;
 }
 
-static double monotonic_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Names the keys still missing, for a timeout message. */
 static void list_missing(const dt_store *s, const char *const *keys, int n, char *out, size_t cap)
 {
@@ -428,7 +429,7 @@ static dt_status wait_for_keys(dt_store *s, const char *op, const char *const *k
         return comm_store_log_fail(s, DT_EINVAL, "%s: bad timeout %g s", op, timeout_s);
     if (s->tcp)
         return wait_tcp(s, op, keys, n, timeout_s);
-    double deadline = monotonic_s() + timeout_s;
+    double deadline = dt_now() + timeout_s;
     for (;;) {
         dt_status st = comm_store_flock(s, LOCK_SH);
         if (st != DT_OK)
@@ -442,7 +443,7 @@ static dt_status wait_for_keys(dt_store *s, const char *op, const char *const *k
             found += comm_store_map_find(&s->map, keys[i], strlen(keys[i])) != NULL;
         if (found == n)
             return DT_OK;
-        double left = deadline - monotonic_s();
+        double left = deadline - dt_now();
         if (left <= 0) {
             char missing[600];
             list_missing(s, keys, n, missing, sizeof missing);

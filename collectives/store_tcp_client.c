@@ -15,7 +15,10 @@
  */
 #include "store_tcp.h"
 
+#include "dt_clock.h"
+
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -34,22 +37,42 @@ struct store_tcp_client {
     char port[8];
 };
 
-static double now_s(void)
+/* Connects fd to addr before `deadline`: a host that drops SYNs would
+ * otherwise hold a blocking connect for minutes, past any timeout. Returns
+ * 0 or an errno; fd is left blocking. */
+static int connect_by(int fd, const struct sockaddr *addr, socklen_t len, double deadline)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    int flags = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+    int err = connect(fd, addr, len) == 0 ? 0 : errno;
+    while (err == EINPROGRESS || err == EINTR) {
+        double left = deadline - dt_now();
+        if (left <= 0)
+            return ETIMEDOUT;
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        int n = poll(&p, 1, (int)(left * 1000) + 1);
+        socklen_t sl = sizeof err;
+        if (n < 0)
+            err = errno;
+        else if (n > 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &sl) != 0)
+            err = errno;
+    }
+    fcntl(fd, F_SETFL, flags);
+    return err;
 }
 
-static int connect_once(const char *host, const char *port)
+/* One try at every address of host:port before `deadline`. Returns the
+ * socket, or -1 with *gai set to getaddrinfo's error (0 if the name
+ * resolved) and *err to the last connect's errno. */
+static int connect_once(const char *host, const char *port, double deadline, int *gai, int *err)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai;
-    if (getaddrinfo(host, port, &hints, &ai) != 0)
+    if ((*gai = getaddrinfo(host, port, &hints, &ai)) != 0)
         return -1;
     int fd = -1;
     for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
         fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-        if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+        if (fd >= 0 && (*err = connect_by(fd, a->ai_addr, a->ai_addrlen, deadline)) != 0) {
             close(fd);
             fd = -1;
         }
@@ -62,15 +85,30 @@ static int connect_once(const char *host, const char *port)
     return fd;
 }
 
+/* A name the resolver says does not exist will not start to exist while
+ * we wait: that fails at once. A server that is not listening yet may
+ * still come (ranks start in any order): that is retried until the
+ * deadline, and the last refusal is named when it passes. */
 static dt_status connect_until(store_tcp_client *c, double timeout_s, char *err, size_t errlen)
 {
-    double deadline = now_s() + timeout_s;
-    while ((c->fd = connect_once(c->host, c->port)) < 0) {
-        if (now_s() >= deadline) {
+    double deadline = dt_now() + timeout_s;
+    int gai = 0, last = 0, e = 0;
+    while ((c->fd = connect_once(c->host, c->port, deadline, &gai, &e)) < 0) {
+        if (e != ETIMEDOUT || !last) /* our own deadline cut the last try short */
+            last = e;
+        if (gai != 0 && gai != EAI_AGAIN) {
+            snprintf(err, errlen, "cannot resolve the store host '%s': %s", c->host,
+                     gai == EAI_SYSTEM ? strerror(errno) : gai_strerror(gai));
+            return DT_EINVAL;
+        }
+        if (dt_now() >= deadline) {
             snprintf(err, errlen,
-                     "no store server answered at %s:%s within %g s (is "
+                     "no store server answered at %s:%s within %g s (last try: %s; is "
                      "rank 0 or the launcher on node 0 running?)",
-                     c->host, c->port, timeout_s);
+                     c->host, c->port, timeout_s,
+                     gai    ? gai_strerror(gai)
+                     : last ? strerror(last)
+                            : "no address");
             return DT_ETIMEDOUT;
         }
         struct timespec nap = {0, 10000000L};
@@ -228,16 +266,16 @@ dt_status comm_tcp_client_wait(store_tcp_client *c, const char *const *keys, int
         return st;
     if (send_keys(c, Q_WAIT, keys, n) != DT_OK)
         return lost(c, op, err, errlen);
-    double deadline = now_s() + timeout_s;
+    double deadline = dt_now() + timeout_s;
     for (;;) {
         struct pollfd p = {.fd = c->fd, .events = POLLIN};
-        double left = deadline - now_s();
+        double left = deadline - dt_now();
         int rc = left > 0 ? poll(&p, 1, (int)(left * 1000) + 1) : 0;
         if (rc < 0 && errno == EINTR)
             continue;
         if (rc > 0)
             break;
-        if (rc == 0 && now_s() < deadline)
+        if (rc == 0 && dt_now() < deadline)
             continue;
         close(c->fd); /* the server forgets the parked wait */
         c->fd = -1;
@@ -251,7 +289,10 @@ dt_status comm_tcp_client_wait(store_tcp_client *c, const char *const *keys, int
     if (!recv_all(c, &answer, 1))
         return lost(c, op, err, errlen);
     if (answer != WAIT_STOP_WAITING) {
-        snprintf(err, errlen, "%s: the store server answered a wait with %u", op, answer);
+        snprintf(err, errlen,
+                 "%s: %s:%s answered a wait with byte %u ('%c'), which no TCPStore server "
+                 "sends: is that port a dtrain or PyTorch store?",
+                 op, c->host, c->port, answer, answer >= 32 && answer < 127 ? answer : '?');
         return DT_ESTORE;
     }
     return DT_OK;

@@ -12,6 +12,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -216,6 +217,110 @@ Test(store_tcp, env_url_reaches_the_server_at_master_addr_and_port, .timeout = 2
     dt_store_close(a);
     dt_store_close(b);
     dt_store_server_stop(s.srv);
+}
+
+/* ---- a client that cannot reach its server ------------------------------------- */
+
+static double seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* A port nobody listens on: bound, never listened, closed. */
+static int unused_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    socklen_t len = sizeof a;
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+Test(store_tcp, no_server_fails_at_the_connect_timeout_naming_the_refusal, .timeout = 20)
+{
+    char url[64];
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", unused_port());
+    dt_store *st;
+    double t0 = seconds();
+    cr_assert_eq(dt_store_open_within(&st, url, "job", 1.0), DT_ETIMEDOUT, "%s",
+                 dt_store_error(st));
+    double took = seconds() - t0;
+    cr_expect(took >= 1.0 && took < 3.0, "gave up after %.2f s, not 1 s", took);
+    cr_expect(strstr(dt_store_error(st), "within 1 s"), "%s", dt_store_error(st));
+    cr_expect(strstr(dt_store_error(st), "Connection refused"), "%s", dt_store_error(st));
+    dt_store_close(st);
+}
+
+/* A name the resolver says does not exist fails at once; only a resolver
+ * that cannot answer (no DNS reachable) is waited for, like a server that is
+ * not up yet, and is named when the time is up. */
+Test(store_tcp, a_store_host_that_does_not_resolve_is_named, .timeout = 60)
+{
+    const char *host = "no-such-host.invalid"; /* RFC 2606: never resolves */
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+    int gai = getaddrinfo(host, "29500", &hints, &ai);
+    if (ai)
+        freeaddrinfo(ai);
+    cr_assert_neq(gai, 0, "%s resolved", host);
+    dt_store *st;
+    double t0 = seconds();
+    dt_status rc = dt_store_open_within(&st, "tcp://no-such-host.invalid:29500", "job", 20.0);
+    double took = seconds() - t0;
+    const char *msg = dt_store_error(st);
+    cr_expect(strstr(msg, host), "%s", msg);
+    if (gai == EAI_AGAIN) {
+        cr_expect_eq(rc, DT_ETIMEDOUT, "%s", msg);
+        cr_expect(strstr(msg, gai_strerror(EAI_AGAIN)), "%s", msg);
+    } else {
+        cr_expect_eq(rc, DT_EINVAL, "%s", msg);
+        cr_expect(strstr(msg, "cannot resolve"), "%s", msg);
+        cr_expect_lt(took, 10.0, "a name that does not exist was waited for %.1f s", took);
+    }
+    dt_store_close(st);
+}
+
+/* Something that is not a store listens at the port (a web server, say). */
+static void *answer_like_http(void *arg)
+{
+    int lfd = *(int *)arg, fd = accept(lfd, NULL, NULL);
+    char buf[256];
+    if (fd >= 0 && recv(fd, buf, sizeof buf, 0) > 0) {
+        const char reply[] = "HTTP/1.1 400 Bad Request\r\n\r\n";
+        (void)send(fd, reply, sizeof reply - 1, MSG_NOSIGNAL);
+        (void)recv(fd, buf, sizeof buf, 0); /* until the client hangs up */
+    }
+    if (fd >= 0)
+        close(fd);
+    return NULL;
+}
+
+Test(store_tcp, a_port_that_answers_like_no_store_is_named_not_waited_on, .timeout = 20)
+{
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    socklen_t len = sizeof a;
+    cr_assert_eq(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+    cr_assert_eq(listen(lfd, 1), 0);
+    cr_assert_eq(getsockname(lfd, (struct sockaddr *)&a, &len), 0);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, answer_like_http, &lfd), 0);
+    char url[64];
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", ntohs(a.sin_port));
+    dt_store *st = open_store(url, "job");
+    void *v = NULL;
+    size_t n;
+    cr_expect_eq(dt_store_get(st, "k", &v, &n, 10.0), DT_ESTORE, "%s", dt_store_error(st));
+    cr_expect(strstr(dt_store_error(st), "('H'), which no TCPStore server sends"), "%s",
+              dt_store_error(st));
+    dt_store_close(st);
+    pthread_join(t, NULL);
+    close(lfd);
 }
 
 /* ---- strangers -------------------------------------------------------------------- */
