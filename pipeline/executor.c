@@ -47,6 +47,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "dt_clock.h"
 #include "pipe_internal.h"
 
 #define TAG_BASE 0x70000000u /* pipeline transfers: base + 2 mb + kind */
@@ -69,13 +70,6 @@ struct dt_pipe {
     double *t_start, *t_end; /* [n] the last run's timeline */
     char err[1024];
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static dt_status pipe_fail(dt_pipe *p, dt_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -235,7 +229,7 @@ static dt_status free_slots(dt_pipe *p, const dt_pipe_action *a)
         dt_work *w = p->pending[k][slots[k]];
         p->pending[k][slots[k]] = NULL;
         dt_status st = dt_work_wait(w);
-        p->t_end[p->pending_at[k][slots[k]]] = now_s();
+        p->t_end[p->pending_at[k][slots[k]]] = dt_now();
         if (st != DT_OK) {
             dt_pipe_action sent = {k ? DT_PIPE_SEND_GRAD : DT_PIPE_SEND_ACT,
                                    p->pending_mb[k][slots[k]], -1, -1};
@@ -282,7 +276,7 @@ static dt_status run_batch(dt_pipe *p, int i, int B, int T, int *next)
         dt_work *w = NULL;
         if ((st = free_slots(p, a)) != DT_OK)
             break;
-        p->t_start[k] = now_s();
+        p->t_start[k] = dt_now();
         if ((st = post(p, a, B, T, &w)) != DT_OK) {
             transfer_failed(p, a, st);
             break;
@@ -301,7 +295,7 @@ static dt_status run_batch(dt_pipe *p, int i, int B, int T, int *next)
     }
     for (int r = 0; r < nrecv; r++) { /* wait each exactly once */
         dt_status rs = dt_work_wait(p->recvs[r]);
-        p->t_end[p->recv_at[r]] = now_s();
+        p->t_end[p->recv_at[r]] = dt_now();
         if (rs != DT_OK && st == DT_OK)
             st = transfer_failed(p, &acts[p->recv_at[r]], rs);
     }
@@ -319,7 +313,7 @@ static dt_status wait_sends(dt_pipe *p)
                 continue;
             p->pending[k][s] = NULL;
             dt_status ws = dt_work_wait(w);
-            p->t_end[p->pending_at[k][s]] = now_s();
+            p->t_end[p->pending_at[k][s]] = dt_now();
             if (ws != DT_OK && st == DT_OK) {
                 dt_pipe_action a = {k ? DT_PIPE_SEND_GRAD : DT_PIPE_SEND_ACT, p->pending_mb[k][s],
                                     -1, -1};
@@ -380,26 +374,26 @@ dt_status dt_pipe_run(dt_pipe *p, const int *const *inputs, const int *const *ta
     memset(&p->stats, 0, sizeof p->stats);
     memset(p->t_start, 0, (size_t)s->n[p->stage] * sizeof(double));
     memset(p->t_end, 0, (size_t)s->n[p->stage] * sizeof(double));
-    double t0 = now_s();
+    double t0 = dt_now();
     for (int i = 0; i < s->n[p->stage] && st == DT_OK;) {
         const dt_pipe_action *a = &acts[i];
-        double ta = now_s();
+        double ta = dt_now();
         if (dt_pipe_is_transfer(a->op)) {
             st = run_batch(p, i, B, T, &i);
         } else if (a->op == DT_PIPE_STEP) {
             p->t_start[i] = ta;
             st = wait_sends(p);
-            p->t_end[i++] = now_s();
+            p->t_end[i++] = dt_now();
         } else {
             p->t_start[i] = ta;
             st = compute(p, a, inputs, targets, B, T, p->hook && i == p->last_weights);
-            p->t_end[i++] = now_s();
+            p->t_end[i++] = dt_now();
         }
-        p->stats.op_s[a->op] += now_s() - ta;
+        p->stats.op_s[a->op] += dt_now() - ta;
     }
     if (st != DT_OK)
         wait_sends(p); /* the failed communicator completes them at once */
-    p->stats.wall_s = now_s() - t0;
+    p->stats.wall_s = dt_now() - t0;
     float sum = 0.0f; /* the trainer's order: += loss_k / m, k = 0 .. m-1 */
     for (int k = 0; k < s->m && p->stage == s->p - 1; k++)
         sum += p->losses[k] / (float)s->m;
