@@ -273,6 +273,7 @@ dt_status dt_comm_init(dt_comm **out, const dt_comm_options *o)
         return st == DT_OK ? comm_connect_mesh(c, 0) : st;
     }
     double deadline = dt_now() + c->init_timeout_s;
+    comm_store_host_start(c);
     st = dt_store_open_within(&c->store, c->init_url, c->job_id, c->init_timeout_s);
     if (st != DT_OK)
         return store_failed(c, st, "opening the rendezvous store");
@@ -282,7 +283,10 @@ dt_status dt_comm_init(dt_comm **out, const dt_comm_options *o)
         return st;
     if ((st = exchange_addresses(c, deadline)) != DT_OK)
         return st;
-    return comm_connect_mesh(c, deadline);
+    st = comm_connect_mesh(c, deadline);
+    if (st == DT_OK) /* every rank has dialled, so none needs the store */
+        comm_store_host_stop(c);
+    return st;
 }
 
 void dt_comm_destroy(dt_comm *c)
@@ -294,6 +298,7 @@ void dt_comm_destroy(dt_comm *c)
     comm_reject_log_flush(c); /* the loop thread is gone: its state is ours */
     if (c->store)
         dt_store_close(c->store);
+    comm_store_host_stop(c);
     for (int i = 0; i < 2; i++)
         free(c->scratch[i]);
     comm_staging_destroy(c);

@@ -127,6 +127,7 @@ struct dt_comm {
     uint8_t key[crypto_auth_KEYBYTES]; /* handshake key, from the job secret */
     uint8_t job_hash[16];
     dt_store *store;
+    dt_store_server *store_server; /* rank 0's, while the job starts (store_host.c) */
     int port;
     char (*peer_addr)[64]; /* [size] "host:port", fixed after init */
     atomic_uint_fast64_t rejected;
@@ -304,6 +305,12 @@ dt_status comm_thread_start(dt_comm *c);
 /* Run a blocking collective on the caller's thread when the loop is free;
  * false (nothing done) when it must queue instead. */
 bool comm_thread_run_inline(dt_comm *c, dt_work *w, dt_status *st);
+
+/* store_host.c: rank 0 of a tcp:// or env:// job starts a store server at
+ * the URL's HOST:PORT when it is a free address of this machine (nobody
+ * else hosts it), and stops it once the job has started. */
+void comm_store_host_start(dt_comm *c);
+void comm_store_host_stop(dt_comm *c);
 
 /* comm.c, shared with group.c: set up a communicator from options (no I/O),
  * and, once its peers' addresses are in c->dial, connect the mesh and wait

@@ -171,13 +171,17 @@ typedef void (*dt_log_fn)(void *user, const char *line);
 typedef struct dt_comm_options {
     int rank;              /* 0 .. world_size-1 */
     int world_size;        /* >= 1 */
-    const char *init_url;  /* "file:///tmp/NAME", "tcp://HOST:PORT", "env://" */
+    const char *init_url;  /* "file:///tmp/NAME", "tcp://HOST:PORT", "env://"; for the
+                              last two rank 0 hosts the store while the job starts
+                              when HOST is its machine and nobody serves PORT */
     const char *job_id;    /* scopes store keys and handshakes; NULL = the job id
                                  of mpirun/srun's environment, else "dtrain" */
     const uint8_t *secret; /* per-job key for the handshake ...          */
     size_t secret_len;     /* ... NULL/0: rank 0 makes one, shares it via a file://
                                  store (a tcp:// or env:// store refuses: DT_EINVAL) */
-    const char *host;      /* address to listen on and advertise; NULL = 127.0.0.1 */
+    const char *host;      /* address to listen on and advertise; NULL (and no
+                              ifname) = the one the route to a tcp:// or env://
+                              server leaves by, else 127.0.0.1 */
     const char *ifname;    /* or: the network interface whose IPv4 address to use */
     double timeout_s;      /* default per-op timeout; 0 = 30 s */
     double init_timeout_s; /* rendezvous + connecting; 0 = 60 s */

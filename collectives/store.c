@@ -220,20 +220,29 @@ static dt_status check_url_and_job(dt_store *s, const char *url, const char *job
 
 /* Connects to the server a tcp:// URL names, or env://'s MASTER_ADDR and
  * MASTER_PORT (torch's env:// names). */
+const char *comm_store_tcp_target(const char *url, char *target, size_t cap)
+{
+    if (strcmp(url, "env://") != 0) {
+        snprintf(target, cap, "%s", url + 6);
+        return NULL;
+    }
+    const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
+    if (!addr || !*addr)
+        return "MASTER_ADDR";
+    if (!port || !*port)
+        return "MASTER_PORT";
+    snprintf(target, cap, "%s:%s", addr, port);
+    return NULL;
+}
+
 static dt_status store_open_tcp(dt_store *s, const char *url, double connect_s)
 {
     char target[300], err[STORE_ERR_LEN];
-    if (strcmp(url, "env://") == 0) {
-        const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
-        if (!addr || !*addr || !port || !*port)
-            return comm_store_log_fail(s, DT_EINVAL,
-                                       "env:// needs MASTER_ADDR and MASTER_PORT "
-                                       "(%s is not set)",
-                                       !addr || !*addr ? "MASTER_ADDR" : "MASTER_PORT");
-        snprintf(target, sizeof target, "%s:%s", addr, port);
-    } else {
-        snprintf(target, sizeof target, "%s", url + 6);
-    }
+    const char *unset = comm_store_tcp_target(url, target, sizeof target);
+    if (unset)
+        return comm_store_log_fail(s, DT_EINVAL,
+                                   "env:// needs MASTER_ADDR and MASTER_PORT (%s is not set)",
+                                   unset);
     dt_status st = comm_tcp_client_open(&s->tcp, target, connect_s, err, sizeof err);
     return st == DT_OK ? DT_OK : comm_store_log_fail(s, st, "%s", err);
 }

@@ -476,6 +476,70 @@ Test(store_tcp, two_ranks_with_a_secret_meet_at_the_server_and_reduce, .timeout 
     dt_store_server_stop(s.srv);
 }
 
+/* Two ranks on a URL nobody serves; what each saw is in r. */
+static void run_two_ranks(tcp_rank r[2])
+{
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&t[i], NULL, join_and_reduce, &r[i]);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    for (int i = 0; i < 2; i++) {
+        cr_expect_eq(r[i].rc, DT_OK, "rank %d: %s", i, r[i].msg);
+        cr_expect_eq(r[i].value, 3.0f, "rank %d", i);
+    }
+}
+
+/* True if nothing listens at 127.0.0.1:port any more. */
+static bool port_is_free(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    bool refused = connect(fd, (struct sockaddr *)&a, sizeof a) != 0 && errno == ECONNREFUSED;
+    close(fd);
+    return refused;
+}
+
+Test(store_tcp, rank_0_hosts_a_store_nobody_serves_and_frees_its_port_once_started, .timeout = 30)
+{
+    int port = unused_port();
+    char url[64];
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", port);
+    tcp_rank r[2] = {{.url = url, .rank = 0, .with_secret = true},
+                     {.url = url, .rank = 1, .with_secret = true}};
+    run_two_ranks(r);
+    cr_expect(port_is_free(port), "rank 0's store still listens on %d after the job", port);
+}
+
+/* torch's recipe under srun or mpirun: MASTER_ADDR and MASTER_PORT, no
+ * launcher to host the store. */
+Test(store_tcp, env_ranks_without_a_launcher_meet_at_rank_0s_store, .timeout = 30)
+{
+    char port[16];
+    snprintf(port, sizeof port, "%d", unused_port());
+    setenv("MASTER_ADDR", "localhost", 1);
+    setenv("MASTER_PORT", port, 1);
+    tcp_rank r[2] = {{.url = "env://", .rank = 0, .with_secret = true},
+                     {.url = "env://", .rank = 1, .with_secret = true}};
+    run_two_ranks(r);
+}
+
+Test(store_tcp, rank_0_is_a_client_where_a_server_already_listens, .timeout = 30)
+{
+    server s = start_server();
+    tcp_rank r[2] = {{.url = s.url, .rank = 0, .with_secret = true},
+                     {.url = s.url, .rank = 1, .with_secret = true}};
+    run_two_ranks(r);
+    dt_store *a = open_store(s.url, "tcp-job");
+    const char *keys[2] = {"addr/0", "addr/1"};
+    bool all = false;
+    cr_expect_eq(dt_store_check(a, keys, 2, &all), DT_OK, "%s", dt_store_error(a));
+    cr_expect(all, "the ranks' addresses are not on the server that was already listening");
+    dt_store_close(a);
+    dt_store_server_stop(s.srv);
+}
+
 Test(store_tcp, a_tcp_store_refuses_to_carry_a_generated_job_secret, .timeout = 30)
 {
     server s = start_server();

@@ -7,8 +7,10 @@
 #   - `srun -n 4 minigpt` trains with ranks from SLURM_PROCID/SLURM_NTASKS
 #     to bitwise the parameters `dtrain-launch -n 4` reaches (the hash
 #     --check-replicas prints);
-#   - the sbatch script docs/12-multi-node.md shows a cluster user
-#     (docs/slurm_example.sbatch) runs as written and reaches the same;
+#   - the sbatch scripts docs/12-multi-node.md shows a cluster user
+#     (docs/slurm_example.sbatch, a file:// rendezvous, and
+#     docs/slurm_env_example.sbatch, env:// with rank 0 hosting the store)
+#     run as written and reach the same;
 #   - two jobs started at once with the same DT_INIT_URL and no DT_JOB_ID
 #     do not cross-wire: each takes its job id from SLURM_JOB_ID and
 #     SLURM_STEP_ID, and both reach the same parameters.
@@ -23,9 +25,10 @@ launch=$(realpath "$build/launcher/dtrain-launch")
 minigpt=$(realpath "$build/train/minigpt")
 here=$(cd "$(dirname "$0")" && pwd)
 sbatch_example=$(realpath "$here/../../docs/slurm_example.sbatch")
+sbatch_env_example=$(realpath "$here/../../docs/slurm_env_example.sbatch")
 tmp=$(mktemp -d /tmp/dtrain-slurm-XXXXXX)
 chmod 755 "$tmp"
-unset RANK WORLD_SIZE LOCAL_RANK DT_INIT_URL DT_SECRET DT_JOB_ID
+unset RANK WORLD_SIZE LOCAL_RANK DT_INIT_URL DT_SECRET DT_JOB_ID MASTER_ADDR MASTER_PORT
 export SLURM_CONF="$tmp/slurm.conf"
 started_munge=""
 
@@ -97,7 +100,7 @@ common=(-n 20 --log-every 5 --eval-every 0 --sample 0 --check-replicas --seed 7)
 # shellcheck source=../tap_report.sh
 . "$here/../tap_report.sh"
 
-echo "1..3"
+echo "1..4"
 (cd "$tmp" && timeout 300 "$launch" -n 4 "$minigpt" "${common[@]}") >"$tmp/launch.out" 2>&1
 want=$(hash_of "$tmp/launch.out")
 echo "# dtrain-launch -n 4: parameters' hash ${want:-none}"
@@ -115,6 +118,14 @@ ok=0
     [ -n "$want" ] && [ "$(hash_of "$tmp/sbatch.out")" = "$want" ] && ok=1
 report $ok "the docs' sbatch script runs as written: parameters bitwise equal to dtrain-launch's" \
     "$tmp/sbatch.submit" "$tmp/sbatch.out"
+
+ok=0
+(cd "$tmp" && MINIGPT="$minigpt" MINIGPT_ARGS="${common[*]}" timeout 300 sbatch --wait \
+    -o "$tmp/sbatch_env.out" "$sbatch_env_example") >"$tmp/sbatch_env.submit" 2>&1 &&
+    [ -n "$want" ] && [ "$(hash_of "$tmp/sbatch_env.out")" = "$want" ] &&
+    grep -q "rank 0 hosts the rendezvous store" "$tmp/sbatch_env.out" && ok=1
+report $ok "the docs' env:// sbatch script (rank 0 hosts the TCP store) runs as written: same parameters" \
+    "$tmp/sbatch_env.submit" "$tmp/sbatch_env.out"
 
 # Two jobs, one rendezvous file, no DT_JOB_ID, different seeds: each job's
 # own id keeps them apart. Crossed, a job's ranks would hold different
