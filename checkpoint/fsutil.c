@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "ckpt_internal.h"
+#include "dt_file_kind.h"
 
 /* A shard or manifest name must be a plain name inside the directory. */
 bool ckpt_name_is_safe(const char *name)
@@ -39,19 +40,6 @@ bool ckpt_name_is_safe(const char *name)
             return false;
     }
     return strstr(name, "..") == NULL;
-}
-
-/* What a file that is not a regular file (or directory) is. */
-static const char *kind_of(mode_t m)
-{
-    return S_ISFIFO(m)   ? "a FIFO"
-           : S_ISSOCK(m) ? "a socket"
-           : S_ISDIR(m)  ? "a directory"
-           : S_ISLNK(m)  ? "a symbolic link"
-           : S_ISCHR(m)  ? "a character device"
-           : S_ISBLK(m)  ? "a block device"
-           : S_ISREG(m)  ? "a regular file"
-                         : "of an unknown type";
 }
 
 static dt_status refuse_symlink(dt_ckpt *ck, const char *path)
@@ -71,7 +59,7 @@ static dt_status open_refused(dt_ckpt *ck, const char *path, int err, const char
         return refuse_symlink(ck, path);
     if ((err == ENXIO || err == ENOTDIR || err == ENODEV || err == EISDIR) && lstat(path, &st) == 0)
         return ckpt_fail(ck, DT_EPROTO, DT_CKPT_FAULT_IO, "%s: is %s, not %s", path,
-                         kind_of(st.st_mode), want);
+                         dt_file_kind(st.st_mode), want);
     return ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "%s: %s", path, strerror(err));
 }
 
@@ -91,7 +79,7 @@ int ckpt_open_regular(dt_ckpt *ck, const char *path, struct stat *st)
         ckpt_fail(ck, DT_EPROTO, DT_CKPT_FAULT_IO,
                   "%s: is %s, not a regular "
                   "file",
-                  path, kind_of(st->st_mode));
+                  path, dt_file_kind(st->st_mode));
     else
         return fd;
     close(fd);
@@ -124,7 +112,7 @@ int ckpt_create_tmp(dt_ckpt *ck, const char *path)
                       "creating "
                       "%s: something is in the way (%s of uid %u), and a save "
                       "never writes through it: remove it",
-                      path, kind_of(st.st_mode), (unsigned)st.st_uid);
+                      path, dt_file_kind(st.st_mode), (unsigned)st.st_uid);
             return -1;
         }
         (void)unlink(path); /* a crashed save's; O_EXCL below catches a race */

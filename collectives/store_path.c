@@ -14,6 +14,7 @@
  * The checks cost two stat calls per open (lstat before, fstat after) and
  * nothing afterwards.
  */
+#include "dt_file_kind.h"
 #include "store_internal.h"
 
 #include <errno.h>
@@ -23,24 +24,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* What a file that is not a regular file is, for a message. */
-static const char *kind_of(mode_t mode)
-{
-    return S_ISFIFO(mode)   ? "a FIFO"
-           : S_ISSOCK(mode) ? "a socket"
-           : S_ISDIR(mode)  ? "a directory"
-           : S_ISLNK(mode)  ? "a symbolic link"
-           : S_ISCHR(mode)  ? "a character device"
-           : S_ISBLK(mode)  ? "a block device"
-                            : "not a regular file";
-}
-
 static dt_status refuse_kind(dt_store *s, mode_t mode)
 {
     return comm_store_log_fail(s, DT_ESTORE,
                                "%s is %s, not a rendezvous file; it is "
                                "left as it is: remove it or choose another name",
-                               s->path, kind_of(mode));
+                               s->path, dt_file_kind(mode));
 }
 
 /* A file fit to be this user's rendezvous file: a regular file of this

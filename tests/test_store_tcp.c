@@ -459,24 +459,7 @@ static void *join_and_reduce(void *arg)
     return NULL;
 }
 
-Test(store_tcp, two_ranks_with_a_secret_meet_at_the_server_and_reduce, .timeout = 30)
-{
-    server s = start_server();
-    tcp_rank r[2] = {{.url = s.url, .rank = 0, .with_secret = true},
-                     {.url = s.url, .rank = 1, .with_secret = true}};
-    pthread_t t[2];
-    for (int i = 0; i < 2; i++)
-        pthread_create(&t[i], NULL, join_and_reduce, &r[i]);
-    for (int i = 0; i < 2; i++)
-        pthread_join(t[i], NULL);
-    for (int i = 0; i < 2; i++) {
-        cr_expect_eq(r[i].rc, DT_OK, "rank %d: %s", i, r[i].msg);
-        cr_expect_eq(r[i].value, 3.0f, "rank %d", i);
-    }
-    dt_store_server_stop(s.srv);
-}
-
-/* Two ranks on a URL nobody serves; what each saw is in r. */
+/* Runs two ranks of a job and expects both to reduce 1 + 2. */
 static void run_two_ranks(tcp_rank r[2])
 {
     pthread_t t[2];
@@ -488,6 +471,15 @@ static void run_two_ranks(tcp_rank r[2])
         cr_expect_eq(r[i].rc, DT_OK, "rank %d: %s", i, r[i].msg);
         cr_expect_eq(r[i].value, 3.0f, "rank %d", i);
     }
+}
+
+Test(store_tcp, two_ranks_with_a_secret_meet_at_the_server_and_reduce, .timeout = 30)
+{
+    server s = start_server();
+    tcp_rank r[2] = {{.url = s.url, .rank = 0, .with_secret = true},
+                     {.url = s.url, .rank = 1, .with_secret = true}};
+    run_two_ranks(r);
+    dt_store_server_stop(s.srv);
 }
 
 /* True if nothing listens at 127.0.0.1:port any more. */
