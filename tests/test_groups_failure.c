@@ -5,8 +5,8 @@
  * child's own failure stays in that child.
  *
  * Threads (rank_threads.h) where an abort is the failure; forked processes
- * where a rank must really die (SIGKILL), as in test_failures.c. Every wait
- * is bounded.
+ * (fork_job.h) where a rank must really die (SIGKILL). Every wait is
+ * bounded.
  */
 #include <criterion/criterion.h>
 
@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fork_job.h"
 #include "rank_threads.h"
 
 /* ---- aborts --------------------------------------------------------------------- */
@@ -194,110 +195,48 @@ Test(groups_failure, a_timeout_in_a_child_names_the_peer_by_world_rank_and_stays
 #define KILL_N 4
 #define VICTIM 3
 
-typedef struct forked {
-    char url[128];
-    pid_t pid[KILL_N];
-    int fd[KILL_N]; /* read end of each rank's report pipe */
-} forked;
+/* One line to the parent, at once (the parent reads with a deadline). */
+static void report(FILE *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-static void report(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void report(int fd, const char *fmt, ...)
+static void report(FILE *out, const char *fmt, ...)
 {
-    char line[2048];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof line - 1, fmt, ap);
+    vfprintf(out, fmt, ap);
     va_end(ap);
-    if (n < 0)
-        return;
-    if (n > (int)sizeof line - 2)
-        n = (int)sizeof line - 2;
-    line[n++] = '\n';
-    if (write(fd, line, (size_t)n) != n)
+    if (fputc('\n', out) == EOF || fflush(out) != 0)
         _exit(3);
 }
 
-static void killed_rank_child(int rank, const char *url, int fd)
+static void killed_rank_child(int rank, job *j, FILE *out)
 {
-    dt_comm_options o;
-    dt_comm_options_default(&o);
-    o.rank = rank;
-    o.world_size = KILL_N;
-    o.init_url = url;
-    o.job_id = "groups-kill";
-    o.timeout_s = 15;
-    o.init_timeout_s = 20;
-    dt_comm *world, *dp = NULL, *pp = NULL;
-    if (dt_comm_init(&world, &o) != DT_OK || dt_comm_split(world, rank / 2, rank, &pp) != DT_OK ||
+    dt_comm *world = child_join(j, rank, 15, out), *dp = NULL, *pp = NULL;
+    if (dt_comm_split(world, rank / 2, rank, &pp) != DT_OK ||
         dt_comm_split(world, rank % 2, rank, &dp) != DT_OK || dt_barrier(world) != DT_OK) {
-        report(fd, "setup failed: %s", dt_comm_error(world));
+        report(out, "setup failed: %s", dt_comm_error(world));
         _exit(1);
     }
-    report(fd, "ready");
+    report(out, "ready");
     if (rank == VICTIM)
         pause(); /* until the test kills it */
     float x[1024] = {0};
     dt_comm *first = rank == 1 ? dp : rank == 2 ? pp : world;
     dt_status st = dt_allreduce(first, x, 1024, DT_F32, DT_SUM);
-    report(fd, "%d", st);
+    report(out, "%d", st);
     dt_comm *all[3] = {world, dp, pp};
     for (int i = 0; i < 3; i++) {
         /* every group fails fast now, not after its timeout */
         dt_status again = dt_allreduce(all[i], x, 1024, DT_F32, DT_SUM);
-        report(fd, "%d %s", again, dt_comm_error(all[i]));
+        report(out, "%d %s", again, dt_comm_error(all[i]));
     }
     _exit(0);
 }
 
-static void forked_start(forked *f)
-{
-    snprintf(f->url, sizeof f->url, "file:///tmp/dtrain-test-groups-kill-%d", (int)getpid());
-    for (int r = 0; r < KILL_N; r++) {
-        int p[2];
-        cr_assert_eq(pipe(p), 0);
-        pid_t pid = fork();
-        cr_assert_neq(pid, -1);
-        if (pid == 0) {
-            close(p[0]);
-            killed_rank_child(r, f->url, p[1]);
-        }
-        close(p[1]);
-        f->pid[r] = pid;
-        f->fd[r] = p[0];
-    }
-}
-
 /* Rank r's next line within timeout_s, asserting that one arrives. */
-static void forked_line(forked *f, int r, double timeout_s, char *line, size_t n)
+static void line_of(job *j, int r, double timeout_s, char *line, size_t n)
 {
-    size_t got = 0;
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (;;) {
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        int left = (int)((timeout_s - (double)(t.tv_sec - t0.tv_sec) -
-                          (double)(t.tv_nsec - t0.tv_nsec) * 1e-9) *
-                         1000);
-        struct pollfd pfd = {.fd = f->fd[r], .events = POLLIN};
-        if (got + 1 >= n || left <= 0 || poll(&pfd, 1, left) <= 0)
-            break;
-        if (read(f->fd[r], line + got, 1) != 1 || line[got] == '\n')
-            break;
-        got++;
-    }
-    line[got] = '\0';
-    cr_assert(got > 0, "rank %d said nothing within %.0f s", r, timeout_s);
-}
-
-static void forked_finish(forked *f)
-{
-    for (int r = 0; r < KILL_N; r++) {
-        kill(f->pid[r], SIGKILL);
-        waitpid(f->pid[r], NULL, 0);
-        close(f->fd[r]);
-    }
-    unlink(f->url + strlen("file://"));
+    report_of(j, r, timeout_s, line, n);
+    cr_assert(line[0], "rank %d said nothing within %.0f s", r, timeout_s);
 }
 
 /* Does the message name the dead rank by its world rank? As the world saw
@@ -309,23 +248,23 @@ static bool names_victim(const char *msg)
 
 Test(groups_failure, a_killed_rank_fails_every_group_with_one_root_cause, .timeout = 90)
 {
-    forked f;
+    job j;
     char line[2048], errors[3][2048];
-    forked_start(&f);
+    start(&j, KILL_N, "groups-kill", killed_rank_child);
     for (int r = 0; r < KILL_N; r++) {
-        forked_line(&f, r, 40, line, sizeof line);
+        line_of(&j, r, 40, line, sizeof line);
         cr_assert_str_eq(line, "ready", "rank %d: %s", r, line);
     }
-    kill(f.pid[VICTIM], SIGKILL);
+    kill(j.pid[VICTIM], SIGKILL);
     const char *names[3] = {"world", "dp", "pp"};
     for (int r = 0; r < KILL_N; r++) {
         if (r == VICTIM)
             continue;
-        forked_line(&f, r, 10, line, sizeof line);
+        line_of(&j, r, 10, line, sizeof line);
         cr_expect_eq(atoi(line), DT_EPEER, "rank %d's first op: %s", r, line);
         size_t shortest = 0;
         for (int i = 0; i < 3; i++) {
-            forked_line(&f, r, 10, line, sizeof line);
+            line_of(&j, r, 10, line, sizeof line);
             int st = -1, used = 0;
             sscanf(line, "%d %n", &st, &used);
             snprintf(errors[i], sizeof errors[i], "%s", line + used);
@@ -344,5 +283,5 @@ Test(groups_failure, a_killed_rank_fails_every_group_with_one_root_cause, .timeo
                       names[i], errors[i], root);
         cr_log_info("rank %d: %s", r, root);
     }
-    forked_finish(&f);
+    finish(&j);
 }
