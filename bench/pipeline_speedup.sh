@@ -14,9 +14,9 @@
 # metrics, steps after the 5th of every run pooled over the repeats, it
 # prints the median ms/step, tokens/s and the speed-up over one process
 # (ideal with p = 2 on 2 free cores: 2 (1 - bubble) = 2 M / (M + 1)),
-# and each stage's bubble as minigpt measures it (1 - compute / the time
-# from one step's start to the next, the median over repeats) beside the
-# closed form.
+# and each stage's bubble as minigpt measures it (1 - compute / step time,
+# the step lasting from the start of the stage's run until the loss is
+# shared; the median over repeats) beside the closed form.
 #
 # Ranks are started with the launcher's variables (RANK, WORLD_SIZE,
 # DT_INIT_URL), each with one OpenBLAS thread.

@@ -217,27 +217,22 @@ static dt_status load_microbatches(mg_run *r, int step, int M)
 }
 
 /*
- * Adds a step's stage times to the run's, for the bubble. A stage's step
- * lasts from the start of its run to the start of its next one, the same
- * period for every stage: a stage that finishes its run early waits for
- * the others outside it (in the loss broadcast, whose root check waits for
- * every rank), and that wait is bubble too. So the run started at t0
- * closes the previous run's period; the first period (warm-up) is left
- * out. A job of one or two steps has no such period: its last run's own
- * wall time stands in (mg_report_pipeline).
+ * Adds a step's stage times to the run's, for the bubble (the first step
+ * warms up). A stage's step lasts from the start of its run until the
+ * step's loss is shared: a stage that finishes its run early waits for the
+ * others there (the loss broadcast's root check waits for every rank), and
+ * that wait is bubble too. Timing the run alone would hide it: the last
+ * stage's bubble read half the closed form. Evaluations and checkpoints,
+ * between steps, are not part of any step.
  */
-static void add_stats(mg_run *r, double t0)
+static void add_stats(mg_run *r, int step, double t0, double t1)
 {
     dt_pipe_stats ps;
     dt_pipe_last_stats(r->pipe, &ps);
-    if (r->pipe_runs >= 2) {
-        r->pipe_wall_s += t0 - r->pipe_run_t0;
-        r->pipe_compute_s += r->pipe_run_compute;
-    }
-    r->pipe_runs++;
-    r->pipe_run_t0 = t0;
-    r->pipe_run_wall = ps.wall_s;
-    r->pipe_run_compute = ps.op_s[DT_PIPE_F] + ps.op_s[DT_PIPE_B] + ps.op_s[DT_PIPE_W];
+    if (step == r->start_step && r->o.steps - r->start_step > 1)
+        return;
+    r->pipe_wall_s += t1 - t0;
+    r->pipe_compute_s += ps.op_s[DT_PIPE_F] + ps.op_s[DT_PIPE_B] + ps.op_s[DT_PIPE_W];
 }
 
 /* DDP: arms the buckets to go out during the stage's last backward. */
@@ -311,7 +306,6 @@ dt_status mg_pipe_step(mg_run *r, int step, mg_step *out)
                      &loss);
     if (st != DT_OK)
         return pipe_fail(r, st, "pipeline", dt_pipe_error(r->pipe));
-    add_stats(r, t_run);
     mg_trace_pipe(r->trace, r->pipe, r->sched, r->stage);
     out->comm.hidden = -1;
     if ((st = sync_and_update(r, step, out)) != DT_OK)
@@ -319,6 +313,7 @@ dt_status mg_pipe_step(mg_run *r, int step, mg_step *out)
     out->ms = 1e3 * (dt_now() - t0);
     if ((st = share_loss(r, &loss)) != DT_OK)
         return st;
+    add_stats(r, step, t_run, dt_now());
     out->loss = loss;
     r->losses[step] = loss;
     out->tokens_per_s = (double)r->dp * M * rows / (out->ms * 1e-3);
@@ -375,14 +370,8 @@ enum { PF_L0, PF_L1, PF_PARAMS, PF_ACT_SETS, PF_GRAD_SETS, PF_WALL, PF_COMPUTE, 
 dt_status mg_report_pipeline(FILE *f, const mg_run *r)
 {
     const dt_model *m = r->m;
-    bool periods = r->pipe_wall_s > 0; /* else the last run stands in */
-    double mine[PF_FIELDS] = {m->l0,
-                              m->l1,
-                              (double)m->num_params,
-                              m->act_slots,
-                              m->grad_slots,
-                              periods ? r->pipe_wall_s : r->pipe_run_wall,
-                              periods ? r->pipe_compute_s : r->pipe_run_compute};
+    double mine[PF_FIELDS] = {m->l0,         m->l1,          (double)m->num_params, m->act_slots,
+                              m->grad_slots, r->pipe_wall_s, r->pipe_compute_s};
     int P = r->o.pp;
     double *all = calloc((size_t)P * PF_FIELDS, sizeof *all);
     if (!all)
@@ -397,8 +386,8 @@ dt_status mg_report_pipeline(FILE *f, const mg_run *r)
         fprintf(f,
                 "pipeline: %s, %d stages, %d micro-batches (replica 0 of "
                 "%d); bubble = idle share of the step (measured: 1 - "
-                "compute / time from one step's start to the next, steps after "
-                "the first; closed form with B = 2F%s)\n",
+                "compute / step time, run to shared loss, steps after the first; "
+                "closed form with B = 2F%s)\n",
                 dt_pipe_kind_name(s->kind), s->p, s->m, r->dp,
                 s->kind == DT_PIPE_ZB ? ", W = F" : "");
         fprintf(f, "  %5s %9s %11s %9s %9s %9s %12s\n", "stage", "blocks", "params", "act sets",

@@ -40,13 +40,11 @@ typedef struct mg_run {
     dt_pipe_schedule *sched;            /* --pp: the schedule, this rank's stage runs */
     dt_pipe *pipe;                      /* --pp: its executor; r->m is the stage */
     double pipe_wall_s, pipe_compute_s; /* summed over steps, for bubbles */
-    double pipe_run_t0, pipe_run_wall, pipe_run_compute; /* the last run's */
-    int pipe_runs;                                       /* runs seen */
-    int stage, replica, dp; /* --pp: world rank = stage · dp + replica */
-    dt_comm *pipe_comm;     /* --pp: this replica's stages (NULL: P = 1) */
-    dt_comm *dp_comm;       /* --pp: this stage's replicas (NULL: D = 1) */
-    size_t *ckpt_slices;    /* --pp: [world + 1] who saves what */
-    mg_trace *trace;        /* --trace: this rank's slices, or NULL */
+    int stage, replica, dp;             /* --pp: world rank = stage · dp + replica */
+    dt_comm *pipe_comm;                 /* --pp: this replica's stages (NULL: P = 1) */
+    dt_comm *dp_comm;                   /* --pp: this stage's replicas (NULL: D = 1) */
+    size_t *ckpt_slices;                /* --pp: [world + 1] who saves what */
+    mg_trace *trace;                    /* --trace: this rank's slices, or NULL */
     char err[768];
 } mg_run;
 
