@@ -157,7 +157,9 @@ void comm_tcp_client_close(store_tcp_client *c)
 static dt_status lost(store_tcp_client *c, const char *op, char *err, size_t errlen)
 {
     snprintf(err, errlen, "%s: lost the store server at %s:%s (%s)", op, c->host, c->port,
-             errno ? strerror(errno) : "it closed the connection");
+             errno ? strerror(errno)
+                   : "it closed the connection: has its host, rank 0 or node 0's "
+                     "launcher, stopped?");
     return DT_ESTORE;
 }
 
