@@ -23,6 +23,7 @@
 #include <uv.h>
 
 #include "comm_internal.h"
+#include "store_internal.h"
 
 char *comm_host_address_of_interface(const char *name)
 {
@@ -41,31 +42,10 @@ char *comm_host_address_of_interface(const char *name)
     return found;
 }
 
-/* The store server's host in `url` (tcp://HOST:PORT, or env:// with
- * MASTER_ADDR), into out; false for any other URL. */
-static bool server_host(const char *url, char *out, size_t n)
-{
-    const char *host = NULL;
-    size_t len = 0;
-    if (strncmp(url, "tcp://", 6) == 0) {
-        host = url + 6;
-        const char *colon = strrchr(host, ':');
-        len = colon ? (size_t)(colon - host) : strlen(host);
-    } else if (strncmp(url, "env://", 6) == 0) {
-        host = getenv("MASTER_ADDR");
-        len = host ? strlen(host) : 0;
-    }
-    if (!host || len == 0 || len >= n)
-        return false;
-    memcpy(out, host, len);
-    out[len] = '\0';
-    return true;
-}
-
 char *comm_host_address_toward_store(const char *url)
 {
-    char host[256], ip[INET_ADDRSTRLEN];
-    if (!url || !server_host(url, host, sizeof host))
+    char host[256], port[64], ip[INET_ADDRSTRLEN];
+    if (!url || comm_store_tcp_server(url, host, sizeof host, port, sizeof port) != NULL)
         return NULL;
     struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_DGRAM}, *res = NULL;
     if (getaddrinfo(host, "9", &hints, &res) != 0 || !res)

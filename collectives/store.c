@@ -220,29 +220,40 @@ static dt_status check_url_and_job(dt_store *s, const char *url, const char *job
 
 /* Connects to the server a tcp:// URL names, or env://'s MASTER_ADDR and
  * MASTER_PORT (torch's env:// names). */
-const char *comm_store_tcp_target(const char *url, char *target, size_t cap)
+const char *comm_store_tcp_server(const char *url, char *host, size_t hcap, char *port, size_t pcap)
 {
-    if (strcmp(url, "env://") != 0) {
-        snprintf(target, cap, "%s", url + 6);
-        return NULL;
+    char target[300];
+    if (!is_tcp_url(url))
+        return "not a tcp:// or env:// URL";
+    if (strcmp(url, "env://") == 0) {
+        const char *addr = getenv("MASTER_ADDR"), *p = getenv("MASTER_PORT");
+        if (!addr || !*addr)
+            return "MASTER_ADDR is not set";
+        if (!p || !*p)
+            return "MASTER_PORT is not set";
+        snprintf(target, sizeof target, "%s:%s", addr, p);
+    } else {
+        snprintf(target, sizeof target, "%s", url + 6);
     }
-    const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
-    if (!addr || !*addr)
-        return "MASTER_ADDR";
-    if (!port || !*port)
-        return "MASTER_PORT";
-    snprintf(target, cap, "%s:%s", addr, port);
+    char *colon = strrchr(target, ':');
+    if (!colon || colon == target || (size_t)(colon - target) >= hcap || strlen(colon) > pcap)
+        return "not HOST:PORT";
+    *colon = '\0';
+    snprintf(host, hcap, "%s", target);
+    snprintf(port, pcap, "%s", colon + 1);
     return NULL;
 }
 
 static dt_status store_open_tcp(dt_store *s, const char *url, double connect_s)
 {
-    char target[300], err[STORE_ERR_LEN];
-    const char *unset = comm_store_tcp_target(url, target, sizeof target);
-    if (unset)
-        return comm_store_log_fail(s, DT_EINVAL,
-                                   "env:// needs MASTER_ADDR and MASTER_PORT (%s is not set)",
-                                   unset);
+    char host[256], port[64], target[330], err[STORE_ERR_LEN];
+    const char *why = comm_store_tcp_server(url, host, sizeof host, port, sizeof port);
+    if (why && strcmp(url, "env://") == 0)
+        return comm_store_log_fail(s, DT_EINVAL, "env:// needs MASTER_ADDR and MASTER_PORT (%s)",
+                                   why);
+    if (why)
+        return comm_store_log_fail(s, DT_EINVAL, "'%s' is %s", url + 6, why);
+    snprintf(target, sizeof target, "%s:%s", host, port);
     dt_status st = comm_tcp_client_open(&s->tcp, target, connect_s, err, sizeof err);
     return st == DT_OK ? DT_OK : comm_store_log_fail(s, st, "%s", err);
 }

@@ -73,16 +73,11 @@ static void host_if_free(dt_comm *c, const char *host, const char *port)
 
 void comm_store_host_start(dt_comm *c)
 {
-    char target[300];
+    char host[256], port[64];
     if (c->rank != 0 || c->size == 1 || !c->init_url ||
-        (strncmp(c->init_url, "tcp://", 6) != 0 && strcmp(c->init_url, "env://") != 0) ||
-        comm_store_tcp_target(c->init_url, target, sizeof target) != NULL)
-        return;
-    char *colon = strrchr(target, ':');
-    if (!colon || colon == target)
-        return; /* malformed: the store's open says how */
-    *colon = '\0';
-    host_if_free(c, target, colon + 1);
+        comm_store_tcp_server(c->init_url, host, sizeof host, port, sizeof port) != NULL)
+        return; /* not a TCP store, or malformed: the store's open says how */
+    host_if_free(c, host, port);
 }
 
 void comm_store_host_stop(dt_comm *c)

@@ -67,9 +67,11 @@ dt_status comm_store_flock(dt_store *s, int op); /* flock(op), retried on EINTR 
  * message); "<job>/<key>", malloc'd, for a TCP store's keys (NULL on ENOMEM). */
 dt_status comm_store_check_usable(dt_store *s, const char *op, const char *key);
 char *comm_store_scoped(const dt_store *s, const char *key);
-/* The HOST:PORT a "tcp://HOST:PORT" or "env://" URL names, into target;
- * NULL, or the name of the variable env:// lacks. */
-const char *comm_store_tcp_target(const char *url, char *target, size_t cap);
+/* The server a "tcp://HOST:PORT" or "env://" (MASTER_ADDR, MASTER_PORT) URL
+ * names, split into host and port. NULL, or why there is none: not such a
+ * URL, the variable env:// lacks, or not HOST:PORT. */
+const char *comm_store_tcp_server(const char *url, char *host, size_t hcap, char *port,
+                                  size_t pcap);
 void comm_store_funlock(dt_store *s);
 
 /* store_path.c: DT_OK if what is at s->path may become the store (nothing
