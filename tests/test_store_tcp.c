@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dt_clock.h"
 #include "dt_comm.h"
 
 typedef struct server {
@@ -221,15 +222,10 @@ Test(store_tcp, env_url_reaches_the_server_at_master_addr_and_port, .timeout = 2
 
 /* ---- a client that cannot reach its server ------------------------------------- */
 
-static double seconds(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* A port nobody listens on: bound, never listened, closed. */
-static int unused_port(void)
+/* A port nobody listens on: bound, never listened. With `held` the socket
+ * stays bound (a connect is refused, and no other socket of the machine
+ * can take the port meanwhile); without, it is closed. */
+static int unbound_port(int *held)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET};
@@ -237,23 +233,33 @@ static int unused_port(void)
     socklen_t len = sizeof a;
     cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
     cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
+    if (held)
+        *held = fd;
+    else
+        close(fd);
     return ntohs(a.sin_port);
+}
+
+static int unused_port(void)
+{
+    return unbound_port(NULL);
 }
 
 Test(store_tcp, no_server_fails_at_the_connect_timeout_naming_the_refusal, .timeout = 20)
 {
     char url[64];
-    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", unused_port());
+    int held;
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", unbound_port(&held));
     dt_store *st;
-    double t0 = seconds();
+    double t0 = dt_now();
     cr_assert_eq(dt_store_open_within(&st, url, "job", 1.0), DT_ETIMEDOUT, "%s",
                  dt_store_error(st));
-    double took = seconds() - t0;
+    double took = dt_now() - t0;
     cr_expect(took >= 1.0 && took < 3.0, "gave up after %.2f s, not 1 s", took);
     cr_expect(strstr(dt_store_error(st), "within 1 s"), "%s", dt_store_error(st));
     cr_expect(strstr(dt_store_error(st), "Connection refused"), "%s", dt_store_error(st));
     dt_store_close(st);
+    close(held);
 }
 
 /* A name the resolver says does not exist fails at once; only a resolver
@@ -268,9 +274,9 @@ Test(store_tcp, a_store_host_that_does_not_resolve_is_named, .timeout = 60)
         freeaddrinfo(ai);
     cr_assert_neq(gai, 0, "%s resolved", host);
     dt_store *st;
-    double t0 = seconds();
+    double t0 = dt_now();
     dt_status rc = dt_store_open_within(&st, "tcp://no-such-host.invalid:29500", "job", 20.0);
-    double took = seconds() - t0;
+    double took = dt_now() - t0;
     const char *msg = dt_store_error(st);
     cr_expect(strstr(msg, host), "%s", msg);
     if (gai == EAI_AGAIN) {
