@@ -26,6 +26,7 @@
 
 #include "comm_internal.h"
 #include "staging.h"
+#include "store_internal.h"
 
 #define DEFAULT_TIMEOUT_S 30.0
 #define DEFAULT_INIT_TIMEOUT_S 60.0
@@ -41,9 +42,20 @@ static char *dup_or(const char *s, const char *fallback)
     return strdup(s ? s : fallback);
 }
 
+/* What the rooms below report up through (report.h): the communicator's own
+ * failure, log and family, handed down rather than called up. */
+static const comm_report report = {
+    .fail = comm_fail,
+    .fail_deferred = comm_fail_deferred,
+    .first_unfinished_locked = comm_fail_first_unfinished_locked,
+    .log = comm_log,
+    .label_peer = comm_family_label_peer,
+};
+
 /* Everything that cannot fail for reasons outside this process. */
 dt_status comm_setup(dt_comm *c, const dt_comm_options *o)
 {
+    c->report = &report;
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -259,6 +271,24 @@ dt_status comm_connect_mesh(dt_comm *c, double deadline)
     return st == DT_OK ? init_finished(c) : st;
 }
 
+/* Rank 0 of a tcp:// or env:// job hosts the store when nobody else does
+ * (store_host.c), until every rank has dialled (or the start fails). */
+static void host_store(dt_comm *c)
+{
+    char where[320];
+    if (c->rank != 0 || c->size == 1)
+        return;
+    c->store_server = comm_store_host_start(c->init_url, where, sizeof where);
+    if (c->store_server)
+        comm_log(c, "rank 0 hosts the rendezvous store at %s", where);
+}
+
+static void unhost_store(dt_comm *c)
+{
+    dt_store_server_stop(c->store_server);
+    c->store_server = NULL;
+}
+
 dt_status dt_comm_init(dt_comm **out, const dt_comm_options *o)
 {
     dt_comm *c = calloc(1, sizeof *c);
@@ -273,7 +303,7 @@ dt_status dt_comm_init(dt_comm **out, const dt_comm_options *o)
         return st == DT_OK ? comm_connect_mesh(c, 0) : st;
     }
     double deadline = dt_now() + c->init_timeout_s;
-    comm_store_host_start(c);
+    host_store(c);
     st = dt_store_open_within(&c->store, c->init_url, c->job_id, c->init_timeout_s);
     if (st != DT_OK)
         return store_failed(c, st, "opening the rendezvous store");
@@ -285,7 +315,7 @@ dt_status dt_comm_init(dt_comm **out, const dt_comm_options *o)
         return st;
     st = comm_connect_mesh(c, deadline);
     if (st == DT_OK) /* every rank has dialled, so none needs the store */
-        comm_store_host_stop(c);
+        unhost_store(c);
     return st;
 }
 
@@ -298,7 +328,7 @@ void dt_comm_destroy(dt_comm *c)
     comm_reject_log_flush(c); /* the loop thread is gone: its state is ours */
     if (c->store)
         dt_store_close(c->store);
-    comm_store_host_stop(c);
+    unhost_store(c);
     for (int i = 0; i < 2; i++)
         free(c->scratch[i]);
     comm_staging_destroy(c);

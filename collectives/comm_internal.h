@@ -36,6 +36,7 @@
 #include <uv.h>
 
 #include "dt_comm.h"
+#include "report.h"
 #include "transport.h"
 
 #define DT_ERROR_MAX 1024
@@ -118,6 +119,7 @@ typedef struct reject_log {
 } reject_log;
 
 struct dt_comm {
+    const comm_report *report; /* how the rooms below report up (report.h); set first */
     int rank, size;
     double timeout_s, init_timeout_s;
     size_t socket_buffer;
@@ -189,7 +191,9 @@ struct dt_comm {
 };
 
 /* The files below come bottom first: each calls only the ones above it
- * here (tests/check_file_calls.py holds the layer to that). */
+ * here (tests/check_file_calls.py holds the layer to that). Those of
+ * transport/ call log.c, family.c and fail.c only through c->report
+ * (report.h), as the rooms below the communicator must (README.md). */
 
 /* wake.c: waking the communicator thread (cond var, and the loop's async
  * handle while it runs), with mu held or not; a timed wait on the
@@ -285,13 +289,6 @@ void comm_mesh_shutdown(dt_comm *c);   /* on the thread: BYE, close all */
  * Slurm), or "dtrain"; malloc'd. */
 char *comm_env_default_job_id(void);
 
-/* host_address.c: the IPv4 address of interface `name` (NULL if it has none
- * or is not up and running); the local address that routes to the store's
- * server of `url` (tcp:// or env://; NULL for file://, a loopback server or
- * an unresolvable host). Both malloc'd. */
-char *comm_host_address_of_interface(const char *name);
-char *comm_host_address_toward_store(const char *url);
-
 /* validate.c: DT_OK if op is well formed for c, else DT_EINVAL with the
  * reason in c->arg_error. */
 dt_status comm_validate_op(dt_comm *c, const dt_op *op);
@@ -305,12 +302,6 @@ dt_status comm_thread_start(dt_comm *c);
 /* Run a blocking collective on the caller's thread when the loop is free;
  * false (nothing done) when it must queue instead. */
 bool comm_thread_run_inline(dt_comm *c, dt_work *w, dt_status *st);
-
-/* store_host.c: rank 0 of a tcp:// or env:// job starts a store server at
- * the URL's HOST:PORT when it is a free address of this machine (nobody
- * else hosts it), and stops it once the job has started. */
-void comm_store_host_start(dt_comm *c);
-void comm_store_host_stop(dt_comm *c);
 
 /* comm.c, shared with group.c: set up a communicator from options (no I/O),
  * and, once its peers' addresses are in c->dial, connect the mesh and wait

@@ -4,12 +4,22 @@ or around a loop: the object files of the layer's archive, linked by "calls
 a function the other defines" (nm -A), form no cycle. A layer then reads
 bottom up: each file stands only on the files below it.
 
-    check_file_calls.py LAYER ARCHIVE [PENDING]
+    check_file_calls.py LAYER ARCHIVE [PENDING] [--rooms DIR]
 
 PENDING: a file of object names (allreduce_ring.c.o, one a line, #
 comments) known to sit on a loop and scheduled for untangling; a loop made
-only of pending files is tolerated, any other fails. Prints TAP: one test.
+only of pending files is tolerated, any other fails.
+
+--rooms DIR: the layer's source folder, whose sub-folders are its rooms
+(collectives/: transport/, algorithms/, ...) and whose own files are the
+room on top (the communicator). Two more tests then: no two rooms call
+each other, directly or around a loop; and no room calls up into the top
+folder (what a lower room reports goes up through what the top handed
+down to it). Meson names the object of sub/file.c "sub_file.c.o".
+
+Prints TAP: one test, or three with --rooms.
 """
+import os
 import subprocess
 import sys
 
@@ -63,30 +73,126 @@ def loops(graph):
     return found
 
 
-def main():
-    layer, archive = sys.argv[1], sys.argv[2]
-    pending = set()
-    if len(sys.argv) > 3:
-        for line in open(sys.argv[3]):
-            name = line.split("#", 1)[0].strip()
-            if name:
-                pending.add(name)
-    print("1..1")
-    graph = call_graph(archive)
+def rooms_of(top):
+    """Object name -> (room, source path): "." for the top folder's files."""
+    rooms = {}
+    for folder, _, names in os.walk(top):
+        rel = os.path.relpath(folder, top)
+        for name in names:
+            if name.endswith((".c", ".cu", ".cc")):
+                path = name if rel == "." else os.path.join(rel, name)
+                room = "." if rel == "." else rel.split(os.sep)[0]
+                rooms[path.replace(os.sep, "_") + ".o"] = (room, path)
+    return rooms
+
+
+def floors(graph):
+    """Each node's floor in an acyclic graph: 0 for one that calls none,
+    else one above the highest it calls."""
+    floor = {}
+
+    def visit(v):
+        if v not in floor:
+            floor[v] = 0
+            floor[v] = 1 + max((visit(w) for w in graph[v]), default=-1)
+        return floor[v]
+
+    for v in graph:
+        visit(v)
+    return floor
+
+
+def check_files(n, layer, graph, pending, name):
     bad = [c for c in loops(graph) if not set(c) <= pending]
     if not bad:
         where = f" but the {len(pending)} pending ones" if pending else ""
-        print(f"ok 1 - {layer}: no two files{where} call each other "
+        print(f"ok {n} - {layer}: no two files{where} call each other "
               f"({len(graph)} files)")
         return 0
-    print(f"not ok 1 - {layer}: files that call each other around a loop:")
+    print(f"not ok {n} - {layer}: files that call each other around a loop:")
     for comp in bad:
-        print("#   " + ", ".join(comp))
+        print("#   " + ", ".join(name(a) for a in comp))
         for a in comp:
             for b in sorted(graph[a] & set(comp)):
-                print(f"#     {a} -> {b}")
+                print(f"#     {name(a)} -> {name(b)}")
     print("# move what both need into a file below both")
     return 1
+
+
+def check_rooms(layer, graph, rooms, rooms_top):
+    """Tests 2 and 3: the rooms' graph has no loop; nothing calls the top."""
+    unknown = sorted(o for o in graph if o not in rooms)
+    if unknown:
+        print(f"not ok 2 - {layer}: objects with no source file under the "
+              f"layer's folder: {', '.join(unknown)}")
+        print(f"not ok 3 - {layer}: rooms unknown")
+        return 1
+    room = {o: rooms[o][0] for o in graph}
+    calls = {}  # room -> {room it calls: [(file, file), ...]}
+    for a, bs in graph.items():
+        calls.setdefault(room[a], {})
+        for b in bs:
+            if room[b] != room[a]:
+                calls[room[a]].setdefault(room[b], []).append((a, b))
+    rgraph = {r: set(cs) for r, cs in calls.items()}
+    rc = 0
+    bad = loops(rgraph)
+    if bad:
+        rc = 1
+        print(f"not ok 2 - {layer}: rooms that call each other around a loop:")
+        for comp in bad:
+            for r in comp:
+                for q in sorted(rgraph[r] & set(comp)):
+                    for a, b in sorted(calls[r][q]):
+                        print(f"#   {rooms[a][1]} -> {rooms[b][1]}")
+        print("# hand the lower room what it needs (a table of functions) "
+              "instead of calling up")
+    else:
+        fl = floors(rgraph)
+        top = os.path.basename(os.path.normpath(rooms_top)) + "/"
+        picture = " < ".join(
+            ", ".join(sorted(top if r == "." else r + "/" for r in fl if fl[r] == f))
+            for f in range(max(fl.values()) + 1))
+        print(f"ok 2 - {layer}: no two rooms call each other "
+              f"({len(rgraph)} rooms on {max(fl.values()) + 1} floors: "
+              f"{picture})")
+    up = sorted((a, b) for a, bs in graph.items() for b in bs
+                if room[b] == "." and room[a] != ".")
+    if up:
+        rc = 1
+        print(f"not ok 3 - {layer}: rooms calling up into the top folder:")
+        for a, b in up:
+            print(f"#   {rooms[a][1]} -> {rooms[b][1]}")
+        print("# report up through what the top hands down (a table of "
+              "functions), not by calling it")
+    else:
+        print(f"ok 3 - {layer}: no room calls up into the top folder")
+    return rc
+
+
+def main():
+    args = sys.argv[1:]
+    top = None
+    if "--rooms" in args:
+        i = args.index("--rooms")
+        top = args[i + 1]
+        del args[i:i + 2]
+    layer, archive = args[0], args[1]
+    pending = set()
+    if len(args) > 2:
+        for line in open(args[2]):
+            name = line.split("#", 1)[0].strip()
+            if name:
+                pending.add(name)
+    graph = call_graph(archive)
+    if top is None:
+        print("1..1")
+        return check_files(1, layer, graph, pending, lambda o: o)
+    rooms = rooms_of(top)
+    print("1..3")
+    rc = check_files(1, layer, graph, pending,
+                     lambda o: rooms[o][1] if o in rooms else o)
+    return check_rooms(layer, graph, rooms, top) | rc
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@
 
 #include "algorithms.h"
 #include "ring.h"
-#include "staging.h"
+#include "stage_hooks.h"
 
 /* Count the segments of all chunks but `skip`. */
 static size_t segments_except(const ring_chunks *k, int p, int skip, size_t seg_elems)

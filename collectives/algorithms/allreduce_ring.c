@@ -53,7 +53,7 @@
 #include "algorithms.h"
 #include "reduce.h"
 #include "ring.h"
-#include "staging.h"
+#include "stage_hooks.h"
 
 dt_status comm_allreduce_ring(dt_opctx *o)
 {

@@ -32,7 +32,7 @@
 #include <string.h>
 
 #include "algorithms.h"
-#include "staging.h"
+#include "stage_hooks.h"
 
 static int ranges_overlap(const void *a, const void *b, size_t bytes)
 {

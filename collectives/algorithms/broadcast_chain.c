@@ -42,7 +42,7 @@
 #include <stdlib.h>
 
 #include "algorithms.h"
-#include "staging.h"
+#include "stage_hooks.h"
 
 #define CHAIN_SEGMENT_BYTES ((size_t)1024 * 1024)
 

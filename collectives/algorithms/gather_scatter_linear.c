@@ -31,7 +31,7 @@
 #include <string.h>
 
 #include "algorithms.h"
-#include "staging.h"
+#include "stage_hooks.h"
 
 /* The root's half of both: one transfer per other rank, block q to rank q
  * from `to_send` (scatter), or from rank q into block q of `to_recv`

@@ -52,7 +52,7 @@
 #include "algorithms.h"
 #include "reduce.h"
 #include "ring.h"
-#include "staging.h"
+#include "stage_hooks.h"
 
 /* Everything one reduce-scatter carries from step to step. */
 typedef struct rs_state {

@@ -22,7 +22,6 @@
 
 #include <uv.h>
 
-#include "comm_internal.h"
 #include "store_internal.h"
 
 char *comm_host_address_of_interface(const char *name)

@@ -33,7 +33,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "comm_internal.h"
 #include "store_internal.h"
 
 /* 0 if addr:port is a free local address, else bind's errno. */
@@ -49,14 +48,15 @@ static int try_bind(const struct addrinfo *a)
     return err;
 }
 
-/* Starts the server on the first address of host that is this machine's
- * and free; leaves c->store_server NULL when the store is someone else's. */
-static void host_if_free(dt_comm *c, const char *host, const char *port)
+/* Starts a server on the first address of host that is this machine's and
+ * free, and says which in where; NULL when the store is someone else's. */
+static dt_store_server *host_if_free(const char *host, const char *port, char *where, size_t n)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai;
     if (getaddrinfo(host, port, &hints, &ai) != 0)
-        return; /* the client's open names the resolver's answer */
-    for (struct addrinfo *a = ai; a && !c->store_server; a = a->ai_next) {
+        return NULL; /* the client's open names the resolver's answer */
+    dt_store_server *server = NULL;
+    for (struct addrinfo *a = ai; a && !server; a = a->ai_next) {
         char numeric[INET6_ADDRSTRLEN], err[256];
         int rc = try_bind(a);
         if (rc == EADDRINUSE)
@@ -64,23 +64,17 @@ static void host_if_free(dt_comm *c, const char *host, const char *port)
         if (rc != 0 || getnameinfo(a->ai_addr, a->ai_addrlen, numeric, sizeof numeric, NULL, 0,
                                    NI_NUMERICHOST) != 0)
             continue;
-        if (dt_store_server_start(&c->store_server, numeric, atoi(port), err, sizeof err) == DT_OK)
-            comm_log(c, "rank 0 hosts the rendezvous store at %s:%s", numeric, port);
+        if (dt_store_server_start(&server, numeric, atoi(port), err, sizeof err) == DT_OK)
+            snprintf(where, n, "%s:%s", numeric, port);
     }
     freeaddrinfo(ai);
+    return server;
 }
 
-void comm_store_host_start(dt_comm *c)
+dt_store_server *comm_store_host_start(const char *url, char *where, size_t n)
 {
     char host[256], port[64];
-    if (c->rank != 0 || c->size == 1 || !c->init_url ||
-        comm_store_tcp_server(c->init_url, host, sizeof host, port, sizeof port) != NULL)
-        return; /* not a TCP store, or malformed: the store's open says how */
-    host_if_free(c, host, port);
-}
-
-void comm_store_host_stop(dt_comm *c)
-{
-    dt_store_server_stop(c->store_server);
-    c->store_server = NULL;
+    if (!url || comm_store_tcp_server(url, host, sizeof host, port, sizeof port) != NULL)
+        return NULL; /* not a TCP store, or malformed: the store's open says how */
+    return host_if_free(host, port, where, n);
 }

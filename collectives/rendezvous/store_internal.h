@@ -105,4 +105,18 @@ dt_status comm_store_torch_join(dt_store *s);
 dt_status comm_store_torch_leave(dt_store *s, bool *torch);
 bool comm_store_torch_involved(const store_holders *h);
 
+/* host_address.c: the IPv4 address of interface `name` (NULL if it has none
+ * or is not up and running); the local address that routes to the store's
+ * server of `url` (tcp:// or env://; NULL for file://, a loopback server or
+ * an unresolvable host). Both malloc'd. */
+char *comm_host_address_of_interface(const char *name);
+char *comm_host_address_toward_store(const char *url);
+
+/* store_host.c: a tcp:// or env:// URL's HOST:PORT that is a free address
+ * of this machine (nobody else hosts the store there) gets a store server,
+ * returned, with "HOST:PORT" in where; NULL when the store is someone
+ * else's, or the URL not a TCP store's. Rank 0 asks, and stops the server
+ * (dt_store_server_stop) once the job has started. */
+dt_store_server *comm_store_host_start(const char *url, char *where, size_t n);
+
 #endif /* DT_STORE_INTERNAL_H */

@@ -206,10 +206,10 @@ static dt_status arena_reserve(dt_comm *c, staging *s, size_t bytes)
     if (dt_device_pinned_alloc(s->dev, &p, want) == DT_OK) {
         s->pinned = true;
     } else {
-        comm_log(c,
-                 "rank %d: warning: %s: no pinned host memory for staging (%s); using "
-                 "pageable memory, copies will be slower",
-                 c->rank, dt_device_name(s->dev), dt_device_error(s->dev));
+        c->report->log(c,
+                       "rank %d: warning: %s: no pinned host memory for staging (%s); using "
+                       "pageable memory, copies will be slower",
+                       c->rank, dt_device_name(s->dev), dt_device_error(s->dev));
         s->pinned = false;
         p = malloc(want);
         if (!p)
@@ -379,6 +379,12 @@ static dt_status finish(stage_op *so, dt_status st)
     return st != DT_OK ? st : so->err;
 }
 
+/* What the pipelined algorithms call on a staged op (stage_hooks.h). */
+static const stage_hooks hooks = {
+    .need = comm_staging_pieces_need,
+    .ready = comm_staging_pieces_ready,
+};
+
 dt_status comm_staging_run(dt_opctx *o)
 {
     dt_comm *c = o->comm;
@@ -407,6 +413,7 @@ dt_status comm_staging_run(dt_opctx *o)
         host.recv = so.b[1].host;
     o->op = &host;
     o->stage = &so;
+    o->stage_hooks = &hooks;
     st = comm_algo_run(o);
     o->op = user;
     o->stage = NULL;

@@ -5,20 +5,15 @@
  * work.c asks comm_staging_wants() once per op (a pointer query, only on a
  * communicator that has a device), and the executor runs a staged op through
  * comm_staging_run() instead of comm_algo_run(). The algorithms see host buffers only;
- * the pipelined ones (ring all-reduce, reduce-scatter, all-gather, chain
- * broadcast) tell the staging layer two things through the hooks below:
- *
- *   stage_need(o, p, n)    about to read input bytes [p, p+n): wait until
- *                          their device-to-host copy has completed
- *   stage_ready(o, p, n)   output bytes [p, p+n) are final: start their
- *                          host-to-device copy now
- *
- * With no device buffers (o->stage == NULL) both are one predictable branch.
+ * the pipelined ones tell the staging what they are about to read and what
+ * they have finished, through the hooks staging.c hands them with the op
+ * (stage_hooks.h; staging_pieces.c answers).
  */
 #ifndef DT_STAGING_H
 #define DT_STAGING_H
 
 #include "comm_internal.h"
+#include "stage_hooks.h"
 
 typedef struct stage_op stage_op; /* one staged op (staging.c) */
 
@@ -35,19 +30,8 @@ dt_status comm_staging_p2p_end(dt_work *w, dt_status st);
 void comm_staging_destroy(dt_comm *c);
 void comm_staging_p2p_destroy(dt_comm *c); /* staging_p2p.c: the p2p pool */
 
-/* Hooks for the pipelined algorithms (staging_pieces.c). */
+/* The hooks staging.c hands the algorithms (staging_pieces.c). */
 dt_status comm_staging_pieces_need(dt_opctx *o, const void *p, size_t n);
 void comm_staging_pieces_ready(dt_opctx *o, const void *p, size_t n);
-
-static inline dt_status stage_need(dt_opctx *o, const void *p, size_t n)
-{
-    return o->stage ? comm_staging_pieces_need(o, p, n) : DT_OK;
-}
-
-static inline void stage_ready(dt_opctx *o, const void *p, size_t n)
-{
-    if (o->stage)
-        comm_staging_pieces_ready(o, p, n);
-}
 
 #endif /* DT_STAGING_H */

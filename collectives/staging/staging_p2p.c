@@ -49,8 +49,8 @@ typedef struct p2p_pool {
 
 static dt_status p2p_fail(dt_comm *c, dt_status st, const char *what)
 {
-    comm_fail(c, st, "rank %d: staging through %s: %s: %s", c->rank, dt_device_name(c->device),
-              what, dt_device_error(c->device));
+    c->report->fail(c, st, "rank %d: staging through %s: %s: %s", c->rank,
+                    dt_device_name(c->device), what, dt_device_error(c->device));
     return st;
 }
 
@@ -101,10 +101,10 @@ static p2p_buf *buf_new(dt_comm *c, p2p_pool *p, size_t bytes)
         p->warned = true;
         pthread_mutex_unlock(&p->mu);
         if (warn)
-            comm_log(c,
-                     "rank %d: warning: %s: no pinned host memory for send/recv (%s); "
-                     "using pageable memory",
-                     c->rank, dt_device_name(c->device), dt_device_error(c->device));
+            c->report->log(c,
+                           "rank %d: warning: %s: no pinned host memory for send/recv (%s); "
+                           "using pageable memory",
+                           c->rank, dt_device_name(c->device), dt_device_error(c->device));
         b->data = malloc(b->cap);
     }
     if (!b->data) {
@@ -177,11 +177,11 @@ static dt_status copy_now(dt_comm *c, p2p_pool *p, p2p_buf *b, const dt_op *op, 
     if (st == DT_OK)
         st = dt_device_event_wait(d, b->event, dt_now() + timeout);
     if (st == DT_ETIMEDOUT) {
-        comm_fail(c, st,
-                  "rank %d: %s with rank %d (tag %u): %s: %s did not complete within the "
-                  "op's %.1f s; is the device hung?",
-                  c->rank, dt_op_name(op->kind), op->peer, op->tag, dt_device_name(d), what,
-                  timeout);
+        c->report->fail(c, st,
+                        "rank %d: %s with rank %d (tag %u): %s: %s did not complete within the "
+                        "op's %.1f s; is the device hung?",
+                        c->rank, dt_op_name(op->kind), op->peer, op->tag, dt_device_name(d), what,
+                        timeout);
         return st;
     }
     return st == DT_OK ? DT_OK : p2p_fail(c, st, what);

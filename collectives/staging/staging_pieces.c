@@ -15,8 +15,8 @@
 
 dt_status comm_staging_pieces_fail(dt_comm *c, dt_status st, const char *what)
 {
-    comm_fail(c, st, "rank %d: staging through %s: %s: %s", c->rank, dt_device_name(c->device),
-              what, dt_device_error(c->device));
+    c->report->fail(c, st, "rank %d: staging through %s: %s: %s", c->rank,
+                    dt_device_name(c->device), what, dt_device_error(c->device));
     return st;
 }
 
@@ -26,12 +26,12 @@ dt_status comm_staging_pieces_wait(stage_op *so, dt_device_event *e, const char 
     const dt_opctx *o = so->o;
     dt_status st = dt_device_event_wait(c->device, e, o->deadline);
     if (st == DT_ETIMEDOUT) {
-        comm_fail(c, DT_ETIMEDOUT,
-                  "rank %d: %s #%llu: %s: %s did not complete within the "
-                  "op's %.1f s; is the device hung?",
-                  c->rank, dt_op_name(o->op->kind), (unsigned long long)o->seq,
-                  dt_device_name(c->device), what,
-                  o->op->timeout_s > 0 ? o->op->timeout_s : c->timeout_s);
+        c->report->fail(c, DT_ETIMEDOUT,
+                        "rank %d: %s #%llu: %s: %s did not complete within the "
+                        "op's %.1f s; is the device hung?",
+                        c->rank, dt_op_name(o->op->kind), (unsigned long long)o->seq,
+                        dt_device_name(c->device), what,
+                        o->op->timeout_s > 0 ? o->op->timeout_s : c->timeout_s);
         return st;
     }
     return st == DT_OK ? DT_OK : comm_staging_pieces_fail(c, st, what);

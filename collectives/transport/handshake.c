@@ -97,10 +97,10 @@ void comm_handshake_lost(dt_conn *cn, ssize_t err)
     cn->rx_state = RX_STOPPED;
     comm_conn_stop_reading(cn);
     if (cn->outgoing)
-        comm_fail(c, DT_EPEER,
-                  "rank %d: rank %d (%s) closed the connection during the "
-                  "handshake (%s): is it another job, or does it hold another secret?",
-                  c->rank, cn->expect_peer, cn->addr, uv_strerror((int)err));
+        c->report->fail(c, DT_EPEER,
+                        "rank %d: rank %d (%s) closed the connection during the "
+                        "handshake (%s): is it another job, or does it hold another secret?",
+                        c->rank, cn->expect_peer, cn->addr, uv_strerror((int)err));
     else
         comm_handshake_reject(cn, "closed during the handshake (%s)", uv_strerror((int)err));
 }
@@ -164,10 +164,10 @@ static bool on_challenge(dt_conn *cn)
     if (why) {
         cn->rx_state = RX_STOPPED;
         comm_conn_stop_reading(cn);
-        comm_fail(c, DT_EPEER,
-                  "rank %d: the process at %s, published as rank %d, is not "
-                  "a peer: %s",
-                  c->rank, cn->addr, cn->expect_peer, why);
+        c->report->fail(c, DT_EPEER,
+                        "rank %d: the process at %s, published as rank %d, is not "
+                        "a peer: %s",
+                        c->rank, cn->addr, cn->expect_peer, why);
         return false;
     }
     memcpy(cn->hs_challenge, m, CHALLENGE_BYTES);

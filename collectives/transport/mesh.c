@@ -52,7 +52,7 @@ static void io_fail_cleanup(dt_comm *c)
     uint32_t st;
     pthread_mutex_lock(&c->mu);
     st = c->fail_status;
-    uint64_t unfinished = comm_fail_first_unfinished_locked(c);
+    uint64_t unfinished = c->report->first_unfinished_locked(c);
     snprintf(text + 4, sizeof text - 4, "%s", c->error);
     pthread_mutex_unlock(&c->mu);
     memcpy(text, &st, 4);
@@ -205,7 +205,7 @@ static void on_connected(uv_connect_t *req, int status)
         comm_conn_close(cn);
         dt_conn *again = conn_new(c);
         if (!again) {
-            comm_fail(c, DT_ENOMEM, "rank %d: out of memory", c->rank);
+            c->report->fail(c, DT_ENOMEM, "rank %d: out of memory", c->rank);
             return;
         }
         again->outgoing = true;
@@ -232,8 +232,8 @@ static void io_dial(dt_conn *cn)
     int rc = uv_tcp_connect(&cn->connect_req, &cn->tcp, (struct sockaddr *)&cn->dial_addr,
                             on_connected);
     if (rc < 0) {
-        comm_fail(c, DT_ESYS, "rank %d: connecting to rank %d (%s): %s", c->rank, cn->expect_peer,
-                  cn->addr, uv_strerror(rc));
+        c->report->fail(c, DT_ESYS, "rank %d: connecting to rank %d (%s): %s", c->rank,
+                        cn->expect_peer, cn->addr, uv_strerror(rc));
         comm_conn_close(cn);
     }
 }
@@ -244,7 +244,7 @@ static void io_connect_all(dt_comm *c)
     for (int j = 0; j < c->rank; j++) {
         dt_conn *cn = conn_new(c);
         if (!cn) {
-            comm_fail(c, DT_ENOMEM, "rank %d: out of memory", c->rank);
+            c->report->fail(c, DT_ENOMEM, "rank %d: out of memory", c->rank);
             return;
         }
         cn->outgoing = true;
@@ -297,18 +297,18 @@ static void on_tick(uv_timer_t *t)
             continue;
         if (cn->retry_at > 0 && now >= cn->retry_at && !c->io_failed_done) {
             if (now >= cn->deadline)
-                comm_fail(c, DT_ETIMEDOUT,
-                          "rank %d: could not connect to rank %d at %s "
-                          "within %.1f s",
-                          c->rank, cn->expect_peer, cn->addr, c->init_timeout_s);
+                c->report->fail(c, DT_ETIMEDOUT,
+                                "rank %d: could not connect to rank %d at %s "
+                                "within %.1f s",
+                                c->rank, cn->expect_peer, cn->addr, c->init_timeout_s);
             else
                 io_dial(cn);
         } else if (cn->retry_at == 0 && now >= cn->deadline) {
             if (cn->outgoing)
-                comm_fail(c, DT_ETIMEDOUT,
-                          "rank %d: handshake with rank %d at %s did not "
-                          "finish in time",
-                          c->rank, cn->expect_peer, cn->addr);
+                c->report->fail(c, DT_ETIMEDOUT,
+                                "rank %d: handshake with rank %d at %s did not "
+                                "finish in time",
+                                c->rank, cn->expect_peer, cn->addr);
             else
                 comm_handshake_reject(cn, "handshake not completed within %.0f s",
                                       HANDSHAKE_TIMEOUT_S);
@@ -367,8 +367,8 @@ static dt_status bind_listener(dt_comm *c)
     if (rc < 0)
         rc = uv_ip6_addr(c->host, 0, (struct sockaddr_in6 *)&sa);
     if (rc < 0) {
-        comm_fail(c, DT_EINVAL, "rank %d: host '%s' is not an IPv4 or IPv6 address", c->rank,
-                  c->host);
+        c->report->fail(c, DT_EINVAL, "rank %d: host '%s' is not an IPv4 or IPv6 address", c->rank,
+                        c->host);
         return DT_EINVAL;
     }
     uv_tcp_init(&c->loop, &c->listener);
@@ -378,8 +378,8 @@ static dt_status bind_listener(dt_comm *c)
     if (rc == 0)
         rc = uv_listen((uv_stream_t *)&c->listener, 128, on_connection);
     if (rc < 0) {
-        comm_fail(c, DT_ESYS, "rank %d: cannot listen on %s: %s", c->rank, c->host,
-                  uv_strerror(rc));
+        c->report->fail(c, DT_ESYS, "rank %d: cannot listen on %s: %s", c->rank, c->host,
+                        uv_strerror(rc));
         return DT_ESYS;
     }
     int len = sizeof sa;
@@ -393,7 +393,7 @@ dt_status comm_mesh_start(dt_comm *c)
 {
     int rc = uv_loop_init(&c->loop);
     if (rc < 0) {
-        comm_fail(c, DT_ESYS, "rank %d: uv_loop_init: %s", c->rank, uv_strerror(rc));
+        c->report->fail(c, DT_ESYS, "rank %d: uv_loop_init: %s", c->rank, uv_strerror(rc));
         return DT_ESYS;
     }
     c->loop_ready = true;

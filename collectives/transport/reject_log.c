@@ -49,12 +49,13 @@ static void summarize(dt_comm *c, double now, const char *why)
     for (int i = 0; i < l->n_addrs; i++)
         snprintf(hosts + strlen(hosts), sizeof hosts - strlen(hosts), "%s%s", i ? ", " : "",
                  l->addrs[i]);
-    comm_log(c,
-             "dtrain rank %d: rejected %llu more connection%s in the last %.1f s, from "
-             "%s%s%s%s",
-             c->rank, (unsigned long long)l->suppressed, l->suppressed == 1 ? "" : "s",
-             now - l->since, hosts, l->n_addrs == REJECT_LOG_ADDRS ? " (and maybe others)" : "",
-             why ? "; the last: " : "", why ? why : "");
+    c->report->log(c,
+                   "dtrain rank %d: rejected %llu more connection%s in the last %.1f s, from "
+                   "%s%s%s%s",
+                   c->rank, (unsigned long long)l->suppressed, l->suppressed == 1 ? "" : "s",
+                   now - l->since, hosts,
+                   l->n_addrs == REJECT_LOG_ADDRS ? " (and maybe others)" : "",
+                   why ? "; the last: " : "", why ? why : "");
     l->suppressed = 0;
     l->n_addrs = 0;
     l->since = now;
@@ -67,8 +68,8 @@ void comm_reject_log_note(dt_comm *c, const char *addr, const char *why)
     l->last = now;
     if (l->full < REJECT_LOG_FULL) {
         l->full++;
-        comm_log(c, "dtrain rank %d: rejected connection from %s: %s%s", c->rank, addr, why,
-                 l->full == REJECT_LOG_FULL ? " (further rejections are summarized)" : "");
+        c->report->log(c, "dtrain rank %d: rejected connection from %s: %s%s", c->rank, addr, why,
+                       l->full == REJECT_LOG_FULL ? " (further rejections are summarized)" : "");
         l->since = now;
         return;
     }

@@ -56,10 +56,10 @@ static void send_finished(dt_conn *cn, dt_xfer *x, int status)
             cn->failed_sends = x;
             return;
         }
-        comm_fail(c, DT_EPEER,
-                  "rank %d: sending to rank %d (%s) failed: %s; rank %d died or "
-                  "its process was killed",
-                  c->rank, cn->peer, cn->addr, uv_strerror(status), cn->peer);
+        c->report->fail(c, DT_EPEER,
+                        "rank %d: sending to rank %d (%s) failed: %s; rank %d died or "
+                        "its process was killed",
+                        c->rank, cn->peer, cn->addr, uv_strerror(status), cn->peer);
     }
     comm_conn_release_xfer(c, x, status == 0 ? XFER_DONE : XFER_FAILED);
 }
@@ -111,8 +111,8 @@ static dt_conn *peer_conn(dt_comm *c, dt_xfer *x, const char *what)
     dt_conn *cn = c->peers[x->peer];
     if (cn && !cn->lost && !cn->closing && !cn->bye)
         return cn;
-    comm_fail(c, DT_EPEER, "rank %d: cannot %s rank %d: %s", c->rank, what, x->peer,
-              cn && cn->bye ? "it destroyed its communicator" : "its connection is gone");
+    c->report->fail(c, DT_EPEER, "rank %d: cannot %s rank %d: %s", c->rank, what, x->peer,
+                    cn && cn->bye ? "it destroyed its communicator" : "its connection is gone");
     return NULL;
 }
 
@@ -153,8 +153,8 @@ static void io_send(dt_comm *c, dt_xfer *x)
     x->write_req.data = x;
     int rc = uv_write(&x->write_req, (uv_stream_t *)&cn->tcp, b, (unsigned)nb, on_send_done);
     if (rc < 0) {
-        comm_fail(c, DT_EPEER, "rank %d: writing to rank %d (%s) failed: %s", c->rank, cn->peer,
-                  cn->addr, uv_strerror(rc));
+        c->report->fail(c, DT_EPEER, "rank %d: writing to rank %d (%s) failed: %s", c->rank,
+                        cn->peer, cn->addr, uv_strerror(rc));
         comm_conn_release_xfer(c, x, XFER_FAILED);
     }
 }

@@ -89,13 +89,14 @@ struct dt_opctx {
     uint64_t seq;        /* this op's sequence number */
     uint64_t wire_count; /* count sent in frame headers (allgatherv: the sum) */
     int rank, size;
-    double deadline;        /* monotonic seconds (dt_now) */
-    int outstanding;        /* transfers posted and not yet let go; no lock:
+    double deadline;                       /* monotonic seconds (dt_now) */
+    int outstanding;                       /* transfers posted and not yet let go; no lock:
                             * only the loop's holder (comm_thread.c) posts
                             * and releases them */
-    uint32_t *sent_index;   /* [size] next message index to each peer */
-    uint32_t *recv_index;   /* [size] next message index expected from each */
-    struct stage_op *stage; /* device buffers being staged (staging.h), or NULL */
+    uint32_t *sent_index;                  /* [size] next message index to each peer */
+    uint32_t *recv_index;                  /* [size] next message index expected from each */
+    struct stage_op *stage;                /* device buffers being staged (staging/), or NULL */
+    const struct stage_hooks *stage_hooks; /* ... and what the algorithms tell it */
 };
 
 #endif /* DT_TRANSPORT_H */

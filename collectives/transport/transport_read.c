@@ -115,10 +115,10 @@ static void protocol_error(dt_conn *cn, const dt_frame_hdr *expected)
                            ? "a receive must name the dtype and count of the send it matches"
                            : "every rank must submit the same collectives in the same order "
                              "with the same arguments";
-    comm_fail(c, DT_EPROTO,
-              "rank %d: protocol mismatch: rank %d (%s) sent %s, rank %d "
-              "expected %s; %s",
-              c->rank, cn->peer, cn->addr, got, c->rank, want, rule);
+    c->report->fail(c, DT_EPROTO,
+                    "rank %d: protocol mismatch: rank %d (%s) sent %s, rank %d "
+                    "expected %s; %s",
+                    c->rank, cn->peer, cn->addr, got, c->rank, want, rule);
 }
 
 static bool hdr_matches(const dt_frame_hdr *a, const dt_frame_hdr *b)
@@ -222,8 +222,8 @@ void comm_transport_read_header(dt_conn *cn)
         if (h->length < 4 || h->length >= sizeof cn->notice) {
             cn->rx_state = RX_STOPPED; /* nothing after it can be parsed */
             comm_transport_read_set(cn, false);
-            comm_fail(c, DT_EPROTO, "rank %d: rank %d (%s) sent an ABORT frame of %llu B", c->rank,
-                      cn->peer, cn->addr, (unsigned long long)h->length);
+            c->report->fail(c, DT_EPROTO, "rank %d: rank %d (%s) sent an ABORT frame of %llu B",
+                            c->rank, cn->peer, cn->addr, (unsigned long long)h->length);
             return;
         }
         comm_conn_expect(cn, RX_NOTICE, h->length);
@@ -235,10 +235,10 @@ void comm_transport_read_header(dt_conn *cn)
     default:
         cn->rx_state = RX_STOPPED;
         comm_transport_read_set(cn, false);
-        comm_fail(c, DT_EPROTO,
-                  "rank %d: rank %d (%s) sent a frame of unknown kind %u "
-                  "(another protocol version?)",
-                  c->rank, cn->peer, cn->addr, h->kind);
+        c->report->fail(c, DT_EPROTO,
+                        "rank %d: rank %d (%s) sent a frame of unknown kind %u "
+                        "(another protocol version?)",
+                        c->rank, cn->peer, cn->addr, h->kind);
         return;
     }
     if (was_paused)
@@ -266,7 +266,7 @@ static void rx_on_notice(dt_conn *cn)
     cn->rx_state = RX_STOPPED;
     comm_transport_read_set(cn, false);
     pthread_mutex_lock(&c->mu);
-    bool later = !c->failed && comm_fail_first_unfinished_locked(c) < cn->rx_hdr.seq;
+    bool later = !c->failed && c->report->first_unfinished_locked(c) < cn->rx_hdr.seq;
     if (later && !c->fail_deferred) {
         c->fail_deferred = true;
         c->deferred_until = dt_now() + DEFERRED_FAIL_GRACE_S;
@@ -281,8 +281,8 @@ static void rx_on_notice(dt_conn *cn)
         return;
     /* launcher/root_cause.c follows this wording ("failed and reported:",
      * "died or its process was killed") to the rank that failed first. */
-    comm_fail(c, (dt_status)st, "rank %d: rank %d (%s) failed and reported: %s", c->rank, cn->peer,
-              cn->addr, cn->notice + 4);
+    c->report->fail(c, (dt_status)st, "rank %d: rank %d (%s) failed and reported: %s", c->rank,
+                    cn->peer, cn->addr, cn->notice + 4);
 }
 
 /* Does anything posted still wait for data from this peer? */
@@ -311,27 +311,27 @@ static void conn_lost(dt_conn *cn, ssize_t err)
         return;
     }
     if (cn->bye)
-        comm_fail(c, DT_EPEER,
-                  "rank %d: rank %d (%s) destroyed its communicator while "
-                  "rank %d still expected data from it",
-                  c->rank, cn->peer, cn->addr, c->rank);
+        c->report->fail(c, DT_EPEER,
+                        "rank %d: rank %d (%s) destroyed its communicator while "
+                        "rank %d still expected data from it",
+                        c->rank, cn->peer, cn->addr, c->rank);
     else if (err == UV_ETIMEDOUT)
-        comm_fail(c, DT_EPEER,
-                  "rank %d: connection to rank %d (%s) lost: its host stopped "
-                  "answering (no TCP acknowledgement within %.1f s); is its network link "
-                  "up, is the machine alive?",
-                  c->rank, cn->peer, cn->addr, c->timeout_s / 2);
+        c->report->fail(c, DT_EPEER,
+                        "rank %d: connection to rank %d (%s) lost: its host stopped "
+                        "answering (no TCP acknowledgement within %.1f s); is its network link "
+                        "up, is the machine alive?",
+                        c->rank, cn->peer, cn->addr, c->timeout_s / 2);
     else if (err == UV_EHOSTUNREACH || err == UV_ENETUNREACH || err == UV_EHOSTDOWN)
-        comm_fail(c, DT_EPEER,
-                  "rank %d: connection to rank %d (%s) lost: its host cannot be reached "
-                  "(%s); is its network link up, is the machine alive?",
-                  c->rank, cn->peer, cn->addr, uv_strerror((int)err));
+        c->report->fail(c, DT_EPEER,
+                        "rank %d: connection to rank %d (%s) lost: its host cannot be reached "
+                        "(%s); is its network link up, is the machine alive?",
+                        c->rank, cn->peer, cn->addr, uv_strerror((int)err));
     else
-        comm_fail(c, DT_EPEER,
-                  "rank %d: connection to rank %d (%s) lost: %s; rank %d died "
-                  "or its process was killed",
-                  c->rank, cn->peer, cn->addr,
-                  err == UV_EOF ? "end of file" : uv_strerror((int)err), cn->peer);
+        c->report->fail(c, DT_EPEER,
+                        "rank %d: connection to rank %d (%s) lost: %s; rank %d died "
+                        "or its process was killed",
+                        c->rank, cn->peer, cn->addr,
+                        err == UV_EOF ? "end of file" : uv_strerror((int)err), cn->peer);
 }
 
 /* n more bytes of the current payload are in its buffer; at the end the
@@ -357,7 +357,7 @@ static void authenticated(dt_conn *cn)
     comm_conn_watch_liveness(cn);
     cn->authenticated = true;
     cn->peer = peer;
-    comm_family_label_peer(cn);
+    cn->comm->report->label_peer(cn);
     comm_conn_unlink_pending(cn);
     cn->next = NULL;
     c->peers[peer] = cn;

@@ -55,12 +55,12 @@ void comm_xfer_recv(dt_opctx *o, dt_xfer *x, int peer, void *buf, size_t len)
 static void op_timed_out(dt_opctx *o, dt_xfer *x)
 {
     dt_comm *c = o->comm;
-    comm_fail(c, DT_ETIMEDOUT,
-              "rank %d: timed out after %.1f s waiting to %s %zu B %s rank "
-              "%d (%s)",
-              c->rank, o->op->timeout_s > 0 ? o->op->timeout_s : c->timeout_s,
-              x->is_send ? "send" : "receive", x->len, x->is_send ? "to" : "from", x->peer,
-              c->peer_addr[x->peer]);
+    c->report->fail(c, DT_ETIMEDOUT,
+                    "rank %d: timed out after %.1f s waiting to %s %zu B %s rank "
+                    "%d (%s)",
+                    c->rank, o->op->timeout_s > 0 ? o->op->timeout_s : c->timeout_s,
+                    x->is_send ? "send" : "receive", x->len, x->is_send ? "to" : "from", x->peer,
+                    c->peer_addr[x->peer]);
 }
 
 dt_status comm_xfer_wait(dt_opctx *o, dt_xfer *x)
@@ -74,7 +74,7 @@ dt_status comm_xfer_wait(dt_opctx *o, dt_xfer *x)
             op_timed_out(o, x); /* the loop then fails x along with the rest */
         }
         if (c->fail_deferred && now >= c->deferred_until)
-            comm_fail_deferred(c); /* a peer's failure, held back (transport_read.c) */
+            c->report->fail_deferred(c); /* a peer's failure, held back (transport_read.c) */
         uv_run(&c->loop, UV_RUN_ONCE);
     }
     if (x->state == XFER_DONE)
