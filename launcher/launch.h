@@ -15,6 +15,7 @@
  *   worker_env.c      the environment contract a worker reads
  *   output_prefix.c   rank-prefixed, line-atomic relaying of output, log tee,
  *                     and the ring of last lines kept for the failure report
+ *   worker_exit.c     how a worker ended, in words
  *   worker_group.c    spawning, watching and stopping one group (libuv)
  *   root_cause.c      the verdict on a failed group: whose failure it was
  *   launch_main.c     signals, the restart loop and the exit code
@@ -179,6 +180,8 @@ struct worker_group {
     worker *first_failure;     /* the first worker to fail, or NULL */
     uint64_t first_failure_ms; /* uv_now when it was reaped */
 };
+
+/* ---- worker_exit.c --------------------------------------------------------- */
 
 /* "exited with code 3", "was killed by signal 9 (SIGKILL)", ... */
 void launch_worker_describe_exit(const worker *w, char *buf, size_t len);

@@ -67,34 +67,6 @@
 
 static void on_drain_timeout(uv_timer_t *t);
 
-const char *launch_signal_name(int sig)
-{
-    static const struct {
-        int sig;
-        const char *name;
-    } names[] = {
-        {SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
-        {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
-        {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
-        {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}, {SIGXCPU, "SIGXCPU"},
-    };
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (names[i].sig == sig)
-            return names[i].name;
-    return "a signal";
-}
-
-void launch_worker_describe_exit(const worker *w, char *buf, size_t len)
-{
-    if (w->spawn_error)
-        snprintf(buf, len, "could not be started: %s", uv_strerror(w->spawn_error));
-    else if (w->term_signal)
-        snprintf(buf, len, "was killed by signal %d (%s)", w->term_signal,
-                 launch_signal_name(w->term_signal));
-    else
-        snprintf(buf, len, "exited with code %lld", (long long)w->exit_status);
-}
-
 /* ---- stopping ---------------------------------------------------------------- */
 
 static void signal_running(worker_group *g, int sig)
