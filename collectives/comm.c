@@ -31,12 +31,6 @@
 #define DEFAULT_TIMEOUT_S 30.0
 #define DEFAULT_INIT_TIMEOUT_S 60.0
 
-void dt_comm_options_default(dt_comm_options *o)
-{
-    memset(o, 0, sizeof *o);
-    o->world_size = 1;
-}
-
 static char *dup_or(const char *s, const char *fallback)
 {
     return strdup(s ? s : fallback);

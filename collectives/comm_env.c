@@ -1,5 +1,6 @@
 /*
- * comm_env.c — where a rank learns who it is: the environment.
+ * comm_env.c — a rank's options: their defaults, and where a rank learns
+ * who it is: the environment.
  *
  * dtrain-launch sets torchrun's names (RANK, WORLD_SIZE, ...) plus
  * DT_INIT_URL, DT_JOB_ID and DT_SECRET (hex). Programs started instead by
@@ -23,6 +24,12 @@
 #include "comm_internal.h"
 #include "dt_comm.h"
 #include "dt_parse.h"
+
+void dt_comm_options_default(dt_comm_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->world_size = 1;
+}
 
 static const char *first_env(const char *const *names, const char **which)
 {
@@ -115,6 +122,7 @@ dt_status dt_comm_options_from_env(dt_comm_options *o, uint8_t *scratch, size_t 
     static const char *const rank_names[] = {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", NULL};
     static const char *const size_names[] = {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS",
                                              NULL};
+    dt_comm_options_default(o); /* whatever o held before, nothing of it is left */
     dt_status st = env_int(size_names, 1, 1 << 20, &o->world_size, err, errlen);
     if (st == DT_OK)
         st = env_int(rank_names, 0, o->world_size - 1, &o->rank, err, errlen);

@@ -196,10 +196,13 @@ typedef struct dt_comm_options {
 void dt_comm_options_default(dt_comm_options *o);
 
 /*
- * Fills rank, world size, init_url, job_id and secret from the environment
- * the launcher sets (RANK, WORLD_SIZE, DT_INIT_URL, DT_JOB_ID, DT_SECRET as
- * hex, DT_HOST or DT_IFNAME, DT_TIMEOUT), falling back to OMPI_COMM_WORLD_*
- * and SLURM_* for rank and size.
+ * Fills all of *o: first the defaults (as dt_comm_options_default), then
+ * rank, world size, init_url, job_id and secret from the environment the
+ * launcher sets (RANK, WORLD_SIZE, DT_INIT_URL, DT_JOB_ID, DT_SECRET as
+ * hex, DT_HOST or DT_IFNAME, DT_TIMEOUT, DT_INIT_TIMEOUT), falling back to
+ * OMPI_COMM_WORLD_* and SLURM_* for rank and size. *o need not be filled
+ * before, and what it held is overwritten: set the fields the environment
+ * does not name (device, log, ...) after this call.
  * Strings point into the environment or into `scratch` (>= 64 bytes for the
  * secret). On failure writes a message to err.
  */

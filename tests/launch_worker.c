@@ -131,13 +131,14 @@ static dt_comm *join_from_env(void)
     uint8_t scratch[64];
     dt_comm_options o;
     char err[256];
-    dt_comm_options_default(&o);
-    o.init_timeout_s = 20;
-    o.timeout_s = 20;
     if (dt_comm_options_from_env(&o, scratch, sizeof scratch, err, sizeof err) != DT_OK) {
         fprintf(stderr, "options: %s\n", err);
         return NULL;
     }
+    if (o.init_timeout_s == 0) /* 0: the environment named none */
+        o.init_timeout_s = 20;
+    if (o.timeout_s == 0)
+        o.timeout_s = 20;
     dt_comm *c;
     if (dt_comm_init(&c, &o) != DT_OK) {
         fprintf(stderr, "init: %s\n", c ? dt_comm_error(c) : "out of memory");

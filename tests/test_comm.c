@@ -168,6 +168,48 @@ Test(comm, mpi_and_slurm_variables_give_rank_and_size, .timeout = 10)
     cr_expect(o.rank == 0 && o.world_size == 2);
 }
 
+/* Options nobody filled first with dt_comm_options_default: what a stack
+ * struct holds before anything is written to it, made the same every run. */
+static void stale_options(dt_comm_options *o)
+{
+    memset(o, 0xa5, sizeof *o);
+}
+
+Test(comm, options_filled_only_from_the_environment_start_a_communicator, .timeout = 10)
+{
+    setenv("RANK", "0", 1);
+    setenv("WORLD_SIZE", "1", 1);
+    dt_comm_options o;
+    stale_options(&o);
+    uint8_t scratch[64];
+    char err[256] = "";
+    cr_assert_eq(dt_comm_options_from_env(&o, scratch, sizeof scratch, err, sizeof err), DT_OK,
+                 "%s", err);
+    dt_comm *c;
+    cr_expect_eq(dt_comm_init(&c, &o), DT_OK, "%s", dt_comm_error(c));
+    cr_expect_eq(dt_comm_size(c), 1);
+    dt_comm_destroy(c);
+}
+
+Test(comm, options_from_the_environment_take_defaults_where_it_says_nothing, .timeout = 10)
+{
+    setenv("RANK", "1", 1);
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("DT_INIT_URL", "file:///tmp/env-job", 1);
+    dt_comm_options o, d;
+    stale_options(&o);
+    dt_comm_options_default(&d);
+    uint8_t scratch[64];
+    char err[256] = "";
+    cr_assert_eq(dt_comm_options_from_env(&o, scratch, sizeof scratch, err, sizeof err), DT_OK,
+                 "%s", err);
+    cr_expect(o.job_id == d.job_id && o.secret == d.secret && o.secret_len == d.secret_len);
+    cr_expect(o.host == d.host && o.ifname == d.ifname);
+    cr_expect(o.timeout_s == d.timeout_s && o.init_timeout_s == d.init_timeout_s);
+    cr_expect(o.socket_buffer == d.socket_buffer && o.log == d.log && o.log_user == d.log_user);
+    cr_expect(o.device == d.device);
+}
+
 /* A forked rank of a 2-rank job under "srun" (SLURM_JOB_ID=job), with no
  * DT_JOB_ID: exits 0 once it has met its peer, 1 if it never did. */
 static pid_t srun_rank(const char *url, int rank, const char *job)
