@@ -31,7 +31,7 @@
  *
  * --device NAME (fake, cuda, cuda:N) gives every rank that device and times
  * each size twice in the same run: on host buffers, then on device buffers
- * holding the same data, staged through pinned memory (collectives/staging.c).
+ * holding the same data, staged through pinned memory (collectives/staging/staging.c).
  * The two alternate for DEVICE_ROUNDS rounds; the rows show each one's
  * median, the last column says which buffers, and a comment line gives the
  * device's busbw as a share of the host's. With --check the device's output

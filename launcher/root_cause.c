@@ -34,7 +34,7 @@
 #include "launch.h"
 
 /* The two ways a rank's error names the rank that failed before it (both
- * worded by collectives/transport.c): the ABORT frame it got, and a
+ * worded by collectives/transport/transport.c): the ABORT frame it got, and a
  * connection the other side dropped. */
 #define REPORTED " failed and reported:"
 #define DIED " died or its process was killed"

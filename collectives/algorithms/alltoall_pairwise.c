@@ -50,7 +50,7 @@ dt_status comm_alltoall_pairwise(dt_opctx *o)
     const char *in = op->send;
     if (block == 0)
         return DT_OK;
-    /* Device buffers (staging.h): each block waits for its copy to the host
+    /* Device buffers (stage_hooks.h): each block waits for its copy to the host
      * before it is read, and goes back to the device once it has arrived. */
     dt_status st = DT_OK;
     if (ranges_overlap(in, out, total)) {

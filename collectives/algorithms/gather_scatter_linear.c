@@ -35,7 +35,7 @@
 
 /* The root's half of both: one transfer per other rank, block q to rank q
  * from `to_send` (scatter), or from rank q into block q of `to_recv`
- * (gather). The other pointer is NULL. Device buffers (staging.h): a block
+ * (gather). The other pointer is NULL. Device buffers (stage_hooks.h): a block
  * is sent once its copy to the host has landed, and a received block goes
  * back to the device as soon as it has arrived. */
 static dt_status root_exchange_all(dt_opctx *o, const char *to_send, char *to_recv,

@@ -92,7 +92,7 @@ static void post_step_receives(rs_state *s, int step)
 
 /* Step 0 sends this rank's own contribution to chunk rank-1: nothing to add
  * to it yet, so it goes straight from the caller's buffer (device buffers:
- * each segment as soon as its copy to the host has landed, staging.h). */
+ * each segment as soon as its copy to the host has landed, stage_hooks.h). */
 static dt_status post_first_sends(rs_state *s)
 {
     const dt_opctx *o = s->o;

@@ -29,7 +29,7 @@ typedef enum dt_status {
 } dt_status;
 
 /* "DT_ETIMEDOUT"; "?" for a value out of range. Defined in
- * collectives/dtype.c beside the other names: link dt_collectives to call
+ * collectives/dtypes/dtype.c beside the other names: link dt_collectives to call
  * it (every layer above the model does). */
 const char *dt_status_name(dt_status s);
 

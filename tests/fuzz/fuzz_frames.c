@@ -1,7 +1,7 @@
 /*
  * fuzz_frames.c — what a peer's socket can say to a rank: the CHALLENGE
- * that answers its HELLO (collectives/handshake.c), then frame headers,
- * payloads, ABORT notices and BYEs (collectives/transport.c).
+ * that answers its HELLO (collectives/transport/handshake.c), then frame headers,
+ * payloads, ABORT notices and BYEs (collectives/transport/transport.c).
  *
  * Per input, a real rank 1 (a dt_comm on a thread of this process) joins a
  * two-rank job whose rank 0 is this harness speaking the wire protocol by
@@ -34,7 +34,7 @@
 #include "fuzz_util.h"
 #include "transport.h"
 
-/* The wire protocol's handshake (collectives/handshake.c). */
+/* The wire protocol's handshake (collectives/transport/handshake.c). */
 #define HS_MAGIC 0x4e525444u
 #define HS_VERSION 1u
 #define HELLO_BYTES 48

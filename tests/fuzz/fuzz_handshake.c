@@ -1,7 +1,7 @@
 /*
  * fuzz_handshake.c — what a stranger on a rank's port can say to it: the
  * HELLO and the RESPONSE of the acceptor's side of the handshake
- * (collectives/handshake.c, read through collectives/transport.c).
+ * (collectives/transport/handshake.c, read through collectives/transport/transport.c).
  *
  * Set-up (once): rank 0 of a two-rank job, on a thread, inside
  * dt_comm_init: its listener is up and its loop runs while it waits for a
