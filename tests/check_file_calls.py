@@ -15,7 +15,9 @@ only of pending files is tolerated, any other fails.
 room on top (the communicator). Two more tests then: no two rooms call
 each other, directly or around a loop; and no room calls up into the top
 folder (what a lower room reports goes up through what the top handed
-down to it). Meson names the object of sub/file.c "sub_file.c.o".
+down to it). Meson names the object of sub/file.c, built by the layer's
+own library, "sub_file.c.o"; a room that builds an archive of its own,
+joined whole into the layer's, has its objects under its own build folder.
 
 Prints TAP: one test, or three with --rooms.
 """
@@ -30,7 +32,7 @@ def call_graph(archive):
     defined, wanted = {}, {}
     for line in out.splitlines():
         where, _, rest = line.rpartition(":")
-        obj = where.rsplit(":", 1)[-1].rsplit("/", 1)[-1]
+        obj = where.rsplit(":", 1)[-1]  # the member's path: unique
         parts = rest.split()
         if len(parts) == 2 and parts[0] == "U":
             wanted.setdefault(obj, set()).add(parts[1])
@@ -73,16 +75,30 @@ def loops(graph):
     return found
 
 
-def rooms_of(top):
-    """Object name -> (room, source path): "." for the top folder's files."""
-    rooms = {}
+def rooms_of(top, archive, objects):
+    """Object (member path) -> (room, source path); room "." for the top
+    folder's files. Objects the layer's own library built sit in its
+    private folder, named for their source path with "/" as "_"; those of
+    a room's own archive sit under that room's build folder."""
+    flat = {}
     for folder, _, names in os.walk(top):
         rel = os.path.relpath(folder, top)
         for name in names:
             if name.endswith((".c", ".cu", ".cc")):
                 path = name if rel == "." else os.path.join(rel, name)
                 room = "." if rel == "." else rel.split(os.sep)[0]
-                rooms[path.replace(os.sep, "_") + ".o"] = (room, path)
+                flat[path.replace(os.sep, "_") + ".o"] = (room, path)
+    home = os.path.dirname(os.path.abspath(archive))
+    rooms = {}
+    for obj in objects:
+        name = os.path.basename(obj)
+        under = os.path.relpath(os.path.dirname(os.path.abspath(obj)), home)
+        first = under.split(os.sep)[0]
+        if first.endswith(".p") or first == ".":
+            if name in flat:
+                rooms[obj] = flat[name]
+        elif not first.startswith(".."):
+            rooms[obj] = (first, os.path.join(first, name[:-len(".o")]))
     return rooms
 
 
@@ -124,7 +140,7 @@ def check_rooms(layer, graph, rooms, rooms_top):
     unknown = sorted(o for o in graph if o not in rooms)
     if unknown:
         print(f"not ok 2 - {layer}: objects with no source file under the "
-              f"layer's folder: {', '.join(unknown)}")
+              f"layer's folder: {', '.join(os.path.basename(o) for o in unknown)}")
         print(f"not ok 3 - {layer}: rooms unknown")
         return 1
     room = {o: rooms[o][0] for o in graph}
@@ -185,13 +201,14 @@ def main():
             if name:
                 pending.add(name)
     graph = call_graph(archive)
+    pending = {o for o in graph if os.path.basename(o) in pending}
     if top is None:
         print("1..1")
-        return check_files(1, layer, graph, pending, lambda o: o)
-    rooms = rooms_of(top)
+        return check_files(1, layer, graph, pending, os.path.basename)
+    rooms = rooms_of(top, archive, graph)
     print("1..3")
     rc = check_files(1, layer, graph, pending,
-                     lambda o: rooms[o][1] if o in rooms else o)
+                     lambda o: rooms[o][1] if o in rooms else os.path.basename(o))
     return check_rooms(layer, graph, rooms, top) | rc
 
 
