@@ -4,7 +4,7 @@ or around a loop: the object files of the layer's archive, linked by "calls
 a function the other defines" (nm -A), form no cycle. A layer then reads
 bottom up: each file stands only on the files below it.
 
-    check_file_calls.py LAYER ARCHIVE [PENDING] [--rooms DIR]
+    check_file_calls.py LAYER ARCHIVE|PROGRAM [PENDING] [--rooms DIR]
 
 PENDING: a file of object names (allreduce_ring.c.o, one a line, #
 comments) known to sit on a loop and scheduled for untangling; a loop made
@@ -21,13 +21,20 @@ joined whole into the layer's, has its objects under its own build folder.
 
 Prints TAP: one test, or three with --rooms.
 """
+import glob
 import os
 import subprocess
 import sys
 
 
 def call_graph(archive):
-    out = subprocess.run(["nm", "-A", archive], capture_output=True, text=True,
+    """ARCHIVE is a static library, or a program: then its objects, in the
+    folder meson keeps them in beside it (PROGRAM.p/)."""
+    files = [archive] if archive.endswith(".a") else sorted(
+        glob.glob(os.path.join(glob.escape(archive + ".p"), "*.o")))
+    if not files:
+        sys.exit(f"check_file_calls.py: no objects for {archive}")
+    out = subprocess.run(["nm", "-A"] + files, capture_output=True, text=True,
                          check=True).stdout
     defined, wanted = {}, {}
     for line in out.splitlines():
