@@ -7,7 +7,8 @@
 #    build-gpu/install/libdtrain-cuda.so, which every program below loads
 #    from the build tree when it asks for a CUDA device (docs/10-cuda.md):
 #    it must exist and find its CUDA libraries, and minigpt must not link them;
-# 2. runs the device tests on the real device: every test of the device
+# 2. runs the device tests on the real device: the CUDA module's suite (with
+#    a driver it must load the build tree's module), every test of the device
 #    suite and the CUDA half of the staging suite (every collective x dtype
 #    x reduction, worlds 1-5, device buffers bitwise equal to host buffers,
 #    with real pinned memory, streams and DMA). On a GPU none may skip: a
@@ -60,6 +61,7 @@ tap() {
     failed=$((failed + f))
 }
 echo "gpu_check: device tests"
+tap cuda_module '*'
 tap device '*'
 tap staging 'staging/every_collective_on_cuda*'
 
