@@ -3,8 +3,12 @@
 #
 #   bench/gpu_check.sh            (from anywhere; builds into build-gpu/)
 #
-# 1. builds with -Dcuda=enabled (-Werror);
-# 2. runs the device tests on the real device: every test of the device
+# 1. builds with -Dcuda=enabled (-Werror); the CUDA code is the module
+#    build-gpu/install/libdtrain-cuda.so, which every program below loads
+#    from the build tree when it asks for a CUDA device (docs/10-cuda.md):
+#    it must exist and find its CUDA libraries, and minigpt must not link them;
+# 2. runs the device tests on the real device: the CUDA module's suite (with
+#    a driver it must load the build tree's module), every test of the device
 #    suite and the CUDA half of the staging suite (every collective x dtype
 #    x reduction, worlds 1-5, device buffers bitwise equal to host buffers,
 #    with real pinned memory, streams and DMA). On a GPU none may skip: a
@@ -32,6 +36,17 @@ ninja -C "$dir" >/dev/null || { echo "gpu_check: the CUDA build failed"; exit 1;
 
 passed=0
 failed=0
+echo "gpu_check: the CUDA module"
+module=$dir/install/libdtrain-cuda.so
+if [ ! -f "$module" ]; then
+    echo "  $module was not built"; failed=$((failed + 1))
+elif ldd "$module" | grep -q 'not found'; then
+    ldd "$module" | grep 'not found' | sed 's/^/  /'; failed=$((failed + 1))
+elif ldd "$dir/train/minigpt" | grep -Eq 'libcudart|libcublas'; then
+    echo "  minigpt links CUDA itself"; failed=$((failed + 1))
+else
+    echo "  ok: $module"; passed=$((passed + 1))
+fi
 # tap NAME FILTER: counts the TAP lines of one suite that FILTER selects
 # ("not ok" and "# SKIP" fail; ignored: tests the filter leaves out, and the
 # one test that checks the no-GPU message, which has nothing to do here).
@@ -46,6 +61,7 @@ tap() {
     failed=$((failed + f))
 }
 echo "gpu_check: device tests"
+tap cuda_module '*'
 tap device '*'
 tap staging 'staging/every_collective_on_cuda*'
 

@@ -8,8 +8,11 @@
  * A dt_device is a small table of functions with two implementations:
  *
  *   "cuda[:N]"  cudart (device_cuda.c), built with -Dcuda=enabled|auto when
- *               the toolkit is found. Without a driver or a device every call
- *               fails with a message naming what is missing; nothing crashes.
+ *               the toolkit is found, into the CUDA module libdtrain-cuda.so
+ *               that the first "cuda" open loads (dt_cuda_module.h: where it
+ *               is looked for; DT_CUDA_MODULE overrides). Without the module,
+ *               a driver or a device, opening fails with a message naming
+ *               which; nothing crashes.
  *   "fake"      host memory made to behave like a device (device_fake.c), so
  *               CI without a GPU catches the mistakes a GPU would punish:
  *                 - device memory is a memfd mapped twice: the pointer handed
@@ -61,10 +64,11 @@ typedef struct dt_fake_device_options {
 } dt_fake_device_options;
 
 /*
- * Opens "fake", "cuda" (device 0) or "cuda:N". Always sets *out (NULL only
- * on DT_ENOMEM or an unknown name, with the reason in err); on failure read
- * dt_device_error(*out), then dt_device_close(*out). A build without CUDA
- * refuses "cuda" with a message saying how to build it in.
+ * Opens "fake", "cuda" (device 0) or "cuda:N". Always sets *out (NULL on
+ * DT_ENOMEM, an unknown name, or a CUDA module that cannot be loaded, with
+ * the reason in err); on failure err holds the message, then
+ * dt_device_close(*out). A build without CUDA refuses "cuda" with a message
+ * saying how to build it in.
  */
 dt_status dt_device_open(dt_device **out, const char *name, char *err, size_t errlen);
 dt_status dt_device_open_fake(dt_device **out, const dt_fake_device_options *opts);

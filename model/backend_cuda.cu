@@ -25,6 +25,11 @@
  * backward kernels are queued and never waited for: one wait per layer
  * that produces gradients, ~10 µs each.
  *
+ * Built only into the CUDA module (dt_cuda_module.h): libdtrain loads it
+ * the first time a run asks for the CUDA backend and reaches the two
+ * functions at the end through the table dt_cuda_module_backend
+ * (backend_cuda_entry.h); the module exports nothing else.
+ *
  * State. dt_backend's entries take no context argument, so the process
  * keeps one record of the CUDA backend beside CUDA's own per-process
  * context: the device opened, its cuBLAS handle, and the first failure
@@ -52,7 +57,8 @@
 #include "cuda_encoder.h"
 #include "cuda_layernorm.h"
 #include "cuda_matmul.h"
-#include "dt_model.h"
+#include "backend_cuda_entry.h"
+#include "dt_cuda_module.h"
 
 /* ---- the process's record of the backend ------------------------------------ */
 
@@ -520,8 +526,7 @@ static dt_status open_locked(int device, char *err, size_t errlen)
     return DT_OK;
 }
 
-extern "C" dt_status dt_backend_cuda_open(const dt_backend **out, int device, char *err,
-                                          size_t errlen)
+static dt_status cuda_backend_open(const dt_backend **out, int device, char *err, size_t errlen)
 {
     *out = NULL;
     pthread_mutex_lock(&g_cuda.lock);
@@ -532,7 +537,7 @@ extern "C" dt_status dt_backend_cuda_open(const dt_backend **out, int device, ch
     return st;
 }
 
-extern "C" dt_status dt_backend_cuda_check(char *err, size_t errlen)
+static dt_status cuda_backend_check(char *err, size_t errlen)
 {
     if (g_cuda.device < 0) {
         snprintf(err, errlen, "cuda: the backend was never opened");
@@ -549,7 +554,9 @@ extern "C" dt_status dt_backend_cuda_check(char *err, size_t errlen)
     return failed ? DT_ESYS : DT_OK;
 }
 
-extern "C" int dt_backend_cuda_built(void)
-{
-    return 1;
-}
+/* The module's entry for the model (backend_cuda_entry.h), found by dlsym. */
+extern "C" const dt_backend_cuda_entry dt_cuda_module_backend = {
+    DT_CUDA_MODULE_ABI,
+    cuda_backend_open,
+    cuda_backend_check,
+};

@@ -146,12 +146,14 @@ const dt_backend *dt_backend_cpu(void);           /* OpenBLAS + loops */
 const dt_backend *dt_backend_cpu_reference(void); /* plain loops only */
 
 /*
- * The CUDA backend (backend_cuda.cu; model/README.md, "The CUDA backend").
+ * The CUDA backend (backend_cuda.cu; model/README.md, "The CUDA backend"),
+ * in the CUDA module libdtrain-cuda.so that the first call loads.
  * dt_backend_cuda_open selects GPU `device` (a rank's LOCAL_RANK) for this
  * process — one per process — and returns its table, or a status with a
- * message in err naming what is missing (no driver, no device, a build
- * without CUDA). Kernels report failures late: dt_backend_cuda_check waits
- * for the device and returns the first failure since it last reported.
+ * message in err naming what is missing (no driver, no device, the module
+ * or a CUDA library it needs, a build without CUDA). Kernels report
+ * failures late: dt_backend_cuda_check waits for the device and returns
+ * the first failure since it last reported.
  * "cuda-host" runs the same kernel bodies as host loops on host memory:
  * what tests compare against the CPU reference without a GPU.
  */

@@ -5,6 +5,10 @@
  * call back: they make their record and report errors through
  * device_base.c.
  *
+ * The CUDA device is in the CUDA module (dt_cuda_module.h): the first
+ * "cuda" open loads it with dlopen, and the device keeps the handle until
+ * it is closed; a run that never asks for CUDA never maps a CUDA library.
+ *
  * The dispatch functions add nothing but a check that the device exists, so
  * a call costs one indirect jump on top of the implementation.
  */
@@ -15,14 +19,11 @@
 
 #include "device_internal.h"
 #include "dt_clock.h"
+#include "dt_cuda_module.h"
 
 bool dt_device_cuda_built(void)
 {
-#ifdef DT_HAVE_CUDA
-    return true;
-#else
-    return false;
-#endif
+    return DT_CUDA_MODULE_BUILT;
 }
 
 /* "cuda" -> 0, "cuda:3" -> 3; -1 if name is not a CUDA device name. */
@@ -35,6 +36,30 @@ static int cuda_ordinal(const char *name)
     char *end;
     long n = strtol(name + 5, &end, 10);
     return (*end || end == name + 5 || n < 0 || n > 1024) ? -1 : (int)n;
+}
+
+/* Loads the CUDA module and opens `ordinal` through it; the device then
+ * holds the module's handle. */
+static dt_status open_cuda(dt_device **out, const char *name, int ordinal, char *err, size_t errlen)
+{
+    void *module;
+    const void *table;
+    char why[400];
+    dt_status st = dt_cuda_module_open(&module, &table, DT_CUDA_MODULE_DEVICE, why, sizeof why);
+    if (st != DT_OK) {
+        snprintf(err, errlen, "device \"%s\": %s", name, why);
+        return st;
+    }
+    st = ((const comm_device_cuda_entry *)table)->open(out, ordinal);
+    if (!*out) {
+        dlclose(module);
+        snprintf(err, errlen, "out of memory");
+        return st;
+    }
+    (*out)->module = module;
+    if (st != DT_OK)
+        snprintf(err, errlen, "%s", dt_device_error(*out));
+    return st;
 }
 
 dt_status dt_device_open(dt_device **out, const char *name, char *err, size_t errlen)
@@ -54,28 +79,20 @@ dt_status dt_device_open(dt_device **out, const char *name, char *err, size_t er
                  name ? name : "(null)");
         return DT_EINVAL;
     }
-#ifdef DT_HAVE_CUDA
-    dt_status st = comm_device_cuda_open(out, ordinal);
-    if (st != DT_OK)
-        snprintf(err, errlen, "%s", *out ? dt_device_error(*out) : "out of memory");
-    return st;
-#else
-    snprintf(err, errlen,
-             "device \"%s\": this dtrain was built without CUDA (reconfigure with "
-             "meson setup -Dcuda=enabled on a machine with the CUDA toolkit)",
-             name);
-    return DT_EINVAL;
-#endif
+    return open_cuda(out, name, ordinal, err, errlen);
 }
 
 void dt_device_close(dt_device *d)
 {
     if (!d)
         return;
+    void *module = d->module;
     if (d->ops && d->ops->close)
         d->ops->close(d);
     pthread_mutex_destroy(&d->mu);
     free(d);
+    if (module) /* last: the table closed above lives in it */
+        dlclose(module);
 }
 
 dt_status dt_device_pinned_alloc(dt_device *d, void **p, size_t bytes)

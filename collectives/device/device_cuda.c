@@ -1,9 +1,11 @@
 /*
  * device_cuda.c — the dt_device table on the CUDA runtime (cudart), in C.
  *
- * Built only with -Dcuda=enabled (or auto, when the toolkit is found); it
- * needs nothing but cudart's C API, so it is plain C compiled by the host
- * compiler. Each call maps to one cudart function:
+ * Built only with -Dcuda=enabled (or auto, when the toolkit is found), and
+ * only into the CUDA module (dt_cuda_module.h), which device.c loads on the
+ * first "cuda" open: its one entry is the table dt_cuda_module_device at
+ * the end. It needs nothing but cudart's C API, so it is plain C compiled
+ * by the host compiler. Each call maps to one cudart function:
  *
  *   pinned_alloc/free   cudaMallocHost / cudaFreeHost (page-locked: the DMA
  *                       engine reads it directly, ~2x pageable bandwidth)
@@ -28,6 +30,7 @@
 #include <cuda_runtime_api.h>
 
 #include "device_internal.h"
+#include "dt_cuda_module.h"
 
 typedef struct cuda_device {
     int ordinal;
@@ -215,7 +218,7 @@ static const char *missing(cudaError_t e)
     }
 }
 
-dt_status comm_device_cuda_open(dt_device **out, int ordinal)
+static dt_status cuda_open(dt_device **out, int ordinal)
 {
     char name[32];
     snprintf(name, sizeof name, "cuda:%d", ordinal);
@@ -248,3 +251,10 @@ dt_status comm_device_cuda_open(dt_device **out, int ordinal)
     snprintf(d->name, sizeof d->name, "%s (%.80s)", name, prop.name);
     return DT_OK;
 }
+
+/* The module's entry for the device (device_internal.h), found by dlsym;
+ * the module exports nothing else (install/cuda_module.map). */
+const comm_device_cuda_entry dt_cuda_module_device = {
+    .abi = DT_CUDA_MODULE_ABI,
+    .open = cuda_open,
+};

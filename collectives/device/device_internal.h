@@ -7,6 +7,10 @@
  * device_cuda.c) fills a dt_device_ops and keeps its own state in `impl`.
  * An implementation reports a failure with comm_device_base_fail, which
  * keeps the message for dt_device_error, and returns the status.
+ *
+ * The CUDA implementation lives in the CUDA module (dt_cuda_module.h), not
+ * in libdtrain: device.c loads it on the first "cuda" open and finds its
+ * opener in the table below; the device keeps the module's handle.
  */
 #ifndef DT_DEVICE_INTERNAL_H
 #define DT_DEVICE_INTERNAL_H
@@ -42,6 +46,7 @@ struct dt_device {
     char name[128];
     pthread_mutex_t mu; /* guards error */
     char error[512];
+    void *module; /* the CUDA module's handle (dlopen), dropped on close; or NULL */
 };
 
 /* device_base.c: a device with empty error and the given ops; NULL on
@@ -51,8 +56,13 @@ dt_device *comm_device_base_new(const dt_device_ops *ops, const char *name);
 dt_status comm_device_base_fail(dt_device *d, dt_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* device_cuda.c (only in CUDA builds): opens ordinal `ordinal`; *out as
- * dt_device_open. */
-dt_status comm_device_cuda_open(dt_device **out, int ordinal);
+/* What the CUDA module exports for the device (device_cuda.c), under the
+ * name DT_CUDA_MODULE_DEVICE: opens ordinal `ordinal`; *out as
+ * dt_device_open. `abi` first, as dt_cuda_module_open expects. */
+typedef struct comm_device_cuda_entry {
+    unsigned abi; /* DT_CUDA_MODULE_ABI */
+    dt_status (*open)(dt_device **out, int ordinal);
+} comm_device_cuda_entry;
+#define DT_CUDA_MODULE_DEVICE "dt_cuda_module_device"
 
 #endif /* DT_DEVICE_INTERNAL_H */
