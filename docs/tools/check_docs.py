@@ -36,7 +36,7 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 
 # Files other projects own that the docs name on purpose (llm.c, PyTorch), and
 # files dtrain's programs write at run time.
-NOT_OURS = {"llm.c", "prog.c", "train_gpt2.c", "train_gpt2.py", "train_gpt2.cu", "distributed_c10d.py",
+NOT_OURS = {"llm.c", "prog.c", "script.py", "train_gpt2.c", "train_gpt2.py", "train_gpt2.cu", "distributed_c10d.py",
             "manifest.json"}
 
 FENCE = re.compile(r"^(\s*)```(.*)$")
