@@ -135,16 +135,18 @@ def bubble(runs, outdir):
                   if c[0] != "-"]
         measured = [statistics.mean(float(x.rstrip("%")) for x in r[k][1:]) for _, r in rows]
         ax.plot([m for m, _ in closed], [v for _, v in closed], "-", color=color,
-                label=f"{name}, closed form")
+                lw=4 if name == "GPipe" else 1.5, alpha=0.45 if name == "GPipe" else 1,
+                label=f"{name}, closed form" + (" (= 1F1B's)" if name == "GPipe" else ""))
         ax.plot(ms, measured, "o--", ms=4, color=color, alpha=0.7,
                 label=f"{name}, measured (mean of stages)")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("micro-batches per step (m)")
     ax.set_ylabel("bubble: idle share of the step (%)")
     ax.set_ylim(0, 100)
-    ax.set_title(f"pipeline bubble, {p} stages: (p-1)/(m+p-1) for GPipe and 1F1B")
+    ax.set_title(f"pipeline bubble, {p} stages: closed form (p-1)/(m+p-1) for GPipe and 1F1B, "
+                 "and measured", fontsize=10)
     ax.legend(fontsize=7, ncol=2)
-    footer(fig, "minigpt --pp 2 --bubble-table; measured on a shared 2-core VM")
+    footer(fig, "minigpt --pp 2 --bubble-table, V=256 C=128 L=4 T=64 B=8; a shared 2-core VM")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     save(fig, outdir, "bubble.png")
 

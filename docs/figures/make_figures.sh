@@ -6,8 +6,8 @@
 #
 # Every figure reads dtrain's own output: minigpt's --metrics JSONL, its
 # memory and bubble tables, its --trace Chrome trace, dtrain-bench's rows and
-# checkpoint manifests. The runs are kept small for a 2-core machine (about
-# two minutes in all); make_figures.py turns them into docs/figures/*.png.
+# checkpoint manifests. The runs are kept small for a 2-core machine (two to
+# three minutes in all, most of it the bubble table); make_figures.py turns them into docs/figures/*.png.
 # Timings come from whatever machine runs this: on a busy or small machine
 # the measured bubble and bandwidth are that machine's, and the figures say
 # what they were measured on.
@@ -31,8 +31,9 @@ for algo in ring rd; do
     done
 done
 
-echo "figures: bubble against micro-batches (2 stages on 2 ranks)"
-quiet "$LAUNCH" -n 2 "$MINIGPT" --pp 2 --bubble-table -n 1 -C 64 -L 4 -T 32 -B 4 --data random
+echo "figures: bubble against micro-batches (2 stages on 2 ranks, the 865k model; the longest run)"
+quiet "$LAUNCH" -n 2 "$MINIGPT" --pp 2 --bubble-table -n 1 -V 256 -C 128 -L 4 -T 64 -B 8 \
+    --data random --sample 0
 cp "$RUNS/last.log" "$RUNS/bubble.txt"
 
 echo "figures: memory per rank, DDP and ZeRO-1 (4 ranks)"
