@@ -21,6 +21,9 @@
 #                            (clang-format 14); prints the first differences
 #   ./dev.sh test-slurm      a one-node Slurm cluster: srun and sbatch run
 #                            minigpt (needs root; tests/slurm/slurm_minigpt.sh)
+#   ./dev.sh docs-check      run the commands the docs quote and compare their
+#                            output; every path a doc names exists
+#   ./dev.sh figures         regenerate docs/figures/*.png from small real runs
 #
 # Builds go to build/ (and build-sanitize/, build-clang/, build-tsan/,
 # build-fuzz/). Warnings are errors.
@@ -158,6 +161,17 @@ test-slurm)
     build build
     exec bash tests/slurm/slurm_minigpt.sh build
     ;;
+docs-check)
+    install_missing
+    build build >/dev/null
+    exec python3 docs/tools/check_docs.py --build build
+    ;;
+figures)
+    PACKAGES="$PACKAGES python3-matplotlib"
+    install_missing
+    build build >/dev/null
+    exec bash docs/figures/make_figures.sh build
+    ;;
 test-torch)
     PACKAGES="$PACKAGES python3-torch"
     install_missing
@@ -175,7 +189,7 @@ test-torch)
     exit $rc
     ;;
 *)
-    sed -n '2,18p' "$0"
+    sed -n '2,/^# Builds/p' "$0" | sed '$d'
     exit 2
     ;;
 esac

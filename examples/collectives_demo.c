@@ -6,9 +6,11 @@
  *
  * The parent makes a fresh rendezvous file and job secret, forks RANKS
  * processes, and waits for them. Each rank joins the job over loopback TCP
- * and runs all-reduce, broadcast, all-gather, reduce-scatter, a ring of
- * tagged send/recv, a barrier, and one timed 16 MiB all-reduce. A wrong
- * result or a failed op makes the demo exit non-zero.
+ * and runs every collective once: all-reduce, broadcast, all-gather,
+ * reduce-scatter, the rooted reduce, gather and scatter, all-to-all,
+ * all-gather-v (a different count from each rank), a ring of tagged
+ * send/recv, a barrier, and one timed 16 MiB all-reduce. A wrong result or
+ * a failed op makes the demo exit non-zero.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +35,73 @@ static int check(int rank, const char *what, dt_status st, dt_comm *c, int ok)
         return 1;
     }
     return 0;
+}
+
+/* The rooted ops: reduce to the last rank, gather to rank 0, scatter from
+ * rank 0. Only the root's result buffer means anything. */
+static int tour_rooted(dt_comm *c)
+{
+    int r = dt_comm_rank(c), n = dt_comm_size(c), bad = 0, ok = 1;
+    int32_t sum = r + 1;
+    dt_status st = dt_reduce(c, &sum, 1, DT_I32, DT_SUM, n - 1);
+    if (r == n - 1)
+        printf("[%d] reduce         sum of rank+1 at root %d = %d\n", r, n - 1, (int)sum);
+    bad += check(r, "reduce", st, c, r != n - 1 || sum == n * (n + 1) / 2);
+
+    int32_t mine = 10 * r, gathered[64] = {0};
+    st = dt_gather(c, &mine, gathered, 1, DT_I32, 0);
+    if (r == 0) {
+        printf("[%d] gather         10*rank of everyone at root 0:", r);
+        for (int i = 0; i < n; i++) {
+            printf(" %d", (int)gathered[i]);
+            ok &= gathered[i] == 10 * i;
+        }
+        printf("\n");
+    }
+    bad += check(r, "gather", st, c, ok);
+
+    int32_t deal[64], card = -1;
+    for (int i = 0; i < n; i++)
+        deal[i] = 1000 + i;
+    st = dt_scatter(c, r == 0 ? deal : NULL, &card, 1, DT_I32, 0);
+    printf("[%d] scatter        my card from root 0 = %d\n", r, (int)card);
+    bad += check(r, "scatter", st, c, card == 1000 + r);
+    return bad;
+}
+
+/* All-to-all: rank r sends 100*r + j to rank j, so it receives 100*i + r
+ * from each rank i. All-gather-v: rank i contributes i+1 copies of i. */
+static int tour_exchange(dt_comm *c)
+{
+    int r = dt_comm_rank(c), n = dt_comm_size(c), bad = 0, ok = 1;
+    int32_t out[64], in[64] = {0};
+    for (int j = 0; j < n; j++)
+        out[j] = 100 * r + j;
+    dt_status st = dt_alltoall(c, out, in, 1, DT_I32);
+    printf("[%d] alltoall       received:", r);
+    for (int i = 0; i < n; i++) {
+        printf(" %d", (int)in[i]);
+        ok &= in[i] == 100 * i + r;
+    }
+    printf("\n");
+    bad += check(r, "alltoall", st, c, ok);
+
+    size_t counts[64], total = 0;
+    for (int i = 0; i < n; i++)
+        total += counts[i] = (size_t)i + 1;
+    int32_t mine[64], *all = calloc(total, sizeof *all);
+    for (int k = 0; k <= r; k++)
+        mine[k] = r;
+    st = all ? dt_allgatherv(c, mine, all, counts, DT_I32) : DT_ENOMEM;
+    ok = all != NULL;
+    for (size_t k = 0, i = 0; ok && i < (size_t)n; i++)
+        for (size_t m = 0; m < counts[i]; m++)
+            ok &= all[k++] == (int32_t)i;
+    printf("[%d] allgatherv     %zu values, rank i gave i+1 copies of i: %s\n", r, total,
+           ok ? "as expected" : "wrong");
+    free(all);
+    bad += check(r, "allgatherv", st, c, ok);
+    return bad;
 }
 
 static int tour(dt_comm *c)
@@ -65,6 +134,8 @@ static int tour(dt_comm *c)
     st = dt_reduce_scatter(c, contrib, &shard, 1, DT_F64, DT_AVG);
     printf("[%d] reduce_scatter avg, my shard = %g\n", r, shard);
     bad += check(r, "reduce_scatter", st, c, shard == r + 0.5);
+    bad += tour_rooted(c);
+    bad += tour_exchange(c);
 
     if (n > 1) {
         int token = r * 100, got = -1, from = -1;

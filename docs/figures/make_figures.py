@@ -1,0 +1,294 @@
+#!/usr/bin/env python3
+"""make_figures.py — draws the docs' figures from the runs make_figures.sh made.
+
+    python3 docs/figures/make_figures.py RUNS OUTDIR
+
+RUNS holds dtrain's own outputs (see make_figures.sh); every number drawn
+is read from them, none is typed in here except the closed forms the
+figures compare against. Writes OUTDIR/{curves,busbw,bubble,memory,gantt,
+reshard}.png and prints the measured all-reduce crossover.
+"""
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.patches import Polygon  # noqa: E402
+
+MADE_BY = "made by ./dev.sh figures (docs/figures/make_figures.sh)"
+COLORS = {"F": "#4c72b0", "B": "#dd8452", "W": "#55a868", "params": "#4c72b0",
+          "grads": "#dd8452", "optimizer": "#55a868", "activations": "#c44e52"}
+
+
+def footer(fig, note=""):
+    fig.text(0.01, 0.005, MADE_BY + (f"; {note}" if note else ""), fontsize=7, color="gray")
+
+
+def save(fig, outdir, name):
+    path = os.path.join(outdir, name)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"figures: wrote {path}")
+
+
+def rank0_lines(path):
+    """Rank 0's lines of a launched run, without the '[0] ' prefix."""
+    return [l[4:].rstrip("\n") for l in open(path) if l.startswith("[0] ")]
+
+
+def curves(runs, outdir):
+    events = [json.loads(l) for l in open(os.path.join(runs, "curves.jsonl"))]
+    cfg = next(e for e in events if e["event"] == "config")
+    steps = [e for e in events if e["event"] == "step"]
+    evals = [e for e in events if e["event"] == "eval"]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot([e["step"] for e in steps], [e["loss"] for e in steps], lw=0.8, label="train loss")
+    ax.plot([e["step"] for e in evals], [e["val_loss"] for e in evals], "o-", ms=3,
+            label="validation loss")
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy loss")
+    acc = ax.twinx()
+    acc.plot([e["step"] for e in evals], [100 * e["accuracy"] for e in evals], "s-", ms=3,
+             color="#55a868", label="exact-match accuracy")
+    acc.set_ylabel("held-out exact-match accuracy (%)")
+    acc.set_ylim(-2, 102)
+    lines = ax.get_legend_handles_labels()
+    more = acc.get_legend_handles_labels()
+    ax.legend(lines[0] + more[0], lines[1] + more[1], loc="center right")
+    ax.set_title(f"MiniGPT ({cfg['params']:,} parameters), {cfg['world_size']} ranks, "
+                 f"{cfg['parallel'].upper()}, digit reversal")
+    footer(fig, "minigpt --metrics")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    save(fig, outdir, "curves.png")
+
+
+def bench_rows(path):
+    """{bytes: busbw GB/s} from dtrain-bench's table."""
+    rows = {}
+    for line in open(path):
+        f = line.split()
+        if f and not line.startswith("#") and len(f) >= 7:
+            rows[int(f[0])] = float(f[6])
+    return rows
+
+
+def human(n):
+    for unit, div in (("M", 1 << 20), ("K", 1 << 10)):
+        if n >= div:
+            return f"{n // div} {unit}iB"
+    return f"{n} B"
+
+
+def busbw(runs, outdir):
+    med = {}
+    for algo in ("ring", "rd"):
+        tables = [bench_rows(p) for p in sorted(glob.glob(os.path.join(runs, f"busbw_{algo}_*.txt")))]
+        med[algo] = {s: statistics.median(t[s] for t in tables) for s in tables[0]}
+    sizes = sorted(med["ring"])
+    # the measured crossover: the smallest size from which the ring is never slower
+    cross = next((s for i, s in enumerate(sizes)
+                  if all(med["ring"][t] >= med["rd"][t] for t in sizes[i:])), None)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(sizes, [med["ring"][s] for s in sizes], "o-", ms=3, label="ring (forced)")
+    ax.plot(sizes, [med["rd"][s] for s in sizes], "s-", ms=3, label="recursive doubling (forced)")
+    ax.axvline(64 * 1024, color="gray", ls="--", lw=1)
+    ax.text(64 * 1024, ax.get_ylim()[1] * 0.95, " selector: RD up to 64 KiB", fontsize=8,
+            color="gray", va="top")
+    if cross:
+        ax.axvline(cross, color="#c44e52", ls=":", lw=1.2)
+        ax.text(cross, ax.get_ylim()[1] * 0.82, f" measured crossover {human(cross)}",
+                fontsize=8, color="#c44e52", va="top")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes[::2], [human(s) for s in sizes[::2]], fontsize=8)
+    ax.set_xlabel("message size")
+    ax.set_ylabel("busbw (GB/s), median of 3 runs")
+    ax.set_title("all-reduce on 4 local ranks (loopback TCP)")
+    ax.legend(loc="upper left")
+    footer(fig, "dtrain-bench --ranks 4 --algo ring|rd; a shared 2-core VM, noisy")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    save(fig, outdir, "busbw.png")
+    print(f"figures: measured all-reduce crossover (ring never slower from): "
+          f"{cross if cross else 'none in range'} bytes")
+
+
+def bubble(runs, outdir):
+    lines = rank0_lines(os.path.join(runs, "bubble.txt"))
+    head = next(i for i, l in enumerate(lines) if l.strip().startswith("m |"))
+    p = int(re.search(r"p = (\d+)", lines[head - 1]).group(1))
+    rows = []
+    for l in lines[head + 1:]:
+        if "|" not in l:
+            break
+        parts = [c.split() for c in l.split("|")]
+        rows.append((int(parts[0][0]), parts[1:]))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ms = [m for m, _ in rows]
+    for k, (name, color) in enumerate((("GPipe", "#4c72b0"), ("1F1B", "#dd8452"),
+                                       ("ZB-H1", "#55a868"))):
+        closed = [(m, float(c[0].rstrip("%"))) for m, c in ((m, r[k]) for m, r in rows)
+                  if c[0] != "-"]
+        measured = [statistics.mean(float(x.rstrip("%")) for x in r[k][1:]) for _, r in rows]
+        ax.plot([m for m, _ in closed], [v for _, v in closed], "-", color=color,
+                lw=4 if name == "GPipe" else 1.5, alpha=0.45 if name == "GPipe" else 1,
+                label=f"{name}, closed form" + (" (= 1F1B's)" if name == "GPipe" else ""))
+        ax.plot(ms, measured, "o--", ms=4, color=color, alpha=0.7,
+                label=f"{name}, measured (mean of stages)")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("micro-batches per step (m)")
+    ax.set_ylabel("bubble: idle share of the step (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title(f"pipeline bubble, {p} stages: closed form (p-1)/(m+p-1) for GPipe and 1F1B, "
+                 "and measured", fontsize=10)
+    ax.legend(fontsize=7, ncol=2)
+    footer(fig, "minigpt --pp 2 --bubble-table, V=256 C=128 L=4 T=64 B=8; a shared 2-core VM")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    save(fig, outdir, "bubble.png")
+
+
+def memory_table(path):
+    """[(rank, {params, grads, optimizer, activations})] from minigpt's memory table."""
+    lines = rank0_lines(path)
+    i = next(i for i, l in enumerate(lines) if l.startswith("memory per rank"))
+    out = []
+    for l in lines[i + 2:]:
+        f = l.split()
+        if len(f) < 6 or not f[0].isdigit():
+            break
+        out.append((int(f[0]), dict(zip(("params", "grads", "optimizer", "staging",
+                                         "activations"), map(int, f[1:6])))))
+    return out
+
+
+def stacked(ax, x, tables, parts, width):
+    bottom = [0] * len(x)
+    for part in parts:
+        vals = [t[part] / 1e6 for t in tables]
+        ax.bar(x, vals, width, bottom=bottom, color=COLORS[part], label=part,
+               edgecolor="white", linewidth=0.5)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+
+
+def memory(runs, outdir):
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4.2), gridspec_kw={"width_ratios": [1, 1.5]})
+    states = ("params", "grads", "optimizer")
+    x, tables, ticks = [], [], []
+    for k, mode in enumerate(("ddp", "zero1")):
+        rows = memory_table(os.path.join(runs, f"memory_{mode}.txt"))
+        for r, t in rows:
+            x.append(k * (len(rows) + 1) + r)
+            tables.append(t)
+            ticks.append(f"{'DDP' if mode == 'ddp' else 'ZeRO-1'}\nrank {r}")
+    stacked(a, x, tables, states, 0.8)
+    a.set_xticks(x, ticks, fontsize=7)
+    a.set_ylabel("MB per rank")
+    a.set_title("model states, 4 ranks: ZeRO-1 shards\nthe optimizer (activations alike, left out)",
+                fontsize=9)
+    a.legend(fontsize=7)
+    x, tables, ticks = [], [], []
+    for k, s in enumerate(("gpipe", "1f1b", "zb")):
+        rows = memory_table(os.path.join(runs, f"pipeline_{s}.txt"))
+        for r, t in rows:
+            x.append(k * (len(rows) + 1) + r)
+            tables.append(t)
+            ticks.append(f"{ {'gpipe': 'GPipe', '1f1b': '1F1B', 'zb': 'ZB-H1'}[s]}\nstage {r}")
+    stacked(b, x, tables, states + ("activations",), 0.8)
+    b.set_xticks(x, ticks, fontsize=6)
+    b.set_title("per stage, 4 stages x 8 micro-batches:\nactivations alive at the peak",
+                fontsize=9)
+    b.legend(fontsize=7)
+    footer(fig, "minigpt's memory table (accounted from buffer sizes)")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    save(fig, outdir, "memory.png")
+
+
+def trace_events(path):
+    data = json.load(open(path))
+    return data["traceEvents"] if isinstance(data, dict) else data
+
+
+def gantt(runs, outdir):
+    fig, axes = plt.subplots(3, 1, figsize=(10, 6.5))
+    for ax, (s, title) in zip(axes, (("gpipe", "GPipe"), ("1f1b", "1F1B"), ("zb", "ZB-H1"))):
+        allev = trace_events(os.path.join(runs, f"trace_{s}.json"))
+        names = {e["tid"]: e["args"]["name"].split(" (")[1].split(",")[0]
+                 for e in allev if e.get("ph") == "M"}
+        ev = [e for e in allev if e.get("ph") == "X" and e.get("cat") == "compute"]
+        last = max(e["args"]["step"] for e in ev)
+        ev = [e for e in ev if e["args"]["step"] == last]
+        t0 = min(e["ts"] for e in ev)
+        t1 = max(e["ts"] + e["dur"] for e in ev)
+        for e in ev:
+            ax.barh(e["tid"], e["dur"] / 1e3, left=(e["ts"] - t0) / 1e3, height=0.8,
+                    color=COLORS[e["name"]], edgecolor="white", linewidth=0.4)
+            if e["dur"] / (t1 - t0) > 0.012:
+                ax.text((e["ts"] - t0 + e["dur"] / 2) / 1e3, e["tid"], str(e["args"]["mb"] % 10),
+                        ha="center", va="center", fontsize=6, color="white")
+        ranks = sorted({e["tid"] for e in ev})
+        ax.set_yticks(ranks, [names.get(r, f"rank {r}") for r in ranks], fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlim(0, (t1 - t0) / 1e3)
+        ax.set_title(f"{title}: step {last + 1}, {(t1 - t0) / 1e3:.1f} ms", fontsize=9, loc="left")
+    axes[-1].set_xlabel("ms since the step's first forward")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=COLORS[k]) for k in "FBW"]
+    fig.legend(handles, ["F forward", "B backward (input grad)", "W weight grad"],
+               fontsize=7, ncol=3, loc="upper right")
+    footer(fig, "minigpt --pp 4 --microbatches 8 --trace; numbers are micro-batches; "
+                "4 ranks on a shared 2-core VM")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    save(fig, outdir, "gantt.png")
+
+
+def shards(root):
+    step = sorted(glob.glob(os.path.join(root, "step_*")))[-1]
+    man = json.load(open(os.path.join(step, "manifest.json")))
+    return man, [(s["rank"], *s["ranges"]["master"]) for s in man["shards"]]
+
+
+def reshard(runs, outdir):
+    src_man, src = shards(os.path.join(runs, "ckpt4"))
+    dst_man, dst = shards(os.path.join(runs, "ckpt3"))
+    total = src_man["num_params"]
+    fig, ax = plt.subplots(figsize=(9, 3.2))
+    palette = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860"]
+    for y, ranges, label in ((1, src, "N"), (0, dst, "M")):
+        for r, off, cnt in ranges:
+            ax.add_patch(plt.Rectangle((off, y - 0.15), cnt, 0.3, color=palette[r % 6],
+                                       alpha=0.85 if y else 0.55, ec="black", lw=0.6))
+            ax.text(off + cnt / 2, y, f"rank {r}\n[{off}, {off + cnt})", ha="center",
+                    va="center", fontsize=7)
+    for r, off, cnt in dst:  # who reads what: each overlap of old and new shards
+        for q, o2, c2 in src:
+            lo, hi = max(off, o2), min(off + cnt, o2 + c2)
+            if lo < hi:
+                ax.add_patch(Polygon([(lo, 0.85), (hi, 0.85), (hi, 0.15), (lo, 0.15)],
+                                     closed=True, color=palette[q % 6], alpha=0.25))
+    ax.set_xlim(0, total)
+    ax.set_ylim(-0.4, 1.4)
+    ax.set_yticks([1, 0], [f"{src_man['world_size']} ranks (saved)",
+                           f"{dst_man['world_size']} ranks (resharded)"])
+    ax.set_xlabel(f"parameter index (Ψ = {total:,}); each shard holds the same range of "
+                  "params, master, m and v")
+    ax.set_title(f"resharding a ZeRO-1 checkpoint, N = {src_man['world_size']} → "
+                 f"M = {dst_man['world_size']}: bands show which old shards feed each new one",
+                 fontsize=9)
+    footer(fig, "dtrain-ckpt reshard ROOT OUT 3, read from both manifest.json")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    save(fig, outdir, "reshard.png")
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit("usage: make_figures.py RUNS OUTDIR")
+    runs, outdir = sys.argv[1], sys.argv[2]
+    for draw in (curves, busbw, bubble, memory, gantt, reshard):
+        draw(runs, outdir)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""check_docs.py — the docs are code: run what they quote, and find what they name.
+
+    docs/tools/check_docs.py [--build DIR] [--only commands|paths] [FILE.md ...]
+
+Two checks over README.md, docs/*.md and every folder's README.md:
+
+1. Quoted runs. A fenced block whose info string is `console check` is a
+   transcript: each line starting with `$ ` is a command, run by bash from
+   the repository root (with BUILD, the build folder, in the environment),
+   and the lines after it, up to the next command, are output it must
+   print (stdout and stderr together). Expected lines are matched in
+   order against the output, skipping output lines in between; inside an
+   expected line `…` matches any text, so a number that varies from run to
+   run is written `…`, never quoted as exact. A line that is only `…`
+   marks lines left out. Each block is one test.
+
+2. Named paths. Every repository path a document names — a markdown link,
+   a `path/with/slashes` or `file.c` in backticks, or a bare file.c or
+   FILE.md in the text — must exist in the tree (a bare file name anywhere
+   in it; `suite/test_name` without an extension is a test's name). This catches a file moved or
+   renamed under the docs. Paths under build/ or /tmp, and names of other
+   projects' files listed in NOT_OURS, are not checked.
+
+Prints one line per failure and "N passed, N failed" last; exits 1 when any
+failed. Cost: each quoted command runs once; the path check reads files only.
+"""
+import argparse
+import glob
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+
+# Files other projects own that the docs name on purpose (llm.c, PyTorch), and
+# files dtrain's programs write at run time.
+NOT_OURS = {"llm.c", "prog.c", "script.py", "train_gpt2.c", "train_gpt2.py", "train_gpt2.cu", "distributed_c10d.py",
+            "manifest.json"}
+
+FENCE = re.compile(r"^(\s*)```(.*)$")
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+TICKED = re.compile(r"`([^`\s]+)`")
+BARE = re.compile(r"(?<![\w/.`-])([\w-]+\.(?:c|h|cu|md|py|sh))\b(?![\w/-])")
+TOP_DIRS = ("collectives", "model", "optim", "pipeline", "launcher", "train", "examples", "bench",
+            "tests", "checkpoint", "docs", "install", ".ci")
+FILE_EXT = re.compile(r"^[\w.+-]+\.(c|h|cu|cc|py|sh|md|sbatch|build|map|json|txt|png)$")
+
+
+def documents(args_files):
+    if args_files:
+        return [os.path.abspath(f) for f in args_files]
+    found = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
+    for readme in sorted(glob.glob(os.path.join(ROOT, "*", "README.md"))):
+        if readme not in found and "/build" not in readme:
+            found.append(readme)
+    return found
+
+
+def check_blocks(path):
+    """Yields (line number, commands, expected lines) for each `console check` block."""
+    lines = open(path, encoding="utf-8").read().split("\n")
+    i = 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        info, start, indent = m.group(2).split(), i + 1, len(m.group(1))
+        i += 1
+        body = []
+        while i < len(lines) and not FENCE.match(lines[i]):
+            body.append(lines[i][indent:])
+            i += 1
+        i += 1
+        if info[:2] == ["console", "check"]:
+            yield start, body
+
+
+def transcript(body):
+    """[(command, [expected lines])] from a block's lines."""
+    runs = []
+    for line in body:
+        if line.startswith("$ "):
+            runs.append((line[2:], []))
+        elif runs and line.strip() and line.strip() != "…":
+            runs[-1][1].append(line.rstrip())
+    return runs
+
+
+def line_pattern(expected):
+    parts = [re.escape(p) for p in expected.split("…")]
+    return re.compile("^" + ".*".join(parts) + r"\s*$")
+
+
+def missing_lines(expected, output):
+    """The first expected line not found, in order, in output; None when all are."""
+    out = output.split("\n")
+    pos = 0
+    for want in expected:
+        pat = line_pattern(want)
+        while pos < len(out) and not pat.match(out[pos].rstrip()):
+            pos += 1
+        if pos == len(out):
+            return want
+        pos += 1
+    return None
+
+
+def run_block(build, body):
+    env = dict(os.environ, BUILD=build, LC_ALL="C.UTF-8")
+    for command, expected in transcript(body):
+        try:
+            p = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, timeout=300,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               encoding="utf-8", errors="replace")
+        except subprocess.TimeoutExpired:
+            return f"$ {command}: still running after 300 s"
+        miss = missing_lines(expected, p.stdout)
+        if miss is not None:
+            tail = "\n    ".join(p.stdout.rstrip().split("\n")[-15:])
+            return (f"$ {command} (exit {p.returncode}) did not print, in order:\n    {miss}\n"
+                    f"  its output ended with:\n    {tail}")
+    return None
+
+
+def tree_files():
+    p = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+                       cwd=ROOT, stdout=subprocess.PIPE, encoding="utf-8", check=True)
+    files = set(p.stdout.split())
+    dirs = {os.path.dirname(f) for f in files}
+    while True:
+        more = {os.path.dirname(d) for d in dirs} - dirs
+        if not more:
+            break
+        dirs |= more
+    return files, dirs, {os.path.basename(f) for f in files}
+
+
+def named_paths(path):
+    """(line number, name, is_link) for every path-like name in a document."""
+    in_code = False
+    for n, line in enumerate(open(path, encoding="utf-8"), 1):
+        if FENCE.match(line):
+            in_code = not in_code
+            continue
+        if in_code:
+            continue
+        for m in LINK.finditer(line):
+            if not re.match(r"^[a-z]+:", m.group(1)):
+                yield n, m.group(1), True
+        for m in TICKED.finditer(line):
+            name = m.group(1).rstrip(".,:;)")
+            first = name.split("/")[0]
+            if "/" in name and first in TOP_DIRS or "/" not in name and FILE_EXT.match(name):
+                yield n, name, False
+        for m in BARE.finditer(TICKED.sub("", LINK.sub("]", line))):
+            yield n, m.group(1), False
+
+
+def path_exists(doc, name, is_link, files, dirs, basenames):
+    if is_link:
+        rel = os.path.relpath(os.path.normpath(os.path.join(os.path.dirname(doc), name)), ROOT)
+        return rel in files or rel in dirs
+    if "/" not in name:
+        return name in basenames or name in NOT_OURS
+    if "." not in name.split("/")[-1] and not name.endswith("/"):
+        return True  # suite/test, a test's name
+    name = name.rstrip("/")
+    if any(c in name for c in "*?<>{}…") or "..." in name:
+        return True  # a pattern, not one file
+    for cand in (name, os.path.relpath(os.path.join(os.path.dirname(doc), name), ROOT)):
+        if cand in files or cand in dirs:
+            return True
+    return False
+
+
+def main():
+    ap = argparse.ArgumentParser(description="Run the docs' quoted commands; find the paths they name.")
+    ap.add_argument("--build", default="build", help="build folder (default build)")
+    ap.add_argument("--only", choices=["commands", "paths"])
+    ap.add_argument("files", nargs="*")
+    a = ap.parse_args()
+    build = os.path.abspath(os.path.join(ROOT, a.build)) if not os.path.isabs(a.build) else a.build
+    passed = failed = 0
+    files, dirs, basenames = tree_files()
+    for doc in documents(a.files):
+        rel = os.path.relpath(doc, ROOT)
+        if a.only != "paths":
+            for start, body in check_blocks(doc):
+                why = run_block(build, body)
+                if why:
+                    print(f"FAIL {rel}:{start}: {why}")
+                    failed += 1
+                else:
+                    print(f"ok   {rel}:{start}")
+                    passed += 1
+        if a.only != "commands":
+            bad = [(n, name) for n, name, link in named_paths(doc)
+                   if not path_exists(doc, name, link, files, dirs, basenames)]
+            for n, name in bad:
+                print(f"FAIL {rel}:{n}: names '{name}', which is not in the tree")
+            failed += len(bad)
+            passed += not bad
+            if not bad:
+                print(f"ok   {rel}: every path it names exists")
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
