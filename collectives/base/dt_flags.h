@@ -1,0 +1,87 @@
+/*
+ * dt_flags.h — how every dtrain program reads a flag's name and reports a
+ * bad command line, so that all of them behave alike.
+ *
+ * Spelling: a long flag's words may be joined by '-' or '_' (torchrun and
+ * nccl-tests users type --nproc_per_node and --warmup_iters; dtrain's tables
+ * write --nproc-per-node), and its value may follow as the next argument or
+ * after '=' (--steps=5). Each program keeps one table of flags, written
+ * with dashes; dt_flag_is() is the one comparison every table's parser
+ * uses, so both spellings work everywhere without a second column of names.
+ *
+ * Errors: one line that names the flag and what was wrong, then one line
+ * pointing at --help (as git and the GNU tools do), never the whole usage,
+ * which would bury the line that matters; exit code 2, the usual code of a
+ * usage error. Header-only (base/); cost: a string comparison per table row.
+ */
+#ifndef DT_FLAGS_H
+#define DT_FLAGS_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+/* The exit code of a bad command line. */
+#define DT_FLAGS_USAGE_ERROR 2
+
+/* Do the first `len` bytes of `given` spell `name` ("nproc-per-node"),
+ * with '_' read as '-'? */
+static inline bool dt_flag_name_eq(const char *given, size_t len, const char *name)
+{
+    if (strlen(name) != len)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char g = given[i] == '_' ? '-' : given[i], n = name[i] == '_' ? '-' : name[i];
+        if (g != n)
+            return false;
+    }
+    return true;
+}
+
+/* Does the argument `arg` name the flag `name` ("--grad-accum", or a
+ * one-letter "-n")? A long flag matches in either spelling and also as
+ * "--name=VALUE", with *value (when value is not NULL) then pointing at
+ * VALUE; otherwise *value is NULL. */
+static inline bool dt_flag_is(const char *arg, const char *name, const char **value)
+{
+    if (value)
+        *value = NULL;
+    if (strncmp(name, "--", 2) != 0)
+        return strcmp(arg, name) == 0;
+    if (strncmp(arg, "--", 2) != 0)
+        return false;
+    size_t len = strcspn(arg + 2, "=");
+    if (!dt_flag_name_eq(arg + 2, len, name + 2))
+        return false;
+    if (arg[2 + len] == '=' && value)
+        *value = arg + 2 + len + 1;
+    return arg[2 + len] == '\0' || value != NULL;
+}
+
+/* Is any argument before a "--" a request for help (-h, --help)? */
+static inline bool dt_flag_help_asked(int argc, char **argv)
+{
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0)
+            return true;
+    return false;
+}
+
+/* Prints "PROG: what was wrong" and "see 'PROG --help'" on stderr and
+ * returns DT_FLAGS_USAGE_ERROR, for `return dt_flag_error(...)`. */
+static inline int dt_flag_error(const char *prog, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static inline int dt_flag_error(const char *prog, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", prog);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\nsee '%s --help'\n", prog);
+    va_end(ap);
+    return DT_FLAGS_USAGE_ERROR;
+}
+
+#endif /* DT_FLAGS_H */
