@@ -43,6 +43,7 @@
 #include <ftw.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,8 @@
 
 #include "dt_ckpt.h"
 #include "dt_clock.h"
+#include "dt_flags.h"
+#include "dt_parse.h"
 
 #define WORLD 4
 #define MAX_ROUNDS 64
@@ -276,27 +279,25 @@ static void usage(FILE *f)
 /* Returns 0, or 1 after --help, 2 after a usage error it printed. */
 static int parse_args(int argc, char **argv, int *rounds, const char **dir)
 {
+    if (dt_flag_help_asked(argc, argv))
+        return usage(stdout), 1;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help"))
-            return usage(stdout), 1;
-        if ((strcmp(a, "--rounds") && strcmp(a, "--dir")) || i + 1 >= argc) {
-            fprintf(stderr, "ckpt-bench: unknown flag or missing value: '%s'\n", a);
-            return usage(stderr), 2;
-        }
-        const char *v = argv[++i];
-        if (!strcmp(a, "--dir")) {
+        const char *a = argv[i], *v;
+        bool is_rounds = dt_flag_is(a, "--rounds", &v);
+        bool is_dir = !is_rounds && dt_flag_is(a, "--dir", &v);
+        if (!is_rounds && !is_dir)
+            return dt_flag_error("ckpt-bench", "unknown flag '%s'", a);
+        if (!v && i + 1 >= argc)
+            return dt_flag_error("ckpt-bench", "%s needs a value", a);
+        if (!v)
+            v = argv[++i];
+        if (is_dir) {
             *dir = v;
             continue;
         }
-        char *end;
-        long r = strtol(v, &end, 10);
-        if (end == v || *end || r < 1 || r > MAX_ROUNDS) {
-            fprintf(stderr, "ckpt-bench: --rounds: must be an integer in 1..%d, got '%s'\n",
-                    MAX_ROUNDS, v);
-            return 2;
-        }
-        *rounds = (int)r;
+        if (!dt_parse_int(v, 1, MAX_ROUNDS, rounds))
+            return dt_flag_error("ckpt-bench", "--rounds: must be an integer in 1..%d, got '%s'",
+                                 MAX_ROUNDS, v);
     }
     return 0;
 }

@@ -15,7 +15,8 @@
  * communicator the op runs on); the table shows medians over the rounds and
  * the child/world ratio.
  *
- * Usage: group-bench [--ranks N] [--rounds R]
+ * Usage: group-bench [--ranks N] [--rounds R]; the usage text and the
+ * parser read one table (dt_flags.h's spellings and errors).
  */
 #include <pthread.h>
 #include <stdbool.h>
@@ -27,6 +28,8 @@
 
 #include "dt_comm.h"
 #include "dt_clock.h"
+#include "dt_flags.h"
+#include "dt_parse.h"
 
 #define MAX_RANKS 8
 #define MAX_ROUNDS 200
@@ -113,23 +116,58 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* One row per flag: the parser and the usage read the same table. */
+typedef struct flag {
+    const char *name;
+    int *value;
+    int lo, hi;
+    const char *help;
+} flag;
+
+static void usage(FILE *f, const flag *flags, int n)
+{
+    fprintf(f, "usage: group-bench [--ranks N] [--rounds R]\n"
+               "Times dt_comm_split and ops on a child against the world, ranks as threads.\n");
+    for (int i = 0; i < n; i++)
+        fprintf(f, "  %-10s N  %s, %d..%d (default %d)\n", flags[i].name, flags[i].help,
+                flags[i].lo, flags[i].hi, *flags[i].value);
+    fprintf(f, "  -h, --help     print this help and exit\n");
+}
+
+/* Returns 0, or 1 after --help, 2 after a usage error it printed. */
+static int parse_args(bench *b, int argc, char **argv)
+{
+    const flag flags[] = {
+        {"--ranks", &b->n, 2, MAX_RANKS, "ranks (threads)"},
+        {"--rounds", &b->rounds, 1, MAX_ROUNDS, "timed rounds"},
+    };
+    int n = (int)(sizeof flags / sizeof flags[0]);
+    if (dt_flag_help_asked(argc, argv))
+        return usage(stdout, flags, n), 1;
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        int k = 0;
+        while (k < n && !dt_flag_is(argv[i], flags[k].name, &v))
+            k++;
+        if (k == n)
+            return dt_flag_error("group-bench", "unknown flag '%s'", argv[i]);
+        if (!v && i + 1 >= argc)
+            return dt_flag_error("group-bench", "%s needs a value (N)", flags[k].name);
+        if (!v)
+            v = argv[++i];
+        if (!dt_parse_int(v, flags[k].lo, flags[k].hi, flags[k].value))
+            return dt_flag_error("group-bench", "%s: must be an integer in %d..%d, got '%s'",
+                                 flags[k].name, flags[k].lo, flags[k].hi, v);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static bench b = {.n = 4, .rounds = 30};
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--ranks") == 0)
-            b.n = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--rounds") == 0)
-            b.rounds = atoi(argv[i + 1]);
-        else {
-            fprintf(stderr, "usage: group-bench [--ranks N] [--rounds R]\n");
-            return 2;
-        }
-    }
-    if (b.n < 2 || b.n > MAX_RANKS || b.rounds < 1 || b.rounds > MAX_ROUNDS) {
-        fprintf(stderr, "group-bench: --ranks 2..%d, --rounds 1..%d\n", MAX_RANKS, MAX_ROUNDS);
-        return 2;
-    }
+    int prc = parse_args(&b, argc, argv);
+    if (prc)
+        return prc == 1 ? 0 : 2;
     snprintf(b.url, sizeof b.url, "file:///tmp/dtrain-group-bench-%d", (int)getpid());
     pthread_t t[MAX_RANKS];
     rank_arg args[MAX_RANKS];

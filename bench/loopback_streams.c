@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "dt_clock.h"
+#include "dt_flags.h"
 
 #define MAX_STREAMS 64
 #define CHUNK ((size_t)1 << 20)
@@ -149,27 +150,23 @@ int main(int argc, char **argv)
         {"-b", "socket buffer MiB (SO_SNDBUF/SO_RCVBUF)", &buf_mib, 1, 256},
     };
     int n_opts = (int)(sizeof opts / sizeof opts[0]);
+    if (dt_flag_help_asked(argc, argv)) {
+        usage(stdout, opts, n_opts);
+        return 0;
+    }
     for (int i = 1; i < argc; i += 2) { /* flag, value */
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout, opts, n_opts);
-            return 0;
-        }
         int k = 0;
         while (k < n_opts && strcmp(argv[i], opts[k].flag) != 0)
             k++;
         char *end = NULL;
         long v = k < n_opts && i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
-        if (k == n_opts || !end || *end || v < opts[k].lo || v > opts[k].hi) {
-            if (k == n_opts || i + 1 >= argc)
-                fprintf(stderr, "loopback-streams: unknown flag or missing value: '%s'\n", argv[i]);
-            else
-                fprintf(stderr,
-                        "loopback-streams: %s: must be an integer in %d..%d, "
-                        "got '%s'\n",
-                        argv[i], opts[k].lo, opts[k].hi, argv[i + 1]);
-            usage(stderr, opts, n_opts);
-            return 2;
-        }
+        if (k == n_opts)
+            return dt_flag_error("loopback-streams", "unknown flag '%s'", argv[i]);
+        if (i + 1 >= argc)
+            return dt_flag_error("loopback-streams", "%s needs a value (N)", argv[i]);
+        if (!end || *end || v < opts[k].lo || v > opts[k].hi)
+            return dt_flag_error("loopback-streams", "%s: must be an integer in %d..%d, got '%s'",
+                                 argv[i], opts[k].lo, opts[k].hi, argv[i + 1]);
         *opts[k].value = (int)v;
     }
 

@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "dt_clock.h"
+#include "dt_flags.h"
 #include "dt_model.h"
 
 typedef struct option {
@@ -60,42 +61,38 @@ int main(int argc, char **argv)
         {"-t", "OpenBLAS threads", &threads},
     };
     int nopts = (int)(sizeof opts / sizeof opts[0]);
+    if (dt_flag_help_asked(argc, argv)) {
+        usage(stdout, opts, nopts);
+        return 0;
+    }
     for (int i = 1; i < argc; i++) {
         int matched = 0;
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout, opts, nopts);
-            return 0;
-        }
         if (strcmp(argv[i], "-b") == 0 && i + 1 < argc) {
             backend = argv[++i];
+            if (strcmp(backend, "cpu") && strcmp(backend, "cpu-reference"))
+                return dt_flag_error("minigpt-bench", "-b: must be cpu or cpu-reference, got '%s'",
+                                     backend);
             continue;
         }
         for (int k = 0; k < nopts && !matched; k++)
             if (strcmp(argv[i], opts[k].flag) == 0 && i + 1 < argc) {
                 char *end;
                 long v = strtol(argv[++i], &end, 10);
-                if (end == argv[i] || *end || v < 0 || v > 1000000) {
-                    fprintf(stderr,
-                            "minigpt-bench: %s: must be an integer in "
-                            "0..1000000, got '%s'\n",
-                            opts[k].flag, argv[i]);
-                    return 2;
-                }
+                if (end == argv[i] || *end || v < 0 || v > 1000000)
+                    return dt_flag_error("minigpt-bench",
+                                         "%s: must be an integer in 0..1000000, got '%s'",
+                                         opts[k].flag, argv[i]);
                 *opts[k].value = (int)v;
                 matched = 1;
             }
-        if (!matched) {
-            fprintf(stderr, "minigpt-bench: unknown flag or missing value: '%s'\n", argv[i]);
-            usage(stderr, opts, nopts);
-            return 2;
-        }
+        if (!matched)
+            return dt_flag_error("minigpt-bench", "unknown flag or missing value: '%s'", argv[i]);
     }
     const dt_backend *be = strcmp(backend, "cpu-reference") == 0 ? dt_backend_cpu_reference()
                                                                  : dt_backend_cpu();
-    if (steps < 1 || warmup < 0 || threads < 1) {
-        fprintf(stderr, "minigpt-bench: -n and -t must be >= 1, -w >= 0\n");
-        return 2;
-    }
+    if (steps < 1 || threads < 1)
+        return dt_flag_error("minigpt-bench", "%s: must be at least 1, got 0",
+                             steps < 1 ? "-n" : "-t");
     openblas_set_num_threads(threads);
 
     dt_model *m;

@@ -21,6 +21,8 @@
 
 #include "dt_clock.h"
 #include "dt_comm.h"
+#include "dt_flags.h"
+#include "dt_parse.h"
 
 static int check(int rank, const char *what, dt_status st, dt_comm *c, int ok)
 {
@@ -138,28 +140,20 @@ static void usage(FILE *f, const char *prog)
 /* -n N / --ranks N / --ranks=N; returns 0, or 1 for --help, 2 for an error. */
 static int parse_args(int argc, char **argv, int *n)
 {
+    if (dt_flag_help_asked(argc, argv)) {
+        usage(stdout, argv[0]);
+        return 1;
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout, argv[0]);
-            return 1;
-        }
-        if (!strncmp(a, "--ranks=", 8))
-            v = a + 8;
-        else if ((!strcmp(a, "-n") || !strcmp(a, "--ranks")) && i + 1 < argc)
+        if (!dt_flag_is(a, "-n", NULL) && !dt_flag_is(a, "--ranks", &v))
+            return dt_flag_error(argv[0], "unknown flag '%s'", a);
+        if (!v && i + 1 >= argc)
+            return dt_flag_error(argv[0], "%s needs a value (RANKS)", a);
+        if (!v)
             v = argv[++i];
-        if (!v) {
-            fprintf(stderr, "%s: unknown flag or missing value: '%s'\n", argv[0], a);
-            usage(stderr, argv[0]);
-            return 2;
-        }
-        char *end;
-        long r = strtol(v, &end, 10);
-        if (end == v || *end || r < 1 || r > 64) {
-            fprintf(stderr, "%s: --ranks: must be an integer in 1..64, got '%s'\n", argv[0], v);
-            return 2;
-        }
-        *n = (int)r;
+        if (!dt_parse_int(v, 1, 64, n))
+            return dt_flag_error(argv[0], "--ranks: must be an integer in 1..64, got '%s'", v);
     }
     return 0;
 }
