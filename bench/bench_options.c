@@ -331,7 +331,8 @@ bench_parse_result bench_options_parse(bench_options *o, int argc, char **argv, 
                      argv[i]);
             return BENCH_PARSE_ERROR;
         }
-        const char *shown = f->short_name ? f->short_name : f->long_name;
+        /* the flag as the user spelled it: -w, or --warmup-iters for --warmup_iters */
+        const char *shown = f->short_name && argv[i][1] != '-' ? f->short_name : f->long_name;
         if (f->metavar && !value) {
             if (i + 1 >= argc) {
                 snprintf(err, errlen, "%s needs a value (%s)", shown, f->metavar);

@@ -68,19 +68,21 @@ static inline bool dt_flag_help_asked(int argc, char **argv)
     return false;
 }
 
-/* Prints "PROG: what was wrong" and "see 'PROG --help'" on stderr and
- * returns DT_FLAGS_USAGE_ERROR, for `return dt_flag_error(...)`. */
+/* Prints "PROG: what was wrong" and "see 'PROG --help'" on stderr, in one
+ * write (stderr is unbuffered: a rank stopped by its launcher mid-message
+ * must not leave half a line), and returns DT_FLAGS_USAGE_ERROR, for
+ * `return dt_flag_error(...)`. */
 static inline int dt_flag_error(const char *prog, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 static inline int dt_flag_error(const char *prog, const char *fmt, ...)
 {
+    char what[1024];
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "%s: ", prog);
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\nsee '%s --help'\n", prog);
+    vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
+    fprintf(stderr, "%s: %s\nsee '%s --help'\n", prog, what, prog);
     return DT_FLAGS_USAGE_ERROR;
 }
 
