@@ -43,7 +43,6 @@
 #include <ftw.h>
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,7 +53,6 @@
 #include "dt_ckpt.h"
 #include "dt_clock.h"
 #include "dt_flags.h"
-#include "dt_parse.h"
 
 #define WORLD 4
 #define MAX_ROUNDS 64
@@ -266,40 +264,21 @@ static void report(const bench *b)
            median_ratio(b, PH_SAVE), median_ratio(b, PH_LOAD));
 }
 
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: ckpt-bench [--rounds R] [--dir D]\n"
-            "  --rounds R  timed rounds of each phase, 1..%d (default 5)\n"
-            "  --dir D     where the checkpoints are written (default $TMPDIR or /tmp)\n"
-            "  -h, --help  print this help and exit\n",
-            MAX_ROUNDS);
-}
-
-/* Returns 0, or 1 after --help, 2 after a usage error it printed. */
+/* Returns DT_FLAGS_OK, or DT_FLAGS_HELP after printing the usage, or
+ * DT_FLAGS_ERROR after printing what was wrong. */
 static int parse_args(int argc, char **argv, int *rounds, const char **dir)
 {
-    if (dt_flag_help_asked(argc, argv))
-        return usage(stdout), 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        bool is_rounds = dt_flag_is(a, "--rounds", &v);
-        bool is_dir = !is_rounds && dt_flag_is(a, "--dir", &v);
-        if (!is_rounds && !is_dir)
-            return dt_flag_error("ckpt-bench", "unknown flag '%s'", a);
-        if (!v && i + 1 >= argc)
-            return dt_flag_error("ckpt-bench", "%s needs a value", a);
-        if (!v)
-            v = argv[++i];
-        if (is_dir) {
-            *dir = v;
-            continue;
-        }
-        if (!dt_parse_int(v, 1, MAX_ROUNDS, rounds))
-            return dt_flag_error("ckpt-bench", "--rounds: must be an integer in 1..%d, got '%s'",
-                                 MAX_ROUNDS, v);
+    const dt_flag flags[] = {
+        {NULL, "--rounds", "R", rounds, NULL, 1, MAX_ROUNDS, "timed rounds of each phase"},
+        {NULL, "--dir", "D", NULL, dir, 0, 0, "where the checkpoints are written"},
+    };
+    int n = (int)(sizeof flags / sizeof flags[0]);
+    int rc = dt_flags_parse("ckpt-bench", flags, n, argc, argv);
+    if (rc == DT_FLAGS_HELP) {
+        printf("usage: ckpt-bench [--rounds R] [--dir D]\n");
+        dt_flags_usage(stdout, flags, n);
     }
-    return 0;
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -310,7 +289,7 @@ int main(int argc, char **argv)
     base = base && *base ? base : "/tmp";
     int prc = parse_args(argc, argv, &b.rounds, &base);
     if (prc)
-        return prc == 1 ? 0 : 2;
+        return prc == DT_FLAGS_HELP ? 0 : DT_FLAGS_USAGE_ERROR;
     snprintf(b.dir, sizeof b.dir, "%s/ckpt-bench-XXXXXX", base);
     if (!mkdtemp(b.dir))
         return perror("mkdtemp"), 1;

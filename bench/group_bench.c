@@ -29,7 +29,6 @@
 #include "dt_comm.h"
 #include "dt_clock.h"
 #include "dt_flags.h"
-#include "dt_parse.h"
 
 #define MAX_RANKS 8
 #define MAX_ROUNDS 200
@@ -116,50 +115,22 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* One row per flag: the parser and the usage read the same table. */
-typedef struct flag {
-    const char *name;
-    int *value;
-    int lo, hi;
-    const char *help;
-} flag;
-
-static void usage(FILE *f, const flag *flags, int n)
-{
-    fprintf(f, "usage: group-bench [--ranks N] [--rounds R]\n"
-               "Times dt_comm_split and ops on a child against the world, ranks as threads.\n");
-    for (int i = 0; i < n; i++)
-        fprintf(f, "  %-10s N  %s, %d..%d (default %d)\n", flags[i].name, flags[i].help,
-                flags[i].lo, flags[i].hi, *flags[i].value);
-    fprintf(f, "  -h, --help     print this help and exit\n");
-}
-
-/* Returns 0, or 1 after --help, 2 after a usage error it printed. */
+/* Returns DT_FLAGS_OK, or DT_FLAGS_HELP after printing the usage, or
+ * DT_FLAGS_ERROR after printing what was wrong. */
 static int parse_args(bench *b, int argc, char **argv)
 {
-    const flag flags[] = {
-        {"--ranks", &b->n, 2, MAX_RANKS, "ranks (threads)"},
-        {"--rounds", &b->rounds, 1, MAX_ROUNDS, "timed rounds"},
+    const dt_flag flags[] = {
+        {NULL, "--ranks", "N", &b->n, NULL, 2, MAX_RANKS, "ranks (threads)"},
+        {NULL, "--rounds", "R", &b->rounds, NULL, 1, MAX_ROUNDS, "timed rounds"},
     };
     int n = (int)(sizeof flags / sizeof flags[0]);
-    if (dt_flag_help_asked(argc, argv))
-        return usage(stdout, flags, n), 1;
-    for (int i = 1; i < argc; i++) {
-        const char *v = NULL;
-        int k = 0;
-        while (k < n && !dt_flag_is(argv[i], flags[k].name, &v))
-            k++;
-        if (k == n)
-            return dt_flag_error("group-bench", "unknown flag '%s'", argv[i]);
-        if (!v && i + 1 >= argc)
-            return dt_flag_error("group-bench", "%s needs a value (N)", flags[k].name);
-        if (!v)
-            v = argv[++i];
-        if (!dt_parse_int(v, flags[k].lo, flags[k].hi, flags[k].value))
-            return dt_flag_error("group-bench", "%s: must be an integer in %d..%d, got '%s'",
-                                 flags[k].name, flags[k].lo, flags[k].hi, v);
+    int rc = dt_flags_parse("group-bench", flags, n, argc, argv);
+    if (rc == DT_FLAGS_HELP) {
+        printf("usage: group-bench [--ranks N] [--rounds R]\n"
+               "Times dt_comm_split and ops on a child against the world, ranks as threads.\n");
+        dt_flags_usage(stdout, flags, n);
     }
-    return 0;
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -167,7 +138,7 @@ int main(int argc, char **argv)
     static bench b = {.n = 4, .rounds = 30};
     int prc = parse_args(&b, argc, argv);
     if (prc)
-        return prc == 1 ? 0 : 2;
+        return prc == DT_FLAGS_HELP ? 0 : DT_FLAGS_USAGE_ERROR;
     snprintf(b.url, sizeof b.url, "file:///tmp/dtrain-group-bench-%d", (int)getpid());
     pthread_t t[MAX_RANKS];
     rank_arg args[MAX_RANKS];
