@@ -31,9 +31,12 @@
  * number > 0, K_SIZE_MB a finite one >= 0. */
 typedef enum kind { K_INT, K_POS, K_U64, K_POS_FLOAT, K_SIZE_MB, K_STR, K_BOOL, K_PARALLEL } kind;
 
-/* OpenBLAS threads per rank: more than any machine dtrain runs on has
- * cores, and far below where thread creation itself would fail. */
+/* OpenBLAS threads per rank: a cap well above the cores one rank can use
+ * on the machines dtrain is for, so that a typo (--threads 100000) is an
+ * error at start instead of a pool of threads that only compete. */
 #define MG_MAX_THREADS 256
+#define MG_TEXT_(x) #x
+#define MG_TEXT(x) MG_TEXT_(x) /* the number as a string, for the usage */
 
 typedef struct flag {
     const char *name;  /* --name */
@@ -72,7 +75,8 @@ static const flag flags[] = {
     {"--loss-table", NULL, K_BOOL, OPT(loss_table), NULL, "print every step's loss at the end"},
     {"--check-replicas", NULL, K_BOOL, OPT(check_replicas), NULL,
      "compare parameter hashes across ranks after every step"},
-    {"--threads", "-t", K_POS, OPT(threads), "N", "OpenBLAS threads per rank (1..256)"},
+    {"--threads", "-t", K_POS, OPT(threads), "N",
+     "OpenBLAS threads per rank (1.." MG_TEXT(MG_MAX_THREADS) ")"},
     {"--device", NULL, K_STR, OPT(device), "DEV",
      "cpu; cuda (one GPU per rank: the rank's LOCAL_RANK); or cuda-host "
      "(the CUDA kernels run on the host: a slow check without a GPU)"},
