@@ -343,3 +343,20 @@ Test(cli_flags, tee_without_a_log_dir_is_refused, .timeout = 30)
     assert_one_line_and_a_hint((const char *[]){LAUNCH_BIN, "--tee", "3", "true", NULL},
                                "--tee 3 sends output to log files: give --log-dir");
 }
+
+Test(cli_flags, the_oversubscription_warning_prints_a_fraction_as_it_is, .timeout = 30)
+{
+    cpu_set_t mine, two;
+    cr_assert_eq(sched_getaffinity(0, sizeof mine, &mine), 0);
+    CPU_ZERO(&two);
+    for (int c = 0, n = 0; c < CPU_SETSIZE && n < 2; c++)
+        if (CPU_ISSET(c, &mine))
+            CPU_SET(c, &two), n++;
+    cr_assert_eq(CPU_COUNT(&two), 2, "this test needs 2 CPUs to run on");
+    cr_assert_eq(sched_setaffinity(0, sizeof two, &two), 0);
+    int code;
+    char *out = run((const char *[]){LAUNCH_BIN, "-n", "9", "/bin/true", NULL}, &code);
+    cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
+    cr_expect(strstr(out, "9 workers on 2 CPU cores (4.5 per core)"), "%s", out);
+    free(out);
+}
