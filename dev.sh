@@ -4,6 +4,7 @@
 #
 #   ./dev.sh demo [ARGS]     install what is missing, build, run the main job:
 #                            dtrain-launch -n 4 ./minigpt [ARGS]
+#                            (demo --help: minigpt's flags, printed once)
 #   ./dev.sh test            install what is missing, build, run every test suite
 #   ./dev.sh test-sanitize   the same tests in an AddressSanitizer+UBSan build
 #   ./dev.sh test-clang      the same tests built by clang instead of gcc
@@ -24,6 +25,8 @@
 #   ./dev.sh docs-check      run the commands the docs quote and compare their
 #                            output; every path a doc names exists
 #   ./dev.sh figures         regenerate docs/figures/*.png from small real runs
+#
+#   ./dev.sh --help          this text
 #
 # Builds go to build/ (and build-sanitize/, build-clang/, build-tsan/,
 # build-fuzz/). Warnings are errors.
@@ -93,12 +96,18 @@ PY
     return $rc
 }
 
+# The comment block at the top of this file, without its '#'s.
+usage() { sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; }
+
 case "${1:-}" in
 demo)
     install_missing
     build build
     shift
     cd build/train
+    for arg in "$@"; do # help is one page, not one per rank
+        case "$arg" in -h | --help) exec ./minigpt --help ;; esac
+    done
     exec ../launcher/dtrain-launch -n 4 ./minigpt "$@"
     ;;
 test)
@@ -188,8 +197,16 @@ test-torch)
     echo "$(printf '%s\n' "$out" | grep -c '^ok ') passed, $failed failed"
     exit $rc
     ;;
+-h | --help | help)
+    usage
+    ;;
+'')
+    usage >&2
+    exit 2
+    ;;
 *)
-    sed -n '2,/^# Builds/p' "$0" | sed '$d'
+    echo "dev.sh: unknown command '$1'" >&2
+    echo "see './dev.sh --help'" >&2
     exit 2
     ;;
 esac

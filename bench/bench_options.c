@@ -8,7 +8,9 @@
  * text cannot forget it and the parser cannot accept an undocumented one
  * (STYLE.md: llm.c's usage and parser disagree; ours must not).
  *
- * Accepted spellings: `-b 4K`, `--minbytes 4K`, `--minbytes=4K`. Sizes are
+ * Accepted spellings: `-b 4K`, `--minbytes 4K`, `--minbytes=4K`, and a long
+ * name's words joined by '-' or '_' (`--warmup-iters`, nccl-tests'
+ * `--warmup_iters`; dt_flags.h). Sizes are
  * bytes with an optional K, M or G suffix (powers of 1024, as nccl-tests).
  * Setters write why a value is wrong; the parser prefixes the flag and the
  * value, so every message reads "-b '12Q': not a size ...".
@@ -20,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dt_flags.h"
 #include "dt_parse.h"
 
 typedef bool (*flag_setter)(bench_options *o, const char *value, char *why, size_t whylen);
@@ -247,7 +250,7 @@ static const flag flags[] = {
     {"-d", "--datatype", "TYPE", "f32 f64 f16 bf16 i8 u8 i32 i64 (default f32)", set_dtype},
     {"-o", "--op", "OP", "sum prod min max avg band bor bxor (default sum)", set_redop},
     {"-n", "--iters", "N", "timed back-to-back ops per size (default 20)", set_iters},
-    {"-w", "--warmup_iters", "N", "untimed ops before them (default 5)", set_warmup},
+    {"-w", "--warmup-iters", "N", "untimed ops before them (default 5)", set_warmup},
     {"-r", "--root", "RANK", "broadcast and reduce root (default 0)", set_root},
     {NULL, "--check", NULL, "verify one more op per size; exit 1 if any element is wrong",
      set_check},
@@ -290,15 +293,8 @@ static const flag *find_flag(const char *arg, const char **inline_value)
         const flag *f = &flags[i];
         if (f->short_name && strcmp(arg, f->short_name) == 0)
             return f;
-        size_t len = strlen(f->long_name);
-        if (strncmp(arg, f->long_name, len) != 0)
-            continue;
-        if (arg[len] == '\0')
+        if (dt_flag_is(arg, f->long_name, f->metavar ? inline_value : NULL))
             return f;
-        if (arg[len] == '=' && f->metavar) {
-            *inline_value = arg + len + 1;
-            return f;
-        }
     }
     return NULL;
 }
@@ -323,6 +319,8 @@ static bench_parse_result check_combination(const bench_options *o, char *err, s
 bench_parse_result bench_options_parse(bench_options *o, int argc, char **argv, char *err,
                                        size_t errlen)
 {
+    if (dt_flag_help_asked(argc, argv))
+        return BENCH_PARSE_HELP;
     for (int i = 1; i < argc; i++) {
         const char *value;
         const flag *f = find_flag(argv[i], &value);
@@ -333,7 +331,8 @@ bench_parse_result bench_options_parse(bench_options *o, int argc, char **argv, 
                      argv[i]);
             return BENCH_PARSE_ERROR;
         }
-        const char *shown = f->short_name ? f->short_name : f->long_name;
+        /* the flag as the user spelled it: -w, or --warmup-iters for --warmup_iters */
+        const char *shown = f->short_name && argv[i][1] != '-' ? f->short_name : f->long_name;
         if (f->metavar && !value) {
             if (i + 1 >= argc) {
                 snprintf(err, errlen, "%s needs a value (%s)", shown, f->metavar);

@@ -39,7 +39,7 @@ typedef struct bench_options {
 typedef enum bench_parse_result {
     BENCH_PARSE_OK,
     BENCH_PARSE_HELP,  /* -h given: print usage to stdout, exit 0 */
-    BENCH_PARSE_ERROR, /* message in err: print it and the usage, exit 2 */
+    BENCH_PARSE_ERROR, /* message in err: print it and a pointer to --help, exit 2 */
 } bench_parse_result;
 
 void bench_options_default(bench_options *o);

@@ -52,6 +52,7 @@
 
 #include "dt_ckpt.h"
 #include "dt_clock.h"
+#include "dt_flags.h"
 
 #define WORLD 4
 #define MAX_ROUNDS 64
@@ -263,42 +264,21 @@ static void report(const bench *b)
            median_ratio(b, PH_SAVE), median_ratio(b, PH_LOAD));
 }
 
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: ckpt-bench [--rounds R] [--dir D]\n"
-            "  --rounds R  timed rounds of each phase, 1..%d (default 5)\n"
-            "  --dir D     where the checkpoints are written (default $TMPDIR or /tmp)\n"
-            "  -h, --help  print this help and exit\n",
-            MAX_ROUNDS);
-}
-
-/* Returns 0, or 1 after --help, 2 after a usage error it printed. */
+/* Returns DT_FLAGS_OK, or DT_FLAGS_HELP after printing the usage, or
+ * DT_FLAGS_ERROR after printing what was wrong. */
 static int parse_args(int argc, char **argv, int *rounds, const char **dir)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help"))
-            return usage(stdout), 1;
-        if ((strcmp(a, "--rounds") && strcmp(a, "--dir")) || i + 1 >= argc) {
-            fprintf(stderr, "ckpt-bench: unknown flag or missing value: '%s'\n", a);
-            return usage(stderr), 2;
-        }
-        const char *v = argv[++i];
-        if (!strcmp(a, "--dir")) {
-            *dir = v;
-            continue;
-        }
-        char *end;
-        long r = strtol(v, &end, 10);
-        if (end == v || *end || r < 1 || r > MAX_ROUNDS) {
-            fprintf(stderr, "ckpt-bench: --rounds: must be an integer in 1..%d, got '%s'\n",
-                    MAX_ROUNDS, v);
-            return 2;
-        }
-        *rounds = (int)r;
+    const dt_flag flags[] = {
+        {NULL, "--rounds", "R", rounds, NULL, 1, MAX_ROUNDS, "timed rounds of each phase"},
+        {NULL, "--dir", "D", NULL, dir, 0, 0, "where the checkpoints are written"},
+    };
+    int n = (int)(sizeof flags / sizeof flags[0]);
+    int rc = dt_flags_parse("ckpt-bench", flags, n, argc, argv);
+    if (rc == DT_FLAGS_HELP) {
+        printf("usage: ckpt-bench [--rounds R] [--dir D]\n");
+        dt_flags_usage(stdout, flags, n);
     }
-    return 0;
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -309,7 +289,7 @@ int main(int argc, char **argv)
     base = base && *base ? base : "/tmp";
     int prc = parse_args(argc, argv, &b.rounds, &base);
     if (prc)
-        return prc == 1 ? 0 : 2;
+        return prc == DT_FLAGS_HELP ? 0 : DT_FLAGS_USAGE_ERROR;
     snprintf(b.dir, sizeof b.dir, "%s/ckpt-bench-XXXXXX", base);
     if (!mkdtemp(b.dir))
         return perror("mkdtemp"), 1;

@@ -55,6 +55,7 @@
 #include "bench_options.h"
 #include "dt_clock.h"
 #include "dt_comm.h"
+#include "dt_flags.h"
 
 #define DEVICE_ROUNDS 5
 
@@ -425,9 +426,7 @@ int main(int argc, char **argv)
     char err[256];
     switch (bench_options_parse(&o, argc, argv, err, sizeof err)) {
     case BENCH_PARSE_HELP: bench_options_usage(stdout, "dtrain-bench"); return 0;
-    case BENCH_PARSE_ERROR:
-        fprintf(stderr, "dtrain-bench: %s\n(dtrain-bench --help lists the flags)\n", err);
-        return 2;
+    case BENCH_PARSE_ERROR: return dt_flag_error("dtrain-bench", "%s", err);
     default: break;
     }
     if (o.ranks > 0)

@@ -15,7 +15,8 @@
  * communicator the op runs on); the table shows medians over the rounds and
  * the child/world ratio.
  *
- * Usage: group-bench [--ranks N] [--rounds R]
+ * Usage: group-bench [--ranks N] [--rounds R]; the usage text and the
+ * parser read one table (dt_flags.h's spellings and errors).
  */
 #include <pthread.h>
 #include <stdbool.h>
@@ -27,6 +28,7 @@
 
 #include "dt_comm.h"
 #include "dt_clock.h"
+#include "dt_flags.h"
 
 #define MAX_RANKS 8
 #define MAX_ROUNDS 200
@@ -113,23 +115,30 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* Returns DT_FLAGS_OK, or DT_FLAGS_HELP after printing the usage, or
+ * DT_FLAGS_ERROR after printing what was wrong. */
+static int parse_args(bench *b, int argc, char **argv)
+{
+    const dt_flag flags[] = {
+        {NULL, "--ranks", "N", &b->n, NULL, 2, MAX_RANKS, "ranks (threads)"},
+        {NULL, "--rounds", "R", &b->rounds, NULL, 1, MAX_ROUNDS, "timed rounds"},
+    };
+    int n = (int)(sizeof flags / sizeof flags[0]);
+    int rc = dt_flags_parse("group-bench", flags, n, argc, argv);
+    if (rc == DT_FLAGS_HELP) {
+        printf("usage: group-bench [--ranks N] [--rounds R]\n"
+               "Times dt_comm_split and ops on a child against the world, ranks as threads.\n");
+        dt_flags_usage(stdout, flags, n);
+    }
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     static bench b = {.n = 4, .rounds = 30};
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--ranks") == 0)
-            b.n = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--rounds") == 0)
-            b.rounds = atoi(argv[i + 1]);
-        else {
-            fprintf(stderr, "usage: group-bench [--ranks N] [--rounds R]\n");
-            return 2;
-        }
-    }
-    if (b.n < 2 || b.n > MAX_RANKS || b.rounds < 1 || b.rounds > MAX_ROUNDS) {
-        fprintf(stderr, "group-bench: --ranks 2..%d, --rounds 1..%d\n", MAX_RANKS, MAX_ROUNDS);
-        return 2;
-    }
+    int prc = parse_args(&b, argc, argv);
+    if (prc)
+        return prc == DT_FLAGS_HELP ? 0 : DT_FLAGS_USAGE_ERROR;
     snprintf(b.url, sizeof b.url, "file:///tmp/dtrain-group-bench-%d", (int)getpid());
     pthread_t t[MAX_RANKS];
     rank_arg args[MAX_RANKS];

@@ -29,31 +29,16 @@
 #include <unistd.h>
 
 #include "dt_clock.h"
+#include "dt_flags.h"
 
 #define MAX_STREAMS 64
 #define CHUNK ((size_t)1 << 20)
-
-typedef struct option {
-    const char *flag;
-    const char *help;
-    int *value;
-    int lo, hi;
-} option;
 
 typedef struct stream_job {
     int fd;
     size_t bytes;
     int failed;
 } stream_job;
-
-static void usage(FILE *f, const option *opts, int n)
-{
-    fprintf(f, "usage: loopback-streams [flags]\n");
-    for (int i = 0; i < n; i++)
-        fprintf(f, "  %s N   %s, %d..%d (default %d)\n", opts[i].flag, opts[i].help, opts[i].lo,
-                opts[i].hi, *opts[i].value);
-    fprintf(f, "  -h, --help  print this help and exit\n");
-}
 
 /* A listening socket on 127.0.0.1 and an ephemeral port; -1 on failure. */
 static int listen_loopback(int *port)
@@ -143,35 +128,20 @@ static int cmp_double(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     int n = 4, mib = 256, buf_mib = 4;
-    option opts[] = {
-        {"-n", "streams (processes in the ring)", &n, 2, MAX_STREAMS},
-        {"-s", "MiB each stream sends", &mib, 1, 1 << 16},
-        {"-b", "socket buffer MiB (SO_SNDBUF/SO_RCVBUF)", &buf_mib, 1, 256},
+    const dt_flag flags[] = {
+        {"-n", NULL, "N", &n, NULL, 2, MAX_STREAMS, "streams (processes in the ring)"},
+        {"-s", NULL, "N", &mib, NULL, 1, 1 << 16, "MiB each stream sends"},
+        {"-b", NULL, "N", &buf_mib, NULL, 1, 256, "socket buffer MiB (SO_SNDBUF/SO_RCVBUF)"},
     };
-    int n_opts = (int)(sizeof opts / sizeof opts[0]);
-    for (int i = 1; i < argc; i += 2) { /* flag, value */
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout, opts, n_opts);
-            return 0;
-        }
-        int k = 0;
-        while (k < n_opts && strcmp(argv[i], opts[k].flag) != 0)
-            k++;
-        char *end = NULL;
-        long v = k < n_opts && i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
-        if (k == n_opts || !end || *end || v < opts[k].lo || v > opts[k].hi) {
-            if (k == n_opts || i + 1 >= argc)
-                fprintf(stderr, "loopback-streams: unknown flag or missing value: '%s'\n", argv[i]);
-            else
-                fprintf(stderr,
-                        "loopback-streams: %s: must be an integer in %d..%d, "
-                        "got '%s'\n",
-                        argv[i], opts[k].lo, opts[k].hi, argv[i + 1]);
-            usage(stderr, opts, n_opts);
-            return 2;
-        }
-        *opts[k].value = (int)v;
+    int n_flags = (int)(sizeof flags / sizeof flags[0]);
+    int prc = dt_flags_parse("loopback-streams", flags, n_flags, argc, argv);
+    if (prc == DT_FLAGS_HELP) {
+        printf("usage: loopback-streams [flags]\n");
+        dt_flags_usage(stdout, flags, n_flags);
+        return 0;
     }
+    if (prc)
+        return DT_FLAGS_USAGE_ERROR;
 
     int listen_fds[MAX_STREAMS], ports[MAX_STREAMS], ready[2], go[2], results[2];
     for (int r = 0; r < n; r++)

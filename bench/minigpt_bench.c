@@ -24,13 +24,8 @@
 #include <time.h>
 
 #include "dt_clock.h"
+#include "dt_flags.h"
 #include "dt_model.h"
-
-typedef struct option {
-    const char *flag;
-    const char *help;
-    int *value;
-} option;
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -38,64 +33,37 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static void usage(FILE *f, const option *opts, int n)
-{
-    fprintf(f, "usage: minigpt-bench [options]\n");
-    for (int i = 0; i < n; i++)
-        fprintf(f, "  %s N   %s (default %d)\n", opts[i].flag, opts[i].help, *opts[i].value);
-    fprintf(f, "  -b NAME   backend: cpu or cpu-reference (default cpu)\n"
-               "  -h, --help  print this help and exit\n");
-}
-
 int main(int argc, char **argv)
 {
     dt_config c = dt_config_seed();
     int B = 4, steps = 200, warmup = 20, threads = 1;
     const char *backend = "cpu";
-    option opts[] = {
-        {"-V", "vocabulary size", &c.V},      {"-C", "embedding width", &c.C},
-        {"-H", "attention heads", &c.H},      {"-L", "layers", &c.L},
-        {"-T", "context length", &c.T},       {"-B", "batch size", &B},
-        {"-n", "timed steps", &steps},        {"-w", "warm-up steps", &warmup},
-        {"-t", "OpenBLAS threads", &threads},
+    const dt_flag flags[] = {
+        {"-V", NULL, "N", &c.V, NULL, 1, 1000000, "vocabulary size"},
+        {"-C", NULL, "N", &c.C, NULL, 1, 1000000, "embedding width"},
+        {"-H", NULL, "N", &c.H, NULL, 1, 1000000, "attention heads"},
+        {"-L", NULL, "N", &c.L, NULL, 1, 1000000, "layers"},
+        {"-T", NULL, "N", &c.T, NULL, 1, 1000000, "context length"},
+        {"-B", NULL, "N", &B, NULL, 1, 1000000, "batch size"},
+        {"-n", NULL, "N", &steps, NULL, 1, 1000000, "timed steps"},
+        {"-w", NULL, "N", &warmup, NULL, 0, 1000000, "warm-up steps"},
+        {"-t", NULL, "N", &threads, NULL, 1, 1024, "OpenBLAS threads"},
+        {"-b", NULL, "NAME", NULL, &backend, 0, 0, "backend: cpu or cpu-reference"},
     };
-    int nopts = (int)(sizeof opts / sizeof opts[0]);
-    for (int i = 1; i < argc; i++) {
-        int matched = 0;
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout, opts, nopts);
-            return 0;
-        }
-        if (strcmp(argv[i], "-b") == 0 && i + 1 < argc) {
-            backend = argv[++i];
-            continue;
-        }
-        for (int k = 0; k < nopts && !matched; k++)
-            if (strcmp(argv[i], opts[k].flag) == 0 && i + 1 < argc) {
-                char *end;
-                long v = strtol(argv[++i], &end, 10);
-                if (end == argv[i] || *end || v < 0 || v > 1000000) {
-                    fprintf(stderr,
-                            "minigpt-bench: %s: must be an integer in "
-                            "0..1000000, got '%s'\n",
-                            opts[k].flag, argv[i]);
-                    return 2;
-                }
-                *opts[k].value = (int)v;
-                matched = 1;
-            }
-        if (!matched) {
-            fprintf(stderr, "minigpt-bench: unknown flag or missing value: '%s'\n", argv[i]);
-            usage(stderr, opts, nopts);
-            return 2;
-        }
+    int n_flags = (int)(sizeof flags / sizeof flags[0]);
+    int prc = dt_flags_parse("minigpt-bench", flags, n_flags, argc, argv);
+    if (prc == DT_FLAGS_HELP) {
+        printf("usage: minigpt-bench [flags]\n");
+        dt_flags_usage(stdout, flags, n_flags);
+        return 0;
     }
+    if (prc)
+        return DT_FLAGS_USAGE_ERROR;
+    if (strcmp(backend, "cpu") && strcmp(backend, "cpu-reference"))
+        return dt_flag_error("minigpt-bench", "-b: must be cpu or cpu-reference, got '%s'",
+                             backend);
     const dt_backend *be = strcmp(backend, "cpu-reference") == 0 ? dt_backend_cpu_reference()
                                                                  : dt_backend_cpu();
-    if (steps < 1 || warmup < 0 || threads < 1) {
-        fprintf(stderr, "minigpt-bench: -n and -t must be >= 1, -w >= 0\n");
-        return 2;
-    }
     openblas_set_num_threads(threads);
 
     dt_model *m;

@@ -15,33 +15,46 @@
  * export and reshard load the full state as one rank of one (the
  * intersection with every shard is the whole of it), then write it out.
  * Exit codes: 0 success, 1 a checkpoint failed its checks or a write
- * failed, 2 usage.
+ * failed, 2 usage (one line saying what was wrong and a pointer to --help,
+ * dt_flags.h; --pp_partition is --pp-partition).
  */
 #include <dirent.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "dt_ckpt.h"
+#include "dt_flags.h"
+#include "dt_parse.h"
 #include "dt_pipe.h"
 
-/* Prints the usage to f; returns the exit code of a usage error. */
-static int usage_to(FILE *f)
+/* Each command and its arguments: the usage and the errors read them. */
+static const char *const commands[][2] = {
+    {"ls", "ROOT"},
+    {"verify", "DIR|ROOT"},
+    {"export", "DIR|ROOT OUT.safetensors"},
+    {"reshard", "DIR|ROOT OUTROOT M [--pp P [--pp-partition params|uniform]]"},
+};
+#define NUM_COMMANDS (sizeof commands / sizeof commands[0])
+
+static void usage_to(FILE *f)
 {
-    fprintf(f, "usage: dtrain-ckpt ls ROOT\n"
-               "       dtrain-ckpt verify DIR|ROOT\n"
-               "       dtrain-ckpt export DIR|ROOT OUT.safetensors\n"
-               "       dtrain-ckpt reshard DIR|ROOT OUTROOT M "
-               "[--pp P [--pp-partition params|uniform]]\n"
-               "       dtrain-ckpt --help\n");
-    return 2;
+    for (size_t i = 0; i < NUM_COMMANDS; i++)
+        fprintf(f, "%s dtrain-ckpt %s %s\n", i ? "      " : "usage:", commands[i][0],
+                commands[i][1]);
+    fprintf(f, "       dtrain-ckpt --help\n");
 }
 
-static int usage(void)
+/* "dtrain-ckpt: export takes DIR|ROOT OUT.safetensors", exit code 2. */
+static int wrong_arguments(const char *cmd)
 {
-    return usage_to(stderr);
+    for (size_t i = 0; i < NUM_COMMANDS; i++)
+        if (strcmp(cmd, commands[i][0]) == 0)
+            return dt_flag_error("dtrain-ckpt", "%s takes %s", cmd, commands[i][1]);
+    return dt_flag_error("dtrain-ckpt", "unknown command '%s': ls, verify, export or reshard", cmd);
 }
 
 /* A step directory as given, or the one `latest` names under a root. */
@@ -142,24 +155,28 @@ static void free_full(dt_ckpt_state *s)
 }
 
 /* reshard's layout flags (argv[5..]): none, or --pp P [--pp-partition
- * HOW]. *pp = 0 without --pp. Returns 0, or 2 for a usage error. */
+ * HOW]. *pp = 0 without --pp. Returns 0, or 2 after printing what was
+ * wrong. */
 static int parse_layout(int argc, char **argv, int *pp, dt_pipe_partition_kind *kind)
 {
     *pp = 0;
     *kind = DT_PARTITION_PARAMS;
-    for (int i = 5; i < argc; i += 2) {
-        char *end;
-        if (i + 1 >= argc)
-            return 2;
-        if (strcmp(argv[i], "--pp") == 0) {
-            long p = strtol(argv[i + 1], &end, 10);
-            if (*end || p < 1 || p > DT_CKPT_MAX_WORLD)
-                return 2;
-            *pp = (int)p;
-        } else if (strcmp(argv[i], "--pp-partition") != 0 ||
-                   !dt_pipe_partition_parse(argv[i + 1], kind)) {
-            return 2;
-        }
+    for (int i = 5; i < argc; i++) {
+        const char *v;
+        bool is_pp = dt_flag_is(argv[i], "--pp", &v);
+        if (!is_pp && !dt_flag_is(argv[i], "--pp-partition", &v))
+            return dt_flag_error("dtrain-ckpt", "reshard: unknown flag '%s' (--pp, --pp-partition)",
+                                 argv[i]);
+        if (!v && i + 1 >= argc)
+            return dt_flag_error("dtrain-ckpt", "%s needs a value", argv[i]);
+        if (!v)
+            v = argv[++i];
+        if (is_pp && !dt_parse_int(v, 1, DT_CKPT_MAX_WORLD, pp))
+            return dt_flag_error("dtrain-ckpt", "--pp: must be an integer in 1..%d, got '%s'",
+                                 DT_CKPT_MAX_WORLD, v);
+        if (!is_pp && !dt_pipe_partition_parse(v, kind))
+            return dt_flag_error("dtrain-ckpt",
+                                 "--pp-partition: must be params or uniform, got '%s'", v);
     }
     return 0;
 }
@@ -225,22 +242,22 @@ static int cmd_reshard(dt_ckpt_state *s, const char *outroot, int m, int pp,
 
 int main(int argc, char **argv)
 {
-    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")))
+    if (dt_flag_help_asked(argc, argv))
         return usage_to(stdout), 0;
-    if (argc < 3)
-        return usage();
+    if (argc < 2)
+        return dt_flag_error("dtrain-ckpt", "no command given: ls, verify, export or reshard");
     const char *cmd = argv[1];
     if (strcmp(cmd, "ls") == 0)
-        return argc == 3 ? cmd_ls(argv[2]) : usage();
+        return argc == 3 ? cmd_ls(argv[2]) : wrong_arguments(cmd);
     bool verify = strcmp(cmd, "verify") == 0 && argc == 3;
     bool export = strcmp(cmd, "export") == 0 && argc == 4;
-    bool reshard = strcmp(cmd, "reshard") == 0 && argc >= 5 && argc % 2;
+    bool reshard = strcmp(cmd, "reshard") == 0 && argc >= 5;
     int pp = 0;
     dt_pipe_partition_kind kind;
     if (reshard && parse_layout(argc, argv, &pp, &kind))
-        return usage();
+        return DT_FLAGS_USAGE_ERROR;
     if (!verify && !export && !reshard)
-        return usage();
+        return wrong_arguments(cmd);
     dt_ckpt_options o = {.allow_reshard = true};
     dt_ckpt *ck;
     char dir[4200], shown[4200];
@@ -265,14 +282,14 @@ int main(int argc, char **argv)
                    dt_ckpt_printable(shown, sizeof shown, argv[3]), s.num_params, s.step);
     }
     if (!rc && reshard) {
-        char *end;
-        long m = strtol(argv[4], &end, 10);
-        if (*end || m < 1 || m > DT_CKPT_MAX_WORLD) {
+        int m;
+        if (!dt_parse_int(argv[4], 1, DT_CKPT_MAX_WORLD, &m)) {
             free_full(&s);
             dt_ckpt_close(ck);
-            return usage();
+            return dt_flag_error("dtrain-ckpt", "reshard: M must be an integer in 1..%d, got '%s'",
+                                 DT_CKPT_MAX_WORLD, argv[4]);
         }
-        rc = cmd_reshard(&s, argv[3], (int)m, pp, kind);
+        rc = cmd_reshard(&s, argv[3], m, pp, kind);
     }
     free_full(&s);
     dt_ckpt_close(ck);

@@ -23,6 +23,7 @@
 
 #include "dt_clock.h"
 #include "dt_comm.h"
+#include "dt_flags.h"
 
 static int check(int rank, const char *what, dt_status st, dt_comm *c, int ok)
 {
@@ -196,43 +197,19 @@ static int run_rank(int rank, int n, const char *url, const uint8_t *secret)
     return bad ? 1 : 0;
 }
 
-static void usage(FILE *f, const char *prog)
-{
-    fprintf(f,
-            "usage: %s [-n RANKS]\n"
-            "Forks RANKS local ranks that run every collective once and check it.\n"
-            "  -n, --ranks RANKS   local ranks, 1..64 (default 4)\n"
-            "  -h, --help          print this help and exit\n",
-            prog);
-}
-
-/* -n N / --ranks N / --ranks=N; returns 0, or 1 for --help, 2 for an error. */
+/* Returns DT_FLAGS_OK, or DT_FLAGS_HELP after printing the usage, or
+ * DT_FLAGS_ERROR after printing what was wrong. */
 static int parse_args(int argc, char **argv, int *n)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout, argv[0]);
-            return 1;
-        }
-        if (!strncmp(a, "--ranks=", 8))
-            v = a + 8;
-        else if ((!strcmp(a, "-n") || !strcmp(a, "--ranks")) && i + 1 < argc)
-            v = argv[++i];
-        if (!v) {
-            fprintf(stderr, "%s: unknown flag or missing value: '%s'\n", argv[0], a);
-            usage(stderr, argv[0]);
-            return 2;
-        }
-        char *end;
-        long r = strtol(v, &end, 10);
-        if (end == v || *end || r < 1 || r > 64) {
-            fprintf(stderr, "%s: --ranks: must be an integer in 1..64, got '%s'\n", argv[0], v);
-            return 2;
-        }
-        *n = (int)r;
+    const dt_flag flags[] = {{"-n", "--ranks", "RANKS", n, NULL, 1, 64, "local ranks"}};
+    int rc = dt_flags_parse(argv[0], flags, 1, argc, argv);
+    if (rc == DT_FLAGS_HELP) {
+        printf("usage: %s [-n RANKS]\n"
+               "Forks RANKS local ranks that run every collective once and check it.\n",
+               argv[0]);
+        dt_flags_usage(stdout, flags, 1);
     }
-    return 0;
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -240,7 +217,7 @@ int main(int argc, char **argv)
     int n = 4;
     int prc = parse_args(argc, argv, &n);
     if (prc)
-        return prc == 1 ? 0 : 2;
+        return prc == DT_FLAGS_HELP ? 0 : DT_FLAGS_USAGE_ERROR;
     if (sodium_init() < 0)
         return 1;
     uint8_t secret[32];

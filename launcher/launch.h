@@ -48,7 +48,14 @@ typedef struct launch_options {
     double grace_s;            /* SIGTERM -> SIGKILL delay */
     double init_timeout_s;     /* DT_INIT_TIMEOUT for the workers; 0 = not set */
     bool help;
-    char **program; /* PROGRAM ARGS..., NULL-terminated, points into argv */
+    /* torchrun's flags with nothing or little to do here (launch_options.c) */
+    bool standalone;           /* one node, a fresh rendezvous: no --rdzv/--nnodes > 1 */
+    bool no_python;            /* accepted: PROGRAM is always executed directly */
+    const char *rdzv_backend;  /* c10d or static (a TCP store), or NULL */
+    int tee;                   /* streams (1 stdout, 2 stderr) copied to --log-dir; -1 = unset */
+    int redirects;             /* streams sent to --log-dir only, not to our own output */
+    double monitor_interval_s; /* accepted: workers are watched by events, not polled */
+    char **program;            /* PROGRAM ARGS..., NULL-terminated, points into argv */
 } launch_options;
 
 typedef enum launch_parse {
@@ -61,6 +68,11 @@ launch_parse launch_options_parse(launch_options *out, int argc, char **argv, ch
                                   size_t errlen);
 void launch_options_usage(FILE *f);
 
+/* Whether stream `fd` (1 stdout, 2 stderr) of a worker goes to its log
+ * file, and to the launcher's own stdout/stderr (--tee, --redirects). */
+bool launch_options_logs_stream(const launch_options *o, int fd);
+bool launch_options_shows_stream(const launch_options *o, int fd);
+
 /* ---- launch_job.c ---------------------------------------------------------- */
 
 #define LAUNCH_SECRET_BYTES 32
@@ -71,6 +83,9 @@ typedef struct launch_job {
     char init_url[LAUNCH_URL_MAX];                /* file:///... */
     char secret_hex[2 * LAUNCH_SECRET_BYTES + 1]; /* handed to workers as DT_SECRET */
     bool owns_rendezvous_file;                    /* this run made the file: remove it */
+    char master_addr[256];                        /* MASTER_ADDR for the workers, or "" */
+    int master_port;                              /* MASTER_PORT, or 0 */
+    bool agent_store;                             /* the store at MASTER_ADDR:PORT exists */
 } launch_job;
 
 /* Returns 0, or -1 with a message in err (a usage problem: exit 2). */
@@ -87,6 +102,9 @@ void launch_job_cleanup(const launch_job *job);
 char **launch_env_build(const launch_options *o, const launch_job *job, int local_rank,
                         int restart);
 void launch_env_free(char **env);
+/* Chooses the MASTER_ADDR/MASTER_PORT the workers get (worker_env.c says
+ * which); 0, or -1 with err when no free port can be found. */
+int launch_env_choose_master(launch_job *job, const launch_options *o, char *err, size_t errlen);
 
 /* ---- output_prefix.c ------------------------------------------------------- */
 

@@ -35,6 +35,7 @@
 #include <sys/stat.h>
 
 #include "dt_comm.h"
+#include "dt_flags.h"
 #include "launch.h"
 
 typedef struct launcher {
@@ -133,7 +134,7 @@ static void warn_if_oversubscribed(const launch_options *o)
     if (cpus <= 0 || o->nproc_per_node <= WORKERS_PER_CPU_WARN * cpus)
         return;
     fprintf(stderr,
-            "dtrain-launch: warning: %d workers on %d CPU core%s (%.0f per core): they "
+            "dtrain-launch: warning: %d workers on %d CPU core%s (%.3g per core): they "
             "will starve each other and start-up may miss its deadline; start fewer, or give "
             "them time with --init-timeout\n",
             o->nproc_per_node, cpus, cpus == 1 ? "" : "s", (double)o->nproc_per_node / cpus);
@@ -192,15 +193,18 @@ int main(int argc, char **argv)
     char err[512];
     switch (launch_options_parse(&o, argc, argv, err, sizeof err)) {
     case LAUNCH_PARSE_HELP: launch_options_usage(stdout); return 0;
-    case LAUNCH_PARSE_ERROR:
-        fprintf(stderr, "dtrain-launch: %s\n(see dtrain-launch --help)\n", err);
-        return 2;
+    case LAUNCH_PARSE_ERROR: return dt_flag_error("dtrain-launch", "%s", err);
     case LAUNCH_PARSE_OK: break;
     }
     launch_job job;
     if (launch_job_init(&job, &o, err, sizeof err) != 0) {
         fprintf(stderr, "dtrain-launch: %s\n", err);
         return 2;
+    }
+    if (launch_env_choose_master(&job, &o, err, sizeof err) != 0) {
+        fprintf(stderr, "dtrain-launch: %s\n", err);
+        launch_job_cleanup(&job);
+        return 1;
     }
     if (o.log_dir && make_dir(o.log_dir) != 0) {
         fprintf(stderr, "dtrain-launch: cannot create --log-dir %s: %s\n", o.log_dir,

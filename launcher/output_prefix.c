@@ -265,10 +265,13 @@ void launch_output_feed(output_stream *s, const char *data, size_t n)
                 emit_after_status(s, &out, &len, &cap, data, take);
         } else if (*br == '\n' || (!s->transient && s->len + take > 0))
             emit_line(s, &out, &len, &cap, s->partial, s->len, data, take);
-        else if (s->tty && s->len + take > 0) {
+        else if (s->tty && take > 0) {
             /* a status line superseded by the next '\r' in this same read:
              * drawn all the same, so every step's bar shows however the
-             * worker's writes happen to be split into reads */
+             * worker's writes happen to be split into reads. Bytes held
+             * from an earlier read (s->len) were drawn when that read
+             * ended: with nothing new (take == 0) drawing them again would
+             * show every bar twice. */
             write_all(&s->out_fd, out, len);
             len = 0;
             draw_status_text(s, s->partial, s->len, data, take);

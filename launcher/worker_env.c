@@ -22,22 +22,36 @@
  *   DT_PROGRESS        1 if the launcher's stdout is a terminal, else 0:
  *                      whether rank 0 may draw a progress bar ('\r' lines,
  *                      which output_prefix.c draws in place)
+ *   MASTER_ADDR, MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE
+ *                      for programs that meet through torch's env://:
+ *                      with a tcp:// rendezvous, the store's host and port
+ *                      and "True" (the store is up; rank 0 must not host
+ *                      one), as torchrun's agent store; with the file://
+ *                      rendezvous of one node (the default, --standalone),
+ *                      127.0.0.1, a port that was free when the launcher
+ *                      started, and "False" (rank 0 hosts its store there),
+ *                      as torchrun --standalone gives a free local port;
+ *                      with a file:// rendezvous across nodes, not set
+ *                      (no node knows node 0's address): inherited, if set
  *
  * collectives/comm_env.c (dt_comm_options_from_env) is the reading side.
  * Everything else in the launcher's environment passes through unchanged;
  * any inherited value of a contract name is replaced, never duplicated.
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "launch.h"
 
 extern char **environ;
 
-enum { ENV_SET = 20 };
+enum { ENV_SET = 24 };
 
 static bool is_contract_name(const char *entry, char *const *ours, int n)
 {
@@ -89,6 +103,12 @@ char **launch_env_build(const launch_options *o, const launch_job *job, int loca
     ours[n++] = entry("DT_PROGRESS", "%d", isatty(STDOUT_FILENO) == 1);
     if (o->init_timeout_s > 0)
         ours[n++] = entry("DT_INIT_TIMEOUT", "%g", o->init_timeout_s);
+    if (job->master_port > 0) {
+        ours[n++] = entry("MASTER_ADDR", "%s", job->master_addr);
+        ours[n++] = entry("MASTER_PORT", "%d", job->master_port);
+        ours[n++] = entry("TORCHELASTIC_USE_AGENT_STORE", "%s",
+                          job->agent_store ? "True" : "False");
+    }
 
     size_t inherited = 0;
     while (environ[inherited])
@@ -128,4 +148,51 @@ void launch_env_free(char **env)
     for (char **p = env; *p; p++)
         free(*p);
     free(env);
+}
+
+/* A TCP port on 127.0.0.1 that nothing listens on now (the kernel's pick
+ * for port 0); a later bind by someone else can still take it, as with
+ * torchrun --standalone. */
+static int free_local_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+int launch_env_choose_master(launch_job *job, const launch_options *o, char *err, size_t errlen)
+{
+    job->master_addr[0] = '\0';
+    job->master_port = 0;
+    job->agent_store = false;
+    if (strncmp(job->init_url, "tcp://", 6) == 0) {
+        const char *host = job->init_url + 6, *colon = strrchr(host, ':');
+        size_t n = colon ? (size_t)(colon - host) : 0;
+        if (n >= 2 && host[0] == '[' && host[n - 1] == ']') /* [v6]:port */
+            host++, n -= 2;
+        if (!colon || n == 0 || n >= sizeof job->master_addr)
+            return 0; /* the store reports a malformed address itself */
+        memcpy(job->master_addr, host, n);
+        job->master_addr[n] = '\0';
+        job->master_port = atoi(colon + 1);
+        job->agent_store = true;
+        return 0;
+    }
+    if (o->nnodes > 1)
+        return 0;
+    int port = free_local_port();
+    if (port <= 0) {
+        snprintf(err, errlen, "no free TCP port on 127.0.0.1 for MASTER_PORT");
+        return -1;
+    }
+    snprintf(job->master_addr, sizeof job->master_addr, "127.0.0.1");
+    job->master_port = port;
+    return 0;
 }

@@ -286,8 +286,10 @@ static void spawn_worker(worker_group *g, worker *w, const launch_job *job)
     w->group = g;
     w->rank = o->node_rank * o->nproc_per_node + w->local_rank;
     w->log_fd = open_log(o, w->rank, g->restart);
-    for (int i = 0; i < 2; i++) {
-        launch_output_init(&w->streams[i], w->rank, i + 1, w->log_fd, &w->tail);
+    for (int i = 0; i < 2; i++) { /* --tee/--redirects: where stream i + 1 goes */
+        launch_output_init(&w->streams[i], w->rank,
+                           launch_options_shows_stream(o, i + 1) ? i + 1 : -1,
+                           launch_options_logs_stream(o, i + 1) ? w->log_fd : -1, &w->tail);
         uv_pipe_init(g->loop, &w->pipes[i], 0);
         w->pipes[i].data = w;
         w->pipe_open[i] = true;

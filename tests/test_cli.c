@@ -70,7 +70,7 @@ Test(cli, minigpt_refuses_a_negative_seed_rather_than_wrapping_it, .timeout = 30
 
 Test(cli, the_small_programs_name_the_flag_of_a_bad_value, .timeout = 30)
 {
-    assert_refused((const char *[]){DTRAIN_DEMO_BIN, "-n", "0", NULL}, "--ranks");
+    assert_refused((const char *[]){DTRAIN_DEMO_BIN, "-n", "0", NULL}, "-n: must be");
     assert_refused((const char *[]){CKPT_BENCH_BIN, "--rounds", "x", NULL}, "--rounds");
     assert_refused((const char *[]){MINIGPT_BENCH_BIN, "-n", "x", NULL}, "-n: must be");
     assert_refused((const char *[]){LOOPBACK_STREAMS_BIN, "-n", "1", NULL}, "-n: must be");

@@ -198,3 +198,42 @@ Test(progress, a_bar_superseded_within_one_read_is_still_drawn_on_a_terminal, .t
     cr_expect(strstr(out, "\r[0] [##########] 2/3 loss 4.2816"), "bar 2 not drawn:\n%s", out);
     cr_expect(strstr(out, "[0] replicas: identical"), "the line is missing:\n%s", out);
 }
+
+/* How often `needle` occurs in `text`. */
+static int occurrences(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle))
+        n++;
+    return n;
+}
+
+/* A worker that flushes each step's bar on its own (the usual case: one
+ * read per bar) has each bar drawn once: the bar held at the end of one
+ * read was drawn then, and the next read's '\r' does not draw it again. */
+Test(progress, a_bar_in_a_read_of_its_own_is_drawn_once, .timeout = 10)
+{
+    int master, slave;
+    cr_assert_eq(openpty(&master, &slave, NULL, NULL, NULL), 0, "openpty: %s", strerror(errno));
+    output_tail tail = {0};
+    output_stream s;
+    launch_output_init(&s, 0, slave, -1, &tail);
+    const char *reads[] = {"\r[#.........] 1/3 loss 4.3547", "\r[######....] 2/3 loss 4.2816",
+                           "\r[##########] 3/3 loss 4.1002", "\r\033[Kdone\n"};
+    for (size_t i = 0; i < sizeof reads / sizeof reads[0]; i++)
+        launch_output_feed(&s, reads[i], strlen(reads[i]));
+    launch_output_finish(&s);
+    launch_output_free(&s);
+    close(slave);
+    char out[4096];
+    size_t n = 0;
+    ssize_t r;
+    while (n < sizeof out - 1 && (r = read(master, out + n, sizeof out - 1 - n)) > 0)
+        n += (size_t)r;
+    out[n] = '\0';
+    close(master);
+    cr_expect_eq(occurrences(out, "1/3 loss"), 1, "bar 1 drawn other than once:\n%s", out);
+    cr_expect_eq(occurrences(out, "2/3 loss"), 1, "bar 2 drawn other than once:\n%s", out);
+    cr_expect_eq(occurrences(out, "3/3 loss"), 1, "bar 3 drawn other than once:\n%s", out);
+    cr_expect(strstr(out, "[0] done"), "the line is missing:\n%s", out);
+}

@@ -11,6 +11,10 @@
  * Presets fill several fields at once and are applied before any other
  * flag, wherever --preset appears, so `--preset seed --steps 5` means "the
  * seed run, but 5 steps".
+ *
+ * Spelling and errors follow dt_flags.h, as in every dtrain program:
+ * --grad-accum or --grad_accum, a value after a blank or '='; a bad flag or
+ * value is one line naming it and a pointer to --help, exit code 2.
  */
 #include <errno.h>
 #include <math.h>
@@ -19,11 +23,20 @@
 #include <string.h>
 
 #include "cli.h"
+#include "dt_flags.h"
 #include "dt_pipe.h"
 
 /* K_INT is a count (>= 0), K_POS a positive one (>= 1); K_U64 is
- * unsigned, a '-' refused rather than wrapped. */
-typedef enum kind { K_INT, K_POS, K_U64, K_FLOAT, K_DOUBLE, K_STR, K_BOOL, K_PARALLEL } kind;
+ * unsigned, a '-' refused rather than wrapped; K_POS_FLOAT is a finite
+ * number > 0, K_SIZE_MB a finite one >= 0. */
+typedef enum kind { K_INT, K_POS, K_U64, K_POS_FLOAT, K_SIZE_MB, K_STR, K_BOOL, K_PARALLEL } kind;
+
+/* OpenBLAS threads per rank: a cap well above the cores one rank can use
+ * on the machines dtrain is for, so that a typo (--threads 100000) is an
+ * error at start instead of a pool of threads that only compete. */
+#define MG_MAX_THREADS 256
+#define MG_TEXT_(x) #x
+#define MG_TEXT(x) MG_TEXT_(x) /* the number as a string, for the usage */
 
 typedef struct flag {
     const char *name;  /* --name */
@@ -46,14 +59,14 @@ static const flag flags[] = {
     {"--steps", "-n", K_POS, OPT(steps), "N", "optimizer steps"},
     {"--grad-accum", NULL, K_POS, OPT(grad_accum), "K",
      "micro-steps per step (DDP syncs only the last)"},
-    {"--lr", NULL, K_FLOAT, OPT(lr), "X", "AdamW learning rate"},
+    {"--lr", NULL, K_POS_FLOAT, OPT(lr), "X", "AdamW learning rate"},
     {"--seed", NULL, K_U64, OPT(seed), "N", "seed of the weights and the data"},
     {"--data", NULL, K_STR, OPT(data), "SRC",
      "'task' (embedded digit reversal), 'random' (seed tokens), llm.c token "
      "shards (a file or a glob, 'train_*.bin'; the vocabulary becomes GPT-2's "
      "50257 unless -V is given) or a text file (bytes)"},
     {"--parallel", NULL, K_PARALLEL, OPT(parallel), "MODE", "ddp or zero1"},
-    {"--bucket-mb", NULL, K_DOUBLE, OPT(bucket_mb), "MB", "DDP gradient bucket size (0 = 25 MB)"},
+    {"--bucket-mb", NULL, K_SIZE_MB, OPT(bucket_mb), "MB", "DDP gradient bucket size (0 = 25 MB)"},
     {"--log-every", NULL, K_POS, OPT(log_every), "N", "print a step line every N steps"},
     {"--eval-every", NULL, K_INT, OPT(eval_every), "N",
      "task accuracy every N steps (0 = at the end only)"},
@@ -62,7 +75,8 @@ static const flag flags[] = {
     {"--loss-table", NULL, K_BOOL, OPT(loss_table), NULL, "print every step's loss at the end"},
     {"--check-replicas", NULL, K_BOOL, OPT(check_replicas), NULL,
      "compare parameter hashes across ranks after every step"},
-    {"--threads", "-t", K_POS, OPT(threads), "N", "OpenBLAS threads per rank"},
+    {"--threads", "-t", K_POS, OPT(threads), "N",
+     "OpenBLAS threads per rank (1.." MG_TEXT(MG_MAX_THREADS) ")"},
     {"--device", NULL, K_STR, OPT(device), "DEV",
      "cpu; cuda (one GPU per rank: the rank's LOCAL_RANK); or cuda-host "
      "(the CUDA kernels run on the host: a slow check without a GPU)"},
@@ -202,8 +216,8 @@ static void print_default(FILE *f, const flag *fl, const mg_options *d)
     case K_INT:
     case K_POS: fprintf(f, " (default %d)", *(const int *)p); break;
     case K_U64: fprintf(f, " (default %llu)", (unsigned long long)*(const uint64_t *)p); break;
-    case K_FLOAT: fprintf(f, " (default %g)", (double)*(const float *)p); break;
-    case K_DOUBLE: fprintf(f, " (default %g)", *(const double *)p); break;
+    case K_POS_FLOAT: fprintf(f, " (default %g)", (double)*(const float *)p); break;
+    case K_SIZE_MB: fprintf(f, " (default %g)", *(const double *)p); break;
     case K_STR:
         fprintf(f, " (default %s)", *(const char *const *)p ? *(const char *const *)p : "none");
         break;
@@ -222,7 +236,8 @@ void mg_usage(FILE *f, const char *prog)
             "usage: %s [--preset NAME] [flags]\n"
             "Trains MiniGPT as one rank of a job started by dtrain-launch,\n"
             "mpirun or srun (RANK/WORLD_SIZE/DT_INIT_URL from the environment),\n"
-            "or alone when no world size is set.\n\n",
+            "or alone when no world size is set. Words in a flag join with '-' or\n"
+            "'_' (--grad-accum, --grad_accum); a value follows a blank or '='.\n\n",
             prog);
     for (size_t i = 0; i < NFLAGS; i++) {
         const flag *fl = &flags[i];
@@ -240,9 +255,7 @@ void mg_usage(FILE *f, const char *prog)
 
 static int bad(const char *prog, const char *what, const char *arg)
 {
-    fprintf(stderr, "%s: %s '%s'\n\n", prog, what, arg);
-    mg_usage(stderr, prog);
-    return 2;
+    return dt_flag_error(prog, "%s '%s'", what, arg);
 }
 
 /* What a value of each kind must be, for the message naming a bad one. */
@@ -252,8 +265,8 @@ static const char *kind_wants(kind k)
     case K_INT: return "a non-negative integer";
     case K_POS: return "a positive integer";
     case K_U64: return "a non-negative integer below 2^64";
-    case K_FLOAT:
-    case K_DOUBLE: return "a number";
+    case K_POS_FLOAT: return "a positive number";
+    case K_SIZE_MB: return "a number >= 0";
     case K_PARALLEL: return "ddp or zero1";
     case K_STR:
     case K_BOOL: break;
@@ -280,8 +293,20 @@ static bool set_value(mg_options *o, const flag *fl, const char *text)
             return false;
         *(uint64_t *)p = strtoull(text, &end, 10);
         break;
-    case K_FLOAT: *(float *)p = strtof(text, &end); break;
-    case K_DOUBLE: *(double *)p = strtod(text, &end); break;
+    case K_POS_FLOAT: {
+        float v = strtof(text, &end);
+        if (!(v > 0) || !isfinite(v))
+            return false;
+        *(float *)p = v;
+        break;
+    }
+    case K_SIZE_MB: {
+        double v = strtod(text, &end);
+        if (!(v >= 0) || !isfinite(v))
+            return false;
+        *(double *)p = v;
+        break;
+    }
     case K_STR: *(const char **)p = text; return true;
     case K_PARALLEL:
         if (strcmp(text, "ddp") && strcmp(text, "zero1"))
@@ -296,16 +321,16 @@ static bool set_value(mg_options *o, const flag *fl, const char *text)
 /* "--steps: must be a positive integer, got '-5'", and where to look. */
 static int bad_value(const char *prog, const flag *fl, const char *text)
 {
-    fprintf(stderr, "%s: %s: must be %s, got '%s' (--help lists the flags)\n", prog, fl->name,
-            kind_wants(fl->kind), text);
-    return 2;
+    return dt_flag_error(prog, "%s: must be %s, got '%s'", fl->name, kind_wants(fl->kind), text);
 }
 
-static const flag *find_flag(const char *arg, size_t len)
+/* The row `arg` names ("-t", "--grad-accum", "--grad_accum=4"); *value
+ * gets what follows '=', else NULL. */
+static const flag *find_flag(const char *arg, const char **value)
 {
     for (size_t i = 0; i < NFLAGS; i++)
-        if ((strlen(flags[i].name) == len && !strncmp(arg, flags[i].name, len)) ||
-            (flags[i].alias && strlen(flags[i].alias) == len && !strncmp(arg, flags[i].alias, len)))
+        if (dt_flag_is(arg, flags[i].name, value) ||
+            (flags[i].alias && dt_flag_is(arg, flags[i].alias, value)))
             return &flags[i];
     return NULL;
 }
@@ -364,10 +389,13 @@ static int check(const mg_options *o, const char *prog)
                    "batch/steps/grad-accum/"
                    "log-every/threads >= 1, eval-every/sample/ckpt-every/keep/"
                    "die-at-step >= 0");
+    if (o->threads > MG_MAX_THREADS)
+        return dt_flag_error(prog, "--threads: at most %d OpenBLAS threads per rank, got %d",
+                             MG_MAX_THREADS, o->threads);
     if (o->resume && strcmp(o->resume, "auto") == 0 && !o->ckpt_dir)
         return bad(prog, "--resume auto needs", "--ckpt-dir");
-    if (!(o->lr > 0) || !isfinite(o->lr) || o->bucket_mb < 0)
-        return bad(prog, "lr must be > 0 and bucket-mb >= 0", "lr/bucket-mb");
+    if (!(o->lr > 0) || !isfinite(o->lr))
+        return dt_flag_error(prog, "--lr: must be a positive number, got %g", (double)o->lr);
     if (strcmp(o->device, "cpu") && strcmp(o->device, "cuda") && strcmp(o->device, "cuda-host"))
         return bad(prog, "--device is cpu, cuda or cuda-host, not", o->device);
     if (o->pp > 0 && strcmp(o->device, "cpu"))
@@ -378,15 +406,15 @@ static int check(const mg_options *o, const char *prog)
 int mg_options_parse(mg_options *o, int argc, char **argv)
 {
     const char *prog = argv[0];
+    if (dt_flag_help_asked(argc, argv)) {
+        mg_usage(stdout, prog);
+        return 1;
+    }
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            mg_usage(stdout, prog);
-            return 1;
-        }
-        if (strncmp(argv[i], "--preset", 8) == 0) {
-            const char *v = argv[i][8] == '='                    ? argv[i] + 9
-                            : argv[i][8] == '\0' && i + 1 < argc ? argv[i + 1]
-                                                                 : NULL;
+        const char *v;
+        if (dt_flag_is(argv[i], "--preset", &v)) {
+            if (!v && i + 1 < argc)
+                v = argv[i + 1];
             if (!v)
                 return bad(prog, "missing the preset name after", argv[i]);
             int rc = apply_preset(o, prog, v);
@@ -395,21 +423,22 @@ int mg_options_parse(mg_options *o, int argc, char **argv)
         }
     }
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *eq = strchr(a, '=');
-        size_t len = eq && a[1] == '-' ? (size_t)(eq - a) : strlen(a);
-        if (strncmp(a, "--preset", 8) == 0) {
-            i += a[8] == '\0';
+        const char *a = argv[i], *v;
+        if (dt_flag_is(a, "--preset", &v)) {
+            i += v == NULL;
             continue;
         }
-        const flag *fl = find_flag(a, len);
+        const flag *fl = find_flag(a, &v);
         if (!fl)
             return bad(prog, "unknown flag", a);
-        const char *v = "1";
-        if (fl->kind != K_BOOL) {
-            v = eq && a[1] == '-' ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
-            if (!v)
-                return bad(prog, "missing a value after", a);
-        }
+        if (fl->kind == K_BOOL && v)
+            return bad(prog, "takes no value:", a);
+        if (fl->kind == K_BOOL)
+            v = "1";
+        else if (!v && i + 1 < argc)
+            v = argv[++i];
+        if (!v)
+            return bad(prog, "missing a value after", a);
         if (!set_value(o, fl, v))
             return bad_value(prog, fl, v);
         o->vocab_set |= fl->offset == OPT(cfg.V);

@@ -58,7 +58,8 @@ typedef struct mg_options {
 void mg_options_default(mg_options *o);
 /* Parses argv (a --preset anywhere applies first, then the other flags
  * override it). Returns 0 on success, 1 after printing the usage for
- * --help, 2 after printing what was wrong and the usage. */
+ * --help, 2 after printing one line naming what was wrong and a pointer
+ * to --help (dt_flags.h). */
 int mg_options_parse(mg_options *o, int argc, char **argv);
 /* The usage text, generated from the flag table. */
 void mg_usage(FILE *f, const char *prog);
