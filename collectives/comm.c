@@ -348,6 +348,8 @@ dt_status dt_comm_init(dt_comm **out, const dt_comm_options *o)
     st = dt_store_open_within(&c->store, c->init_url, c->job_id, c->init_timeout_s);
     if (st != DT_OK)
         return store_failed(c, st, "opening the rendezvous store");
+    if (o->keep_init_file)
+        dt_store_keep_file(c->store);
     if ((st = agree_on_key(c, o)) != DT_OK)
         return st;
     if ((st = comm_thread_start(c)) != DT_OK)

@@ -303,6 +303,26 @@ Test(launcher, an_rdzv_file_that_existed_before_the_launch_is_left_alone, .timeo
     launch_cleanup(&r);
 }
 
+/* The file the ranks met in is theirs to remove at the end only when the
+ * run created it: an empty file made beforehand (a store's file with no
+ * records) is joined, used, and left where it was. */
+Test(launcher, an_rdzv_file_the_ranks_joined_stays_when_it_existed_before_the_launch, .timeout = 60)
+{
+    char url[128];
+    snprintf(url, sizeof url, "file:///tmp/dt-launch-test-joined-%d", (int)getpid());
+    int fd = open(url + 7, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    cr_assert(fd >= 0, "%s: %s", url + 7, strerror(errno));
+    close(fd);
+    launch_run r;
+    launch_start(&r, (const char *[]){"-n", "2", "--rdzv", url, W, "allreduce", NULL});
+    launch_wait(&r);
+    cr_assert_eq(r.code, 0, "exit %d, stderr:\n%s", r.code, r.err);
+    cr_assert(strstr(r.out, "[1] rank=1 world=2 sum=3"), "the ranks did not meet:\n%s", r.out);
+    cr_expect(exists(url + 7), "%s was removed at the end of the job", url + 7);
+    unlink(url + 7);
+    launch_cleanup(&r);
+}
+
 /* ---- restarts ------------------------------------------------------------------------- */
 
 Test(launcher, max_restarts_restarts_the_group_until_it_succeeds, .timeout = 30)
