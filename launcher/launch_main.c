@@ -188,6 +188,8 @@ static int host_store(const launch_options *o, dt_store_server **out, char *err,
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], LAUNCH_EXEC_MODE) == 0)
+        return launch_exec_worker(argc, argv); /* a worker's first step: worker_exec.c */
     launch_options o;
     char err[512];
     switch (launch_options_parse(&o, argc, argv, err, sizeof err)) {

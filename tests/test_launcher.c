@@ -243,6 +243,33 @@ Test(launcher, a_missing_program_exits_127_naming_it, .timeout = 20)
     launch_cleanup(&r);
 }
 
+/* Workers run in sessions of their own, so no signal to the launcher
+ * reaches them; yet when the launcher is SIGKILLed they must not live on
+ * unwatched. Waits (bounded by the test's timeout) until every worker is
+ * gone; any still alive at the end is killed here and reported. */
+Test(launcher, workers_die_with_a_sigkilled_launcher, .timeout = 30)
+{
+    launch_run r;
+    launch_start(&r, (const char *[]){"-n", "2", W, "sleep", "DIR", NULL});
+    pid_t pid[2];
+    for (int i = 0; i < 2; i++)
+        pid[i] = wait_pid_file(&r, i);
+    kill(r.pid, SIGKILL);
+    launch_wait(&r);
+    int alive = 2;
+    for (int tries = 0; alive > 0 && tries < 1000; tries++) {
+        alive = 0;
+        for (int i = 0; i < 2; i++)
+            alive += kill(pid[i], 0) == 0;
+        if (alive)
+            nanosleep(&(struct timespec){0, 10000000}, NULL);
+    }
+    for (int i = 0; i < 2; i++)
+        cr_expect(kill(pid[i], SIGKILL) != 0 && errno == ESRCH,
+                  "rank %d (pid %d) outlived its SIGKILLed launcher", i, (int)pid[i]);
+    launch_cleanup(&r);
+}
+
 /* ---- the rendezvous file ---------------------------------------------------------------- */
 
 static bool exists(const char *path)
