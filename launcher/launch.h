@@ -78,6 +78,9 @@ int launch_job_init(launch_job *out, const launch_options *o, char *err, size_t 
 /* Removes the rendezvous file this run created, if a failed or interrupted
  * group left it. */
 void launch_job_cleanup(const launch_job *job);
+/* Removes the rendezvous files of /tmp/dtrain-<run id> that launches killed
+ * outright left, once no live process holds them. */
+void launch_job_sweep(const launch_job *job);
 
 /* ---- worker_env.c ---------------------------------------------------------- */
 

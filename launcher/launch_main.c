@@ -204,6 +204,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "dtrain-launch: %s\n", err);
         return 2;
     }
+    launch_job_sweep(&job);
     if (o.log_dir && make_dir(o.log_dir) != 0) {
         fprintf(stderr, "dtrain-launch: cannot create --log-dir %s: %s\n", o.log_dir,
                 strerror(errno));

@@ -311,6 +311,36 @@ Test(launcher, ctrl_c_removes_an_rdzv_file_that_did_not_exist_before_the_launch,
     assert_ctrl_c_removes_the_rendezvous_file(url);
 }
 
+/* A launcher SIGKILLed while its ranks hold the rendezvous file cannot
+ * remove it; the next launch does, once the ranks are gone. (Any launch
+ * sweeps, so one running beside this test may be the one that removes
+ * it: what is pinned down is that none outlives the next launch.) */
+Test(launcher, the_next_launch_removes_the_file_a_sigkilled_launcher_left, .timeout = 60)
+{
+    launch_run r;
+    launch_start(&r, (const char *[]){"-n", "2", W, "join-sleep", "DIR", NULL});
+    pid_t pid[2];
+    for (int i = 0; i < 2; i++)
+        pid[i] = wait_pid_file(&r, i);
+    kill(r.pid, SIGKILL);
+    launch_wait(&r);
+    const char *at = strstr(r.err, "rendezvous file://");
+    cr_assert(at, "no rendezvous in the launcher's first line:\n%s", r.err);
+    char path[128];
+    snprintf(path, sizeof path, "%.*s", (int)strcspn(at + 18, "\n"), at + 18);
+    for (int i = 0; i < 2; i++)
+        while (kill(pid[i], 0) == 0)
+            nanosleep(&(struct timespec){0, 10000000}, NULL);
+    launch_run next;
+    launch_start(&next, (const char *[]){"-n", "1", W, "env", NULL});
+    launch_wait(&next);
+    cr_assert_eq(next.code, 0, "exit %d, stderr:\n%s", next.code, next.err);
+    cr_expect(!exists(path), "%s outlived the next launch:\n%s", path, next.err);
+    unlink(path);
+    launch_cleanup(&r);
+    launch_cleanup(&next);
+}
+
 Test(launcher, an_rdzv_file_that_existed_before_the_launch_is_left_alone, .timeout = 30)
 {
     char url[128];
