@@ -5,7 +5,10 @@
  *                                        mode, bytes, and whether it verifies
  *   dtrain-ckpt verify DIR               a step directory (or a root: its
  *                                        latest); exit 0 if it verifies, 1 not
- *   dtrain-ckpt export DIR OUT.safetensors   consolidated weights
+ *   dtrain-ckpt export DIR OUT.safetensors [--names dtrain|seed]
+ *                                        consolidated weights, under dtrain's
+ *                                        state_dict names or the seed
+ *                                        curriculum's MiniGPT module's
  *   dtrain-ckpt reshard DIR OUTROOT M [--pp P [--pp-partition HOW]]
  *                                        the same state as M shards; with
  *                                        --pp, laid out for P stages x M/P
@@ -32,7 +35,7 @@ static int usage_to(FILE *f)
 {
     fprintf(f, "usage: dtrain-ckpt ls ROOT\n"
                "       dtrain-ckpt verify DIR|ROOT\n"
-               "       dtrain-ckpt export DIR|ROOT OUT.safetensors\n"
+               "       dtrain-ckpt export DIR|ROOT OUT.safetensors [--names dtrain|seed]\n"
                "       dtrain-ckpt reshard DIR|ROOT OUTROOT M "
                "[--pp P [--pp-partition params|uniform]]\n"
                "       dtrain-ckpt --help\n");
@@ -223,6 +226,15 @@ static int cmd_reshard(dt_ckpt_state *s, const char *outroot, int m, int pp,
     return rc;
 }
 
+/* export --names: dtrain's own state_dict names, or the seed curriculum's. */
+static int parse_names(const char *what, dt_ckpt_names *names)
+{
+    if (strcmp(what, "dtrain") && strcmp(what, "seed"))
+        return 1;
+    *names = strcmp(what, "seed") == 0 ? DT_CKPT_NAMES_SEED : DT_CKPT_NAMES_DTRAIN;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")))
@@ -233,7 +245,10 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "ls") == 0)
         return argc == 3 ? cmd_ls(argv[2]) : usage();
     bool verify = strcmp(cmd, "verify") == 0 && argc == 3;
-    bool export = strcmp(cmd, "export") == 0 && argc == 4;
+    bool export = strcmp(cmd, "export") == 0 && (argc == 4 || argc == 6);
+    dt_ckpt_names names = DT_CKPT_NAMES_DTRAIN;
+    if (export && argc == 6 && (strcmp(argv[4], "--names") || parse_names(argv[5], &names)))
+        return usage();
     bool reshard = strcmp(cmd, "reshard") == 0 && argc >= 5 && argc % 2;
     int pp = 0;
     dt_pipe_partition_kind kind;
@@ -257,7 +272,7 @@ int main(int argc, char **argv)
     if (!rc && (export || reshard))
         rc = load_full(ck, dir, &s);
     if (!rc && export) {
-        rc = dt_ckpt_export_safetensors(ck, argv[3], &s.cfg, s.params) != DT_OK;
+        rc = dt_ckpt_export_safetensors_named(ck, argv[3], &s.cfg, s.params, names) != DT_OK;
         if (rc)
             fprintf(stderr, "dtrain-ckpt: %s\n", dt_ckpt_error(ck));
         else
