@@ -294,7 +294,7 @@ static dt_status wait_for_mesh(dt_comm *c, double deadline)
         if (c->mesh_ready || c->failed)
             break;
         pthread_mutex_unlock(&c->mu);
-        reported = peer_startup_failed(c);
+        reported = c->store && peer_startup_failed(c); /* a split's group has no store */
         pthread_mutex_lock(&c->mu);
     }
     bool ready = c->mesh_ready, failed = c->failed;
@@ -304,9 +304,9 @@ static dt_status wait_for_mesh(dt_comm *c, double deadline)
     if (!ready && !failed)
         comm_fail(c, DT_ETIMEDOUT, "rank %d: only %d of %d peers connected within %.1f s", c->rank,
                   connected, c->size - 1, c->init_timeout_s);
-    if (failed && !reported && why != DT_ETIMEDOUT)
+    if (c->store && failed && !reported && why != DT_ETIMEDOUT)
         publish_startup_failure(c);
-    if (failed || !ready)
+    if (c->store && (failed || !ready))
         (void)dt_store_add(c->store, STARTUP_FAILED_SEEN, 1, NULL);
     return ready && !failed ? DT_OK : comm_status(c);
 }
