@@ -245,6 +245,7 @@ static dt_status comm_status(dt_comm *c)
 #define STARTUP_FAILED_SEEN "startup-failed-seen"
 #define STARTUP_POLL_S 0.1
 #define STARTUP_LINGER_S 2.0
+#define STARTUP_REPORTED "rank %d: rank %d (start-up) failed and reported: %s"
 
 static void publish_startup_failure(dt_comm *c)
 {
@@ -255,8 +256,11 @@ static void publish_startup_failure(dt_comm *c)
     (void)dt_store_compare_set(c->store, STARTUP_FAILED, NULL, 0, val, strlen(val), NULL, NULL);
 }
 
-/* True if another rank published its start-up failure: it is now ours. */
-static bool peer_startup_failed(dt_comm *c)
+/* True if another rank published its start-up failure: it is now ours.
+ * `instead`: this rank has failed already, only because a peer left in
+ * the middle of a handshake; the published cause replaces that symptom
+ * (nothing has read this rank's error yet: dt_comm_init has not returned). */
+static bool peer_startup_failed(dt_comm *c, bool instead)
 {
     const char *key = STARTUP_FAILED;
     bool there = false;
@@ -266,9 +270,16 @@ static bool peer_startup_failed(dt_comm *c)
         dt_store_get(c->store, key, &got, &len, STARTUP_POLL_S) != DT_OK)
         return false;
     int rank = -1, used = 0;
-    if (sscanf(got, "%d %n", &rank, &used) == 1)
-        comm_fail(c, DT_EPEER, "rank %d: rank %d (start-up) failed and reported: %s", c->rank, rank,
-                  (char *)got + used);
+    if (sscanf(got, "%d %n", &rank, &used) != 1) {
+        rank = -1;
+    } else if (instead) {
+        pthread_mutex_lock(&c->mu);
+        c->fail_status = DT_EPEER;
+        snprintf(c->error, sizeof c->error, STARTUP_REPORTED, c->rank, rank, (char *)got + used);
+        pthread_mutex_unlock(&c->mu);
+    } else {
+        comm_fail(c, DT_EPEER, STARTUP_REPORTED, c->rank, rank, (char *)got + used);
+    }
     free(got);
     return rank >= 0;
 }
@@ -294,13 +305,16 @@ static dt_status wait_for_mesh(dt_comm *c, double deadline)
         if (c->mesh_ready || c->failed)
             break;
         pthread_mutex_unlock(&c->mu);
-        reported = c->store && peer_startup_failed(c); /* a split's group has no store */
+        reported = c->store && peer_startup_failed(c, false); /* a split's group has no store */
         pthread_mutex_lock(&c->mu);
     }
     bool ready = c->mesh_ready, failed = c->failed;
     int connected = c->connected;
     dt_status why = c->fail_status;
+    bool symptom = c->lost_in_handshake;
     pthread_mutex_unlock(&c->mu);
+    if (c->store && failed && !reported && symptom) /* the peer that left may have said why */
+        reported = peer_startup_failed(c, true);
     if (!ready && !failed)
         comm_fail(c, DT_ETIMEDOUT, "rank %d: only %d of %d peers connected within %.1f s", c->rank,
                   connected, c->size - 1, c->init_timeout_s);

@@ -96,6 +96,11 @@ void comm_handshake_lost(dt_conn *cn, ssize_t err)
     cn->lost = true;
     cn->rx_state = RX_STOPPED;
     comm_conn_stop_reading(cn);
+    if (cn->outgoing) {
+        pthread_mutex_lock(&c->mu); /* comm.c then looks for why it left */
+        c->lost_in_handshake = !c->failed;
+        pthread_mutex_unlock(&c->mu);
+    }
     if (cn->outgoing)
         comm_fail(c, DT_EPEER,
                   "rank %d: rank %d (%s) closed the connection during the "
