@@ -12,8 +12,8 @@
 #                            ThreadSanitizer; any report fails it
 #   ./dev.sh fuzz [SECONDS]  every libFuzzer harness (tests/fuzz/), SECONDS
 #                            each (default 60); any finding fails it
-#   ./dev.sh test-torch      PyTorch 1.13's TCPStore client against dtrain's store,
-#                            and its FileStore sharing a file with dtrain's
+#   ./dev.sh test-torch      PyTorch 1.13's TCPStore and FileStore beside dtrain's store,
+#                            and an `export --names seed` in the seed's MiniGPT
 #                            (installs Debian's python3-torch, which is large)
 #   ./dev.sh test-netns      2 hosts made of network namespaces: a job across
 #                            them, through rate-limited links, and a link cut
@@ -193,6 +193,14 @@ test-torch)
     failed=$((failed + (rc2 != 0)))
     out=$(printf '%s\n%s' "$out" "$out2")
     [ $rc2 = 0 ] || rc=$rc2
+    # a checkpoint exported with --names seed, loaded strictly into the seed
+    # curriculum's PyTorch MiniGPT, whose logits match dtrain's
+    rc3=0
+    out3=$(/usr/bin/python3 tests/torch_seed_export.py build/train/minigpt \
+        build/checkpoint/dtrain-ckpt build/tests/ckpt_logits 2>&1) || rc3=$?
+    failed=$((failed + (rc3 != 0)))
+    out=$(printf '%s\n%s' "$out" "$out3")
+    [ $rc3 = 0 ] || rc=$rc3
     printf '%s\n' "$out"
     echo "$(printf '%s\n' "$out" | grep -c '^ok ') passed, $failed failed"
     exit $rc

@@ -247,6 +247,16 @@ dt_status dt_ckpt_load_collective(dt_ckpt *ck, dt_comm *comm, const char *step_d
 dt_status dt_ckpt_export_safetensors(dt_ckpt *ck, const char *path, const dt_config *cfg,
                                      const float *params);
 
+/* Whose state_dict names an export uses: dtrain's own (model/minigpt_torch.py's,
+ * "wte.weight", "blocks.0.mlp.fc.weight", "lm_head.weight"), or those of the
+ * seed curriculum's MiniGPT module ("tok_embed.weight", "blocks.0.mlp.0.weight",
+ * "head.weight"), so that its load_state_dict(strict=True) takes the file. */
+typedef enum dt_ckpt_names { DT_CKPT_NAMES_DTRAIN, DT_CKPT_NAMES_SEED } dt_ckpt_names;
+
+/* dt_ckpt_export_safetensors under the given names. */
+dt_status dt_ckpt_export_safetensors_named(dt_ckpt *ck, const char *path, const dt_config *cfg,
+                                           const float *params, dt_ckpt_names names);
+
 #ifdef __cplusplus
 }
 #endif

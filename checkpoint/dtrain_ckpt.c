@@ -5,7 +5,10 @@
  *                                        mode, bytes, and whether it verifies
  *   dtrain-ckpt verify DIR               a step directory (or a root: its
  *                                        latest); exit 0 if it verifies, 1 not
- *   dtrain-ckpt export DIR OUT.safetensors   consolidated weights
+ *   dtrain-ckpt export DIR OUT.safetensors [--names dtrain|seed]
+ *                                        consolidated weights, under dtrain's
+ *                                        state_dict names or the seed
+ *                                        curriculum's MiniGPT module's
  *   dtrain-ckpt reshard DIR OUTROOT M [--pp P [--pp-partition HOW]]
  *                                        the same state as M shards; with
  *                                        --pp, laid out for P stages x M/P
@@ -35,7 +38,7 @@
 static const char *const commands[][2] = {
     {"ls", "ROOT"},
     {"verify", "DIR|ROOT"},
-    {"export", "DIR|ROOT OUT.safetensors"},
+    {"export", "DIR|ROOT OUT.safetensors [--names dtrain|seed]"},
     {"reshard", "DIR|ROOT OUTROOT M [--pp P [--pp-partition params|uniform]]"},
 };
 #define NUM_COMMANDS (sizeof commands / sizeof commands[0])
@@ -240,6 +243,23 @@ static int cmd_reshard(dt_ckpt_state *s, const char *outroot, int m, int pp,
     return rc;
 }
 
+/* export's "--names dtrain|seed" (or --names=seed) after OUT: dtrain's own
+ * state_dict names, or the seed curriculum's. */
+static int parse_export_names(int argc, char **argv, dt_ckpt_names *names)
+{
+    const char *what = NULL;
+    if (!dt_flag_is(argv[4], "--names", &what))
+        return 1;
+    if (!what && argc == 6)
+        what = argv[5];
+    else if (!what || argc != 5)
+        return 1;
+    if (strcmp(what, "dtrain") && strcmp(what, "seed"))
+        return 1;
+    *names = strcmp(what, "seed") == 0 ? DT_CKPT_NAMES_SEED : DT_CKPT_NAMES_DTRAIN;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (dt_flag_help_asked(argc, argv))
@@ -250,7 +270,10 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "ls") == 0)
         return argc == 3 ? cmd_ls(argv[2]) : wrong_arguments(cmd);
     bool verify = strcmp(cmd, "verify") == 0 && argc == 3;
-    bool export = strcmp(cmd, "export") == 0 && argc == 4;
+    bool export = strcmp(cmd, "export") == 0 && argc >= 4 && argc <= 6;
+    dt_ckpt_names names = DT_CKPT_NAMES_DTRAIN;
+    if (export && argc > 4 && parse_export_names(argc, argv, &names))
+        return dt_flag_error("dtrain-ckpt", "export: --names takes dtrain or seed");
     bool reshard = strcmp(cmd, "reshard") == 0 && argc >= 5;
     int pp = 0;
     dt_pipe_partition_kind kind;
@@ -274,7 +297,7 @@ int main(int argc, char **argv)
     if (!rc && (export || reshard))
         rc = load_full(ck, dir, &s);
     if (!rc && export) {
-        rc = dt_ckpt_export_safetensors(ck, argv[3], &s.cfg, s.params) != DT_OK;
+        rc = dt_ckpt_export_safetensors_named(ck, argv[3], &s.cfg, s.params, names) != DT_OK;
         if (rc)
             fprintf(stderr, "dtrain-ckpt: %s\n", dt_ckpt_error(ck));
         else

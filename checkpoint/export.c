@@ -14,6 +14,10 @@
  * The header's "__metadata__" (string values only, as the format asks)
  * carries the model config, "V", "C", "H", "L", "T", so a reader can build
  * the model without the checkpoint's manifest.
+ *
+ * Names: dtrain's own, or the seed curriculum's MiniGPT module's. The two
+ * modules are the same network with the same shapes, registered in the
+ * same order; only five names differ, renamed one by one (seed_name).
  */
 #include <errno.h>
 #include <jansson.h>
@@ -33,8 +37,30 @@ static json_t *config_metadata(const dt_config *cfg)
                      v[2], "L", v[3], "T", v[4]);
 }
 
+/* A tensor's name in the seed curriculum's module: nn.Embedding tok_embed
+ * and pos_embed, the MLP an nn.Sequential(Linear, GELU, Linear) (so its
+ * Linears are "mlp.0" and "mlp.2"), and the head plain "head". */
+static void seed_name(char *out, size_t len, const char *name)
+{
+    static const struct {
+        const char *dtrain, *seed;
+    } renamed[] = {
+        {"wte.", "tok_embed."}, {"wpe.", "pos_embed."},  {"lm_head.", "head."},
+        {"mlp.fc.", "mlp.0."},  {"mlp.proj.", "mlp.2."},
+    };
+    for (size_t i = 0; i < sizeof renamed / sizeof renamed[0]; i++) {
+        const char *at = strstr(name, renamed[i].dtrain);
+        if (at && (at == name || at[-1] == '.')) {
+            snprintf(out, len, "%.*s%s%s", (int)(at - name), name, renamed[i].seed,
+                     at + strlen(renamed[i].dtrain));
+            return;
+        }
+    }
+    snprintf(out, len, "%s", name);
+}
+
 /* The JSON header, padded to a multiple of 8 bytes; NULL on ENOMEM. */
-static char *build_header(const dt_model *m, const dt_config *cfg, size_t *len)
+static char *build_header(const dt_model *m, const dt_config *cfg, dt_ckpt_names names, size_t *len)
 {
     json_t *root = json_object();
     if (root)
@@ -46,7 +72,12 @@ static char *build_header(const dt_model *m, const dt_config *cfg, size_t *len)
             json_array_append_new(shape, json_integer(t->shape[d]));
         size_t begin = t->offset * sizeof(float);
         size_t end = begin + t->numel * sizeof(float);
-        json_object_set_new(root, t->name,
+        char name[96];
+        if (names == DT_CKPT_NAMES_SEED)
+            seed_name(name, sizeof name, t->name);
+        else
+            snprintf(name, sizeof name, "%s", t->name);
+        json_object_set_new(root, name,
                             json_pack("{s:s, s:o, s:[II]}", "dtype", "F32", "shape", shape,
                                       "data_offsets", (json_int_t)begin, (json_int_t)end));
     }
@@ -69,6 +100,12 @@ static char *build_header(const dt_model *m, const dt_config *cfg, size_t *len)
 dt_status dt_ckpt_export_safetensors(dt_ckpt *ck, const char *path, const dt_config *cfg,
                                      const float *params)
 {
+    return dt_ckpt_export_safetensors_named(ck, path, cfg, params, DT_CKPT_NAMES_DTRAIN);
+}
+
+dt_status dt_ckpt_export_safetensors_named(dt_ckpt *ck, const char *path, const dt_config *cfg,
+                                           const float *params, dt_ckpt_names names)
+{
     dt_model *m = NULL;
     dt_status st = dt_model_create(&m, cfg, dt_backend_cpu_reference(), 1);
     if (st != DT_OK) {
@@ -78,7 +115,7 @@ dt_status dt_ckpt_export_safetensors(dt_ckpt *ck, const char *path, const dt_con
         return st;
     }
     size_t hlen = 0;
-    char *header = build_header(m, cfg, &hlen);
+    char *header = build_header(m, cfg, names, &hlen);
     size_t nbytes = m->num_params * sizeof(float);
     dt_model_destroy(m);
     if (!header)

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "comm_internal.h"
 #include "staging.h"
@@ -232,17 +233,101 @@ static dt_status comm_status(dt_comm *c)
     return st;
 }
 
+/* ---- start-up failures, shared through the store ---------------------------
+ *
+ * Once the addresses are exchanged, a failure while the mesh forms (a peer
+ * that fails authentication, a dial refused) is known only to the rank that
+ * saw it; the others would wait out the start-up deadline for a connection
+ * that never comes. So that rank publishes its error under STARTUP_FAILED
+ * (the first to publish wins: compare_set on an absent key), and every rank
+ * waiting for its mesh looks for it every STARTUP_POLL_S and fails with it,
+ * in the words launcher/root_cause.c follows to the rank that failed. Every
+ * rank that failed then counts itself in STARTUP_FAILED_SEEN, so rank 0,
+ * when it hosts a tcp:// store, keeps it serving until every rank has read
+ * the failure (at most STARTUP_LINGER_S). Timeouts are not published: every
+ * rank reaches its own deadline anyway. Cost: one store check per rank per
+ * 0.1 s while the mesh forms, which is usually no check at all. */
+#define STARTUP_FAILED "startup-failed"
+#define STARTUP_FAILED_SEEN "startup-failed-seen"
+#define STARTUP_POLL_S 0.1
+#define STARTUP_LINGER_S 2.0
+#define STARTUP_REPORTED "rank %d: rank %d (start-up) failed and reported: %s"
+
+static void publish_startup_failure(dt_comm *c)
+{
+    char val[DT_ERROR_MAX + 16];
+    pthread_mutex_lock(&c->mu);
+    snprintf(val, sizeof val, "%d %s", c->rank, c->error);
+    pthread_mutex_unlock(&c->mu);
+    (void)dt_store_compare_set(c->store, STARTUP_FAILED, NULL, 0, val, strlen(val), NULL, NULL);
+}
+
+/* True if another rank published its start-up failure: it is now ours.
+ * `instead`: this rank has failed already, only because a peer left in
+ * the middle of a handshake; the published cause replaces that symptom
+ * (nothing has read this rank's error yet: dt_comm_init has not returned). */
+static bool peer_startup_failed(dt_comm *c, bool instead)
+{
+    const char *key = STARTUP_FAILED;
+    bool there = false;
+    void *got = NULL;
+    size_t len = 0;
+    if (dt_store_check(c->store, &key, 1, &there) != DT_OK || !there ||
+        dt_store_get(c->store, key, &got, &len, STARTUP_POLL_S) != DT_OK)
+        return false;
+    int rank = -1, used = 0;
+    if (sscanf(got, "%d %n", &rank, &used) != 1) {
+        rank = -1;
+    } else if (instead) {
+        pthread_mutex_lock(&c->mu);
+        c->fail_status = DT_EPEER;
+        snprintf(c->error, sizeof c->error, STARTUP_REPORTED, c->rank, rank, (char *)got + used);
+        pthread_mutex_unlock(&c->mu);
+    } else {
+        comm_fail(c, DT_EPEER, STARTUP_REPORTED, c->rank, rank, (char *)got + used);
+    }
+    free(got);
+    return rank >= 0;
+}
+
+/* rank 0, hosting the store, failed at start-up: serve until the others
+ * have read why (or STARTUP_LINGER_S passes). */
+static void linger_for_startup_readers(dt_comm *c)
+{
+    double until = dt_now() + STARTUP_LINGER_S;
+    int64_t seen = 0;
+    while (dt_store_add(c->store, STARTUP_FAILED_SEEN, 0, &seen) == DT_OK && seen < c->size &&
+           dt_now() < until)
+        nanosleep(&(struct timespec){.tv_nsec = 50 * 1000 * 1000}, NULL);
+}
+
 static dt_status wait_for_mesh(dt_comm *c, double deadline)
 {
+    bool reported = false; /* the failure is another rank's, read from the store */
     pthread_mutex_lock(&c->mu);
-    while (!c->mesh_ready && !c->failed && dt_now() < deadline)
-        comm_wake_wait_until(&c->cv_api, &c->mu, deadline);
+    while (!c->mesh_ready && !c->failed && !reported && dt_now() < deadline) {
+        double poll_at = dt_now() + STARTUP_POLL_S;
+        comm_wake_wait_until(&c->cv_api, &c->mu, poll_at < deadline ? poll_at : deadline);
+        if (c->mesh_ready || c->failed)
+            break;
+        pthread_mutex_unlock(&c->mu);
+        reported = c->store && peer_startup_failed(c, false); /* a split's group has no store */
+        pthread_mutex_lock(&c->mu);
+    }
     bool ready = c->mesh_ready, failed = c->failed;
     int connected = c->connected;
+    dt_status why = c->fail_status;
+    bool symptom = c->lost_in_handshake;
     pthread_mutex_unlock(&c->mu);
+    if (c->store && failed && !reported && symptom) /* the peer that left may have said why */
+        reported = peer_startup_failed(c, true);
     if (!ready && !failed)
         comm_fail(c, DT_ETIMEDOUT, "rank %d: only %d of %d peers connected within %.1f s", c->rank,
                   connected, c->size - 1, c->init_timeout_s);
+    if (c->store && failed && !reported && why != DT_ETIMEDOUT)
+        publish_startup_failure(c);
+    if (c->store && (failed || !ready))
+        (void)dt_store_add(c->store, STARTUP_FAILED_SEEN, 1, NULL);
     return ready && !failed ? DT_OK : comm_status(c);
 }
 
@@ -301,6 +386,8 @@ dt_status dt_comm_init(dt_comm **out, const dt_comm_options *o)
     st = dt_store_open_within(&c->store, c->init_url, c->job_id, c->init_timeout_s);
     if (st != DT_OK)
         return store_failed(c, st, "opening the rendezvous store");
+    if (o->keep_init_file)
+        dt_store_keep_file(c->store);
     if ((st = agree_on_key(c, o)) != DT_OK)
         return st;
     if ((st = comm_thread_start(c)) != DT_OK)
@@ -320,6 +407,8 @@ void dt_comm_destroy(dt_comm *c)
     comm_family_detach(c); /* no failure reaches c through its groups any more */
     comm_mesh_stop(c);
     comm_reject_log_flush(c); /* the loop thread is gone: its state is ours */
+    if (c->store && c->store_server && c->failed)
+        linger_for_startup_readers(c);
     if (c->store)
         dt_store_close(c->store);
     unhost_store(c);

@@ -113,6 +113,10 @@ dt_status dt_store_open(dt_store **out, const char *url, const char *job_id);
 dt_status dt_store_open_within(dt_store **out, const char *url, const char *job_id,
                                double connect_s);
 void dt_store_close(dt_store *s);
+/* The last handle to close a file:// store removes its file; after this,
+ * this handle's close leaves it in place (a file that was there before the
+ * job is its owner's, not the job's, to remove). */
+void dt_store_keep_file(dt_store *s);
 const char *dt_store_error(const dt_store *s);
 
 dt_status dt_store_set(dt_store *s, const char *key, const void *val, size_t len);
@@ -185,6 +189,8 @@ typedef struct dt_comm_options {
     const char *ifname;    /* or: the network interface whose IPv4 address to use */
     double timeout_s;      /* default per-op timeout; 0 = 30 s */
     double init_timeout_s; /* rendezvous + connecting; 0 = 60 s */
+    bool keep_init_file;   /* a file:// store's file stays when the job ends (it was
+                              there before: DT_KEEP_INIT_FILE=1 from dtrain-launch) */
     size_t socket_buffer;  /* SO_SNDBUF/SO_RCVBUF; 0 = the kernel's autotuning */
     dt_log_fn log;         /* rejected strangers etc.; NULL = stderr */
     void *log_user;
@@ -199,10 +205,10 @@ void dt_comm_options_default(dt_comm_options *o);
  * Fills all of *o: first the defaults (as dt_comm_options_default), then
  * rank, world size, init_url, job_id and secret from the environment the
  * launcher sets (RANK, WORLD_SIZE, DT_INIT_URL, DT_JOB_ID, DT_SECRET as
- * hex, DT_HOST or DT_IFNAME, DT_TIMEOUT, DT_INIT_TIMEOUT), falling back to
- * OMPI_COMM_WORLD_* and SLURM_* for rank and size. *o need not be filled
- * before, and what it held is overwritten: set the fields the environment
- * does not name (device, log, ...) after this call.
+ * hex, DT_HOST or DT_IFNAME, DT_TIMEOUT, DT_INIT_TIMEOUT, DT_KEEP_INIT_FILE),
+ * falling back to OMPI_COMM_WORLD_* and SLURM_* for rank and size. *o need
+ * not be filled before, and what it held is overwritten: set the fields the
+ * environment does not name (device, log, ...) after this call.
  * Strings point into the environment or into `scratch` (>= 64 bytes for the
  * secret). On failure writes a message to err.
  */

@@ -13,6 +13,7 @@
  *   launch_options.c  the flags: one table that parses and prints the usage
  *   launch_job.c      the job's identity: run id, rendezvous URL, secret
  *   worker_env.c      the environment contract a worker reads
+ *   worker_exec.c     between fork and exec: a worker dies with the launcher
  *   output_prefix.c   rank-prefixed, line-atomic relaying of output, log tee,
  *                     and the ring of last lines kept for the failure report
  *   worker_exit.c     how a worker ended, in words
@@ -93,6 +94,9 @@ int launch_job_init(launch_job *out, const launch_options *o, char *err, size_t 
 /* Removes the rendezvous file this run created, if a failed or interrupted
  * group left it. */
 void launch_job_cleanup(const launch_job *job);
+/* Removes the rendezvous files of /tmp/dtrain-<run id> that launches killed
+ * outright left, once no live process holds them. */
+void launch_job_sweep(const launch_job *job);
 
 /* ---- worker_env.c ---------------------------------------------------------- */
 
@@ -105,6 +109,20 @@ void launch_env_free(char **env);
 /* Chooses the MASTER_ADDR/MASTER_PORT the workers get (worker_env.c says
  * which); 0, or -1 with err when no free port can be found. */
 int launch_env_choose_master(launch_job *job, const launch_options *o, char *err, size_t errlen);
+
+/* ---- worker_exec.c --------------------------------------------------------- */
+
+/* argv[1] of the launcher re-executed between fork and exec of a worker. */
+#define LAUNCH_EXEC_MODE "--exec-worker-with-parent-death-signal"
+
+/* PATH lookup as execvp does it: 0 and the path, or UV_ENOENT / UV_EACCES. */
+int launch_exec_find(const char *name, char *path, size_t len);
+/* The argv that runs o->program at `path` through launch_exec_worker (the
+ * file to exec is /proc/self/exe). NULL on out-of-memory. */
+char **launch_exec_args(const launch_options *o, const char *path);
+void launch_exec_args_free(char **args);
+/* main() of the hidden mode: set the parent-death signal, exec the worker. */
+int launch_exec_worker(int argc, char **argv);
 
 /* ---- output_prefix.c ------------------------------------------------------- */
 
@@ -172,6 +190,7 @@ typedef struct worker {
     output_tail tail;
     int log_fd;
     char **env;
+    char **args;  /* launch_exec_args */
     bool running; /* spawned and not yet reaped */
     bool pipe_open[2];
     int64_t exit_status;

@@ -11,7 +11,8 @@
  *     file:///tmp/dtrain-<run id>, so two jobs on one machine never share it.
  *     The launcher removes the file when it exits if the run created it: the
  *     default name always, a --rdzv file only if nothing was at that path
- *     when the launcher started (a file that was there is the user's).
+ *     when the launcher started (a file that was there is the user's). A
+ *     launcher killed outright cannot; the next launch sweeps its file.
  *   - the secret (32 random bytes, hex in DT_SECRET) keys the challenge-
  *     response every connection runs, so only this job's ranks can join.
  *
@@ -23,6 +24,7 @@
  * unless --run-id names it. The derived id is the same on every node and
  * reveals nothing about the secret.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -31,6 +33,7 @@
 
 #include <sodium.h>
 
+#include "dt_comm.h"
 #include "launch.h"
 
 #define RUN_ID_BYTES 8
@@ -108,6 +111,49 @@ int launch_job_init(launch_job *job, const launch_options *o, char *err, size_t 
         return -1;
     }
     return 0;
+}
+
+/* True for "dtrain-" and RUN_ID_BYTES in hex: a name this launcher gives. */
+static bool is_default_name(const char *name)
+{
+    const size_t hex = 2 * RUN_ID_BYTES;
+    return strncmp(name, "dtrain-", 7) == 0 && strlen(name + 7) == hex &&
+           strspn(name + 7, "0123456789abcdef") == hex;
+}
+
+/* A launcher killed outright (SIGKILL, the OOM killer) removes nothing: its
+ * workers die with it (worker_exec.c) and its file:///tmp/dtrain-<run id>
+ * stays. So each launch sweeps what dead launches left: every file under
+ * /tmp with a name of ours is opened as a store and closed again. The
+ * store does the judging (store.c): a file no live process holds that is
+ * all store records is a dead job's and is emptied, then removed by the
+ * close as its last holder; a live job's file is joined and left as it
+ * is; anything else (another user's, not a store) is refused untouched. */
+void launch_job_sweep(const launch_job *job)
+{
+    DIR *dir = opendir("/tmp");
+    int removed = 0;
+    struct dirent *e;
+    while (dir && (e = readdir(dir))) {
+        char url[300];
+        struct stat st;
+        snprintf(url, sizeof url, "file:///tmp/%s", e->d_name);
+        if (!is_default_name(e->d_name) || strcmp(url, job->init_url) == 0)
+            continue;
+        dt_store *s = NULL;
+        if (dt_store_open_within(&s, url, "dtrain-launch-sweep", 1.0) == DT_OK) {
+            dt_store_close(s);
+            removed += lstat(url + 7, &st) != 0 && errno == ENOENT;
+        } else {
+            dt_store_close(s);
+        }
+    }
+    if (dir)
+        closedir(dir);
+    if (removed)
+        fprintf(stderr,
+                "dtrain-launch: removed %d rendezvous file%s that killed launches left in /tmp\n",
+                removed, removed == 1 ? "" : "s");
 }
 
 /* Ranks remove the file when the last of them leaves cleanly; a group that

@@ -189,6 +189,8 @@ static int host_store(const launch_options *o, dt_store_server **out, char *err,
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], LAUNCH_EXEC_MODE) == 0)
+        return launch_exec_worker(argc, argv); /* a worker's first step: worker_exec.c */
     launch_options o;
     char err[512];
     switch (launch_options_parse(&o, argc, argv, err, sizeof err)) {
@@ -206,6 +208,7 @@ int main(int argc, char **argv)
         launch_job_cleanup(&job);
         return 1;
     }
+    launch_job_sweep(&job);
     if (o.log_dir && make_dir(o.log_dir) != 0) {
         fprintf(stderr, "dtrain-launch: cannot create --log-dir %s: %s\n", o.log_dir,
                 strerror(errno));

@@ -19,6 +19,9 @@
  *   DT_INIT_URL        the rendezvous URL
  *   DT_SECRET          the job secret, 64 hex digits
  *   DT_INIT_TIMEOUT    --init-timeout, when given (else inherited, if set)
+ *   DT_KEEP_INIT_FILE  1 if the --rdzv file was there before the launch: the
+ *                      ranks leave it in place (the launcher removes only what
+ *                      the run created), else 0
  *   DT_PROGRESS        1 if the launcher's stdout is a terminal, else 0:
  *                      whether rank 0 may draw a progress bar ('\r' lines,
  *                      which output_prefix.c draws in place)
@@ -101,6 +104,7 @@ char **launch_env_build(const launch_options *o, const launch_job *job, int loca
     ours[n++] = entry("DT_INIT_URL", "%s", job->init_url);
     ours[n++] = entry("DT_SECRET", "%s", job->secret_hex);
     ours[n++] = entry("DT_PROGRESS", "%d", isatty(STDOUT_FILENO) == 1);
+    ours[n++] = entry("DT_KEEP_INIT_FILE", "%d", !job->owns_rendezvous_file);
     if (o->init_timeout_s > 0)
         ours[n++] = entry("DT_INIT_TIMEOUT", "%g", o->init_timeout_s);
     if (job->master_port > 0) {

@@ -39,9 +39,10 @@
  * UV_PROCESS_DETACHED = setsid), and signals go to the whole group
  * (kill(-pid)): helpers a worker forked die with it, and a terminal's Ctrl-C
  * reaches only the launcher, which then runs the orderly TERM/grace/KILL
- * sequence once instead of every process reacting on its own. The cost: if
- * the launcher itself is SIGKILLed, its workers are not told (they get
- * SIGPIPE at their next write to the closed output pipe). The group is
+ * sequence once instead of every process reacting on its own. The cost: no
+ * signal to the launcher reaches its workers by itself; so each worker is
+ * started through worker_exec.c with a parent-death signal, and dies
+ * (SIGKILL) the moment its launcher does, however it died. The group is
  * signalled only while its leader is unreaped, so a recycled pid is never
  * hit.
  *
@@ -295,7 +296,16 @@ static void spawn_worker(worker_group *g, worker *w, const launch_job *job)
         w->pipe_open[i] = true;
         g->open_pipes++;
     }
+    char path[4096];
+    int found = launch_exec_find(o->program[0], path, sizeof path);
+    if (found != 0) {
+        w->spawn_error = found;
+        close_pipe(w, 0);
+        close_pipe(w, 1);
+        return;
+    }
     w->env = launch_env_build(o, job, w->local_rank, g->restart);
+    w->args = launch_exec_args(o, path);
     uv_stdio_container_t stdio[3] = {
         {.flags = UV_IGNORE}, /* stdin: /dev/null; N ranks cannot share a terminal */
         {.flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE, .data.stream = (uv_stream_t *)&w->pipes[0]},
@@ -303,18 +313,18 @@ static void spawn_worker(worker_group *g, worker *w, const launch_job *job)
     };
     uv_process_options_t po = {
         .exit_cb = on_worker_exit,
-        .file = o->program[0],
-        .args = o->program,
+        .file = "/proc/self/exe", /* worker_exec.c, which execs the program */
+        .args = w->args,
         .env = w->env,
         .flags = UV_PROCESS_DETACHED,
         .stdio_count = 3,
         .stdio = stdio,
     };
     w->proc.data = w;
-    int rc = w->env ? uv_spawn(g->loop, &w->proc, &po) : UV_ENOMEM;
+    int rc = w->env && w->args ? uv_spawn(g->loop, &w->proc, &po) : UV_ENOMEM;
     if (rc != 0) {
         w->spawn_error = rc;
-        if (w->env)
+        if (w->env && w->args)
             uv_close((uv_handle_t *)&w->proc, on_process_closed);
         close_pipe(w, 0);
         close_pipe(w, 1);
@@ -398,6 +408,7 @@ void launch_group_free(worker_group *g)
         launch_output_free(&w->streams[0]);
         launch_output_free(&w->streams[1]);
         launch_env_free(w->env);
+        launch_exec_args_free(w->args);
         if (w->log_fd >= 0)
             close(w->log_fd);
     }

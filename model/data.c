@@ -13,12 +13,20 @@
  * loop asks for rows step*global_batch + rank*B .. +B-1, so a resumed run
  * needs no sampler state in its checkpoint, and a run on another world
  * size sees the same global batch. Cost: O(B*T) copies per batch.
+ *
+ * Files are read whole into memory, so only regular files are read (a
+ * device, a FIFO or a directory is refused, saying which it is), and a text
+ * file only up to DT_TEXT_MAX_BYTES (dt_dataset_fopen).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "dt_file_kind.h"
 #include "model_internal.h"
 
 dt_dataset *dt_dataset_alloc(void)
@@ -71,42 +79,72 @@ static dt_status split_tail(dt_dataset *d, size_t n, double val_fraction)
     return DT_OK;
 }
 
+/*
+ * A data file is read whole, so only a regular file of known size is read:
+ * a device (/dev/zero) would fill memory, a FIFO would block with no word,
+ * a directory has no bytes. The open is O_NONBLOCK so that naming a FIFO
+ * returns at once (fstat then refuses it), and a file larger than
+ * max_bytes is refused before anything is read. Returns the stream, or
+ * NULL with d->err saying what is at the path.
+ */
+FILE *dt_dataset_fopen(dt_dataset *d, const char *path, uint64_t max_bytes, uint64_t *size)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    struct stat st;
+    const char *why = NULL;
+    if (fd < 0)
+        why = strerror(errno);
+    else if (fstat(fd, &st) != 0)
+        why = strerror(errno);
+    if (why) {
+        snprintf(d->err, sizeof d->err, "dataset: cannot open %s: %s", path, why);
+    } else if (!S_ISREG(st.st_mode)) {
+        snprintf(d->err, sizeof d->err,
+                 "dataset: %s is %s, not a regular file: --data reads a text file or "
+                 "llm.c token shards, whole, so it must be a file of known size",
+                 path, dt_file_kind(st.st_mode));
+    } else if ((uint64_t)st.st_size > max_bytes) {
+        snprintf(d->err, sizeof d->err,
+                 "dataset: %s is %.1f GiB, over the %.1f GiB this loader reads into memory", path,
+                 (double)st.st_size / (1 << 30), (double)max_bytes / (1 << 30));
+    } else {
+        FILE *f = fdopen(fd, "rb");
+        if (f) {
+            *size = (uint64_t)st.st_size;
+            return f;
+        }
+        snprintf(d->err, sizeof d->err, "dataset: cannot open %s: %s", path, strerror(errno));
+    }
+    if (fd >= 0)
+        close(fd);
+    return NULL;
+}
+
 dt_status dt_dataset_open_text(dt_dataset **out, const char *path, double val_fraction)
 {
     dt_dataset *d = dt_dataset_alloc();
     *out = d;
     if (!d)
         return DT_ENOMEM;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(d->err, sizeof d->err, "dataset: cannot open %s: %s", path, strerror(errno));
-        return DT_ESYS;
-    }
-    size_t cap = 1 << 16, n = 0;
-    unsigned char *bytes = malloc(cap);
-    size_t got;
-    while (bytes && (got = fread(bytes + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            unsigned char *grown = realloc(bytes, cap *= 2);
-            if (!grown)
-                free(bytes);
-            bytes = grown;
-        }
-    }
-    int read_error = ferror(f);
-    fclose(f);
-    if (!bytes)
-        return DT_ENOMEM;
-    if (read_error) {
-        free(bytes);
-        snprintf(d->err, sizeof d->err, "dataset: error reading %s", path);
-        return DT_ESYS;
-    }
+    uint64_t size = 0;
+    FILE *f = dt_dataset_fopen(d, path, DT_TEXT_MAX_BYTES, &size);
+    if (!f)
+        return DT_EINVAL;
+    size_t n = (size_t)size; /* what fstat said: a file that grows is read to there */
+    unsigned char *bytes = malloc(n ? n : 1);
     d->tokens = malloc((n ? n : 1) * sizeof(uint16_t));
-    if (!d->tokens) {
+    bool read_ok = bytes && d->tokens && fread(bytes, 1, n, f) == n;
+    int e = ferror(f) ? errno : 0;
+    fclose(f);
+    if (!bytes || !d->tokens) {
         free(bytes);
         return DT_ENOMEM;
+    }
+    if (!read_ok) {
+        free(bytes);
+        snprintf(d->err, sizeof d->err, "dataset: reading %s: %s", path,
+                 e ? strerror(e) : "it became shorter while being read");
+        return DT_ESYS;
     }
     for (size_t i = 0; i < n; i++)
         d->tokens[i] = bytes[i];

@@ -10,6 +10,8 @@
 #ifndef DT_MODEL_INTERNAL_H
 #define DT_MODEL_INTERNAL_H
 
+#include <stdio.h>
+
 #include "dt_model.h"
 
 /*
@@ -131,5 +133,10 @@ struct dt_dataset {
 };
 /* Allocates an empty dataset (err cleared); NULL on ENOMEM. */
 dt_dataset *dt_dataset_alloc(void);
+/* The largest text file read (bytes; each becomes a 2-byte token): 1 GiB. */
+#define DT_TEXT_MAX_BYTES ((uint64_t)1 << 30)
+/* Opens a data file that is a regular file of at most max_bytes (*size: its
+ * size); NULL with d->err saying what is there instead (data.c). */
+FILE *dt_dataset_fopen(dt_dataset *d, const char *path, uint64_t max_bytes, uint64_t *size);
 
 #endif /* DT_MODEL_INTERNAL_H */

@@ -27,11 +27,16 @@
 #define SHARD_MAGIC 20240520
 #define SHARD_VERSION 1
 #define SHARD_HEADER_BYTES (256 * sizeof(int32_t))
+#define SHARD_MAX_BYTES (SHARD_HEADER_BYTES + 2 * (uint64_t)INT32_MAX) /* the count is an int32 */
 
+/* Only a regular file is looked into (dt_dataset_fopen): a FIFO is not
+ * opened for a wait, nor a device read. */
 bool dt_dataset_is_shard_file(const char *path)
 {
     int32_t magic = 0;
-    FILE *f = fopen(path, "rb");
+    dt_dataset probe = {0};
+    uint64_t size;
+    FILE *f = dt_dataset_fopen(&probe, path, SHARD_MAX_BYTES, &size);
     bool yes = f && fread(&magic, sizeof magic, 1, f) == 1 && magic == SHARD_MAGIC;
     if (f)
         fclose(f);
@@ -42,17 +47,14 @@ bool dt_dataset_is_shard_file(const char *path)
 static dt_status read_shard(dt_dataset *d, const char *path, uint16_t **out, size_t *n)
 {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(d->err, sizeof d->err, "shard %s: cannot open: %s", path, strerror(errno));
-        return DT_ESYS;
-    }
+    uint64_t file_size = 0;
+    FILE *f = dt_dataset_fopen(d, path, SHARD_MAX_BYTES, &file_size);
+    if (!f)
+        return DT_EINVAL;
     int32_t header[256];
     size_t got = fread(header, 1, sizeof header, f);
     dt_status s = DT_EINVAL;
-    long size = -1;
-    if (fseek(f, 0, SEEK_END) == 0)
-        size = ftell(f);
+    long size = (long)file_size;
     if (got < sizeof header) {
         snprintf(d->err, sizeof d->err,
                  "shard %s: %zu bytes, shorter than the %zu-byte header "

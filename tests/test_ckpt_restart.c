@@ -137,3 +137,48 @@ Test(ckpt_restart, sigkilled_rank_restart_ends_bitwise_equal_to_uninterrupted, .
     free(o2);
     fixture_rmtree(root);
 }
+
+/* minigpt alone (one rank) for `steps` steps into root/R, extra flags after. */
+static int train_alone(const char *root, const char *steps, const char *extra, char **out)
+{
+    char dir[256], log[256];
+    snprintf(dir, sizeof dir, "%s/R", root);
+    snprintf(log, sizeof log, "%s/R-%s.log", root, steps);
+    const char *argv[] = {MINIGPT_BIN,
+                          "--steps",
+                          steps,
+                          "--batch",
+                          "4",
+                          "--data",
+                          "random",
+                          "--eval-every",
+                          "0",
+                          "--sample",
+                          "0",
+                          "--threads",
+                          "1",
+                          "--ckpt-dir",
+                          dir,
+                          "--ckpt-every",
+                          "6",
+                          extra,
+                          extra ? "auto" : NULL,
+                          NULL};
+    return run_program(argv, log, out);
+}
+
+Test(ckpt_restart, a_resumed_run_summarizes_the_steps_it_made_and_where_it_began, .timeout = 120)
+{
+    char root[64];
+    fixture_mkroot(root, sizeof root);
+    char *o1 = NULL, *o2 = NULL;
+    int rc1 = train_alone(root, "6", NULL, &o1);
+    cr_assert_eq(rc1, 0, "the first run exited %d:\n%s", rc1, o1);
+    int rc2 = train_alone(root, "10", "--resume", &o2);
+    cr_assert_eq(rc2, 0, "the resumed run exited %d:\n%s", rc2, o2);
+    cr_expect(strstr(o2, "summary: 4 steps (resumed at step 6, ended at step 10) in "),
+              "the resumed run's summary:\n%s", o2);
+    free(o1);
+    free(o2);
+    fixture_rmtree(root);
+}

@@ -173,6 +173,74 @@ Test(ckpt_tool, export_writes_safetensors_whose_data_is_the_parameters, .timeout
     cleanup(root, &f, out);
 }
 
+/* The names of the seed curriculum's MiniGPT module, in its registration
+ * order, with their shapes, for the fixture's V=8 C=5 L=2 T=5. */
+static void seed_names(char names[][40], int shapes[][2], int *n)
+{
+    static const char *const block[10] = {"ln1.weight",       "ln1.bias",   "attn.qkv.weight",
+                                          "attn.proj.weight", "ln2.weight", "ln2.bias",
+                                          "mlp.0.weight",     "mlp.0.bias", "mlp.2.weight",
+                                          "mlp.2.bias"};
+    static const int block_shape[10][2] = {{5, 0}, {5, 0},  {15, 5}, {5, 5},  {5, 0},
+                                           {5, 0}, {20, 5}, {20, 0}, {5, 20}, {5, 0}};
+    int k = 0;
+    snprintf(names[k], 40, "tok_embed.weight"), shapes[k][0] = 8, shapes[k++][1] = 5;
+    snprintf(names[k], 40, "pos_embed.weight"), shapes[k][0] = 5, shapes[k++][1] = 5;
+    for (int l = 0; l < 2; l++)
+        for (int i = 0; i < 10; i++, k++) {
+            snprintf(names[k], 40, "blocks.%d.%s", l, block[i]);
+            shapes[k][0] = block_shape[i][0], shapes[k][1] = block_shape[i][1];
+        }
+    snprintf(names[k], 40, "ln_f.weight"), shapes[k][0] = 5, shapes[k++][1] = 0;
+    snprintf(names[k], 40, "ln_f.bias"), shapes[k][0] = 5, shapes[k++][1] = 0;
+    snprintf(names[k], 40, "head.weight"), shapes[k][0] = 8, shapes[k++][1] = 5;
+    *n = k;
+}
+
+Test(ckpt_tool, export_names_seed_writes_the_curriculum_modules_names_shapes_and_order,
+     .timeout = 30)
+{
+    char root[64], path[128], *out = NULL;
+    full_state f;
+    make_root(root, sizeof root, &f);
+    snprintf(path, sizeof path, "%s/seed.safetensors", root);
+    char log[128];
+    snprintf(log, sizeof log, "%s.log", root);
+    const char *argv[] = {DT_CKPT_BIN, "export", root, path, "--names", "seed", NULL};
+    int rc = run_program(argv, log, &out);
+    cr_assert_eq(rc, 0, "export exited %d:\n%s", rc, out);
+    FILE *fp = fopen(path, "rb");
+    cr_assert(fp);
+    unsigned char lenb[8];
+    cr_assert_eq(fread(lenb, 1, 8, fp), 8u);
+    size_t hlen = (size_t)get_le64(lenb);
+    cr_assert(hlen > 0 && hlen < (1u << 20), "header length %zu", hlen);
+    char *hdr = calloc(1, hlen + 1);
+    cr_assert_eq(fread(hdr, 1, hlen, fp), hlen);
+    fclose(fp);
+    json_t *j = json_loads(hdr, 0, NULL);
+    cr_assert(json_is_object(j));
+    char names[32][40];
+    int shapes[32][2], n = 0;
+    seed_names(names, shapes, &n);
+    cr_expect_eq(json_object_size(j), (size_t)n + 1, "tensors + __metadata__");
+    size_t at = 0;
+    for (int i = 0; i < n; i++) { /* registration order = order of the data */
+        json_t *t = json_object_get(j, names[i]);
+        cr_assert(t, "no '%s' in the header:\n%s", names[i], hdr);
+        json_t *shape = json_object_get(t, "shape");
+        cr_expect_eq(json_array_size(shape), shapes[i][1] ? 2u : 1u, "%s", names[i]);
+        for (int d = 0; d < 2 && shapes[i][d]; d++)
+            cr_expect_eq(json_integer_value(json_array_get(shape, (size_t)d)), shapes[i][d],
+                         "%s: dimension %d", names[i], d);
+        at += check_tensor(names[i], t, at);
+    }
+    cr_expect_eq(at, f.s.num_params * sizeof(float));
+    json_decref(j);
+    free(hdr);
+    cleanup(root, &f, out);
+}
+
 Test(ckpt_tool, reshard_three_to_two_loads_with_every_value_kept, .timeout = 30)
 {
     char root[64], dst[128], latest[256], *out = NULL;

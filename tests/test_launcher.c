@@ -243,6 +243,50 @@ Test(launcher, a_missing_program_exits_127_naming_it, .timeout = 20)
     launch_cleanup(&r);
 }
 
+/* A process that still runs: one that is gone, or a zombie nobody has
+ * reaped yet (its parent, the launcher, is dead), does not. */
+static bool still_runs(pid_t pid)
+{
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f)
+        fclose(f);
+    buf[n] = '\0';
+    const char *end = strrchr(buf, ')');
+    return n > 0 && !(end && end[1] == ' ' && end[2] == 'Z');
+}
+
+/* Workers run in sessions of their own, so no signal to the launcher
+ * reaches them; yet when the launcher is SIGKILLed they must not live on
+ * unwatched. Waits (bounded by the test's timeout) until every worker is
+ * gone; any still alive at the end is killed here and reported. */
+Test(launcher, workers_die_with_a_sigkilled_launcher, .timeout = 30)
+{
+    launch_run r;
+    launch_start(&r, (const char *[]){"-n", "2", W, "sleep", "DIR", NULL});
+    pid_t pid[2];
+    for (int i = 0; i < 2; i++)
+        pid[i] = wait_pid_file(&r, i);
+    kill(r.pid, SIGKILL);
+    launch_wait(&r);
+    int alive = 2;
+    for (int tries = 0; alive > 0 && tries < 1000; tries++) {
+        alive = 0;
+        for (int i = 0; i < 2; i++)
+            alive += still_runs(pid[i]);
+        if (alive)
+            nanosleep(&(struct timespec){0, 10000000}, NULL);
+    }
+    for (int i = 0; i < 2; i++)
+        if (still_runs(pid[i])) {
+            kill(pid[i], SIGKILL);
+            cr_expect_fail("rank %d (pid %d) outlived its SIGKILLed launcher", i, (int)pid[i]);
+        }
+    launch_cleanup(&r);
+}
+
 /* ---- the rendezvous file ---------------------------------------------------------------- */
 
 static bool exists(const char *path)
@@ -284,6 +328,36 @@ Test(launcher, ctrl_c_removes_an_rdzv_file_that_did_not_exist_before_the_launch,
     assert_ctrl_c_removes_the_rendezvous_file(url);
 }
 
+/* A launcher SIGKILLed while its ranks hold the rendezvous file cannot
+ * remove it; the next launch does, once the ranks are gone. (Any launch
+ * sweeps, so one running beside this test may be the one that removes
+ * it: what is pinned down is that none outlives the next launch.) */
+Test(launcher, the_next_launch_removes_the_file_a_sigkilled_launcher_left, .timeout = 60)
+{
+    launch_run r;
+    launch_start(&r, (const char *[]){"-n", "2", W, "join-sleep", "DIR", NULL});
+    pid_t pid[2];
+    for (int i = 0; i < 2; i++)
+        pid[i] = wait_pid_file(&r, i);
+    kill(r.pid, SIGKILL);
+    launch_wait(&r);
+    const char *at = strstr(r.err, "rendezvous file://");
+    cr_assert(at, "no rendezvous in the launcher's first line:\n%s", r.err);
+    char path[128];
+    snprintf(path, sizeof path, "%.*s", (int)strcspn(at + 18, "\n"), at + 18);
+    for (int i = 0; i < 2; i++)
+        while (still_runs(pid[i]))
+            nanosleep(&(struct timespec){0, 10000000}, NULL);
+    launch_run next;
+    launch_start(&next, (const char *[]){"-n", "1", W, "env", NULL});
+    launch_wait(&next);
+    cr_assert_eq(next.code, 0, "exit %d, stderr:\n%s", next.code, next.err);
+    cr_expect(!exists(path), "%s outlived the next launch:\n%s", path, next.err);
+    unlink(path);
+    launch_cleanup(&r);
+    launch_cleanup(&next);
+}
+
 Test(launcher, an_rdzv_file_that_existed_before_the_launch_is_left_alone, .timeout = 30)
 {
     char url[128];
@@ -299,6 +373,26 @@ Test(launcher, an_rdzv_file_that_existed_before_the_launch_is_left_alone, .timeo
     char *left = slurp("/tmp", strrchr(url, '/') + 1);
     cr_assert_str_eq(left, "not ours to remove\n", "the user's file was touched");
     free(left);
+    unlink(url + 7);
+    launch_cleanup(&r);
+}
+
+/* The file the ranks met in is theirs to remove at the end only when the
+ * run created it: an empty file made beforehand (a store's file with no
+ * records) is joined, used, and left where it was. */
+Test(launcher, an_rdzv_file_the_ranks_joined_stays_when_it_existed_before_the_launch, .timeout = 60)
+{
+    char url[128];
+    snprintf(url, sizeof url, "file:///tmp/dt-launch-test-joined-%d", (int)getpid());
+    int fd = open(url + 7, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    cr_assert(fd >= 0, "%s: %s", url + 7, strerror(errno));
+    close(fd);
+    launch_run r;
+    launch_start(&r, (const char *[]){"-n", "2", "--rdzv", url, W, "allreduce", NULL});
+    launch_wait(&r);
+    cr_assert_eq(r.code, 0, "exit %d, stderr:\n%s", r.code, r.err);
+    cr_assert(strstr(r.out, "[1] rank=1 world=2 sum=3"), "the ranks did not meet:\n%s", r.out);
+    cr_expect(exists(url + 7), "%s was removed at the end of the job", url + 7);
     unlink(url + 7);
     launch_cleanup(&r);
 }

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "dt_model.h"
@@ -190,6 +191,47 @@ Test(text, bytes_become_tokens_with_a_tail_validation_split, .timeout = 10)
     cr_assert_eq(dt_dataset_batch(in, tg, d, DT_VAL, 1, 0, 1, 3), DT_OK);
     cr_expect(strchr("again!", in[0]) != NULL);
     dt_dataset_close(d);
+    unlink(path);
+}
+
+/* What is not a regular file is refused at once, saying what it is: a
+ * device would be read forever, a FIFO would block, a directory has no
+ * bytes. */
+static void expect_text_refused(const char *path, const char *what)
+{
+    dt_dataset *d;
+    cr_assert_eq(dt_dataset_open_text(&d, path, 0.1), DT_EINVAL, "%s", path);
+    cr_expect(strstr(dt_dataset_error(d), path) && strstr(dt_dataset_error(d), what), "%s",
+              dt_dataset_error(d));
+    dt_dataset_close(d);
+}
+
+Test(text, a_directory_is_refused_as_a_directory, .timeout = 10)
+{
+    expect_text_refused("/tmp", "is a directory, not a regular file");
+}
+
+Test(text, a_device_is_refused_before_a_byte_is_read, .timeout = 10)
+{
+    expect_text_refused("/dev/zero", "is a character device, not a regular file");
+}
+
+Test(text, a_fifo_is_refused_without_waiting_for_a_writer, .timeout = 10)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/dt_test_fifo_%d", (int)getpid());
+    cr_assert_eq(mkfifo(path, 0600), 0);
+    expect_text_refused(path, "is a FIFO, not a regular file");
+    cr_expect_not(dt_dataset_is_shard_file(path), "a FIFO taken for a shard");
+    unlink(path);
+}
+
+Test(text, a_file_over_the_size_limit_is_refused_before_it_is_read, .timeout = 10)
+{
+    char path[64];
+    temp_file(path, "x", 1);
+    cr_assert_eq(truncate(path, (off_t)3 << 30), 0); /* 3 GiB, sparse: no disk used */
+    expect_text_refused(path, "over the 1.0 GiB");
     unlink(path);
 }
 

@@ -189,3 +189,76 @@ Test(strangers, a_stranger_that_resets_mid_handshake_kills_no_rank, .timeout = 6
     }
     finish(&j);
 }
+
+/* ---- a rank of the job that holds another secret --------------------------------- */
+
+/* Ranks started by hand at an env:// store (rank 0 hosts it), one of them
+ * with another DT_SECRET: it cannot pass the handshake with the others,
+ * nor they with it. The rank that finds out tells the others through the
+ * store, so nobody waits out the 60 s start-up deadline. */
+static int odd_rank;
+static char store_port[16];
+
+static void join_holding_secret(int rank, job *j, FILE *report)
+{
+    static const uint8_t other[] = "another job's secret";
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", store_port, 1);
+    dt_comm_options o;
+    dt_comm_options_default(&o);
+    o.rank = rank;
+    o.world_size = j->n;
+    o.init_url = "env://";
+    o.job_id = "failures";
+    o.secret = rank == odd_rank ? other : SECRET;
+    o.secret_len = rank == odd_rank ? sizeof other : sizeof SECRET;
+    o.init_timeout_s = 60;
+    double t0 = dt_now();
+    dt_comm *c;
+    dt_status st = dt_comm_init(&c, &o);
+    say(report, st, dt_now() - t0, dt_comm_error(c));
+    dt_comm_destroy(c);
+}
+
+static int unused_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    getsockname(fd, (struct sockaddr *)&a, &len);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* Every rank fails within 10 s, saying that authentication failed and
+ * naming the odd rank (its own message names the rank it could not
+ * authenticate, and itself). */
+static void every_rank_fails_fast_naming(int odd)
+{
+    job j;
+    verdict v;
+    char odd_name[16];
+    odd_rank = odd;
+    snprintf(store_port, sizeof store_port, "%d", unused_port());
+    snprintf(odd_name, sizeof odd_name, "rank %d ", odd);
+    start(&j, 3, "secret", join_holding_secret);
+    for (int r = 0; r < 3; r++) {
+        verdict_of(&j, r, 30, &v);
+        cr_expect_eq(v.status, DT_EPEER, "rank %d: status %d: %s", r, v.status, v.msg);
+        cr_expect_lt(v.seconds, 10.0, "rank %d failed after %.1f s: %s", r, v.seconds, v.msg);
+        cr_expect(strstr(v.msg, "failed authentication"), "rank %d: %s", r, v.msg);
+        cr_expect(strstr(v.msg, odd_name), "rank %d does not name rank %d: %s", r, odd, v.msg);
+    }
+    finish(&j);
+}
+
+Test(strangers, a_rank_with_another_secret_fails_every_rank_fast_when_it_accepts, .timeout = 60)
+{
+    every_rank_fails_fast_naming(0);
+}
+
+Test(strangers, a_rank_with_another_secret_fails_every_rank_fast_when_it_dials, .timeout = 60)
+{
+    every_rank_fails_fast_naming(2);
+}

@@ -134,3 +134,50 @@ Test(train_launch, a_rank_that_cannot_open_its_data_is_named_and_its_peers_say_w
         unlink(log);
     }
 }
+
+/* minigpt's output for `args` (through the launcher when n > 0). */
+static char *run_minigpt(int n, const char *const *args)
+{
+    char log[64], nstr[16], *out;
+    const char *argv[24];
+    int k = 0;
+    snprintf(nstr, sizeof nstr, "%d", n);
+    if (n > 0)
+        argv[k++] = LAUNCH_BIN, argv[k++] = "-n", argv[k++] = nstr;
+    argv[k++] = MINIGPT_BIN;
+    for (; *args; args++)
+        argv[k++] = *args;
+    argv[k] = NULL;
+    temp_log(log, sizeof log);
+    int code = run_program(argv, log, &out);
+    cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
+    unlink(log);
+    return out;
+}
+
+/* One micro-batch per step would not pipeline at all: without
+ * --microbatches (or --grad-accum) a pipeline runs 4 per stage, and the
+ * start-up line says it chose them. */
+Test(train_launch, a_pipeline_runs_four_micro_batches_per_stage_by_default_and_says_so,
+     .timeout = 120)
+{
+    char *out = run_minigpt(2, (const char *[]){"--pp", "2", "--steps", "1", "--batch", "2",
+                                                "--eval-every", "0", "--sample", "0", NULL});
+    cr_expect(strstr(out, ", 8 micro-batches of 2 sequences per step (the default: 4 per stage; "
+                          "--microbatches M to choose)"),
+              "%s", out);
+    free(out);
+}
+
+Test(train_launch, one_micro_batch_is_singular_and_one_replica_has_no_ddp_buckets, .timeout = 120)
+{
+    char *out = run_minigpt(2, (const char *[]){"--pp", "2", "--microbatches", "1", "--steps", "1",
+                                                "--eval-every", "0", "--sample", "0", NULL});
+    cr_expect(strstr(out, ", 1 micro-batch of "), "%s", out);
+    cr_expect_null(strstr(out, "1 micro-batches"), "%s", out);
+    free(out);
+    out = run_minigpt(0,
+                      (const char *[]){"--steps", "1", "--eval-every", "0", "--sample", "0", NULL});
+    cr_expect_null(strstr(out, "gradient bucket"), "one rank, yet DDP buckets:\n%s", out);
+    free(out);
+}

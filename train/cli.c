@@ -108,7 +108,7 @@ static const flag flags[] = {
      "with --pp: data-parallel replicas of the pipeline (0 = world / P)"},
     {"--microbatches", NULL, K_INT, OPT(microbatches), "M",
      "micro-batches per pipelined step, of --batch sequences each "
-     "(0 = --grad-accum)"},
+     "(0 = --grad-accum if > 1, else 4 per stage)"},
     {"--schedule", NULL, K_STR, OPT(schedule), "NAME",
      "pipeline schedule: gpipe, 1f1b or zb (ZB-H1)"},
     {"--pp-partition", NULL, K_STR, OPT(pp_partition), "HOW",

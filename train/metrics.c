@@ -77,8 +77,9 @@ void mg_metrics_summary(mg_metrics *mx, const mg_run *r, double secs, double mea
 {
     if (!mx)
         return;
-    json_t *obj = json_pack("{s:s, s:i, s:f, s:f}", "event", "summary", "steps", r->o.steps,
-                            "final_loss", (double)r->losses[r->o.steps - 1], "seconds", secs);
+    json_t *obj = json_pack("{s:s, s:i, s:i, s:f, s:f}", "event", "summary", "steps",
+                            r->o.steps - r->start_step, "first_step", r->start_step, "final_loss",
+                            (double)r->losses[r->o.steps - 1], "seconds", secs);
     if (obj && mean_hidden >= 0)
         json_object_set_new(obj, "mean_hidden", json_real(mean_hidden));
     if (obj && acc >= 0)

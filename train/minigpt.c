@@ -180,7 +180,10 @@ static dt_status finish(mg_run *r, mg_metrics *mx, double secs, double mean_hidd
         return st;
     if (r->rank == 0) {
         acc = evaluate(r, mx, o->steps);
-        printf("summary: %d steps in %.2f s, loss %.4f -> %.4f", o->steps, secs,
+        printf("summary: %d steps", o->steps - r->start_step);
+        if (r->start_step > 0) /* the steps this run made, not the checkpoint's */
+            printf(" (resumed at step %d, ended at step %d)", r->start_step, o->steps);
+        printf(" in %.2f s, loss %.4f -> %.4f", secs,
                (double)r->losses[r->start_step < o->steps ? r->start_step : 0],
                (double)r->losses[o->steps - 1]);
         if (mean_hidden >= 0)

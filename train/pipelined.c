@@ -39,9 +39,16 @@ static dt_status pipe_fail(mg_run *r, dt_status st, const char *what, const char
     return st;
 }
 
+/* Micro-batches per step: --microbatches, else --grad-accum when it asks
+ * for accumulation, else MG_MICROBATCHES_PER_STAGE per stage. One
+ * micro-batch does not pipeline at all (every stage waits for the one
+ * before it); M = 4P leaves a GPipe / 1F1B bubble of (P-1)/(M+P-1) < 20%,
+ * the GPipe paper's M >= 4P. */
 int mg_microbatches(const mg_options *o)
 {
-    return o->microbatches > 0 ? o->microbatches : o->grad_accum;
+    if (o->microbatches > 0)
+        return o->microbatches;
+    return o->grad_accum > 1 ? o->grad_accum : MG_MICROBATCHES_PER_STAGE * o->pp;
 }
 
 /* Who saves which slice of a checkpoint: each stage's range of the flat
@@ -384,11 +391,11 @@ dt_status mg_report_pipeline(FILE *f, const mg_run *r)
     const dt_pipe_schedule *s = r->sched;
     if (st == DT_OK && r->rank == 0) {
         fprintf(f,
-                "pipeline: %s, %d stages, %d micro-batches (replica 0 of "
+                "pipeline: %s, %d stages, %d micro-batch%s (replica 0 of "
                 "%d); bubble = idle share of the step (measured: 1 - "
                 "compute / step time, run to shared loss, steps after the first; "
                 "closed form with B = 2F%s)\n",
-                dt_pipe_kind_name(s->kind), s->p, s->m, r->dp,
+                dt_pipe_kind_name(s->kind), s->p, s->m, s->m == 1 ? "" : "es", r->dp,
                 s->kind == DT_PIPE_ZB ? ", W = F" : "");
         fprintf(f, "  %5s %9s %11s %9s %9s %9s %12s\n", "stage", "blocks", "params", "act sets",
                 "grad sets", "bubble", "closed form");

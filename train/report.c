@@ -60,17 +60,22 @@ void mg_report_header(FILE *f, const mg_run *r)
                                       : "DDP",
             o->preset ? ", preset " : "", o->preset ? o->preset : "",
             o->data ? o->data : "embedded task (reverse digits)");
-    if (r->pipe)
+    if (r->pipe) {
+        int M = mg_microbatches(o);
+        bool chosen = o->microbatches > 0 || o->grad_accum > 1;
         fprintf(f,
                 "pipeline: %s over %d stages (one per rank) x %d "
-                "data-parallel replica%s, %d micro-batches of %d "
-                "sequences per step\n",
-                o->schedule, o->pp, r->dp, r->dp == 1 ? "" : "s", mg_microbatches(o), o->batch);
+                "data-parallel replica%s, %d micro-batch%s of %d "
+                "sequence%s per step%s\n",
+                o->schedule, o->pp, r->dp, r->dp == 1 ? "" : "s", M, M == 1 ? "" : "es", o->batch,
+                o->batch == 1 ? "" : "s",
+                chosen ? "" : " (the default: 4 per stage; --microbatches M to choose)");
+    }
     if (r->m && strcmp(r->m->be->name, "cpu") != 0)
         fprintf(f, "backend: %s%s%s\n", r->m->be->name,
                 strcmp(r->m->be->name, "cuda") == 0 ? " (one GPU per rank, by LOCAL_RANK)" : "",
                 r->dev ? "; collectives staged through pinned host memory" : "");
-    if (r->ddp)
+    if (r->ddp && replicas > 1) /* one replica has no gradients to all-reduce */
         fprintf(f, "ddp: %d gradient bucket%s\n", dt_ddp_num_buckets(r->ddp),
                 dt_ddp_num_buckets(r->ddp) == 1 ? "" : "s");
     if (r->zero1) {

@@ -72,6 +72,8 @@ float mg_val_loss(mg_run *r);
 void mg_sample(mg_run *r, FILE *f, int n);
 
 /* pipelined.c: --pp (every rank calls each) */
+/* The default micro-batches of a pipeline, per stage (pipelined.c). */
+#define MG_MICROBATCHES_PER_STAGE 4
 int mg_microbatches(const mg_options *o);
 dt_status mg_pipe_open(mg_run *r); /* stage model, schedule, executor */
 void mg_pipe_close(mg_run *r);

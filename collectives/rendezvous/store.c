@@ -328,6 +328,11 @@ dt_status dt_store_open_within(dt_store **out, const char *url, const char *job_
     return st;
 }
 
+void dt_store_keep_file(dt_store *s)
+{
+    s->keep_file = true;
+}
+
 void dt_store_close(dt_store *s)
 {
     if (!s)
@@ -347,7 +352,8 @@ void dt_store_close(dt_store *s)
             comm_store_funlock(s);
         }
         (void)liveness_lock(s->fd, F_UNLCK, false);
-        if (!torch && liveness_lock(s->fd, F_WRLCK, false) == 0 && still_named(s->fd, s->path))
+        if (!torch && !s->keep_file && liveness_lock(s->fd, F_WRLCK, false) == 0 &&
+            still_named(s->fd, s->path))
             (void)unlink(s->path);
     }
     if (s->fd >= 0)

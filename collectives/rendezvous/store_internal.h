@@ -44,6 +44,7 @@ struct dt_store {
     int fd;            /* -1 when open failed */
     bool healthy;      /* false after a failed open or seen corruption */
     bool alive_locked; /* holds the shared liveness lock */
+    bool keep_file;    /* close never removes the file (dt_store_keep_file) */
     uint64_t consumed; /* file bytes replayed into map */
     char *url;
     char *path;

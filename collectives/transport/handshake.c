@@ -96,6 +96,11 @@ void comm_handshake_lost(dt_conn *cn, ssize_t err)
     cn->lost = true;
     cn->rx_state = RX_STOPPED;
     comm_conn_stop_reading(cn);
+    if (cn->outgoing) {
+        pthread_mutex_lock(&c->mu); /* comm.c then looks for why it left */
+        c->lost_in_handshake = !c->failed;
+        pthread_mutex_unlock(&c->mu);
+    }
     if (cn->outgoing)
         c->report->fail(c, DT_EPEER,
                         "rank %d: rank %d (%s) closed the connection during the "
@@ -159,21 +164,24 @@ static bool on_challenge(dt_conn *cn)
         why = "it speaks another protocol version";
     else if (world != (uint32_t)c->size || rank != (uint32_t)cn->expect_peer)
         why = "it is another rank or another job";
-    else if (!mac_ok(c, m + 32, 'A', cn->hs_hello, m, 32))
-        why = "it failed authentication (it holds another job secret)";
-    if (why) {
-        cn->rx_state = RX_STOPPED;
-        comm_conn_stop_reading(cn);
-        c->report->fail(c, DT_EPEER,
-                        "rank %d: the process at %s, published as rank %d, is not "
-                        "a peer: %s",
-                        c->rank, cn->addr, cn->expect_peer, why);
-        return false;
+    if (!why && mac_ok(c, m + 32, 'A', cn->hs_hello, m, 32)) {
+        memcpy(cn->hs_challenge, m, CHALLENGE_BYTES);
+        mac(c, cn->hs_out, 'D', cn->hs_hello, cn->hs_challenge, CHALLENGE_BYTES);
+        hs_write(cn, &cn->hs_write, cn->hs_out, RESPONSE_BYTES);
+        return true;
     }
-    memcpy(cn->hs_challenge, m, CHALLENGE_BYTES);
-    mac(c, cn->hs_out, 'D', cn->hs_hello, cn->hs_challenge, CHALLENGE_BYTES);
-    hs_write(cn, &cn->hs_write, cn->hs_out, RESPONSE_BYTES);
-    return true;
+    cn->rx_state = RX_STOPPED;
+    comm_conn_stop_reading(cn);
+    if (why)
+        c->report->fail(c, DT_EPEER,
+                        "rank %d: the process at %s, published as rank %d, is not a peer: %s",
+                        c->rank, cn->addr, cn->expect_peer, why);
+    else /* both sides hold a secret; which one is odd, only the others can tell */
+        c->report->fail(c, DT_EPEER,
+                  "rank %d: rank %d (%s) failed authentication in the handshake: rank %d and "
+                  "rank %d hold different job secrets (is DT_SECRET the same for every rank?)",
+                  c->rank, cn->expect_peer, cn->addr, cn->expect_peer, c->rank);
+    return false;
 }
 
 /* Acceptor: a dialler introduced itself. */
