@@ -177,10 +177,11 @@ static bool on_challenge(dt_conn *cn)
                         "rank %d: the process at %s, published as rank %d, is not a peer: %s",
                         c->rank, cn->addr, cn->expect_peer, why);
     else /* both sides hold a secret; which one is odd, only the others can tell */
-        c->report->fail(c, DT_EPEER,
-                  "rank %d: rank %d (%s) failed authentication in the handshake: rank %d and "
-                  "rank %d hold different job secrets (is DT_SECRET the same for every rank?)",
-                  c->rank, cn->expect_peer, cn->addr, cn->expect_peer, c->rank);
+        c->report->fail(
+            c, DT_EPEER,
+            "rank %d: rank %d (%s) failed authentication in the handshake: rank %d and "
+            "rank %d hold different job secrets (is DT_SECRET the same for every rank?)",
+            c->rank, cn->expect_peer, cn->addr, cn->expect_peer, c->rank);
     return false;
 }
 
