@@ -252,6 +252,10 @@ void dt_model_set_params(dt_model *m, const float *host)
 
 void dt_model_get_grads(const dt_model *m, float *host)
 {
+    if (m->grads_windowed) { /* no full gradient exists: zeros */
+        memset(host, 0, m->num_params * sizeof(float));
+        return;
+    }
     m->be->to_host(host, m->grads_memory, m->num_params * sizeof(float));
 }
 
@@ -395,7 +399,20 @@ dt_status dt_model_forward(dt_model *m, const int *inputs, const int *targets, i
 
 void dt_model_zero_grad(dt_model *m)
 {
-    m->be->zero(m->grads_memory, m->num_params * sizeof(float));
+    if (!m->grads_windowed) /* windows are zeroed by their owner */
+        m->be->zero(m->grads_memory, m->num_params * sizeof(float));
+}
+
+void dt_model_window_grads(dt_model *m, float *base, size_t lo, size_t n)
+{
+    if (!m->grads_windowed) {
+        m->be->free(m->grads_memory);
+        m->grads_memory = NULL;
+        m->grads_windowed = true;
+    }
+    dt_layout_map_window(&m->grads, m->tensors, m->num_tensors, &m->cfg, m->l0, base, lo,
+                         base ? n : 0);
+    m->grads_window_n = base ? n : 0;
 }
 
 void dt_model_set_grad_hook(dt_model *m, dt_grad_ready_fn fn, void *user)
@@ -415,6 +432,8 @@ dt_status dt_model_update(dt_model *m, const dt_adamw_hparams *h, long step)
     size_t bytes = m->num_params * sizeof(float);
     if (step < 1)
         return fail(m, DT_EINVAL, "update: AdamW steps count from 1");
+    if (m->grads_windowed)
+        return fail(m, DT_EINVAL, "update: the gradients are windowed (ZeRO-2): no full gradient");
     if (!m->adam_m) {
         m->adam_m = m->be->alloc(bytes);
         m->adam_v = m->be->alloc(bytes);

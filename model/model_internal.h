@@ -68,6 +68,10 @@ void dt_layout_init(float *host, const dt_tensor_info *tab, int n, uint64_t seed
 int dt_layout_build_stage(dt_tensor_info *tab, dt_params *p, float *base, const dt_config *c,
                           int l0, int l1, size_t *lo, size_t *hi);
 int dt_layout_init_stage(float *host, const dt_config *c, int l0, int l1, uint64_t seed);
+/* a gradient window: fields of tensors inside [lo, lo + count) at base,
+ * all others NULL (tab: the table of a stage starting at block l0) */
+void dt_layout_map_window(dt_params *p, const dt_tensor_info *tab, int n, const dt_config *c,
+                          int l0, float *base, size_t lo, size_t count);
 
 /* kernels_ref.c — element-wise and row-wise layers (shared by both CPU
  * backends: they are already the fast form) */

@@ -89,6 +89,7 @@ struct dt_zero1 {
     size_t *gather_counts;               /* [ngather * world] */
     int ngather, gathered, settled;      /* launched / waited */
     bool syncing;                        /* the current backward launches reduces */
+    optim_grad_shards *gs;               /* ZeRO-2: the gradient shard, or NULL */
     double busy_s, exposed_s, prev_done; /* since the last stats */
     int ops;
     dt_status st;
@@ -101,6 +102,17 @@ static dt_status zero1_fail(dt_zero1 *z, dt_status st, const char *what)
         z->st = st;
         snprintf(z->err, sizeof z->err, "zero1 (rank %d): %s: %s", z->rank, what,
                  z->comm && *dt_comm_error(z->comm) ? dt_comm_error(z->comm) : dt_status_name(st));
+    }
+    return st;
+}
+
+/* ZeRO-2's gradient path failed: its message becomes ours. */
+static dt_status gs_failed(dt_zero1 *z, dt_status st)
+{
+    if (z->st == DT_OK) {
+        z->st = st;
+        snprintf(z->err, sizeof z->err, "%s",
+                 z->gs ? optim_grad_shards_error(z->gs) : "zero2: out of memory");
     }
     return st;
 }
@@ -230,6 +242,17 @@ dt_status dt_zero1_create(dt_zero1 **out, dt_model *m, dt_comm *comm)
     return dt_zero1_create_bucketed(out, m, comm, 0);
 }
 
+dt_status dt_zero2_create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucket_bytes)
+{
+    dt_status st = dt_zero1_create_bucketed(out, m, comm, bucket_bytes);
+    dt_zero1 *z = *out;
+    if (st != DT_OK)
+        return st;
+    size_t cap = (bucket_bytes ? bucket_bytes : DT_DDP_DEFAULT_BUCKET_BYTES) / sizeof(float);
+    st = optim_grad_shards_create(&z->gs, m, comm, cap ? cap : 1, z->s);
+    return st != DT_OK ? gs_failed(z, st) : DT_OK;
+}
+
 /* Waits for a launched piece, noting its timing; the first failure is
  * kept. */
 static void settle(dt_zero1 *z, piece *pc, const char *what)
@@ -304,6 +327,10 @@ dt_status dt_zero1_backward(dt_zero1 *z, float dloss, bool sync)
     if (z->syncing)
         return zero1_fail(z, DT_EINVAL, "backward: the last synced backward had no step");
     dt_zero1_wait_params(z); /* backward reads the parameters */
+    if (z->gs) {
+        dt_status st = optim_grad_shards_backward(z->gs, dloss, sync);
+        return st != DT_OK ? gs_failed(z, st) : z->st;
+    }
     bool comm = sync && z->world > 1;
     z->syncing = comm;
     z->reduced = 0;
@@ -365,6 +392,7 @@ void dt_zero1_destroy(dt_zero1 *z)
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i])
             be->free(dev[i]);
+    optim_grad_shards_destroy(z->gs);
     free(z->reduces);
     free(z->gathers);
     free(z->gather_counts);
@@ -402,9 +430,19 @@ size_t dt_zero1_staging_bytes(const dt_zero1 *z)
     return 0; /* reduces run in place in the model's gradient buffer */
 }
 
+size_t dt_zero1_gradient_bytes(const dt_zero1 *z)
+{
+    return z->gs ? optim_grad_shards_bytes(z->gs) : z->m->num_params * sizeof(float);
+}
+
+int dt_zero1_stage(const dt_zero1 *z)
+{
+    return z->gs ? 2 : 1;
+}
+
 int dt_zero1_num_buckets(const dt_zero1 *z)
 {
-    return z->nreduce;
+    return z->gs ? optim_grad_shards_num_buckets(z->gs) : z->nreduce;
 }
 
 /* Waits for every reduce piece (launching those backward did not), so
@@ -464,12 +502,19 @@ static dt_status step_launch(dt_zero1 *z, const dt_adamw_hparams *h, long step)
     const dt_backend *be = z->m->be;
     dt_model *m = z->m;
     dt_zero1_wait_params(z);
-    if (z->world > 1)
+    const float *grad = m->grads_memory + z->lo;
+    if (z->gs) {
+        dt_status st = optim_grad_shards_wait(z->gs, &z->busy_s, &z->exposed_s, &z->ops);
+        if (st != DT_OK)
+            return gs_failed(z, st);
+        grad = optim_grad_shards_mean(z->gs);
+    } else if (z->world > 1) {
         reduce_gradients(z);
+    }
     if (z->st != DT_OK)
         return z->st;
     if (z->n > 0)
-        be->adamw(z->master, m->grads_memory + z->lo, z->adam_m, z->adam_v, z->n, step, h);
+        be->adamw(z->master, grad, z->adam_m, z->adam_v, z->n, step, h);
     z->settled = z->gathered = 0;
     if (z->world > 1)
         launch_gathers(z);
