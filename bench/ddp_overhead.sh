@@ -117,7 +117,7 @@ import re, sys
 def rows(path):
     out = {}
     for line in open(path):
-        m = re.match(r"\s+(\d+)((?:\s+\d+){5})\s+\|\s+(\d+)\s+(\d+)\s*$", line)
+        m = re.match(r"\s+(\d+)((?:\s+\d+){6})\s+\|\s+(\d+)\s+(\d+)\s*$", line)
         if m:
             out[int(m.group(1))] = (int(m.group(3)), int(m.group(4)))
     return out

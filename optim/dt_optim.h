@@ -130,7 +130,8 @@ dt_status dt_zero1_create(dt_zero1 **out, dt_model *m, dt_comm *comm);
  * piece by piece to the owners while backward goes on, and each owner
  * keeps its piece of the mean in a gradient shard of s elements. Gradient
  * memory per rank: 4s + two buckets (plus a full local sum while
- * accumulating, k > 1). Everything below works on it as on ZeRO-1, except
+ * accumulating, k > 1); bucket_bytes 0 means a quarter of a shard (a
+ * bucket is whole hook units: a larger unit is a bucket alone). Everything below works on it as on ZeRO-1, except
  * that backward must be dt_zero1_backward (the model has no gradients of
  * its own). Its optimizer state and checkpoints are ZeRO-1's.
  */

@@ -63,7 +63,7 @@ struct optim_grad_shards {
     int rank, world;
     size_t s, my_lo, my_n; /* shard size; this rank's valid range */
     float *shard;          /* (s) this rank's piece of the mean gradient */
-    float *pool[POOL];     /* (max bucket) each */
+    float *pool[POOL];     /* (max bucket) each; one when there is one bucket */
     int pool_owner[POOL];  /* bucket last written in each, -1: free */
     size_t max_bucket;
     float *accum; /* (Ψ) k > 1 only: the no-sync micro-steps' local sum */
@@ -144,9 +144,8 @@ dt_status optim_grad_shards_create(optim_grad_shards **out, dt_model *m, dt_comm
         return gs_fail(g, DT_ENOMEM, "create: out of memory for buckets");
     g->shard = m->be->alloc(s * sizeof(float));
     for (int i = 0; i < POOL; i++) {
-        g->pool[i] = m->be->alloc(g->max_bucket * sizeof(float));
         g->pool_owner[i] = -1;
-        if (!g->pool[i])
+        if (i < g->nb && !(g->pool[i] = m->be->alloc(g->max_bucket * sizeof(float))))
             return gs_fail(g, DT_ENOMEM, "create: out of memory for the bucket pool");
     }
     if (!g->shard)
@@ -179,7 +178,8 @@ const char *optim_grad_shards_error(const optim_grad_shards *g)
 
 size_t optim_grad_shards_bytes(const optim_grad_shards *g)
 {
-    size_t n = g->s + POOL * g->max_bucket + (g->accum ? g->m->num_params : 0);
+    size_t pool = g->max_bucket * (size_t)(g->nb < POOL ? g->nb : POOL);
+    size_t n = g->s + pool + (g->accum ? g->m->num_params : 0);
     return n * sizeof(float);
 }
 
@@ -236,7 +236,7 @@ static void release_buffer(optim_grad_shards *g, int i)
 static void map_bucket(optim_grad_shards *g, int k)
 {
     gbucket *b = &g->buckets[k];
-    int i = k % POOL;
+    int i = k % (g->nb < POOL ? g->nb : POOL);
     release_buffer(g, i);
     b->buf = i;
     g->pool_owner[i] = k;

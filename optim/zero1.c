@@ -248,7 +248,9 @@ dt_status dt_zero2_create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t buc
     dt_zero1 *z = *out;
     if (st != DT_OK)
         return st;
-    size_t cap = (bucket_bytes ? bucket_bytes : DT_DDP_DEFAULT_BUCKET_BYTES) / sizeof(float);
+    /* by default a quarter of a shard: the buckets in flight add half a
+     * shard to the shard (25 MB buckets would hold more than ZeRO-1) */
+    size_t cap = bucket_bytes ? bucket_bytes / sizeof(float) : z->s / 4;
     st = optim_grad_shards_create(&z->gs, m, comm, cap ? cap : 1, z->s);
     return st != DT_OK ? gs_failed(z, st) : DT_OK;
 }

@@ -52,7 +52,7 @@ static const flag flags[] = {
      "'task' (embedded digit reversal), 'random' (seed tokens), llm.c token "
      "shards (a file or a glob, 'train_*.bin'; the vocabulary becomes GPT-2's "
      "50257 unless -V is given) or a text file (bytes)"},
-    {"--parallel", NULL, K_PARALLEL, OPT(parallel), "MODE", "ddp or zero1"},
+    {"--parallel", NULL, K_PARALLEL, OPT(parallel), "MODE", "ddp, zero1 or zero2"},
     {"--bucket-mb", NULL, K_DOUBLE, OPT(bucket_mb), "MB", "DDP gradient bucket size (0 = 25 MB)"},
     {"--log-every", NULL, K_POS, OPT(log_every), "N", "print a step line every N steps"},
     {"--eval-every", NULL, K_INT, OPT(eval_every), "N",
@@ -101,6 +101,11 @@ static const flag flags[] = {
      "blocks per stage: params (balance parameter counts) or uniform"},
 };
 #define NFLAGS (sizeof flags / sizeof flags[0])
+
+const char *mg_parallel_name(mg_parallel p)
+{
+    return p == MG_ZERO2 ? "zero2" : p == MG_ZERO1 ? "zero1" : "ddp";
+}
 
 void mg_options_default(mg_options *o)
 {
@@ -207,9 +212,7 @@ static void print_default(FILE *f, const flag *fl, const mg_options *d)
     case K_STR:
         fprintf(f, " (default %s)", *(const char *const *)p ? *(const char *const *)p : "none");
         break;
-    case K_PARALLEL:
-        fprintf(f, " (default %s)", *(const mg_parallel *)p == MG_ZERO1 ? "zero1" : "ddp");
-        break;
+    case K_PARALLEL: fprintf(f, " (default %s)", mg_parallel_name(*(const mg_parallel *)p)); break;
     case K_BOOL: break;
     }
 }
@@ -254,7 +257,7 @@ static const char *kind_wants(kind k)
     case K_U64: return "a non-negative integer below 2^64";
     case K_FLOAT:
     case K_DOUBLE: return "a number";
-    case K_PARALLEL: return "ddp or zero1";
+    case K_PARALLEL: return "ddp, zero1 or zero2";
     case K_STR:
     case K_BOOL: break;
     }
@@ -284,10 +287,12 @@ static bool set_value(mg_options *o, const flag *fl, const char *text)
     case K_DOUBLE: *(double *)p = strtod(text, &end); break;
     case K_STR: *(const char **)p = text; return true;
     case K_PARALLEL:
-        if (strcmp(text, "ddp") && strcmp(text, "zero1"))
-            return false;
-        *(mg_parallel *)p = strcmp(text, "zero1") == 0 ? MG_ZERO1 : MG_DDP;
-        return true;
+        for (mg_parallel k = MG_DDP; k <= MG_ZERO2; k++)
+            if (strcmp(text, mg_parallel_name(k)) == 0) {
+                *(mg_parallel *)p = k;
+                return true;
+            }
+        return false;
     case K_BOOL: *(bool *)p = true; return true;
     }
     return errno == 0 && end != text && *end == '\0';
@@ -344,6 +349,8 @@ static int check_pipeline(const mg_options *o, const char *prog)
                    "--gantt/--bubble-table without --pp");
     if (o->pp == 0)
         return 0;
+    if (o->parallel == MG_ZERO2)
+        return bad(prog, "a pipeline stage runs DDP or ZeRO-1, not", "--parallel zero2");
     if (o->microbatches > 0 && o->grad_accum > 1 && o->microbatches != o->grad_accum)
         return bad(prog,
                    "--microbatches and --grad-accum disagree (they "

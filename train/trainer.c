@@ -138,9 +138,11 @@ dt_status mg_run_open(mg_run *r)
             return run_fail(r, st, "ddp", r->ddp ? dt_ddp_error(r->ddp) : NULL);
     } else {
         size_t bytes = (size_t)(o->bucket_mb * 1024 * 1024);
-        st = dt_zero1_create_bucketed(&r->zero1, r->m, r->comm, bytes);
+        st = o->parallel == MG_ZERO2 ? dt_zero2_create(&r->zero1, r->m, r->comm, bytes)
+                                     : dt_zero1_create_bucketed(&r->zero1, r->m, r->comm, bytes);
         if (st != DT_OK)
-            return run_fail(r, st, "zero1", r->zero1 ? dt_zero1_error(r->zero1) : NULL);
+            return run_fail(r, st, mg_parallel_name(o->parallel),
+                            r->zero1 ? dt_zero1_error(r->zero1) : NULL);
     }
     return DT_OK;
 }

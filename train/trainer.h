@@ -28,7 +28,7 @@ typedef struct mg_run {
     dt_dataset *data;
     bool is_task;    /* the embedded task: has an accuracy */
     dt_ddp *ddp;     /* --parallel ddp */
-    dt_zero1 *zero1; /* --parallel zero1 */
+    dt_zero1 *zero1; /* --parallel zero1 or zero2 (dt_zero1_stage) */
     dt_adamw_hparams h;
     int *x, *y;                         /* (batch, T) host tokens of one micro-batch */
     float *losses;                      /* [steps] mean loss over the global batch */
