@@ -140,6 +140,11 @@ dt_status dt_model_backward_part(dt_model *m, float dloss, dt_backward_part part
                                : "the last forward had no targets (no loss)");
         return DT_EINVAL;
     }
+    if (m->recompute && part != DT_BACKWARD_ALL) {
+        snprintf(m->err, sizeof m->err,
+                 "minigpt: backward: split halves need the activations that recomputation drops");
+        return DT_EINVAL;
+    }
     if (m->grads_windowed && m->grads_window_n == 0 && part != DT_BACKWARD_INPUT) {
         snprintf(m->err, sizeof m->err,
                  "minigpt: backward: the gradients are windowed (ZeRO-2) and no window is mapped");
@@ -151,6 +156,9 @@ dt_status dt_model_backward_part(dt_model *m, float dloss, dt_backward_part part
     for (int l = m->l1 - 1; l >= m->l0; l--) {
         const float *in = l > m->l0 ? a->blocks[l - 1].residual3 : a->encoded;
         float *din = l > m->l0 ? da->blocks[l - 1].residual3 : da->encoded;
+        if (m->recompute && l < m->l1 - 1) /* the workspace: block l's activations
+                                               again (the last block's are still there) */
+            dt_model_block_forward(m, l, in, m->last_B, m->last_T);
         if (part == DT_BACKWARD_WEIGHT)
             block_weights(m, l, da->blocks[l].residual3, in);
         else

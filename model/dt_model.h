@@ -300,6 +300,7 @@ typedef struct dt_model {
     int num_tensors;
 
     size_t num_acts;
+    bool recompute;          /* blocks keep only their output; see below */
     float *acts_memory;      /* device */
     float *grad_acts_memory; /* device, same layout */
     dt_acts acts, grad_acts;
@@ -332,6 +333,20 @@ typedef struct dt_model {
  * dt_model_error(*out), then dt_model_destroy.
  */
 dt_status dt_model_create(dt_model **out, const dt_config *cfg, const dt_backend *be, int max_B);
+/*
+ * Activation recomputation (Chen et al. 2016, "gradient checkpointing"):
+ * each block keeps only its output (the next block's input, residual3);
+ * its other activations, and its activation gradients, live in one
+ * workspace shared by all blocks. Backward runs each block's forward
+ * again, from its input, just before that block's backward: the same
+ * kernels on the same operands, so the same bits, for one more forward's
+ * compute. Activation memory per set: the embeddings' and head's, L
+ * residuals and one block's, instead of L blocks'. Whole backward only
+ * (DT_BACKWARD_ALL): the split halves of a zero-bubble pipeline need the
+ * activations kept between them.
+ */
+dt_status dt_model_create_recompute(dt_model **out, const dt_config *cfg, const dt_backend *be,
+                                    int max_B);
 /* A pipeline stage of cfg (see dt_stage_spec); the same contract. */
 dt_status dt_model_create_stage(dt_model **out, const dt_config *cfg, const dt_backend *be,
                                 int max_B, const dt_stage_spec *spec);

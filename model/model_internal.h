@@ -59,6 +59,9 @@ struct dt_act_slot {
 /* minigpt.c: points m->acts, m->grad_acts, m->inputs, m->targets at the
  * selected slots, laid out for (B, T). */
 void dt_model_carve(dt_model *m, int B, int T);
+/* minigpt.c: block l's forward, residual (B, T, C) in, its residual3 out;
+ * backward.c runs it again under recomputation. */
+void dt_model_block_forward(dt_model *m, int l, const float *residual, int B, int T);
 
 /* layout.c */
 int dt_layout_num_tensors(const dt_config *c);

@@ -44,6 +44,7 @@ typedef struct scenario {
     int B, k, steps; /* per rank: B sequences, k micro-steps */
     size_t bucket_bytes;
     mode how;
+    bool recompute; /* the ranks' models recompute activations */
     float lr;
     uint64_t seed;
     /* results, one slot per rank */
@@ -168,7 +169,9 @@ static void train_on(rank_ctx *rc, scenario *s, dt_comm *comm)
 {
     int rank = dt_comm_rank(comm), world = dt_comm_size(comm);
     dt_model *m;
-    if (dt_model_create(&m, &s->cfg, dt_backend_cpu(), s->B) != DT_OK) {
+    dt_status made = s->recompute ? dt_model_create_recompute(&m, &s->cfg, dt_backend_cpu(), s->B)
+                                  : dt_model_create(&m, &s->cfg, dt_backend_cpu(), s->B);
+    if (made != DT_OK) {
         rank_fail(rc, "model: %s", m ? dt_model_error(m) : "ENOMEM");
         dt_model_destroy(m);
         return;
@@ -424,6 +427,29 @@ Test(zero2, is_bitwise_zero1_on_one_to_four_ranks, .timeout = 120)
             free(b.params[r]);
         }
     }
+}
+
+/* Recomputation changes what is kept, not what is computed: DDP and
+ * ZeRO-2 with it are themselves without it, to the bit, on 1-4 ranks. */
+Test(recompute, ddp_and_zero2_are_bitwise_themselves_without_it, .timeout = 120)
+{
+    mode modes[] = {MODE_DDP, MODE_ZERO2};
+    for (int k = 0; k < 2; k++)
+        for (int world = 1; world <= 4; world++) {
+            scenario a = make_scenario(modes[k], 1, 256);
+            scenario b = make_scenario(modes[k], 1, 256);
+            b.recompute = true;
+            rank_job job;
+            cr_assert_eq(rank_threads_run(&job, world, run_rank, &a), 0, "%s", job.ranks[0].msg);
+            cr_assert_eq(rank_threads_run(&job, world, run_rank, &b), 0, "%s", job.ranks[0].msg);
+            size_t P = dt_config_num_params(&a.cfg);
+            for (int r = 0; r < world; r++) {
+                cr_expect_eq(memcmp(a.params[r], b.params[r], P * sizeof(float)), 0,
+                             "mode %d N=%d rank %d: parameters differ", k, world, r);
+                free(a.params[r]);
+                free(b.params[r]);
+            }
+        }
 }
 
 Test(zero2, equals_ddp_with_adamw, .timeout = 60)

@@ -99,6 +99,9 @@ static const flag flags[] = {
      "pipeline schedule: gpipe, 1f1b or zb (ZB-H1)"},
     {"--pp-partition", NULL, K_STR, OPT(pp_partition), "HOW",
      "blocks per stage: params (balance parameter counts) or uniform"},
+    {"--recompute", NULL, K_BOOL, OPT(recompute), NULL,
+     "activation recomputation: a block keeps only its input in forward and "
+     "recomputes the rest in backward (same bits, one more forward)"},
 };
 #define NFLAGS (sizeof flags / sizeof flags[0])
 
@@ -351,6 +354,8 @@ static int check_pipeline(const mg_options *o, const char *prog)
         return 0;
     if (o->parallel == MG_ZERO2)
         return bad(prog, "a pipeline stage runs DDP or ZeRO-1, not", "--parallel zero2");
+    if (o->recompute)
+        return bad(prog, "a pipeline stage keeps its activations for now; drop", "--recompute");
     if (o->microbatches > 0 && o->grad_accum > 1 && o->microbatches != o->grad_accum)
         return bad(prog,
                    "--microbatches and --grad-accum disagree (they "

@@ -74,6 +74,9 @@ void mg_report_header(FILE *f, const mg_run *r)
         fprintf(f, "backend: %s%s%s\n", r->m->be->name,
                 strcmp(r->m->be->name, "cuda") == 0 ? " (one GPU per rank, by LOCAL_RANK)" : "",
                 r->dev ? "; collectives staged through pinned host memory" : "");
+    if (r->m && r->m->recompute)
+        fprintf(f, "recompute: blocks keep only their input; backward runs each block's "
+                   "forward again\n");
     if (r->ddp)
         fprintf(f, "ddp: %d gradient bucket%s\n", dt_ddp_num_buckets(r->ddp),
                 dt_ddp_num_buckets(r->ddp) == 1 ? "" : "s");

@@ -120,7 +120,8 @@ dt_status mg_run_open(mg_run *r)
     const dt_backend *be;
     if ((st = open_backend(r, &be)) != DT_OK)
         return st;
-    st = dt_model_create(&r->m, &o->cfg, be, o->batch);
+    st = o->recompute ? dt_model_create_recompute(&r->m, &o->cfg, be, o->batch)
+                      : dt_model_create(&r->m, &o->cfg, be, o->batch);
     if (st != DT_OK)
         return run_fail(r, st, "model", r->m ? dt_model_error(r->m) : NULL);
     dt_model_init(r->m, o->seed);
