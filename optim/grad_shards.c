@@ -277,7 +277,9 @@ static void on_grads_ready(void *user, size_t lo)
             g->pieces[p].done = true;
             g->pieces[p].t_done = dt_now();
         }
-    while (g->next < g->nb && g->buckets[g->next].lo >= lo && g->st == DT_OK) {
+    /* after a failure nothing is launched, but the windows are still
+     * mapped: backward must have somewhere to write until it returns */
+    while (g->next < g->nb && g->buckets[g->next].lo >= lo) {
         launch_bucket(g, &g->buckets[g->next]);
         if (++g->next < g->nb)
             map_bucket(g, g->next);

@@ -100,7 +100,7 @@ static dt_status zero1_fail(dt_zero1 *z, dt_status st, const char *what)
 {
     if (z->st == DT_OK) {
         z->st = st;
-        snprintf(z->err, sizeof z->err, "zero1 (rank %d): %s: %s", z->rank, what,
+        snprintf(z->err, sizeof z->err, "zero%d (rank %d): %s: %s", z->gs ? 2 : 1, z->rank, what,
                  z->comm && *dt_comm_error(z->comm) ? dt_comm_error(z->comm) : dt_status_name(st));
     }
     return st;

@@ -82,6 +82,42 @@ static dt_status open_data(mg_run *r)
     return DT_OK;
 }
 
+/*
+ * Every rank must run the same data-parallel mode: a DDP rank's bucket
+ * all-reduces and a ZeRO rank's reduces and gathers would meet as
+ * collectives of other kinds and sizes, and fail far from the cause (or,
+ * between ZeRO-1 and ZeRO-2, whose collectives agree, silently hold other
+ * memory than asked). So before the first collective of training each
+ * rank's mode is all-gathered, and every rank refuses a mismatch with the
+ * same message naming the ranks and their modes.
+ */
+dt_status mg_check_modes(mg_run *r)
+{
+    if (!r->comm)
+        return DT_OK;
+    int32_t mine = (int32_t)r->o.parallel, *all = calloc((size_t)r->world, sizeof *all);
+    if (!all)
+        return run_fail(r, DT_ENOMEM, "mode check", "out of memory");
+    dt_status st = dt_allgather(r->comm, &mine, all, 1, DT_I32);
+    if (st != DT_OK) {
+        free(all);
+        return run_fail(r, st, "mode check", dt_comm_error(r->comm));
+    }
+    for (int q = 1; q < r->world; q++)
+        if (all[q] != all[0]) {
+            char msg[160];
+            snprintf(msg, sizeof msg,
+                     "rank 0 runs --parallel %s, rank %d --parallel %s: every rank must run "
+                     "the same mode",
+                     mg_parallel_name((mg_parallel)all[0]), q,
+                     mg_parallel_name((mg_parallel)all[q]));
+            free(all);
+            return run_fail(r, DT_EINVAL, "start-up", msg);
+        }
+    free(all);
+    return DT_OK;
+}
+
 int mg_local_rank(void)
 {
     const char *names[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"};

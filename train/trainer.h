@@ -59,6 +59,9 @@ typedef struct mg_step {
 /* trainer.c */
 /* This rank's GPU on its node: LOCAL_RANK (or Open MPI's, Slurm's), 0. */
 int mg_local_rank(void);
+/* Collective: refuses (on every rank) ranks that run different
+ * --parallel modes, naming them. */
+dt_status mg_check_modes(mg_run *r);
 dt_status mg_run_open(mg_run *r); /* data, model, optimizer */
 void mg_run_close(mg_run *r);
 /* Optimizer step `step` (0-based): micro-steps, gradient sync, AdamW. */
