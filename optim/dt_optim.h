@@ -133,7 +133,10 @@ dt_status dt_zero1_create(dt_zero1 **out, dt_model *m, dt_comm *comm);
  * accumulating, k > 1); bucket_bytes 0 means a quarter of a shard (a
  * bucket is whole hook units: a larger unit is a bucket alone). Everything below works on it as on ZeRO-1, except
  * that backward must be dt_zero1_backward (the model has no gradients of
- * its own). Its optimizer state and checkpoints are ZeRO-1's.
+ * its own). It keeps no fp32 master beside the fp32 parameters (AdamW
+ * updates the model's own slice, the gathers send from there): optimizer
+ * state m, v: 8s bytes. dt_zero1_state's master is that slice. Its
+ * checkpoints are ZeRO-1's, bit for bit.
  */
 dt_status dt_zero2_create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucket_bytes);
 int dt_zero1_stage(const dt_zero1 *z); /* 1 or 2 */

@@ -54,7 +54,10 @@
  * The master copy holds the same fp32 values as the parameters it shards
  * (the model is fp32 throughout); it is kept so the shard's update is the
  * textbook one, and reads as the place where low-precision weights would
- * part from their fp32 master.
+ * part from their fp32 master. ZeRO-2 (dt_zero2_create) keeps none: its
+ * AdamW updates the model's own slice of parameters, and each gather
+ * sends from there, in place (the same bits: the master would hold the
+ * same values). Optimizer state 8·s bytes, the ZeRO paper's fp32 Adam.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +85,7 @@ struct dt_zero1 {
     size_t lo, n;                        /* this rank's valid range of the flat buffer */
     size_t *counts;                      /* [world]: each rank's valid count */
     float *master;                       /* (s) fp32 master of the shard */
+    bool own_master;                     /* ZeRO-2: master is the model's own slice */
     float *adam_m, *adam_v;              /* (s) */
     piece *reduces;                      /* [nreduce], in backward order (tail first) */
     int nreduce, reduced;                /* launched this backward */
@@ -199,7 +203,10 @@ static int build_gathers(dt_zero1 *z, size_t cap)
     return ng;
 }
 
-dt_status dt_zero1_create_bucketed(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucket_bytes)
+/* ZeRO-1 (own_master: with an fp32 master of the shard) or the optimizer
+ * half of ZeRO-2 (whose master is the model's own slice of parameters). */
+static dt_status create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucket_bytes,
+                        bool own_master)
 {
     dt_zero1 *z = calloc(1, sizeof *z);
     *out = z;
@@ -215,7 +222,9 @@ dt_status dt_zero1_create_bucketed(dt_zero1 **out, dt_model *m, dt_comm *comm, s
     z->lo = (size_t)z->rank * z->s;
     z->n = shard_count(P, z->s, z->rank);
     z->counts = calloc(p, sizeof *z->counts);
-    z->master = be->alloc(z->s * sizeof(float));
+    z->own_master = own_master;
+    z->master = own_master ? be->alloc(z->s * sizeof(float))
+                           : m->params_memory + (z->n ? z->lo : 0);
     z->adam_m = be->alloc(z->s * sizeof(float));
     z->adam_v = be->alloc(z->s * sizeof(float));
     if (!z->counts || !z->master || !z->adam_m || !z->adam_v)
@@ -232,9 +241,14 @@ dt_status dt_zero1_create_bucketed(dt_zero1 **out, dt_model *m, dt_comm *comm, s
         if (st != DT_OK)
             return zero1_fail(z, st, "create: broadcast of the parameters");
     }
-    if (z->n > 0)
+    if (z->n > 0 && own_master)
         be->copy(z->master, m->params_memory + z->lo, z->n * sizeof(float));
     return DT_OK;
+}
+
+dt_status dt_zero1_create_bucketed(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucket_bytes)
+{
+    return create(out, m, comm, bucket_bytes, true);
 }
 
 dt_status dt_zero1_create(dt_zero1 **out, dt_model *m, dt_comm *comm)
@@ -244,7 +258,7 @@ dt_status dt_zero1_create(dt_zero1 **out, dt_model *m, dt_comm *comm)
 
 dt_status dt_zero2_create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucket_bytes)
 {
-    dt_status st = dt_zero1_create_bucketed(out, m, comm, bucket_bytes);
+    dt_status st = create(out, m, comm, bucket_bytes, false);
     dt_zero1 *z = *out;
     if (st != DT_OK)
         return st;
@@ -390,7 +404,7 @@ void dt_zero1_destroy(dt_zero1 *z)
     if (z->gathers)
         dt_zero1_wait_params(z);
     const dt_backend *be = z->m->be;
-    void *dev[] = {z->master, z->adam_m, z->adam_v};
+    void *dev[] = {z->own_master ? z->master : NULL, z->adam_m, z->adam_v};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i])
             be->free(dev[i]);
@@ -423,7 +437,7 @@ void dt_zero1_state(dt_zero1 *z, float **master, float **m, float **v)
 
 size_t dt_zero1_optimizer_bytes(const dt_zero1 *z)
 {
-    return 3 * z->s * sizeof(float);
+    return (z->own_master ? 3 : 2) * z->s * sizeof(float);
 }
 
 size_t dt_zero1_staging_bytes(const dt_zero1 *z)
@@ -520,7 +534,7 @@ static dt_status step_launch(dt_zero1 *z, const dt_adamw_hparams *h, long step)
     z->settled = z->gathered = 0;
     if (z->world > 1)
         launch_gathers(z);
-    else if (z->n > 0)
+    else if (z->n > 0 && z->own_master)
         be->copy(m->params_memory + z->lo, z->master, z->n * sizeof(float));
     return z->st;
 }

@@ -10,8 +10,10 @@
  * - A rank killed while the others wait for its share of the parameter
  *   all-gather (ZeRO-2 leaves the gather in flight after the step; the
  *   next forward waits for it) fails every survivor with an error naming
- *   the dead rank, instead of a hang or a crash. (A survivor whose gather
- *   had already completed fails in the next collective, still naming it.)
+ *   the dead rank, instead of a hang or a crash. Which collective a
+ *   survivor is in when it notices depends on timing (the gather, if the
+ *   dead rank's share had not left yet; else the next step's reduces),
+ *   so the test asserts the name of the dead rank, not the collective.
  *
  * Waiting is bounded by each test's Criterion timeout.
  */
@@ -110,7 +112,8 @@ Test(zero_ranks, mismatched_modes_are_refused_at_start_up_naming_the_ranks, .tim
     ranks_free(&j);
 }
 
-Test(zero_ranks, a_rank_killed_mid_gather_fails_every_survivor_naming_it, .timeout = 120)
+Test(zero_ranks, a_rank_killed_with_its_gather_in_flight_fails_every_survivor_naming_it,
+     .timeout = 120)
 {
     /* --die-at-step 2: the last rank SIGKILLs itself after step 2's update,
      * its share of the parameter all-gather in flight */
@@ -120,13 +123,10 @@ Test(zero_ranks, a_rank_killed_mid_gather_fails_every_survivor_naming_it, .timeo
     ranks j;
     run_ranks(&j, common, extra);
     cr_expect_eq(j.code[2], 128 + 9, "rank 2 was not killed: %d\n%s", j.code[2], j.out[2]);
-    bool gathering = false; /* whose gather it hit depends on timing; someone's did */
     for (int r = 0; r < 2; r++) {
         cr_expect_eq(j.code[r], 1, "rank %d exited %d:\n%s", r, j.code[r], j.out[r]);
         cr_expect(strstr(j.out[r], "rank 2 died"), "rank %d does not name rank 2:\n%s", r,
                   j.out[r]);
-        gathering = gathering || strstr(j.out[r], "allgatherv #");
     }
-    cr_expect(gathering, "no survivor was gathering:\n%s\n%s", j.out[0], j.out[1]);
     ranks_free(&j);
 }
