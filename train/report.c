@@ -155,9 +155,10 @@ void mg_report_loss_table(FILE *f, const mg_run *r)
  * The model states per rank in each mode, as formulas and bytes for this
  * run's Ψ and N: weights + gradients + optimizer state, every column
  * counted (activations are not model states: the table after this one has
- * them). dtrain's ZeRO keeps an fp32 master of its shard beside AdamW's m
- * and v (12Ψ/N where the ZeRO paper's fp32 Adam has 8Ψ/N), and ZeRO-2
- * holds its gradient buckets in flight (bk) beside its shard.
+ * them). dtrain's ZeRO-1 keeps an fp32 master of its shard beside AdamW's
+ * m and v (12Ψ/N where the ZeRO paper's fp32 Adam has 8Ψ/N); ZeRO-2 keeps
+ * none (its parameters are the master) and holds its gradient buckets in
+ * flight (bk) beside its shard.
  */
 void mg_report_memory_model(FILE *f, const mg_run *r)
 {
@@ -183,11 +184,12 @@ void mg_report_memory_model(FILE *f, const mg_run *r)
     char c[32];
     snprintf(b, sizeof b, " + %s", commas(c, sizeof c, bk));
     fprintf(f,
-            "  %-7s 4Ψ        4Ψ/N + buckets  12Ψ/N (m, v, master)   4Ψ + 16Ψ/N + bk   %12s%s%s\n",
-            "ZeRO-2", commas(a, sizeof a, 4 * P + 16 * s), bk ? b : " + bk",
+            "  %-7s 4Ψ        4Ψ/N + buckets  8Ψ/N (m, v)            4Ψ + 12Ψ/N + bk   %12s%s%s\n",
+            "ZeRO-2", commas(a, sizeof a, 4 * P + 12 * s), bk ? b : " + bk",
             strcmp(mine, "ZeRO-2") ? "" : "  <- this run");
-    fprintf(f, "  (the ZeRO paper's fp32 Adam has no master: 16Ψ, 8Ψ + 8Ψ/N, 4Ψ + 12Ψ/N; "
-               "the table below shows what this run allocated)\n");
+    fprintf(f, "  (the ZeRO paper's fp32 Adam: 16Ψ, 8Ψ + 8Ψ/N, 4Ψ + 12Ψ/N; dtrain's ZeRO-1 "
+               "adds an fp32 master, 4Ψ/N; ZeRO-2's bk = its gradient buckets in flight. "
+               "The table below shows what this run allocated.)\n");
 }
 
 enum { MEM_PARAMS, MEM_GRADS, MEM_OPTIM, MEM_STAGING, MEM_ACTS, MEM_HEAP, MEM_RSS, MEM_FIELDS };
