@@ -177,31 +177,29 @@ dt_status dt_model_backward(dt_model *m, float dloss)
     return dt_model_backward_part(m, dloss, DT_BACKWARD_ALL);
 }
 
+/* Appends the offset of parameter p to lo (if lo), counting in *n. */
+static void unit_at(size_t *lo, int *n, const dt_model *m, const float *p)
+{
+    if (lo)
+        lo[*n] = (size_t)(p - m->params_memory);
+    (*n)++;
+}
+
 int dt_model_grad_units(const dt_model *m, size_t *lo)
 {
-    int n = 0;
     const dt_params *p = &m->params;
-#define UNIT(ptr)                                     \
-    do {                                              \
-        if (lo)                                       \
-            lo[n] = (size_t)((ptr)-m->params_memory); \
-        n++;                                          \
-    } while (0)
+    int n = 0;
     if (m->l1 == m->cfg.L) {
-        UNIT(p->lm_head);
-        UNIT(p->lnfw);
+        unit_at(lo, &n, m, p->lm_head);
+        unit_at(lo, &n, m, p->lnfw);
     }
-    for (int l = m->l1 - 1; l >= m->l0; l--) {
+    for (int l = m->l1 - 1; l >= m->l0; l--) { /* block_backward's order */
         const dt_block_params *w = &p->blocks[l];
-        UNIT(w->fcprojw);
-        UNIT(w->fcw);
-        UNIT(w->ln2w);
-        UNIT(w->attprojw);
-        UNIT(w->qkvw);
-        UNIT(w->ln1w);
+        const float *block[6] = {w->fcprojw, w->fcw, w->ln2w, w->attprojw, w->qkvw, w->ln1w};
+        for (int k = 0; k < 6; k++)
+            unit_at(lo, &n, m, block[k]);
     }
     if (m->l0 == 0)
-        UNIT(p->wte);
-#undef UNIT
+        unit_at(lo, &n, m, p->wte);
     return n;
 }
