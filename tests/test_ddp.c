@@ -429,6 +429,21 @@ Test(zero2, is_bitwise_zero1_on_one_to_four_ranks, .timeout = 120)
     }
 }
 
+/* One rank has nothing to sum with: ZeRO-2's buckets, shard and AdamW on
+ * the whole range are one process's backward and update, to the bit. */
+Test(zero2, one_rank_is_bitwise_one_process, .timeout = 60)
+{
+    scenario s = make_scenario(MODE_ZERO2, 1, 64);
+    rank_job job;
+    cr_assert_eq(rank_threads_run(&job, 1, run_rank, &s), 0, "%s", job.ranks[0].msg);
+    size_t P = dt_config_num_params(&s.cfg);
+    float ref_losses[MAX_STEPS], *ref = malloc(P * sizeof(float));
+    serial_reference(&s, 1, ref_losses, ref);
+    cr_expect_eq(memcmp(s.params[0], ref, P * sizeof(float)), 0, "parameters differ");
+    free(s.params[0]);
+    free(ref);
+}
+
 /* Recomputation changes what is kept, not what is computed: DDP and
  * ZeRO-2 with it are themselves without it, to the bit, on 1-4 ranks. */
 Test(recompute, ddp_and_zero2_are_bitwise_themselves_without_it, .timeout = 120)
