@@ -22,6 +22,11 @@
  *                    same traffic as DDP's all-reduce (a ring all-reduce IS
  *                    reduce-scatter + all-gather), p times less optimizer
  *                    state.
+ *   ZeRO-2 (grad_shards.c, driven by zero1.c) the same, without ever
+ *                    holding the whole gradient: backward writes bucket by
+ *                    bucket into two pooled buffers, each reduced to its
+ *                    owners at once; a rank keeps its 1/p of the mean.
+ *                    params 4Ψ + grads 4Ψ/p + buckets + m, v 8Ψ/p.
  *
  * Both equal one process training on the global batch with gradient
  * accumulation (tests/test_ddp.c pins this down to 1e-6), because the mean

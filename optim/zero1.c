@@ -2,6 +2,10 @@
  * zero1.c — ZeRO stage 1: AdamW state sharded over the ranks, its
  * communication overlapped with backward and with the next forward.
  *
+ * Stage 2 (dt_zero2_create) is this file with grad_shards.c in place of
+ * the in-place reduces below (reduces to the same owners, from pooled
+ * buffers) and without the master copy: the same step.
+ *
  * The idea (Rajbhandari et al., "ZeRO", 2020, stage 1). Under DDP every
  * rank keeps AdamW's m and v (and, with low-precision weights, an fp32
  * master copy) for every parameter and runs the same update p times over.

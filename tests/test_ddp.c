@@ -406,8 +406,9 @@ Test(zero2, equals_serial_with_gradient_accumulation, .timeout = 60)
     expect_equals_serial(&s, 2);
 }
 
-/* Same pieces, same reduces, same AdamW on the same shard: ZeRO-2 moves
- * the gradients elsewhere, not the arithmetic, so it is ZeRO-1 to the bit
+/* Every element reduced to the same owner by the same tree, the same AdamW
+ * on the same shard: ZeRO-2 moves the gradients elsewhere, not the
+ * arithmetic, so it is ZeRO-1 to the bit
  * (and both are DDP to 1e-6, the order of a ring's sums against a tree's). */
 Test(zero2, is_bitwise_zero1_on_one_to_four_ranks, .timeout = 120)
 {
