@@ -302,6 +302,7 @@ typedef struct dt_model {
     int num_tensors;
 
     size_t num_acts;
+    bool recompute;          /* blocks keep only their output; see below */
     float *acts_memory;      /* device */
     float *grad_acts_memory; /* device, same layout */
     dt_acts acts, grad_acts;
@@ -322,6 +323,8 @@ typedef struct dt_model {
     void *grad_ready_user;
     dt_params_needed_fn params_needed; /* forward's hook, or NULL */
     void *params_needed_user;
+    bool grads_windowed;   /* grads_memory freed: gradients live in windows */
+    size_t grads_window_n; /* elements the current window maps (0: none) */
     char err[256];
 } dt_model;
 
@@ -332,6 +335,20 @@ typedef struct dt_model {
  * dt_model_error(*out), then dt_model_destroy.
  */
 dt_status dt_model_create(dt_model **out, const dt_config *cfg, const dt_backend *be, int max_B);
+/*
+ * Activation recomputation (Chen et al. 2016, "gradient checkpointing"):
+ * each block keeps only its output (the next block's input, residual3);
+ * its other activations, and its activation gradients, live in one
+ * workspace shared by all blocks. Backward runs each block's forward
+ * again, from its input, just before that block's backward: the same
+ * kernels on the same operands, so the same bits, for one more forward's
+ * compute. Activation memory per set: the embeddings' and head's, L
+ * residuals and one block's, instead of L blocks'. Whole backward only
+ * (DT_BACKWARD_ALL): the split halves of a zero-bubble pipeline need the
+ * activations kept between them.
+ */
+dt_status dt_model_create_recompute(dt_model **out, const dt_config *cfg, const dt_backend *be,
+                                    int max_B);
 /* A pipeline stage of cfg (see dt_stage_spec); the same contract. */
 dt_status dt_model_create_stage(dt_model **out, const dt_config *cfg, const dt_backend *be,
                                 int max_B, const dt_stage_spec *spec);
@@ -386,6 +403,26 @@ dt_status dt_model_backward_part(dt_model *m, float dloss, dt_backward_part part
 void dt_model_set_grad_hook(dt_model *m, dt_grad_ready_fn fn, void *user);
 /* Sets (or, with fn NULL, clears) forward's parameter hook. */
 void dt_model_set_params_hook(dt_model *m, dt_params_needed_fn fn, void *user);
+/*
+ * Gradient windows, for ZeRO-2 (optim/grad_shards.c), where no rank ever
+ * holds the whole gradient. The first call frees the model's gradient
+ * buffer for good (grads_memory becomes NULL); each call points the
+ * gradients of the tensors lying wholly in [lo, lo + n) of this model's
+ * flat layout at base[0 .. n) and gives every other tensor none. Backward
+ * adds into what is mapped, so the caller zeroes (or seeds) a window
+ * before mapping it, and maps the next one from backward's progress hook
+ * before backward reaches it; windows must be unions of the hook's units
+ * (dt_model_grad_units), since one layer writes a whole unit. Backward on
+ * a windowed model with nothing mapped is refused (DT_EINVAL); so are
+ * dt_model_update, and dt_model_zero_grad does nothing (the windows'
+ * owner zeroes them).
+ */
+void dt_model_window_grads(dt_model *m, float *base, size_t lo, size_t n);
+/* The offsets backward's progress hook reports, in the order it reports
+ * them (the head's first, the embeddings' last): each is the start of one
+ * unit of gradients finished by one layer. Returns the count (at most
+ * 6L + 3); lo may be NULL to count. */
+int dt_model_grad_units(const dt_model *m, size_t *lo);
 /* AdamW over all parameters; allocates m, v on first call. step >= 1. */
 dt_status dt_model_update(dt_model *m, const dt_adamw_hparams *h, long step);
 /* Host copy of the logits row of sequence b at position t (V floats). */

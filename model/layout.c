@@ -217,6 +217,23 @@ int dt_layout_build_stage(dt_tensor_info *tab, dt_params *p, float *base, const 
     return i1 - i0;
 }
 
+/*
+ * A gradient window (ZeRO-2): points the field of every tensor of tab (the
+ * table of a stage whose first block is l0, local offsets) lying wholly in [lo, lo + count) at base + (offset - lo), and every
+ * other field at NULL, which the kernels read as "no gradient wanted".
+ */
+void dt_layout_map_window(dt_params *p, const dt_tensor_info *tab, int n, const dt_config *c,
+                          int l0, float *base, size_t lo, size_t count)
+{
+    int i0, i1;
+    stage_tensor_range(c, l0, c->L, &i0, &i1);
+    for (int i = 0; i < n; i++) {
+        size_t at = tab[i].offset;
+        bool inside = base && at >= lo && at + tab[i].numel <= lo + count;
+        *param_field(p, c, i0 + i) = inside ? base + (at - lo) : NULL;
+    }
+}
+
 /* ---- deterministic initialisation ---------------------------------------- */
 
 /* The fill functions take x == NULL to mean "draw as if filling, store

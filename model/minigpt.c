@@ -57,7 +57,9 @@ static void act_sizes(size_t top[NUM_TOP_ACTS], size_t blk[NUM_BLOCK_ACTS], cons
 
 /* Points every field of a at its range of base, in the order act_sizes
  * lists them; the blocks outside [l0, l1) and absent tensors stay NULL.
- * Returns the total element count (base may be NULL). */
+ * With recomputation every block shares one workspace for all but its
+ * residual3 (the first block's fields are the workspace). Returns the
+ * total element count (base may be NULL). */
 static size_t carve_acts(dt_acts *a, float *base, const dt_model *m, size_t B, size_t T)
 {
     size_t top[NUM_TOP_ACTS], blk[NUM_BLOCK_ACTS], off = 0;
@@ -68,6 +70,7 @@ static size_t carve_acts(dt_acts *a, float *base, const dt_model *m, size_t B, s
         *tp[i] = base && top[i] ? base + off : NULL;
         off += top[i];
     }
+    float *ws[NUM_BLOCK_ACTS]; /* the first block's fields: the workspace */
     for (int l = m->l0; l < m->l1; l++) {
         dt_block_acts *b = &a->blocks[l];
         float **bp[NUM_BLOCK_ACTS] = {&b->ln1,      &b->ln1_mean, &b->ln1_rstd, &b->qkv,
@@ -75,8 +78,10 @@ static size_t carve_acts(dt_acts *a, float *base, const dt_model *m, size_t B, s
                                       &b->ln2,      &b->ln2_mean, &b->ln2_rstd, &b->fch,
                                       &b->fch_gelu, &b->fcproj,   &b->residual3};
         for (int i = 0; i < NUM_BLOCK_ACTS; i++) {
-            *bp[i] = base ? base + off : NULL;
-            off += blk[i];
+            bool shared = m->recompute && l > m->l0 && i < NUM_BLOCK_ACTS - 1;
+            *bp[i] = shared ? ws[i] : base ? base + off : NULL;
+            ws[i] = *bp[i];
+            off += shared ? 0 : blk[i];
         }
     }
     return off;
@@ -132,8 +137,9 @@ static dt_status alloc_tables(dt_model *m)
     return DT_OK;
 }
 
-dt_status dt_model_create_stage(dt_model **out, const dt_config *cfg, const dt_backend *be,
-                                int max_B, const dt_stage_spec *spec)
+/* dt_model_create_stage, with or without recomputation. */
+static dt_status create(dt_model **out, const dt_config *cfg, const dt_backend *be, int max_B,
+                        const dt_stage_spec *spec, bool recompute)
 {
     dt_model *m = calloc(1, sizeof *m);
     *out = m;
@@ -153,6 +159,7 @@ dt_status dt_model_create_stage(dt_model **out, const dt_config *cfg, const dt_b
     m->l0 = spec->l0;
     m->l1 = spec->l1;
     m->act_slots = spec->act_slots;
+    m->recompute = recompute;
     m->grad_slots = spec->grad_slots;
     if (alloc_tables(m) != DT_OK)
         return DT_ENOMEM;
@@ -187,6 +194,19 @@ dt_status dt_model_create_stage(dt_model **out, const dt_config *cfg, const dt_b
                           &m->param_hi);
     dt_model_carve(m, max_B, cfg->T);
     return DT_OK;
+}
+
+dt_status dt_model_create_stage(dt_model **out, const dt_config *cfg, const dt_backend *be,
+                                int max_B, const dt_stage_spec *spec)
+{
+    return create(out, cfg, be, max_B, spec, false);
+}
+
+dt_status dt_model_create_recompute(dt_model **out, const dt_config *cfg, const dt_backend *be,
+                                    int max_B)
+{
+    dt_stage_spec whole = {0, cfg->L, 1, 1};
+    return create(out, cfg, be, max_B, &whole, true);
 }
 
 dt_status dt_model_create(dt_model **out, const dt_config *cfg, const dt_backend *be, int max_B)
@@ -252,6 +272,10 @@ void dt_model_set_params(dt_model *m, const float *host)
 
 void dt_model_get_grads(const dt_model *m, float *host)
 {
+    if (m->grads_windowed) { /* no full gradient exists: zeros */
+        memset(host, 0, m->num_params * sizeof(float));
+        return;
+    }
     m->be->to_host(host, m->grads_memory, m->num_params * sizeof(float));
 }
 
@@ -319,7 +343,7 @@ static dt_status check_forward(dt_model *m, const int *inputs, const int *target
 }
 
 /* One block forward: residual (N, C) in, x->residual3 out. */
-static void block_forward(dt_model *m, int l, const float *residual, int B, int T)
+void dt_model_block_forward(dt_model *m, int l, const float *residual, int B, int T)
 {
     const dt_backend *be = m->be;
     int C = m->cfg.C, NH = m->cfg.H, N = B * T;
@@ -381,7 +405,7 @@ dt_status dt_model_forward(dt_model *m, const int *inputs, const int *targets, i
     const float *residual = m->acts.encoded;
     for (int l = m->l0; l < m->l1; l++) {
         params_needed(m, block_params_end(m, l));
-        block_forward(m, l, residual, B, T);
+        dt_model_block_forward(m, l, residual, B, T);
         residual = m->acts.blocks[l].residual3;
     }
     m->last_B = B;
@@ -395,7 +419,20 @@ dt_status dt_model_forward(dt_model *m, const int *inputs, const int *targets, i
 
 void dt_model_zero_grad(dt_model *m)
 {
-    m->be->zero(m->grads_memory, m->num_params * sizeof(float));
+    if (!m->grads_windowed) /* windows are zeroed by their owner */
+        m->be->zero(m->grads_memory, m->num_params * sizeof(float));
+}
+
+void dt_model_window_grads(dt_model *m, float *base, size_t lo, size_t n)
+{
+    if (!m->grads_windowed) {
+        m->be->free(m->grads_memory);
+        m->grads_memory = NULL;
+        m->grads_windowed = true;
+    }
+    dt_layout_map_window(&m->grads, m->tensors, m->num_tensors, &m->cfg, m->l0, base, lo,
+                         base ? n : 0);
+    m->grads_window_n = base ? n : 0;
 }
 
 void dt_model_set_grad_hook(dt_model *m, dt_grad_ready_fn fn, void *user)
@@ -415,6 +452,8 @@ dt_status dt_model_update(dt_model *m, const dt_adamw_hparams *h, long step)
     size_t bytes = m->num_params * sizeof(float);
     if (step < 1)
         return fail(m, DT_EINVAL, "update: AdamW steps count from 1");
+    if (m->grads_windowed)
+        return fail(m, DT_EINVAL, "update: the gradients are windowed (ZeRO-2): no full gradient");
     if (!m->adam_m) {
         m->adam_m = m->be->alloc(bytes);
         m->adam_v = m->be->alloc(bytes);

@@ -61,6 +61,9 @@ struct dt_act_slot {
 /* minigpt.c: points m->acts, m->grad_acts, m->inputs, m->targets at the
  * selected slots, laid out for (B, T). */
 void dt_model_carve(dt_model *m, int B, int T);
+/* minigpt.c: block l's forward, residual (B, T, C) in, its residual3 out;
+ * backward.c runs it again under recomputation. */
+void dt_model_block_forward(dt_model *m, int l, const float *residual, int B, int T);
 
 /* layout.c */
 int dt_layout_num_tensors(const dt_config *c);
@@ -70,6 +73,10 @@ void dt_layout_init(float *host, const dt_tensor_info *tab, int n, uint64_t seed
 int dt_layout_build_stage(dt_tensor_info *tab, dt_params *p, float *base, const dt_config *c,
                           int l0, int l1, size_t *lo, size_t *hi);
 int dt_layout_init_stage(float *host, const dt_config *c, int l0, int l1, uint64_t seed);
+/* a gradient window: fields of tensors inside [lo, lo + count) at base,
+ * all others NULL (tab: the table of a stage starting at block l0) */
+void dt_layout_map_window(dt_params *p, const dt_tensor_info *tab, int n, const dt_config *c,
+                          int l0, float *base, size_t lo, size_t count);
 
 /* kernels_ref.c — element-wise and row-wise layers (shared by both CPU
  * backends: they are already the fast form) */

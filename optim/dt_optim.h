@@ -22,6 +22,11 @@
  *                    same traffic as DDP's all-reduce (a ring all-reduce IS
  *                    reduce-scatter + all-gather), p times less optimizer
  *                    state.
+ *   ZeRO-2 (grad_shards.c, driven by zero1.c) the same, without ever
+ *                    holding the whole gradient: backward writes bucket by
+ *                    bucket into two pooled buffers, each reduced to its
+ *                    owners at once; a rank keeps its 1/p of the mean.
+ *                    params 4Ψ + grads 4Ψ/p + buckets + m, v 8Ψ/p.
  *
  * Both equal one process training on the global batch with gradient
  * accumulation (tests/test_ddp.c pins this down to 1e-6), because the mean
@@ -123,6 +128,23 @@ typedef struct dt_zero1 dt_zero1;
  */
 dt_status dt_zero1_create_bucketed(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucket_bytes);
 dt_status dt_zero1_create(dt_zero1 **out, dt_model *m, dt_comm *comm);
+/*
+ * ZeRO-2 (grad_shards.c): ZeRO-1 whose gradients are sharded too. The
+ * model's full gradient buffer is freed (dt_model_window_grads); backward
+ * writes each bucket into a small pooled buffer, which is reduced (avg)
+ * piece by piece to the owners while backward goes on, and each owner
+ * keeps its piece of the mean in a gradient shard of s elements. Gradient
+ * memory per rank: 4s + two buckets (plus a full local sum while
+ * accumulating, k > 1); bucket_bytes 0 means a quarter of a shard (a
+ * bucket is whole hook units: a larger unit is a bucket alone). Everything below works on it as on ZeRO-1, except
+ * that backward must be dt_zero1_backward (the model has no gradients of
+ * its own). It keeps no fp32 master beside the fp32 parameters (AdamW
+ * updates the model's own slice, the gathers send from there): optimizer
+ * state m, v: 8s bytes. dt_zero1_state's master is that slice. Its
+ * checkpoints are ZeRO-1's, bit for bit.
+ */
+dt_status dt_zero2_create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucket_bytes);
+int dt_zero1_stage(const dt_zero1 *z); /* 1 or 2 */
 /* Waits for what is in flight, then frees. */
 void dt_zero1_destroy(dt_zero1 *z);
 const char *dt_zero1_error(const dt_zero1 *z);
@@ -140,6 +162,9 @@ size_t dt_zero1_optimizer_bytes(const dt_zero1 *z);
 /* Bytes of gradient staging beside the model's own gradients: 0, the
  * reduces run in place (kept for the trainer's memory table). */
 size_t dt_zero1_staging_bytes(const dt_zero1 *z);
+/* Bytes of gradients this rank holds: the model's 4Ψ under ZeRO-1; the
+ * shard, the bucket pool (and any accumulation buffer) under ZeRO-2. */
+size_t dt_zero1_gradient_bytes(const dt_zero1 *z);
 
 /*
  * dt_model_forward, waiting for each stage's parameters (from the last

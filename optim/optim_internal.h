@@ -1,12 +1,14 @@
 /*
  * optim_internal.h — helpers shared by the optimizer layer's files, not
  * part of its public interface: the one formula for the share of
- * communication hidden.
+ * communication hidden, and ZeRO-2's gradient path (grad_shards.c), which
+ * zero1.c drives.
  */
 #ifndef DT_OPTIM_INTERNAL_H
 #define DT_OPTIM_INTERNAL_H
 
 #include "dt_clock.h" /* dt_now, for the communication timings */
+#include "dt_optim.h"
 
 /* 1 - exposed/comm clipped to [0, 1]: the share of the time collectives
  * ran that the training thread did not spend waiting for them. */
@@ -17,5 +19,26 @@ static inline double dt_optim_hidden_share(double comm_ms, double exposed_ms)
     double h = 1.0 - exposed_ms / comm_ms;
     return h < 0 ? 0.0 : h > 1 ? 1.0 : h;
 }
+
+/* ---- grad_shards.c: ZeRO-2's gradient path, used by zero1.c ---------------- */
+
+typedef struct optim_grad_shards optim_grad_shards;
+/* Takes the model's gradients into windows (its full buffer is freed) and
+ * builds the buckets (cap elements) and their pieces for shards of s
+ * elements. Always sets *out (NULL only on DT_ENOMEM). */
+dt_status optim_grad_shards_create(optim_grad_shards **out, dt_model *m, dt_comm *comm, size_t cap,
+                                   size_t s);
+void optim_grad_shards_destroy(optim_grad_shards *g); /* waits for what is in flight */
+const char *optim_grad_shards_error(const optim_grad_shards *g);
+/* Gradient bytes held: the shard, the bucket pool, the accumulation. */
+size_t optim_grad_shards_bytes(const optim_grad_shards *g);
+int optim_grad_shards_num_buckets(const optim_grad_shards *g);
+/* Backward of the last forward; with sync, each bucket reduced to its
+ * owners from backward's hook. */
+dt_status optim_grad_shards_backward(optim_grad_shards *g, float dloss, bool sync);
+/* Waits for every piece; adds the timing to *busy_s, *exposed_s, *ops.
+ * Then optim_grad_shards_mean is this rank's shard of the mean. */
+dt_status optim_grad_shards_wait(optim_grad_shards *g, double *busy_s, double *exposed_s, int *ops);
+const float *optim_grad_shards_mean(const optim_grad_shards *g);
 
 #endif /* DT_OPTIM_INTERNAL_H */

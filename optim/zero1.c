@@ -2,6 +2,10 @@
  * zero1.c — ZeRO stage 1: AdamW state sharded over the ranks, its
  * communication overlapped with backward and with the next forward.
  *
+ * Stage 2 (dt_zero2_create) is this file with grad_shards.c in place of
+ * the in-place reduces below (reduces to the same owners, from pooled
+ * buffers) and without the master copy: the same step.
+ *
  * The idea (Rajbhandari et al., "ZeRO", 2020, stage 1). Under DDP every
  * rank keeps AdamW's m and v (and, with low-precision weights, an fp32
  * master copy) for every parameter and runs the same update p times over.
@@ -54,7 +58,10 @@
  * The master copy holds the same fp32 values as the parameters it shards
  * (the model is fp32 throughout); it is kept so the shard's update is the
  * textbook one, and reads as the place where low-precision weights would
- * part from their fp32 master.
+ * part from their fp32 master. ZeRO-2 (dt_zero2_create) keeps none: its
+ * AdamW updates the model's own slice of parameters, and each gather
+ * sends from there, in place (the same bits: the master would hold the
+ * same values). Optimizer state 8·s bytes, the ZeRO paper's fp32 Adam.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +89,7 @@ struct dt_zero1 {
     size_t lo, n;                        /* this rank's valid range of the flat buffer */
     size_t *counts;                      /* [world]: each rank's valid count */
     float *master;                       /* (s) fp32 master of the shard */
+    bool own_master;                     /* ZeRO-2: master is the model's own slice */
     float *adam_m, *adam_v;              /* (s) */
     piece *reduces;                      /* [nreduce], in backward order (tail first) */
     int nreduce, reduced;                /* launched this backward */
@@ -89,6 +97,7 @@ struct dt_zero1 {
     size_t *gather_counts;               /* [ngather * world] */
     int ngather, gathered, settled;      /* launched / waited */
     bool syncing;                        /* the current backward launches reduces */
+    optim_grad_shards *gs;               /* ZeRO-2: the gradient shard, or NULL */
     double busy_s, exposed_s, prev_done; /* since the last stats */
     int ops;
     dt_status st;
@@ -99,8 +108,19 @@ static dt_status zero1_fail(dt_zero1 *z, dt_status st, const char *what)
 {
     if (z->st == DT_OK) {
         z->st = st;
-        snprintf(z->err, sizeof z->err, "zero1 (rank %d): %s: %s", z->rank, what,
+        snprintf(z->err, sizeof z->err, "zero%d (rank %d): %s: %s", z->gs ? 2 : 1, z->rank, what,
                  z->comm && *dt_comm_error(z->comm) ? dt_comm_error(z->comm) : dt_status_name(st));
+    }
+    return st;
+}
+
+/* ZeRO-2's gradient path failed: its message becomes ours. */
+static dt_status gs_failed(dt_zero1 *z, dt_status st)
+{
+    if (z->st == DT_OK) {
+        z->st = st;
+        snprintf(z->err, sizeof z->err, "%s",
+                 z->gs ? optim_grad_shards_error(z->gs) : "zero2: out of memory");
     }
     return st;
 }
@@ -187,7 +207,10 @@ static int build_gathers(dt_zero1 *z, size_t cap)
     return ng;
 }
 
-dt_status dt_zero1_create_bucketed(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucket_bytes)
+/* ZeRO-1 (own_master: with an fp32 master of the shard) or the optimizer
+ * half of ZeRO-2 (whose master is the model's own slice of parameters). */
+static dt_status create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucket_bytes,
+                        bool own_master)
 {
     dt_zero1 *z = calloc(1, sizeof *z);
     *out = z;
@@ -203,7 +226,9 @@ dt_status dt_zero1_create_bucketed(dt_zero1 **out, dt_model *m, dt_comm *comm, s
     z->lo = (size_t)z->rank * z->s;
     z->n = shard_count(P, z->s, z->rank);
     z->counts = calloc(p, sizeof *z->counts);
-    z->master = be->alloc(z->s * sizeof(float));
+    z->own_master = own_master;
+    z->master = own_master ? be->alloc(z->s * sizeof(float))
+                           : m->params_memory + (z->n ? z->lo : 0);
     z->adam_m = be->alloc(z->s * sizeof(float));
     z->adam_v = be->alloc(z->s * sizeof(float));
     if (!z->counts || !z->master || !z->adam_m || !z->adam_v)
@@ -220,14 +245,32 @@ dt_status dt_zero1_create_bucketed(dt_zero1 **out, dt_model *m, dt_comm *comm, s
         if (st != DT_OK)
             return zero1_fail(z, st, "create: broadcast of the parameters");
     }
-    if (z->n > 0)
+    if (z->n > 0 && own_master)
         be->copy(z->master, m->params_memory + z->lo, z->n * sizeof(float));
     return DT_OK;
+}
+
+dt_status dt_zero1_create_bucketed(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucket_bytes)
+{
+    return create(out, m, comm, bucket_bytes, true);
 }
 
 dt_status dt_zero1_create(dt_zero1 **out, dt_model *m, dt_comm *comm)
 {
     return dt_zero1_create_bucketed(out, m, comm, 0);
+}
+
+dt_status dt_zero2_create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucket_bytes)
+{
+    dt_status st = create(out, m, comm, bucket_bytes, false);
+    dt_zero1 *z = *out;
+    if (st != DT_OK)
+        return st;
+    /* by default a quarter of a shard: the buckets in flight add half a
+     * shard to the shard (25 MB buckets would hold more than ZeRO-1) */
+    size_t cap = bucket_bytes ? bucket_bytes / sizeof(float) : z->s / 4;
+    st = optim_grad_shards_create(&z->gs, m, comm, cap ? cap : 1, z->s);
+    return st != DT_OK ? gs_failed(z, st) : DT_OK;
 }
 
 /* Waits for a launched piece, noting its timing; the first failure is
@@ -304,6 +347,10 @@ dt_status dt_zero1_backward(dt_zero1 *z, float dloss, bool sync)
     if (z->syncing)
         return zero1_fail(z, DT_EINVAL, "backward: the last synced backward had no step");
     dt_zero1_wait_params(z); /* backward reads the parameters */
+    if (z->gs) {
+        dt_status st = optim_grad_shards_backward(z->gs, dloss, sync);
+        return st != DT_OK ? gs_failed(z, st) : z->st;
+    }
     bool comm = sync && z->world > 1;
     z->syncing = comm;
     z->reduced = 0;
@@ -361,10 +408,11 @@ void dt_zero1_destroy(dt_zero1 *z)
     if (z->gathers)
         dt_zero1_wait_params(z);
     const dt_backend *be = z->m->be;
-    void *dev[] = {z->master, z->adam_m, z->adam_v};
+    void *dev[] = {z->own_master ? z->master : NULL, z->adam_m, z->adam_v};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i])
             be->free(dev[i]);
+    optim_grad_shards_destroy(z->gs);
     free(z->reduces);
     free(z->gathers);
     free(z->gather_counts);
@@ -393,7 +441,7 @@ void dt_zero1_state(dt_zero1 *z, float **master, float **m, float **v)
 
 size_t dt_zero1_optimizer_bytes(const dt_zero1 *z)
 {
-    return 3 * z->s * sizeof(float);
+    return (z->own_master ? 3 : 2) * z->s * sizeof(float);
 }
 
 size_t dt_zero1_staging_bytes(const dt_zero1 *z)
@@ -402,9 +450,19 @@ size_t dt_zero1_staging_bytes(const dt_zero1 *z)
     return 0; /* reduces run in place in the model's gradient buffer */
 }
 
+size_t dt_zero1_gradient_bytes(const dt_zero1 *z)
+{
+    return z->gs ? optim_grad_shards_bytes(z->gs) : z->m->num_params * sizeof(float);
+}
+
+int dt_zero1_stage(const dt_zero1 *z)
+{
+    return z->gs ? 2 : 1;
+}
+
 int dt_zero1_num_buckets(const dt_zero1 *z)
 {
-    return z->nreduce;
+    return z->gs ? optim_grad_shards_num_buckets(z->gs) : z->nreduce;
 }
 
 /* Waits for every reduce piece (launching those backward did not), so
@@ -464,16 +522,23 @@ static dt_status step_launch(dt_zero1 *z, const dt_adamw_hparams *h, long step)
     const dt_backend *be = z->m->be;
     dt_model *m = z->m;
     dt_zero1_wait_params(z);
-    if (z->world > 1)
+    const float *grad = m->grads_memory + z->lo;
+    if (z->gs) {
+        dt_status st = optim_grad_shards_wait(z->gs, &z->busy_s, &z->exposed_s, &z->ops);
+        if (st != DT_OK)
+            return gs_failed(z, st);
+        grad = optim_grad_shards_mean(z->gs);
+    } else if (z->world > 1) {
         reduce_gradients(z);
+    }
     if (z->st != DT_OK)
         return z->st;
     if (z->n > 0)
-        be->adamw(z->master, m->grads_memory + z->lo, z->adam_m, z->adam_v, z->n, step, h);
+        be->adamw(z->master, grad, z->adam_m, z->adam_v, z->n, step, h);
     z->settled = z->gathered = 0;
     if (z->world > 1)
         launch_gathers(z);
-    else if (z->n > 0)
+    else if (z->n > 0 && z->own_master)
         be->copy(m->params_memory + z->lo, z->master, z->n * sizeof(float));
     return z->st;
 }

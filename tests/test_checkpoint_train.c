@@ -8,8 +8,11 @@
  * save is byte-equal to what it holds in memory (the curriculum's RESUME
  * VERIFIED check). A checkpoint saved on 4 ranks continues on 2, and one
  * saved on 2 continues on 4, with the global batch (ranks x B) kept at 8,
- * losses within 1e-5 relative of the run that was never resharded. Every
- * load here is the trainer's: collective, each shard hashed by one rank.
+ * losses within 1e-5 relative of the run that was never resharded. ZeRO-2
+ * saves ZeRO-1's state (its gradients live only within a step): it resumes
+ * bitwise from its own checkpoint and from ZeRO-1's, and a ZeRO-2
+ * checkpoint continues as DDP on another world size and back. Every load
+ * here is the trainer's: collective, each shard hashed by one rank.
  */
 #include <math.h>
 
@@ -20,8 +23,11 @@
 #define STEPS 6
 #define GLOBAL_BATCH 8
 
+/* The optimizer of a phase; ZeRO-2's checkpoint mode is ZeRO-1's. */
+typedef enum optimizer { OPT_DDP, OPT_ZERO1, OPT_ZERO2 } optimizer;
+
 typedef struct run {
-    dt_ckpt_mode mode;
+    optimizer opt;
     int B;           /* per rank: GLOBAL_BATCH / world */
     int start, stop; /* steps [start, stop) */
     bool load;       /* resume from latest first */
@@ -80,7 +86,9 @@ static bool train_steps(rank_ctx *rc, run *R, dt_model *m, dt_dataset *d, dt_ddp
             dt_model_forward(m, x, y, B, T) != DT_OK)
             return rank_fail(rc, "forward at step %d", t);
         float loss = m->mean_loss;
-        dt_status st = ddp ? dt_ddp_backward(ddp, 1.0f, true) : dt_model_backward(m, 1.0f);
+        dt_status st = ddp                   ? dt_ddp_backward(ddp, 1.0f, true)
+                       : R->opt == OPT_ZERO2 ? dt_zero1_backward(z, 1.0f, true)
+                                             : dt_model_backward(m, 1.0f);
         if (st == DT_OK && ddp && (st = dt_ddp_wait(ddp, NULL)) == DT_OK)
             st = dt_model_update(m, &h, t + 1);
         else if (st == DT_OK && z)
@@ -139,8 +147,9 @@ static void run_rank(rank_ctx *rc)
         return;
     }
     dt_model_init(m, R->load ? 999 : 42); /* a resumed run must not rely on init */
-    dt_status st = R->mode == DT_CKPT_ZERO1 ? dt_zero1_create(&z, m, rc->comm)
-                                            : dt_ddp_create(&ddp, m, rc->comm, 512);
+    dt_status st = R->opt == OPT_ZERO1   ? dt_zero1_create(&z, m, rc->comm)
+                   : R->opt == OPT_ZERO2 ? dt_zero2_create(&z, m, rc->comm, 256)
+                                         : dt_ddp_create(&ddp, m, rc->comm, 512);
     bool ok = st == DT_OK || rank_fail(rc, "optimizer: %s", dt_status_name(st));
     if (ok && R->load)
         ok = checkpoint_io(rc, R, m, z, true);
@@ -166,16 +175,18 @@ static void run_job(run *R, int world)
     cr_assert_eq(failed, 0);
 }
 
-/* Straight run of STEPS; then [0, 3) + save, resume on world2 for [3, 6). */
-static void resume_case(dt_ckpt_mode mode, int world1, int world2, bool bitwise)
+/* Straight run of STEPS with opt1; then [0, 3) + save with opt1, resume
+ * with opt2 on world2 for [3, 6). */
+static void resume_across(optimizer opt1, int world1, optimizer opt2, int world2, bool bitwise)
 {
     char root[128];
     fixture_mkroot(root, sizeof root);
     run *straight = calloc(1, sizeof *straight), *split = calloc(1, sizeof *split);
-    *straight = (run){.mode = mode, .start = 0, .stop = STEPS, .root = root};
+    *straight = (run){.opt = opt1, .start = 0, .stop = STEPS, .root = root};
     run_job(straight, world1);
-    *split = (run){.mode = mode, .start = 0, .stop = 3, .save = true, .root = root};
+    *split = (run){.opt = opt1, .start = 0, .stop = 3, .save = true, .root = root};
     run_job(split, world1);
+    split->opt = opt2;
     split->start = 3;
     split->stop = STEPS;
     split->save = false;
@@ -195,6 +206,12 @@ static void resume_case(dt_ckpt_mode mode, int world1, int world2, bool bitwise)
     free(straight);
     free(split);
     fixture_rmtree(root);
+}
+
+static void resume_case(dt_ckpt_mode mode, int world1, int world2, bool bitwise)
+{
+    optimizer opt = mode == DT_CKPT_ZERO1 ? OPT_ZERO1 : OPT_DDP;
+    resume_across(opt, world1, opt, world2, bitwise);
 }
 
 Test(checkpoint_train, zero1_resume_continues_bitwise, .timeout = 120)
@@ -220,4 +237,24 @@ Test(checkpoint_train, ddp_reshard_2_to_4_continues_within_1e5_relative, .timeou
 Test(checkpoint_train, zero1_reshard_2_to_4_continues_within_1e5_relative, .timeout = 180)
 {
     resume_case(DT_CKPT_ZERO1, 2, 4, false);
+}
+
+Test(checkpoint_train, zero2_resume_continues_bitwise, .timeout = 120)
+{
+    resume_across(OPT_ZERO2, 2, OPT_ZERO2, 2, true);
+}
+
+Test(checkpoint_train, zero2_resumes_a_zero1_checkpoint_bitwise, .timeout = 120)
+{
+    resume_across(OPT_ZERO1, 3, OPT_ZERO2, 3, true);
+}
+
+Test(checkpoint_train, zero2_on_4_continues_as_ddp_on_2_within_1e5_relative, .timeout = 180)
+{
+    resume_across(OPT_ZERO2, 4, OPT_DDP, 2, false);
+}
+
+Test(checkpoint_train, ddp_on_2_continues_as_zero2_on_4_within_1e5_relative, .timeout = 180)
+{
+    resume_across(OPT_DDP, 2, OPT_ZERO2, 4, false);
 }

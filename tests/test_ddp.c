@@ -35,14 +35,16 @@
 /* ZeRO-1 overlapped: dt_zero1_forward / _backward / _step_async (reduces
  * from backward's hook, the gather prefetched stage by stage by the next
  * forward); ZeRO-1 plain: dt_model_forward / _backward and the blocking
- * dt_zero1_step, which reduces everything itself. */
-typedef enum mode { MODE_DDP, MODE_ZERO1, MODE_ZERO1_PLAIN } mode;
+ * dt_zero1_step, which reduces everything itself. ZeRO-2: ZeRO-1
+ * overlapped, with the gradients sharded too (the model holds none). */
+typedef enum mode { MODE_DDP, MODE_ZERO1, MODE_ZERO1_PLAIN, MODE_ZERO2 } mode;
 
 typedef struct scenario {
     dt_config cfg;
     int B, k, steps; /* per rank: B sequences, k micro-steps */
     size_t bucket_bytes;
     mode how;
+    bool recompute; /* the ranks' models recompute activations */
     float lr;
     uint64_t seed;
     /* results, one slot per rank */
@@ -128,8 +130,8 @@ static dt_status rank_step(rank_ctx *rc, scenario *s, dt_model *m, dt_ddp *ddp, 
         st = dt_model_update(m, &h, step + 1);
         return st;
     }
-    st = s->how == MODE_ZERO1 ? dt_zero1_step_async(z, &h, step + 1, NULL)
-                              : dt_zero1_step(z, &h, step + 1, NULL);
+    st = s->how != MODE_ZERO1_PLAIN ? dt_zero1_step_async(z, &h, step + 1, NULL)
+                                    : dt_zero1_step(z, &h, step + 1, NULL);
     if (st != DT_OK)
         rank_fail(rc, "%s", dt_zero1_error(z));
     return st;
@@ -141,7 +143,7 @@ static dt_status micro_step(scenario *s, dt_model *m, dt_ddp *ddp, dt_zero1 *z, 
 {
     bool last = j == s->k - 1;
     float dloss = 1.0f / (float)s->k;
-    if (s->how == MODE_ZERO1) {
+    if (s->how == MODE_ZERO1 || s->how == MODE_ZERO2) {
         dt_status st = dt_zero1_forward(z, x, y, s->B, s->cfg.T);
         return st != DT_OK ? st : dt_zero1_backward(z, dloss, last);
     }
@@ -167,7 +169,9 @@ static void train_on(rank_ctx *rc, scenario *s, dt_comm *comm)
 {
     int rank = dt_comm_rank(comm), world = dt_comm_size(comm);
     dt_model *m;
-    if (dt_model_create(&m, &s->cfg, dt_backend_cpu(), s->B) != DT_OK) {
+    dt_status made = s->recompute ? dt_model_create_recompute(&m, &s->cfg, dt_backend_cpu(), s->B)
+                                  : dt_model_create(&m, &s->cfg, dt_backend_cpu(), s->B);
+    if (made != DT_OK) {
         rank_fail(rc, "model: %s", m ? dt_model_error(m) : "ENOMEM");
         dt_model_destroy(m);
         return;
@@ -175,15 +179,16 @@ static void train_on(rank_ctx *rc, scenario *s, dt_comm *comm)
     dt_model_init(m, rank == 0 ? s->seed : s->seed + 1000 + rank);
     dt_ddp *ddp = NULL;
     dt_zero1 *z = NULL;
-    dt_status st = s->how == MODE_DDP ? dt_ddp_create(&ddp, m, comm, s->bucket_bytes)
-                                      : dt_zero1_create_bucketed(&z, m, comm, s->bucket_bytes);
+    dt_status st = s->how == MODE_DDP     ? dt_ddp_create(&ddp, m, comm, s->bucket_bytes)
+                   : s->how == MODE_ZERO2 ? dt_zero2_create(&z, m, comm, s->bucket_bytes)
+                                          : dt_zero1_create_bucketed(&z, m, comm, s->bucket_bytes);
     if (st != DT_OK)
         rank_fail(rc, "create: %s", ddp ? dt_ddp_error(ddp) : z ? dt_zero1_error(z) : "ENOMEM");
     dt_dataset *d = NULL;
     dt_dataset_random(&d, s->cfg.V, 4096, s->seed);
     int T = s->cfg.T, n = s->B * T;
     int *x = malloc(sizeof(int) * (size_t)n), *y = malloc(sizeof(int) * (size_t)n);
-    bool prefetch = s->how == MODE_ZERO1;
+    bool prefetch = s->how == MODE_ZERO1 || s->how == MODE_ZERO2;
     for (int t = 0; st == DT_OK && t < s->steps; t++) {
         dt_model_zero_grad(m);
         float loss = 0;
@@ -381,6 +386,97 @@ Test(zero1, equals_ddp_with_adamw, .timeout = 60)
         for (int t = 0; t < a.steps; t++)
             cr_expect(fabsf(a.losses[r][t] - b.losses[r][t]) <= TOL * fabsf(a.losses[r][t]),
                       "rank %d step %d: %.9g vs %.9g", r, t, a.losses[r][t], b.losses[r][t]);
+        cr_expect(rel_l2(b.params[r], a.params[r], P) <= TOL, "rank %d", r);
+        free(a.params[r]);
+        free(b.params[r]);
+    }
+}
+
+/* ---- ZeRO-2: sharded gradients ---------------------------------------------- */
+
+Test(zero2, equals_serial_on_one_to_four_ranks_at_every_bucket_size, .timeout = 120)
+{
+    for (int world = 1; world <= 4; world++)
+        zero1_equals_serial_on(world, MODE_ZERO2);
+}
+
+Test(zero2, equals_serial_with_gradient_accumulation, .timeout = 60)
+{
+    scenario s = make_scenario(MODE_ZERO2, 3, 64);
+    expect_equals_serial(&s, 2);
+}
+
+/* Every element reduced to the same owner by the same tree, the same AdamW
+ * on the same shard: ZeRO-2 moves the gradients elsewhere, not the
+ * arithmetic, so it is ZeRO-1 to the bit
+ * (and both are DDP to 1e-6, the order of a ring's sums against a tree's). */
+Test(zero2, is_bitwise_zero1_on_one_to_four_ranks, .timeout = 120)
+{
+    for (int world = 1; world <= 4; world++) {
+        scenario a = make_scenario(MODE_ZERO1, 1, 256);
+        scenario b = make_scenario(MODE_ZERO2, 1, 256);
+        rank_job job;
+        cr_assert_eq(rank_threads_run(&job, world, run_rank, &a), 0, "%s", job.ranks[0].msg);
+        cr_assert_eq(rank_threads_run(&job, world, run_rank, &b), 0, "%s", job.ranks[0].msg);
+        size_t P = dt_config_num_params(&a.cfg);
+        for (int r = 0; r < world; r++) {
+            cr_expect_eq(memcmp(a.losses[r], b.losses[r], sizeof a.losses[r]), 0,
+                         "N=%d rank %d: losses differ", world, r);
+            cr_expect_eq(memcmp(a.params[r], b.params[r], P * sizeof(float)), 0,
+                         "N=%d rank %d: parameters differ", world, r);
+            free(a.params[r]);
+            free(b.params[r]);
+        }
+    }
+}
+
+/* One rank has nothing to sum with: ZeRO-2's buckets, shard and AdamW on
+ * the whole range are one process's backward and update, to the bit. */
+Test(zero2, one_rank_is_bitwise_one_process, .timeout = 60)
+{
+    scenario s = make_scenario(MODE_ZERO2, 1, 64);
+    rank_job job;
+    cr_assert_eq(rank_threads_run(&job, 1, run_rank, &s), 0, "%s", job.ranks[0].msg);
+    size_t P = dt_config_num_params(&s.cfg);
+    float ref_losses[MAX_STEPS], *ref = malloc(P * sizeof(float));
+    serial_reference(&s, 1, ref_losses, ref);
+    cr_expect_eq(memcmp(s.params[0], ref, P * sizeof(float)), 0, "parameters differ");
+    free(s.params[0]);
+    free(ref);
+}
+
+/* Recomputation changes what is kept, not what is computed: DDP and
+ * ZeRO-2 with it are themselves without it, to the bit, on 1-4 ranks. */
+Test(recompute, ddp_and_zero2_are_bitwise_themselves_without_it, .timeout = 120)
+{
+    mode modes[] = {MODE_DDP, MODE_ZERO2};
+    for (int k = 0; k < 2; k++)
+        for (int world = 1; world <= 4; world++) {
+            scenario a = make_scenario(modes[k], 1, 256);
+            scenario b = make_scenario(modes[k], 1, 256);
+            b.recompute = true;
+            rank_job job;
+            cr_assert_eq(rank_threads_run(&job, world, run_rank, &a), 0, "%s", job.ranks[0].msg);
+            cr_assert_eq(rank_threads_run(&job, world, run_rank, &b), 0, "%s", job.ranks[0].msg);
+            size_t P = dt_config_num_params(&a.cfg);
+            for (int r = 0; r < world; r++) {
+                cr_expect_eq(memcmp(a.params[r], b.params[r], P * sizeof(float)), 0,
+                             "mode %d N=%d rank %d: parameters differ", k, world, r);
+                free(a.params[r]);
+                free(b.params[r]);
+            }
+        }
+}
+
+Test(zero2, equals_ddp_with_adamw, .timeout = 60)
+{
+    scenario a = make_scenario(MODE_DDP, 1, 256);
+    scenario b = make_scenario(MODE_ZERO2, 1, 128);
+    rank_job job;
+    cr_assert_eq(rank_threads_run(&job, 4, run_rank, &a), 0, "%s", job.ranks[0].msg);
+    cr_assert_eq(rank_threads_run(&job, 4, run_rank, &b), 0, "%s", job.ranks[0].msg);
+    size_t P = dt_config_num_params(&a.cfg);
+    for (int r = 0; r < 4; r++) {
         cr_expect(rel_l2(b.params[r], a.params[r], P) <= TOL, "rank %d", r);
         free(a.params[r]);
         free(b.params[r]);

@@ -1,7 +1,7 @@
 /*
  * test_model_train.c — MiniGPT training behaviour: finite-difference
- * gradients, bitwise determinism, gradient accumulation, AdamW on shards,
- * sampling, and that the generated task is learnable.
+ * gradients, bitwise determinism, gradient accumulation, activation
+ * recomputation, AdamW on shards, sampling, and that the generated task is learnable.
  *
  * The finite-difference check runs in float32 on a tiny config, so its
  * norm is loose: per tensor, ||analytic - numeric||_2 / ||numeric||_2
@@ -148,6 +148,67 @@ Test(training, backward_without_targets_is_refused, .timeout = 10)
     cr_assert_eq(dt_model_forward(m, in, NULL, 1, 16), DT_OK);
     cr_assert_eq(dt_model_backward(m, 1.0f), DT_EINVAL);
     cr_assert(strstr(dt_model_error(m), "no targets") != NULL);
+    dt_model_destroy(m);
+}
+
+/* ---- activation recomputation ------------------------------------------- */
+
+/* Three steps of SGD-free training (forward, backward) on a model of L = 4,
+ * with or without recomputation: losses and gradients of every step, and
+ * the model's activation elements. */
+static void recompute_run(bool recompute, float losses[3], float *grads, size_t *acts)
+{
+    dt_config c = {.V = 32, .T = 12, .L = 4, .H = 2, .C = 16};
+    enum { B = 3, N = B * 12 };
+    dt_model *m;
+    dt_status st = recompute ? dt_model_create_recompute(&m, &c, dt_backend_cpu(), B)
+                             : dt_model_create(&m, &c, dt_backend_cpu(), B);
+    cr_assert_eq(st, DT_OK);
+    dt_model_init(m, 9);
+    int in[N], tg[N];
+    dt_model_zero_grad(m);
+    for (int k = 0; k < 3; k++) { /* accumulates: the last gradient sums all three */
+        random_tokens(in, N, c.V, 10 + (uint64_t)k);
+        random_tokens(tg, N, c.V, 20 + (uint64_t)k);
+        cr_assert_eq(dt_model_forward(m, in, tg, B, 12), DT_OK);
+        cr_assert_eq(dt_model_backward(m, 1.0f / 3), DT_OK, "%s", dt_model_error(m));
+        losses[k] = m->mean_loss;
+    }
+    dt_model_get_grads(m, grads);
+    *acts = m->num_acts;
+    dt_model_destroy(m);
+}
+
+/* Recomputing a block's activations runs the same kernels on the same
+ * operands: the gradients are the same bits, and only the residual
+ * stream and one block's workspace are kept. */
+Test(recompute, gives_bitwise_the_same_gradients_and_keeps_less, .timeout = 30)
+{
+    dt_config c = {.V = 32, .T = 12, .L = 4, .H = 2, .C = 16};
+    size_t P = dt_config_num_params(&c), full_acts, re_acts;
+    float la[3], lb[3];
+    float *ga = malloc(P * sizeof(float)), *gb = malloc(P * sizeof(float));
+    recompute_run(false, la, ga, &full_acts);
+    recompute_run(true, lb, gb, &re_acts);
+    cr_expect_eq(memcmp(la, lb, sizeof la), 0, "losses differ");
+    cr_expect_eq(memcmp(ga, gb, P * sizeof(float)), 0, "gradients differ");
+    /* per block: (B, T) x (18C + 4) + the attention (B, H, T, T); kept: C */
+    size_t NT = 3 * 12, blk = NT * (18 * 16 + 4) + 3 * 2 * 12 * 12;
+    cr_expect_eq(full_acts - re_acts, 3 * (blk - NT * 16), "%zu vs %zu elements", full_acts,
+                 re_acts);
+    free(ga);
+    free(gb);
+}
+
+Test(recompute, a_split_backward_is_refused_by_name, .timeout = 10)
+{
+    dt_config c = dt_config_seed();
+    dt_model *m;
+    cr_assert_eq(dt_model_create_recompute(&m, &c, dt_backend_cpu(), 1), DT_OK);
+    int in[16] = {0}, tg[16] = {1};
+    cr_assert_eq(dt_model_forward(m, in, tg, 1, 16), DT_OK);
+    cr_expect_eq(dt_model_backward_part(m, 1.0f, DT_BACKWARD_INPUT), DT_EINVAL);
+    cr_expect(strstr(dt_model_error(m), "recomputation") != NULL, "%s", dt_model_error(m));
     dt_model_destroy(m);
 }
 

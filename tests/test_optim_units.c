@@ -1,7 +1,7 @@
 /*
  * test_optim_units.c — the pieces data parallelism is built from: the
  * model's backward progress hook, DDP's bucket layout, ZeRO-1's shards and
- * memory, and the replica check catching a drifted rank.
+ * memory, ZeRO-2's gradient memory, and the replica check catching a drifted rank.
  *
  * The hook's contract is what makes overlap safe: when backward reports lo,
  * no gradient at or above lo may change any more. The test snapshots the
@@ -159,6 +159,52 @@ Test(zero1_shards, four_ranks_split_the_seed_model_in_equal_quarters, .timeout =
         cr_expect_eq(sc.n[r], 7456);
         cr_expect_eq(sc.bytes[r], 89472, "rank %d: %zu B", r, sc.bytes[r]);
     }
+}
+
+/* ZeRO-2 on four ranks: the model's full gradient buffer is gone, and a
+ * rank holds its gradient shard (7,456 floats) plus two bucket buffers. With
+ * buckets of 16,896 B (the seed's largest hook unit, an MLP matrix and its
+ * bias: 4C x C + 4C floats, alone) that is 29,824 + 2 x 16,896 B: about
+ * half the full 119,296 B. */
+static void zero2_memory_rank(rank_ctx *rc)
+{
+    dt_config c = dt_config_seed();
+    dt_model *m;
+    dt_zero1 *z = NULL;
+    if (dt_model_create(&m, &c, dt_backend_cpu(), 1) != DT_OK ||
+        dt_zero2_create(&z, m, rc->comm, 16896) != DT_OK)
+        rank_fail(rc, "create: %s", z ? dt_zero1_error(z) : "model");
+    else if (m->grads_memory != NULL || !m->grads_windowed)
+        rank_fail(rc, "the model still holds a full gradient buffer");
+    else if (dt_zero1_gradient_bytes(z) != 4 * 7456 + 2 * 16896)
+        rank_fail(rc, "%zu gradient bytes", dt_zero1_gradient_bytes(z));
+    else if (dt_zero1_stage(z) != 2)
+        rank_fail(rc, "stage %d", dt_zero1_stage(z));
+    dt_zero1_destroy(z);
+    dt_model_destroy(m);
+}
+
+Test(zero2_shards, four_ranks_hold_a_gradient_shard_and_two_buckets, .timeout = 30)
+{
+    rank_job job;
+    cr_assert_eq(rank_threads_run(&job, 4, zero2_memory_rank, NULL), 0, "%s", job.ranks[0].msg);
+}
+
+/* A plain backward on a ZeRO-2 model has nowhere to write: refused, named. */
+Test(zero2_shards, a_plain_backward_without_a_window_is_refused, .timeout = 30)
+{
+    dt_config c = dt_config_seed();
+    dt_model *m;
+    cr_assert_eq(dt_model_create(&m, &c, dt_backend_cpu(), 1), DT_OK);
+    dt_model_init(m, 1);
+    dt_zero1 *z;
+    cr_assert_eq(dt_zero2_create(&z, m, NULL, 0), DT_OK);
+    int x[16] = {0}, y[16] = {1};
+    cr_assert_eq(dt_model_forward(m, x, y, 1, 16), DT_OK);
+    cr_expect_eq(dt_model_backward(m, 1.0f), DT_EINVAL);
+    cr_expect(strstr(dt_model_error(m), "windowed") != NULL, "%s", dt_model_error(m));
+    dt_zero1_destroy(z);
+    dt_model_destroy(m);
 }
 
 static void drift_rank(rank_ctx *rc)

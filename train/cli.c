@@ -65,7 +65,7 @@ static const flag flags[] = {
      "'task' (embedded digit reversal), 'random' (seed tokens), llm.c token "
      "shards (a file or a glob, 'train_*.bin'; the vocabulary becomes GPT-2's "
      "50257 unless -V is given) or a text file (bytes)"},
-    {"--parallel", NULL, K_PARALLEL, OPT(parallel), "MODE", "ddp or zero1"},
+    {"--parallel", NULL, K_PARALLEL, OPT(parallel), "MODE", "ddp, zero1 or zero2"},
     {"--bucket-mb", NULL, K_SIZE_MB, OPT(bucket_mb), "MB", "DDP gradient bucket size (0 = 25 MB)"},
     {"--log-every", NULL, K_POS, OPT(log_every), "N", "print a step line every N steps"},
     {"--eval-every", NULL, K_INT, OPT(eval_every), "N",
@@ -113,8 +113,16 @@ static const flag flags[] = {
      "pipeline schedule: gpipe, 1f1b or zb (ZB-H1)"},
     {"--pp-partition", NULL, K_STR, OPT(pp_partition), "HOW",
      "blocks per stage: params (balance parameter counts) or uniform"},
+    {"--recompute", NULL, K_BOOL, OPT(recompute), NULL,
+     "activation recomputation: a block keeps only its input in forward and "
+     "recomputes the rest in backward (same bits, one more forward)"},
 };
 #define NFLAGS (sizeof flags / sizeof flags[0])
+
+const char *mg_parallel_name(mg_parallel p)
+{
+    return p == MG_ZERO2 ? "zero2" : p == MG_ZERO1 ? "zero1" : "ddp";
+}
 
 void mg_options_default(mg_options *o)
 {
@@ -221,9 +229,7 @@ static void print_default(FILE *f, const flag *fl, const mg_options *d)
     case K_STR:
         fprintf(f, " (default %s)", *(const char *const *)p ? *(const char *const *)p : "none");
         break;
-    case K_PARALLEL:
-        fprintf(f, " (default %s)", *(const mg_parallel *)p == MG_ZERO1 ? "zero1" : "ddp");
-        break;
+    case K_PARALLEL: fprintf(f, " (default %s)", mg_parallel_name(*(const mg_parallel *)p)); break;
     case K_BOOL: break;
     }
 }
@@ -267,7 +273,7 @@ static const char *kind_wants(kind k)
     case K_U64: return "a non-negative integer below 2^64";
     case K_POS_FLOAT: return "a positive number";
     case K_SIZE_MB: return "a number >= 0";
-    case K_PARALLEL: return "ddp or zero1";
+    case K_PARALLEL: return "ddp, zero1 or zero2";
     case K_STR:
     case K_BOOL: break;
     }
@@ -309,10 +315,12 @@ static bool set_value(mg_options *o, const flag *fl, const char *text)
     }
     case K_STR: *(const char **)p = text; return true;
     case K_PARALLEL:
-        if (strcmp(text, "ddp") && strcmp(text, "zero1"))
-            return false;
-        *(mg_parallel *)p = strcmp(text, "zero1") == 0 ? MG_ZERO1 : MG_DDP;
-        return true;
+        for (mg_parallel k = MG_DDP; k <= MG_ZERO2; k++)
+            if (strcmp(text, mg_parallel_name(k)) == 0) {
+                *(mg_parallel *)p = k;
+                return true;
+            }
+        return false;
     case K_BOOL: *(bool *)p = true; return true;
     }
     return errno == 0 && end != text && *end == '\0';
@@ -369,6 +377,10 @@ static int check_pipeline(const mg_options *o, const char *prog)
                    "--gantt/--bubble-table without --pp");
     if (o->pp == 0)
         return 0;
+    if (o->parallel == MG_ZERO2)
+        return bad(prog, "a pipeline stage runs DDP or ZeRO-1, not", "--parallel zero2");
+    if (o->recompute)
+        return bad(prog, "a pipeline stage keeps its activations for now; drop", "--recompute");
     if (o->microbatches > 0 && o->grad_accum > 1 && o->microbatches != o->grad_accum)
         return bad(prog,
                    "--microbatches and --grad-accum disagree (they "

@@ -13,7 +13,10 @@
 
 #include "dt_model.h"
 
-typedef enum mg_parallel { MG_DDP = 0, MG_ZERO1 } mg_parallel;
+typedef enum mg_parallel { MG_DDP = 0, MG_ZERO1, MG_ZERO2 } mg_parallel;
+
+/* "ddp", "zero1", "zero2": the flag's spelling of a mode. */
+const char *mg_parallel_name(mg_parallel p);
 
 typedef struct mg_options {
     dt_config cfg;  /* -V -C -H -L -T */
@@ -52,6 +55,7 @@ typedef struct mg_options {
     int microbatches;         /* per pipelined step; 0 = --grad-accum */
     const char *schedule;     /* gpipe, 1f1b or zb */
     const char *pp_partition; /* params or uniform */
+    bool recompute;           /* blocks keep only their input; backward recomputes */
 } mg_options;
 
 /* Defaults: the seed model on the embedded reverse task, DDP. */

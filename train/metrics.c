@@ -42,8 +42,8 @@ mg_metrics *mg_metrics_open(const char *path, const mg_run *r)
                    "event", "config", "V", o->cfg.V, "C", o->cfg.C, "H", o->cfg.H, "L", o->cfg.L,
                    "T", o->cfg.T, "params", (json_int_t)r->m->num_params, "world_size", r->world,
                    "batch_per_rank", o->batch, "grad_accum", o->grad_accum, "lr", (double)o->lr,
-                   "parallel", o->parallel == MG_ZERO1 ? "zero1" : "ddp", "data",
-                   o->data ? o->data : "task", "bucket_mb", o->bucket_mb));
+                   "parallel", mg_parallel_name(o->parallel), "data", o->data ? o->data : "task",
+                   "bucket_mb", o->bucket_mb));
     return mx;
 }
 

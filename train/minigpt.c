@@ -249,7 +249,9 @@ int main(int argc, char **argv)
         printf("note: preset %s expects %d ranks, running on %d\n", r.o.preset, r.o.expect_ranks,
                r.world);
     mg_metrics *mx = NULL;
-    dt_status st = mg_run_open(&r);
+    dt_status st = mg_check_modes(&r);
+    if (st == DT_OK)
+        st = mg_run_open(&r);
     if (st == DT_OK && r.o.trace && !(r.trace = mg_trace_open()))
         st = DT_ENOMEM;
     if (st == DT_OK)

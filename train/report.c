@@ -11,10 +11,9 @@
  * for the peak resident set. A gap between them is worth a look; the
  * accounted optimizer bytes are what ZeRO-1 divides by N.
  *
- * The memory model table is the seed curriculum's: with fp32 weights and
- * an fp32 master, m and v (12 B per parameter), plain Adam keeps 16Ψ per
- * rank (4Ψ weights + 12Ψ optimizer; gradients not counted) and ZeRO-1
- * 4Ψ + 12Ψ/N.
+ * The memory model table counts model states (weights, gradients,
+ * optimizer state) per rank in every mode, so its ZeRO-1 row is what the
+ * accounted table's params + grads + optimizer add up to on a ZeRO-1 run.
  */
 #include <malloc.h>
 #include <stdlib.h>
@@ -38,6 +37,14 @@ static const char *commas(char *buf, size_t len, size_t v)
     return buf;
 }
 
+/* "ZeRO-1" or "ZeRO-2" for a sharded run, "DDP" otherwise. */
+static const char *mode_title(const mg_run *r)
+{
+    if (!r->zero1)
+        return "DDP";
+    return dt_zero1_stage(r->zero1) == 2 ? "ZeRO-2" : "ZeRO-1";
+}
+
 void mg_report_header(FILE *f, const mg_run *r)
 {
     const mg_options *o = &r->o;
@@ -55,11 +62,8 @@ void mg_report_header(FILE *f, const mg_run *r)
             o->cfg.V, o->cfg.C, o->cfg.H, o->cfg.L, o->cfg.T,
             commas(pc, sizeof pc, dt_config_num_params(&o->cfg)), who, o->batch, accum, o->cfg.T,
             replicas * o->batch * accum * o->cfg.T, (double)o->lr,
-            r->pipe                   ? "pipeline"
-            : o->parallel == MG_ZERO1 ? "ZeRO-1"
-                                      : "DDP",
-            o->preset ? ", preset " : "", o->preset ? o->preset : "",
-            o->data ? o->data : "embedded task (reverse digits)");
+            r->pipe ? "pipeline" : mode_title(r), o->preset ? ", preset " : "",
+            o->preset ? o->preset : "", o->data ? o->data : "embedded task (reverse digits)");
     if (r->pipe) {
         int M = mg_microbatches(o);
         bool chosen = o->microbatches > 0 || o->grad_accum > 1;
@@ -75,6 +79,9 @@ void mg_report_header(FILE *f, const mg_run *r)
         fprintf(f, "backend: %s%s%s\n", r->m->be->name,
                 strcmp(r->m->be->name, "cuda") == 0 ? " (one GPU per rank, by LOCAL_RANK)" : "",
                 r->dev ? "; collectives staged through pinned host memory" : "");
+    if (r->m && r->m->recompute)
+        fprintf(f, "recompute: blocks keep only their input; backward runs each block's "
+                   "forward again\n");
     if (r->ddp && replicas > 1) /* one replica has no gradients to all-reduce */
         fprintf(f, "ddp: %d gradient bucket%s\n", dt_ddp_num_buckets(r->ddp),
                 dt_ddp_num_buckets(r->ddp) == 1 ? "" : "s");
@@ -82,9 +89,10 @@ void mg_report_header(FILE *f, const mg_run *r)
         size_t lo, n;
         dt_zero1_shard(r->zero1, &lo, &n);
         fprintf(f,
-                "zero1: shard of %zu elements per rank, optimizer state "
-                "%zu bytes per rank\n",
-                n, dt_zero1_optimizer_bytes(r->zero1));
+                "zero%d: shard of %zu elements per rank, optimizer state "
+                "%zu bytes per rank, gradients %zu bytes per rank\n",
+                dt_zero1_stage(r->zero1), n, dt_zero1_optimizer_bytes(r->zero1),
+                dt_zero1_gradient_bytes(r->zero1));
     }
     fprintf(f, "%6s %9s %11s %9s %9s %7s\n", "step", "loss", "tokens/s", "ms/step", "comm ms",
             "hidden");
@@ -148,22 +156,45 @@ void mg_report_loss_table(FILE *f, const mg_run *r)
         fprintf(f, "  %4d   %.4f\n", s + 1, (double)r->losses[s]);
 }
 
+/*
+ * The model states per rank in each mode, as formulas and bytes for this
+ * run's Ψ and N: weights + gradients + optimizer state, every column
+ * counted (activations are not model states: the table after this one has
+ * them). dtrain's ZeRO-1 keeps an fp32 master of its shard beside AdamW's
+ * m and v (12Ψ/N where the ZeRO paper's fp32 Adam has 8Ψ/N); ZeRO-2 keeps
+ * none (its parameters are the master) and holds its gradient buckets in
+ * flight (bk) beside its shard.
+ */
 void mg_report_memory_model(FILE *f, const mg_run *r)
 {
-    size_t P = r->m->num_params, N = (size_t)r->world;
-    char a[32], b[32], c[32];
+    size_t P = r->m->num_params, N = (size_t)r->world, s = (P + N - 1) / N;
+    size_t bk = 0; /* ZeRO-2's buckets in flight, when this run is ZeRO-2 */
+    if (r->zero1 && dt_zero1_stage(r->zero1) == 2)
+        bk = dt_zero1_gradient_bytes(r->zero1) - 4 * s;
+    char a[32], b[32];
     fprintf(f,
-            "memory model per rank (Ψ = %s parameters, N = %zu; fp32 "
-            "weights 4Ψ, optimizer fp32 master + m + v 12Ψ):\n",
+            "memory model per rank, model states = weights + gradients + optimizer "
+            "(Ψ = %s parameters, N = %zu, fp32):\n",
             commas(a, sizeof a, P), N);
     /* Ψ is two bytes in UTF-8, one column: the formulas are padded by hand */
-    fprintf(f, "  %-12s %-12s %12s\n", "", "formula", "bytes");
-    fprintf(f, "  %-12s 16Ψ          %12s\n", "plain Adam", commas(a, sizeof a, 16 * P));
     fprintf(f,
-            "  %-12s 4Ψ + 12Ψ/N   %12s  (optimizer shard %s = 12Ψ/N, "
-            "saving %s)\n",
-            "ZeRO-1", commas(b, sizeof b, 4 * P + 12 * P / N), commas(c, sizeof c, 12 * P / N),
-            commas(a, sizeof a, 16 * P - (4 * P + 12 * P / N)));
+            "  mode    weights   gradients       optimizer              total             %12s\n",
+            "bytes");
+    const char *mine = mode_title(r);
+    fprintf(f, "  %-7s 4Ψ        4Ψ              8Ψ (AdamW m, v)        16Ψ               %12s%s\n",
+            "DDP", commas(a, sizeof a, 16 * P), strcmp(mine, "DDP") ? "" : "  <- this run");
+    fprintf(f, "  %-7s 4Ψ        4Ψ              12Ψ/N (m, v, master)   8Ψ + 12Ψ/N        %12s%s\n",
+            "ZeRO-1", commas(a, sizeof a, 8 * P + 12 * s),
+            strcmp(mine, "ZeRO-1") ? "" : "  <- this run");
+    char c[32];
+    snprintf(b, sizeof b, " + %s", commas(c, sizeof c, bk));
+    fprintf(f,
+            "  %-7s 4Ψ        4Ψ/N + buckets  8Ψ/N (m, v)            4Ψ + 12Ψ/N + bk   %12s%s%s\n",
+            "ZeRO-2", commas(a, sizeof a, 4 * P + 12 * s), bk ? b : " + bk",
+            strcmp(mine, "ZeRO-2") ? "" : "  <- this run");
+    fprintf(f, "  (the ZeRO paper's fp32 Adam: 16Ψ, 8Ψ + 8Ψ/N, 4Ψ + 12Ψ/N; dtrain's ZeRO-1 "
+               "adds an fp32 master, 4Ψ/N; ZeRO-2's bk = its gradient buckets in flight. "
+               "The table below shows what this run allocated.)\n");
 }
 
 enum { MEM_PARAMS, MEM_GRADS, MEM_OPTIM, MEM_STAGING, MEM_ACTS, MEM_HEAP, MEM_RSS, MEM_FIELDS };
@@ -173,7 +204,7 @@ static void my_memory(const mg_run *r, int64_t v[MEM_FIELDS])
     const dt_model *m = r->m;
     size_t P4 = m->num_params * sizeof(float);
     v[MEM_PARAMS] = (int64_t)P4;
-    v[MEM_GRADS] = (int64_t)P4;
+    v[MEM_GRADS] = r->zero1 ? (int64_t)dt_zero1_gradient_bytes(r->zero1) : (int64_t)P4;
     v[MEM_OPTIM] = r->zero1    ? (int64_t)dt_zero1_optimizer_bytes(r->zero1)
                    : m->adam_m ? (int64_t)(2 * P4)
                                : 0;
@@ -198,19 +229,21 @@ dt_status mg_report_memory(FILE *f, const mg_run *r)
     else
         memcpy(all, mine, sizeof mine);
     if (st == DT_OK && r->rank == 0) {
-        fprintf(f, "memory per rank (bytes; accounted from buffer sizes, "
-                   "measured from the allocator and the kernel):\n");
-        fprintf(f, "  %4s %11s %11s %11s %11s %11s | %13s %13s\n", "rank", "params", "grads",
-                "optimizer", "staging", "activations", "measured heap", "peak RSS");
+        fprintf(f, "memory per rank (bytes; accounted from buffer sizes, states = params + "
+                   "grads + optimizer; measured from the allocator and the kernel):\n");
+        fprintf(f, "  %4s %11s %11s %11s %11s %11s %11s | %13s %13s\n", "rank", "params", "grads",
+                "optimizer", "states", "staging", "activations", "measured heap", "peak RSS");
         for (int q = 0; q < r->world; q++) {
             int64_t *v = all + (size_t)q * MEM_FIELDS;
             /* a sanitizer's allocator reports 0 to mallinfo2 */
             char heap[24] = "n/a";
             if (v[MEM_HEAP] > 0)
                 snprintf(heap, sizeof heap, "%lld", (long long)v[MEM_HEAP]);
-            fprintf(f, "  %4d %11lld %11lld %11lld %11lld %11lld | %13s %13lld\n", q,
+            long long states = (long long)(v[MEM_PARAMS] + v[MEM_GRADS] + v[MEM_OPTIM]);
+            fprintf(f, "  %4d %11lld %11lld %11lld %11lld %11lld %11lld | %13s %13lld\n", q,
                     (long long)v[MEM_PARAMS], (long long)v[MEM_GRADS], (long long)v[MEM_OPTIM],
-                    (long long)v[MEM_STAGING], (long long)v[MEM_ACTS], heap, (long long)v[MEM_RSS]);
+                    states, (long long)v[MEM_STAGING], (long long)v[MEM_ACTS], heap,
+                    (long long)v[MEM_RSS]);
         }
     }
     free(all);

@@ -82,6 +82,42 @@ static dt_status open_data(mg_run *r)
     return DT_OK;
 }
 
+/*
+ * Every rank must run the same data-parallel mode: a DDP rank's bucket
+ * all-reduces and a ZeRO rank's reduces and gathers would meet as
+ * collectives of other kinds and sizes, and fail far from the cause (or,
+ * between ZeRO-1 and ZeRO-2, whose collectives agree, silently hold other
+ * memory than asked). So before the first collective of training each
+ * rank's mode is all-gathered, and every rank refuses a mismatch with the
+ * same message naming the ranks and their modes.
+ */
+dt_status mg_check_modes(mg_run *r)
+{
+    if (!r->comm)
+        return DT_OK;
+    int32_t mine = (int32_t)r->o.parallel, *all = calloc((size_t)r->world, sizeof *all);
+    if (!all)
+        return run_fail(r, DT_ENOMEM, "mode check", "out of memory");
+    dt_status st = dt_allgather(r->comm, &mine, all, 1, DT_I32);
+    if (st != DT_OK) {
+        free(all);
+        return run_fail(r, st, "mode check", dt_comm_error(r->comm));
+    }
+    for (int q = 1; q < r->world; q++)
+        if (all[q] != all[0]) {
+            char msg[160];
+            snprintf(msg, sizeof msg,
+                     "rank 0 runs --parallel %s, rank %d --parallel %s: every rank must run "
+                     "the same mode",
+                     mg_parallel_name((mg_parallel)all[0]), q,
+                     mg_parallel_name((mg_parallel)all[q]));
+            free(all);
+            return run_fail(r, DT_EINVAL, "start-up", msg);
+        }
+    free(all);
+    return DT_OK;
+}
+
 int mg_local_rank(void)
 {
     const char *names[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"};
@@ -120,7 +156,8 @@ dt_status mg_run_open(mg_run *r)
     const dt_backend *be;
     if ((st = open_backend(r, &be)) != DT_OK)
         return st;
-    st = dt_model_create(&r->m, &o->cfg, be, o->batch);
+    st = o->recompute ? dt_model_create_recompute(&r->m, &o->cfg, be, o->batch)
+                      : dt_model_create(&r->m, &o->cfg, be, o->batch);
     if (st != DT_OK)
         return run_fail(r, st, "model", r->m ? dt_model_error(r->m) : NULL);
     dt_model_init(r->m, o->seed);
@@ -138,9 +175,11 @@ dt_status mg_run_open(mg_run *r)
             return run_fail(r, st, "ddp", r->ddp ? dt_ddp_error(r->ddp) : NULL);
     } else {
         size_t bytes = (size_t)(o->bucket_mb * 1024 * 1024);
-        st = dt_zero1_create_bucketed(&r->zero1, r->m, r->comm, bytes);
+        st = o->parallel == MG_ZERO2 ? dt_zero2_create(&r->zero1, r->m, r->comm, bytes)
+                                     : dt_zero1_create_bucketed(&r->zero1, r->m, r->comm, bytes);
         if (st != DT_OK)
-            return run_fail(r, st, "zero1", r->zero1 ? dt_zero1_error(r->zero1) : NULL);
+            return run_fail(r, st, mg_parallel_name(o->parallel),
+                            r->zero1 ? dt_zero1_error(r->zero1) : NULL);
     }
     return DT_OK;
 }

@@ -28,7 +28,7 @@ typedef struct mg_run {
     dt_dataset *data;
     bool is_task;    /* the embedded task: has an accuracy */
     dt_ddp *ddp;     /* --parallel ddp */
-    dt_zero1 *zero1; /* --parallel zero1 */
+    dt_zero1 *zero1; /* --parallel zero1 or zero2 (dt_zero1_stage) */
     dt_adamw_hparams h;
     int *x, *y;                         /* (batch, T) host tokens of one micro-batch */
     float *losses;                      /* [steps] mean loss over the global batch */
@@ -59,6 +59,9 @@ typedef struct mg_step {
 /* trainer.c */
 /* This rank's GPU on its node: LOCAL_RANK (or Open MPI's, Slurm's), 0. */
 int mg_local_rank(void);
+/* Collective: refuses (on every rank) ranks that run different
+ * --parallel modes, naming them. */
+dt_status mg_check_modes(mg_run *r);
 dt_status mg_run_open(mg_run *r); /* data, model, optimizer */
 void mg_run_close(mg_run *r);
 /* Optimizer step `step` (0-based): micro-steps, gradient sync, AdamW. */

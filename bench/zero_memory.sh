@@ -1,0 +1,96 @@
+#!/bin/sh
+# zero_memory.sh — the ZeRO paper's memory table (its Figure 1), measured on
+# dtrain's own ranks: model-state bytes per rank for DDP, ZeRO-1 and ZeRO-2
+# on N = 1, 2 and 4 ranks, beside the closed form; then the activation
+# bytes with and without --recompute.
+#
+# Each setup runs minigpt --preset 865k with L layers (default 8), two
+# steps, each mode with its default bucket size (--bucket-mb 0: DDP and
+# ZeRO-1 reduce in place, so buckets cost them nothing; ZeRO-2's default
+# is a quarter of a shard). "measured" is rank 0's accounted model states
+# from minigpt's memory table: params + grads + optimizer, from the sizes
+# of the buffers the rank really holds after training (ZeRO-2's gradient
+# column is its shard plus its bucket pool). The closed forms (fp32, Ψ
+# parameters, N ranks):
+#
+#   DDP     16Ψ            weights 4Ψ, gradients 4Ψ, AdamW m and v 8Ψ
+#   ZeRO-1  8Ψ + 8Ψ/N      the paper's; dtrain keeps an fp32 master of the
+#                          shard too (+4Ψ/N), printed as "+ master"
+#   ZeRO-2  4Ψ + 12Ψ/N     plus the gradient buckets in flight (bk)
+#
+# "accounted" equals the closed form by construction when the code holds
+# what it should; the independent measurement is the heap: rank 0's
+# mallinfo2 (everything malloc'ed, activations and the communicator's
+# buffers included), and "heap saved", DDP's heap minus the mode's, set
+# beside the saving the closed form predicts. Activation bytes are the
+# model's activation and activation-gradient sets.
+#
+# usage: bench/zero_memory.sh [BUILD_DIR] [LAYERS]
+set -eu
+build=${1:-build}; layers=${2:-8}
+minigpt=$build/train/minigpt
+[ -x "$minigpt" ] || { echo "no $minigpt: build first (ninja -C $build)" >&2; exit 1; }
+tmp=$(mktemp -d /tmp/dtrain-zero-mem-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+
+run() { # run N MODE [flags]: rank 0's output in $tmp/N.MODE[.flags]
+    n=$1; mode=$2; shift 2
+    out="$tmp/$n.$mode$(printf '%s' "$*" | tr -d ' -')"; pids=""
+    for r in $(seq 0 $((n - 1))); do
+        o=$out; [ "$r" = 0 ] || o="$out.rank$r"
+        RANK=$r WORLD_SIZE=$n DT_INIT_URL="file://$tmp/store.$n.$mode$$" \
+            "$minigpt" --preset 865k -L "$layers" --steps 2 --log-every 1 \
+            --parallel "$mode" --bucket-mb 0 --threads 1 "$@" >"$o" 2>&1 &
+        pids="$pids $!"
+    done
+    for p in $pids; do wait "$p" || { cat "$out" >&2; exit 1; }; done
+    rm -f "$tmp"/store.*
+}
+
+echo "command: $0 $build $layers"
+for n in 1 2 4; do
+    for mode in ddp zero1 zero2; do run $n $mode; done
+done
+for mode in ddp zero2; do run 4 $mode --recompute; done
+
+python3 - "$tmp" <<'PY'
+import re, sys
+tmp = sys.argv[1]
+def table(path):
+    """Rank 0's row of the memory table and the parameter count."""
+    text = open(path).read()
+    P = int(re.search(r"([\d,]+) parameters", text).group(1).replace(",", ""))
+    row = re.search(r"^\s+0((?:\s+\d+){6})\s+\|\s+(\d+)\s+(\d+)\s*$", text, re.M)
+    params, grads, optim, states, staging, acts = map(int, row.group(1).split())
+    return P, dict(params=params, grads=grads, optim=optim, states=states, acts=acts,
+                   heap=int(row.group(2)), rss=int(row.group(3)))
+def closed(mode, P, N, bk):
+    s = -(-P // N)  # the shard: ceil(P / N) elements
+    if mode == "ddp":
+        return 16 * P, "16Ψ"
+    if mode == "zero1":
+        return 8 * P + 12 * s, "8Ψ + 8Ψ/N + master"
+    return 4 * P + 12 * s + bk, "4Ψ + 12Ψ/N + bk"
+print(f"{'N':>2} {'mode':<6} {'closed form':<20} {'closed B':>12} {'accounted B':>12} "
+      f"{'acc/closed':>10} {'vs DDP':>7} {'heap B':>12} {'heap saved':>11} {'closed saved':>12}")
+ddp, ddp_heap = {}, {}
+for n in (1, 2, 4):
+    for mode in ("ddp", "zero1", "zero2"):
+        P, t = table(f"{tmp}/{n}.{mode}")
+        bk = t["grads"] - 4 * (-(-P // n)) if mode == "zero2" else 0
+        c, form = closed(mode, P, n, bk)
+        if mode == "ddp":
+            ddp[n], ddp_heap[n] = t["states"], t["heap"]
+        print(f"{n:>2} {mode:<6} {form:<20} {c:>12,} {t['states']:>12,} "
+              f"{t['states'] / c:>9.3f}x {t['states'] / ddp[n]:>6.3f}x {t['heap']:>12,} "
+              f"{ddp_heap[n] - t['heap']:>11,} {16 * P - c:>12,}")
+print(f"Ψ = {P:,} parameters; bk = ZeRO-2's gradient buckets in flight (its grads column "
+      "minus the 4Ψ/N shard); heap saved = DDP's measured heap minus this mode's, "
+      "closed saved = 16Ψ minus the closed form")
+print()
+print(f"{'N':>2} {'mode':<6} {'activations B':>14} {'--recompute B':>14} {'cut':>6}")
+for mode in ("ddp", "zero2"):
+    a = table(f"{tmp}/4.{mode}")[1]["acts"]
+    b = table(f"{tmp}/4.{mode}recompute")[1]["acts"]
+    print(f" 4 {mode:<6} {a:>14,} {b:>14,} {100 * (1 - b / a):>5.1f}%")
+PY

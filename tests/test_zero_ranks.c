@@ -1,0 +1,132 @@
+/*
+ * test_zero_ranks.c — sharded data parallelism when the ranks do not
+ * cooperate: minigpt ranks started by hand (RANK, WORLD_SIZE,
+ * DT_INIT_URL; no launcher to stop the others), so what each survivor
+ * says is its own.
+ *
+ * - Ranks asked for different --parallel modes are refused at start-up,
+ *   every one of them, by a message naming the ranks and their modes
+ *   (before any collective a mismatch would derail).
+ * - A rank killed while the others wait for its share of the parameter
+ *   all-gather (ZeRO-2 leaves the gather in flight after the step; the
+ *   next forward waits for it) fails every survivor with an error naming
+ *   the dead rank, instead of a hang or a crash. Which collective a
+ *   survivor is in when it notices depends on timing (the gather, if the
+ *   dead rank's share had not left yet; else the next step's reduces),
+ *   so the test asserts the name of the dead rank, not the collective.
+ *
+ * Waiting is bounded by each test's Criterion timeout.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "run_program.h"
+
+#ifndef MINIGPT_BIN
+#error "MINIGPT_BIN must name the built minigpt"
+#endif
+
+enum { RANKS = 3 };
+
+typedef struct ranks {
+    char dir[64];
+    int code[RANKS];  /* exit code, or 128 + signal */
+    char *out[RANKS]; /* stdout and stderr */
+} ranks;
+
+/* Starts RANKS minigpt processes joined through a file store in a fresh
+ * directory, rank r with the common flags then extra[r] (NULL-ended),
+ * and waits for all of them. */
+static void run_ranks(ranks *j, const char *const *common, const char *const extra[RANKS][5])
+{
+    snprintf(j->dir, sizeof j->dir, "/tmp/dt-zero-ranks-XXXXXX");
+    cr_assert(mkdtemp(j->dir), "mkdtemp: %s", strerror(errno));
+    pid_t pid[RANKS];
+    for (int r = 0; r < RANKS; r++) {
+        char rank[32], world[32], url[128], log[128];
+        snprintf(rank, sizeof rank, "RANK=%d", r);
+        snprintf(world, sizeof world, "WORLD_SIZE=%d", RANKS);
+        snprintf(url, sizeof url, "DT_INIT_URL=file://%s/store", j->dir);
+        snprintf(log, sizeof log, "%s/rank%d.log", j->dir, r);
+        char *env[] = {rank, world, url, "OPENBLAS_NUM_THREADS=1", NULL};
+        const char *argv[40] = {MINIGPT_BIN};
+        int n = 1;
+        for (const char *const *a = common; *a; a++)
+            argv[n++] = *a;
+        for (const char *const *a = extra[r]; *a; a++)
+            argv[n++] = *a;
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+        posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        posix_spawn_file_actions_adddup2(&fa, 1, 2);
+        int rc = posix_spawn(&pid[r], argv[0], &fa, NULL, (char **)argv, env);
+        posix_spawn_file_actions_destroy(&fa);
+        cr_assert_eq(rc, 0, "posix_spawn: %s", strerror(rc));
+    }
+    for (int r = 0; r < RANKS; r++) {
+        int status;
+        while (waitpid(pid[r], &status, 0) < 0)
+            cr_assert_eq(errno, EINTR);
+        j->code[r] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        char log[128];
+        snprintf(log, sizeof log, "%s/rank%d.log", j->dir, r);
+        j->out[r] = run_slurp(log);
+    }
+}
+
+static void ranks_free(ranks *j)
+{
+    char cmd[128];
+    for (int r = 0; r < RANKS; r++)
+        free(j->out[r]);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", j->dir);
+    cr_expect_eq(system(cmd), 0);
+}
+
+static const char *const common[] = {"--steps",      "6", "--log-every", "1",
+                                     "--eval-every", "0", "--sample",    "0",
+                                     "--threads",    "1", NULL};
+
+Test(zero_ranks, mismatched_modes_are_refused_at_start_up_naming_the_ranks, .timeout = 60)
+{
+    const char *const extra[RANKS][5] = {{"--parallel", "zero2", NULL},
+                                         {"--parallel", "zero2", NULL},
+                                         {"--parallel", "zero1", NULL}};
+    ranks j;
+    run_ranks(&j, common, extra);
+    for (int r = 0; r < RANKS; r++) {
+        cr_expect_eq(j.code[r], 1, "rank %d exited %d:\n%s", r, j.code[r], j.out[r]);
+        cr_expect(strstr(j.out[r], "rank 0 runs --parallel zero2, rank 2 --parallel zero1"),
+                  "rank %d does not name the mismatch:\n%s", r, j.out[r]);
+        cr_expect_null(strstr(j.out[r], "step      loss"), "rank %d trained:\n%s", r, j.out[r]);
+    }
+    ranks_free(&j);
+}
+
+Test(zero_ranks, a_rank_killed_with_its_gather_in_flight_fails_every_survivor_naming_it,
+     .timeout = 120)
+{
+    /* --die-at-step 2: the last rank SIGKILLs itself after step 2's update,
+     * its share of the parameter all-gather in flight */
+    const char *const extra[RANKS][5] = {{"--parallel", "zero2", "--die-at-step", "2"},
+                                         {"--parallel", "zero2", "--die-at-step", "2"},
+                                         {"--parallel", "zero2", "--die-at-step", "2"}};
+    ranks j;
+    run_ranks(&j, common, extra);
+    cr_expect_eq(j.code[2], 128 + 9, "rank 2 was not killed: %d\n%s", j.code[2], j.out[2]);
+    for (int r = 0; r < 2; r++) {
+        cr_expect_eq(j.code[r], 1, "rank %d exited %d:\n%s", r, j.code[r], j.out[r]);
+        cr_expect(strstr(j.out[r], "rank 2 died"), "rank %d does not name rank 2:\n%s", r,
+                  j.out[r]);
+    }
+    ranks_free(&j);
+}
