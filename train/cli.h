@@ -52,6 +52,7 @@ typedef struct mg_options {
     int microbatches;         /* per pipelined step; 0 = --grad-accum */
     const char *schedule;     /* gpipe, 1f1b or zb */
     const char *pp_partition; /* params or uniform */
+    int tp;                   /* tensor-parallel ranks per replica; 0 = none */
 } mg_options;
 
 /* Defaults: the seed model on the embedded reverse task, DDP. */
