@@ -113,48 +113,50 @@ size_t dt_tp_num_params(const dt_config *c, int tp)
     return whole - split + split / (size_t)tp;
 }
 
-/* Moves rank's share of one tensor between the full buffer and the local
- * one (to_local: full -> local). Rows are contiguous in both; a column
- * split copies a strip of each row. */
-static void copy_share(float *full, float *local, const dt_tp_tensor *t, int tp, int rank,
-                       int to_local)
+/*
+ * Run k of rank's share of tensor t: a contiguous stretch of both layouts,
+ * at *full_off in the full buffer and *local_off in the share. Returns its
+ * length, 0 past the last run. A row split is one run (three for qkv: one
+ * per q, k, v piece); a column split is one run per row.
+ */
+static size_t share_run(const dt_tp_tensor *t, int tp, int rank, size_t k, size_t *full_off,
+                        size_t *local_off)
 {
-    float *f = full + t->full.offset, *l = local + t->local.offset;
     size_t cols = t->full.ndim == 2 ? (size_t)t->full.shape[1] : 1;
-    size_t rows = (size_t)t->full.shape[0], n = t->local.numel;
-    if (t->split == DT_TP_REPLICATED) {
-        memcpy(to_local ? l : f, to_local ? f : l, n * sizeof(float));
-        return;
-    }
+    size_t rows = (size_t)t->full.shape[0], utp = (size_t)tp, r = (size_t)rank;
+    *full_off = t->full.offset;
+    *local_off = t->local.offset;
+    if (t->split == DT_TP_REPLICATED)
+        return k == 0 ? t->full.numel : 0;
     if (t->split == DT_TP_COLS) {
-        size_t lc = cols / (size_t)tp;
-        for (size_t r = 0; r < rows; r++) {
-            float *fr = f + r * cols + (size_t)rank * lc, *lr = l + r * lc;
-            memcpy(to_local ? lr : fr, to_local ? fr : lr, lc * sizeof(float));
-        }
-        return;
+        size_t lc = cols / utp;
+        *full_off += k * cols + r * lc;
+        *local_off += k * lc;
+        return k < rows ? lc : 0;
     }
     size_t pieces = t->split == DT_TP_ROWS_QKV ? 3 : 1;
-    size_t piece_rows = rows / pieces, lrows = piece_rows / (size_t)tp;
-    for (size_t p = 0; p < pieces; p++) {
-        float *fp = f + (p * piece_rows + (size_t)rank * lrows) * cols;
-        float *lp = l + p * lrows * cols;
-        memcpy(to_local ? lp : fp, to_local ? fp : lp, lrows * cols * sizeof(float));
-    }
+    size_t piece_rows = rows / pieces, lrows = piece_rows / utp;
+    *full_off += (k * piece_rows + r * lrows) * cols;
+    *local_off += k * lrows * cols;
+    return k < pieces ? lrows * cols : 0;
 }
 
 void dt_tp_layout_slice(float *local, const float *full, const dt_tp_tensor *tab, int n, int tp,
                         int rank)
 {
+    size_t fo, lo, len;
     for (int i = 0; i < n; i++)
-        copy_share((float *)full, local, &tab[i], tp, rank, 1);
+        for (size_t k = 0; (len = share_run(&tab[i], tp, rank, k, &fo, &lo)) > 0; k++)
+            memcpy(local + lo, full + fo, len * sizeof(float));
 }
 
 void dt_tp_layout_unslice(float *full, const float *local, const dt_tp_tensor *tab, int n, int tp,
                           int rank)
 {
+    size_t fo, lo, len;
     for (int i = 0; i < n; i++)
-        copy_share(full, (float *)local, &tab[i], tp, rank, 0);
+        for (size_t k = 0; (len = share_run(&tab[i], tp, rank, k, &fo, &lo)) > 0; k++)
+            memcpy(full + fo, local + lo, len * sizeof(float));
 }
 
 int dt_tp_layout_init(float *local, const dt_tp_tensor *tab, const dt_config *c, int tp, int rank,
