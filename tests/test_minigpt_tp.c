@@ -143,3 +143,34 @@ Test(minigpt_tp, heads_the_group_cannot_divide_are_refused_by_name, .timeout = 6
     cr_expect(strstr(out, "does not divide the heads H = 4"), "no reason given:\n%s", out);
     free(out);
 }
+
+Test(minigpt_tp, a_killed_rank_fails_its_group_naming_it, .timeout = 120)
+{
+    char *out;
+    const char *argv[] = {LAUNCH_BIN,
+                          "-n",
+                          "4",
+                          MINIGPT_BIN,
+                          "--dp",
+                          "2",
+                          "--tp",
+                          "2",
+                          "--steps",
+                          "100",
+                          "--die-at-step",
+                          "3",
+                          "--eval-every",
+                          "0",
+                          "--sample",
+                          "0",
+                          NULL};
+    int rc = run(argv, &out);
+    cr_expect_neq(rc, 0, "the job survived a killed rank:\n%s", out);
+    /* rank 2 shares rank 3's tp group: its own error names the dead peer
+     * by its world rank (group messages name both) */
+    const char *mine = strstr(out, "[2] minigpt: rank 2:");
+    const char *eol = mine ? strchr(mine, '\n') : NULL;
+    const char *named = mine ? strstr(mine, "world rank 3) lost") : NULL;
+    cr_expect(named && (!eol || named < eol), "rank 2 does not name rank 3:\n%s", out);
+    free(out);
+}

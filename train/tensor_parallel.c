@@ -159,7 +159,7 @@ static dt_status micro_step(mg_run *r, int step, int j, float *loss)
         return tp_fail(r, st, "data", dt_dataset_error(r->data));
     if ((st = dt_tp_forward(r->tp, r->x, r->y, o->batch, o->cfg.T)) != DT_OK ||
         (st = dt_tp_backward(r->tp, 1.0f / (float)o->grad_accum)) != DT_OK)
-        return tp_fail(r, st, "tensor parallel", dt_tp_error(r->tp));
+        return tp_fail(r, st, "step", dt_tp_error(r->tp));
     *loss += r->tp->mean_loss / (float)o->grad_accum;
     return DT_OK;
 }
