@@ -428,6 +428,49 @@ dt_status dt_model_update(dt_model *m, const dt_adamw_hparams *h, long step);
 /* Host copy of the logits row of sequence b at position t (V floats). */
 void dt_model_get_logits(const dt_model *m, float *host, int b, int t);
 
+/* ---- a tensor-parallel rank's share (tp_layout.c) ------------------------ */
+
+/*
+ * Megatron's split of each tensor over tp ranks: column-parallel matmuls
+ * (qkv, mlp.fc) and the vocabulary-split embedding and head keep a block of
+ * rows (qkv: of each of q, k and v), row-parallel ones (attn.proj,
+ * mlp.proj weights) a block of columns; LayerNorms, wpe and mlp.proj.bias
+ * are replicated. A share is a flat buffer in the full model's tensor
+ * order; the communication lives a layer up (tensor/dt_tp.h).
+ */
+typedef enum dt_tp_split {
+    DT_TP_REPLICATED = 0,
+    DT_TP_ROWS,     /* rows [rank R/tp, (rank+1) R/tp) */
+    DT_TP_ROWS_QKV, /* that, in each of the three (C, C) pieces q, k, v */
+    DT_TP_COLS,     /* columns [rank K/tp, (rank+1) K/tp) */
+} dt_tp_split;
+
+typedef struct dt_tp_tensor {
+    dt_tensor_info full;  /* the tensor in the full model's layout */
+    dt_tensor_info local; /* the share: local shape, offset in the share */
+    dt_tp_split split;
+} dt_tp_tensor;
+
+/* DT_EINVAL with a message naming what tp does not divide (the heads or
+ * the vocabulary; dividing H it divides C and the MLP width 4C), or what
+ * else is wrong with cfg. */
+dt_status dt_tp_config_check(const dt_config *cfg, int tp, char *err, size_t errlen);
+size_t dt_tp_num_params(const dt_config *cfg, int tp); /* one rank's share */
+int dt_tp_layout_num_tensors(const dt_config *cfg);
+/* Fills tab (dt_tp_layout_num_tensors entries) for a checked (cfg, tp);
+ * returns the count, -1 on ENOMEM. Every rank's table is the same. */
+int dt_tp_layout_build(dt_tp_tensor *tab, const dt_config *cfg, int tp);
+/* full (dt_config_num_params) -> rank's share (dt_tp_num_params), and back
+ * (unslice writes only the share's elements of full). */
+void dt_tp_layout_slice(float *local, const float *full, const dt_tp_tensor *tab, int n, int tp,
+                        int rank);
+void dt_tp_layout_unslice(float *full, const float *local, const dt_tp_tensor *tab, int n, int tp,
+                          int rank);
+/* rank's share of what dt_model_init(seed) gives the full model, bitwise;
+ * -1 on ENOMEM. */
+int dt_tp_layout_init(float *local, const dt_tp_tensor *tab, const dt_config *cfg, int tp, int rank,
+                      uint64_t seed);
+
 /* ---- sampling ------------------------------------------------------------- */
 
 /* Deterministic RNG state for sampling and data (splitmix64). */

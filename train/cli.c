@@ -105,7 +105,8 @@ static const flag flags[] = {
      "pipeline stages, one rank each; the world is D x P ranks, D "
      "data-parallel pipelines; 0 = no pipeline"},
     {"--dp", NULL, K_INT, OPT(dp), "D",
-     "with --pp: data-parallel replicas of the pipeline (0 = world / P)"},
+     "with --pp or --tp: data-parallel replicas of the pipeline or of the "
+     "tensor-parallel group (0 = world / P or world / T)"},
     {"--microbatches", NULL, K_INT, OPT(microbatches), "M",
      "micro-batches per pipelined step, of --batch sequences each "
      "(0 = --grad-accum if > 1, else 4 per stage)"},
@@ -116,6 +117,9 @@ static const flag flags[] = {
     {"--recompute", NULL, K_BOOL, OPT(recompute), NULL,
      "activation recomputation: a block keeps only its input in forward and "
      "recomputes the rest in backward (same bits, one more forward)"},
+    {"--tp", NULL, K_INT, OPT(tp), "T",
+     "tensor parallelism (Megatron): each block split over T adjacent ranks; "
+     "the world is D x T ranks, DDP across the D replicas; 0 = none"},
 };
 #define NFLAGS (sizeof flags / sizeof flags[0])
 
@@ -361,11 +365,14 @@ static int check_pipeline(const mg_options *o, const char *prog)
     dt_pipe_partition_kind pk;
     if (o->pp < 0 || o->dp < 0 || o->microbatches < 0)
         return bad(prog, "counts must be >= 0:", "--pp/--dp/--microbatches");
-    if (o->dp > 0 && o->pp == 0)
+    if (o->dp > 0 && o->pp == 0 && o->tp == 0)
         return bad(prog,
-                   "--dp counts the replicas of a pipeline; without "
-                   "--pp every rank is one:",
+                   "--dp counts the replicas of a pipeline or a tp group; without "
+                   "--pp or --tp every rank is one:",
                    "--dp");
+    if (o->tp > 0 && o->pp > 0)
+        return bad(prog,
+                   "tensor and pipeline parallelism together (3-D) come later:", "--tp with --pp");
     if (!dt_pipe_kind_parse(o->schedule, &k))
         return bad(prog, "not a schedule (gpipe, 1f1b, zb):", o->schedule);
     if (!dt_pipe_partition_parse(o->pp_partition, &pk))

@@ -56,6 +56,7 @@ typedef struct mg_options {
     const char *schedule;     /* gpipe, 1f1b or zb */
     const char *pp_partition; /* params or uniform */
     bool recompute;           /* blocks keep only their input; backward recomputes */
+    int tp;                   /* tensor-parallel ranks per replica; 0 = none */
 } mg_options;
 
 /* Defaults: the seed model on the embedded reverse task, DDP. */

@@ -194,7 +194,7 @@ static dt_status finish(mg_run *r, mg_metrics *mx, double secs, double mean_hidd
             mg_report_loss_table(stdout, r);
         if (r->zero1)
             printf("optimizer shard bytes per rank: %zu\n", dt_zero1_optimizer_bytes(r->zero1));
-        if (!r->pipe)
+        if (!r->pipe && !r->tp)
             mg_report_memory_model(stdout, r);
     }
     fflush(stdout);
@@ -206,7 +206,7 @@ static dt_status finish(mg_run *r, mg_metrics *mx, double secs, double mean_hidd
     fflush(stdout);
     if (r->pipe && o->bubble_table && (st = mg_lesson_bubbles(stdout, r)) != DT_OK)
         return st;
-    st = mg_report_memory(stdout, r);
+    st = r->tp ? DT_OK : mg_report_memory(stdout, r); /* r->m is not what a tp rank holds */
     if (st == DT_OK && r->trace)
         st = mg_trace_write(r->trace, r, o->trace);
     if (st == DT_OK && r->rank == 0 && o->sample > 0 && !r->pipe)

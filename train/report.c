@@ -49,11 +49,15 @@ void mg_report_header(FILE *f, const mg_run *r)
 {
     const mg_options *o = &r->o;
     char pc[32];
-    /* each pipeline is one replica; its micro-batches, the accumulation */
-    int replicas = r->pipe ? r->dp : r->world;
+    /* each pipeline (each tp group) is one replica; its micro-batches, the
+     * accumulation */
+    int replicas = r->pipe || r->tp ? r->dp : r->world;
     int accum = r->pipe ? mg_microbatches(o) : o->grad_accum;
     char who[48];
-    snprintf(who, sizeof who, "%d %s%s", replicas, r->pipe ? "pipeline" : "rank",
+    snprintf(who, sizeof who, "%d %s%s", replicas,
+             r->pipe ? "pipeline"
+             : r->tp ? "tp group"
+                     : "rank",
              replicas == 1 ? "" : "s");
     fprintf(f,
             "minigpt: V=%d C=%d H=%d L=%d T=%d, %s parameters; %s x "

@@ -153,6 +153,8 @@ dt_status mg_run_open(mg_run *r)
         return st;
     if (o->pp > 0)
         return mg_pipe_open(r);
+    if (o->tp > 0)
+        return mg_tp_open(r);
     const dt_backend *be;
     if ((st = open_backend(r, &be)) != DT_OK)
         return st;
@@ -187,6 +189,7 @@ dt_status mg_run_open(mg_run *r)
 void mg_run_close(mg_run *r)
 {
     mg_pipe_close(r);
+    mg_tp_close(r);
     dt_ddp_destroy(r->ddp);
     dt_zero1_destroy(r->zero1);
     dt_model_destroy(r->m);
@@ -240,6 +243,8 @@ dt_status mg_train_step(mg_run *r, int step, mg_step *out)
     mg_trace_set_step(r->trace, step);
     if (r->pipe)
         return mg_pipe_step(r, step, out);
+    if (r->tp)
+        return mg_tp_step(r, step, out);
     double t0 = dt_now();
     float loss = 0;
     dt_status st = DT_OK;

@@ -15,6 +15,7 @@
 #include "dt_model.h"
 #include "dt_optim.h"
 #include "dt_pipe.h"
+#include "dt_tp.h"
 
 typedef struct mg_trace mg_trace;
 
@@ -45,6 +46,10 @@ typedef struct mg_run {
     dt_comm *dp_comm;                   /* --pp: this stage's replicas (NULL: D = 1) */
     size_t *ckpt_slices;                /* --pp: [world + 1] who saves what */
     mg_trace *trace;                    /* --trace: this rank's slices, or NULL */
+    dt_tp_model *tp;                    /* --tp: this rank's share; r->m the assembled copy */
+    dt_comm *tp_comm;                   /* --tp: this replica's tp group */
+    dt_comm *tp_dp_comm;                /* --tp: the same share in every replica (NULL: D = 1) */
+    float *tp_shares;                   /* --tp: (T, share) all-gather buffer */
     char err[768];
 } mg_run;
 
@@ -55,6 +60,11 @@ typedef struct mg_step {
     double tokens_per_s; /* global tokens / ms */
     dt_comm_stats comm;
 } mg_step;
+
+/* tensor_parallel.c: --tp (every rank calls each; world rank = replica · T + tp rank) */
+dt_status mg_tp_open(mg_run *r); /* groups, share, the assembled copy */
+void mg_tp_close(mg_run *r);
+dt_status mg_tp_step(mg_run *r, int step, mg_step *out);
 
 /* trainer.c */
 /* This rank's GPU on its node: LOCAL_RANK (or Open MPI's, Slurm's), 0. */

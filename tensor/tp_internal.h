@@ -1,0 +1,28 @@
+/*
+ * tp_internal.h — functions shared between the tensor-parallel layer's
+ * files, not part of its interface.
+ */
+#ifndef DT_TP_INTERNAL_H
+#define DT_TP_INTERNAL_H
+
+#include "dt_tp.h"
+
+/* tp_allreduce.c: in-place all-reduce of n floats over the tp group; on
+ * failure the message (naming what was reduced) is on m. */
+dt_status tp_allreduce(dt_tp_model *m, float *buf, size_t n, dt_redop op, const char *what);
+
+/* tp_block.c: block l of a share, forward (residual (N, C) in,
+ * acts.blocks[l].residual3 out) and backward (dres3 in, dresidual_in
+ * out, adding into the block's parameter gradients). */
+dt_status tp_block_forward(dt_tp_model *m, int l, const float *residual, int B, int T);
+dt_status tp_block_backward(dt_tp_model *m, int l, const float *dres3, const float *residual_in,
+                            float *dresidual_in);
+
+/* tp_vocab.c: the vocabulary-split embedding and the parallel
+ * cross-entropy over the share's logits (N, V/tp). */
+dt_status tp_vocab_embed_forward(dt_tp_model *m, int B, int T);
+void tp_vocab_embed_backward(dt_tp_model *m, int B, int T);
+dt_status tp_vocab_crossentropy_forward(dt_tp_model *m, int with_targets, int N);
+void tp_vocab_crossentropy_backward(dt_tp_model *m, float dloss, int N);
+
+#endif /* DT_TP_INTERNAL_H */

@@ -1,0 +1,176 @@
+/*
+ * test_minigpt_tp.c — `minigpt --tp T [--dp D]` under dtrain-launch, as a
+ * person runs it: a tp group trains the embedded task (digit reversal)
+ * as one process does, a dp x tp grid follows one process's loss curve,
+ * and a shape the split cannot divide is refused naming what.
+ *
+ * The curves are compared through --metrics (JSONL, every step's loss at
+ * full precision): the split changes the order of sums, so not bitwise,
+ * but within 1e-4 relative at every step of 50.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "run_program.h"
+
+#ifndef LAUNCH_BIN
+#error "LAUNCH_BIN must name the built dtrain-launch"
+#endif
+#ifndef MINIGPT_BIN
+#error "MINIGPT_BIN must name the built minigpt"
+#endif
+
+enum { STEPS = 50 };
+
+static void temp_path(char *path, size_t len, const char *what)
+{
+    snprintf(path, len, "/tmp/dt-minigpt-tp-%s-XXXXXX", what);
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0, "mkstemp: %s", strerror(errno));
+    close(fd);
+}
+
+/* Runs argv with its output in a temporary file; returns the exit code
+ * and the output (malloc'ed). */
+static int run(const char *const *argv, char **out)
+{
+    char log[64];
+    temp_path(log, sizeof log, "log");
+    int rc = run_program(argv, log, out);
+    unlink(log);
+    return rc;
+}
+
+/* Every step's loss from a --metrics file, in step order. */
+static void read_losses(const char *path, double loss[STEPS])
+{
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "cannot read %s", path);
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        json_t *o = json_loads(line, 0, NULL);
+        cr_assert(o, "not JSON: %s", line);
+        const char *ev = json_string_value(json_object_get(o, "event"));
+        if (ev && strcmp(ev, "step") == 0) {
+            int step = (int)json_integer_value(json_object_get(o, "step"));
+            cr_assert(step >= 1 && step <= STEPS, "step %d", step);
+            loss[step - 1] = json_real_value(json_object_get(o, "loss"));
+            n++;
+        }
+        json_decref(o);
+    }
+    fclose(f);
+    cr_assert_eq(n, STEPS, "%s has %d step records", path, n);
+}
+
+/* The loss curve of a run of `ranks` ranks with extra flags (NULL-ended). */
+static void loss_curve(double loss[STEPS], const char *ranks, const char *const *extra)
+{
+    char metrics[64], *out;
+    temp_path(metrics, sizeof metrics, "metrics");
+    const char *argv[32] = {LAUNCH_BIN,     "-n", ranks,         MINIGPT_BIN, "--steps",  "50",
+                            "--batch",      "8",  "--log-every", "50",        "--sample", "0",
+                            "--eval-every", "0",  "--metrics",   metrics};
+    int k = 16;
+    for (int i = 0; extra[i]; i++)
+        argv[k++] = extra[i];
+    argv[k] = NULL;
+    int rc = run(argv, &out);
+    cr_assert_eq(rc, 0, "minigpt failed:\n%s", out);
+    free(out);
+    read_losses(metrics, loss);
+    unlink(metrics);
+}
+
+static void expect_curves_close(const char *ranks, const char *const *extra, const char *what)
+{
+    double ref[STEPS], got[STEPS];
+    /* the reference: one process, the global batch of 2 x 8 sequences */
+    const char *const one[] = {"--batch", "16", NULL};
+    loss_curve(ref, "1", one);
+    loss_curve(got, ranks, extra);
+    for (int s = 0; s < STEPS; s++)
+        cr_expect_leq(fabs(got[s] - ref[s]) / ref[s], 1e-4, "%s: step %d: loss %.9g vs %.9g", what,
+                      s + 1, got[s], ref[s]);
+}
+
+Test(minigpt_tp, a_tp_group_follows_one_process_loss_curve, .timeout = 120)
+{
+    const char *const tp[] = {"--tp", "2", "--batch", "16", NULL};
+    expect_curves_close("2", tp, "--tp 2");
+}
+
+Test(minigpt_tp, a_dp_by_tp_grid_follows_one_process_loss_curve, .timeout = 120)
+{
+    const char *const grid[] = {"--dp", "2", "--tp", "2", NULL};
+    expect_curves_close("4", grid, "--dp 2 --tp 2");
+}
+
+Test(minigpt_tp, a_tp_group_learns_the_task, .timeout = 180)
+{
+    char *out;
+    const char *argv[] = {LAUNCH_BIN, "-n",  "2",       MINIGPT_BIN, "--tp",         "2",
+                          "--steps",  "400", "--batch", "16",        "--eval-every", "0",
+                          "--sample", "0",   NULL};
+    int rc = run(argv, &out);
+    cr_assert_eq(rc, 0, "minigpt failed:\n%s", out);
+    const char *acc = strstr(out, "exact-match accuracy ");
+    cr_assert(acc, "no accuracy in:\n%s", out);
+    double pct = atof(acc + strlen("exact-match accuracy "));
+    cr_expect_geq(pct, 90.0, "accuracy %.1f%% after 400 steps:\n%s", pct, out);
+    cr_expect(strstr(out, "replicas: all 2 ranks hold bitwise identical parameters"),
+              "the assembled model differs between the ranks:\n%s", out);
+    free(out);
+}
+
+Test(minigpt_tp, heads_the_group_cannot_divide_are_refused_by_name, .timeout = 60)
+{
+    char *out;
+    const char *argv[] = {LAUNCH_BIN, "-n", "3", MINIGPT_BIN, "--tp", "3", "--steps", "1", NULL};
+    int rc = run(argv, &out);
+    cr_expect_neq(rc, 0, "a 4-head model split 3 ways ran:\n%s", out);
+    cr_expect(strstr(out, "does not divide the heads H = 4"), "no reason given:\n%s", out);
+    free(out);
+}
+
+Test(minigpt_tp, a_killed_rank_fails_its_group_naming_it, .timeout = 120)
+{
+    char *out;
+    const char *argv[] = {LAUNCH_BIN,
+                          "-n",
+                          "4",
+                          MINIGPT_BIN,
+                          "--dp",
+                          "2",
+                          "--tp",
+                          "2",
+                          "--steps",
+                          "100",
+                          "--die-at-step",
+                          "3",
+                          "--eval-every",
+                          "0",
+                          "--sample",
+                          "0",
+                          NULL};
+    int rc = run(argv, &out);
+    cr_expect_neq(rc, 0, "the job survived a killed rank:\n%s", out);
+    /* rank 2 shares rank 3's tp group: its own error names the dead peer
+     * by its world rank (group messages name both) */
+    const char *mine = strstr(out, "[2] minigpt: rank 2:");
+    const char *eol = mine ? strchr(mine, '\n') : NULL;
+    const char *named = mine ? strstr(mine, "world rank 3) lost") : NULL;
+    cr_expect(named && (!eol || named < eol), "rank 2 does not name rank 3:\n%s", out);
+    free(out);
+}

@@ -1,0 +1,287 @@
+/*
+ * test_tensor_parallel.c — a MiniGPT split over a tp group of 2 or 4
+ * ranks (threads of this process over loopback TCP, the group made with
+ * dt_comm_split) is the same model as one process.
+ *
+ * The split changes the order of the sums (a row-parallel matmul's output
+ * is a sum of tp partial products), so the comparison is not bitwise but
+ * relative: the loss within 1e-4, every parameter's gradient and every
+ * parameter after one AdamW step within 1e-5 (relative L2 per tensor,
+ * numeric_compare.h), each rank's share put back into the full layout.
+ * What every rank computes alike — LayerNorms, wpe, the MLP's output
+ * bias — must stay bitwise identical across the group.
+ */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dt_tp.h"
+#include "numeric_compare.h"
+#include "rank_threads.h"
+
+enum { B = 2, MAX_TP = 4 };
+static const dt_config cfg = {.V = 64, .T = 16, .L = 2, .H = 4, .C = 32};
+static const uint64_t SEED = 7;
+static const float LR = 1e-3f;
+
+typedef struct scenario {
+    int x[B * 16], y[B * 16];
+    float *grads[MAX_TP], *params[MAX_TP]; /* each rank's share, after backward / the step */
+    float loss[MAX_TP];
+    size_t share; /* floats in one share */
+} scenario;
+
+static void make_batch(scenario *s)
+{
+    dt_rng r;
+    dt_rng_seed(&r, 3);
+    for (int i = 0; i < B * cfg.T; i++) {
+        s->x[i] = (int)(dt_rng_next(&r) % (uint64_t)cfg.V);
+        s->y[i] = (int)(dt_rng_next(&r) % (uint64_t)cfg.V);
+    }
+}
+
+/* One rank: its share's forward, backward and one AdamW step. */
+static void tp_rank(rank_ctx *rc)
+{
+    scenario *s = rc->arg;
+    dt_comm *tpc = NULL;
+    if (dt_comm_split(rc->comm, 0, rc->rank, &tpc) != DT_OK) {
+        rank_fail(rc, "split: %s", dt_comm_error(rc->comm));
+        return;
+    }
+    dt_tp_model *m = NULL;
+    dt_adamw_hparams h = dt_adamw_defaults(LR);
+    if (dt_tp_create(&m, &cfg, dt_backend_cpu(), B, tpc) != DT_OK || dt_tp_init(m, SEED) != DT_OK ||
+        dt_tp_forward(m, s->x, s->y, B, cfg.T) != DT_OK || dt_tp_backward(m, 1.0f) != DT_OK) {
+        rank_fail(rc, "rank %d: %s", rc->rank, dt_tp_error(m));
+    } else {
+        s->loss[rc->rank] = m->mean_loss;
+        memcpy(s->grads[rc->rank], m->grads_memory, s->share * sizeof(float));
+        dt_tp_update(m, &h, 1);
+        memcpy(s->params[rc->rank], m->params_memory, s->share * sizeof(float));
+    }
+    dt_tp_destroy(m);
+    dt_comm_destroy(tpc);
+}
+
+/* The one-process reference: loss, gradients, parameters after the step. */
+static float reference(const scenario *s, float *grads, float *params)
+{
+    dt_model *m = NULL;
+    cr_assert_eq(dt_model_create(&m, &cfg, dt_backend_cpu(), B), DT_OK);
+    dt_model_init(m, SEED);
+    cr_assert_eq(dt_model_forward(m, s->x, s->y, B, cfg.T), DT_OK);
+    cr_assert_eq(dt_model_backward(m, 1.0f), DT_OK);
+    dt_model_get_grads(m, grads);
+    dt_adamw_hparams h = dt_adamw_defaults(LR);
+    cr_assert_eq(dt_model_update(m, &h, 1), DT_OK);
+    dt_model_get_params(m, params);
+    float loss = m->mean_loss;
+    dt_model_destroy(m);
+    return loss;
+}
+
+typedef struct outcome {
+    scenario s;
+    dt_tp_tensor tab[2 + 10 * 2 + 3];
+    int n;
+    float ref_loss, *ref_grads, *ref_params, *got_grads, *got_params;
+} outcome;
+
+/* Runs tp ranks and the reference; the shares put back in full layout. */
+static outcome *run_tp(int tp)
+{
+    outcome *o = calloc(1, sizeof *o);
+    size_t P = dt_config_num_params(&cfg);
+    make_batch(&o->s);
+    o->s.share = dt_tp_num_params(&cfg, tp);
+    o->n = dt_tp_layout_build(o->tab, &cfg, tp);
+    cr_assert_eq(o->n, dt_tp_layout_num_tensors(&cfg));
+    for (int r = 0; r < tp; r++) {
+        o->s.grads[r] = calloc(o->s.share, sizeof(float));
+        o->s.params[r] = calloc(o->s.share, sizeof(float));
+    }
+    rank_job job;
+    int failed = rank_threads_run(&job, tp, tp_rank, &o->s);
+    for (int r = 0; r < tp; r++)
+        cr_assert(!job.ranks[r].failed, "rank %d: %s", r, job.ranks[r].msg);
+    cr_assert_eq(failed, 0);
+    o->ref_grads = calloc(P, sizeof(float));
+    o->ref_params = calloc(P, sizeof(float));
+    o->got_grads = calloc(P, sizeof(float));
+    o->got_params = calloc(P, sizeof(float));
+    o->ref_loss = reference(&o->s, o->ref_grads, o->ref_params);
+    for (int r = 0; r < tp; r++) {
+        dt_tp_layout_unslice(o->got_grads, o->s.grads[r], o->tab, o->n, tp, r);
+        dt_tp_layout_unslice(o->got_params, o->s.params[r], o->tab, o->n, tp, r);
+    }
+    return o;
+}
+
+static void free_outcome(outcome *o, int tp)
+{
+    for (int r = 0; r < tp; r++) {
+        free(o->s.grads[r]);
+        free(o->s.params[r]);
+    }
+    free(o->ref_grads);
+    free(o->ref_params);
+    free(o->got_grads);
+    free(o->got_params);
+    free(o);
+}
+
+/* Every tensor of got within tol of ref (relative L2); prints the worst. */
+static void expect_tensors_close(const outcome *o, const float *got, const float *ref,
+                                 const char *what, int tp)
+{
+    double worst = 0;
+    const char *worst_name = "";
+    for (int i = 0; i < o->n; i++) {
+        const dt_tensor_info *t = &o->tab[i].full;
+        double e = rel_l2(got + t->offset, ref + t->offset, t->numel);
+        cr_expect_leq(e, 1e-5, "tp %d: %s of %s: relative error %.3g", tp, what, t->name, e);
+        if (e >= worst) {
+            worst = e;
+            worst_name = t->name;
+        }
+    }
+    fprintf(stderr, "tp %d: %s: max relative error %.3g (%s)\n", tp, what, worst, worst_name);
+}
+
+static void expect_matches_one_process(int tp)
+{
+    outcome *o = run_tp(tp);
+    for (int r = 0; r < tp; r++) {
+        double e = fabs((double)o->s.loss[r] - o->ref_loss) / fabs((double)o->ref_loss);
+        cr_expect_leq(e, 1e-4, "tp %d rank %d: loss %.9g vs %.9g", tp, r, o->s.loss[r],
+                      o->ref_loss);
+        fprintf(stderr, "tp %d rank %d: loss relative error %.3g\n", tp, r, e);
+    }
+    expect_tensors_close(o, o->got_grads, o->ref_grads, "gradient", tp);
+    expect_tensors_close(o, o->got_params, o->ref_params, "parameter after one AdamW step", tp);
+    free_outcome(o, tp);
+}
+
+Test(tensor_parallel, tp2_matches_one_process, .timeout = 120)
+{
+    expect_matches_one_process(2);
+}
+
+Test(tensor_parallel, tp4_matches_one_process, .timeout = 120)
+{
+    expect_matches_one_process(4);
+}
+
+/* Replicated tensors (split == DT_TP_REPLICATED): the same bits on every
+ * rank, gradients and parameters after the step. */
+static void expect_replicas_bitwise(int tp)
+{
+    outcome *o = run_tp(tp);
+    int replicated = 0;
+    for (int i = 0; i < o->n; i++) {
+        const dt_tp_tensor *t = &o->tab[i];
+        if (t->split != DT_TP_REPLICATED)
+            continue;
+        replicated++;
+        size_t off = t->local.offset, bytes = t->local.numel * sizeof(float);
+        for (int r = 1; r < tp; r++) {
+            cr_expect(memcmp(o->s.grads[r] + off, o->s.grads[0] + off, bytes) == 0,
+                      "tp %d: gradient of %s differs between ranks 0 and %d", tp, t->full.name, r);
+            cr_expect(memcmp(o->s.params[r] + off, o->s.params[0] + off, bytes) == 0,
+                      "tp %d: %s differs between ranks 0 and %d after the step", tp, t->full.name,
+                      r);
+        }
+    }
+    cr_expect_eq(replicated, 1 + 5 * cfg.L + 2, "wpe, 5 per block, ln_f's 2");
+    free_outcome(o, tp);
+}
+
+Test(tensor_parallel, tp2_replicated_tensors_bitwise_equal_across_ranks, .timeout = 120)
+{
+    expect_replicas_bitwise(2);
+}
+
+Test(tensor_parallel, tp4_replicated_tensors_bitwise_equal_across_ranks, .timeout = 120)
+{
+    expect_replicas_bitwise(4);
+}
+
+Test(tensor_parallel, share_is_the_full_model_divided)
+{
+    dt_tp_tensor tab[2 + 10 * 2 + 3];
+    int n = dt_tp_layout_build(tab, &cfg, 4);
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        cr_expect_eq(tab[i].local.offset, total, "%s is not contiguous", tab[i].full.name);
+        total += tab[i].local.numel;
+        size_t parts = tab[i].split == DT_TP_REPLICATED ? 1 : 4;
+        cr_expect_eq(tab[i].local.numel * parts, tab[i].full.numel, "%s", tab[i].full.name);
+    }
+    cr_expect_eq(total, dt_tp_num_params(&cfg, 4));
+}
+
+/* Every rank's share put back gives the full buffer, element for element. */
+static void expect_slices_cover(int tp)
+{
+    size_t P = dt_config_num_params(&cfg), S = dt_tp_num_params(&cfg, tp);
+    float *full = malloc(P * sizeof(float)), *back = calloc(P, sizeof(float));
+    float *share = malloc(S * sizeof(float));
+    dt_tp_tensor tab[2 + 10 * 2 + 3];
+    int n = dt_tp_layout_build(tab, &cfg, tp);
+    for (size_t i = 0; i < P; i++)
+        full[i] = (float)i;
+    for (int r = 0; r < tp; r++) {
+        dt_tp_layout_slice(share, full, tab, n, tp, r);
+        dt_tp_layout_unslice(back, share, tab, n, tp, r);
+    }
+    cr_expect(memcmp(full, back, P * sizeof(float)) == 0, "tp %d", tp);
+    free(full);
+    free(back);
+    free(share);
+}
+
+Test(tensor_parallel, slice_then_unslice_is_the_identity)
+{
+    expect_slices_cover(2);
+    expect_slices_cover(4);
+}
+
+static void expect_refused(dt_config c, int tp, const char *name)
+{
+    char err[256] = "";
+    cr_expect_eq(dt_tp_config_check(&c, tp, err, sizeof err), DT_EINVAL, "tp %d accepted", tp);
+    cr_expect(strstr(err, name) != NULL, "message '%s' does not name %s", err, name);
+}
+
+Test(tensor_parallel, tp_not_dividing_heads_is_refused_by_name)
+{
+    expect_refused(cfg, 3, "heads H = 4");
+}
+
+Test(tensor_parallel, tp_not_dividing_vocabulary_is_refused_by_name)
+{
+    dt_config c = cfg;
+    c.V = 66;
+    expect_refused(c, 4, "vocabulary V = 66");
+}
+
+static void refused_create_rank(rank_ctx *rc)
+{
+    dt_config c = cfg;
+    c.H = 8; /* 8 heads over tp 3 */
+    dt_tp_model *m = NULL;
+    dt_status st = dt_tp_create(&m, &c, dt_backend_cpu(), B, rc->comm);
+    if (st != DT_EINVAL || !strstr(dt_tp_error(m), "does not divide the heads H = 8"))
+        rank_fail(rc, "create gave %s: %s", dt_status_name(st), dt_tp_error(m));
+    dt_tp_destroy(m);
+}
+
+Test(tensor_parallel, create_on_a_group_not_dividing_heads_is_refused_by_name, .timeout = 60)
+{
+    rank_job job;
+    rank_threads_run(&job, 3, refused_create_rank, NULL);
+    for (int r = 0; r < 3; r++)
+        cr_expect(!job.ranks[r].failed, "rank %d: %s", r, job.ranks[r].msg);
+}
