@@ -246,20 +246,21 @@ def failures(peer, tmp):
     with open(bcast, "w") as f:
         f.write("broadcast f32 1000 0\n")
 
-    t0 = time.time()
+    # A dead peer must fail the op at once (its connection closes), not at
+    # the op timeout: the message names it and says "closed", never "timed
+    # out". (A rank names the peer it waited for, and the first peer whose
+    # connection ended if that was another.)
     outs = finish(start_group(peer, tmp, 3, {0, 1}, "file", one, modes={2: "die"}), 60)
-    took = time.time() - t0
-    ok = all(rc == 1 and "peer 2" in e for rc, _, e in outs[:2]) and took < TIMEOUT_S
-    report(ok, f"a killed torch rank 2: both dtrain ranks fail naming peer 2 ({took:.1f} s)",
+    ok = all(rc == 1 and "peer 2 closed" in e and "timed out" not in e
+             for rc, _, e in outs[:2])
+    report(ok, "a killed torch rank 2: both dtrain ranks fail at once naming peer 2",
            "\n".join(f"{rc}: {e}" for rc, _, e in outs))
 
-    t0 = time.time()
     outs = finish(start_group(peer, tmp, 3, {0, 1}, "tcp", [one, empty, one]), 60)
-    took = time.time() - t0
-    ok = outs[0][0] == 1 and "peer 1" in outs[0][2] and outs[2][0] not in (0, "hung") \
-        and took < TIMEOUT_S
-    report(ok, f"dtrain rank 1 leaves after init: dtrain rank 0 fails naming peer 1, the "
-           f"torch rank fails too ({took:.1f} s)", "\n".join(f"{rc}: {e}" for rc, _, e in outs))
+    ok = outs[0][0] == 1 and "peer 1 closed" in outs[0][2] and "timed out" not in outs[0][2] \
+        and outs[2][0] not in (0, "hung")
+    report(ok, "dtrain rank 1 leaves after init: dtrain rank 0 fails at once naming peer 1, the "
+           "torch rank fails too", "\n".join(f"{rc}: {e}" for rc, _, e in outs))
 
     outs = finish(start_group(peer, tmp, 2, {0}, "file", [one, bcast], timeout=5), 40)
     want = "slot 0x0400000000000000 (allreduce, tag 0)"

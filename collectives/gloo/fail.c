@@ -43,6 +43,8 @@ void comm_gloo_pair_gone(gloo_pair *p, const char *why)
 {
     if (!p->gone)
         p->gone = why;
+    if (p->ctx->first_gone < 0)
+        p->ctx->first_gone = p->peer;
     close_handle(&p->tcp, &p->tcp_open);
     p->connected = false;
 }

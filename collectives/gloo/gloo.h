@@ -135,6 +135,7 @@ struct gloo_ctx {
     uint32_t op_tag;
     uint64_t op_slot;
     gloo_any_recv *any; /* receives from any source, not yet bound */
+    int first_gone;     /* the first peer whose connection ended, or -1 */
     dt_status failed;   /* DT_OK while healthy */
     char err[GLOO_ERR_LEN];
 };
@@ -237,5 +238,8 @@ dt_status comm_gloo_alltoall(gloo_ctx *c, void *out, const void *in, size_t bloc
 /* Tagged point-to-point; peer -1 receives from any rank (*from says which). */
 dt_status comm_gloo_send(gloo_ctx *c, const void *buf, size_t bytes, int peer, uint32_t tag);
 dt_status comm_gloo_recv(gloo_ctx *c, void *buf, size_t bytes, int peer, uint32_t tag, int *from);
+
+/* ---- run.c: a dtrain op on this wire (compositions where gloo has none) --- */
+dt_status comm_gloo_run(gloo_ctx *c, const dt_op *op);
 
 #endif /* DT_GLOO_H */

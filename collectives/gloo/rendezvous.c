@@ -173,6 +173,7 @@ static dt_status setup(gloo_ctx *c, const gloo_config *cfg)
 {
     c->rank = cfg->rank;
     c->size = cfg->size;
+    c->first_gone = -1;
     c->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 1800.0; /* torch's default */
     c->init_timeout_s = cfg->init_timeout_s > 0 ? cfg->init_timeout_s : c->timeout_s;
     if (cfg->size < 1 || cfg->rank < 0 || cfg->rank >= cfg->size)

@@ -44,12 +44,17 @@ static dt_status run_until(gloo_ctx *c, int *count, const char *what, int peer)
     }
     if (c->failed != DT_OK)
         return c->failed;
-    if (c->pairs[peer].gone)
+    if (c->pairs[peer].gone) {
+        char before[160] = "";
+        int first = c->first_gone;
+        if (first >= 0 && first != peer) /* the root cause, as this rank saw it */
+            snprintf(before, sizeof before, "; before it, peer %d %s", first, c->pairs[first].gone);
         return comm_gloo_fail(c, DT_EPEER,
-                              "gloo rank %d: peer %d %s, while this rank waited for "
-                              "%s in %s (tag %u)",
+                              "gloo rank %d: peer %d %s, while this rank waited for %s in %s "
+                              "(tag %u)%s",
                               c->rank, peer, c->pairs[peer].gone, what, c->op ? c->op : "?",
-                              c->op_tag);
+                              c->op_tag, before);
+    }
     char slot[96];
     return comm_gloo_fail(c, DT_ETIMEDOUT,
                           "gloo rank %d: timed out after %g s waiting for %s %s peer %d in %s "
