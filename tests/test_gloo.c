@@ -228,7 +228,7 @@ Test(gloo, a_peer_that_leaves_fails_the_op_naming_it, .timeout = 60)
     job j;
     run(&j, 3, 20, rank_1_leaves, NULL);
     cr_assert_eq(j.ranks[0].st, DT_EPEER, "%s", j.ranks[0].err);
-    cr_assert(strstr(j.ranks[0].err, "peer 1"), "%s", j.ranks[0].err);
+    cr_assert(strstr(j.ranks[0].err, "lost peer 1"), "%s", j.ranks[0].err);
     cr_assert_neq(j.ranks[2].st, DT_OK, "rank 2 fails too");
 }
 

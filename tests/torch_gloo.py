@@ -232,6 +232,7 @@ def main():
                    f"rank's {len(reference[n][0])} results equal the all-torch group's "
                    f"({time.time() - t0:.1f} s)", "\n".join(bad))
         failures(peer, tmp)
+        example(peer)
     print(f"# torch_gloo: {results['ok']} passed, {results['not ok']} failed")
     sys.exit(1 if results["not ok"] else 0)
 
@@ -247,17 +248,16 @@ def failures(peer, tmp):
         f.write("broadcast f32 1000 0\n")
 
     # A dead peer must fail the op at once (its connection closes), not at
-    # the op timeout: the message names it and says "closed", never "timed
+    # the op timeout: the message names it ("lost peer N"), never "timed
     # out". (A rank names the peer it waited for, and the first peer whose
     # connection ended if that was another.)
     outs = finish(start_group(peer, tmp, 3, {0, 1}, "file", one, modes={2: "die"}), 60)
-    ok = all(rc == 1 and "peer 2 closed" in e and "timed out" not in e
-             for rc, _, e in outs[:2])
+    ok = all(rc == 1 and "lost peer 2" in e and "timed out" not in e for rc, _, e in outs[:2])
     report(ok, "a killed torch rank 2: both dtrain ranks fail at once naming peer 2",
            "\n".join(f"{rc}: {e}" for rc, _, e in outs))
 
     outs = finish(start_group(peer, tmp, 3, {0, 1}, "tcp", [one, empty, one]), 60)
-    ok = outs[0][0] == 1 and "peer 1 closed" in outs[0][2] and "timed out" not in outs[0][2] \
+    ok = outs[0][0] == 1 and "lost peer 1" in outs[0][2] and "timed out" not in outs[0][2] \
         and outs[2][0] not in (0, "hung")
     report(ok, "dtrain rank 1 leaves after init: dtrain rank 0 fails at once naming peer 1, the "
            "torch rank fails too", "\n".join(f"{rc}: {e}" for rc, _, e in outs))
@@ -267,6 +267,22 @@ def failures(peer, tmp):
     ok = outs[0][0] == 1 and want in outs[0][2] and outs[1][0] != "hung"
     report(ok, "a mismatched collective (allreduce vs broadcast): dtrain names the slot and "
            "tag", "\n".join(f"{rc}: {e}" for rc, _, e in outs))
+
+
+def example(peer):
+    """examples/torch_allreduce.py, as docs/13 runs it: 2 Python + 2 C ranks."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    program = os.path.join(os.path.dirname(os.path.dirname(peer)), "examples", "torch-allreduce")
+    try:
+        out = subprocess.run([sys.executable, os.path.join(root, "examples", "torch_allreduce.py"),
+                              program, "4"], capture_output=True, text=True, timeout=120)
+        got = sorted(line for line in out.stdout.splitlines() if "rank" in line)
+        ok = out.returncode == 0 and len(got) == 4 and all(g.endswith(": 10 10 10 10")
+                                                            for g in got)
+        detail = out.stdout + out.stderr
+    except subprocess.TimeoutExpired:
+        ok, detail = False, "hung"
+    report(ok, "examples/torch_allreduce.py: Python and C ranks print the same sum", detail)
 
 
 if __name__ == "__main__":

@@ -112,7 +112,7 @@ void comm_gloo_frame_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
     if (nread == 0 || c->failed != DT_OK)
         return;
     if (nread < 0) { /* fails the ops that wait for this peer (wait.c) */
-        comm_gloo_pair_gone(p, nread == UV_EOF ? "closed the connection: it exited or failed"
+        comm_gloo_pair_gone(p, nread == UV_EOF ? "it closed the connection: it exited or failed"
                                                : uv_strerror((int)nread));
         return;
     }

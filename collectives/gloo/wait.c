@@ -48,9 +48,10 @@ static dt_status run_until(gloo_ctx *c, int *count, const char *what, int peer)
         char before[160] = "";
         int first = c->first_gone;
         if (first >= 0 && first != peer) /* the root cause, as this rank saw it */
-            snprintf(before, sizeof before, "; before it, peer %d %s", first, c->pairs[first].gone);
+            snprintf(before, sizeof before, "; before it, lost peer %d (%s)", first,
+                     c->pairs[first].gone);
         return comm_gloo_fail(c, DT_EPEER,
-                              "gloo rank %d: peer %d %s, while this rank waited for %s in %s "
+                              "gloo rank %d: lost peer %d (%s) while waiting for %s in %s "
                               "(tag %u)%s",
                               c->rank, peer, c->pairs[peer].gone, what, c->op ? c->op : "?",
                               c->op_tag, before);
