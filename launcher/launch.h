@@ -46,6 +46,7 @@ typedef struct launch_options {
     const char *log_dir;       /* NULL = no per-rank log files */
     double grace_s;            /* SIGTERM -> SIGKILL delay */
     double init_timeout_s;     /* DT_INIT_TIMEOUT for the workers; 0 = not set */
+    const char *wire;          /* DT_WIRE for the workers ("dtrain", "gloo"); NULL = not set */
     bool help;
     char **program; /* PROGRAM ARGS..., NULL-terminated, points into argv */
 } launch_options;

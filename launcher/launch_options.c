@@ -67,6 +67,9 @@ static const flag_spec flags[] = {
     {0, "init-timeout", NULL, "SECONDS", FLAG_SECONDS, FIELD(init_timeout_s), 1, 86400,
      "start-up deadline of each worker (rendezvous + connecting), passed\n"
      "as DT_INIT_TIMEOUT (default: the workers' own, 60 s for dtrain's)"},
+    {0, "wire", NULL, "dtrain|gloo", FLAG_STRING, FIELD(wire), 0, 0,
+     "the workers' wire, passed as DT_WIRE: dtrain's own (the default,\n"
+     "authenticated) or torch 1.13 gloo's (no authentication)"},
     {'h', "help", NULL, NULL, FLAG_SWITCH, FIELD(help), 0, 0, "print this help and exit"},
 };
 #define NUM_FLAGS (sizeof flags / sizeof flags[0])
@@ -257,6 +260,10 @@ static bool check_combination(const launch_options *o, char *err, size_t errlen)
                  "--nnodes %d needs --rdzv file:///PATH, a file every node "
                  "sees, the same on every node",
                  o->nnodes);
+        return false;
+    }
+    if (o->wire && strcmp(o->wire, "dtrain") != 0 && strcmp(o->wire, "gloo") != 0) {
+        snprintf(err, errlen, "--wire '%s': use dtrain or gloo", o->wire);
         return false;
     }
     if (o->rdzv && strncmp(o->rdzv, "tcp://", 6) != 0 &&

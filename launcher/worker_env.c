@@ -19,6 +19,7 @@
  *   DT_INIT_URL        the rendezvous URL
  *   DT_SECRET          the job secret, 64 hex digits
  *   DT_INIT_TIMEOUT    --init-timeout, when given (else inherited, if set)
+ *   DT_WIRE            --wire, when given (else inherited, if set)
  *   DT_PROGRESS        1 if the launcher's stdout is a terminal, else 0:
  *                      whether rank 0 may draw a progress bar ('\r' lines,
  *                      which output_prefix.c draws in place)
@@ -89,6 +90,8 @@ char **launch_env_build(const launch_options *o, const launch_job *job, int loca
     ours[n++] = entry("DT_PROGRESS", "%d", isatty(STDOUT_FILENO) == 1);
     if (o->init_timeout_s > 0)
         ours[n++] = entry("DT_INIT_TIMEOUT", "%g", o->init_timeout_s);
+    if (o->wire)
+        ours[n++] = entry("DT_WIRE", "%s", o->wire);
 
     size_t inherited = 0;
     while (environ[inherited])
