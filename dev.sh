@@ -13,7 +13,8 @@
 #   ./dev.sh fuzz [SECONDS]  every libFuzzer harness (tests/fuzz/), SECONDS
 #                            each (default 60); any finding fails it
 #   ./dev.sh test-torch      PyTorch 1.13's TCPStore and FileStore beside dtrain's store,
-#                            and an `export --names seed` in the seed's MiniGPT
+#                            an `export --names seed` in the seed's MiniGPT, and
+#                            dtrain ranks in torch gloo groups (tests/torch_gloo.py)
 #                            (installs Debian's python3-torch, which is large)
 #   ./dev.sh test-netns      2 hosts made of network namespaces: a job across
 #                            them, through rate-limited links, and a link cut
@@ -191,15 +192,21 @@ test-torch)
     rc2=0
     out2=$(/usr/bin/python3 tests/torch_filestore.py build/tests/store_cli 2>&1) || rc2=$?
     failed=$((failed + (rc2 != 0)))
-    out=$(printf '%s\n%s' "$out" "$out2")
+    # dtrain ranks in torch gloo groups: one ok/not ok line per case
+    rc3=0
+    out3=$(/usr/bin/python3 tests/torch_gloo.py build/tests/gloo_peer 2>&1) || rc3=$?
+    notok=$(printf '%s\n' "$out3" | grep -c '^not ok ' || true)
+    failed=$((failed + (notok > 0 ? notok : (rc3 != 0))))
+    out=$(printf '%s\n%s\n%s' "$out" "$out2" "$out3")
     [ $rc2 = 0 ] || rc=$rc2
     # a checkpoint exported with --names seed, loaded strictly into the seed
     # curriculum's PyTorch MiniGPT, whose logits match dtrain's
-    rc3=0
-    out3=$(/usr/bin/python3 tests/torch_seed_export.py build/train/minigpt \
-        build/checkpoint/dtrain-ckpt build/tests/ckpt_logits 2>&1) || rc3=$?
-    failed=$((failed + (rc3 != 0)))
-    out=$(printf '%s\n%s' "$out" "$out3")
+    rc4=0
+    out4=$(/usr/bin/python3 tests/torch_seed_export.py build/train/minigpt \
+        build/checkpoint/dtrain-ckpt build/tests/ckpt_logits 2>&1) || rc4=$?
+    failed=$((failed + (rc4 != 0)))
+    out=$(printf '%s\n%s' "$out" "$out4")
+    [ $rc4 = 0 ] || rc=$rc4
     [ $rc3 = 0 ] || rc=$rc3
     printf '%s\n' "$out"
     echo "$(printf '%s\n' "$out" | grep -c '^ok ') passed, $failed failed"

@@ -377,6 +377,8 @@ dt_status dt_comm_init(dt_comm **out, const dt_comm_options *o)
     dt_status st = comm_setup(c, o);
     if (st != DT_OK)
         return st;
+    if (o->wire == DT_WIRE_GLOO)
+        return comm_gloo_wire_init(c, o);
     if (c->size == 1) {
         st = comm_thread_start(c);
         return st == DT_OK ? comm_connect_mesh(c, 0) : st;
@@ -406,7 +408,8 @@ void dt_comm_destroy(dt_comm *c)
         return;
     comm_family_detach(c); /* no failure reaches c through its groups any more */
     comm_mesh_stop(c);
-    comm_reject_log_flush(c); /* the loop thread is gone: its state is ours */
+    comm_gloo_wire_destroy(c); /* the thread that ran its ops is gone */
+    comm_reject_log_flush(c);  /* the loop thread is gone: its state is ours */
     if (c->store && c->store_server && c->failed)
         linger_for_startup_readers(c);
     if (c->store)

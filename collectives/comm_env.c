@@ -11,7 +11,8 @@
  * IPv4 address to use, for multi-node jobs; without either, host_address.c
  * picks one), DT_TIMEOUT (seconds per op),
  * DT_INIT_TIMEOUT (seconds for the whole start-up: rendezvous + connecting;
- * dtrain-launch --init-timeout sets it). Without DT_JOB_ID the job id comes
+ * dtrain-launch --init-timeout sets it), DT_WIRE (dtrain, the default, or
+ * gloo: torch 1.13's wire). Without DT_JOB_ID the job id comes
  * from the launcher's own (comm_env_default_job_id).
  */
 #include <errno.h>
@@ -146,6 +147,12 @@ dt_status dt_comm_options_from_env(dt_comm_options *o, uint8_t *scratch, size_t 
     const char *ifname = getenv("DT_IFNAME");
     if (ifname && *ifname)
         o->ifname = ifname;
+    const char *wire = getenv("DT_WIRE");
+    if (wire && *wire && strcmp(wire, "dtrain") != 0 && strcmp(wire, "gloo") != 0) {
+        snprintf(err, errlen, "DT_WIRE is '%s': it must be dtrain or gloo", wire);
+        return DT_EINVAL;
+    }
+    o->wire = wire && strcmp(wire, "gloo") == 0 ? DT_WIRE_GLOO : DT_WIRE_DTRAIN;
     if ((st = env_seconds("DT_TIMEOUT", &o->timeout_s, err, errlen)) != DT_OK ||
         (st = env_seconds("DT_INIT_TIMEOUT", &o->init_timeout_s, err, errlen)) != DT_OK)
         return st;

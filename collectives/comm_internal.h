@@ -129,6 +129,7 @@ struct dt_comm {
     uint8_t key[crypto_auth_KEYBYTES]; /* handshake key, from the job secret */
     uint8_t job_hash[16];
     dt_store *store;
+    struct gloo_ctx *gloo;         /* the gloo wire's group (comm_gloo.c); NULL on dtrain's */
     dt_store_server *store_server; /* rank 0's, while the job starts (store_host.c) */
     int port;
     char (*peer_addr)[64]; /* [size] "host:port", fixed after init */
@@ -309,5 +310,10 @@ bool comm_thread_run_inline(dt_comm *c, dt_work *w, dt_status *st);
  * for it until `deadline` (dt_now() seconds). */
 dt_status comm_setup(dt_comm *c, const dt_comm_options *o);
 dt_status comm_connect_mesh(dt_comm *c, double deadline);
+
+/* comm_gloo.c: the gloo wire. Joins (after comm_setup) and leaves; the
+ * executor runs its ops (comm_gloo_run, gloo/gloo.h). */
+dt_status comm_gloo_wire_init(dt_comm *c, const dt_comm_options *o);
+void comm_gloo_wire_destroy(dt_comm *c);
 
 #endif /* DT_COMM_INTERNAL_H */

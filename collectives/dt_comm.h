@@ -172,6 +172,14 @@ typedef enum dt_algo {
 
 typedef void (*dt_log_fn)(void *user, const char *line);
 
+/* Which wire a communicator speaks. DT_WIRE_DTRAIN: dtrain's own (an
+ * authenticated handshake, frames that name op and size). DT_WIRE_GLOO:
+ * torch 1.13 gloo's (collectives/gloo/README.md), so that PyTorch ranks
+ * can be ranks of the job — with no authentication, as in torch; keys in
+ * torch's key space of the store (job_id and secret unused). On it tagged
+ * send/recv, groups and device buffers are not available yet (DT_EINVAL). */
+typedef enum dt_wire { DT_WIRE_DTRAIN, DT_WIRE_GLOO } dt_wire;
+
 typedef struct dt_comm_options {
     int rank;              /* 0 .. world_size-1 */
     int world_size;        /* >= 1 */
@@ -197,6 +205,7 @@ typedef struct dt_comm_options {
     struct dt_device *device; /* dt_device.h: ops on buffers this device owns are
                                  staged through pinned host memory; NULL = host
                                  buffers only. Must outlive the communicator. */
+    dt_wire wire;             /* DT_WIRE_DTRAIN (0, the default) or DT_WIRE_GLOO */
 } dt_comm_options;
 
 void dt_comm_options_default(dt_comm_options *o);
@@ -205,10 +214,11 @@ void dt_comm_options_default(dt_comm_options *o);
  * Fills all of *o: first the defaults (as dt_comm_options_default), then
  * rank, world size, init_url, job_id and secret from the environment the
  * launcher sets (RANK, WORLD_SIZE, DT_INIT_URL, DT_JOB_ID, DT_SECRET as
- * hex, DT_HOST or DT_IFNAME, DT_TIMEOUT, DT_INIT_TIMEOUT, DT_KEEP_INIT_FILE),
- * falling back to OMPI_COMM_WORLD_* and SLURM_* for rank and size. *o need
- * not be filled before, and what it held is overwritten: set the fields the
- * environment does not name (device, log, ...) after this call.
+ * hex, DT_HOST or DT_IFNAME, DT_TIMEOUT, DT_INIT_TIMEOUT, DT_KEEP_INIT_FILE,
+ * DT_WIRE = dtrain or gloo), falling back to OMPI_COMM_WORLD_* and SLURM_*
+ * for rank and size. *o need not be filled before, and what it held is
+ * overwritten: set the fields the environment does not name (device, log,
+ * ...) after this call.
  * Strings point into the environment or into `scratch` (>= 64 bytes for the
  * secret). On failure writes a message to err.
  */

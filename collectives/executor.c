@@ -27,6 +27,7 @@
 
 #include "algorithms.h"
 #include "comm_internal.h"
+#include "gloo/gloo.h"
 #include "staging.h"
 
 /* ---- running one collective ------------------------------------------------- */
@@ -43,6 +44,12 @@ static uint64_t wire_count(const dt_comm *c, const dt_op *op)
 
 dt_status comm_executor_run(dt_comm *c, dt_work *w)
 {
+    if (c->gloo) { /* the gloo wire: its own schedules (comm_gloo.c) */
+        dt_status st = comm_gloo_run(c->gloo, &w->op);
+        if (st != DT_OK)
+            comm_fail(c, st, "%s", comm_gloo_error(c->gloo));
+        return st;
+    }
     dt_opctx o = {
         .comm = c,
         .op = &w->op,

@@ -247,6 +247,11 @@ dt_status dt_comm_split(dt_comm *parent, int color, int key, dt_comm **child)
         return DT_EINVAL;
     }
     *child = NULL;
+    if (parent->gloo) {
+        comm_fail(parent, DT_EINVAL, "rank %d: dt_comm_split is not on the gloo wire yet",
+                  parent->rank);
+        return DT_EINVAL;
+    }
     dt_group *g = group_of(parent);
     int p = parent->size;
     split_entry *all = malloc((size_t)p * sizeof *all);

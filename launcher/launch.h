@@ -48,6 +48,7 @@ typedef struct launch_options {
     const char *log_dir;       /* NULL = no per-rank log files */
     double grace_s;            /* SIGTERM -> SIGKILL delay */
     double init_timeout_s;     /* DT_INIT_TIMEOUT for the workers; 0 = not set */
+    const char *wire;          /* DT_WIRE for the workers ("dtrain", "gloo"); NULL = not set */
     bool help;
     /* torchrun's flags with nothing or little to do here (launch_options.c) */
     bool standalone;           /* one node, a fresh rendezvous: no --rdzv/--nnodes > 1 */

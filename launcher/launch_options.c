@@ -104,6 +104,9 @@ static const flag_spec flags[] = {
     {0, "monitor-interval", NULL, "SECONDS", FLAG_SECONDS, FIELD(monitor_interval_s), 0, 3600,
      "accepted for torchrun's sake: workers are watched by events,\n"
      "not polled, so no interval applies"},
+    {0, "wire", NULL, "dtrain|gloo", FLAG_STRING, FIELD(wire), 0, 0,
+     "the workers' wire, passed as DT_WIRE: dtrain's own (the default,\n"
+     "authenticated) or torch 1.13 gloo's (no authentication)"},
     {'h', "help", NULL, NULL, FLAG_SWITCH, FIELD(help), 0, 0, "print this help and exit"},
 };
 #define NUM_FLAGS (sizeof flags / sizeof flags[0])
@@ -317,6 +320,10 @@ static bool check_combination(const launch_options *o, char *err, size_t errlen)
                  "--rdzv file:///PATH, --rdzv-endpoint HOST:PORT, or --master-addr with "
                  "--master-port",
                  o->nnodes);
+        return false;
+    }
+    if (o->wire && strcmp(o->wire, "dtrain") != 0 && strcmp(o->wire, "gloo") != 0) {
+        snprintf(err, errlen, "--wire '%s': use dtrain or gloo", o->wire);
         return false;
     }
     if (o->rdzv && strncmp(o->rdzv, "tcp://", 6) != 0 &&

@@ -22,6 +22,7 @@
  *   DT_KEEP_INIT_FILE  1 if the --rdzv file was there before the launch: the
  *                      ranks leave it in place (the launcher removes only what
  *                      the run created), else 0
+ *   DT_WIRE            --wire, when given (else inherited, if set)
  *   DT_PROGRESS        1 if the launcher's stdout is a terminal, else 0:
  *                      whether rank 0 may draw a progress bar ('\r' lines,
  *                      which output_prefix.c draws in place)
@@ -113,6 +114,8 @@ char **launch_env_build(const launch_options *o, const launch_job *job, int loca
         ours[n++] = entry("TORCHELASTIC_USE_AGENT_STORE", "%s",
                           job->agent_store ? "True" : "False");
     }
+    if (o->wire)
+        ours[n++] = entry("DT_WIRE", "%s", o->wire);
 
     size_t inherited = 0;
     while (environ[inherited])

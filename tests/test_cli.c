@@ -136,6 +136,21 @@ Test(cli, launcher_init_timeout_reaches_the_workers_as_dt_init_timeout, .timeout
     free(out);
 }
 
+Test(cli, launcher_wire_reaches_the_workers_as_dt_wire_and_refuses_other_wires, .timeout = 30)
+{
+    int code;
+    char *out = run((const char *[]){LAUNCH_BIN, "--wire", "gloo", "/bin/sh", "-c",
+                                     "echo wire=$DT_WIRE", NULL},
+                    &code);
+    cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
+    cr_expect(strstr(out, "wire=gloo"), "DT_WIRE not passed on:\n%s", out);
+    free(out);
+    out = run((const char *[]){LAUNCH_BIN, "--wire", "mpi", "/bin/true", NULL}, &code);
+    cr_expect_eq(code, 2, "exit %d:\n%s", code, out);
+    cr_expect(strstr(out, "--wire 'mpi': use dtrain or gloo"), "%s", out);
+    free(out);
+}
+
 /* ---- minigpt's checkpoint flags, checked at start -------------------------- */
 
 Test(cli, an_unwritable_ckpt_dir_fails_before_step_1, .timeout = 60)

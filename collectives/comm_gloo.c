@@ -1,0 +1,73 @@
+/*
+ * comm_gloo.c — a communicator on the gloo wire (options.wire =
+ * DT_WIRE_GLOO, or DT_WIRE=gloo): the communicator's side of
+ * collectives/gloo/.
+ *
+ * dt_comm_init on this wire opens the store in torch's key space (job id
+ * ""), hosts a tcp:// store as rank 0 when nobody serves it (torch's rank 0
+ * would), starts the communicator thread (async ops run there, in
+ * submission order, as on dtrain's wire), and joins the group as torch's
+ * init_process_group does (gloo/rendezvous.c). Every collective then runs
+ * through comm_gloo_run (gloo/run.c), called by the executor, so a torch rank
+ * that calls the same torch.distributed collectives in the same order is a
+ * rank of the job. It says once, at start-up, that this wire has no
+ * authentication.
+ *
+ * Not here yet: tagged send/recv (unordered against collectives, they
+ * need the gloo loop driven outside an op), dt_comm_split (torch's
+ * new_group), device buffers, and dt_comm_abort interrupting an op in
+ * progress (the op ends at its timeout instead).
+ *
+ * Cost: the gloo wire's (collectives/gloo/README.md); no handshakes.
+ */
+#include <stdlib.h>
+
+#include "comm_internal.h"
+#include "gloo/gloo.h"
+
+dt_status comm_gloo_wire_init(dt_comm *c, const dt_comm_options *o)
+{
+    if (o->device) {
+        comm_fail(c, DT_EINVAL, "rank %d: the gloo wire takes host buffers only (no device)",
+                  c->rank);
+        return DT_EINVAL;
+    }
+    if (c->rank == 0)
+        comm_log(c, "rank 0: the gloo wire (torch 1.13's) has no authentication: whoever connects "
+                    "first to a rank's port is taken for the peer, as in torch; use it on loopback "
+                    "or a trusted network");
+    comm_store_host_start(c);
+    dt_status st = DT_OK;
+    if (c->size > 1)
+        st = dt_store_open_within(&c->store, c->init_url, "", c->init_timeout_s);
+    if (st != DT_OK) {
+        comm_fail(c, st == DT_ETIMEDOUT ? DT_ETIMEDOUT : DT_ESTORE,
+                  "rank %d: opening the rendezvous store: %s", c->rank,
+                  c->store ? dt_store_error(c->store) : "out of memory");
+        return st;
+    }
+    if ((st = comm_thread_start(c)) != DT_OK)
+        return st;
+    gloo_config cfg = {.rank = c->rank,
+                       .size = c->size,
+                       .group = 0,
+                       .host = c->host,
+                       .timeout_s = c->timeout_s,
+                       .init_timeout_s = c->init_timeout_s};
+    char err[GLOO_ERR_LEN];
+    if ((st = comm_gloo_connect(&c->gloo, c->store, &cfg, err, sizeof err)) != DT_OK) {
+        comm_fail(c, st, "%s", err);
+        return st;
+    }
+    pthread_mutex_lock(&c->mu);
+    c->init_done = true; /* from now on a blocking op may run on its caller's thread */
+    pthread_mutex_unlock(&c->mu);
+    comm_wake_thread(c);
+    return DT_OK;
+}
+
+void comm_gloo_wire_destroy(dt_comm *c)
+{
+    comm_gloo_destroy(c->gloo);
+    c->gloo = NULL;
+}

@@ -1,0 +1,245 @@
+/*
+ * gloo.h — the gloo room: torch 1.13 gloo's wire, spoken by dtrain.
+ *
+ * A gloo_ctx is one rank's view of a process group as torch 1.13's
+ * ProcessGroupGloo builds it (gloo commit 5b14351, the version Debian's
+ * torch links): one TCP connection per pair of ranks, no handshake, every
+ * message a 48-byte preamble and maybe a payload, and data that moves only
+ * after the receiver announced where it goes. Everything below is internal
+ * to collectives/; the room's README.md says what it owns and what it may
+ * call.
+ *
+ * Threads: a context is used by one thread at a time. That thread runs the
+ * context's libuv loop while it waits (wait.c), so bytes move only inside
+ * a collective; a torch peer that runs ahead is held back by TCP.
+ *
+ * Invariant that keeps buffers safe: a collective returns only when every
+ * message it posted has completed, or after the context failed; failing
+ * closes every connection at once (fail.c), so no callback touches an op's
+ * memory after the op returned.
+ */
+#ifndef DT_GLOO_H
+#define DT_GLOO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <uv.h>
+
+#include "dt_comm.h"
+
+#define GLOO_PREAMBLE_BYTES \
+    48                         /* six little-endian u64: nbytes, opcode, slot, offset,
+                                  length, roffset */
+#define GLOO_ADDRESS_BYTES 136 /* sockaddr_storage (128) + i64 seq */
+#define GLOO_ERR_LEN 512
+
+/* Opcodes of the preamble (gloo/transport/tcp/pair.h). */
+enum gloo_opcode {
+    GLOO_SEND_BUFFER = 0,  /* pinned buffers: never sent by torch's CPU collectives */
+    GLOO_SEND_UNBOUND = 1, /* data for the receiver's oldest posted receive */
+    GLOO_SEND_READY = 2,   /* "I have a send for you on this slot" */
+    GLOO_RECV_READY = 3,   /* "I have posted a receive on this slot" */
+};
+
+/* The top byte of a collective's slot (gloo/types.h). */
+enum gloo_prefix {
+    GLOO_GATHER = 0x01,
+    GLOO_ALLGATHER = 0x02,
+    GLOO_REDUCE = 0x03,
+    GLOO_ALLREDUCE = 0x04,
+    GLOO_SCATTER = 0x05,
+    GLOO_BROADCAST = 0x06,
+    GLOO_BARRIER = 0x07,
+    GLOO_ALLTOALL = 0x08,
+};
+
+/* gloo's unbound buffer: memory plus counts of finished sends and
+ * receives. A collective waits "for one more receive on this buffer",
+ * never for a particular message: FIFO order per slot makes that sound. */
+typedef struct gloo_buf {
+    uint8_t *ptr;
+    size_t size;
+    int sends_done;
+    int recvs_done;
+    int recv_from; /* the peer of the last finished receive */
+} gloo_buf;
+
+/* A posted send or receive waiting in a slot's queue. */
+typedef struct gloo_op {
+    struct gloo_op *next;
+    gloo_buf *buf;
+    size_t offset, nbytes;
+} gloo_op;
+
+typedef struct gloo_fifo {
+    gloo_op *head, *tail;
+} gloo_fifo;
+
+/* The matching state of one (peer, slot), as gloo keeps it (match.c). It
+ * exists before the local side reaches the slot: a peer may announce the
+ * next collective's messages while this rank is still in the previous. */
+typedef struct gloo_slot_state {
+    uint64_t slot;
+    uint64_t remote_recv; /* peer's RECV_READYs no local send has used */
+    uint64_t remote_send; /* peer's SEND_READYs no local receive has used */
+    uint64_t expect_send; /* SEND_READYs still owed for receives posted first */
+    gloo_fifo sends;      /* local sends waiting for a RECV_READY */
+    gloo_fifo recvs;      /* local receives announced, waiting for data */
+} gloo_slot_state;
+
+/* A receive from any of several ranks, not yet bound to one (match.c). */
+typedef struct gloo_any_recv {
+    struct gloo_any_recv *next;
+    uint64_t slot;
+    uint64_t ranks; /* bit r: rank r may fulfil it (groups of up to 64) */
+    gloo_buf *buf;
+    size_t offset, nbytes;
+} gloo_any_recv;
+
+typedef struct gloo_ctx gloo_ctx;
+
+/* One connection to one peer (pair.c), and its read side (frame.c). */
+typedef struct gloo_pair {
+    gloo_ctx *ctx;
+    int peer;
+    uv_tcp_t listener; /* this pair's own listening socket */
+    uv_tcp_t tcp;      /* the connection, once made */
+    uv_connect_t connect_req;
+    bool listener_open, tcp_open, connected;
+    const char *gone;             /* why the connection ended (EOF, reset), else NULL */
+    struct sockaddr_storage self; /* the listener's address, as published */
+    /* reading: a preamble, then its payload straight into the posted buffer */
+    uint8_t head[GLOO_PREAMBLE_BYTES];
+    size_t head_got;
+    uint64_t rx_slot, rx_len;
+    uint8_t *rx_dest; /* where the payload goes; NULL: reading a preamble */
+    size_t rx_left;
+    gloo_buf *rx_buf;
+    /* matching */
+    gloo_slot_state *slots;
+    size_t nslots, slots_cap;
+} gloo_pair;
+
+struct gloo_ctx {
+    int rank, size;
+    double timeout_s, init_timeout_s;
+    uv_loop_t loop;
+    uv_timer_t timer; /* the deadline of the wait in progress */
+    bool timer_fired;
+    gloo_pair *pairs;  /* [size]; pairs[rank] unused */
+    uint32_t next_tag; /* torch's per-group collective counter */
+    const char *op;    /* the collective running, for messages */
+    uint32_t op_tag;
+    uint64_t op_slot;
+    gloo_any_recv *any; /* receives from any source, not yet bound */
+    int first_gone;     /* the first peer whose connection ended, or -1 */
+    dt_status failed;   /* DT_OK while healthy */
+    char err[GLOO_ERR_LEN];
+};
+
+/* How a group meets (rendezvous.c). The keys are torch's, under the
+ * store's torch key space (job id ""): "default_pg/<group>/0/..." and
+ * "default_pg/store_based_barrier_key:<barrier>". */
+typedef struct gloo_config {
+    int rank, size;
+    int group;             /* 0 for the default group; new_group k gives k */
+    const char *host;      /* the address to listen on: "127.0.0.1" or an IP */
+    double timeout_s;      /* each wait of a collective (torch: the group's timeout);
+                              0 = torch's 30 min */
+    double init_timeout_s; /* store waits, connecting, the store barrier; 0 = timeout_s */
+} gloo_config;
+
+/* ---- slot.c: slots, tags and their names ---------------------------------- */
+uint64_t comm_gloo_slot(enum gloo_prefix prefix, uint32_t tag);
+/* "allreduce tag 3" or "send/recv tag 5", into out. */
+const char *comm_gloo_slot_describe(uint64_t slot, char *out, size_t cap);
+/* Takes the next collective tag, and names the op and its slot for
+ * messages. */
+uint32_t comm_gloo_begin(gloo_ctx *c, const char *op, enum gloo_prefix prefix);
+
+/* ---- sigpipe.c: a write to a dead peer is EPIPE, never a killed process ---- */
+void comm_gloo_sigpipe_block(sigset_t *old);
+void comm_gloo_sigpipe_restore(const sigset_t *old);
+
+/* ---- fail.c: the first error, and closing every connection ---------------- */
+__attribute__((format(printf, 3, 4))) dt_status comm_gloo_fail(gloo_ctx *c, dt_status st,
+                                                               const char *fmt, ...);
+void comm_gloo_close_all(gloo_ctx *c);
+/* The connection to p ended (why: a static string); ops waiting for p fail. */
+void comm_gloo_pair_gone(gloo_pair *p, const char *why);
+
+/* ---- wire.c: writing messages ------------------------------------------- */
+void comm_gloo_wire_notify(gloo_pair *p, enum gloo_opcode op, uint64_t slot, size_t nbytes);
+void comm_gloo_wire_data(gloo_pair *p, uint64_t slot, gloo_buf *buf, size_t offset, size_t nbytes);
+
+/* ---- match.c: the receiver-driven matching per (peer, slot) --------------- */
+void comm_gloo_post_send(gloo_ctx *c, int peer, uint64_t slot, gloo_buf *buf, size_t offset,
+                         size_t nbytes);
+void comm_gloo_post_recv(gloo_ctx *c, int peer, uint64_t slot, gloo_buf *buf, size_t offset,
+                         size_t nbytes);
+/* A receive any rank whose bit is set in `ranks` may fulfil. */
+void comm_gloo_post_recv_any(gloo_ctx *c, uint64_t ranks, uint64_t slot, gloo_buf *buf,
+                             size_t offset, size_t nbytes);
+void comm_gloo_match_send_ready(gloo_pair *p, uint64_t slot);
+void comm_gloo_match_recv_ready(gloo_pair *p, uint64_t slot);
+/* Data of `len` bytes arrived on slot: takes the oldest posted receive.
+ * DT_EPROTO (and the context failed) if there is none or it is smaller. */
+dt_status comm_gloo_match_data(gloo_pair *p, uint64_t slot, uint64_t len, gloo_op *out);
+void comm_gloo_match_free(gloo_pair *p);
+
+/* ---- frame.c: reading messages (libuv callbacks) -------------------------- */
+void comm_gloo_frame_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b);
+void comm_gloo_frame_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b);
+
+/* ---- pair.c: listening, gloo's rule for who connects, connecting ---------- */
+dt_status comm_gloo_pair_listen(gloo_pair *p, const char *host);
+void comm_gloo_pair_address(const gloo_pair *p, uint8_t out[GLOO_ADDRESS_BYTES]);
+dt_status comm_gloo_pair_connect(gloo_pair *p, const uint8_t addr[GLOO_ADDRESS_BYTES]);
+
+/* ---- wait.c: running the loop until a buffer completes -------------------- */
+dt_status comm_gloo_wait_recv(gloo_ctx *c, gloo_buf *b, int peer);
+dt_status comm_gloo_wait_send(gloo_ctx *c, gloo_buf *b, int peer);
+/* Runs the loop until every pair is connected (rendezvous). */
+dt_status comm_gloo_wait_connected(gloo_ctx *c);
+
+/* ---- kernels.c: gloo's reductions ----------------------------------------- */
+/* True if torch's gloo reduces t with op (sum prod min max on every dtype
+ * but bf16; band bor bxor on integers). */
+bool comm_gloo_reduces(dt_dtype t, dt_redop op);
+/* out[i] = a[i] ⊕ b[i], gloo's order and rounding; out may alias a. */
+void comm_gloo_reduce(void *out, const void *a, const void *b, size_t count, dt_dtype t,
+                      dt_redop op);
+
+/* ---- rendezvous.c: joining a group, leaving it ---------------------------- */
+/* Always sets *out (NULL only on DT_ENOMEM); on failure the message is in
+ * err and *out must still be destroyed. */
+dt_status comm_gloo_connect(gloo_ctx **out, dt_store *store, const gloo_config *cfg, char *err,
+                            size_t errlen);
+void comm_gloo_destroy(gloo_ctx *c);
+const char *comm_gloo_error(const gloo_ctx *c);
+
+/* ---- the collectives, one file each (torch 1.13's calls, CPU tensors) ----- */
+dt_status comm_gloo_allreduce(gloo_ctx *c, void *buf, size_t count, dt_dtype t, dt_redop op);
+dt_status comm_gloo_broadcast(gloo_ctx *c, void *buf, size_t bytes, int root);
+/* out: size·bytes; in: bytes, this rank's block (may be out + rank·bytes). */
+dt_status comm_gloo_allgather(gloo_ctx *c, void *out, const void *in, size_t bytes);
+dt_status comm_gloo_barrier(gloo_ctx *c);
+/* In place; non-root buffers are left holding partial sums, as gloo's. */
+dt_status comm_gloo_reduce_root(gloo_ctx *c, void *buf, size_t count, dt_dtype t, dt_redop op,
+                                int root);
+/* gather: out (root only): size·bytes. scatter: in (root only): size·bytes. */
+dt_status comm_gloo_gather(gloo_ctx *c, void *out, const void *in, size_t bytes, int root);
+dt_status comm_gloo_scatter(gloo_ctx *c, void *out, const void *in, size_t bytes, int root);
+/* all_to_all_single with equal splits: block i of in goes to rank i. */
+dt_status comm_gloo_alltoall(gloo_ctx *c, void *out, const void *in, size_t block);
+/* Tagged point-to-point; peer -1 receives from any rank (*from says which). */
+dt_status comm_gloo_send(gloo_ctx *c, const void *buf, size_t bytes, int peer, uint32_t tag);
+dt_status comm_gloo_recv(gloo_ctx *c, void *buf, size_t bytes, int peer, uint32_t tag, int *from);
+
+/* ---- run.c: a dtrain op on this wire (compositions where gloo has none) --- */
+dt_status comm_gloo_run(gloo_ctx *c, const dt_op *op);
+
+#endif /* DT_GLOO_H */

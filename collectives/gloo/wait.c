@@ -1,0 +1,99 @@
+/*
+ * wait.c — running a context's libuv loop until something completes.
+ *
+ * gloo's collectives wait "for one more receive (or send) on this buffer"
+ * with the group's timeout applied to each wait, not to the whole op. The
+ * waiting thread here is the one that moves the bytes: it runs the loop
+ * (one pass at a time, a timer bounding the pass) until the buffer's count
+ * rises, the context fails (a peer's EOF, a protocol error), or the
+ * timeout passes — which fails the context with a message naming this
+ * rank, the peer it waited for and the slot's op and tag, and closes every
+ * connection, as gloo's timeout does.
+ *
+ * Cost: no threads and no hand-off; a wait costs the loop passes it takes.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "gloo.h"
+
+static void fired(uv_timer_t *t)
+{
+    gloo_ctx *c = t->data;
+    c->timer_fired = true;
+}
+
+/* Runs the loop until *count > 0 (then takes one), or failure. `what`
+ * and `peer` name the wait in a timeout's message. */
+static dt_status run_until(gloo_ctx *c, int *count, const char *what, int peer)
+{
+    if (*count == 0 && c->failed == DT_OK) {
+        c->timer_fired = false;
+        uv_timer_start(&c->timer, fired, (uint64_t)ceil(c->timeout_s * 1000.0), 0);
+        sigset_t old;
+        comm_gloo_sigpipe_block(&old);
+        while (*count == 0 && c->failed == DT_OK && !c->timer_fired && !c->pairs[peer].gone)
+            uv_run(&c->loop, UV_RUN_ONCE);
+        comm_gloo_sigpipe_restore(&old);
+        uv_timer_stop(&c->timer);
+    }
+    if (*count > 0) {
+        (*count)--;
+        return DT_OK;
+    }
+    if (c->failed != DT_OK)
+        return c->failed;
+    if (c->pairs[peer].gone) {
+        char before[160] = "";
+        int first = c->first_gone;
+        if (first >= 0 && first != peer) /* the root cause, as this rank saw it */
+            snprintf(before, sizeof before, "; before it, lost peer %d (%s)", first,
+                     c->pairs[first].gone);
+        return comm_gloo_fail(c, DT_EPEER,
+                              "gloo rank %d: lost peer %d (%s) while waiting for %s in %s "
+                              "(tag %u)%s",
+                              c->rank, peer, c->pairs[peer].gone, what, c->op ? c->op : "?",
+                              c->op_tag, before);
+    }
+    char slot[96];
+    return comm_gloo_fail(c, DT_ETIMEDOUT,
+                          "gloo rank %d: timed out after %g s waiting for %s %s peer %d in %s "
+                          "on %s: the peer is slow, stuck, or in another collective",
+                          c->rank, c->timeout_s, what, strcmp(what, "a send") ? "from" : "to", peer,
+                          c->op ? c->op : "?",
+                          comm_gloo_slot_describe(c->op_slot, slot, sizeof slot));
+}
+
+dt_status comm_gloo_wait_recv(gloo_ctx *c, gloo_buf *b, int peer)
+{
+    return run_until(c, &b->recvs_done, "a receive", peer);
+}
+
+dt_status comm_gloo_wait_send(gloo_ctx *c, gloo_buf *b, int peer)
+{
+    return run_until(c, &b->sends_done, "a send", peer);
+}
+
+static int unconnected(const gloo_ctx *c)
+{
+    for (int r = 0; r < c->size; r++)
+        if (r != c->rank && !c->pairs[r].connected)
+            return r;
+    return -1;
+}
+
+dt_status comm_gloo_wait_connected(gloo_ctx *c)
+{
+    c->timer_fired = false;
+    uv_timer_start(&c->timer, fired, (uint64_t)ceil(c->init_timeout_s * 1000.0), 0);
+    while (unconnected(c) >= 0 && c->failed == DT_OK && !c->timer_fired)
+        uv_run(&c->loop, UV_RUN_ONCE);
+    uv_timer_stop(&c->timer);
+    int r = unconnected(c);
+    if (c->failed != DT_OK || r < 0)
+        return c->failed;
+    return comm_gloo_fail(c, DT_ETIMEDOUT,
+                          "gloo rank %d: timed out after %g s connecting to peer %d", c->rank,
+                          c->init_timeout_s, r);
+}

@@ -1,0 +1,229 @@
+/*
+ * gloo_peer.c — a dtrain rank in a torch 1.13 gloo process group, for
+ * tests/torch_gloo.py (./dev.sh test-torch).
+ *
+ *   gloo_peer URL RANK SIZE PLAN TIMEOUT_S
+ *
+ * Joins the group at URL (file:// or tcp://; a tcp:// rank 0 serves the
+ * store itself, as torch's rank 0 does), then runs PLAN, a file of one
+ * collective a line, on inputs every rank derives from (rank, line number)
+ * exactly as the torch ranks do (torch_gloo.py says how), and prints
+ * "LINE SHA256" of each result's bytes. On any failure it prints the
+ * error to stderr and exits 1.
+ *
+ *   allreduce DTYPE OP N      broadcast DTYPE N ROOT   allgather DTYPE N
+ *   reduce DTYPE OP N ROOT    gather DTYPE N ROOT      scatter DTYPE N ROOT
+ *   alltoall DTYPE N          barrier                  p2p DTYPE N TAG
+ *   async4 DTYPE N            (four sum all_reduces, torch issues them async)
+ */
+#include <math.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dt_comm.h"
+#include "gloo/gloo.h"
+#include "half.h"
+
+typedef struct peer {
+    gloo_ctx *ctx;
+    int rank, size;
+} peer;
+
+/* Element i of the input of (rank, line): exact in every dtype. */
+static void fill(void *buf, dt_dtype t, size_t n, uint64_t seed)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint64_t a = ((uint64_t)i * 2654435761u + seed) & 0xffffffffu;
+        int64_t m = (int64_t)(a % 2001) - 1000;
+        switch (t) {
+        case DT_F32: ((float *)buf)[i] = (float)ldexp((double)m, (int)((a >> 11) % 40) - 20); break;
+        case DT_F64: ((double *)buf)[i] = ldexp((double)m, (int)((a >> 11) % 40) - 20); break;
+        case DT_F16:
+            ((uint16_t *)buf)[i] = half_f32_to_f16(
+                (float)ldexp((double)m, (int)((a >> 11) % 8) - 6));
+            break;
+        case DT_I32: ((int32_t *)buf)[i] = (int32_t)m; break;
+        case DT_I64: ((int64_t *)buf)[i] = ((int64_t)a - 2147483648LL) * 4099; break;
+        case DT_U8: ((uint8_t *)buf)[i] = (uint8_t)a; break;
+        case DT_I8: ((int8_t *)buf)[i] = (int8_t)((int)(a & 0xff) - 128); break;
+        default: break;
+        }
+    }
+}
+
+static void print_sha(int line, const void *buf, size_t bytes)
+{
+    unsigned char md[32];
+    unsigned len = 0;
+    EVP_Digest(buf, bytes, md, &len, EVP_sha256(), NULL);
+    printf("%d ", line);
+    for (unsigned i = 0; i < len; i++)
+        printf("%02x", md[i]);
+    printf("\n");
+    fflush(stdout);
+}
+
+static uint64_t seed_of(const peer *p, int line)
+{
+    return (uint64_t)p->rank * 1000003u + (uint64_t)line * 7919u;
+}
+
+/* p2p: rank 0 sends to every other rank (tag), each sends its own back
+ * (tag + 1), received from any source into block[source]. */
+static dt_status p2p(peer *p, int line, dt_dtype t, size_t n, uint32_t tag)
+{
+    const size_t b = n * dt_dtype_size(t);
+    uint8_t *out = calloc((size_t)p->size, b ? b : 1), *tmp = calloc(1, b ? b : 1);
+    dt_status st = DT_OK;
+    if (p->rank == 0) {
+        fill(tmp, t, n, seed_of(p, line));
+        for (int q = 1; q < p->size && st == DT_OK; q++)
+            st = comm_gloo_send(p->ctx, tmp, b, q, tag);
+        for (int q = 1; q < p->size && st == DT_OK; q++) {
+            int from = -1;
+            st = comm_gloo_recv(p->ctx, tmp, b, -1, tag + 1, &from);
+            if (st == DT_OK)
+                memcpy(out + (size_t)from * b, tmp, b);
+        }
+        if (st == DT_OK)
+            print_sha(line, out, (size_t)p->size * b);
+    } else {
+        st = comm_gloo_recv(p->ctx, out, b, 0, tag, NULL);
+        fill(tmp, t, n, seed_of(p, line) + 13);
+        if (st == DT_OK)
+            st = comm_gloo_send(p->ctx, tmp, b, 0, tag + 1);
+        if (st == DT_OK)
+            print_sha(line, out, b);
+    }
+    free(out);
+    free(tmp);
+    return st;
+}
+
+static dt_status run_line(peer *p, int line, char *text)
+{
+    char op[32] = "", ty[16] = "f32", rd[16] = "sum";
+    long a = 0, b = 0;
+    dt_dtype t = DT_F32;
+    dt_redop r = DT_SUM;
+    sscanf(text, "%31s", op);
+    bool reduces = !strcmp(op, "allreduce") || !strcmp(op, "reduce");
+    if (reduces)
+        sscanf(text, "%*s %15s %15s %ld %ld", ty, rd, &a, &b);
+    else
+        sscanf(text, "%*s %15s %ld %ld", ty, &a, &b);
+    if (!dt_dtype_parse(ty, &t) || !dt_redop_parse(rd, &r) || a < 0) {
+        fprintf(stderr, "gloo_peer: line %d: cannot parse '%s'\n", line, text);
+        return DT_EINVAL;
+    }
+    const size_t n = (size_t)a, es = dt_dtype_size(t), bytes = n * es,
+                 all = bytes * (size_t)p->size;
+    const int root = (int)b;
+    uint8_t *in = calloc(1, all + 8), *out = calloc(1, all + 8);
+    dt_status st = DT_OK;
+    size_t result = bytes;
+    uint8_t *res = in;
+    if (!strcmp(op, "allreduce")) {
+        fill(in, t, n, seed_of(p, line));
+        st = comm_gloo_allreduce(p->ctx, in, n, t, r);
+    } else if (!strcmp(op, "async4")) {
+        for (int j = 0; j < 4 && st == DT_OK; j++) {
+            fill(in, t, n, seed_of(p, line) + (uint64_t)j);
+            st = comm_gloo_allreduce(p->ctx, in, n, t, DT_SUM);
+            memcpy(out + 0, in, bytes); /* each result hashed in turn */
+            if (st == DT_OK)
+                print_sha(line * 10 + j, out, bytes);
+        }
+        result = 0;
+    } else if (!strcmp(op, "broadcast")) {
+        fill(in, t, n, seed_of(p, line));
+        st = comm_gloo_broadcast(p->ctx, in, bytes, root);
+    } else if (!strcmp(op, "allgather")) {
+        fill(in, t, n, seed_of(p, line));
+        st = comm_gloo_allgather(p->ctx, out, in, bytes);
+        res = out, result = all;
+    } else if (!strcmp(op, "reduce")) {
+        fill(in, t, n, seed_of(p, line));
+        st = comm_gloo_reduce_root(p->ctx, in, n, t, r, root);
+    } else if (!strcmp(op, "gather")) {
+        fill(in, t, n, seed_of(p, line));
+        st = comm_gloo_gather(p->ctx, out, in, bytes, root);
+        res = out, result = p->rank == root ? all : 0;
+    } else if (!strcmp(op, "scatter")) {
+        if (p->rank == root)
+            fill(in, t, n * (size_t)p->size, seed_of(p, line));
+        st = comm_gloo_scatter(p->ctx, out, in, bytes, root);
+        res = out;
+    } else if (!strcmp(op, "alltoall")) {
+        fill(in, t, n * (size_t)p->size, seed_of(p, line));
+        st = comm_gloo_alltoall(p->ctx, out, in, bytes);
+        res = out, result = all;
+    } else if (!strcmp(op, "barrier")) {
+        st = comm_gloo_barrier(p->ctx);
+        result = 0;
+    } else if (!strcmp(op, "p2p")) {
+        st = p2p(p, line, t, n, (uint32_t)b);
+        result = 0;
+    } else {
+        fprintf(stderr, "gloo_peer: line %d: no op '%s'\n", line, op);
+        st = DT_EINVAL;
+    }
+    if (st == DT_OK && (result > 0 || !strcmp(op, "barrier") || !strcmp(op, "gather")))
+        print_sha(line, res, result);
+    free(in);
+    free(out);
+    return st;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 6) {
+        fprintf(stderr, "usage: gloo_peer URL RANK SIZE PLAN TIMEOUT_S\n");
+        return 2;
+    }
+    peer p = {.rank = atoi(argv[2]), .size = atoi(argv[3])};
+    const char *url = argv[1];
+    dt_store_server *server = NULL;
+    char err[512];
+    if (p.rank == 0 && strncmp(url, "tcp://", 6) == 0) {
+        char host[256];
+        int port = 0;
+        if (sscanf(url + 6, "%255[^:]:%d", host, &port) != 2 ||
+            dt_store_server_start(&server, host, port, err, sizeof err) != DT_OK) {
+            fprintf(stderr, "gloo_peer: serving %s: %s\n", url, err);
+            return 1;
+        }
+    }
+    dt_store *store = NULL;
+    if (dt_store_open(&store, url, "") != DT_OK) {
+        fprintf(stderr, "gloo_peer: %s\n", dt_store_error(store));
+        return 1;
+    }
+    gloo_config cfg = {.rank = p.rank,
+                       .size = p.size,
+                       .host = "127.0.0.1",
+                       .timeout_s = atof(argv[5]),
+                       .init_timeout_s = 60};
+    int rc = 0;
+    if (comm_gloo_connect(&p.ctx, store, &cfg, err, sizeof err) != DT_OK) {
+        fprintf(stderr, "gloo_peer: %s\n", err);
+        rc = 1;
+    }
+    FILE *plan = rc ? NULL : fopen(argv[4], "r");
+    char text[256];
+    for (int line = 1; plan && fgets(text, sizeof text, plan); line++)
+        if (run_line(&p, line, text) != DT_OK) {
+            fprintf(stderr, "gloo_peer: line %d: %s\n", line, comm_gloo_error(p.ctx));
+            rc = 1;
+            break;
+        }
+    if (plan)
+        fclose(plan);
+    comm_gloo_destroy(p.ctx);
+    dt_store_close(store);
+    if (server)
+        dt_store_server_stop(server);
+    return rc;
+}
