@@ -377,8 +377,10 @@ dt_status dt_comm_init(dt_comm **out, const dt_comm_options *o)
     dt_status st = comm_setup(c, o);
     if (st != DT_OK)
         return st;
-    if (o->wire == DT_WIRE_GLOO)
+    if (o->wire == DT_WIRE_GLOO) {
+        host_store(c); /* served for the job's life, as torch's rank 0 does */
         return comm_gloo_wire_init(c, o);
+    }
     if (c->size == 1) {
         st = comm_thread_start(c);
         return st == DT_OK ? comm_connect_mesh(c, 0) : st;

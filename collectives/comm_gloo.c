@@ -36,7 +36,6 @@ dt_status comm_gloo_wire_init(dt_comm *c, const dt_comm_options *o)
         comm_log(c, "rank 0: the gloo wire (torch 1.13's) has no authentication: whoever connects "
                     "first to a rank's port is taken for the peer, as in torch; use it on loopback "
                     "or a trusted network");
-    comm_store_host_start(c);
     dt_status st = DT_OK;
     if (c->size > 1)
         st = dt_store_open_within(&c->store, c->init_url, "", c->init_timeout_s);
@@ -46,6 +45,8 @@ dt_status comm_gloo_wire_init(dt_comm *c, const dt_comm_options *o)
                   c->store ? dt_store_error(c->store) : "out of memory");
         return st;
     }
+    if (o->keep_init_file && c->store)
+        dt_store_keep_file(c->store);
     if ((st = comm_thread_start(c)) != DT_OK)
         return st;
     gloo_config cfg = {.rank = c->rank,
