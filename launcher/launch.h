@@ -18,6 +18,7 @@
  *                     and the ring of last lines kept for the failure report
  *   worker_exit.c     how a worker ended, in words
  *   worker_group.c    spawning, watching and stopping one group (libuv)
+ *   blame_line.c      the world rank a line of output says failed first
  *   root_cause.c      the verdict on a failed group: whose failure it was
  *   launch_main.c     signals, the restart loop and the exit code
  *
@@ -224,6 +225,13 @@ struct worker_group {
 /* "exited with code 3", "was killed by signal 9 (SIGKILL)", ... */
 void launch_worker_describe_exit(const worker *w, char *buf, size_t len);
 const char *launch_signal_name(int sig);
+
+/* ---- blame_line.c ---------------------------------------------------------- */
+
+/* The world rank the innermost "rank K (...) failed and reported:" or
+ * "rank K died or its process was killed" of a line names (a group's
+ * message names K's world rank in the parenthesis), or -1. */
+int launch_blamed_rank(const char *line);
 
 /* ---- root_cause.c ---------------------------------------------------------- */
 

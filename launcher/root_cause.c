@@ -10,7 +10,8 @@
  * or its process was killed"; whichever of them exits first reaches the
  * launcher first, while K may still be closing its connections. So the
  * verdict follows the blame: from the first failure's last lines to the
- * rank they say failed first (the innermost report, when reports nest), as
+ * rank they say failed first (the innermost report, when reports nest; by
+ * its world rank when a group's message names it, blame_line.c), as
  * long as that rank is one of ours and failed too, until a worker whose
  * last lines blame nobody: its failure is its own. A chain that loops stops
  * at the first failure; one that leads to another node stops here and says
@@ -26,39 +27,11 @@
  * The launcher's exit code is not decided here: it is the first failure's
  * (what the job ended with), whoever caused it.
  */
-#include <ctype.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "launch.h"
-
-/* The two ways a rank's error names the rank that failed before it (both
- * worded by collectives/transport/transport.c): the ABORT frame it got, and a
- * connection the other side dropped. */
-#define REPORTED " failed and reported:"
-#define DIED " died or its process was killed"
-
-/* The rank a line says failed first: K of the last "rank K (ADDR) failed
- * and reported:" or "rank K died or its process was killed" in it (reports
- * nest outward-in, so the last one is the innermost), or -1. */
-static int blamed_in_line(const char *line)
-{
-    int blamed = -1;
-    for (const char *p = line; (p = strstr(p, "rank ")); p += 5) {
-        if (!isdigit((unsigned char)p[5]))
-            continue;
-        char *end;
-        long k = strtol(p + 5, &end, 10);
-        if (k > 1 << 30)
-            continue;
-        const char *close = strncmp(end, " (", 2) ? NULL : strchr(end + 2, ')');
-        if ((close && !strncmp(close + 1, REPORTED, strlen(REPORTED))) ||
-            !strncmp(end, DIED, strlen(DIED)))
-            blamed = (int)k;
-    }
-    return blamed;
-}
 
 /* The rank w's last lines blame, newest line first, or -1. */
 static int blamed_by(const worker *w)
@@ -66,7 +39,7 @@ static int blamed_by(const worker *w)
     const output_tail *t = &w->tail;
     for (int i = 0; i < t->count; i++) {
         int slot = (t->next - 1 - i + 2 * OUTPUT_TAIL_LINES) % OUTPUT_TAIL_LINES;
-        int k = blamed_in_line(t->lines[slot]);
+        int k = launch_blamed_rank(t->lines[slot]);
         if (k >= 0)
             return k;
     }

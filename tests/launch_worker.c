@@ -225,7 +225,7 @@ static int mode_abort_one(const char *dir, int culprit, int code)
     return st == DT_OK ? 0 : 94;
 }
 
-/* The words of collectives/transport/transport.c when a peer's connection drops
+/* The words of collectives/transport/transport_read.c when a peer's connection drops
  * without an ABORT (a rank killed mid-handshake, say); the culprit lingers
  * so that the others exit first. */
 static int mode_peer_died(const char *dir, int culprit)

@@ -39,10 +39,9 @@ static inline char *run_slurp(const char *path)
     return buf;
 }
 
-/* Runs argv (NULL-terminated, argv[0] a path) with output to log_path;
- * returns the exit code, or 128 + signal; *out (if not NULL) gets the
- * output, malloc'ed. */
-static inline int run_program(const char *const *argv, const char *log_path, char **out)
+/* Starts argv (NULL-terminated, argv[0] a path) with output to log_path;
+ * returns its pid. */
+static inline pid_t start_program(const char *const *argv, const char *log_path)
 {
     size_t n = 0, k = 0;
     while (environ[n])
@@ -63,12 +62,25 @@ static inline int run_program(const char *const *argv, const char *log_path, cha
     posix_spawn_file_actions_destroy(&fa);
     free(env);
     cr_assert_eq(rc, 0, "posix_spawn %s: %s", argv[0], strerror(rc));
+    return pid;
+}
+
+/* Waits for a program start_program started; returns the exit code, or
+ * 128 + signal; *out (if not NULL) gets the output, malloc'ed. */
+static inline int finish_program(pid_t pid, const char *log_path, char **out)
+{
     int status;
     while (waitpid(pid, &status, 0) < 0)
         cr_assert_eq(errno, EINTR);
     if (out)
         *out = run_slurp(log_path);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* Runs argv with output to log_path: start_program, then finish_program. */
+static inline int run_program(const char *const *argv, const char *log_path, char **out)
+{
+    return finish_program(start_program(argv, log_path), log_path, out);
 }
 
 #endif /* DT_TEST_RUN_PROGRAM_H */

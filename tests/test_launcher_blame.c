@@ -3,12 +3,77 @@
  * when ranks fail because of each other: the rank whose failure is its own
  * (followed through "rank K failed and reported" and "rank K died"), a
  * stopped (SIGSTOP) or hung rank the others timed out waiting for, and the
- * report's quoted lines keeping the ranks they name.
+ * report's quoted lines keeping the ranks they name. First the line parser
+ * alone (launcher/blame_line.c) on lines minigpt printed: a group's
+ * messages name a rank inside the group and its world rank, and the world
+ * rank is the one blamed.
  *
  * The launcher runs tests/launch_worker as in test_launcher.c (helpers in
  * launch_run.h); every wait is bounded by the test's Criterion timeout.
  */
+#include "launch.h"
 #include "launch_run.h"
+
+/* ---- one line: whom it blames ---------------------------------------------- */
+
+/* World rank 1 of `minigpt --tp 2 --dp 2` when world rank 3 was killed:
+ * in their dp group world rank 3 is rank 1. */
+Test(launcher_blame, a_group_connection_loss_blames_the_world_rank_it_names)
+{
+    const char *line =
+        "minigpt: rank 1: data parallel: gradient all-reduce: rank 0: connection to rank 1 "
+        "(127.0.0.1:45182, world rank 3) lost: connection reset by peer; rank 1 died or its "
+        "process was killed [rank 0 (world rank 1) of group 'split 2 colour 1' = world ranks "
+        "1,3 was running allreduce #2398]";
+    cr_expect_eq(launch_blamed_rank(line), 3);
+}
+
+/* World rank 0 of the same run: world rank 2 (rank 1 of their dp group)
+ * reported what its tp group saw, rank 1 there (world rank 3) lost. */
+Test(launcher_blame, a_report_across_groups_blames_the_innermost_world_rank)
+{
+    const char *line =
+        "minigpt: rank 0: data parallel: gradient all-reduce: rank 0: rank 1 (127.0.0.1:54386, "
+        "world rank 2) failed and reported: rank 0: connection to rank 1 (127.0.0.1:45962, world "
+        "rank 3) lost: connection reset by peer; rank 1 died or its process was killed [rank 0 "
+        "(world rank 2) of group 'split 1 colour 1' = world ranks 2,3 was running allgather "
+        "#15586] [seen by rank 1 (world rank 2) of group 'split 2 colour 0' = world ranks 0,2] "
+        "[rank 0 (world rank 0) of group 'split 2 colour 0' = world ranks 0,2 was running "
+        "allreduce #2398]";
+    cr_expect_eq(launch_blamed_rank(line), 3);
+}
+
+/* A group's ABORT whose reporter failed on its own: its world rank. */
+Test(launcher_blame, a_group_abort_blames_the_reporters_world_rank)
+{
+    const char *line = "rank 0: rank 1 (127.0.0.1:54386, world rank 2) failed and reported: "
+                       "rank 1: cannot open /nonexistent/data.bin [seen by rank 1 (world rank 2) "
+                       "of group 'split 2 colour 0' = world ranks 0,2]";
+    cr_expect_eq(launch_blamed_rank(line), 2);
+}
+
+/* A world's messages name world ranks already. */
+Test(launcher_blame, a_world_message_blames_the_rank_it_names)
+{
+    cr_expect_eq(launch_blamed_rank("rank 0: connection to rank 2 (127.0.0.1:9) lost: end of "
+                                    "file; rank 2 died or its process was killed"),
+                 2);
+    cr_expect_eq(launch_blamed_rank("rank 0: rank 2 (127.0.0.1:9) failed and reported: rank 2: "
+                                    "cannot open /nonexistent/data.bin"),
+                 2);
+}
+
+/* A rank's own failure, even one that names its group, blames nobody. */
+Test(launcher_blame, a_line_naming_no_failed_peer_blames_nobody)
+{
+    cr_expect_eq(launch_blamed_rank("rank 1: cannot open /nonexistent/data.bin [seen by rank 1 "
+                                    "(world rank 3) of group 'split 1 colour 1' = world ranks "
+                                    "2,3]"),
+                 -1);
+    cr_expect_eq(launch_blamed_rank("minigpt: rank 3: --die-at-step 3: SIGKILL"), -1);
+}
+
+/* ---- the launcher's verdict ------------------------------------------------- */
 
 /* Reads field 3 of /proc/PID/stat: R, S, T (stopped), ... */
 static char proc_state(pid_t pid)

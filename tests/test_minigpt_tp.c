@@ -2,7 +2,9 @@
  * test_minigpt_tp.c — `minigpt --tp T [--dp D]` under dtrain-launch, as a
  * person runs it: a tp group trains the embedded task (digit reversal)
  * as one process does, a dp x tp grid follows one process's loss curve,
- * and a shape the split cannot divide is refused naming what.
+ * a shape the split cannot divide is refused naming what, and a killed
+ * rank is named the root cause by its world rank, though its peers' errors
+ * name it by its rank in their group.
  *
  * The curves are compared through --metrics (JSONL, every step's loss at
  * full precision): the split changes the order of sums, so not bitwise,
@@ -18,6 +20,10 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <dirent.h>
+#include <signal.h>
+#include <time.h>
 
 #include <criterion/criterion.h>
 
@@ -172,5 +178,115 @@ Test(minigpt_tp, a_killed_rank_fails_its_group_naming_it, .timeout = 120)
     const char *eol = mine ? strchr(mine, '\n') : NULL;
     const char *named = mine ? strstr(mine, "world rank 3) lost") : NULL;
     cr_expect(named && (!eol || named < eol), "rank 2 does not name rank 3:\n%s", out);
+    free(out);
+}
+
+/* ---- a killed rank, named by the launcher --------------------------------- */
+
+static void nap_ms(long ms)
+{
+    nanosleep(&(struct timespec){ms / 1000, ms % 1000 * 1000000}, NULL);
+}
+
+/* Field 3 of /proc/PID/stat: R, S, T (stopped), Z (exited, unreaped), ... */
+static char proc_state(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return '?';
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *close = strrchr(buf, ')');
+    return close && close[1] == ' ' ? close[2] : '?';
+}
+
+/* The RANK a process was started with, or -1. */
+static int rank_of(pid_t pid)
+{
+    char path[64], env[8192];
+    snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(env, 1, sizeof env - 1, f);
+    fclose(f);
+    env[n] = '\0';
+    for (size_t i = 0; i < n; i += strlen(env + i) + 1)
+        if (!strncmp(env + i, "RANK=", 5))
+            return atoi(env + i + 5);
+    return -1;
+}
+
+/* The pids of the launcher's children started with RANK 0..n-1, by rank;
+ * true once all n are there. */
+static bool children_by_rank(pid_t launcher, pid_t *pids, int n)
+{
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%d/task", (int)launcher);
+    DIR *d = opendir(dir);
+    cr_assert(d, "the launcher is gone");
+    for (struct dirent *e; (e = readdir(d));) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/%s/children", dir, e->d_name);
+        FILE *f = e->d_name[0] == '.' ? NULL : fopen(path, "r");
+        for (int pid, rank; f && fscanf(f, "%d", &pid) == 1;)
+            if ((rank = rank_of(pid)) >= 0 && rank < n)
+                pids[rank] = pid;
+        if (f)
+            fclose(f);
+    }
+    closedir(d);
+    for (int r = 0; r < n; r++)
+        if (!pids[r])
+            return false;
+    return true;
+}
+
+static bool log_has(const char *path, const char *what)
+{
+    char *text = run_slurp(path);
+    bool has = strstr(text, what) != NULL;
+    free(text);
+    return has;
+}
+
+/* World rank 3 of a 2 x 2 grid is rank 1 of both its groups, and its peers'
+ * errors say "connection to rank 1 (ADDR, world rank 3) lost". The launcher
+ * is held (SIGSTOP) until every worker has exited, so it finds them all
+ * gone at once and takes them in its own order (libuv's: rank order, here),
+ * not the order they died in: the first failure is a peer's, and the
+ * verdict rests on reading the errors, which must lead to world rank 3. */
+Test(minigpt_tp, a_killed_rank_is_the_root_cause_by_its_world_rank, .timeout = 120)
+{
+    char log[64];
+    temp_path(log, sizeof log, "log");
+    const char *argv[] = {LAUNCH_BIN,     "-n", "4",        MINIGPT_BIN, "--tp",        "2",
+                          "--dp",         "2",  "--steps",  "1000000",   "--log-every", "1000000",
+                          "--eval-every", "0",  "--sample", "0",         NULL};
+    pid_t launcher = start_program(argv, log);
+    pid_t worker[4] = {0};
+    while (!children_by_rank(launcher, worker, 4))
+        nap_ms(10);
+    while (!log_has(log, "\n[0]      1 ")) /* step 1 done: every group is up */
+        nap_ms(20);
+    kill(launcher, SIGSTOP);
+    while (proc_state(launcher) != 'T')
+        nap_ms(1);
+    kill(worker[3], SIGKILL);
+    for (int r = 0; r < 4; r++)
+        while (proc_state(worker[r]) != 'Z')
+            nap_ms(10);
+    kill(launcher, SIGCONT);
+    char *out;
+    int rc = finish_program(launcher, log, &out);
+    unlink(log);
+    cr_expect_neq(rc, 0, "the job survived a killed rank:\n%s", out);
+    char want[128];
+    snprintf(want, sizeof want, "ROOT CAUSE: rank 3 (local rank 3 on node 0, pid %d)",
+             (int)worker[3]);
+    cr_expect(strstr(out, want), "'%s' missing from:\n%s", want, out);
     free(out);
 }

@@ -279,8 +279,9 @@ static void rx_on_notice(dt_conn *cn)
     pthread_mutex_unlock(&c->mu);
     if (later)
         return;
-    /* launcher/root_cause.c follows this wording ("failed and reported:",
-     * "died or its process was killed") to the rank that failed first. */
+    /* launcher/blame_line.c follows this wording ("failed and reported:",
+     * "died or its process was killed", and a group's ", world rank W" in
+     * the address) to the rank that failed first. */
     c->report->fail(c, (dt_status)st, "rank %d: rank %d (%s) failed and reported: %s", c->rank,
                     cn->peer, cn->addr, cn->notice + 4);
 }
