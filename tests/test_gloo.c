@@ -8,6 +8,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,7 +63,10 @@ static void *rank_main(void *p)
     return NULL;
 }
 
-static void run(job *j, int size, double timeout_s, void (*body)(rank *), void *arg)
+/* Runs `body` on `size` ranks as threads; the store file is removed after
+ * unless `keep_store` (a test that reads what the ranks left there). */
+static void run_job(job *j, int size, double timeout_s, void (*body)(rank *), void *arg,
+                    bool keep_store)
 {
     static atomic_uint counter;
     j->size = size;
@@ -71,6 +75,9 @@ static void run(job *j, int size, double timeout_s, void (*body)(rank *), void *
     j->arg = arg;
     snprintf(j->url, sizeof j->url, "file:///tmp/dtrain-test-gloo-%d-%u", (int)getpid(),
              atomic_fetch_add(&counter, 1));
+    /* torch's key space: no handle removes the file, and a stale one (an
+     * earlier process of this pid) would hand out dead addresses */
+    unlink(j->url + 7);
     pthread_t t[MAX_RANKS];
     for (int r = 0; r < size; r++) {
         j->ranks[r] = (rank){.rank = r, .j = j};
@@ -78,6 +85,13 @@ static void run(job *j, int size, double timeout_s, void (*body)(rank *), void *
     }
     for (int r = 0; r < size; r++)
         pthread_join(t[r], NULL);
+    if (!keep_store)
+        unlink(j->url + 7);
+}
+
+static void run(job *j, int size, double timeout_s, void (*body)(rank *), void *arg)
+{
+    run_job(j, size, timeout_s, body, arg, false);
 }
 
 /* ---- gloo's all_reduce order, as a closed form ------------------------------ */
@@ -154,7 +168,7 @@ static void nothing(rank *r)
 Test(gloo, rendezvous_counts_the_store_barrier_exactly_once_and_sets_the_seq_key, .timeout = 60)
 {
     job j;
-    run(&j, 3, 20, nothing, NULL);
+    run_job(&j, 3, 20, nothing, NULL, true);
     for (int r = 0; r < 3; r++)
         cr_assert_eq(j.ranks[r].st, DT_OK, "rank %d: %s", r, j.ranks[r].err);
     dt_store *s = NULL;
@@ -172,6 +186,7 @@ Test(gloo, rendezvous_counts_the_store_barrier_exactly_once_and_sets_the_seq_key
     cr_assert_eq(n, 2 * GLOO_ADDRESS_BYTES, "rank 1 publishes one 136-byte address per peer");
     free(v);
     dt_store_close(s);
+    unlink(j.url + 7);
 }
 
 /* ---- failures: named, never a hang or a crash --------------------------------- */

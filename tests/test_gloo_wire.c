@@ -55,6 +55,9 @@ static void run(int size, void (*body)(wire_rank *), wire_rank *ranks)
     static char url[128];
     snprintf(url, sizeof url, "file:///tmp/dtrain-test-gloo-wire-%d-%u", (int)getpid(),
              atomic_fetch_add(&counter, 1));
+    /* torch's key space: no handle removes the file, and a stale one (an
+     * earlier process of this pid) would hand out dead addresses */
+    unlink(url + 7);
     pthread_t t[MAX_RANKS];
     for (int r = 0; r < size; r++) {
         ranks[r] = (wire_rank){.rank = r, .size = size, .url = url, .body = body};
@@ -62,6 +65,7 @@ static void run(int size, void (*body)(wire_rank *), wire_rank *ranks)
     }
     for (int r = 0; r < size; r++)
         pthread_join(t[r], NULL);
+    unlink(url + 7);
 }
 
 /* Every op of the API a training job uses, against its definition. */
