@@ -130,6 +130,8 @@ struct dt_comm {
     uint8_t job_hash[16];
     dt_store *store;
     struct gloo_ctx *gloo;         /* the gloo wire's group (comm_gloo.c); NULL on dtrain's */
+    int gloo_group;                /* its torch group: 0 the world, k the k-th new_group */
+    int gloo_groups_made;          /* the world's: new_groups so far (group_gloo.c) */
     dt_store_server *store_server; /* rank 0's, while the job starts (store_host.c) */
     int port;
     char (*peer_addr)[64]; /* [size] "host:port", fixed after init */
@@ -314,6 +316,12 @@ dt_status comm_connect_mesh(dt_comm *c, double deadline);
 /* comm_gloo.c: the gloo wire. Joins (after comm_setup) and leaves; the
  * executor runs its ops (comm_gloo_run, gloo/gloo.h). */
 dt_status comm_gloo_wire_init(dt_comm *c, const dt_comm_options *o);
+/* Joins the group cfg names through store (the world's) and marks c ready. */
+struct gloo_config;
+dt_status comm_gloo_wire_join(dt_comm *c, dt_store *store, const struct gloo_config *cfg);
+/* group_gloo.c: dt_comm_split on the gloo wire (torch's new_group). */
+dt_status comm_group_gloo_split(dt_comm *parent, int color, int key, dt_comm **child);
+
 void comm_gloo_wire_destroy(dt_comm *c);
 
 #endif /* DT_COMM_INTERNAL_H */
