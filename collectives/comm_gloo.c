@@ -16,8 +16,10 @@
  * dt_comm_split on this wire is torch's new_group (group_gloo.c), whose
  * children join through comm_gloo_wire_join too.
  *
- * Not here yet: tagged send/recv (unordered against collectives, they
- * need the gloo loop driven outside an op), device buffers, and dt_comm_abort interrupting an op in
+ * Tagged send/recv on this wire stay in flight across later ops
+ * (p2p_gloo.c).
+ *
+ * Not here yet: device buffers, and dt_comm_abort interrupting an op in
  * progress (the op ends at its timeout instead).
  *
  * Cost: the gloo wire's (collectives/gloo/README.md); no handshakes.
@@ -77,6 +79,7 @@ dt_status comm_gloo_wire_join(dt_comm *c, dt_store *store, const gloo_config *cf
 
 void comm_gloo_wire_destroy(dt_comm *c)
 {
+    comm_gloo_p2p_forget(c);
     comm_gloo_destroy(c->gloo);
     c->gloo = NULL;
 }

@@ -243,6 +243,23 @@ dt_status comm_gloo_alltoall(gloo_ctx *c, void *out, const void *in, size_t bloc
 dt_status comm_gloo_send(gloo_ctx *c, const void *buf, size_t bytes, int peer, uint32_t tag);
 dt_status comm_gloo_recv(gloo_ctx *c, void *buf, size_t bytes, int peer, uint32_t tag, int *from);
 
+/* Posted and completed apart, for a caller that keeps several in flight
+ * (the communicator's async send/recv, ../comm_gloo.c): post, then drive
+ * the loop (comm_gloo_progress, or any collective's waits) until done. */
+typedef struct gloo_p2p {
+    gloo_buf buf;
+    bool is_send;
+    int peer; /* -1: a receive from any rank */
+} gloo_p2p;
+dt_status comm_gloo_p2p_post(gloo_ctx *c, gloo_p2p *p, bool is_send, void *buf, size_t bytes,
+                             int peer, uint32_t tag);
+/* False while in flight; true once finished, *st then DT_OK (a receive's
+ * sender in p->buf.recv_from) or the failure (the context failed, or the
+ * peer's connection ended). */
+bool comm_gloo_p2p_finished(gloo_ctx *c, const gloo_p2p *p, dt_status *st);
+/* Runs the loop until something happens or max_s passed. */
+void comm_gloo_progress(gloo_ctx *c, double max_s);
+
 /* ---- run.c: a dtrain op on this wire (compositions where gloo has none) --- */
 dt_status comm_gloo_run(gloo_ctx *c, const dt_op *op);
 
