@@ -231,6 +231,16 @@ static bool set_device(bench_options *o, const char *v, char *why, size_t n)
     return false;
 }
 
+static bool set_wire(bench_options *o, const char *v, char *why, size_t n)
+{
+    if (strcmp(v, "dtrain") == 0 || strcmp(v, "gloo") == 0) {
+        o->wire = v;
+        return true;
+    }
+    snprintf(why, n, "not a wire: use dtrain or gloo");
+    return false;
+}
+
 static bool set_help(bench_options *o, const char *v, char *why, size_t n)
 {
     (void)v, (void)why, (void)n;
@@ -264,6 +274,8 @@ static const flag flags[] = {
      "staged through pinned memory, beside host buffers (medians of 5 rounds)",
      set_device},
     {"-h", "--help", NULL, "print this text", set_help},
+    {NULL, "--wire", "NAME",
+     "dtrain (its own, the default) or gloo (torch 1.13's); default: DT_WIRE's", set_wire},
 };
 #define N_FLAGS (sizeof flags / sizeof flags[0])
 

@@ -33,6 +33,7 @@ typedef struct bench_options {
     dt_algo algo;                /* --algo: DT_ALGO_AUTO unless forced */
     int ranks;                   /* --ranks: local ranks to fork; 0 = launched */
     const char *device;          /* --device: also time device buffers; NULL = host only */
+    const char *wire;            /* --wire: "dtrain" or "gloo"; NULL = DT_WIRE's */
     bool help;                   /* -h */
 } bench_options;
 

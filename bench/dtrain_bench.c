@@ -239,6 +239,8 @@ static int run_rank(const dt_comm_options *opts, const bench_options *o)
         return 2;
     }
     dt_comm_options co = *opts;
+    if (o->wire)
+        co.wire = strcmp(o->wire, "gloo") == 0 ? DT_WIRE_GLOO : DT_WIRE_DTRAIN;
     dt_device *dev = NULL;
     char err[512];
     if (o->device && dt_device_open(&dev, o->device, err, sizeof err) != DT_OK) {

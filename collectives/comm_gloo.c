@@ -13,9 +13,13 @@
  * rank of the job. It says once, at start-up, that this wire has no
  * authentication.
  *
- * Not here yet: tagged send/recv (unordered against collectives, they
- * need the gloo loop driven outside an op), dt_comm_split (torch's
- * new_group), device buffers, and dt_comm_abort interrupting an op in
+ * dt_comm_split on this wire is torch's new_group (group_gloo.c), whose
+ * children join through comm_gloo_wire_join too.
+ *
+ * Tagged send/recv on this wire stay in flight across later ops
+ * (p2p_gloo.c).
+ *
+ * Not here yet: device buffers, and dt_comm_abort interrupting an op in
  * progress (the op ends at its timeout instead).
  *
  * Cost: the gloo wire's (collectives/gloo/README.md); no handshakes.
@@ -55,8 +59,14 @@ dt_status comm_gloo_wire_init(dt_comm *c, const dt_comm_options *o)
                        .host = c->host,
                        .timeout_s = c->timeout_s,
                        .init_timeout_s = c->init_timeout_s};
+    return comm_gloo_wire_join(c, c->store, &cfg);
+}
+
+dt_status comm_gloo_wire_join(dt_comm *c, dt_store *store, const gloo_config *cfg)
+{
     char err[GLOO_ERR_LEN];
-    if ((st = comm_gloo_connect(&c->gloo, c->store, &cfg, err, sizeof err)) != DT_OK) {
+    dt_status st = comm_gloo_connect(&c->gloo, store, cfg, err, sizeof err);
+    if (st != DT_OK) {
         comm_fail(c, st, "%s", err);
         return st;
     }
@@ -69,6 +79,7 @@ dt_status comm_gloo_wire_init(dt_comm *c, const dt_comm_options *o)
 
 void comm_gloo_wire_destroy(dt_comm *c)
 {
+    comm_gloo_p2p_forget(c);
     comm_gloo_destroy(c->gloo);
     c->gloo = NULL;
 }

@@ -106,6 +106,7 @@ struct dt_work {
     dt_xfer xfer;         /* p2p: the one transfer */
     bool staged;          /* a buffer of op is device memory (staging.c) */
     void *p2p_device;     /* staged p2p: the caller's device buffer */
+    bool in_flight;       /* gloo wire p2p: posted by the executor, completed later */
 };
 
 /* Rejected connections, logged without flooding (reject_log.c). */
@@ -130,6 +131,9 @@ struct dt_comm {
     uint8_t job_hash[16];
     dt_store *store;
     struct gloo_ctx *gloo;         /* the gloo wire's group (comm_gloo.c); NULL on dtrain's */
+    int gloo_group;                /* its torch group: 0 the world, k the k-th new_group */
+    int gloo_groups_made;          /* the world's: new_groups so far (group_gloo.c) */
+    struct gloo_pending *gloo_p2p; /* sends/recvs in flight on the gloo wire (p2p_gloo.c) */
     dt_store_server *store_server; /* rank 0's, while the job starts (store_host.c) */
     int port;
     char (*peer_addr)[64]; /* [size] "host:port", fixed after init */
@@ -314,6 +318,20 @@ dt_status comm_connect_mesh(dt_comm *c, double deadline);
 /* comm_gloo.c: the gloo wire. Joins (after comm_setup) and leaves; the
  * executor runs its ops (comm_gloo_run, gloo/gloo.h). */
 dt_status comm_gloo_wire_init(dt_comm *c, const dt_comm_options *o);
+/* p2p_gloo.c: tagged send/recv on the gloo wire. The executor posts w's
+ * message and marks it in flight; comm_gloo_p2p_reap completes what has
+ * finished (after every op, and from the thread's idle turns,
+ * comm_gloo_p2p_progress). All by the loop owner; _forget at destroy. */
+dt_status comm_gloo_p2p_start(dt_comm *c, dt_work *w);
+void comm_gloo_p2p_reap(dt_comm *c);
+void comm_gloo_p2p_progress(dt_comm *c);
+void comm_gloo_p2p_forget(dt_comm *c);
+/* Joins the group cfg names through store (the world's) and marks c ready. */
+struct gloo_config;
+dt_status comm_gloo_wire_join(dt_comm *c, dt_store *store, const struct gloo_config *cfg);
+/* group_gloo.c: dt_comm_split on the gloo wire (torch's new_group). */
+dt_status comm_group_gloo_split(dt_comm *parent, int color, int key, dt_comm **child);
+
 void comm_gloo_wire_destroy(dt_comm *c);
 
 #endif /* DT_COMM_INTERNAL_H */

@@ -93,7 +93,8 @@ static void run_queued(dt_comm *c, dt_work *w)
         st = comm_executor_run(c, w);
     pthread_mutex_lock(&c->mu);
     c->in_op = false;
-    comm_wake_work_done(w, st);
+    if (!w->in_flight) /* a gloo send/recv completes later (p2p_gloo.c) */
+        comm_wake_work_done(w, st);
     bool kick = comm_fail_deferred_locked(c);
     pthread_mutex_unlock(&c->mu);
     if (kick)
@@ -141,9 +142,12 @@ static void thread_main(void *arg)
             needed = loop_needed(c);
         }
         dt_work *w = take_loop(c);
+        const bool gloo_p2p = c->init_done && c->gloo && c->gloo_p2p; /* we own the loop now */
         pthread_mutex_unlock(&c->mu);
         if (w)
             run_queued(c, w);
+        else if (gloo_p2p)
+            comm_gloo_p2p_progress(c); /* gloo sends/recvs in flight (p2p_gloo.c) */
         else
             uv_run(&c->loop, needed ? UV_RUN_ONCE : UV_RUN_NOWAIT);
         pthread_mutex_lock(&c->mu);

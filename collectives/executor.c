@@ -45,9 +45,11 @@ static uint64_t wire_count(const dt_comm *c, const dt_op *op)
 dt_status comm_executor_run(dt_comm *c, dt_work *w)
 {
     if (c->gloo) { /* the gloo wire: its own schedules (comm_gloo.c) */
-        dt_status st = comm_gloo_run(c->gloo, &w->op);
+        const bool p2p = w->op.kind == DT_OP_SEND || w->op.kind == DT_OP_RECV;
+        dt_status st = p2p ? comm_gloo_p2p_start(c, w) : comm_gloo_run(c->gloo, &w->op);
         if (st != DT_OK)
             comm_fail(c, st, "%s", comm_gloo_error(c->gloo));
+        comm_gloo_p2p_reap(c); /* what the op's waits have moved */
         return st;
     }
     dt_opctx o = {

@@ -1,14 +1,14 @@
 /*
  * family.c — the communicators of one process that came from one world by
- * splits (dt_comm_split, group.c): a tree (a "family") under one mutex,
+ * splits (dt_comm_split: group.c, on the gloo wire group_gloo.c): a tree (a "family") under one mutex,
  * and how each of them names its rank.
  *
  * Each communicator has a group record, made at a world's first split or
  * with a child: its place in the tree, and, for a child, the world rank of
  * each of its ranks and a label ("split 1 colour 0" = world ranks 1,3) that
  * its messages use. fail.c spreads one communicator's failure along the
- * tree, under the family mutex; group.c links each child under its parent,
- * under the same mutex.
+ * tree, under the family mutex; comm_family_add_child (here, called by both
+ * kinds of split) links each child under its parent, under the same mutex.
  *
  * Destroying: a child leaves the tree first (nothing spreads to it after)
  * and then closes only its own connections, so the parent stays usable. A
@@ -127,4 +127,49 @@ int dt_comm_world_rank(const dt_comm *c, int rank)
         return -1;
     const dt_group *g = comm_family_get(c);
     return g && g->world_ranks ? g->world_ranks[rank] : rank;
+}
+
+/* c's group record, made at a world's first split. */
+dt_group *comm_family_of(dt_comm *c)
+{
+    dt_group *g = comm_family_get(c);
+    if (!g && (g = comm_family_new(NULL)) != NULL)
+        comm_family_set(c, g);
+    return g;
+}
+
+/* The child's record: world ranks, labels, its place under the parent
+ * (group.c's and group_gloo.c's). */
+dt_status comm_family_add_child(dt_comm *c, dt_comm *parent, unsigned split, int color,
+                                const int *members)
+{
+    dt_group *pg = comm_family_of(parent);
+    dt_group *g = pg ? comm_family_new(pg->family) : NULL;
+    int *world = malloc((size_t)c->size * sizeof *world);
+    if (!g || !world) {
+        free(world);
+        if (g) {
+            comm_family_set(c, g);
+            comm_family_free(c);
+        }
+        return DT_ENOMEM;
+    }
+    for (int i = 0; i < c->size; i++)
+        world[i] = dt_comm_world_rank(parent, members[i]);
+    g->world_ranks = world;
+    snprintf(g->label, sizeof g->label, "%.60s%ssplit %u colour %d",
+             pg->world_ranks ? pg->label : "", pg->world_ranks ? " > " : "", split, color);
+    int used = snprintf(g->members, sizeof g->members, "world rank%s", c->size > 1 ? "s " : " ");
+    for (int i = 0; i < c->size && used < (int)sizeof g->members; i++)
+        used += snprintf(g->members + used, sizeof g->members - (size_t)used, "%s%d", i ? "," : "",
+                         world[i]);
+    if (used >= (int)sizeof g->members)
+        strcpy(g->members + sizeof g->members - 4, "...");
+    comm_family_set(c, g);
+    pthread_mutex_lock(&pg->family->mu);
+    g->parent = parent;
+    g->next_sibling = pg->first_child;
+    pg->first_child = c;
+    pthread_mutex_unlock(&pg->family->mu);
+    return DT_OK;
 }

@@ -1,7 +1,7 @@
 /*
  * family.h — internal: the tree of communicators a process made from one
  * world by splits (family.c keeps it, fail.c spreads a failure along it,
- * group.c adds a child to it).
+ * group.c and group_gloo.c add children to it).
  *
  * Invariants: the tree links (parent, first_child, next_sibling, detached)
  * change only under the family mutex, and the family mutex is never taken
@@ -40,5 +40,12 @@ typedef struct dt_group {
 dt_group *comm_family_new(group_family *family);
 dt_group *comm_family_get(const dt_comm *c);
 void comm_family_set(dt_comm *c, dt_group *g);
+/* c's record, made (a world's) at its first split; NULL: out of memory. */
+dt_group *comm_family_of(dt_comm *c);
+/* Records c as parent's child made by split `split` for colour `color`
+ * from the parent ranks members[0..c->size): world ranks, labels, its place
+ * in the tree (under the family mutex). */
+dt_status comm_family_add_child(dt_comm *c, dt_comm *parent, unsigned split, int color,
+                                const int *members);
 
 #endif /* DT_FAMILY_H */

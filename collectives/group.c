@@ -40,7 +40,7 @@
  * Destroying a child closes only its own connections, so the parent stays
  * usable; a parent may be destroyed while children live (family.c).
  *
- * The tree's invariants are family.h's: this file links a child under its
+ * The tree's invariants are family.h's: family.c links a child under its
  * parent under the family mutex, and sets its `group` pointer once.
  */
 #include <stdio.h>
@@ -60,15 +60,6 @@ typedef struct listen_entry {
     char host[56];
 } listen_entry;
 
-/* c's group record, made at a world's first split. */
-static dt_group *group_of(dt_comm *c)
-{
-    dt_group *g = comm_family_get(c);
-    if (!g && (g = comm_family_new(NULL)) != NULL)
-        comm_family_set(c, g);
-    return g;
-}
-
 /* ---- making a child ------------------------------------------------------------ */
 
 /* The parent ranks of colour `color`, ordered by (key, parent rank), into
@@ -87,42 +78,6 @@ static int group_members(const split_entry *all, int p, int32_t color, int *memb
         members[i] = r;
     }
     return n;
-}
-
-/* The child's record: world ranks, labels, its place under the parent. */
-static dt_status child_group(dt_comm *c, dt_comm *parent, unsigned split, int color,
-                             const int *members)
-{
-    dt_group *pg = comm_family_get(parent);
-    dt_group *g = comm_family_new(pg->family);
-    int *world = malloc((size_t)c->size * sizeof *world);
-    if (!g || !world) {
-        free(world);
-        if (g) {
-            comm_family_set(c, g);
-            comm_family_free(c);
-        }
-        comm_fail(c, DT_ENOMEM, "rank %d: out of memory", c->rank);
-        return DT_ENOMEM;
-    }
-    for (int i = 0; i < c->size; i++)
-        world[i] = dt_comm_world_rank(parent, members[i]);
-    g->world_ranks = world;
-    snprintf(g->label, sizeof g->label, "%.60s%ssplit %u colour %d",
-             pg->world_ranks ? pg->label : "", pg->world_ranks ? " > " : "", split, color);
-    int used = snprintf(g->members, sizeof g->members, "world rank%s", c->size > 1 ? "s " : " ");
-    for (int i = 0; i < c->size && used < (int)sizeof g->members; i++)
-        used += snprintf(g->members + used, sizeof g->members - (size_t)used, "%s%d", i ? "," : "",
-                         world[i]);
-    if (used >= (int)sizeof g->members)
-        strcpy(g->members + sizeof g->members - 4, "...");
-    comm_family_set(c, g);
-    pthread_mutex_lock(&pg->family->mu);
-    g->parent = parent;
-    g->next_sibling = pg->first_child;
-    pg->first_child = c;
-    pthread_mutex_unlock(&pg->family->mu);
-    return DT_OK;
 }
 
 /* This rank's side of the child: set up, key, place in the tree, listener. */
@@ -148,8 +103,8 @@ static dt_status child_create(dt_comm *parent, unsigned split, int color, const 
     o.log = parent->log;
     o.log_user = parent->log_user;
     dt_status st = comm_setup(c, &o);
-    if (st == DT_OK)
-        st = child_group(c, parent, split, color, members);
+    if (st == DT_OK && (st = comm_family_add_child(c, parent, split, color, members)) != DT_OK)
+        comm_fail(c, st, "rank %d: out of memory", c->rank);
     if (st != DT_OK)
         return st;
     crypto_generichash(c->key, sizeof c->key, (const uint8_t *)job_id, strlen(job_id), parent->key,
@@ -247,12 +202,9 @@ dt_status dt_comm_split(dt_comm *parent, int color, int key, dt_comm **child)
         return DT_EINVAL;
     }
     *child = NULL;
-    if (parent->gloo) {
-        comm_fail(parent, DT_EINVAL, "rank %d: dt_comm_split is not on the gloo wire yet",
-                  parent->rank);
-        return DT_EINVAL;
-    }
-    dt_group *g = group_of(parent);
+    if (parent->gloo)
+        return comm_group_gloo_split(parent, color, key, child);
+    dt_group *g = comm_family_of(parent);
     int p = parent->size;
     split_entry *all = malloc((size_t)p * sizeof *all);
     listen_entry *where = calloc((size_t)p, sizeof *where);

@@ -112,8 +112,11 @@ dt_status comm_validate_op(dt_comm *c, const dt_op *op)
                    "source %d is not another rank of this world of %d (or "
                    "DT_ANY_SOURCE)",
                    op->peer, c->size);
-    if (c->gloo && (op->kind == DT_OP_SEND || op->kind == DT_OP_RECV))
-        return bad(c, op, "tagged send/recv are not on the gloo wire yet");
+    if (c->gloo && (op->kind == DT_OP_SEND || op->kind == DT_OP_RECV) && op->tag > 0x7fffffffu)
+        return bad(c, op,
+                   "tag %u is over 2^31-1: on the gloo wire the tag is the slot, and could "
+                   "meet a collective's",
+                   op->tag);
     if (!(op->timeout_s >= 0))
         return bad(c, op, "timeout %g s is negative", op->timeout_s);
     if (!comm_algo_applies(op->kind, op->algo))

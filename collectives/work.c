@@ -12,6 +12,8 @@
  * Tagged send/recv do not queue: they are not ordered against collectives
  * (Gloo's semantics), so dt_submit posts their one transfer through the
  * transport's inbox (post_p2p), and the transfer completes the work handle.
+ * On the gloo wire they queue, and the executor only posts them
+ * (p2p_gloo.c): the gloo context belongs to whoever runs ops.
  * Their waiter owns the deadline: dt_work_wait fails the communicator when
  * it passes, as an op's runner does for a collective.
  *
@@ -61,6 +63,18 @@ static void prepare(dt_comm *c, dt_work *w, const dt_op *op)
     w->staged = comm_staging_wants(c, op);
 }
 
+/* Appends w to the executor's queue; unlocks mu (held on entry). */
+static void queue(dt_comm *c, dt_work *w)
+{
+    if (c->q_tail)
+        c->q_tail->next = w;
+    else
+        c->q_head = w;
+    c->q_tail = w;
+    pthread_mutex_unlock(&c->mu);
+    comm_wake_thread(c);
+}
+
 dt_status dt_submit(dt_comm *c, const dt_op *op, dt_work **work)
 {
     *work = NULL;
@@ -82,19 +96,17 @@ dt_status dt_submit(dt_comm *c, const dt_op *op, dt_work **work)
         pthread_mutex_lock(&c->mu);
         w->seq = c->p2p_seq++;
         c->p2p_outstanding++;
+        if (c->gloo) { /* in order with the ops: the executor posts it (p2p_gloo.c) */
+            queue(c, w);
+            return DT_OK;
+        }
         pthread_mutex_unlock(&c->mu);
         post_p2p(c, w);
         return DT_OK;
     }
     pthread_mutex_lock(&c->mu);
     w->seq = c->next_seq++;
-    if (c->q_tail)
-        c->q_tail->next = w;
-    else
-        c->q_head = w;
-    c->q_tail = w;
-    pthread_mutex_unlock(&c->mu);
-    comm_wake_thread(c);
+    queue(c, w);
     return DT_OK;
 }
 

@@ -15,6 +15,12 @@
  *   reduce DTYPE OP N ROOT    gather DTYPE N ROOT      scatter DTYPE N ROOT
  *   alltoall DTYPE N          barrier                  p2p DTYPE N TAG
  *   async4 DTYPE N            (four sum all_reduces, torch issues them async)
+ *
+ * PLAN "split:C0,C1,..." is another program, through the communicator's
+ * API on the gloo wire: dt_comm_split with colour C<rank> (-1: none) and
+ * key = rank, an f32 sum of 1000 in the group (line 1, printed by members
+ * only), then one in the world (line 2); torch_gloo.py's torch ranks do
+ * all_gather of (colour, rank) and new_group per colour.
  */
 #include <math.h>
 #include <openssl/evp.h>
@@ -177,6 +183,56 @@ static dt_status run_line(peer *p, int line, char *text)
     return st;
 }
 
+/* Entry `rank` of a comma-separated list, or DT_UNDEFINED past its end. */
+static int colour_of(const char *list, int rank)
+{
+    for (int r = 0; list; r++) {
+        if (r == rank)
+            return atoi(list);
+        list = strchr(list, ',');
+        list = list ? list + 1 : NULL;
+    }
+    return DT_UNDEFINED;
+}
+
+/* The PLAN "split:..." program (see the top). */
+static int split(const char *url, int rank, int size, const char *colours, double timeout_s)
+{
+    const int colour = colour_of(colours, rank);
+    dt_comm_options o;
+    dt_comm_options_default(&o);
+    o.rank = rank;
+    o.world_size = size;
+    o.init_url = url;
+    o.wire = DT_WIRE_GLOO;
+    o.host = "127.0.0.1";
+    o.timeout_s = timeout_s;
+    o.init_timeout_s = 60;
+    dt_comm *world = NULL, *group = NULL;
+    float x[1000];
+    peer p = {.rank = rank, .size = size};
+    dt_status st = dt_comm_init(&world, &o);
+    if (st == DT_OK)
+        st = dt_comm_split(world, colour, rank, &group);
+    if (st == DT_OK && group) {
+        fill(x, DT_F32, 1000, seed_of(&p, 1));
+        if ((st = dt_allreduce(group, x, 1000, DT_F32, DT_SUM)) == DT_OK)
+            print_sha(1, x, sizeof x);
+        else
+            fprintf(stderr, "gloo_peer: group: %s\n", dt_comm_error(group));
+    }
+    if (st == DT_OK) {
+        fill(x, DT_F32, 1000, seed_of(&p, 2));
+        if ((st = dt_allreduce(world, x, 1000, DT_F32, DT_SUM)) == DT_OK)
+            print_sha(2, x, sizeof x);
+    }
+    if (st != DT_OK && world)
+        fprintf(stderr, "gloo_peer: %s\n", dt_comm_error(world));
+    dt_comm_destroy(group);
+    dt_comm_destroy(world);
+    return st == DT_OK ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 6) {
@@ -185,6 +241,8 @@ int main(int argc, char **argv)
     }
     peer p = {.rank = atoi(argv[2]), .size = atoi(argv[3])};
     const char *url = argv[1];
+    if (strncmp(argv[4], "split:", 6) == 0)
+        return split(url, p.rank, p.size, argv[4] + 6, atof(argv[5]));
     dt_store_server *server = NULL;
     char err[512];
     if (p.rank == 0 && strncmp(url, "tcp://", 6) == 0) {

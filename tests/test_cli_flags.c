@@ -127,6 +127,33 @@ Test(cli_flags, minigpt_grad_accum_in_either_spelling_trains_alike, .timeout = 1
     free(under);
 }
 
+Test(cli_flags, minigpt_and_dtrain_bench_refuse_a_wire_they_do_not_speak, .timeout = 30)
+{
+    assert_one_line_and_a_hint((const char *[]){MINIGPT_BIN, "--wire", "mpi", NULL},
+                               "--wire is dtrain or gloo, not 'mpi'");
+    assert_one_line_and_a_hint((const char *[]){DTRAIN_BENCH_BIN, "--wire", "mpi", NULL},
+                               "--wire 'mpi': not a wire");
+}
+
+/* --wire gloo chooses torch's wire without DT_WIRE: its rank 0 says so. */
+Test(cli_flags, wire_gloo_puts_minigpt_and_dtrain_bench_on_the_gloo_wire, .timeout = 120)
+{
+    const char *said = "the gloo wire (torch 1.13's) has no authentication";
+    int code;
+    char *out = run((const char *[]){LAUNCH_BIN, "-n", "2", MINIGPT_BIN, "--wire", "gloo", TINY_RUN,
+                                     NULL},
+                    &code);
+    cr_assert_eq(code, 0, "minigpt --wire gloo exited %d:\n%s", code, out);
+    cr_expect(strstr(out, said), "minigpt --wire gloo did not use the gloo wire:\n%s", out);
+    free(out);
+    out = run((const char *[]){DTRAIN_BENCH_BIN, "--ranks", "2", "--wire", "gloo", "-b", "4", "-e",
+                               "4", "--check", NULL},
+              &code);
+    cr_assert_eq(code, 0, "dtrain-bench --wire gloo exited %d:\n%s", code, out);
+    cr_expect(strstr(out, said), "dtrain-bench --wire gloo did not use the gloo wire:\n%s", out);
+    free(out);
+}
+
 /* Each program recognises an underscored multi-word flag: the message is
  * about its value, under the flag's own (dashed) name. */
 Test(cli_flags, every_program_reads_an_underscore_spelling_as_its_flag, .timeout = 60)

@@ -126,24 +126,210 @@ Test(gloo_wire, dtrains_collectives_run_on_the_gloo_wire, .timeout = 120)
     }
 }
 
-static void send_and_split(wire_rank *r)
+/* An allreduce of world rank + 1 over the world. */
+static void sum_in_world(wire_rank *r)
 {
-    int32_t v = 1;
-    if (dt_send(r->comm, &v, 1, DT_I32, 1 - r->rank, 0) != DT_EINVAL)
-        return fail(r, "send was not refused");
-    if (!strstr(dt_comm_error(r->comm), "not on the gloo wire yet"))
-        return fail(r, "send's refusal does not say why");
-    dt_comm *child = NULL;
-    if (dt_comm_split(r->comm, 0, r->rank, &child) != DT_EINVAL || child)
-        return fail(r, "split was not refused");
-    if (!strstr(dt_comm_error(r->comm), "dt_comm_split is not on the gloo wire yet"))
-        return fail(r, "split's refusal does not say why");
+    int32_t v = r->rank + 1;
+    if (dt_allreduce(r->comm, &v, 1, DT_I32, DT_SUM) != DT_OK)
+        return fail(r, "allreduce in the world");
+    if (v != r->size * (r->size + 1) / 2)
+        fail(r, "allreduce in the world: wrong sum");
 }
 
-Test(gloo_wire, tagged_send_and_split_are_refused_naming_the_wire, .timeout = 60)
+/* ---- tagged send/recv: the tag is the slot, as torch's ---------------------- */
+
+#define BIG (1 << 20) /* floats: far more than any socket buffer holds */
+
+/* Both ranks send first and receive second, as a pipeline's 1F1B does:
+ * only sends that stay in flight while the receive is posted complete. */
+static void crossing_sends(wire_rank *r)
+{
+    float *out = malloc(BIG * sizeof *out), *in = malloc(BIG * sizeof *in);
+    for (int i = 0; i < BIG; i++)
+        out[i] = (float)(r->rank * BIG + i);
+    dt_work *s = NULL, *v = NULL;
+    const int peer = 1 - r->rank;
+    if (dt_send_async(r->comm, out, BIG, DT_F32, peer, 7, &s) != DT_OK ||
+        dt_recv_async(r->comm, in, BIG, DT_F32, peer, 7, NULL, &v) != DT_OK)
+        fail(r, "posting a send and a receive");
+    else if (dt_work_wait(v) != DT_OK || dt_work_wait(s) != DT_OK)
+        fail(r, "crossing send and receive");
+    else if (in[0] != (float)(peer * BIG) || in[BIG - 1] != (float)(peer * BIG + BIG - 1))
+        fail(r, "the receive holds other data than the peer sent");
+    free(out);
+    free(in);
+}
+
+Test(gloo_wire, two_ranks_that_both_send_first_both_complete, .timeout = 60)
 {
     wire_rank ranks[2];
-    run(2, send_and_split, ranks);
+    run(2, crossing_sends, ranks);
+    for (int r = 0; r < 2; r++)
+        cr_assert(!ranks[r].err[0], "%s", ranks[r].err);
+}
+
+/* Ranks 1 and 2 send to rank 0, which receives from any source; a
+ * collective runs while rank 1's send is in flight. */
+static void any_source(wire_rank *r)
+{
+    int32_t v = 100 + r->rank;
+    if (r->rank == 0) {
+        int seen = 0;
+        for (int k = 0; k < 2; k++) {
+            int32_t got = 0;
+            int from = -1;
+            if (dt_recv(r->comm, &got, 1, DT_I32, DT_ANY_SOURCE, 5, &from) != DT_OK)
+                return fail(r, "recv from any source");
+            if (from < 1 || from > 2 || got != 100 + from)
+                return fail(r, "recv from any source: wrong source or data");
+            seen |= 1 << from;
+        }
+        if (seen != 6)
+            return fail(r, "one sender's message was received twice");
+        sum_in_world(r);
+    } else if (r->rank == 1) {
+        dt_work *w = NULL;
+        if (dt_send_async(r->comm, &v, 1, DT_I32, 0, 5, &w) != DT_OK)
+            return fail(r, "send");
+        sum_in_world(r);
+        if (dt_work_wait(w) != DT_OK)
+            fail(r, "a send in flight across a collective");
+    } else {
+        if (dt_send(r->comm, &v, 1, DT_I32, 0, 5) != DT_OK)
+            return fail(r, "send");
+        sum_in_world(r);
+    }
+}
+
+Test(gloo_wire, a_receive_from_any_source_names_each_sender, .timeout = 60)
+{
+    wire_rank ranks[3];
+    run(3, any_source, ranks);
+    for (int r = 0; r < 3; r++)
+        cr_assert(!ranks[r].err[0], "%s", ranks[r].err);
+}
+
+/* A tag of 2^31 or more could be a collective's slot: refused, no failure. */
+static void tag_too_big(wire_rank *r)
+{
+    int32_t v = 1;
+    if (dt_send(r->comm, &v, 1, DT_I32, 1 - r->rank, 0x80000000u) != DT_EINVAL)
+        return fail(r, "a tag of 2^31 was not refused");
+    if (!strstr(dt_comm_error(r->comm), "over 2^31-1"))
+        return fail(r, "the refusal does not say why");
+    sum_in_world(r);
+}
+
+Test(gloo_wire, a_tag_of_2_to_the_31_is_refused_and_the_world_goes_on, .timeout = 60)
+{
+    wire_rank ranks[2];
+    run(2, tag_too_big, ranks);
+    for (int r = 0; r < 2; r++)
+        cr_assert(!ranks[r].err[0], "%s", ranks[r].err);
+}
+
+/* ---- dt_comm_split: torch's new_group, one per colour ------------------------ */
+
+/* Sums world ranks + 1 over c; want: the sum over its members. */
+static void sum_in(wire_rank *r, dt_comm *c, int want, const char *what)
+{
+    int32_t v = r->rank + 1;
+    if (dt_allreduce(c, &v, 1, DT_I32, DT_SUM) != DT_OK)
+        return fail(r, what);
+    if (v != want)
+        return fail(r, what[0] ? "a group summed other ranks than its members" : what);
+}
+
+/* minigpt --pp 2 --dp 2: stage = rank / 2, replica = rank % 2; the
+ * pipeline of a replica and the data-parallel group of a stage. */
+static void pipeline_and_data_groups(wire_rank *r)
+{
+    const int stage = r->rank / 2, replica = r->rank % 2;
+    dt_comm *pipe = NULL, *dp = NULL;
+    if (dt_comm_split(r->comm, replica, stage, &pipe) != DT_OK)
+        return fail(r, "pipeline split");
+    if (dt_comm_split(r->comm, stage, replica, &dp) != DT_OK) {
+        dt_comm_destroy(pipe);
+        return fail(r, "data-parallel split");
+    }
+    if (dt_comm_rank(pipe) != stage || dt_comm_size(pipe) != 2 || dt_comm_rank(dp) != replica ||
+        dt_comm_size(dp) != 2)
+        fail(r, "a group's rank or size is not the split's");
+    /* replica q's pipeline: world ranks q, q+2; stage s's group: 2s, 2s+1 */
+    sum_in(r, pipe, (replica + 1) + (replica + 3), "allreduce in the pipeline group");
+    sum_in(r, dp, (2 * stage + 1) + (2 * stage + 2), "allreduce in the data-parallel group");
+    sum_in(r, r->comm, 10, "allreduce in the world after the splits");
+    dt_comm_destroy(pipe);
+    dt_comm_destroy(dp);
+}
+
+Test(gloo_wire, minigpt_splits_make_working_pipeline_and_data_groups, .timeout = 60)
+{
+    wire_rank ranks[4];
+    run(4, pipeline_and_data_groups, ranks);
+    for (int r = 0; r < 4; r++)
+        cr_assert(!ranks[r].err[0], "%s", ranks[r].err);
+}
+
+/* Rank 2 of 3 passes DT_UNDEFINED: it gets no group but joins the barrier. */
+static void undefined_rank(wire_rank *r)
+{
+    dt_comm *g = NULL;
+    if (dt_comm_split(r->comm, r->rank == 2 ? DT_UNDEFINED : 7, 0, &g) != DT_OK)
+        return fail(r, "split with an undefined rank");
+    if ((r->rank == 2) != (g == NULL))
+        fail(r, "an undefined rank got a group, or a member none");
+    if (g)
+        sum_in(r, g, 3, "allreduce among the members");
+    sum_in(r, r->comm, 6, "allreduce in the world after the split");
+    dt_comm_destroy(g);
+}
+
+Test(gloo_wire, an_undefined_rank_gets_no_group_and_the_others_one, .timeout = 60)
+{
+    wire_rank ranks[3];
+    run(3, undefined_rank, ranks);
+    for (int r = 0; r < 3; r++)
+        cr_assert(!ranks[r].err[0], "%s", ranks[r].err);
+}
+
+/* Keys that reverse the world order: refused on every rank, world intact. */
+static void reversed_keys(wire_rank *r)
+{
+    dt_comm *g = NULL;
+    if (dt_comm_split(r->comm, 0, -r->rank, &g) != DT_EINVAL || g)
+        return fail(r, "keys against the world order were not refused");
+    if (!strstr(dt_comm_error(r->comm), "sorts them"))
+        return fail(r, "the refusal does not say torch sorts a group's ranks");
+    sum_in(r, r->comm, 3, "allreduce in the world after the refusal");
+}
+
+Test(gloo_wire, keys_that_reorder_ranks_are_refused_on_every_rank, .timeout = 60)
+{
+    wire_rank ranks[2];
+    run(2, reversed_keys, ranks);
+    for (int r = 0; r < 2; r++)
+        cr_assert(!ranks[r].err[0], "%s", ranks[r].err);
+}
+
+/* A group's own split has no torch form: refused, the group usable. */
+static void split_of_a_group(wire_rank *r)
+{
+    dt_comm *g = NULL, *gg = NULL;
+    if (dt_comm_split(r->comm, 0, 0, &g) != DT_OK)
+        return fail(r, "split of the world");
+    if (dt_comm_split(g, 0, 0, &gg) != DT_EINVAL || gg)
+        fail(r, "a group's split was not refused");
+    else if (!strstr(dt_comm_error(g), "only the world splits"))
+        fail(r, "the refusal does not say only the world splits");
+    sum_in(r, g, 3, "allreduce in the group after the refusal");
+    dt_comm_destroy(g);
+}
+
+Test(gloo_wire, a_groups_own_split_is_refused, .timeout = 60)
+{
+    wire_rank ranks[2];
+    run(2, split_of_a_group, ranks);
     for (int r = 0; r < 2; r++)
         cr_assert(!ranks[r].err[0], "%s", ranks[r].err);
 }

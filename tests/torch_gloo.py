@@ -82,6 +82,8 @@ def torch_rank(url, rank, size, plan, timeout, mode):
             h.update(t.numpy().tobytes())
         print(f"{line} {h.hexdigest()}", flush=True)
 
+    if plan.startswith("split:"):
+        return torch_split(dist, rank, size, [int(c) for c in plan[6:].split(",")], gen, say)
     for line, text in enumerate(open(plan).read().splitlines(), 1):
         w = text.split()
         op, seed = w[0], rank * 1000003 + line * 7919
@@ -142,6 +144,29 @@ def torch_rank(url, rank, size, plan, timeout, mode):
                     dist.recv(out, src=0, tag=tag)
                     dist.send(gen(w[1], n, seed + 13), dst=0, tag=tag + 1)
                     say(line, out)
+    dist.destroy_process_group()
+
+
+def torch_split(dist, rank, size, colours, gen, say):
+    """gloo_peer's "split:" program in torch: dt_comm_split(colour, key = rank)
+    is an all_gather of (colour, key) as int32, then new_group per colour,
+    ascending, which every rank calls."""
+    import torch
+    me = torch.tensor([colours[rank], rank], dtype=torch.int32)
+    got = [torch.empty_like(me) for _ in range(size)]
+    dist.all_gather(got, me)
+    colour_of = [int(t[0]) for t in got]
+    mine = None
+    for c in sorted(set(c for c in colour_of if c >= 0)):
+        g = dist.new_group([r for r in range(size) if colour_of[r] == c])
+        mine = g if c == colour_of[rank] else mine
+    if mine is not None:
+        t = gen("f32", 1000, rank * 1000003 + 1 * 7919)
+        dist.all_reduce(t, group=mine)
+        say(1, t)
+    t = gen("f32", 1000, rank * 1000003 + 2 * 7919)
+    dist.all_reduce(t)
+    say(2, t)
     dist.destroy_process_group()
 
 
@@ -231,10 +256,25 @@ def main():
             report(not bad, f"{n} ranks over {kind}:// with dtrain at {sorted(dtrain)}: every "
                    f"rank's {len(reference[n][0])} results equal the all-torch group's "
                    f"({time.time() - t0:.1f} s)", "\n".join(bad))
+        split(peer, tmp)
         failures(peer, tmp)
         example(peer)
     print(f"# torch_gloo: {results['ok']} passed, {results['not ok']} failed")
     sys.exit(1 if results["not ok"] else 0)
+
+
+def split(peer, tmp):
+    """dt_comm_split as torch's new_group: two mixed groups and a rank in
+    none (colour -1), each group's sum and then the world's equal to an
+    all-torch job's."""
+    plan = "split:0,1,0,1,-1"
+    ref = [digests(o) for _, o, _ in finish(start_group(peer, tmp, 5, set(), "file", plan), 120)]
+    outs = finish(start_group(peer, tmp, 5, {1, 2, 4}, "file", plan), 120)
+    bad = [f"rank {r}: exit {rc}, printed {digests(o)}, torch's {ref[r]}\n{e}"
+           for r, (rc, o, e) in enumerate(outs) if rc != 0 or digests(o) != ref[r]]
+    report(not bad and len(ref[0]) == 2 and len(ref[4]) == 1,
+           "dt_comm_split as new_group: dtrain at [1, 2, 4] in groups [0, 2] and [1, 3] and in "
+           "none; the groups' and the world's sums equal the all-torch job's", "\n".join(bad))
 
 
 def failures(peer, tmp):

@@ -120,6 +120,8 @@ static const flag flags[] = {
     {"--tp", NULL, K_INT, OPT(tp), "T",
      "tensor parallelism (Megatron): each block split over T adjacent ranks; "
      "the world is D x T ranks, DDP across the D replicas; 0 = none"},
+    {"--wire", NULL, K_STR, OPT(wire), "W",
+     "the communicator's wire: dtrain (its own) or gloo (torch 1.13's); default: DT_WIRE's"},
 };
 #define NFLAGS (sizeof flags / sizeof flags[0])
 
@@ -419,6 +421,8 @@ static int check(const mg_options *o, const char *prog)
         return bad(prog, "--device is cpu, cuda or cuda-host, not", o->device);
     if (o->pp > 0 && strcmp(o->device, "cpu"))
         return bad(prog, "--pp runs on the CPU backend for now; drop", "--device");
+    if (o->wire && strcmp(o->wire, "dtrain") && strcmp(o->wire, "gloo"))
+        return bad(prog, "--wire is dtrain or gloo, not", o->wire);
     return check_pipeline(o, prog);
 }
 

@@ -57,6 +57,7 @@ typedef struct mg_options {
     const char *pp_partition; /* params or uniform */
     bool recompute;           /* blocks keep only their input; backward recomputes */
     int tp;                   /* tensor-parallel ranks per replica; 0 = none */
+    const char *wire;         /* "dtrain" or "gloo": the communicator's wire; NULL = DT_WIRE's */
 } mg_options;
 
 /* Defaults: the seed model on the embedded reverse task, DDP. */

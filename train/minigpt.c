@@ -47,6 +47,8 @@ static int join_job(mg_run *r)
         fprintf(stderr, "minigpt: %s\n", err);
         return 1;
     }
+    if (r->o.wire)
+        co.wire = strcmp(r->o.wire, "gloo") == 0 ? DT_WIRE_GLOO : DT_WIRE_DTRAIN;
     r->rank = co.rank;
     r->world = co.world_size;
     if (r->world == 1)

@@ -144,8 +144,10 @@ struct gloo_ctx {
  * store's torch key space (job id ""): "default_pg/<group>/0/..." and
  * "default_pg/store_based_barrier_key:<barrier>". */
 typedef struct gloo_config {
-    int rank, size;
+    int rank, size;        /* rank -1: not a member of this new_group, only its barrier */
     int group;             /* 0 for the default group; new_group k gives k */
+    int barrier_size;      /* ranks in the store barrier: the world's (torch's new_group
+                              has every global rank join); 0 = size */
     const char *host;      /* the address to listen on: "127.0.0.1" or an IP */
     double timeout_s;      /* each wait of a collective (torch: the group's timeout);
                               0 = torch's 30 min */
@@ -215,7 +217,9 @@ void comm_gloo_reduce(void *out, const void *a, const void *b, size_t count, dt_
 
 /* ---- rendezvous.c: joining a group, leaving it ---------------------------- */
 /* Always sets *out (NULL only on DT_ENOMEM); on failure the message is in
- * err and *out must still be destroyed. */
+ * err and *out must still be destroyed. A rank that is no member of group
+ * k > 0 (cfg->rank -1) only joins its store barrier, as torch's new_group
+ * has it; *out is then no group, only to destroy. */
 dt_status comm_gloo_connect(gloo_ctx **out, dt_store *store, const gloo_config *cfg, char *err,
                             size_t errlen);
 void comm_gloo_destroy(gloo_ctx *c);
@@ -238,6 +242,23 @@ dt_status comm_gloo_alltoall(gloo_ctx *c, void *out, const void *in, size_t bloc
 /* Tagged point-to-point; peer -1 receives from any rank (*from says which). */
 dt_status comm_gloo_send(gloo_ctx *c, const void *buf, size_t bytes, int peer, uint32_t tag);
 dt_status comm_gloo_recv(gloo_ctx *c, void *buf, size_t bytes, int peer, uint32_t tag, int *from);
+
+/* Posted and completed apart, for a caller that keeps several in flight
+ * (the communicator's async send/recv, ../comm_gloo.c): post, then drive
+ * the loop (comm_gloo_progress, or any collective's waits) until done. */
+typedef struct gloo_p2p {
+    gloo_buf buf;
+    bool is_send;
+    int peer; /* -1: a receive from any rank */
+} gloo_p2p;
+dt_status comm_gloo_p2p_post(gloo_ctx *c, gloo_p2p *p, bool is_send, void *buf, size_t bytes,
+                             int peer, uint32_t tag);
+/* False while in flight; true once finished, *st then DT_OK (a receive's
+ * sender in p->buf.recv_from) or the failure (the context failed, or the
+ * peer's connection ended). */
+bool comm_gloo_p2p_finished(gloo_ctx *c, const gloo_p2p *p, dt_status *st);
+/* Runs the loop until something happens or max_s passed. */
+void comm_gloo_progress(gloo_ctx *c, double max_s);
 
 /* ---- run.c: a dtrain op on this wire (compositions where gloo has none) --- */
 dt_status comm_gloo_run(gloo_ctx *c, const dt_op *op);

@@ -11,9 +11,15 @@
  *      rank's entry, connect or accept by gloo's rule
  *   4. the store barrier: ADD default_pg/store_based_barrier_key:<g+1> by 1,
  *      exactly once, then ADD 0 every 10 ms until it equals the number of
- *      ranks (torch waits for `==`, so a second +1 would hang it)
+ *      ranks of the world (torch waits for `==`, so a second +1 would hang
+ *      it)
  *   5. rank 0 SETs default_pg/<g>/SEQ_NUM_STORE_KEY (8 bytes LE; torch's
  *      value 1 + rand() = 0x6B8B4568); the others wait for it
+ *
+ * Group g > 0 is torch's new_group number g ("1", "2", ... in creation
+ * order). Every rank of the world joins its barrier, members or not; a
+ * non-member does step 4 alone. A new group makes no new TCPStore client,
+ * so it counts nothing under "init/".
  *
  * On a tcp:// or env:// store each TCPStore client also adds 1 to the raw
  * key "init/" once, and a torch rank 0 that hosts the store waits for the
@@ -121,26 +127,29 @@ static dt_status barrier_and_seq(gloo_ctx *c, dt_store *s, const gloo_config *cf
 {
     char k[128];
     snprintf(k, sizeof k, "default_pg/store_based_barrier_key:%d", cfg->group + 1);
+    const int want = cfg->barrier_size > 0 ? cfg->barrier_size : c->size;
     int64_t count = 0;
     if (dt_store_add(s, k, 1, &count) != DT_OK)
         return store_fail(c, s, DT_ESTORE, "joining the store barrier");
     double deadline = dt_now() + c->init_timeout_s;
-    while (count != c->size) {
-        if (count > c->size)
+    while (count != want) {
+        if (count > want)
             return comm_gloo_fail(c, DT_EPROTO,
                                   "gloo rank %d: the store barrier %s counts %lld ranks, more "
-                                  "than the %d of the group",
-                                  c->rank, k, (long long)count, c->size);
+                                  "than the %d of the world",
+                                  c->rank, k, (long long)count, want);
         if (dt_now() > deadline)
             return comm_gloo_fail(c, DT_ETIMEDOUT,
                                   "gloo rank %d: timed out after %g s in the store barrier %s: "
                                   "%lld of %d ranks arrived",
-                                  c->rank, c->init_timeout_s, k, (long long)count, c->size);
+                                  c->rank, c->init_timeout_s, k, (long long)count, want);
         struct timespec pause = {0, (long)(BARRIER_POLL_S * 1e9)};
         nanosleep(&pause, NULL);
         if (dt_store_add(s, k, 0, &count) != DT_OK)
             return store_fail(c, s, DT_ESTORE, "polling the store barrier");
     }
+    if (c->rank < 0) /* not a member: the barrier was all */
+        return DT_OK;
     snprintf(k, sizeof k, "default_pg/%d/SEQ_NUM_STORE_KEY", cfg->group);
     if (c->rank == 0) {
         uint8_t v[8];
@@ -157,9 +166,9 @@ static dt_status barrier_and_seq(gloo_ctx *c, dt_store *s, const gloo_config *cf
     return st == DT_OK ? DT_OK : store_fail(c, s, st, "reading the sequence number");
 }
 
-static dt_status count_tcp_client(gloo_ctx *c, dt_store *s)
+static dt_status count_tcp_client(gloo_ctx *c, dt_store *s, const gloo_config *cfg)
 {
-    if (!s->tcp)
+    if (!s->tcp || cfg->group > 0)
         return DT_OK;
     char err[256];
     int64_t ignored;
@@ -176,6 +185,8 @@ static dt_status setup(gloo_ctx *c, const gloo_config *cfg)
     c->first_gone = -1;
     c->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 1800.0; /* torch's default */
     c->init_timeout_s = cfg->init_timeout_s > 0 ? cfg->init_timeout_s : c->timeout_s;
+    if (cfg->rank == -1 && cfg->group > 0)
+        return DT_OK; /* not a member: no pairs, only the barrier */
     if (cfg->size < 1 || cfg->rank < 0 || cfg->rank >= cfg->size)
         return comm_gloo_fail(c, DT_EINVAL, "gloo: rank %d of world size %d is not a rank",
                               cfg->rank, cfg->size);
@@ -202,8 +213,10 @@ dt_status comm_gloo_connect(gloo_ctx **out, dt_store *store, const gloo_config *
         return DT_ENOMEM;
     }
     dt_status st = setup(c, cfg);
-    if (st == DT_OK && c->size > 1 && (st = count_tcp_client(c, store)) == DT_OK &&
-        (st = publish(c, store, cfg)) == DT_OK && (st = connect_all(c, store, cfg)) == DT_OK)
+    if (st == DT_OK && c->size > 1 && c->rank >= 0 &&
+        (st = count_tcp_client(c, store, cfg)) == DT_OK && (st = publish(c, store, cfg)) == DT_OK)
+        st = connect_all(c, store, cfg);
+    if (st == DT_OK && store) /* a world of one has no store, and no one to wait for */
         st = barrier_and_seq(c, store, cfg);
     if (st != DT_OK)
         snprintf(err, errlen, "%s", c->err);

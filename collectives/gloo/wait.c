@@ -24,6 +24,22 @@ static void fired(uv_timer_t *t)
     c->timer_fired = true;
 }
 
+/* Has peer's connection ended while this rank still waits on it: a
+ * receive it has not filled, or a send it has not asked for? A peer that
+ * delivered everything and then left (it finished first) is not lost: a
+ * gather's root, waiting on one buffer for all, may hear its end before
+ * another peer's data. */
+static bool lost(const gloo_ctx *c, int peer)
+{
+    const gloo_pair *p = &c->pairs[peer];
+    if (!p->gone)
+        return false;
+    for (size_t i = 0; i < p->nslots; i++)
+        if (p->slots[i].recvs.head || p->slots[i].sends.head)
+            return true;
+    return false;
+}
+
 /* Runs the loop until *count > 0 (then takes one), or failure. `what`
  * and `peer` name the wait in a timeout's message. */
 static dt_status run_until(gloo_ctx *c, int *count, const char *what, int peer)
@@ -33,7 +49,7 @@ static dt_status run_until(gloo_ctx *c, int *count, const char *what, int peer)
         uv_timer_start(&c->timer, fired, (uint64_t)ceil(c->timeout_s * 1000.0), 0);
         sigset_t old;
         comm_gloo_sigpipe_block(&old);
-        while (*count == 0 && c->failed == DT_OK && !c->timer_fired && !c->pairs[peer].gone)
+        while (*count == 0 && c->failed == DT_OK && !c->timer_fired && !lost(c, peer))
             uv_run(&c->loop, UV_RUN_ONCE);
         comm_gloo_sigpipe_restore(&old);
         uv_timer_stop(&c->timer);
@@ -44,7 +60,7 @@ static dt_status run_until(gloo_ctx *c, int *count, const char *what, int peer)
     }
     if (c->failed != DT_OK)
         return c->failed;
-    if (c->pairs[peer].gone) {
+    if (lost(c, peer)) {
         char before[160] = "";
         int first = c->first_gone;
         if (first >= 0 && first != peer) /* the root cause, as this rank saw it */
@@ -96,4 +112,17 @@ dt_status comm_gloo_wait_connected(gloo_ctx *c)
     return comm_gloo_fail(c, DT_ETIMEDOUT,
                           "gloo rank %d: timed out after %g s connecting to peer %d", c->rank,
                           c->init_timeout_s, r);
+}
+
+void comm_gloo_progress(gloo_ctx *c, double max_s)
+{
+    if (c->failed != DT_OK)
+        return;
+    c->timer_fired = false;
+    uv_timer_start(&c->timer, fired, (uint64_t)ceil(max_s * 1000.0), 0);
+    sigset_t old;
+    comm_gloo_sigpipe_block(&old);
+    uv_run(&c->loop, UV_RUN_ONCE);
+    comm_gloo_sigpipe_restore(&old);
+    uv_timer_stop(&c->timer);
 }
