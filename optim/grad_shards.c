@@ -72,8 +72,7 @@ struct optim_grad_shards {
     int nb, next;     /* next: first bucket not launched this backward */
     gpiece *pieces;   /* [npieces] */
     int npieces;
-    double busy_s, exposed_s, prev_done;
-    int ops;
+    optim_overlap_clock clock;
     dt_status st;
     char err[512];
 };
@@ -197,20 +196,8 @@ const float *optim_grad_shards_mean(const optim_grad_shards *g)
 static void settle_piece(optim_grad_shards *g, const gbucket *b, gpiece *pc)
 {
     if (pc->work) {
-        double t0 = dt_now();
-        dt_status st = dt_work_wait(pc->work);
-        double t1 = dt_now();
-        pc->work = NULL;
-        if (!pc->done) {
-            pc->done = true;
-            pc->t_done = t1;
-            g->exposed_s += t1 - t0;
-        }
-        double start = pc->t_submit > g->prev_done ? pc->t_submit : g->prev_done;
-        if (pc->t_done > start)
-            g->busy_s += pc->t_done - start;
-        g->prev_done = pc->t_done > g->prev_done ? pc->t_done : g->prev_done;
-        g->ops++;
+        dt_status st = optim_overlap_clock_wait(&g->clock, &pc->work, &pc->done, pc->t_submit,
+                                                &pc->t_done);
         if (st != DT_OK)
             gs_fail(g, st, "reduce of a gradient piece to its owner");
     }
@@ -332,11 +319,11 @@ dt_status optim_grad_shards_wait(optim_grad_shards *g, double *busy_s, double *e
         gs_fail(g, DT_EPROTO, "step: backward did not finish every gradient bucket");
     for (int i = 0; i < POOL; i++)
         release_buffer(g, i);
-    *busy_s += g->busy_s;
-    *exposed_s += g->exposed_s;
-    *ops += g->ops;
-    g->busy_s = g->exposed_s = 0;
-    g->ops = 0;
+    *busy_s += g->clock.busy_s;
+    *exposed_s += g->clock.exposed_s;
+    *ops += g->clock.ops;
+    g->clock.busy_s = g->clock.exposed_s = 0;
+    g->clock.ops = 0;
     g->next = 0;
     return g->st;
 }

@@ -10,6 +10,18 @@
 #include "dt_clock.h" /* dt_now, for the communication timings */
 #include "dt_optim.h"
 
+/* The timing of launched collectives (overlap_clock.c): seconds the link
+ * was busy, seconds waited for, collectives waited; prev_done is the
+ * latest completion seen. */
+typedef struct optim_overlap_clock {
+    double busy_s, exposed_s, prev_done;
+    int ops;
+} optim_overlap_clock;
+/* Waits for *work (then NULL) and adds its timing to c; a piece seen done
+ * earlier (*done, *t_done) adds no exposed time. */
+dt_status optim_overlap_clock_wait(optim_overlap_clock *c, dt_work **work, bool *done,
+                                   double t_submit, double *t_done);
+
 /* 1 - exposed/comm clipped to [0, 1]: the share of the time collectives
  * ran that the training thread did not spend waiting for them. */
 static inline double dt_optim_hidden_share(double comm_ms, double exposed_ms)

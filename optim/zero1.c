@@ -85,21 +85,20 @@ struct dt_zero1 {
     dt_model *m;
     dt_comm *comm; /* NULL: one process */
     int rank, world;
-    size_t s;                            /* shard size (padded) */
-    size_t lo, n;                        /* this rank's valid range of the flat buffer */
-    size_t *counts;                      /* [world]: each rank's valid count */
-    float *master;                       /* (s) fp32 master of the shard */
-    bool own_master;                     /* ZeRO-2: master is the model's own slice */
-    float *adam_m, *adam_v;              /* (s) */
-    piece *reduces;                      /* [nreduce], in backward order (tail first) */
-    int nreduce, reduced;                /* launched this backward */
-    piece *gathers;                      /* [ngather], in forward order */
-    size_t *gather_counts;               /* [ngather * world] */
-    int ngather, gathered, settled;      /* launched / waited */
-    bool syncing;                        /* the current backward launches reduces */
-    optim_grad_shards *gs;               /* ZeRO-2: the gradient shard, or NULL */
-    double busy_s, exposed_s, prev_done; /* since the last stats */
-    int ops;
+    size_t s;                       /* shard size (padded) */
+    size_t lo, n;                   /* this rank's valid range of the flat buffer */
+    size_t *counts;                 /* [world]: each rank's valid count */
+    float *master;                  /* (s) fp32 master of the shard */
+    bool own_master;                /* ZeRO-2: master is the model's own slice */
+    float *adam_m, *adam_v;         /* (s) */
+    piece *reduces;                 /* [nreduce], in backward order (tail first) */
+    int nreduce, reduced;           /* launched this backward */
+    piece *gathers;                 /* [ngather], in forward order */
+    size_t *gather_counts;          /* [ngather * world] */
+    int ngather, gathered, settled; /* launched / waited */
+    bool syncing;                   /* the current backward launches reduces */
+    optim_grad_shards *gs;          /* ZeRO-2: the gradient shard, or NULL */
+    optim_overlap_clock clock;      /* since the last stats */
     dt_status st;
     char err[512];
 };
@@ -277,20 +276,8 @@ dt_status dt_zero2_create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t buc
  * kept. */
 static void settle(dt_zero1 *z, piece *pc, const char *what)
 {
-    double t0 = dt_now();
-    dt_status st = dt_work_wait(pc->work);
-    double t1 = dt_now();
-    pc->work = NULL;
-    if (!pc->done) {
-        pc->done = true;
-        pc->t_done = t1;
-        z->exposed_s += t1 - t0;
-    }
-    double start = pc->t_submit > z->prev_done ? pc->t_submit : z->prev_done;
-    if (pc->t_done > start)
-        z->busy_s += pc->t_done - start;
-    z->prev_done = pc->t_done > z->prev_done ? pc->t_done : z->prev_done;
-    z->ops++;
+    dt_status st = optim_overlap_clock_wait(&z->clock, &pc->work, &pc->done, pc->t_submit,
+                                            &pc->t_done);
     if (st != DT_OK)
         zero1_fail(z, st, what);
 }
@@ -501,15 +488,15 @@ static void launch_gathers(dt_zero1 *z)
 static void take_stats(dt_zero1 *z, dt_comm_stats *stats)
 {
     if (stats) {
-        *stats = (dt_comm_stats){.ops = z->ops, .hidden = -1};
-        if (z->ops > 0) {
-            stats->comm_ms = 1e3 * z->busy_s;
-            stats->exposed_ms = 1e3 * z->exposed_s;
+        *stats = (dt_comm_stats){.ops = z->clock.ops, .hidden = -1};
+        if (z->clock.ops > 0) {
+            stats->comm_ms = 1e3 * z->clock.busy_s;
+            stats->exposed_ms = 1e3 * z->clock.exposed_s;
             stats->hidden = dt_optim_hidden_share(stats->comm_ms, stats->exposed_ms);
         }
     }
-    z->busy_s = z->exposed_s = 0;
-    z->ops = 0;
+    z->clock.busy_s = z->clock.exposed_s = 0;
+    z->clock.ops = 0;
 }
 
 /* Reduce, AdamW on the shard, launch of the gather. */
@@ -524,7 +511,8 @@ static dt_status step_launch(dt_zero1 *z, const dt_adamw_hparams *h, long step)
     dt_zero1_wait_params(z);
     const float *grad = m->grads_memory + z->lo;
     if (z->gs) {
-        dt_status st = optim_grad_shards_wait(z->gs, &z->busy_s, &z->exposed_s, &z->ops);
+        dt_status st = optim_grad_shards_wait(z->gs, &z->clock.busy_s, &z->clock.exposed_s,
+                                              &z->clock.ops);
         if (st != DT_OK)
             return gs_failed(z, st);
         grad = optim_grad_shards_mean(z->gs);
