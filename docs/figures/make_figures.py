@@ -155,13 +155,13 @@ def memory_table(path):
     """[(rank, {params, grads, optimizer, activations})] from minigpt's memory table."""
     lines = rank0_lines(path)
     i = next(i for i, l in enumerate(lines) if l.startswith("memory per rank"))
+    names = lines[i + 1].split("|")[0].split()  # rank params grads optimizer ... by name
     out = []
     for l in lines[i + 2:]:
-        f = l.split()
-        if len(f) < 6 or not f[0].isdigit():
+        f = l.split("|")[0].split()
+        if len(f) != len(names) or not f[0].isdigit():
             break
-        out.append((int(f[0]), dict(zip(("params", "grads", "optimizer", "staging",
-                                         "activations"), map(int, f[1:6])))))
+        out.append((int(f[0]), dict(zip(names[1:], map(int, f[1:])))))
     return out
 
 
@@ -175,20 +175,21 @@ def stacked(ax, x, tables, parts, width):
 
 
 def memory(runs, outdir):
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4.2), gridspec_kw={"width_ratios": [1, 1.5]})
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [1.5, 1.5]})
     states = ("params", "grads", "optimizer")
     x, tables, ticks = [], [], []
-    for k, mode in enumerate(("ddp", "zero1")):
+    titles = {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2"}
+    for k, mode in enumerate(titles):
         rows = memory_table(os.path.join(runs, f"memory_{mode}.txt"))
         for r, t in rows:
             x.append(k * (len(rows) + 1) + r)
             tables.append(t)
-            ticks.append(f"{'DDP' if mode == 'ddp' else 'ZeRO-1'}\nrank {r}")
+            ticks.append(f"{titles[mode]}\nrank {r}")
     stacked(a, x, tables, states, 0.8)
-    a.set_xticks(x, ticks, fontsize=7)
+    a.set_xticks(x, ticks, fontsize=6)
     a.set_ylabel("MB per rank")
-    a.set_title("model states, 4 ranks: ZeRO-1 shards\nthe optimizer (activations alike, left out)",
-                fontsize=9)
+    a.set_title("model states, 4 ranks: ZeRO-1 shards the optimizer,\nZeRO-2 the gradients too "
+                "(activations alike, left out)", fontsize=9)
     a.legend(fontsize=7)
     x, tables, ticks = [], [], []
     for k, s in enumerate(("gpipe", "1f1b", "zb")):
