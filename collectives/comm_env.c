@@ -32,6 +32,21 @@ void dt_comm_options_default(dt_comm_options *o)
     o->world_size = 1;
 }
 
+void comm_env_child_options(dt_comm_options *o, const dt_comm *parent, int rank, int size,
+                            const char *job_id)
+{
+    dt_comm_options_default(o);
+    o->rank = rank;
+    o->world_size = size;
+    o->init_url = parent->init_url;
+    o->job_id = job_id;
+    o->host = parent->host;
+    o->timeout_s = parent->timeout_s;
+    o->init_timeout_s = parent->init_timeout_s;
+    o->log = parent->log;
+    o->log_user = parent->log_user;
+}
+
 static const char *first_env(const char *const *names, const char **which)
 {
     for (; *names; names++) {

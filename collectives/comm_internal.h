@@ -295,6 +295,12 @@ void comm_mesh_shutdown(dt_comm *c);   /* on the thread: BYE, close all */
  * Slurm), or "dtrain"; malloc'd. */
 char *comm_env_default_job_id(void);
 
+/* comm_env.c: the options a group's communicator inherits from its parent
+ * (store, host, timeouts, log), as rank `rank` of `size` under `job_id`;
+ * each kind of group sets the rest. */
+void comm_env_child_options(dt_comm_options *o, const dt_comm *parent, int rank, int size,
+                            const char *job_id);
+
 /* validate.c: DT_OK if op is well formed for c, else DT_EINVAL with the
  * reason in c->arg_error. */
 dt_status comm_validate_op(dt_comm *c, const dt_op *op);

@@ -91,17 +91,8 @@ static dt_status child_create(dt_comm *parent, unsigned split, int color, const 
     char job_id[256];
     snprintf(job_id, sizeof job_id, "%s/split%u.%d", parent->job_id, split, color);
     dt_comm_options o;
-    dt_comm_options_default(&o);
-    o.rank = my;
-    o.world_size = n;
-    o.init_url = parent->init_url;
-    o.job_id = job_id;
-    o.host = parent->host;
-    o.timeout_s = parent->timeout_s;
-    o.init_timeout_s = parent->init_timeout_s;
+    comm_env_child_options(&o, parent, my, n, job_id);
     o.socket_buffer = parent->socket_buffer;
-    o.log = parent->log;
-    o.log_user = parent->log_user;
     dt_status st = comm_setup(c, &o);
     if (st == DT_OK && (st = comm_family_add_child(c, parent, split, color, members)) != DT_OK)
         comm_fail(c, st, "rank %d: out of memory", c->rank);

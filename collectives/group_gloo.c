@@ -95,16 +95,7 @@ static dt_status join(dt_comm *parent, int group, int color, const int *members,
     char job_id[256];
     snprintf(job_id, sizeof job_id, "%s/group%d", parent->job_id, group);
     dt_comm_options o;
-    dt_comm_options_default(&o);
-    o.rank = my;
-    o.world_size = n;
-    o.init_url = parent->init_url;
-    o.job_id = job_id;
-    o.host = parent->host;
-    o.timeout_s = parent->timeout_s;
-    o.init_timeout_s = parent->init_timeout_s;
-    o.log = parent->log;
-    o.log_user = parent->log_user;
+    comm_env_child_options(&o, parent, my, n, job_id);
     o.wire = DT_WIRE_GLOO;
     c->gloo_group = group;
     dt_status st = comm_setup(c, &o);
