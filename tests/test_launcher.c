@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 
 #include "launch_run.h"
+#include "proc_state.h"
 
 static bool is_hex(const char *s, size_t n)
 {
@@ -247,15 +248,8 @@ Test(launcher, a_missing_program_exits_127_naming_it, .timeout = 20)
  * reaped yet (its parent, the launcher, is dead), does not. */
 static bool still_runs(pid_t pid)
 {
-    char path[64], buf[256];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-    if (f)
-        fclose(f);
-    buf[n] = '\0';
-    const char *end = strrchr(buf, ')');
-    return n > 0 && !(end && end[1] == ' ' && end[2] == 'Z');
+    char state = proc_state(pid);
+    return state != '?' && state != 'Z';
 }
 
 /* Workers run in sessions of their own, so no signal to the launcher

@@ -13,6 +13,7 @@
  */
 #include "launch.h"
 #include "launch_run.h"
+#include "proc_state.h"
 
 /* ---- one line: whom it blames ---------------------------------------------- */
 
@@ -74,21 +75,6 @@ Test(launcher_blame, a_line_naming_no_failed_peer_blames_nobody)
 }
 
 /* ---- the launcher's verdict ------------------------------------------------- */
-
-/* Reads field 3 of /proc/PID/stat: R, S, T (stopped), ... */
-static char proc_state(pid_t pid)
-{
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return '?';
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *close = strrchr(buf, ')');
-    return close && close[1] == ' ' ? close[2] : '?';
-}
 
 /* Four ranks all-reduce in a loop with a 2 s op timeout; rank 2 is stopped.
  * The others time out one by one, blaming whichever rank they waited on;

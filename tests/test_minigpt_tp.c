@@ -28,6 +28,7 @@
 #include <criterion/criterion.h>
 
 #include "run_program.h"
+#include "proc_state.h"
 
 #ifndef LAUNCH_BIN
 #error "LAUNCH_BIN must name the built dtrain-launch"
@@ -189,21 +190,6 @@ Test(minigpt_tp, a_killed_rank_fails_its_group_naming_it, .timeout = 120)
 static void nap_ms(long ms)
 {
     nanosleep(&(struct timespec){ms / 1000, ms % 1000 * 1000000}, NULL);
-}
-
-/* Field 3 of /proc/PID/stat: R, S, T (stopped), Z (exited, unreaped), ... */
-static char proc_state(pid_t pid)
-{
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return '?';
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *close = strrchr(buf, ')');
-    return close && close[1] == ' ' ? close[2] : '?';
 }
 
 /* The RANK a process was started with, or -1. */
