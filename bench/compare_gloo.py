@@ -3,6 +3,7 @@
 
     python3 bench/compare_gloo.py --build build -c allreduce --pairs 3
     python3 bench/compare_gloo.py --build build -c allgather,broadcast -b 1K -e 64M -f 16
+    python3 bench/compare_gloo.py --build build -c allreduce --dtrain-wire gloo
 
 Runs dtrain-bench and gloo-bench alternately (A B A B ..., --pairs times)
 with the same ranks, sizes, dtype and iteration counts, so slow drift of a
@@ -46,6 +47,8 @@ def parse_args():
     ap.add_argument("--ranks", type=int, default=4, help="local ranks (default 4)")
     ap.add_argument("--pairs", type=int, default=3, help="A B pairs, at least 3 (default 3)")
     ap.add_argument("--dtrain-algo", default=None, help="force dtrain's --algo")
+    ap.add_argument("--dtrain-wire", default=None, choices=["dtrain", "gloo"],
+                    help="dtrain-bench --wire: dtrain's own (default) or gloo's")
     ap.add_argument("--gloo-algo", default=None, help="gloo-bench --algo (ring or bcube)")
     ap.add_argument("--stream-mib", default="256", help="MiB per loopback stream (default 256)")
     ap.add_argument("--no-streams", action="store_true", help="skip the loopback reference")
@@ -98,6 +101,7 @@ def commands(a, collective):
     common = ["--ranks", str(a.ranks), "-c", collective, "-b", a.minbytes, "-e", a.maxbytes,
               "-f", a.stepfactor, "-d", a.datatype, "-n", a.iters, "-w", a.warmup]
     dtrain = [a.dtrain] + common + (["--algo", a.dtrain_algo] if a.dtrain_algo else [])
+    dtrain += ["--wire", a.dtrain_wire] if a.dtrain_wire else []
     gloo = [a.gloo] + common + (["--algo", a.gloo_algo] if a.gloo_algo else [])
     return dtrain, gloo
 
