@@ -21,6 +21,18 @@
  * key = rank, an f32 sum of 1000 in the group (line 1, printed by members
  * only), then one in the world (line 2); torch_gloo.py's torch ranks do
  * all_gather of (colour, rank) and new_group per colour.
+ *
+ * PLAN "sendrecv" is tagged send/recv through the communicator's API
+ * (dt_send_async, dt_recv_async, dt_recv from DT_ANY_SOURCE), mirrored by
+ * torch's isend, irecv and recv(src=None):
+ *   line 1  a ring: each rank sends 262145 f32 to rank+1 (tag 5) while it
+ *           receives from rank-1, both posted before either is waited for
+ *   line 2  rank 0 posts a receive of 1000 i64 from the last rank (tag 11);
+ *           every rank sums 1000 f32 (printed) while it is in flight;
+ *   line 3  then the last rank sends, and rank 0 prints what it got
+ *   line 4  every other rank sends 1000 i32 to rank 0 (tag 9), which
+ *           receives them from any source, each into its sender's block
+ *   line 5  a sum of 1000 f32 in the world
  */
 #include <math.h>
 #include <openssl/evp.h>
@@ -195,10 +207,9 @@ static int colour_of(const char *list, int rank)
     return DT_UNDEFINED;
 }
 
-/* The PLAN "split:..." program (see the top). */
-static int split(const char *url, int rank, int size, const char *colours, double timeout_s)
+/* A communicator on the gloo wire, joined at url. */
+static dt_status join_world(dt_comm **world, const char *url, int rank, int size, double timeout_s)
 {
-    const int colour = colour_of(colours, rank);
     dt_comm_options o;
     dt_comm_options_default(&o);
     o.rank = rank;
@@ -208,10 +219,17 @@ static int split(const char *url, int rank, int size, const char *colours, doubl
     o.host = "127.0.0.1";
     o.timeout_s = timeout_s;
     o.init_timeout_s = 60;
+    return dt_comm_init(world, &o);
+}
+
+/* The PLAN "split:..." program (see the top). */
+static int split(const char *url, int rank, int size, const char *colours, double timeout_s)
+{
+    const int colour = colour_of(colours, rank);
     dt_comm *world = NULL, *group = NULL;
     float x[1000];
     peer p = {.rank = rank, .size = size};
-    dt_status st = dt_comm_init(&world, &o);
+    dt_status st = join_world(&world, url, rank, size, timeout_s);
     if (st == DT_OK)
         st = dt_comm_split(world, colour, rank, &group);
     if (st == DT_OK && group) {
@@ -233,6 +251,75 @@ static int split(const char *url, int rank, int size, const char *colours, doubl
     return st == DT_OK ? 0 : 1;
 }
 
+/* Waits for both works (each NULL or posted), the first error kept. */
+static dt_status wait_both(dt_work *a, dt_work *b, dt_status st)
+{
+    dt_status sa = a ? dt_work_wait(a) : st, sb = b ? dt_work_wait(b) : st;
+    return st != DT_OK ? st : sa != DT_OK ? sa : sb;
+}
+
+/* The PLAN "sendrecv" program (see the top). */
+static dt_status sendrecv_lines(dt_comm *c, const peer *p)
+{
+    enum { RING = 262145, N = 1000 };
+    const int r = p->rank, n = p->size, last = n - 1;
+    float *ring_out = malloc(RING * sizeof *ring_out), *ring_in = calloc(RING, sizeof *ring_in);
+    float sum[N];
+    int64_t late[N] = {0};
+    int32_t *blocks = calloc((size_t)n * N, sizeof *blocks);
+    dt_work *s = NULL, *v = NULL;
+    fill(ring_out, DT_F32, RING, seed_of(p, 1));
+    dt_status st = dt_send_async(c, ring_out, RING, DT_F32, (r + 1) % n, 5, &s);
+    if (st == DT_OK)
+        st = dt_recv_async(c, ring_in, RING, DT_F32, (r + n - 1) % n, 5, NULL, &v);
+    if ((st = wait_both(s, v, st)) == DT_OK)
+        print_sha(1, ring_in, RING * sizeof *ring_in);
+    v = NULL;
+    if (st == DT_OK && r == 0)
+        st = dt_recv_async(c, late, N, DT_I64, last, 11, NULL, &v);
+    fill(sum, DT_F32, N, seed_of(p, 2));
+    if (st == DT_OK && (st = dt_allreduce(c, sum, N, DT_F32, DT_SUM)) == DT_OK)
+        print_sha(2, sum, sizeof sum);
+    if (st == DT_OK && r == last) {
+        fill(late, DT_I64, N, seed_of(p, 3));
+        st = dt_send(c, late, N, DT_I64, 0, 11);
+    }
+    if ((st = wait_both(v, NULL, st)) == DT_OK && r == 0)
+        print_sha(3, late, sizeof late);
+    for (int k = 1; k < n && st == DT_OK && r == 0; k++) {
+        int32_t got[N];
+        int from = -1;
+        if ((st = dt_recv(c, got, N, DT_I32, DT_ANY_SOURCE, 9, &from)) == DT_OK)
+            memcpy(blocks + (size_t)from * N, got, sizeof got);
+    }
+    if (st == DT_OK && r > 0) {
+        fill(blocks, DT_I32, N, seed_of(p, 4));
+        st = dt_send(c, blocks, N, DT_I32, 0, 9);
+    } else if (st == DT_OK) {
+        print_sha(4, blocks, (size_t)n * N * sizeof *blocks);
+    }
+    fill(sum, DT_F32, N, seed_of(p, 5));
+    if (st == DT_OK && (st = dt_allreduce(c, sum, N, DT_F32, DT_SUM)) == DT_OK)
+        print_sha(5, sum, sizeof sum);
+    free(ring_out);
+    free(ring_in);
+    free(blocks);
+    return st;
+}
+
+static int sendrecv(const char *url, int rank, int size, double timeout_s)
+{
+    dt_comm *world = NULL;
+    peer p = {.rank = rank, .size = size};
+    dt_status st = join_world(&world, url, rank, size, timeout_s);
+    if (st == DT_OK)
+        st = sendrecv_lines(world, &p);
+    if (st != DT_OK && world)
+        fprintf(stderr, "gloo_peer: %s\n", dt_comm_error(world));
+    dt_comm_destroy(world);
+    return st == DT_OK ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 6) {
@@ -243,6 +330,8 @@ int main(int argc, char **argv)
     const char *url = argv[1];
     if (strncmp(argv[4], "split:", 6) == 0)
         return split(url, p.rank, p.size, argv[4] + 6, atof(argv[5]));
+    if (strcmp(argv[4], "sendrecv") == 0)
+        return sendrecv(url, p.rank, p.size, atof(argv[5]));
     dt_store_server *server = NULL;
     char err[512];
     if (p.rank == 0 && strncmp(url, "tcp://", 6) == 0) {

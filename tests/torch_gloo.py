@@ -84,6 +84,8 @@ def torch_rank(url, rank, size, plan, timeout, mode):
 
     if plan.startswith("split:"):
         return torch_split(dist, rank, size, [int(c) for c in plan[6:].split(",")], gen, say)
+    if plan == "sendrecv":
+        return torch_sendrecv(dist, rank, size, gen, say)
     for line, text in enumerate(open(plan).read().splitlines(), 1):
         w = text.split()
         op, seed = w[0], rank * 1000003 + line * 7919
@@ -167,6 +169,42 @@ def torch_split(dist, rank, size, colours, gen, say):
     t = gen("f32", 1000, rank * 1000003 + 2 * 7919)
     dist.all_reduce(t)
     say(2, t)
+    dist.destroy_process_group()
+
+
+def torch_sendrecv(dist, rank, size, gen, say):
+    """gloo_peer's "sendrecv" program in torch: isend/irecv around a ring,
+    an irecv in flight across an all_reduce, recv(src=None)."""
+    import torch
+    seed = lambda line: rank * 1000003 + line * 7919
+    last = size - 1
+    inp = torch.zeros(262145, dtype=torch.float32)
+    s = dist.isend(gen("f32", 262145, seed(1)), dst=(rank + 1) % size, tag=5)
+    v = dist.irecv(inp, src=(rank - 1) % size, tag=5)
+    v.wait()
+    s.wait()
+    say(1, inp)
+    late = torch.zeros(1000, dtype=torch.int64)
+    v = dist.irecv(late, src=last, tag=11) if rank == 0 else None
+    t = gen("f32", 1000, seed(2))
+    dist.all_reduce(t)
+    say(2, t)
+    if rank == last:
+        dist.send(gen("i64", 1000, seed(3)), dst=0, tag=11)
+    if v is not None:
+        v.wait()
+        say(3, late)
+    if rank == 0:
+        blocks = [torch.zeros(1000, dtype=torch.int32) for _ in range(size)]
+        for _ in range(1, size):
+            got = torch.zeros(1000, dtype=torch.int32)
+            blocks[dist.recv(got, src=None, tag=9)] = got
+        say(4, *blocks)
+    else:
+        dist.send(gen("i32", 1000, seed(4)), dst=0, tag=9)
+    t = gen("f32", 1000, seed(5))
+    dist.all_reduce(t)
+    say(5, t)
     dist.destroy_process_group()
 
 
@@ -257,6 +295,7 @@ def main():
                    f"rank's {len(reference[n][0])} results equal the all-torch group's "
                    f"({time.time() - t0:.1f} s)", "\n".join(bad))
         split(peer, tmp)
+        sendrecv(peer, tmp)
         failures(peer, tmp)
         example(peer)
     print(f"# torch_gloo: {results['ok']} passed, {results['not ok']} failed")
@@ -275,6 +314,22 @@ def split(peer, tmp):
     report(not bad and len(ref[0]) == 2 and len(ref[4]) == 1,
            "dt_comm_split as new_group: dtrain at [1, 2, 4] in groups [0, 2] and [1, 3] and in "
            "none; the groups' and the world's sums equal the all-torch job's", "\n".join(bad))
+
+
+def sendrecv(peer, tmp):
+    """Tagged send/recv through dtrain's communicator API against torch's
+    isend/irecv/recv(src=None): every rank's results equal an all-torch
+    job's, with dtrain as the any-source receiver and as senders."""
+    for n, kind, dtrain in ((2, "file", {0}), (3, "tcp", {1, 2}), (4, "file", {0, 3})):
+        ref = [digests(o) for _, o, _ in
+               finish(start_group(peer, tmp, n, set(), kind, "sendrecv"), 120)]
+        outs = finish(start_group(peer, tmp, n, dtrain, kind, "sendrecv"), 120)
+        bad = [f"rank {r}: exit {rc}, printed {digests(o)}, torch's {ref[r]}\n{e}"
+               for r, (rc, o, e) in enumerate(outs) if rc != 0 or digests(o) != ref[r]]
+        report(not bad and len(ref[0]) == 5 and len(ref[n - 1]) == 3,
+               f"send/recv through dt_comm, {n} ranks over {kind}:// with dtrain at "
+               f"{sorted(dtrain)}: ring, a receive in flight across an all_reduce, receive "
+               "from any source; every result equals the all-torch job's", "\n".join(bad))
 
 
 def failures(peer, tmp):
