@@ -60,6 +60,7 @@ dt_status comm_setup(dt_comm *c, const dt_comm_options *o)
     pthread_condattr_destroy(&attr);
     atomic_init(&c->io_running, false);
     atomic_init(&c->rejected, 0);
+    atomic_init(&c->gloo_turn, false);
     c->rank = o->rank;
     c->size = o->world_size;
     if (o->world_size < 1 || o->rank < 0 || o->rank >= o->world_size) {

@@ -71,6 +71,7 @@ dt_status comm_gloo_wire_join(dt_comm *c, dt_store *store, const gloo_config *cf
         return st;
     }
     pthread_mutex_lock(&c->mu);
+    c->gloo_waker = &c->gloo->waker;
     c->init_done = true; /* from now on a blocking op may run on its caller's thread */
     pthread_mutex_unlock(&c->mu);
     comm_wake_thread(c);

@@ -134,6 +134,9 @@ struct dt_comm {
     int gloo_group;                /* its torch group: 0 the world, k the k-th new_group */
     int gloo_groups_made;          /* the world's: new_groups so far (group_gloo.c) */
     struct gloo_pending *gloo_p2p; /* sends/recvs in flight on the gloo wire (p2p_gloo.c) */
+    uv_async_t *gloo_waker;        /* the gloo context's (comm_gloo_wake's handle), once joined */
+    atomic_bool gloo_turn;         /* the thread waits on the gloo wire (comm_gloo_p2p_progress): a
+                              comm_wake_thread must wake gloo_waker too */
     dt_store_server *store_server; /* rank 0's, while the job starts (store_host.c) */
     int port;
     char (*peer_addr)[64]; /* [size] "host:port", fixed after init */
@@ -201,8 +204,9 @@ struct dt_comm {
  * transport/ call log.c, family.c and fail.c only through c->report
  * (report.h), as the rooms below the communicator must (README.md). */
 
-/* wake.c: waking the communicator thread (cond var, and the loop's async
- * handle while it runs), with mu held or not; a timed wait on the
+/* wake.c: waking the communicator thread (cond var, the loop's async
+ * handle while it runs, the gloo wire's while it waits there), with mu
+ * held or not; a timed wait on the
  * monotonic clock, deadline in dt_now() seconds; a work handle done (with
  * mu held), which wakes its waiters. */
 void comm_wake_thread(dt_comm *c);
@@ -326,8 +330,9 @@ dt_status comm_connect_mesh(dt_comm *c, double deadline);
 dt_status comm_gloo_wire_init(dt_comm *c, const dt_comm_options *o);
 /* p2p_gloo.c: tagged send/recv on the gloo wire. The executor posts w's
  * message and marks it in flight; comm_gloo_p2p_reap completes what has
- * finished (after every op, and from the thread's idle turns,
- * comm_gloo_p2p_progress). All by the loop owner; _forget at destroy. */
+ * finished (after every op, and from the thread's turns on the wire,
+ * comm_gloo_p2p_progress, which last until something happens there or
+ * comm_wake_thread). All by the loop owner; _forget at destroy. */
 dt_status comm_gloo_p2p_start(dt_comm *c, dt_work *w);
 void comm_gloo_p2p_reap(dt_comm *c);
 void comm_gloo_p2p_progress(dt_comm *c);

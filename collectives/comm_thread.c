@@ -142,15 +142,20 @@ static void thread_main(void *arg)
             needed = loop_needed(c);
         }
         dt_work *w = take_loop(c);
-        const bool gloo_p2p = c->init_done && c->gloo && c->gloo_p2p; /* we own the loop now */
+        /* we own the loop now; with gloo sends/recvs in flight, wait on that
+         * wire until it moves or comm_wake_thread wakes it (p2p_gloo.c) */
+        const bool gloo_p2p = !w && c->init_done && c->gloo && c->gloo_p2p;
+        if (gloo_p2p)
+            atomic_store(&c->gloo_turn, true);
         pthread_mutex_unlock(&c->mu);
         if (w)
             run_queued(c, w);
         else if (gloo_p2p)
-            comm_gloo_p2p_progress(c); /* gloo sends/recvs in flight (p2p_gloo.c) */
+            comm_gloo_p2p_progress(c);
         else
             uv_run(&c->loop, needed ? UV_RUN_ONCE : UV_RUN_NOWAIT);
         pthread_mutex_lock(&c->mu);
+        atomic_store(&c->gloo_turn, false);
         c->loop_busy = false;
     }
     c->loop_busy = true;

@@ -5,10 +5,12 @@
  * They queue like collectives (the gloo context belongs to whoever runs
  * ops), but the executor only posts them (comm_gloo_p2p_start) and the
  * work stays in flight while later ops run. Whatever drives the gloo loop
- * moves them: a collective's waits, or the communicator thread's idle
- * turns (comm_gloo_p2p_progress, a 10 ms wait on the wire); after each,
- * comm_gloo_p2p_reap completes every work whose message has gone or
- * arrived. So two ranks that each send before they receive (a pipeline's
+ * moves them: a collective's waits, or the communicator thread's turns on
+ * the wire (comm_gloo_p2p_progress: one pass of the gloo loop, with no
+ * timer, which ends when bytes move or a connection ends there, or when
+ * comm_wake_thread wakes it because an op was queued, the communicator
+ * failed or is stopping); after each, comm_gloo_p2p_reap completes every
+ * work whose message has gone or arrived. So two ranks that each send before they receive (a pipeline's
  * 1F1B) do not wait for each other, as with torch's send/recv, whose
  * messages are also not bound to the order of collectives.
  *
@@ -16,15 +18,15 @@
  * the gloo context too, which closes every connection (gloo's rule), and
  * every work in flight completes with the communicator's root cause.
  *
- * Cost: one allocation per send/recv; while any is in flight a queued op
- * may wait up to 10 ms for the thread's turn to end.
+ * Cost: one allocation per send/recv; an op queued while one is in
+ * flight costs an eventfd write to end the thread's turn (a 4-byte round
+ * trip with every send queued so, bench/p2p_pingpong.c: see
+ * bench/README.md).
  */
 #include <stdlib.h>
 
 #include "comm_internal.h"
 #include "gloo/gloo.h"
-
-#define IDLE_TURN_S 0.01 /* the thread's wait for the wire while sends/recvs are in flight */
 
 /* A send or receive in flight: its work and its gloo message. */
 typedef struct gloo_pending {
@@ -81,7 +83,7 @@ void comm_gloo_p2p_reap(dt_comm *c)
 
 void comm_gloo_p2p_progress(dt_comm *c)
 {
-    comm_gloo_progress(c->gloo, IDLE_TURN_S);
+    comm_gloo_progress(c->gloo);
     comm_gloo_p2p_reap(c);
 }
 

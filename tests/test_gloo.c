@@ -247,6 +247,30 @@ Test(gloo, a_peer_that_leaves_fails_the_op_naming_it, .timeout = 60)
     cr_assert_neq(j.ranks[2].st, DT_OK, "rank 2 fails too");
 }
 
+/* ---- another thread reaches a waiting context -------------------------------- */
+
+static void *wake_it(void *ctx)
+{
+    comm_gloo_wake(ctx);
+    return NULL;
+}
+
+/* A pass of a rank alone waits for nothing but its waker: no timer, no peer. */
+static void one_pass_woken_from_another_thread(rank *r)
+{
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, wake_it, r->ctx), 0);
+    comm_gloo_progress(r->ctx); /* returns only once woken */
+    pthread_join(t, NULL);
+}
+
+Test(gloo, comm_gloo_wake_ends_a_pass_that_waits_for_nothing_else, .timeout = 30)
+{
+    job j;
+    run(&j, 1, 600, one_pass_woken_from_another_thread, NULL);
+    cr_assert_eq(j.ranks[0].st, DT_OK, "%s", j.ranks[0].err);
+}
+
 static void rank_1_sends_garbage(rank *r)
 {
     if (r->rank == 1) {

@@ -19,6 +19,8 @@ typedef struct wire_rank {
     int rank, size;
     const char *url;
     void (*body)(struct wire_rank *);
+    double timeout_s; /* the communicator's op timeout */
+    void *arg;        /* the test's, shared by the ranks */
     dt_comm *comm;
     char err[1024]; /* the first failure */
 } wire_rank;
@@ -39,7 +41,7 @@ static void *rank_main(void *p)
     o.world_size = r->size;
     o.init_url = r->url;
     o.wire = DT_WIRE_GLOO;
-    o.timeout_s = 20;
+    o.timeout_s = r->timeout_s;
     o.init_timeout_s = 20;
     if (dt_comm_init(&r->comm, &o) != DT_OK)
         fail(r, "init");
@@ -49,7 +51,9 @@ static void *rank_main(void *p)
     return NULL;
 }
 
-static void run(int size, void (*body)(wire_rank *), wire_rank *ranks)
+/* Runs body on size ranks as threads, with op timeout timeout_s and arg. */
+static void run_with(int size, void (*body)(wire_rank *), wire_rank *ranks, double timeout_s,
+                     void *arg)
 {
     static atomic_uint counter;
     static char url[128];
@@ -60,12 +64,22 @@ static void run(int size, void (*body)(wire_rank *), wire_rank *ranks)
     unlink(url + 7);
     pthread_t t[MAX_RANKS];
     for (int r = 0; r < size; r++) {
-        ranks[r] = (wire_rank){.rank = r, .size = size, .url = url, .body = body};
+        ranks[r] = (wire_rank){.rank = r,
+                               .size = size,
+                               .url = url,
+                               .body = body,
+                               .timeout_s = timeout_s,
+                               .arg = arg};
         cr_assert_eq(pthread_create(&t[r], NULL, rank_main, &ranks[r]), 0);
     }
     for (int r = 0; r < size; r++)
         pthread_join(t[r], NULL);
     unlink(url + 7);
+}
+
+static void run(int size, void (*body)(wire_rank *), wire_rank *ranks)
+{
+    run_with(size, body, ranks, 20, NULL);
 }
 
 /* Every op of the API a training job uses, against its definition. */
@@ -206,6 +220,35 @@ Test(gloo_wire, a_receive_from_any_source_names_each_sender, .timeout = 60)
     wire_rank ranks[3];
     run(3, any_source, ranks);
     for (int r = 0; r < 3; r++)
+        cr_assert(!ranks[r].err[0], "%s", ranks[r].err);
+}
+
+/* Rank 0 keeps a receive in flight and sends; rank 1 replies only to that
+ * send. The communicator thread waits on the wire for the receive, with no
+ * timer: only the send's queueing can wake it to post the send. */
+static void send_while_a_receive_waits(wire_rank *r)
+{
+    int32_t v = 7, got = 0;
+    if (r->rank == 0) {
+        dt_work *w = NULL;
+        if (dt_recv_async(r->comm, &got, 1, DT_I32, 1, 1, NULL, &w) != DT_OK)
+            return fail(r, "posting the receive");
+        if (dt_send(r->comm, &v, 1, DT_I32, 1, 2) != DT_OK)
+            fail(r, "a send queued while a receive is in flight");
+        if (dt_work_wait(w) != DT_OK || got != 8)
+            fail(r, "the reply");
+    } else if (dt_recv(r->comm, &got, 1, DT_I32, 0, 2, NULL) != DT_OK) {
+        fail(r, "recv");
+    } else if ((v = got + 1), dt_send(r->comm, &v, 1, DT_I32, 0, 1) != DT_OK) {
+        fail(r, "reply");
+    }
+}
+
+Test(gloo_wire, a_send_queued_while_a_receive_is_in_flight_is_posted_at_once, .timeout = 60)
+{
+    wire_rank ranks[2];
+    run(2, send_while_a_receive_waits, ranks);
+    for (int r = 0; r < 2; r++)
         cr_assert(!ranks[r].err[0], "%s", ranks[r].err);
 }
 

@@ -11,7 +11,8 @@
  *
  * Threads: a context is used by one thread at a time. That thread runs the
  * context's libuv loop while it waits (wait.c), so bytes move only inside
- * a collective; a torch peer that runs ahead is held back by TCP.
+ * a collective; a torch peer that runs ahead is held back by TCP. Another
+ * thread may call comm_gloo_wake (an async handle on the loop).
  *
  * Invariant that keeps buffers safe: a collective returns only when every
  * message it posted has completed, or after the context failed; failing
@@ -129,6 +130,8 @@ struct gloo_ctx {
     uv_loop_t loop;
     uv_timer_t timer; /* the deadline of the wait in progress */
     bool timer_fired;
+    uv_async_t waker;  /* any thread: end the loop pass in progress (wait.c) */
+    bool waker_open;   /* the loop and waker exist (a member's context) */
     gloo_pair *pairs;  /* [size]; pairs[rank] unused */
     uint32_t next_tag; /* torch's per-group collective counter */
     const char *op;    /* the collective running, for messages */
@@ -202,6 +205,11 @@ void comm_gloo_pair_address(const gloo_pair *p, uint8_t out[GLOO_ADDRESS_BYTES])
 dt_status comm_gloo_pair_connect(gloo_pair *p, const uint8_t addr[GLOO_ADDRESS_BYTES]);
 
 /* ---- wait.c: running the loop until a buffer completes -------------------- */
+/* The waker, on the context's new loop (rendezvous.c). */
+void comm_gloo_waker_init(gloo_ctx *c);
+/* From any thread: ends the loop pass in progress (comm_gloo_progress
+ * returns), or the next one if none runs now. */
+void comm_gloo_wake(gloo_ctx *c);
 dt_status comm_gloo_wait_recv(gloo_ctx *c, gloo_buf *b, int peer);
 dt_status comm_gloo_wait_send(gloo_ctx *c, gloo_buf *b, int peer);
 /* Runs the loop until every pair is connected (rendezvous). */
@@ -244,7 +252,7 @@ dt_status comm_gloo_send(gloo_ctx *c, const void *buf, size_t bytes, int peer, u
 dt_status comm_gloo_recv(gloo_ctx *c, void *buf, size_t bytes, int peer, uint32_t tag, int *from);
 
 /* Posted and completed apart, for a caller that keeps several in flight
- * (the communicator's async send/recv, ../comm_gloo.c): post, then drive
+ * (the communicator's async send/recv, ../p2p_gloo.c): post, then drive
  * the loop (comm_gloo_progress, or any collective's waits) until done. */
 typedef struct gloo_p2p {
     gloo_buf buf;
@@ -257,8 +265,9 @@ dt_status comm_gloo_p2p_post(gloo_ctx *c, gloo_p2p *p, bool is_send, void *buf, 
  * sender in p->buf.recv_from) or the failure (the context failed, or the
  * peer's connection ended). */
 bool comm_gloo_p2p_finished(gloo_ctx *c, const gloo_p2p *p, dt_status *st);
-/* Runs the loop until something happens or max_s passed. */
-void comm_gloo_progress(gloo_ctx *c, double max_s);
+/* Runs one pass of the loop, which waits, with no timer, until something
+ * happens: bytes moved, a connection ended, comm_gloo_wake. Returns at once on a failed context. */
+void comm_gloo_progress(gloo_ctx *c);
 
 /* ---- run.c: a dtrain op on this wire (compositions where gloo has none) --- */
 dt_status comm_gloo_run(gloo_ctx *c, const dt_op *op);

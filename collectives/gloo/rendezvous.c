@@ -198,6 +198,7 @@ static dt_status setup(gloo_ctx *c, const gloo_config *cfg)
     }
     uv_timer_init(&c->loop, &c->timer);
     c->timer.data = c;
+    comm_gloo_waker_init(c);
     for (int i = 0; i < c->size; i++)
         c->pairs[i] = (gloo_pair){.ctx = c, .peer = i};
     return DT_OK;
@@ -230,6 +231,7 @@ void comm_gloo_destroy(gloo_ctx *c)
     if (c->pairs) {
         comm_gloo_close_all(c);
         uv_close((uv_handle_t *)&c->timer, NULL);
+        uv_close((uv_handle_t *)&c->waker, NULL);
         uv_run(&c->loop, UV_RUN_DEFAULT); /* every close callback has run */
         uv_loop_close(&c->loop);
         for (int i = 0; i < c->size; i++)

@@ -10,7 +10,13 @@
  * rank, the peer it waited for and the slot's op and tag, and closes every
  * connection, as gloo's timeout does.
  *
- * Cost: no threads and no hand-off; a wait costs the loop passes it takes.
+ Another thread reaches a waiting context through its waker, an async
+ * handle on the loop: comm_gloo_wake ends the pass in progress (the
+ * communicator's thread waits in comm_gloo_progress while sends and
+ * receives are in flight, and is woken so when it has an op to run).
+ *
+ * Cost: no threads and no hand-off; a wait costs the loop passes it takes;
+ * a wake is an eventfd write, and one more pass.
  */
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +28,25 @@ static void fired(uv_timer_t *t)
 {
     gloo_ctx *c = t->data;
     c->timer_fired = true;
+}
+
+/* On the loop's thread: the pass ends; nothing more to do. */
+static void woken(uv_async_t *a)
+{
+    (void)a;
+}
+
+void comm_gloo_waker_init(gloo_ctx *c)
+{
+    uv_async_init(&c->loop, &c->waker, woken);
+    c->waker.data = c;
+    c->waker_open = true;
+}
+
+void comm_gloo_wake(gloo_ctx *c)
+{
+    if (c->waker_open)
+        uv_async_send(&c->waker);
 }
 
 /* Has peer's connection ended while this rank still waits on it: a
@@ -114,15 +139,12 @@ dt_status comm_gloo_wait_connected(gloo_ctx *c)
                           c->init_timeout_s, r);
 }
 
-void comm_gloo_progress(gloo_ctx *c, double max_s)
+void comm_gloo_progress(gloo_ctx *c)
 {
     if (c->failed != DT_OK)
         return;
-    c->timer_fired = false;
-    uv_timer_start(&c->timer, fired, (uint64_t)ceil(max_s * 1000.0), 0);
     sigset_t old;
     comm_gloo_sigpipe_block(&old);
     uv_run(&c->loop, UV_RUN_ONCE);
     comm_gloo_sigpipe_restore(&old);
-    uv_timer_stop(&c->timer);
 }

@@ -1,7 +1,8 @@
 /*
  * wake.c — how a communicator's threads wake each other: the communicator
- * thread (its condition variable, and the loop's async handle when the
- * loop may be asleep in epoll), the API threads waiting on a work handle
+ * thread (its condition variable, the loop's async handle when the loop
+ * may be asleep in epoll, and on the gloo wire the gloo context's when the
+ * thread waits there for sends and receives in flight), the API threads waiting on a work handle
  * (cv_api), and waits with a deadline.
  *
  * Every file that changes what another thread should do ends with one of
@@ -19,6 +20,9 @@ void comm_wake_thread(dt_comm *c)
     pthread_cond_signal(&c->cv_thread);
     if (atomic_load(&c->io_running))
         uv_async_send(&c->wake);
+    /* set only while the thread holds the gloo context, which outlives it */
+    if (atomic_load(&c->gloo_turn))
+        uv_async_send(c->gloo_waker);
 }
 
 void comm_wake_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, double deadline)
