@@ -19,8 +19,13 @@
  * Tagged send/recv on this wire stay in flight across later ops
  * (p2p_gloo.c).
  *
- * Not here yet: device buffers, and dt_comm_abort interrupting an op in
- * progress (the op ends at its timeout instead).
+ * A failure of the communicator (dt_comm_abort, a peer's, a waiter's
+ * timeout) interrupts the gloo context (fail.c calls comm_gloo_interrupt
+ * on c->gloo once joined): the op waiting on the wire returns at once, on
+ * whichever thread runs it, every connection closes, and every local op
+ * ends with the communicator's first error.
+ *
+ * Not here yet: device buffers.
  *
  * Cost: the gloo wire's (collectives/gloo/README.md); no handshakes.
  */
@@ -72,7 +77,8 @@ dt_status comm_gloo_wire_join(dt_comm *c, dt_store *store, const gloo_config *cf
     }
     pthread_mutex_lock(&c->mu);
     c->gloo_waker = &c->gloo->waker;
-    c->init_done = true; /* from now on a blocking op may run on its caller's thread */
+    c->init_done = true; /* from now on a blocking op may run on its caller's thread, and a
+                            failure interrupts c->gloo (fail.c) */
     pthread_mutex_unlock(&c->mu);
     comm_wake_thread(c);
     return DT_OK;
@@ -81,6 +87,9 @@ dt_status comm_gloo_wire_join(dt_comm *c, dt_store *store, const gloo_config *cf
 void comm_gloo_wire_destroy(dt_comm *c)
 {
     comm_gloo_p2p_forget(c);
-    comm_gloo_destroy(c->gloo);
+    pthread_mutex_lock(&c->mu); /* an abort on another thread no longer reaches it */
+    struct gloo_ctx *g = c->gloo;
     c->gloo = NULL;
+    pthread_mutex_unlock(&c->mu);
+    comm_gloo_destroy(g);
 }

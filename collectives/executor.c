@@ -47,8 +47,12 @@ dt_status comm_executor_run(dt_comm *c, dt_work *w)
     if (c->gloo) { /* the gloo wire: its own schedules (comm_gloo.c) */
         const bool p2p = w->op.kind == DT_OP_SEND || w->op.kind == DT_OP_RECV;
         dt_status st = p2p ? comm_gloo_p2p_start(c, w) : comm_gloo_run(c->gloo, &w->op);
-        if (st != DT_OK)
+        if (st != DT_OK) {
             comm_fail(c, st, "%s", comm_gloo_error(c->gloo));
+            pthread_mutex_lock(&c->mu); /* the root cause (an abort interrupts the op) */
+            st = c->fail_status;
+            pthread_mutex_unlock(&c->mu);
+        }
         comm_gloo_p2p_reap(c); /* what the op's waits have moved */
         return st;
     }

@@ -7,7 +7,9 @@
  * which address, during which op. Recording wakes everyone: API threads
  * waiting on work, and the loop, which then fails every pending transfer,
  * sends each peer an ABORT frame with the reason and closes the
- * connections (mesh.c). dt_comm_abort is the same path with DT_EABORTED; it
+ * connections (mesh.c); on the gloo wire it interrupts the gloo context,
+ * which ends the op waiting there and closes its connections (comm_gloo.c).
+ * dt_comm_abort is the same path with DT_EABORTED; it
  * may run on any thread, so recording is done with the communicator once it
  * lets go of the mutex that published the failure.
  *
@@ -33,6 +35,7 @@
 #include <stdio.h>
 
 #include "family.h"
+#include "gloo/gloo.h"
 
 /* Where a failure was seen: " [rank 2 was running allreduce #17]"; a
  * group's member names itself by group and world rank (family.c), and says
@@ -63,6 +66,10 @@ static bool record_failure(dt_comm *c, dt_status st, const char *fmt, va_list ap
     }
     c->want_fail = true;
     pthread_cond_broadcast(&c->cv_api);
+    /* The gloo wire: the op waiting there returns now, not at its timeout
+     * (c->gloo is written before init_done, under mu, and cleared under mu). */
+    if (first && c->init_done && c->gloo)
+        comm_gloo_interrupt(c->gloo, st);
     /* Wake the loop before letting go of mu, and touch nothing after: a
      * thread woken by the failure may destroy c the moment mu is free
      * (dt_comm_abort is called from any thread). Every way out of an op,

@@ -271,6 +271,43 @@ Test(gloo, comm_gloo_wake_ends_a_pass_that_waits_for_nothing_else, .timeout = 30
     cr_assert_eq(j.ranks[0].st, DT_OK, "%s", j.ranks[0].err);
 }
 
+static void *abort_it(void *ctx)
+{
+    comm_gloo_interrupt(ctx, DT_EABORTED);
+    return NULL;
+}
+
+/* Rank 0 is interrupted while it waits for a message rank 1 never sends;
+ * then rank 1 waits for one from rank 0. The wait is 600 s, the test's 30. */
+static void interrupted_receive(rank *r)
+{
+    atomic_int *rank_0_done = r->j->arg;
+    float x = 0;
+    if (r->rank == 0) {
+        pthread_t t;
+        cr_assert_eq(pthread_create(&t, NULL, abort_it, r->ctx), 0);
+        r->st = comm_gloo_recv(r->ctx, &x, sizeof x, 1, 3, NULL);
+        pthread_join(t, NULL);
+        atomic_store(rank_0_done, 1);
+        return;
+    }
+    while (!atomic_load(rank_0_done))
+        usleep(1000);
+    r->st = comm_gloo_recv(r->ctx, &x, sizeof x, 0, 4, NULL);
+}
+
+Test(gloo, an_interrupt_ends_the_wait_in_progress_and_the_peer_hears_at_once, .timeout = 30)
+{
+    job j;
+    atomic_int rank_0_done = 0;
+    run(&j, 2, 600, interrupted_receive, &rank_0_done);
+    cr_assert_eq(j.ranks[0].st, DT_EABORTED, "%s", j.ranks[0].err);
+    cr_assert(strstr(j.ranks[0].err, "gloo rank 0: recv (tag 3) interrupted"), "%s",
+              j.ranks[0].err);
+    cr_assert_eq(j.ranks[1].st, DT_EPEER, "%s", j.ranks[1].err);
+    cr_assert(strstr(j.ranks[1].err, "lost peer 0"), "%s", j.ranks[1].err);
+}
+
 static void rank_1_sends_garbage(rank *r)
 {
     if (r->rank == 1) {

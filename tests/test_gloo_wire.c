@@ -252,6 +252,48 @@ Test(gloo_wire, a_send_queued_while_a_receive_is_in_flight_is_posted_at_once, .t
         cr_assert(!ranks[r].err[0], "%s", ranks[r].err);
 }
 
+/* ---- dt_comm_abort: every local op ends now, not at its timeout ------------- */
+
+/* Rank 0: a receive in flight, an allreduce running (rank 1 never joins
+ * it), another queued behind it; then dt_comm_abort. Rank 1, once rank 0
+ * is done, waits for a message from rank 0. Op timeout 600 s, test 30 s. */
+static void abort_while_ops_wait(wire_rank *r)
+{
+    atomic_int *rank_0_done = r->arg;
+    float x[4] = {1, 2, 3, 4}, z[4] = {5, 6, 7, 8}, y = 0;
+    if (r->rank == 1) {
+        while (!atomic_load(rank_0_done))
+            usleep(1000);
+        if (dt_recv(r->comm, &y, 1, DT_F32, 0, 3, NULL) != DT_EPEER)
+            fail(r, "the aborted peer's receive did not fail as a peer's failure");
+        return;
+    }
+    dt_work *w[3] = {NULL, NULL, NULL};
+    if (dt_recv_async(r->comm, &y, 1, DT_F32, 1, 3, NULL, &w[0]) != DT_OK ||
+        dt_allreduce_async(r->comm, x, 4, DT_F32, DT_SUM, &w[1]) != DT_OK ||
+        dt_allreduce_async(r->comm, z, 4, DT_F32, DT_SUM, &w[2]) != DT_OK)
+        fail(r, "submitting");
+    usleep(100 * 1000); /* the allreduce is waiting on the wire by now, most likely */
+    dt_comm_abort(r->comm, "the test says stop");
+    static const char *what[3] = {"the receive in flight", "the running allreduce",
+                                  "the allreduce queued behind it"};
+    for (int k = 0; k < 3; k++)
+        if (w[k] && dt_work_wait(w[k]) != DT_EABORTED)
+            fail(r, what[k]);
+    if (!strstr(dt_comm_error(r->comm), "rank 0: aborted: the test says stop"))
+        fail(r, "the error is not the abort's");
+    atomic_store(rank_0_done, 1);
+}
+
+Test(gloo_wire, an_abort_ends_every_local_op_at_once_and_the_peer_hears_of_it, .timeout = 30)
+{
+    wire_rank ranks[2];
+    atomic_int rank_0_done = 0;
+    run_with(2, abort_while_ops_wait, ranks, 600, &rank_0_done);
+    for (int r = 0; r < 2; r++)
+        cr_assert(!ranks[r].err[0], "%s", ranks[r].err);
+}
+
 /* A tag of 2^31 or more could be a collective's slot: refused, no failure. */
 static void tag_too_big(wire_rank *r)
 {

@@ -11,8 +11,9 @@
  *
  * Threads: a context is used by one thread at a time. That thread runs the
  * context's libuv loop while it waits (wait.c), so bytes move only inside
- * a collective; a torch peer that runs ahead is held back by TCP. Another
- * thread may call comm_gloo_wake (an async handle on the loop).
+ * a collective; a torch peer that runs ahead is held back by TCP. Two
+ * calls may come from any other thread: comm_gloo_wake and
+ * comm_gloo_interrupt (an async handle on the loop, and an atomic).
  *
  * Invariant that keeps buffers safe: a collective returns only when every
  * message it posted has completed, or after the context failed; failing
@@ -26,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
 #include <uv.h>
 
@@ -130,11 +132,12 @@ struct gloo_ctx {
     uv_loop_t loop;
     uv_timer_t timer; /* the deadline of the wait in progress */
     bool timer_fired;
-    uv_async_t waker;  /* any thread: end the loop pass in progress (wait.c) */
-    bool waker_open;   /* the loop and waker exist (a member's context) */
-    gloo_pair *pairs;  /* [size]; pairs[rank] unused */
-    uint32_t next_tag; /* torch's per-group collective counter */
-    const char *op;    /* the collective running, for messages */
+    uv_async_t waker;     /* any thread: end the loop pass in progress (wait.c) */
+    bool waker_open;      /* the loop and waker exist (a member's context) */
+    atomic_int interrupt; /* any thread: the dt_status to fail with, DT_OK if none */
+    gloo_pair *pairs;     /* [size]; pairs[rank] unused */
+    uint32_t next_tag;    /* torch's per-group collective counter */
+    const char *op;       /* the collective running, for messages */
     uint32_t op_tag;
     uint64_t op_slot;
     gloo_any_recv *any; /* receives from any source, not yet bound */
@@ -210,6 +213,11 @@ void comm_gloo_waker_init(gloo_ctx *c);
 /* From any thread: ends the loop pass in progress (comm_gloo_progress
  * returns), or the next one if none runs now. */
 void comm_gloo_wake(gloo_ctx *c);
+/* From any thread: the context fails with st (not DT_OK) at once, on the
+ * thread that runs its loop: the op waiting there returns st, and every
+ * connection closes, which tells the peers. Does nothing to a context
+ * that has failed already. */
+void comm_gloo_interrupt(gloo_ctx *c, dt_status st);
 dt_status comm_gloo_wait_recv(gloo_ctx *c, gloo_buf *b, int peer);
 dt_status comm_gloo_wait_send(gloo_ctx *c, gloo_buf *b, int peer);
 /* Runs the loop until every pair is connected (rendezvous). */
@@ -266,7 +274,8 @@ dt_status comm_gloo_p2p_post(gloo_ctx *c, gloo_p2p *p, bool is_send, void *buf, 
  * peer's connection ended). */
 bool comm_gloo_p2p_finished(gloo_ctx *c, const gloo_p2p *p, dt_status *st);
 /* Runs one pass of the loop, which waits, with no timer, until something
- * happens: bytes moved, a connection ended, comm_gloo_wake. Returns at once on a failed context. */
+ * happens: bytes moved, a connection ended, comm_gloo_wake or
+ * comm_gloo_interrupt. Returns at once on a failed context. */
 void comm_gloo_progress(gloo_ctx *c);
 
 /* ---- run.c: a dtrain op on this wire (compositions where gloo has none) --- */

@@ -10,10 +10,12 @@
  * rank, the peer it waited for and the slot's op and tag, and closes every
  * connection, as gloo's timeout does.
  *
- Another thread reaches a waiting context through its waker, an async
+ * Another thread reaches a waiting context through its waker, an async
  * handle on the loop: comm_gloo_wake ends the pass in progress (the
  * communicator's thread waits in comm_gloo_progress while sends and
- * receives are in flight, and is woken so when it has an op to run).
+ * receives are in flight, and is woken so when it has an op to run), and
+ * comm_gloo_interrupt makes the loop's own thread fail the context (an
+ * abort), so the op that waits returns at once instead of at its timeout.
  *
  * Cost: no threads and no hand-off; a wait costs the loop passes it takes;
  * a wake is an eventfd write, and one more pass.
@@ -30,14 +32,19 @@ static void fired(uv_timer_t *t)
     c->timer_fired = true;
 }
 
-/* On the loop's thread: the pass ends; nothing more to do. */
+/* On the loop's thread: an interrupt asked for fails the context. */
 static void woken(uv_async_t *a)
 {
-    (void)a;
+    gloo_ctx *c = a->data;
+    dt_status st = (dt_status)atomic_exchange(&c->interrupt, DT_OK);
+    if (st != DT_OK && c->failed == DT_OK)
+        comm_gloo_fail(c, st, "gloo rank %d: %s (tag %u) interrupted: %s", c->rank,
+                       c->op ? c->op : "no op", c->op_tag, dt_status_name(st));
 }
 
 void comm_gloo_waker_init(gloo_ctx *c)
 {
+    atomic_init(&c->interrupt, DT_OK);
     uv_async_init(&c->loop, &c->waker, woken);
     c->waker.data = c;
     c->waker_open = true;
@@ -47,6 +54,14 @@ void comm_gloo_wake(gloo_ctx *c)
 {
     if (c->waker_open)
         uv_async_send(&c->waker);
+}
+
+void comm_gloo_interrupt(gloo_ctx *c, dt_status st)
+{
+    if (!c->waker_open || st == DT_OK)
+        return;
+    atomic_store(&c->interrupt, (int)st);
+    uv_async_send(&c->waker);
 }
 
 /* Has peer's connection ended while this rank still waits on it: a
