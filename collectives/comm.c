@@ -80,6 +80,7 @@ dt_status comm_setup(dt_comm *c, const dt_comm_options *o)
     c->timeout_s = o->timeout_s > 0 ? o->timeout_s : DEFAULT_TIMEOUT_S;
     c->init_timeout_s = o->init_timeout_s > 0 ? o->init_timeout_s : DEFAULT_INIT_TIMEOUT_S;
     c->socket_buffer = o->socket_buffer;
+    c->gloo_wire = o->wire == DT_WIRE_GLOO;
     c->log = o->log;
     c->log_user = o->log_user;
     c->device = o->device;

@@ -6,7 +6,8 @@
  * dt_comm_init on this wire opens the store in torch's key space (job id
  * ""), hosts a tcp:// store as rank 0 when nobody serves it (torch's rank 0
  * would), starts the communicator thread (async ops run there, in
- * submission order, as on dtrain's wire), and joins the group as torch's
+ * submission order, as on dtrain's wire) with no listener of dtrain's
+ * (the only ports it opens are gloo's, one per pair), and joins the group as torch's
  * init_process_group does (gloo/rendezvous.c). Every collective then runs
  * through comm_gloo_run (gloo/run.c), called by the executor, so a torch rank
  * that calls the same torch.distributed collectives in the same order is a

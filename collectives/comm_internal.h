@@ -130,6 +130,7 @@ struct dt_comm {
     uint8_t key[crypto_auth_KEYBYTES]; /* handshake key, from the job secret */
     uint8_t job_hash[16];
     dt_store *store;
+    bool gloo_wire;                /* options.wire is gloo's: no listener of dtrain's (mesh.c) */
     struct gloo_ctx *gloo;         /* the gloo wire's group (comm_gloo.c); NULL on dtrain's */
     int gloo_group;                /* its torch group: 0 the world, k the k-th new_group */
     int gloo_groups_made;          /* the world's: new_groups so far (group_gloo.c) */

@@ -243,7 +243,8 @@ int dt_comm_rank(const dt_comm *c);
 int dt_comm_size(const dt_comm *c);
 /* The first error this communicator met, or "" while healthy. */
 const char *dt_comm_error(const dt_comm *c);
-/* The TCP port this rank listens on. */
+/* The TCP port this rank listens on for dtrain's wire; 0 on the gloo wire,
+ * where each pair has a listener of its own, closed once connected. */
 int dt_comm_port(const dt_comm *c);
 /* Connections dropped because they failed the handshake. */
 uint64_t dt_comm_rejected_connections(const dt_comm *c);

@@ -4,6 +4,7 @@
  * a torch rank sees of the same job is tests/torch_gloo.py's business.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -311,6 +312,72 @@ Test(gloo_wire, a_tag_of_2_to_the_31_is_refused_and_the_world_goes_on, .timeout 
     run(2, tag_too_big, ranks);
     for (int r = 0; r < 2; r++)
         cr_assert(!ranks[r].err[0], "%s", ranks[r].err);
+}
+
+/* ---- the ports a rank opens: gloo's only ------------------------------------- */
+
+/* Is `inode` one of this process's sockets? */
+static bool ours(unsigned long inode)
+{
+    char want[64], path[300], link[64];
+    snprintf(want, sizeof want, "socket:[%lu]", inode);
+    DIR *d = opendir("/proc/self/fd");
+    bool found = false;
+    for (struct dirent *e; d && !found && (e = readdir(d)) != NULL;) {
+        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+        ssize_t n = readlink(path, link, sizeof link - 1);
+        found = n > 0 && (link[n] = 0, strcmp(link, want) == 0);
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
+/* TCP sockets of this process in state LISTEN, IPv4 and IPv6. */
+static int listening_sockets(void)
+{
+    int n = 0;
+    const char *tables[] = {"/proc/net/tcp", "/proc/net/tcp6"};
+    for (int t = 0; t < 2; t++) {
+        FILE *f = fopen(tables[t], "r");
+        char line[512];
+        for (int row = 0; f && fgets(line, sizeof line, f); row++) {
+            unsigned st = 0;
+            unsigned long inode = 0;
+            if (row > 0 &&
+                sscanf(line, "%*s %*s %*s %x %*s %*s %*s %*s %*s %lu", &st, &inode) == 2 &&
+                st == 0x0A && ours(inode))
+                n++;
+        }
+        if (f)
+            fclose(f);
+    }
+    return n;
+}
+
+/* Once every rank has joined (gloo's pair listeners closed after their one
+ * connection), rank 0 counts the ports this process listens on. */
+static void count_listeners(wire_rank *r)
+{
+    int *listening = r->arg;
+    if (dt_barrier(r->comm) != DT_OK)
+        return fail(r, "barrier");
+    if (r->rank == 0)
+        *listening = listening_sockets();
+    if (dt_comm_port(r->comm) != 0)
+        fail(r, "dt_comm_port names a port of dtrain's");
+    if (dt_barrier(r->comm) != DT_OK)
+        fail(r, "barrier");
+}
+
+Test(gloo_wire, a_joined_rank_listens_on_no_port_of_dtrains, .timeout = 60)
+{
+    wire_rank ranks[2];
+    int listening = -1;
+    run_with(2, count_listeners, ranks, 20, &listening);
+    for (int r = 0; r < 2; r++)
+        cr_assert(!ranks[r].err[0], "%s", ranks[r].err);
+    cr_assert_eq(listening, 0, "%d sockets listen in a 2-rank gloo world over file://", listening);
 }
 
 /* ---- dt_comm_split: torch's new_group, one per colour ------------------------ */

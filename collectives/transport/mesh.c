@@ -18,8 +18,9 @@
  * Shutdown: BYE to every peer, a TCP shutdown (FIN after the last byte), and
  * a forced close after SHUTDOWN_GRACE_S if a peer does not read.
  *
- * comm_mesh_start makes the loop, its timers and the listener;
- * comm_thread.c then starts the thread that runs it.
+ * comm_mesh_start makes the loop, its timers and the listener (none on
+ * the gloo wire, whose connections are gloo's own); comm_thread.c then
+ * starts the thread that runs it.
  *
  * The ticker (every TICK_MS) drives handshake deadlines, redials and the
  * forced closes, and bounds how long the communicator thread sleeps in the
@@ -402,7 +403,8 @@ dt_status comm_mesh_start(dt_comm *c)
     uv_timer_init(&c->loop, &c->ticker);
     c->ticker.data = c;
     uv_timer_start(&c->ticker, on_tick, TICK_MS, TICK_MS);
-    return c->size > 1 ? bind_listener(c) : DT_OK;
+    /* gloo's wire listens per pair (gloo/pair.c), and only there */
+    return c->size > 1 && !c->gloo_wire ? bind_listener(c) : DT_OK;
 }
 
 void comm_mesh_connect(dt_comm *c)
