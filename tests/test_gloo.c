@@ -6,12 +6,14 @@
  */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "dt_comm.h"
@@ -247,6 +249,63 @@ Test(gloo, a_peer_that_leaves_fails_the_op_naming_it, .timeout = 60)
     cr_assert_neq(j.ranks[2].st, DT_OK, "rank 2 fails too");
 }
 
+/* ---- writes leave in batches --------------------------------------------------- */
+
+/* Rank 0 writes two announcements to rank 1 and holds them; rank 1 reads
+ * its socket directly (its loop does not run): nothing until rank 0
+ * flushes, then both preambles, in the order written. */
+static void two_notices_then_a_flush(rank *r)
+{
+    atomic_int *step = r->j->arg;
+    if (r->rank == 0) {
+        comm_gloo_wire_notify(&r->ctx->pairs[1], GLOO_RECV_READY, 0x11, 4);
+        comm_gloo_wire_notify(&r->ctx->pairs[1], GLOO_SEND_READY, 0x12, 8);
+        atomic_store(step, 1);
+        while (atomic_load(step) != 2)
+            usleep(1000);
+        comm_gloo_wire_flush(r->ctx);
+        while (atomic_load(step) != 3)
+            usleep(1000);
+        return;
+    }
+    while (atomic_load(step) != 1)
+        usleep(1000);
+    int fd = -1;
+    uv_fileno((uv_handle_t *)&r->ctx->pairs[0].tcp, &fd);
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    int early = poll(&pf, 1, 100);
+    atomic_store(step, 2);
+    uint8_t got[2 * GLOO_PREAMBLE_BYTES];
+    size_t n = 0;
+    while (n < sizeof got && poll(&pf, 1, 10000) == 1) {
+        ssize_t k = recv(fd, got + n, sizeof got - n, 0);
+        if (k <= 0)
+            break;
+        n += (size_t)k;
+    }
+    atomic_store(step, 3);
+    const char *wrong = early != 0        ? "bytes arrived before the flush"
+                        : n != sizeof got ? "fewer bytes than two preambles"
+                        : got[8] != GLOO_RECV_READY || got[16] != 0x11 || got[32] != 4
+                            ? "the first is not the RECV_READY"
+                        : got[56] != GLOO_SEND_READY || got[64] != 0x12 || got[80] != 8
+                            ? "the second is not the SEND_READY"
+                            : NULL;
+    if (wrong) {
+        r->st = DT_EPROTO;
+        snprintf(r->err, sizeof r->err, "%s", wrong);
+    }
+}
+
+Test(gloo, messages_to_a_peer_leave_together_at_the_flush_in_the_order_written, .timeout = 30)
+{
+    job j;
+    atomic_int step = 0;
+    run(&j, 2, 20, two_notices_then_a_flush, &step);
+    for (int r = 0; r < 2; r++)
+        cr_assert_eq(j.ranks[r].st, DT_OK, "rank %d: %s", r, j.ranks[r].err);
+}
+
 /* ---- another thread reaches a waiting context -------------------------------- */
 
 static void *wake_it(void *ctx)
@@ -259,7 +318,10 @@ static void *wake_it(void *ctx)
 static void one_pass_woken_from_another_thread(rank *r)
 {
     pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, wake_it, r->ctx), 0);
+    if (pthread_create(&t, NULL, wake_it, r->ctx) != 0) {
+        r->st = DT_ESYS;
+        return;
+    }
     comm_gloo_progress(r->ctx); /* returns only once woken */
     pthread_join(t, NULL);
 }
@@ -285,7 +347,11 @@ static void interrupted_receive(rank *r)
     float x = 0;
     if (r->rank == 0) {
         pthread_t t;
-        cr_assert_eq(pthread_create(&t, NULL, abort_it, r->ctx), 0);
+        if (pthread_create(&t, NULL, abort_it, r->ctx) != 0) {
+            r->st = DT_ESYS;
+            atomic_store(rank_0_done, 1);
+            return;
+        }
         r->st = comm_gloo_recv(r->ctx, &x, sizeof x, 1, 3, NULL);
         pthread_join(t, NULL);
         atomic_store(rank_0_done, 1);

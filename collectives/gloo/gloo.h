@@ -121,6 +121,7 @@ typedef struct gloo_pair {
     uint8_t *rx_dest; /* where the payload goes; NULL: reading a preamble */
     size_t rx_left;
     gloo_buf *rx_buf;
+    struct gloo_batch *out; /* messages written since the last flush (wire.c) */
     /* matching */
     gloo_slot_state *slots;
     size_t nslots, slots_cap;
@@ -138,6 +139,7 @@ struct gloo_ctx {
     gloo_pair *pairs;     /* [size]; pairs[rank] unused */
     uint32_t next_tag;    /* torch's per-group collective counter */
     const char *op;       /* the collective running, for messages */
+    size_t batched;       /* messages in the pairs' batches (wire.c) */
     uint32_t op_tag;
     uint64_t op_slot;
     gloo_any_recv *any; /* receives from any source, not yet bound */
@@ -180,8 +182,13 @@ void comm_gloo_close_all(gloo_ctx *c);
 void comm_gloo_pair_gone(gloo_pair *p, const char *why);
 
 /* ---- wire.c: writing messages ------------------------------------------- */
+/* Into p's batch; nothing leaves before comm_gloo_wire_flush. */
 void comm_gloo_wire_notify(gloo_pair *p, enum gloo_opcode op, uint64_t slot, size_t nbytes);
 void comm_gloo_wire_data(gloo_pair *p, uint64_t slot, gloo_buf *buf, size_t offset, size_t nbytes);
+/* Every pair's batch, one write each (wait.c calls it around each pass). */
+void comm_gloo_wire_flush(gloo_ctx *c);
+/* Forget p's batch (a closed connection, or destroy). */
+void comm_gloo_wire_drop(gloo_pair *p);
 
 /* ---- match.c: the receiver-driven matching per (peer, slot) --------------- */
 void comm_gloo_post_send(gloo_ctx *c, int peer, uint64_t slot, gloo_buf *buf, size_t offset,

@@ -234,8 +234,10 @@ void comm_gloo_destroy(gloo_ctx *c)
         uv_close((uv_handle_t *)&c->waker, NULL);
         uv_run(&c->loop, UV_RUN_DEFAULT); /* every close callback has run */
         uv_loop_close(&c->loop);
-        for (int i = 0; i < c->size; i++)
+        for (int i = 0; i < c->size; i++) {
             comm_gloo_match_free(&c->pairs[i]);
+            comm_gloo_wire_drop(&c->pairs[i]);
+        }
         free(c->pairs);
     }
     while (c->any) {

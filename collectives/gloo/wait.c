@@ -32,6 +32,15 @@ static void fired(uv_timer_t *t)
     c->timer_fired = true;
 }
 
+/* One pass of the loop, with the messages posted before it, and those its
+ * callbacks posted, written out (wire.c batches them per peer). */
+static void pass(gloo_ctx *c)
+{
+    comm_gloo_wire_flush(c);
+    uv_run(&c->loop, UV_RUN_ONCE);
+    comm_gloo_wire_flush(c);
+}
+
 /* On the loop's thread: an interrupt asked for fails the context. */
 static void woken(uv_async_t *a)
 {
@@ -90,7 +99,7 @@ static dt_status run_until(gloo_ctx *c, int *count, const char *what, int peer)
         sigset_t old;
         comm_gloo_sigpipe_block(&old);
         while (*count == 0 && c->failed == DT_OK && !c->timer_fired && !lost(c, peer))
-            uv_run(&c->loop, UV_RUN_ONCE);
+            pass(c);
         comm_gloo_sigpipe_restore(&old);
         uv_timer_stop(&c->timer);
     }
@@ -144,7 +153,7 @@ dt_status comm_gloo_wait_connected(gloo_ctx *c)
     c->timer_fired = false;
     uv_timer_start(&c->timer, fired, (uint64_t)ceil(c->init_timeout_s * 1000.0), 0);
     while (unconnected(c) >= 0 && c->failed == DT_OK && !c->timer_fired)
-        uv_run(&c->loop, UV_RUN_ONCE);
+        pass(c);
     uv_timer_stop(&c->timer);
     int r = unconnected(c);
     if (c->failed != DT_OK || r < 0)
@@ -160,6 +169,6 @@ void comm_gloo_progress(gloo_ctx *c)
         return;
     sigset_t old;
     comm_gloo_sigpipe_block(&old);
-    uv_run(&c->loop, UV_RUN_ONCE);
+    pass(c);
     comm_gloo_sigpipe_restore(&old);
 }
