@@ -17,6 +17,10 @@
  *   timeout   a rank skips an op; the other's op times out naming it
  *   mismatch  ranks disagree about the count; both get DT_EPROTO
  *   async     4 ranks submit async collectives and p2p from two threads each
+ *   gloo      on the gloo wire: sends queued while receives are in flight
+ *             (they wake the thread's wait on the wire), then an abort from
+ *             a second thread while a receive is in flight and an
+ *             all-reduce waits
  *
  * usage: tsan_driver [SCENARIO...]   (default: all, in the order above)
  */
@@ -39,6 +43,7 @@ typedef struct scenario_job {
     char url[128];
     int world;
     double timeout_s;
+    dt_wire wire;
 } scenario_job;
 
 typedef struct rank_result {
@@ -58,6 +63,7 @@ static void job_init(scenario_job *j, const char *name, int world, double timeou
     snprintf(j->url, sizeof j->url, "file:///tmp/dtrain-tsan-%s-%d", name, (int)getpid());
     j->world = world;
     j->timeout_s = timeout_s;
+    j->wire = DT_WIRE_DTRAIN;
 }
 
 static void quiet_log(void *user, const char *line)
@@ -78,6 +84,7 @@ static dt_comm *join(const scenario_job *j, int rank, rank_result *r)
     o.timeout_s = j->timeout_s;
     o.init_timeout_s = 30;
     o.log = quiet_log;
+    o.wire = j->wire;
     dt_comm *c = NULL;
     dt_status st = dt_comm_init(&c, &o);
     if (st == DT_OK)
@@ -397,6 +404,70 @@ static void scenario_async(void)
     verdict(ok, "async: collectives and p2p from two threads per rank agree", "%s", why);
 }
 
+/* ---- gloo wire -------------------------------------------------------------- */
+
+/* 50 round trips, each rank posting its next receive before it sends;
+ * then rank 0 is aborted from a second thread with a receive in flight
+ * and an all-reduce rank 1 never joins, and destroys at once. */
+static void gloo_rank(rank_arg *a, dt_comm *c)
+{
+    const int peer = 1 - a->rank;
+    int32_t v = 0;
+    dt_work *w = NULL;
+    dt_status st = dt_recv_async(c, &v, 1, DT_I32, peer, 0, NULL, &w);
+    for (int i = 0; i < 50 && st == DT_OK; i++) {
+        if (a->rank == 0)
+            st = dt_send(c, &v, 1, DT_I32, 1, (uint32_t)i);
+        dt_status got = dt_work_wait(w);
+        st = st != DT_OK ? st : got;
+        w = NULL;
+        if (st == DT_OK && i < 49)
+            st = dt_recv_async(c, &v, 1, DT_I32, peer, (uint32_t)i + 1, NULL, &w);
+        if (st == DT_OK && a->rank == 1)
+            st = dt_send(c, &v, 1, DT_I32, 0, (uint32_t)i);
+    }
+    if (w)
+        dt_work_wait(w);
+    if (st != DT_OK || a->rank == 1) {
+        if (a->rank == 1)
+            usleep(600 * 1000);
+        record(&a->result, st, c);
+        dt_comm_destroy(c);
+        return;
+    }
+    float x = 1, y = 0;
+    dt_work *in_flight = NULL, *sum = NULL;
+    abort_ctx ctx = {c};
+    pthread_t t;
+    st = dt_recv_async(c, &y, 1, DT_F32, 1, 99, NULL, &in_flight);
+    if (st == DT_OK)
+        st = dt_allreduce_async(c, &x, 1, DT_F32, DT_SUM, &sum);
+    pthread_create(&t, NULL, abort_later, &ctx);
+    dt_status s1 = in_flight ? dt_work_wait(in_flight) : st;
+    dt_status s2 = sum ? dt_work_wait(sum) : st;
+    record(&a->result, s1 == DT_EABORTED ? s2 : s1, c);
+    dt_comm_destroy(c); /* before the join: no order with the aborting thread */
+    pthread_join(t, NULL);
+}
+
+static void scenario_gloo(void)
+{
+    scenario_job j;
+    rank_arg args[2];
+    job_init(&j, "gloo", 2, 600);
+    j.wire = DT_WIRE_GLOO;
+    unlink(j.url + 7); /* torch's key space: a stale file would hand out dead addresses */
+    run_ranks(&j, args, gloo_rank);
+    unlink(j.url + 7);
+    rank_result *r = &args[0].result;
+    verdict(r->status == DT_EABORTED && has(r->msg, "the driver says stop") &&
+                args[1].result.status == DT_OK,
+            "gloo: round trips, then an abort ends the receive in flight and the waiting "
+            "all-reduce",
+            "rank 0 %s: %s; rank 1 %s: %s", dt_status_name(r->status), r->msg,
+            dt_status_name(args[1].result.status), args[1].result.msg);
+}
+
 /* ---- main --------------------------------------------------------------- */
 
 static const struct {
@@ -404,8 +475,8 @@ static const struct {
     void (*run)(void);
 } scenarios[] = {
     {"kill", scenario_kill}, /* first: it forks, before any thread exists */
-    {"abort", scenario_abort},       {"timeout", scenario_timeout},
-    {"mismatch", scenario_mismatch}, {"async", scenario_async},
+    {"abort", scenario_abort}, {"timeout", scenario_timeout}, {"mismatch", scenario_mismatch},
+    {"async", scenario_async}, {"gloo", scenario_gloo},
 };
 enum { NUM_SCENARIOS = sizeof scenarios / sizeof scenarios[0] };
 
