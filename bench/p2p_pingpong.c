@@ -116,7 +116,7 @@ static int usage(void)
 int main(int argc, char **argv)
 {
     args a = {.wire = DT_WIRE_GLOO, .bytes = 4, .rounds = 200, .warmup = 20, .gap_us = 200};
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* FLAG VALUE pairs */
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v)
             return usage();
@@ -132,7 +132,6 @@ int main(int argc, char **argv)
             a.gap_us = atof(v);
         else
             return usage();
-        i++;
     }
     char url[128];
     snprintf(url, sizeof url, "file:///tmp/dtrain-p2p-pingpong-%d", (int)getpid());
