@@ -33,12 +33,19 @@
  *   line 4  every other rank sends 1000 i32 to rank 0 (tag 9), which
  *           receives them from any source, each into its sender's block
  *   line 5  a sum of 1000 f32 in the world
+ *
+ * PLAN "abort": through the communicator's API, a receive from rank 1 that
+ * never comes and an all-reduce no other rank joins, then dt_comm_abort;
+ * exits 0 only if both ended DT_EABORTED with the abort's reason (the
+ * torch ranks' ops must fail at once too: the abort closes the group's
+ * connections).
  */
 #include <math.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dt_comm.h"
 #include "gloo/gloo.h"
@@ -320,6 +327,28 @@ static int sendrecv(const char *url, int rank, int size, double timeout_s)
     return st == DT_OK ? 0 : 1;
 }
 
+static int abort_plan(const char *url, int rank, int size, double timeout_s)
+{
+    dt_comm *world = NULL;
+    float x[4] = {0}, y[4] = {0};
+    dt_work *recv = NULL, *sum = NULL;
+    dt_status st = join_world(&world, url, rank, size, timeout_s), s1 = st, s2 = st;
+    if (st == DT_OK && (st = dt_recv_async(world, x, 4, DT_F32, 1, 3, NULL, &recv)) == DT_OK)
+        st = dt_allreduce_async(world, y, 4, DT_F32, DT_SUM, &sum);
+    if (recv) {
+        usleep(300 * 1000); /* the all-reduce and the torch ranks are waiting by now */
+        dt_comm_abort(world, "gloo_peer's abort plan");
+        s1 = dt_work_wait(recv);
+        s2 = sum ? dt_work_wait(sum) : st;
+    }
+    const char *e = world ? dt_comm_error(world) : "out of memory";
+    fprintf(stderr, "gloo_peer: receive %s, all-reduce %s: %s\n", dt_status_name(s1),
+            dt_status_name(s2), e);
+    int ok = s1 == DT_EABORTED && s2 == DT_EABORTED && strstr(e, "aborted: gloo_peer's abort plan");
+    dt_comm_destroy(world);
+    return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 6) {
@@ -332,6 +361,8 @@ int main(int argc, char **argv)
         return split(url, p.rank, p.size, argv[4] + 6, atof(argv[5]));
     if (strcmp(argv[4], "sendrecv") == 0)
         return sendrecv(url, p.rank, p.size, atof(argv[5]));
+    if (strcmp(argv[4], "abort") == 0)
+        return abort_plan(url, p.rank, p.size, atof(argv[5]));
     dt_store_server *server = NULL;
     char err[512];
     if (p.rank == 0 && strncmp(url, "tcp://", 6) == 0) {

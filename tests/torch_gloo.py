@@ -86,6 +86,9 @@ def torch_rank(url, rank, size, plan, timeout, mode):
         return torch_split(dist, rank, size, [int(c) for c in plan[6:].split(",")], gen, say)
     if plan == "sendrecv":
         return torch_sendrecv(dist, rank, size, gen, say)
+    if plan == "abort":  # gloo_peer's rank 0 aborts; this receive must fail at once
+        dist.recv(torch.zeros(4), src=0, tag=5)
+        return
     for line, text in enumerate(open(plan).read().splitlines(), 1):
         w = text.split()
         op, seed = w[0], rank * 1000003 + line * 7919
@@ -356,6 +359,17 @@ def failures(peer, tmp):
         and outs[2][0] not in (0, "hung")
     report(ok, "dtrain rank 1 leaves after init: dtrain rank 0 fails at once naming peer 1, the "
            "torch rank fails too", "\n".join(f"{rc}: {e}" for rc, _, e in outs))
+
+    # dt_comm_abort on a dtrain rank ends its running all-reduce and its
+    # receive (DT_EABORTED) and closes the group's connections, so the torch
+    # ranks' receives fail at once: all within the 40 s this case allows,
+    # where the op timeout is 120 s.
+    t0 = time.time()
+    outs = finish(start_group(peer, tmp, 3, {0}, "tcp", "abort", timeout=120), 40)
+    ok = outs[0][0] == 0 and all(rc not in (0, "hung") for rc, _, _ in outs[1:])
+    report(ok, f"dt_comm_abort on dtrain rank 0: its running all-reduce and its receive end "
+           f"DT_EABORTED, both torch ranks' receives fail at once ({time.time() - t0:.1f} s)",
+           "\n".join(f"{rc}: {e}" for rc, _, e in outs))
 
     outs = finish(start_group(peer, tmp, 2, {0}, "file", [one, bcast], timeout=5), 40)
     want = "slot 0x0400000000000000 (allreduce, tag 0)"
