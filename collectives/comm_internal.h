@@ -136,8 +136,7 @@ struct dt_comm {
     int gloo_groups_made;          /* the world's: new_groups so far (group_gloo.c) */
     struct gloo_pending *gloo_p2p; /* sends/recvs in flight on the gloo wire (p2p_gloo.c) */
     uv_async_t *gloo_waker;        /* the gloo context's (comm_gloo_wake's handle), once joined */
-    atomic_bool gloo_turn;         /* the thread waits on the gloo wire (comm_gloo_p2p_progress): a
-                              comm_wake_thread must wake gloo_waker too */
+    atomic_bool gloo_turn;         /* the thread waits on the gloo wire: wake gloo_waker too */
     dt_store_server *store_server; /* rank 0's, while the job starts (store_host.c) */
     int port;
     char (*peer_addr)[64]; /* [size] "host:port", fixed after init */
@@ -207,9 +206,8 @@ struct dt_comm {
 
 /* wake.c: waking the communicator thread (cond var, the loop's async
  * handle while it runs, the gloo wire's while it waits there), with mu
- * held or not; a timed wait on the
- * monotonic clock, deadline in dt_now() seconds; a work handle done (with
- * mu held), which wakes its waiters. */
+ * held or not; a timed wait on the monotonic clock, deadline in dt_now()
+ * seconds; a work handle done (with mu held), which wakes its waiters. */
 void comm_wake_thread(dt_comm *c);
 void comm_wake_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, double deadline);
 void comm_wake_work_done(dt_work *w, dt_status st);

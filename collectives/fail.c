@@ -67,7 +67,8 @@ static bool record_failure(dt_comm *c, dt_status st, const char *fmt, va_list ap
     c->want_fail = true;
     pthread_cond_broadcast(&c->cv_api);
     /* The gloo wire: the op waiting there returns now, not at its timeout
-     * (c->gloo is written before init_done, under mu, and cleared under mu). */
+     * (c->gloo is set before init_done, which mu publishes, and is cleared
+     * under mu before the context goes). */
     if (first && c->init_done && c->gloo)
         comm_gloo_interrupt(c->gloo, st);
     /* Wake the loop before letting go of mu, and touch nothing after: a

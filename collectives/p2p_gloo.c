@@ -10,18 +10,19 @@
  * timer, which ends when bytes move or a connection ends there, or when
  * comm_wake_thread wakes it because an op was queued, the communicator
  * failed or is stopping); after each, comm_gloo_p2p_reap completes every
- * work whose message has gone or arrived. So two ranks that each send before they receive (a pipeline's
- * 1F1B) do not wait for each other, as with torch's send/recv, whose
- * messages are also not bound to the order of collectives.
+ * work whose message has gone or arrived. So two ranks that each send
+ * before they receive (a pipeline's 1F1B) do not wait for each other, as
+ * with torch's send/recv, whose messages are also not bound to the order
+ * of collectives.
  *
- * A failure of the communicator (a peer's, or a waiter's timeout) fails
- * the gloo context too, which closes every connection (gloo's rule), and
- * every work in flight completes with the communicator's root cause.
+ * A failure of the communicator (a peer's, a waiter's timeout, an abort)
+ * fails the gloo context too (fail.c interrupts it), which closes every
+ * connection (gloo's rule), and every work in flight completes with the
+ * communicator's root cause.
  *
  * Cost: one allocation per send/recv; an op queued while one is in
- * flight costs an eventfd write to end the thread's turn (a 4-byte round
- * trip with every send queued so, bench/p2p_pingpong.c: see
- * bench/README.md).
+ * flight costs an eventfd write to end the thread's turn (the round trip
+ * of bench/p2p_pingpong.c, whose every send is queued so: bench/README.md).
  */
 #include <stdlib.h>
 

@@ -2,8 +2,8 @@
  * wake.c — how a communicator's threads wake each other: the communicator
  * thread (its condition variable, the loop's async handle when the loop
  * may be asleep in epoll, and on the gloo wire the gloo context's when the
- * thread waits there for sends and receives in flight), the API threads waiting on a work handle
- * (cv_api), and waits with a deadline.
+ * thread waits there for sends and receives in flight), the API threads
+ * waiting on a work handle (cv_api), and waits with a deadline.
  *
  * Every file that changes what another thread should do ends with one of
  * these calls; none of them takes a lock, so each may be made with `mu`
