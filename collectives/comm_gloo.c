@@ -76,6 +76,9 @@ dt_status comm_gloo_wire_join(dt_comm *c, dt_store *store, const gloo_config *cf
         comm_fail(c, st, "%s", err);
         return st;
     }
+    for (int r = 0; r < c->size; r++) /* for messages that name a peer (work.c) */
+        if (r != cfg->rank)
+            comm_gloo_peer_name(c->gloo, r, c->peer_addr[r], sizeof c->peer_addr[r]);
     pthread_mutex_lock(&c->mu);
     c->gloo_waker = &c->gloo->waker;
     c->init_done = true; /* from now on a blocking op may run on its caller's thread, and a

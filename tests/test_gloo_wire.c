@@ -253,6 +253,32 @@ Test(gloo_wire, a_send_queued_while_a_receive_is_in_flight_is_posted_at_once, .t
         cr_assert(!ranks[r].err[0], "%s", ranks[r].err);
 }
 
+/* Rank 0 waits 1 s for a message rank 1 never sends. */
+static void receive_that_times_out(wire_rank *r)
+{
+    atomic_int *rank_0_done = r->arg;
+    float y = 0;
+    if (r->rank == 1) {
+        while (!atomic_load(rank_0_done))
+            usleep(1000);
+        return;
+    }
+    if (dt_recv(r->comm, &y, 1, DT_F32, 1, 4, NULL) != DT_ETIMEDOUT)
+        fail(r, "the receive did not time out");
+    else if (!strstr(dt_comm_error(r->comm), "recv #0 with tag 4 from rank 1 (127.0.0.1:"))
+        fail(r, "the timeout does not name the peer and its address");
+    atomic_store(rank_0_done, 1);
+}
+
+Test(gloo_wire, a_receive_that_times_out_names_the_peer_its_address_and_the_tag, .timeout = 30)
+{
+    wire_rank ranks[2];
+    atomic_int rank_0_done = 0;
+    run_with(2, receive_that_times_out, ranks, 1, &rank_0_done);
+    for (int r = 0; r < 2; r++)
+        cr_assert(!ranks[r].err[0], "%s", ranks[r].err);
+}
+
 /* ---- dt_comm_abort: every local op ends now, not at its timeout ------------- */
 
 /* Rank 0: a receive in flight, an allreduce running (rank 1 never joins

@@ -213,6 +213,8 @@ void comm_gloo_frame_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b);
 dt_status comm_gloo_pair_listen(gloo_pair *p, const char *host);
 void comm_gloo_pair_address(const gloo_pair *p, uint8_t out[GLOO_ADDRESS_BYTES]);
 dt_status comm_gloo_pair_connect(gloo_pair *p, const uint8_t addr[GLOO_ADDRESS_BYTES]);
+/* "ip:port" of peer's end of its connection, or "?" (for messages). */
+void comm_gloo_peer_name(const gloo_ctx *c, int peer, char *out, size_t n);
 
 /* ---- wait.c: running the loop until a buffer completes -------------------- */
 /* The waker, on the context's new loop (rendezvous.c). */
