@@ -197,6 +197,48 @@ bool comm_thread_run_inline(dt_comm *c, dt_work *w, dt_status *st)
     return true;
 }
 
+/*
+ * A tagged send or receive, posted by the caller itself when the loop is
+ * free and nothing waits for it (no queued op, nothing in the inbox, so
+ * the transport sees transfers in the order they were submitted): the
+ * frame is written, or the receive matched to a frame that already
+ * arrived and its payload read, before dt_submit returns — the hand-off to
+ * the communicator thread and back, which a pipeline stage otherwise pays
+ * at every receive even when the data is there, is gone. Whatever is left
+ * in flight is the communicator thread's, woken for it.
+ */
+void comm_thread_post_p2p(dt_comm *c, dt_xfer *x)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->loop_busy || c->q_head || c->inbox_head || c->stopping || !c->init_done || c->failed ||
+        c->want_fail || c->want_connect) {
+        pthread_mutex_unlock(&c->mu);
+        comm_transport_post(c, x);
+        return;
+    }
+    c->loop_busy = true;
+    pthread_mutex_unlock(&c->mu);
+
+    bool ignored = sigpipe_ignored();
+    sigset_t old;
+    if (!ignored)
+        block_sigpipe(&old);
+    comm_transport_post_here(c, x);
+    uv_run(&c->loop, UV_RUN_NOWAIT);
+    if (!ignored)
+        restore_sigpipe(&old);
+
+    pthread_mutex_lock(&c->mu);
+    bool kick = comm_fail_deferred_locked(c);
+    c->loop_busy = false;
+    bool wake = c->thread_awaits_loop || loop_needed(c) || c->stopping;
+    pthread_mutex_unlock(&c->mu);
+    if (kick)
+        comm_wake_thread(c);
+    else if (wake)
+        pthread_cond_signal(&c->cv_thread);
+}
+
 /* The loop and the listener (mesh.c), then the thread that runs them. A
  * listener that failed still gets its thread (its failure is recorded),
  * so that dt_comm_destroy stops both the same way. */
