@@ -1,9 +1,9 @@
 /*
  * comm_thread.c — who runs the loop: the communicator's own thread, or the
- * caller of a blocking collective.
+ * caller of a blocking collective or of a tagged send or receive.
  *
  * The libuv loop may be run by one thread at a time; `loop_busy` (under
- * mu) says one is. Two kinds of thread take it:
+ * mu) says one is. Three kinds of thread take it:
  *
  *   the communicator thread  runs queued ops (async submissions, and
  *                            blocking ones that found the loop taken), and
@@ -16,6 +16,10 @@
  *                            ops too.
  *   the caller of dt_run     when nothing is queued and the loop is free,
  *                            runs the collective itself, start to finish.
+ *   the caller of a tagged   when the loop is free and the inbox empty,
+ *   send or receive          posts it and turns the loop once without
+ *                            blocking (comm_thread_post_p2p); the rest of
+ *                            the transfer is the communicator thread's.
  *
  * Why the second: a blocking collective handed to another thread costs two
  * wake-ups (submit, then completion) on top of the ones the network needs.
