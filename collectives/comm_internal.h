@@ -317,6 +317,10 @@ dt_status comm_thread_start(dt_comm *c);
 /* Run a blocking collective on the caller's thread when the loop is free;
  * false (nothing done) when it must queue instead. */
 bool comm_thread_run_inline(dt_comm *c, dt_work *w, dt_status *st);
+/* Post a tagged send or receive: on the caller's thread when the loop is
+ * free and nothing is waiting for it (then its first bytes move at once),
+ * otherwise through the inbox (comm_transport_post). */
+void comm_thread_post_p2p(dt_comm *c, dt_xfer *x);
 
 /* comm.c, shared with group.c: set up a communicator from options (no I/O),
  * and, once its peers' addresses are in c->dial, connect the mesh and wait

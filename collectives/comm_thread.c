@@ -1,9 +1,9 @@
 /*
  * comm_thread.c — who runs the loop: the communicator's own thread, or the
- * caller of a blocking collective.
+ * caller of a blocking collective or of a tagged send or receive.
  *
  * The libuv loop may be run by one thread at a time; `loop_busy` (under
- * mu) says one is. Two kinds of thread take it:
+ * mu) says one is. Three kinds of thread take it:
  *
  *   the communicator thread  runs queued ops (async submissions, and
  *                            blocking ones that found the loop taken), and
@@ -16,6 +16,10 @@
  *                            ops too.
  *   the caller of dt_run     when nothing is queued and the loop is free,
  *                            runs the collective itself, start to finish.
+ *   the caller of a tagged   when the loop is free and the inbox empty,
+ *   send or receive          posts it and turns the loop once without
+ *                            blocking (comm_thread_post_p2p); the rest of
+ *                            the transfer is the communicator thread's.
  *
  * Why the second: a blocking collective handed to another thread costs two
  * wake-ups (submit, then completion) on top of the ones the network needs.
@@ -200,6 +204,48 @@ bool comm_thread_run_inline(dt_comm *c, dt_work *w, dt_status *st)
     else if (wake)
         pthread_cond_signal(&c->cv_thread);
     return true;
+}
+
+/*
+ * A tagged send or receive, posted by the caller itself when the loop is
+ * free and nothing waits for it (no queued op, nothing in the inbox, so
+ * the transport sees transfers in the order they were submitted): the
+ * frame is written, or the receive matched to a frame that already
+ * arrived and its payload read, before dt_submit returns — the hand-off to
+ * the communicator thread and back, which a pipeline stage otherwise pays
+ * at every receive even when the data is there, is gone. Whatever is left
+ * in flight is the communicator thread's, woken for it.
+ */
+void comm_thread_post_p2p(dt_comm *c, dt_xfer *x)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->loop_busy || c->q_head || c->inbox_head || c->stopping || !c->init_done || c->failed ||
+        c->want_fail || c->want_connect) {
+        pthread_mutex_unlock(&c->mu);
+        comm_transport_post(c, x);
+        return;
+    }
+    c->loop_busy = true;
+    pthread_mutex_unlock(&c->mu);
+
+    bool ignored = sigpipe_ignored();
+    sigset_t old;
+    if (!ignored)
+        block_sigpipe(&old);
+    comm_transport_post_here(c, x);
+    uv_run(&c->loop, UV_RUN_NOWAIT);
+    if (!ignored)
+        restore_sigpipe(&old);
+
+    pthread_mutex_lock(&c->mu);
+    bool kick = comm_fail_deferred_locked(c);
+    c->loop_busy = false;
+    bool wake = c->thread_awaits_loop || loop_needed(c) || c->stopping;
+    pthread_mutex_unlock(&c->mu);
+    if (kick)
+        comm_wake_thread(c);
+    else if (wake)
+        pthread_cond_signal(&c->cv_thread);
 }
 
 /* The loop and the listener (mesh.c), then the thread that runs them. A

@@ -10,8 +10,9 @@
  * (executor.c), in submission order.
  *
  * Tagged send/recv do not queue: they are not ordered against collectives
- * (Gloo's semantics), so dt_submit posts their one transfer through the
- * transport's inbox (post_p2p), and the transfer completes the work handle.
+ * (Gloo's semantics), so dt_submit posts their one transfer (post_p2p):
+ * itself when the loop is free, else through the transport's inbox
+ * (comm_thread_post_p2p), and the transfer completes the work handle.
  * On the gloo wire they queue, and the executor only posts them
  * (p2p_gloo.c): the gloo context belongs to whoever runs ops.
  * Their waiter owns the deadline: dt_work_wait fails the communicator when
@@ -46,7 +47,7 @@ static void post_p2p(dt_comm *c, dt_work *w)
     x->peer = op->peer;
     x->work = w;
     x->source = -1;
-    comm_transport_post(c, x);
+    comm_thread_post_p2p(c, x);
 }
 
 /* A work for op, with the fields its kind ignores normalised, so every rank

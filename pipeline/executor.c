@@ -14,6 +14,16 @@
  *               tagged by kind and micro-batch), then only the receives
  *               are waited. The tensors go straight from and into the
  *               model's activation slots (dt_model_output, _input, ...).
+ *   ahead       before each action, every later receive whose set is
+ *               already free (the last action of the set's previous
+ *               micro-batch is done and no send still leaves from it) is
+ *               posted at once and waited at its place: its data lands
+ *               while the stage computes. Without it, a receive posted at
+ *               its place costs a hand-off to the communicator thread and
+ *               back even when the data arrived long before — on the
+ *               critical path of 1F1B and ZB-H1, whose stage 0 needs each
+ *               gradient the moment it finishes the forward before it.
+ *               The sets, hence the memory, are the schedule's.
  *   STEP        every send still in flight is waited: after it the
  *               gradients are final and every buffer is free.
  *
@@ -62,6 +72,8 @@ struct dt_pipe {
     int *pending_at[2];    /* its action index, for the timeline */
     dt_work **recvs;       /* the current batch's receives */
     int *recv_at;          /* their action indices */
+    int *free_after;       /* [n] a receive's set is free after this action (-1: at once) */
+    dt_work **early;       /* [n] a receive posted ahead of its place, not yet waited */
     float *losses;         /* [m] last stage: each micro-batch's loss */
     int last_weights;      /* index of the step's last weight-gradient action */
     dt_grad_ready_fn hook; /* installed for that action only, or NULL */
@@ -113,6 +125,30 @@ static dt_status check_fit(dt_pipe *p)
     return DT_OK;
 }
 
+static bool is_recv(dt_pipe_op op)
+{
+    return op == DT_PIPE_RECV_ACT || op == DT_PIPE_RECV_GRAD;
+}
+
+/* For each receive, the last action before it that uses the set it
+ * writes (its activation set for recv_act, its gradient set for
+ * recv_grad) for another micro-batch: once that action is done the
+ * receive may be posted. -1: the set is free from the start of the step. */
+static void find_free_sets(dt_pipe *p)
+{
+    const dt_pipe_action *acts = p->sched->actions[p->stage];
+    for (int r = 0; r < p->sched->n[p->stage]; r++) {
+        const dt_pipe_action *a = &acts[r];
+        int grad = a->op == DT_PIPE_RECV_GRAD, set = grad ? a->grad_slot : a->slot;
+        p->free_after[r] = -1;
+        for (int j = r - 1; j >= 0 && is_recv(a->op); j--)
+            if ((grad ? acts[j].grad_slot : acts[j].slot) == set && acts[j].mb != a->mb) {
+                p->free_after[r] = j;
+                break;
+            }
+    }
+}
+
 dt_status dt_pipe_create(dt_pipe **out, dt_comm *group, dt_model *stage,
                          const dt_pipe_schedule *sched)
 {
@@ -138,6 +174,8 @@ dt_status dt_pipe_create(dt_pipe **out, dt_comm *group, dt_model *stage,
     p->t_end = calloc(n, sizeof(double));
     p->recvs = calloc(n, sizeof(dt_work *));
     p->recv_at = calloc(n, sizeof(int));
+    p->free_after = calloc(n, sizeof(int));
+    p->early = calloc(n, sizeof(dt_work *));
     p->losses = calloc(m, sizeof(float));
     p->last_weights = -1;
     for (int i = 0; i < sched->n[p->stage]; i++) {
@@ -147,8 +185,9 @@ dt_status dt_pipe_create(dt_pipe **out, dt_comm *group, dt_model *stage,
     }
     if (!p->pending[0] || !p->pending[1] || !p->pending_mb[0] || !p->pending_mb[1] ||
         !p->pending_at[0] || !p->pending_at[1] || !p->recvs || !p->recv_at || !p->losses ||
-        !p->t_start || !p->t_end)
+        !p->t_start || !p->t_end || !p->free_after || !p->early)
         return pipe_fail(p, DT_ENOMEM, "out of memory");
+    find_free_sets(p);
     return DT_OK;
 }
 
@@ -166,8 +205,13 @@ void dt_pipe_destroy(dt_pipe *p)
     }
     free(p->t_start);
     free(p->t_end);
+    for (int i = 0; p->early && i < p->sched->n[p->stage]; i++)
+        if (p->early[i])
+            dt_work_wait(p->early[i]);
     free(p->recvs);
     free(p->recv_at);
+    free(p->free_after);
+    free(p->early);
     free(p->losses);
     free(p);
 }
@@ -273,7 +317,13 @@ static dt_status run_batch(dt_pipe *p, int i, int B, int T, int *next)
     dt_status st = DT_OK;
     for (int k = i; k < end && st == DT_OK; k++) {
         const dt_pipe_action *a = &acts[k];
-        dt_work *w = NULL;
+        dt_work *w = p->early[k];
+        if (w) { /* posted ahead (post_ahead) */
+            p->early[k] = NULL;
+            p->recvs[nrecv] = w;
+            p->recv_at[nrecv++] = k;
+            continue;
+        }
         if ((st = free_slots(p, a)) != DT_OK)
             break;
         p->t_start[k] = dt_now();
@@ -281,8 +331,7 @@ static dt_status run_batch(dt_pipe *p, int i, int B, int T, int *next)
             transfer_failed(p, a, st);
             break;
         }
-        int recv = a->op == DT_PIPE_RECV_ACT || a->op == DT_PIPE_RECV_GRAD;
-        if (recv) {
+        if (is_recv(a->op)) {
             p->recvs[nrecv] = w;
             p->recv_at[nrecv++] = k;
         } else {
@@ -300,6 +349,51 @@ static dt_status run_batch(dt_pipe *p, int i, int B, int T, int *next)
             st = transfer_failed(p, &acts[p->recv_at[r]], rs);
     }
     return st;
+}
+
+/* Is the send leaving from set `slot` of kind k (if any, and for another
+ * micro-batch than mb) done? Then free_slots will not block on it. */
+static bool send_gone(const dt_pipe *p, int k, int slot, int mb)
+{
+    dt_work *w = slot >= 0 ? p->pending[k][slot] : NULL;
+    return !w || p->pending_mb[k][slot] == mb || dt_work_test(w);
+}
+
+/*
+ * Posts, ahead of their place, the receives after action `from` whose set
+ * is already free: its last user for another micro-batch is done, and no
+ * send is still leaving from it. The data then lands while this stage
+ * computes, and the wait at the receive's place finds it there instead of
+ * starting the hand-off to the communicator thread and back. A receive
+ * whose set is still busy is left to its place.
+ */
+static dt_status post_ahead(dt_pipe *p, int from, int B, int T)
+{
+    const dt_pipe_action *acts = p->sched->actions[p->stage];
+    for (int r = from; r < p->sched->n[p->stage]; r++) {
+        const dt_pipe_action *a = &acts[r];
+        if (!is_recv(a->op) || p->early[r] || p->free_after[r] >= from ||
+            !send_gone(p, 0, a->slot, a->mb) || !send_gone(p, 1, a->grad_slot, a->mb))
+            continue;
+        dt_status st = free_slots(p, a); /* reaps the finished sends only */
+        p->t_start[r] = dt_now();
+        if (st == DT_OK && (st = post(p, a, B, T, &p->early[r])) != DT_OK)
+            return transfer_failed(p, a, st);
+        if (st != DT_OK)
+            return st;
+    }
+    return DT_OK;
+}
+
+/* A failed step's receives posted ahead and never reached: the failed
+ * communicator completes them at once. */
+static void drop_early(dt_pipe *p)
+{
+    for (int r = 0; r < p->sched->n[p->stage]; r++)
+        if (p->early[r]) {
+            dt_work_wait(p->early[r]);
+            p->early[r] = NULL;
+        }
 }
 
 /* STEP: every send done. */
@@ -377,6 +471,8 @@ dt_status dt_pipe_run(dt_pipe *p, const int *const *inputs, const int *const *ta
     double t0 = dt_now();
     for (int i = 0; i < s->n[p->stage] && st == DT_OK;) {
         const dt_pipe_action *a = &acts[i];
+        if (p->comm && (st = post_ahead(p, i, B, T)) != DT_OK)
+            break;
         double ta = dt_now();
         if (dt_pipe_is_transfer(a->op)) {
             st = run_batch(p, i, B, T, &i);
@@ -391,8 +487,10 @@ dt_status dt_pipe_run(dt_pipe *p, const int *const *inputs, const int *const *ta
         }
         p->stats.op_s[a->op] += dt_now() - ta;
     }
-    if (st != DT_OK)
-        wait_sends(p); /* the failed communicator completes them at once */
+    if (st != DT_OK) { /* the failed communicator completes them at once */
+        wait_sends(p);
+        drop_early(p);
+    }
     p->stats.wall_s = dt_now() - t0;
     float sum = 0.0f; /* the trainer's order: += loss_k / m, k = 0 .. m-1 */
     for (int k = 0; k < s->m && p->stage == s->p - 1; k++)

@@ -15,6 +15,10 @@
  *   - a send is waited only before its buffer is reused (the next
  *     micro-batch in the same slot) and at STEP.
  *
+ * The executor may post a receive earlier than its place (once its buffer
+ * is free); that only lets a send complete sooner, so lists that pass here
+ * pass there.
+ *
  * Stages are advanced in turn, each as far as it can go; when a full turn
  * moves nobody and some list is unfinished, the lists deadlock, and the
  * message names what every stuck stage is waiting for. Otherwise the

@@ -13,6 +13,9 @@
  * there is no rounding difference to tolerate. (Bitwise implies the
  * 1e-6 relative / 1e-5 loss bounds of the specification.)
  *
+ * When each receive is posted: as soon as its slot is free, ahead of the
+ * compute that precedes it in the list.
+ *
  * Then the failure cases: a stage whose micro-batches have another shape
  * than its neighbour's gets a DT_EPROTO naming both sides, and its
  * neighbour fails too instead of waiting.
@@ -39,6 +42,8 @@ typedef struct scenario {
     float *got_params; /* each stage writes its slice */
     float got_loss[K];
     int shape_B[RANK_THREADS_MAX]; /* micro-batch rows each rank uses */
+    /* the last step's timeline: each stage's receive posts and F starts */
+    double recv_post[RANK_THREADS_MAX][MAX_M], f_start[RANK_THREADS_MAX][MAX_M];
 } scenario;
 
 static void make_data(scenario *s)
@@ -77,8 +82,23 @@ static void reference(scenario *s)
     dt_model_destroy(m);
 }
 
+/* When the last run posted each receive and began each F on stage st. */
+static void keep_timeline(scenario *s, const dt_pipe_schedule *sched, int st, const dt_pipe *pp)
+{
+    const double *t0, *t1;
+    dt_pipe_last_timeline(pp, &t0, &t1);
+    for (int i = 0; i < sched->n[st]; i++) {
+        const dt_pipe_action *a = &sched->actions[st][i];
+        if (a->op == DT_PIPE_RECV_ACT || a->op == DT_PIPE_RECV_GRAD)
+            s->recv_post[st][a->mb] = t0[i];
+        else if (a->op == DT_PIPE_F)
+            s->f_start[st][a->mb] = t0[i];
+    }
+}
+
 /* One stage's K steps; fails the rank with the pipeline's message. */
-static void train_stage(rank_ctx *rc, scenario *s, dt_model *m, dt_pipe *pp)
+static void train_stage(rank_ctx *rc, scenario *s, const dt_pipe_schedule *sched, dt_model *m,
+                        dt_pipe *pp)
 {
     int st = rc->rank, p = rc->world;
     const int *in[MAX_M], *tg[MAX_M];
@@ -99,6 +119,7 @@ static void train_stage(rank_ctx *rc, scenario *s, dt_model *m, dt_pipe *pp)
             s->got_loss[k] = loss;
         dt_model_update(m, &h, k + 1);
     }
+    keep_timeline(s, sched, st, pp);
     dt_model_get_params(m, s->got_params + m->param_lo);
 }
 
@@ -123,7 +144,7 @@ static void run_rank(rank_ctx *rc)
     else if (dt_model_init(m, SEED), dt_pipe_create(&pp, rc->comm, m, sched) != DT_OK)
         rank_fail(rc, "%s", dt_pipe_error(pp));
     else
-        train_stage(rc, s, m, pp);
+        train_stage(rc, s, sched, m, pp);
     dt_pipe_destroy(pp);
     dt_model_destroy(m);
     dt_pipe_schedule_destroy(sched);
@@ -212,5 +233,42 @@ Test(pipeline_train, mismatched_activation_shapes_are_a_protocol_error_naming_bo
     cr_expect(strstr(m1, "activations of micro-batch 0") != NULL, "%s", m1);
     cr_expect(job.ranks[0].failed, "stage 0 did not notice: %s", job.ranks[0].msg);
     free(s->got_params);
+    free(s);
+}
+
+/* Runs kind on p = 2 stages with m micro-batches, its timeline kept. */
+static scenario *timed_run(dt_pipe_kind kind, int m)
+{
+    scenario *s = calloc(1, sizeof *s);
+    s->kind = kind;
+    s->m = m;
+    make_data(s);
+    s->got_params = calloc(dt_config_num_params(&cfg), sizeof(float));
+    rank_job job;
+    rank_threads_run(&job, 2, run_rank, s);
+    for (int r = 0; r < 2; r++)
+        cr_assert(!job.ranks[r].failed, "rank %d: %s", r, job.ranks[r].msg);
+    free(s->got_params);
+    return s;
+}
+
+Test(pipeline_train, a_receive_is_posted_as_soon_as_its_slot_is_free, .timeout = 60)
+{
+    /* GPipe's last stage holds every micro-batch: all its receives go out
+     * before its first forward. */
+    scenario *s = timed_run(DT_PIPE_GPIPE, 4);
+    for (int mb = 0; mb < 4; mb++)
+        cr_expect(s->recv_post[1][mb] <= s->f_start[1][0],
+                  "gpipe stage 1: recv_act%d posted %.6f s after F0", mb,
+                  s->recv_post[1][mb] - s->f_start[1][0]);
+    free(s);
+    /* 1F1B's stage 0 has one gradient set, free after B(mb - 1): the
+     * receive of mb's gradient goes out before F(mb + 1), which its list
+     * puts first. */
+    s = timed_run(DT_PIPE_1F1B, 4);
+    for (int mb = 1; mb + 1 < 4; mb++)
+        cr_expect(s->recv_post[0][mb] <= s->f_start[0][mb + 1],
+                  "1f1b stage 0: recv_grad%d posted %.6f s after F%d", mb,
+                  s->recv_post[0][mb] - s->f_start[0][mb + 1], mb + 1);
     free(s);
 }
