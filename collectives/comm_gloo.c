@@ -83,3 +83,8 @@ void comm_gloo_wire_destroy(dt_comm *c)
     comm_gloo_destroy(c->gloo);
     c->gloo = NULL;
 }
+
+void comm_gloo_wire_traffic(dt_comm *c, uint64_t out[4])
+{
+    comm_gloo_traffic(c->gloo, out);
+}

@@ -178,6 +178,8 @@ static dt_status finish(mg_run *r, mg_metrics *mx, double secs, double mean_hidd
 {
     const mg_options *o = &r->o;
     dt_status st = check_replicas(r, o->steps, false);
+    if (st == DT_OK)
+        st = mg_gather_traffic(r);
     if (st != DT_OK)
         return st;
     if (r->rank == 0) {

@@ -50,6 +50,8 @@ typedef struct mg_run {
     dt_comm *tp_comm;                   /* --tp: this replica's tp group */
     dt_comm *tp_dp_comm;                /* --tp: the same share in every replica (NULL: D = 1) */
     float *tp_shares;                   /* --tp: (T, share) all-gather buffer */
+    uint64_t last_bytes_sent;           /* the last step's mg_step.bytes_sent */
+    uint64_t *bytes_sent_by_rank;       /* [world], rank 0 after the run: each rank's */
     char err[768];
 } mg_run;
 
@@ -59,6 +61,9 @@ typedef struct mg_step {
     double ms;           /* wall time of the step on this rank */
     double tokens_per_s; /* global tokens / ms */
     dt_comm_stats comm;
+    /* payload bytes this rank's communicators (world and groups) sent and
+     * received during the step, as the transport counts them (dt_comm_traffic) */
+    uint64_t bytes_sent, bytes_recv;
 } mg_step;
 
 /* tensor_parallel.c: --tp (every rank calls each; world rank = replica · T + tp rank) */
@@ -74,8 +79,12 @@ int mg_local_rank(void);
 dt_status mg_check_modes(mg_run *r);
 dt_status mg_run_open(mg_run *r); /* data, model, optimizer */
 void mg_run_close(mg_run *r);
-/* Optimizer step `step` (0-based): micro-steps, gradient sync, AdamW. */
+/* Optimizer step `step` (0-based): micro-steps, gradient sync, AdamW;
+ * counts the bytes the step moved into out. */
 dt_status mg_train_step(mg_run *r, int step, mg_step *out);
+/* Collective over the world: each rank's last_bytes_sent into rank 0's
+ * bytes_sent_by_rank. */
+dt_status mg_gather_traffic(mg_run *r);
 /* Waits for ZeRO-1's parameter all-gather left in flight by the last step:
  * call before reading the parameters outside a training forward. */
 dt_status mg_settle_params(mg_run *r);

@@ -12,7 +12,8 @@
  *
  * A data message goes out as one write of {preamble, payload}, the payload
  * straight from the caller's buffer (no copy); the buffer's send count
- * rises when the kernel has taken all of it. Writes to one peer leave in
+ * rises when the kernel has taken all of it, and dt_comm_traffic counts
+ * the payload then (notifications carry none and are not counted). Writes to one peer leave in
  * the order they were made, which is all gloo's matching needs.
  *
  * Cost: α + (48 + n)β per message; one allocation of 80 bytes.
@@ -29,6 +30,7 @@ typedef struct gloo_write {
     uv_write_t req;
     gloo_pair *pair;
     gloo_buf *buf; /* NULL for a notification */
+    size_t payload_len;
     uint8_t head[GLOO_PREAMBLE_BYTES];
 } gloo_write;
 
@@ -42,8 +44,12 @@ static void written(uv_write_t *req, int status)
 {
     gloo_write *w = req->data;
     if (status == 0) {
-        if (w->buf)
+        if (w->buf) {
             w->buf->sends_done++;
+            gloo_ctx *c = w->pair->ctx; /* dt_comm_traffic: data messages only */
+            atomic_fetch_add_explicit(&c->traffic[0], w->payload_len, memory_order_relaxed);
+            atomic_fetch_add_explicit(&c->traffic[2], 1, memory_order_relaxed);
+        }
     } else if (status != UV_ECANCELED) {
         comm_gloo_pair_gone(w->pair, uv_strerror(status)); /* the waiter names the peer */
     }
@@ -72,6 +78,7 @@ static void write_message(gloo_pair *p, enum gloo_opcode op, uint64_t slot, size
     w->req.data = w;
     w->pair = p;
     w->buf = buf;
+    w->payload_len = payload_len;
     put_u64(w->head + 0, GLOO_PREAMBLE_BYTES + payload_len);
     put_u64(w->head + 8, op);
     put_u64(w->head + 16, slot);
