@@ -254,10 +254,10 @@ int main(int argc, char **argv)
                r.world);
     mg_metrics *mx = NULL;
     dt_status st = mg_check_modes(&r);
+    if (st == DT_OK && r.o.trace && !(r.trace = mg_trace_open())) /* before --tp's hook */
+        st = DT_ENOMEM;
     if (st == DT_OK)
         st = mg_run_open(&r);
-    if (st == DT_OK && r.o.trace && !(r.trace = mg_trace_open()))
-        st = DT_ENOMEM;
     if (st == DT_OK)
         st = mg_ckpt_open(&r);
     if (st == DT_OK)

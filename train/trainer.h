@@ -119,8 +119,11 @@ dt_status mg_report_pipeline(FILE *f, const mg_run *r);
 enum mg_event_kind {
     MG_EV_FORWARD = DT_PIPE_NUM_OPS, /* a data-parallel micro-step's */
     MG_EV_BACKWARD,
-    MG_EV_ALLREDUCE, /* a DDP bucket */
-    MG_EV_OPTIMIZER, /* AdamW (ZeRO-1: with its collectives) */
+    MG_EV_ALLREDUCE,    /* a DDP bucket */
+    MG_EV_OPTIMIZER,    /* AdamW (ZeRO-1: with its collectives) */
+    MG_EV_TP_ALLREDUCE, /* an f or g of tensor parallelism (arg: the layer, or -1) */
+    MG_EV_TP_GATHER,    /* --tp: the all-gather of the shares after a step */
+    MG_EV_TP_DP,        /* --tp --dp: the all-reduce of the share's gradients */
 };
 mg_trace *mg_trace_open(void);
 void mg_trace_close(mg_trace *t);
@@ -128,6 +131,13 @@ void mg_trace_close(mg_trace *t);
 void mg_trace_set_step(mg_trace *t, int step);
 /* One slice [t0, t1] in seconds on CLOCK_MONOTONIC; arg -1 for none. */
 void mg_trace_add(mg_trace *t, int kind, int arg, double t0, double t1);
+/* A collective's slice with its buffer's bytes and the payload this rank
+ * sent for it; site: a dt_tp_site for MG_EV_TP_ALLREDUCE, else -1. */
+void mg_trace_add_comm(mg_trace *t, int kind, int arg, int site, uint64_t bytes, uint64_t sent,
+                       double t0, double t1);
+/* --tp: the tensor layer's all-reduce callback (dt_tp_trace_fn), user = the mg_trace. */
+void mg_trace_tp(void *user, dt_tp_site site, int layer, size_t bytes, uint64_t sent, double t0,
+                 double t1);
 /* The executor's last step, every action of this stage's list. */
 void mg_trace_pipe(mg_trace *t, const dt_pipe *p, const dt_pipe_schedule *s, int stage);
 /* The buckets of DDP's last synced backward. */
