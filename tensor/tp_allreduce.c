@@ -48,9 +48,12 @@ dt_status tp_allreduce(dt_tp_model *m, float *buf, size_t n, dt_redop op, dt_tp_
     }
     dt_status st = dt_allreduce(m->comm, buf, n, DT_F32, op);
     if (st != DT_OK) {
-        snprintf(m->err, sizeof m->err,
-                 "tensor parallel rank %d/%d: all-reduce of %s (layer %d): %s: %s", m->rank, m->tp,
-                 dt_tp_site_name(site), layer, dt_status_name(st), dt_comm_error(m->comm));
+        char where[24] = "";
+        if (layer >= 0)
+            snprintf(where, sizeof where, " (layer %d)", layer);
+        snprintf(m->err, sizeof m->err, "tensor parallel rank %d/%d: all-reduce of %s%s: %s: %s",
+                 m->rank, m->tp, dt_tp_site_name(site), where, dt_status_name(st),
+                 dt_comm_error(m->comm));
         return st;
     }
     if (m->trace) {
