@@ -14,7 +14,9 @@
  *   send / recv            the buffer, one frame, on the two ends only
  *
  * A group made by dt_comm_split has its own connections, so its op counts
- * on the group and leaves the parent's counters where they were.
+ * on the group and leaves the parent's counters where they were. The gloo
+ * wire is counted too: torch's ring sends the same 2 (p-1)/p of the buffer,
+ * in 2 (numSeg - numSeg/p) data messages (collectives/gloo/allreduce_ring.c).
  *
  * Ranks run as threads (rank_threads.h) over loopback TCP, every op bounded
  * by the communicators' timeouts and every test by Criterion's.
@@ -23,6 +25,7 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "rank_threads.h"
 
@@ -206,4 +209,81 @@ Test(comm_volume, a_groups_traffic_is_its_own_and_not_its_parents, .timeout = 60
     for (int r = 0; r < 4; r++)
         cr_expect(!job.ranks[r].failed, "%s", job.ranks[r].msg);
     cr_assert_eq(failed, 0);
+}
+
+/* ---- the gloo wire ------------------------------------------------------------ */
+
+typedef struct gloo_rank {
+    int rank, size;
+    const char *url;
+    const volume_case *vc;
+    char err[512];
+} gloo_rank;
+
+static void *gloo_rank_main(void *p)
+{
+    gloo_rank *g = p;
+    dt_comm_options o;
+    dt_comm_options_default(&o);
+    o.rank = g->rank;
+    o.world_size = g->size;
+    o.init_url = g->url;
+    o.wire = DT_WIRE_GLOO;
+    o.timeout_s = RANK_OP_TIMEOUT_S;
+    o.init_timeout_s = RANK_INIT_TIMEOUT_S;
+    dt_comm *c = NULL;
+    float *buf = calloc(g->vc->count, sizeof(float));
+    if (dt_comm_init(&c, &o) != DT_OK || !buf) {
+        snprintf(g->err, sizeof g->err, "rank %d: init: %s", g->rank,
+                 c ? dt_comm_error(c) : "out of memory");
+    } else {
+        dt_traffic a, b;
+        dt_comm_traffic(c, &a);
+        dt_status st = dt_allreduce(c, buf, g->vc->count, DT_F32, DT_SUM);
+        dt_comm_traffic(c, &b);
+        uint64_t s = b.sent_bytes - a.sent_bytes, r = b.recv_bytes - a.recv_bytes;
+        uint64_t sf = b.sent_frames - a.sent_frames, rf = b.recv_frames - a.recv_frames;
+        if (st != DT_OK)
+            snprintf(g->err, sizeof g->err, "rank %d: all-reduce: %s", g->rank, dt_comm_error(c));
+        else if (s != g->vc->sent || r != g->vc->sent || sf != g->vc->frames || rf != g->vc->frames)
+            snprintf(g->err, sizeof g->err,
+                     "rank %d: sent %llu B in %llu messages, received %llu B in %llu; expected "
+                     "%llu B in %llu each way",
+                     g->rank, (unsigned long long)s, (unsigned long long)sf, (unsigned long long)r,
+                     (unsigned long long)rf, (unsigned long long)g->vc->sent,
+                     (unsigned long long)g->vc->frames);
+    }
+    free(buf);
+    dt_comm_destroy(c);
+    return NULL;
+}
+
+static void run_gloo_case(int world, const volume_case *vc)
+{
+    static atomic_uint counter;
+    char url[128];
+    snprintf(url, sizeof url, "file:///tmp/dtrain-test-volume-gloo-%d-%u", (int)getpid(),
+             atomic_fetch_add(&counter, 1));
+    unlink(url + 7); /* torch's key space: a stale file would hand out dead addresses */
+    gloo_rank ranks[4];
+    pthread_t t[4];
+    for (int r = 0; r < world; r++) {
+        ranks[r] = (gloo_rank){.rank = r, .size = world, .url = url, .vc = vc};
+        cr_assert_eq(pthread_create(&t[r], NULL, gloo_rank_main, &ranks[r]), 0);
+    }
+    for (int r = 0; r < world; r++)
+        pthread_join(t[r], NULL);
+    unlink(url + 7);
+    for (int r = 0; r < world; r++)
+        cr_expect(!ranks[r].err[0], "%s", ranks[r].err);
+}
+
+/* 1 MiB over p ranks: numSeg = max(2p, 1) segments of 1 MiB / numSeg, and
+ * each phase sends numSeg - numSeg/p of them. */
+Test(comm_volume, the_gloo_wire_counts_torchs_ring_on_2_and_4_ranks, .timeout = 60)
+{
+    volume_case two = {N_FLOATS, DT_ALGO_AUTO, N_BYTES, 2 * (4 - 2)};
+    run_gloo_case(2, &two);
+    volume_case four = {N_FLOATS, DT_ALGO_AUTO, 2 * 3 * N_BYTES / 4, 2 * (8 - 2)};
+    run_gloo_case(4, &four);
 }
