@@ -61,6 +61,8 @@ dt_status comm_setup(dt_comm *c, const dt_comm_options *o)
     atomic_init(&c->io_running, false);
     atomic_init(&c->rejected, 0);
     atomic_init(&c->gloo_turn, false);
+    for (int i = 0; i < 4; i++)
+        atomic_init(&c->traffic[i], 0);
     c->rank = o->rank;
     c->size = o->world_size;
     if (o->world_size < 1 || o->rank < 0 || o->rank >= o->world_size) {
@@ -459,6 +461,19 @@ int dt_comm_port(const dt_comm *c)
 uint64_t dt_comm_rejected_connections(const dt_comm *c)
 {
     return atomic_load(&((dt_comm *)c)->rejected);
+}
+
+void dt_comm_traffic(const dt_comm *c, dt_traffic *out)
+{
+    dt_comm *m = (dt_comm *)c;
+    uint64_t v[4];
+    if (m->gloo) {
+        comm_gloo_wire_traffic(m, v);
+    } else {
+        for (int i = 0; i < 4; i++)
+            v[i] = atomic_load_explicit(&m->traffic[i], memory_order_relaxed);
+    }
+    *out = (dt_traffic){v[0], v[1], v[2], v[3]};
 }
 
 const char *dt_comm_error(const dt_comm *c)

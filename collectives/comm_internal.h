@@ -141,10 +141,11 @@ struct dt_comm {
     int port;
     char (*peer_addr)[64]; /* [size] "host:port", fixed after init */
     atomic_uint_fast64_t rejected;
-    struct dt_device *device;  /* options.device: buffers it owns are staged; or NULL */
-    struct staging *staging;   /* staging.c: pinned buffers, stream; loop owner only */
-    reject_log reject_log;     /* loop owner only (then destroy): reject_log.c */
-    struct p2p_pool *p2p_pool; /* staging_p2p.c: send/recv host buffers; made under mu */
+    atomic_uint_fast64_t traffic[4]; /* dt_traffic's fields in order (conn.c counts) */
+    struct dt_device *device;        /* options.device: buffers it owns are staged; or NULL */
+    struct staging *staging;         /* staging.c: pinned buffers, stream; loop owner only */
+    reject_log reject_log;           /* loop owner only (then destroy): reject_log.c */
+    struct p2p_pool *p2p_pool;       /* staging_p2p.c: send/recv host buffers; made under mu */
 
     /* loop owner only */
     uv_loop_t loop;
@@ -331,6 +332,9 @@ dt_status comm_connect_mesh(dt_comm *c, double deadline);
 /* comm_gloo.c: the gloo wire. Joins (after comm_setup) and leaves; the
  * executor runs its ops (comm_gloo_run, gloo/gloo.h). */
 dt_status comm_gloo_wire_init(dt_comm *c, const dt_comm_options *o);
+/* dt_comm_traffic on this wire: the gloo group's counts (dt_traffic's
+ * fields in order). */
+void comm_gloo_wire_traffic(dt_comm *c, uint64_t out[4]);
 /* p2p_gloo.c: tagged send/recv on the gloo wire. The executor posts w's
  * message and marks it in flight; comm_gloo_p2p_reap completes what has
  * finished (after every op, and from the thread's turns on the wire,

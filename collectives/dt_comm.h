@@ -249,6 +249,28 @@ int dt_comm_port(const dt_comm *c);
 /* Connections dropped because they failed the handshake. */
 uint64_t dt_comm_rejected_connections(const dt_comm *c);
 
+/*
+ * What this communicator has moved since dt_comm_init, counted by the
+ * transport as each transfer completes: payload bytes of the data frames
+ * it wrote to its sockets and read from them (every collective's and every
+ * send/recv's), and the frames themselves. Payload only: on dtrain's wire
+ * each frame also carries a DT_FRAME_HEADER_BYTES header, so the bytes on
+ * TCP are sent_bytes + sent_frames · DT_FRAME_HEADER_BYTES; the handshake
+ * and the ABORT and BYE notices are not counted. The gloo wire is counted
+ * too: its data messages and their payloads (each adds gloo's 48-byte
+ * preamble), not its payload-free ready notifications.
+ *
+ * Per communicator: a group made by dt_comm_split has its own connections
+ * and its own counts, so a rank's traffic is the sum over the
+ * communicators it holds. Safe from any thread, also while ops run.
+ */
+#define DT_FRAME_HEADER_BYTES 40
+typedef struct dt_traffic {
+    uint64_t sent_bytes, recv_bytes;   /* payload */
+    uint64_t sent_frames, recv_frames; /* data frames (gloo wire: data messages) */
+} dt_traffic;
+void dt_comm_traffic(const dt_comm *c, dt_traffic *out);
+
 /* ---- groups (sub-communicators) ------------------------------------------ */
 
 #define DT_UNDEFINED (-1) /* dt_comm_split colour: this rank joins no group */

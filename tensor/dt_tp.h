@@ -40,6 +40,30 @@
 extern "C" {
 #endif
 
+/* Where a tp all-reduce happens: Megatron's g after each row-parallel
+ * matmul and the embedding (forward), f before each column-parallel one
+ * (backward), and the cross-entropy's row statistics. */
+typedef enum dt_tp_site {
+    DT_TP_EMBEDDING,  /* forward: the token embedding's rows */
+    DT_TP_ATTN_OUT,   /* forward, g: the attention output */
+    DT_TP_MLP_OUT,    /* forward, g: the MLP output */
+    DT_TP_LOGIT_MAX,  /* forward: the logits' row maxima */
+    DT_TP_LOGIT_SUMS, /* forward: the softmax sums and target logits */
+    DT_TP_HEAD_GRAD,  /* backward, f: the head's input gradient */
+    DT_TP_MLP_GRAD,   /* backward, f: the MLP's input gradient */
+    DT_TP_ATTN_GRAD,  /* backward, f: the attention's input gradient */
+    DT_TP_NUM_SITES
+} dt_tp_site;
+
+/* "g: the attention output" */
+const char *dt_tp_site_name(dt_tp_site s);
+
+/* Called after each tp all-reduce, on the thread that ran it: where (layer
+ * -1 outside a block), the buffer's bytes, the payload bytes this rank sent
+ * for it (dt_comm_traffic), and when it ran (dt_now() seconds). */
+typedef void (*dt_tp_trace_fn)(void *user, dt_tp_site site, int layer, size_t bytes, uint64_t sent,
+                               double t0, double t1);
+
 typedef struct dt_tp_model {
     dt_config cfg;
     const dt_backend *be;
@@ -63,7 +87,9 @@ typedef struct dt_tp_model {
     float *adam_m, *adam_v;                /* (num_params); NULL until the first update */
 
     int last_B, last_T, have_targets;
-    float mean_loss; /* of the last forward with targets */
+    float mean_loss;      /* of the last forward with targets */
+    dt_tp_trace_fn trace; /* NULL, or called after every all-reduce (the caller sets it) */
+    void *trace_user;
     char err[512];
 } dt_tp_model;
 

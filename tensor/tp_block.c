@@ -45,8 +45,8 @@ dt_status tp_block_forward(dt_tp_model *m, int l, const float *residual, int B, 
     be->layernorm_forward(x->ln1, x->ln1_mean, x->ln1_rstd, residual, w->ln1w, w->ln1b, N, C);
     be->matmul_forward(x->qkv, x->ln1, w->qkvw, NULL, N, C, 3 * Cl); /* f, column-parallel */
     be->attention_forward(x->atty, x->att, x->qkv, B, T, Cl, Hl);
-    be->matmul_forward(x->attproj, x->atty, w->attprojw, NULL, N, Cl, C); /* row-parallel */
-    dt_status st = tp_allreduce(m, x->attproj, NC, DT_SUM, "the attention output"); /* g */
+    be->matmul_forward(x->attproj, x->atty, w->attprojw, NULL, N, Cl, C);      /* row-parallel */
+    dt_status st = tp_allreduce(m, x->attproj, NC, DT_SUM, DT_TP_ATTN_OUT, l); /* g */
     if (st != DT_OK)
         return st;
     be->residual_forward(x->residual2, residual, x->attproj, NC);
@@ -54,7 +54,7 @@ dt_status tp_block_forward(dt_tp_model *m, int l, const float *residual, int B, 
     be->matmul_forward(x->fch, x->ln2, w->fcw, w->fcb, N, C, Fl); /* f, column-parallel */
     be->gelu_forward(x->fch_gelu, x->fch, (size_t)N * Fl);
     be->matmul_forward(x->fcproj, x->fch_gelu, w->fcprojw, NULL, N, Fl, C);       /* row-parallel */
-    if ((st = tp_allreduce(m, x->fcproj, NC, DT_SUM, "the MLP output")) != DT_OK) /* g */
+    if ((st = tp_allreduce(m, x->fcproj, NC, DT_SUM, DT_TP_MLP_OUT, l)) != DT_OK) /* g */
         return st;
     add_bias(x->fcproj, w->fcprojb, N, C);
     be->residual_forward(x->residual3, x->residual2, x->fcproj, NC);
@@ -75,7 +75,7 @@ dt_status tp_block_backward(dt_tp_model *m, int l, const float *dres3, const flo
                         Fl, C);
     be->gelu_backward(dx->fch, dx->fch_gelu, x->fch, (size_t)N * Fl);
     be->matmul_backward(dx->ln2, dw->fcw, dw->fcb, dx->fch, x->ln2, w->fcw, N, C, Fl);
-    dt_status st = tp_allreduce(m, dx->ln2, NC, DT_SUM, "the MLP's input grad"); /* f */
+    dt_status st = tp_allreduce(m, dx->ln2, NC, DT_SUM, DT_TP_MLP_GRAD, l); /* f */
     if (st != DT_OK)
         return st;
     be->copy(dx->residual2, dres3, NC * sizeof(float));
@@ -85,7 +85,7 @@ dt_status tp_block_backward(dt_tp_model *m, int l, const float *dres3, const flo
                         C);
     be->attention_backward(dx->qkv, m->grad_acts.scratch, dx->atty, x->qkv, x->att, B, T, Cl, Hl);
     be->matmul_backward(dx->ln1, dw->qkvw, NULL, dx->qkv, x->ln1, w->qkvw, N, C, 3 * Cl);
-    if ((st = tp_allreduce(m, dx->ln1, NC, DT_SUM, "the attention's input grad")) != DT_OK)
+    if ((st = tp_allreduce(m, dx->ln1, NC, DT_SUM, DT_TP_ATTN_GRAD, l)) != DT_OK)
         return st; /* f */
     be->copy(dresidual_in, dx->residual2, NC * sizeof(float));
     be->layernorm_backward(dresidual_in, dw->ln1w, dw->ln1b, dx->ln1, residual_in, w->ln1w,

@@ -9,7 +9,8 @@
 
 /* tp_allreduce.c: in-place all-reduce of n floats over the tp group; on
  * failure the message (naming what was reduced) is on m. */
-dt_status tp_allreduce(dt_tp_model *m, float *buf, size_t n, dt_redop op, const char *what);
+dt_status tp_allreduce(dt_tp_model *m, float *buf, size_t n, dt_redop op, dt_tp_site site,
+                       int layer);
 
 /* tp_block.c: block l of a share, forward (residual (N, C) in,
  * acts.blocks[l].residual3 out) and backward (dres3 in, dresidual_in

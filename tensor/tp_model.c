@@ -241,7 +241,7 @@ dt_status dt_tp_backward(dt_tp_model *m, float dloss)
     tp_vocab_crossentropy_backward(m, dloss, N);
     be->matmul_backward(da->lnf, m->grads.lm_head, NULL, da->logits, a->lnf, m->params.lm_head, N,
                         C, m->cfg.V / m->tp);
-    dt_status st = tp_allreduce(m, da->lnf, (size_t)N * C, DT_SUM, "the head's input grad");
+    dt_status st = tp_allreduce(m, da->lnf, (size_t)N * C, DT_SUM, DT_TP_HEAD_GRAD, -1);
     if (st != DT_OK)
         return st;
     be->zero(dlast, (size_t)N * C * sizeof(float));

@@ -38,7 +38,7 @@ dt_status tp_vocab_embed_forward(dt_tp_model *m, int B, int T)
         else
             memset(row, 0, (size_t)C * sizeof(float));
     }
-    dt_status st = tp_allreduce(m, out, (size_t)N * C, DT_SUM, "the token embedding");
+    dt_status st = tp_allreduce(m, out, (size_t)N * C, DT_SUM, DT_TP_EMBEDDING, -1);
     if (st != DT_OK)
         return st;
     for (int n = 0; n < N; n++) {
@@ -101,11 +101,11 @@ dt_status tp_vocab_crossentropy_forward(dt_tp_model *m, int with_targets, int N)
     float *mx = m->ce_stats, *sum = mx + N, *zt = sum + N;
     dt_acts *a = &m->acts;
     local_row_max(mx, a->logits, N, Vl);
-    dt_status st = tp_allreduce(m, mx, (size_t)N, DT_MAX, "the logits' row maxima");
+    dt_status st = tp_allreduce(m, mx, (size_t)N, DT_MAX, DT_TP_LOGIT_MAX, -1);
     if (st != DT_OK)
         return st;
     local_exp_sums(sum, zt, a->probs, a->logits, mx, with_targets ? m->targets : NULL, v0, N, Vl);
-    st = tp_allreduce(m, sum, 2 * (size_t)N, DT_SUM, "the softmax sums and target logits");
+    st = tp_allreduce(m, sum, 2 * (size_t)N, DT_SUM, DT_TP_LOGIT_SUMS, -1);
     if (st != DT_OK)
         return st;
     double total = 0.0;

@@ -11,6 +11,13 @@
  *   before the F that reads it.
  * - 2 ranks of plain DDP with --grad-accum 2, 2 steps: 4 forwards, 4
  *   backwards, 2 optimizer steps and 2 x buckets all-reduces per rank.
+ * - 2 ranks of --tp 2, --grad-accum 2, L = 3, 2 steps: every f and g is
+ *   its own slice (per layer, 4 micro-steps of each of the four block
+ *   sites; 4 each of the embedding, the head and the two cross-entropy
+ *   statistics), each with its buffer's bytes and the bytes the rank sent
+ *   for it (over 2 ranks an all-reduce sends its buffer once), each g
+ *   inside a forward and each f inside a backward of its step; then 2
+ *   all-gathers of the shares.
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -155,6 +162,93 @@ Test(minigpt_trace, a_ddp_run_traces_micro_steps_buckets_and_optimizer_steps, .t
                   "all-reduces in 2 steps",
                   g, buckets);
         expect_count(doc, g, "F", 0);
+    }
+    json_decref(doc);
+    fixture_rmtree(root);
+}
+
+/* Every X slice on track tid whose name starts with prefix, in turn. */
+static json_t *next_slice(json_t *doc, int tid, const char *prefix, size_t *i)
+{
+    json_t *evs = json_object_get(doc, "traceEvents");
+    for (; *i < json_array_size(evs); (*i)++) {
+        json_t *ev = json_array_get(evs, *i);
+        const char *name = json_string_value(json_object_get(ev, "name"));
+        if (strcmp(json_string_value(json_object_get(ev, "ph")), "X") == 0 &&
+            json_integer_value(json_object_get(ev, "tid")) == tid &&
+            strncmp(name, prefix, strlen(prefix)) == 0)
+            return json_array_get(evs, (*i)++);
+    }
+    return NULL;
+}
+
+/* Is ev inside a slice named `outer` of the same track and step? */
+static bool inside(json_t *doc, json_t *ev, const char *outer)
+{
+    int tid = (int)json_integer_value(json_object_get(ev, "tid"));
+    json_int_t step = json_integer_value(json_object_get(json_object_get(ev, "args"), "step"));
+    double t0 = json_number_value(json_object_get(ev, "ts"));
+    double t1 = t0 + json_number_value(json_object_get(ev, "dur"));
+    size_t i = 0;
+    for (json_t *o; (o = next_slice(doc, tid, outer, &i));) {
+        double a = json_number_value(json_object_get(o, "ts"));
+        double b = a + json_number_value(json_object_get(o, "dur"));
+        if (json_integer_value(json_object_get(json_object_get(o, "args"), "step")) == step &&
+            a <= t0 + 1.0 && t1 <= b + 1.0)
+            return true;
+    }
+    return false;
+}
+
+static json_int_t arg_of(json_t *ev, const char *key)
+{
+    json_t *v = json_object_get(json_object_get(ev, "args"), key);
+    return v ? json_integer_value(v) : -1;
+}
+
+Test(minigpt_trace, a_tp_run_traces_every_f_and_g_all_reduce_with_its_bytes, .timeout = 120)
+{
+    char root[128];
+    fixture_mkroot(root, sizeof root);
+    const char *flags[] = {"--tp", "2", "--grad-accum", "2", NULL};
+    json_t *doc = traced_run(root, "2", flags);
+    const json_int_t act = 2 * 16 * 32 * 4; /* B·T·C floats: --batch 2, T 16, C 32 */
+    const char *block_sites[] = {"g: the attention output", "g: the MLP output",
+                                 "f: the MLP's input grad", "f: the attention's input grad"};
+    for (int g = 0; g < 2; g++) {
+        expect_count(doc, g, "forward", 4);
+        expect_count(doc, g, "backward", 4);
+        expect_count(doc, g, "optimizer step", 2);
+        expect_count(doc, g, "all-gather of the shares", 2);
+        for (int k = 0; k < 4; k++) {
+            expect_count(doc, g, block_sites[k], 3 * 4);
+            int per_layer[3] = {0};
+            size_t i = 0;
+            for (json_t *ev; (ev = next_slice(doc, g, block_sites[k], &i));) {
+                json_int_t l = arg_of(ev, "layer");
+                cr_expect(l >= 0 && l < 3, "rank %d: %s at layer %d", g, block_sites[k], (int)l);
+                if (l >= 0 && l < 3)
+                    per_layer[l]++;
+                cr_expect(arg_of(ev, "bytes") == act && arg_of(ev, "sent") == act,
+                          "rank %d: %s: bytes %d, sent %d; expected %d each", g, block_sites[k],
+                          (int)arg_of(ev, "bytes"), (int)arg_of(ev, "sent"), (int)act);
+                const char *outer = block_sites[k][0] == 'g' ? "forward" : "backward";
+                cr_expect(inside(doc, ev, outer), "rank %d: a '%s' slice outside every %s", g,
+                          block_sites[k], outer);
+            }
+            for (int l = 0; l < 3; l++)
+                cr_expect_eq(per_layer[l], 4, "rank %d: %d '%s' slices at layer %d, expected 4", g,
+                             per_layer[l], block_sites[k], l);
+        }
+        expect_count(doc, g, "the token embedding", 4);
+        expect_count(doc, g, "f: the head's input grad", 4);
+        expect_count(doc, g, "the logits' row maxima", 4);
+        expect_count(doc, g, "the softmax sums and target logits", 4);
+        size_t i = 0;
+        json_t *ev = next_slice(doc, g, "the logits' row maxima", &i);
+        cr_assert(ev, "rank %d: no row maxima", g);
+        cr_expect_eq(arg_of(ev, "bytes"), 2 * 16 * 4, "rank %d: row maxima of %d bytes", g,
+                     (int)arg_of(ev, "bytes"));
     }
     json_decref(doc);
     fixture_rmtree(root);

@@ -7,6 +7,13 @@
  * jansson and written compactly; every line has "event" (config, step,
  * eval, summary) and the step it belongs to. Only rank 0 writes; each line
  * is flushed so a reader sees it at once (a few hundred bytes per step).
+ *
+ * A step line carries rank 0's traffic during the step: "bytes_sent" and
+ * "bytes_received", the payload of every frame its communicators (the
+ * world and each group) wrote and read, as the transport counts it
+ * (dt_comm_traffic: headers not included). The summary line has every
+ * rank's bytes sent in the last step, "last_step_bytes_sent_by_rank",
+ * gathered after the run (so that gather is in no step's count).
  */
 #include <stdlib.h>
 
@@ -58,6 +65,10 @@ void mg_metrics_step(mg_metrics *mx, int step, const mg_step *s)
     /* "hidden" is absent (not 0) when nothing was communicated */
     if (obj && s->comm.hidden >= 0)
         json_object_set_new(obj, "hidden", json_real(s->comm.hidden));
+    if (obj) { /* rank 0's payload bytes, every communicator it holds */
+        json_object_set_new(obj, "bytes_sent", json_integer((json_int_t)s->bytes_sent));
+        json_object_set_new(obj, "bytes_received", json_integer((json_int_t)s->bytes_recv));
+    }
     emit(mx, obj);
 }
 
@@ -84,6 +95,12 @@ void mg_metrics_summary(mg_metrics *mx, const mg_run *r, double secs, double mea
         json_object_set_new(obj, "mean_hidden", json_real(mean_hidden));
     if (obj && acc >= 0)
         json_object_set_new(obj, "accuracy", json_real(acc));
+    if (obj && r->bytes_sent_by_rank) { /* the last step's, rank by rank */
+        json_t *a = json_array();
+        for (int q = 0; q < r->world; q++)
+            json_array_append_new(a, json_integer((json_int_t)r->bytes_sent_by_rank[q]));
+        json_object_set_new(obj, "last_step_bytes_sent_by_rank", a);
+    }
     if (obj && r->zero1)
         json_object_set_new(obj, "optimizer_bytes_per_rank",
                             json_integer((json_int_t)dt_zero1_optimizer_bytes(r->zero1)));

@@ -178,6 +178,8 @@ static dt_status finish(mg_run *r, mg_metrics *mx, double secs, double mean_hidd
 {
     const mg_options *o = &r->o;
     dt_status st = check_replicas(r, o->steps, false);
+    if (st == DT_OK)
+        st = mg_gather_traffic(r);
     if (st != DT_OK)
         return st;
     if (r->rank == 0) {
@@ -252,10 +254,10 @@ int main(int argc, char **argv)
                r.world);
     mg_metrics *mx = NULL;
     dt_status st = mg_check_modes(&r);
+    if (st == DT_OK && r.o.trace && !(r.trace = mg_trace_open())) /* before --tp's hook */
+        st = DT_ENOMEM;
     if (st == DT_OK)
         st = mg_run_open(&r);
-    if (st == DT_OK && r.o.trace && !(r.trace = mg_trace_open()))
-        st = DT_ENOMEM;
     if (st == DT_OK)
         st = mg_ckpt_open(&r);
     if (st == DT_OK)

@@ -20,8 +20,13 @@
  * shares and each rank assembles the full parameters into r->m: one
  * all-gather of P/T floats per rank per step, the price of reusing those
  * paths unchanged (worth removing once evaluation runs on the shares).
- * Checkpoints, --trace and ZeRO on the dp axis are refused by name for
- * now; --pp by the command line.
+ * Checkpoints and ZeRO on the dp axis are refused by name for now; --pp
+ * by the command line.
+ *
+ * --trace: each micro-step's forward and backward, every f and g inside
+ * them as its own slice (the tensor layer calls mg_trace_tp after each
+ * all-reduce, with the bytes this rank sent for it), the dp all-reduce,
+ * the optimizer step and the all-gather of the shares (trace.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,8 +49,6 @@ static const char *unsupported(const mg_options *o)
         return "--parallel zero1 (the dp axis runs DDP)";
     if (o->ckpt_dir || o->resume || o->ckpt_every > 0)
         return "checkpoints (--ckpt-dir, --ckpt-every, --resume)";
-    if (o->trace)
-        return "--trace";
     if (strcmp(o->device, "cuda") == 0)
         return "--device cuda";
     return NULL;
@@ -94,6 +97,10 @@ dt_status mg_tp_open(mg_run *r)
         st = dt_tp_init(r->tp, o->seed);
     if (st != DT_OK)
         return tp_fail(r, st, "model", dt_tp_error(r->tp));
+    if (r->trace) { /* every f and g as a slice */
+        r->tp->trace = mg_trace_tp;
+        r->tp->trace_user = r->trace;
+    }
     st = dt_model_create(&r->m, &o->cfg, be, o->batch); /* the assembled copy */
     if (st != DT_OK)
         return tp_fail(r, st, "model", r->m ? dt_model_error(r->m) : NULL);
@@ -124,6 +131,30 @@ void mg_tp_close(mg_run *r)
     r->tp_dp_comm = r->tp_comm = NULL;
 }
 
+/* A collective on c, traced as `kind` with its bytes and this rank's
+ * payload sent. */
+static dt_status traced(mg_run *r, dt_comm *c, int kind, size_t bytes, dt_status (*op)(mg_run *))
+{
+    dt_traffic a, b;
+    dt_comm_traffic(c, &a);
+    double t0 = dt_now();
+    dt_status st = op(r);
+    dt_comm_traffic(c, &b);
+    if (st == DT_OK)
+        mg_trace_add_comm(r->trace, kind, -1, -1, bytes, b.sent_bytes - a.sent_bytes, t0, dt_now());
+    return st;
+}
+
+static dt_status gather_shares(mg_run *r)
+{
+    return dt_allgather(r->tp_comm, r->tp->params_memory, r->tp_shares, r->tp->num_params, DT_F32);
+}
+
+static dt_status average_grads(mg_run *r)
+{
+    return dt_allreduce(r->tp_dp_comm, r->tp->grads_memory, r->tp->num_params, DT_F32, DT_AVG);
+}
+
 /* Every share of the tp group into r->m's full parameters. */
 static dt_status assemble(mg_run *r)
 {
@@ -132,7 +163,8 @@ static dt_status assemble(mg_run *r)
     float *full = malloc(P * sizeof(float));
     if (!full)
         return tp_fail(r, DT_ENOMEM, "assemble", "out of memory");
-    dt_status st = dt_allgather(r->tp_comm, m->params_memory, r->tp_shares, m->num_params, DT_F32);
+    dt_status st = traced(r, r->tp_comm, MG_EV_TP_GATHER,
+                          m->num_params * (size_t)m->tp * sizeof(float), gather_shares);
     if (st != DT_OK) {
         free(full);
         return tp_fail(r, st, "tensor parallel: all-gather of the shares",
@@ -157,9 +189,14 @@ static dt_status micro_step(mg_run *r, int step, int j, float *loss)
                                     o->cfg.T);
     if (st != DT_OK)
         return tp_fail(r, st, "data", dt_dataset_error(r->data));
-    if ((st = dt_tp_forward(r->tp, r->x, r->y, o->batch, o->cfg.T)) != DT_OK ||
-        (st = dt_tp_backward(r->tp, 1.0f / (float)o->grad_accum)) != DT_OK)
+    double t0 = dt_now();
+    if ((st = dt_tp_forward(r->tp, r->x, r->y, o->batch, o->cfg.T)) != DT_OK)
         return tp_fail(r, st, "step", dt_tp_error(r->tp));
+    double t1 = dt_now();
+    mg_trace_add(r->trace, MG_EV_FORWARD, j, t0, t1);
+    if ((st = dt_tp_backward(r->tp, 1.0f / (float)o->grad_accum)) != DT_OK)
+        return tp_fail(r, st, "step", dt_tp_error(r->tp));
+    mg_trace_add(r->trace, MG_EV_BACKWARD, j, t1, dt_now());
     *loss += r->tp->mean_loss / (float)o->grad_accum;
     return DT_OK;
 }
@@ -175,15 +212,18 @@ dt_status mg_tp_step(mg_run *r, int step, mg_step *out)
     if (st != DT_OK)
         return st;
     if (r->tp_dp_comm) { /* DDP on the dp axis: the mean of the replicas */
-        st = dt_allreduce(r->tp_dp_comm, r->tp->grads_memory, r->tp->num_params, DT_F32, DT_AVG);
+        st = traced(r, r->tp_dp_comm, MG_EV_TP_DP, r->tp->num_params * sizeof(float),
+                    average_grads);
         if (st == DT_OK)
             st = dt_allreduce(r->tp_dp_comm, &loss, 1, DT_F32, DT_AVG);
         if (st != DT_OK)
             return tp_fail(r, st, "data parallel: gradient all-reduce",
                            dt_comm_error(r->tp_dp_comm));
     }
+    double tu = dt_now();
     if ((st = dt_tp_update(r->tp, &r->h, step + 1)) != DT_OK)
         return tp_fail(r, st, "update", dt_tp_error(r->tp));
+    mg_trace_add(r->trace, MG_EV_OPTIMIZER, -1, tu, dt_now());
     if ((st = assemble(r)) != DT_OK)
         return st;
     out->ms = 1e3 * (dt_now() - t0);

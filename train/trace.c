@@ -8,7 +8,13 @@
  * executor's timeline; data parallelism each micro-step's forward and
  * backward; both each DDP bucket's all-reduce (launch to completion as
  * this rank saw it) and the optimizer step (ZeRO-1's includes its
- * reduce-scatter and all-gather). At the end the ranks send their slices
+ * reduce-scatter and all-gather); tensor parallelism each micro-step's
+ * forward and backward and, inside them, every f and g all-reduce as its
+ * own slice named for its site ("g: the MLP output", layer in args), then
+ * the step's all-gather of the shares and, with --dp, the all-reduce of
+ * the share's gradients. A collective's slice carries "bytes" (its
+ * buffer) and "sent" (the payload this rank sent for it, as the transport
+ * counted it). At the end the ranks send their slices
  * to rank 0 (a gather of the counts, then one message per rank), which
  * writes one "X" (complete) event per slice, one track per rank:
  *
@@ -20,7 +26,7 @@
  * of the job: the ranks of one machine share that clock, so the tracks
  * line up; ranks on other machines would each be right but offset.
  *
- * Cost: 32 bytes a slice in memory (a pipelined step of m micro-batches
+ * Cost: 48 bytes a slice in memory (a pipelined step of m micro-batches
  * is about 7m slices per stage), nothing sent until the end.
  */
 #include <jansson.h>
@@ -32,11 +38,12 @@
 #define TRACE_TAG 0x7ace0000u
 
 typedef struct mg_event {
-    double t0, t1; /* seconds, CLOCK_MONOTONIC */
-    int32_t kind;  /* a dt_pipe_op, or an mg_event_kind */
-    int32_t arg;   /* micro-batch, micro-step or bucket; -1 none */
+    double t0, t1;       /* seconds, CLOCK_MONOTONIC */
+    int64_t bytes, sent; /* a collective's buffer and this rank's payload sent; -1 none */
+    int32_t kind;        /* a dt_pipe_op, or an mg_event_kind */
+    int32_t arg;         /* micro-batch, micro-step, bucket or layer; -1 none */
     int32_t step;
-    int32_t pad;
+    int32_t site; /* MG_EV_TP_ALLREDUCE: a dt_tp_site; else -1 */
 } mg_event;
 
 struct mg_trace {
@@ -63,7 +70,8 @@ void mg_trace_set_step(mg_trace *t, int step)
         t->step = step;
 }
 
-void mg_trace_add(mg_trace *t, int kind, int arg, double t0, double t1)
+void mg_trace_add_comm(mg_trace *t, int kind, int arg, int site, uint64_t bytes, uint64_t sent,
+                       double t0, double t1)
 {
     if (!t || t1 < t0 || t0 <= 0)
         return;
@@ -75,7 +83,18 @@ void mg_trace_add(mg_trace *t, int kind, int arg, double t0, double t1)
         t->ev = ev;
         t->cap = cap;
     }
-    t->ev[t->n++] = (mg_event){t0, t1, kind, arg, t->step, 0};
+    t->ev[t->n++] = (mg_event){t0, t1, (int64_t)bytes, (int64_t)sent, kind, arg, t->step, site};
+}
+
+void mg_trace_add(mg_trace *t, int kind, int arg, double t0, double t1)
+{
+    mg_trace_add_comm(t, kind, arg, -1, (uint64_t)-1, (uint64_t)-1, t0, t1);
+}
+
+void mg_trace_tp(void *user, dt_tp_site site, int layer, size_t bytes, uint64_t sent, double t0,
+                 double t1)
+{
+    mg_trace_add_comm(user, MG_EV_TP_ALLREDUCE, layer, (int)site, bytes, sent, t0, t1);
 }
 
 void mg_trace_pipe(mg_trace *t, const dt_pipe *p, const dt_pipe_schedule *s, int stage)
@@ -99,9 +118,13 @@ void mg_trace_ddp(mg_trace *t, const dt_ddp *d)
     }
 }
 
-static const char *kind_name(int k)
+static const char *kind_name(const mg_event *e)
 {
+    int k = e->kind;
     switch (k) {
+    case MG_EV_TP_ALLREDUCE: return dt_tp_site_name((dt_tp_site)e->site);
+    case MG_EV_TP_GATHER: return "all-gather of the shares";
+    case MG_EV_TP_DP: return "dp all-reduce of the share's gradients";
     case MG_EV_FORWARD: return "forward";
     case MG_EV_BACKWARD: return "backward";
     case MG_EV_ALLREDUCE: return "allreduce bucket";
@@ -118,7 +141,10 @@ static const char *kind_category(int k)
     case DT_PIPE_SEND_GRAD:
     case DT_PIPE_RECV_GRAD:
     case DT_PIPE_STEP: return "p2p";
-    case MG_EV_ALLREDUCE: return "collective";
+    case MG_EV_ALLREDUCE:
+    case MG_EV_TP_ALLREDUCE:
+    case MG_EV_TP_GATHER:
+    case MG_EV_TP_DP: return "collective";
     case MG_EV_OPTIMIZER: return "optimizer";
     default: return "compute";
     }
@@ -156,6 +182,9 @@ static json_t *track_name(const mg_run *r, int q)
     char name[64];
     if (r->pipe)
         snprintf(name, sizeof name, "rank %d (stage %d, replica %d)", q, q / r->dp, q % r->dp);
+    else if (r->tp)
+        snprintf(name, sizeof name, "rank %d (tp rank %d, replica %d)", q, q % r->o.tp,
+                 q / r->o.tp);
     else
         snprintf(name, sizeof name, "rank %d", q);
     return json_pack("{s:s, s:s, s:i, s:i, s:{s:s}}", "name", "thread_name", "ph", "M", "pid", 0,
@@ -174,16 +203,21 @@ static json_t *to_json(const mg_run *r, mg_event **all, const int64_t *n)
         json_array_append_new(events, track_name(r, q));
         for (int64_t i = 0; i < n[q]; i++) {
             const mg_event *e = &all[q][i];
-            const char *arg = e->kind == MG_EV_ALLREDUCE  ? "bucket"
-                              : e->kind < DT_PIPE_NUM_OPS ? "mb"
-                                                          : "micro_step";
+            const char *arg = e->kind == MG_EV_ALLREDUCE      ? "bucket"
+                              : e->kind == MG_EV_TP_ALLREDUCE ? "layer"
+                              : e->kind < DT_PIPE_NUM_OPS     ? "mb"
+                                                              : "micro_step";
             json_t *args = json_pack("{s:i}", "step", e->step);
             if (e->arg >= 0)
                 json_object_set_new(args, arg, json_integer(e->arg));
+            if (e->bytes >= 0)
+                json_object_set_new(args, "bytes", json_integer(e->bytes));
+            if (e->sent >= 0)
+                json_object_set_new(args, "sent", json_integer(e->sent));
             json_array_append_new(events,
                                   json_pack("{s:s, s:s, s:s, s:f, s:f, s:i, s:i, s:o}", "name",
-                                            kind_name(e->kind), "cat", kind_category(e->kind), "ph",
-                                            "X", "ts", 1e6 * (e->t0 - origin), "dur",
+                                            kind_name(e), "cat", kind_category(e->kind), "ph", "X",
+                                            "ts", 1e6 * (e->t0 - origin), "dur",
                                             1e6 * (e->t1 - e->t0), "pid", 0, "tid", q, "args",
                                             args));
         }

@@ -197,6 +197,7 @@ void mg_run_close(mg_run *r)
     free(r->x);
     free(r->y);
     free(r->losses);
+    free(r->bytes_sent_by_rank);
 }
 
 /* Forward and backward of micro-step j; DDP syncs on the last. */
@@ -238,13 +239,56 @@ static dt_status micro_step(mg_run *r, int step, int j, float *loss)
     return DT_OK;
 }
 
+/* What every communicator of this rank has moved so far: the world's and
+ * each group's (a group counts its own traffic). */
+static void rank_traffic(const mg_run *r, dt_traffic *sum)
+{
+    const dt_comm *comms[] = {r->comm, r->pipe_comm, r->dp_comm, r->tp_comm, r->tp_dp_comm};
+    *sum = (dt_traffic){0};
+    for (size_t i = 0; i < sizeof comms / sizeof comms[0]; i++) {
+        if (!comms[i])
+            continue;
+        dt_traffic t;
+        dt_comm_traffic(comms[i], &t);
+        sum->sent_bytes += t.sent_bytes;
+        sum->recv_bytes += t.recv_bytes;
+    }
+}
+
+static dt_status dp_step(mg_run *r, int step, mg_step *out);
+
 dt_status mg_train_step(mg_run *r, int step, mg_step *out)
 {
+    dt_traffic before, after;
+    rank_traffic(r, &before);
     mg_trace_set_step(r->trace, step);
-    if (r->pipe)
-        return mg_pipe_step(r, step, out);
-    if (r->tp)
-        return mg_tp_step(r, step, out);
+    dt_status st = r->pipe ? mg_pipe_step(r, step, out)
+                   : r->tp ? mg_tp_step(r, step, out)
+                           : dp_step(r, step, out);
+    rank_traffic(r, &after);
+    out->bytes_sent = after.sent_bytes - before.sent_bytes;
+    out->bytes_recv = after.recv_bytes - before.recv_bytes;
+    r->last_bytes_sent = out->bytes_sent;
+    return st;
+}
+
+dt_status mg_gather_traffic(mg_run *r)
+{
+    if (r->rank == 0 && !r->bytes_sent_by_rank &&
+        !(r->bytes_sent_by_rank = calloc((size_t)r->world, sizeof(uint64_t))))
+        return run_fail(r, DT_ENOMEM, "traffic", "out of memory");
+    int64_t mine = (int64_t)r->last_bytes_sent;
+    if (!r->comm) {
+        r->bytes_sent_by_rank[0] = (uint64_t)mine;
+        return DT_OK;
+    }
+    dt_status st = dt_gather(r->comm, &mine, r->bytes_sent_by_rank, 1, DT_I64, 0);
+    return st == DT_OK ? DT_OK : run_fail(r, st, "traffic gather", dt_comm_error(r->comm));
+}
+
+/* A data-parallel step (DDP or ZeRO). */
+static dt_status dp_step(mg_run *r, int step, mg_step *out)
+{
     double t0 = dt_now();
     float loss = 0;
     dt_status st = DT_OK;

@@ -50,6 +50,8 @@ typedef struct mg_run {
     dt_comm *tp_comm;                   /* --tp: this replica's tp group */
     dt_comm *tp_dp_comm;                /* --tp: the same share in every replica (NULL: D = 1) */
     float *tp_shares;                   /* --tp: (T, share) all-gather buffer */
+    uint64_t last_bytes_sent;           /* the last step's mg_step.bytes_sent */
+    uint64_t *bytes_sent_by_rank;       /* [world], rank 0 after the run: each rank's */
     char err[768];
 } mg_run;
 
@@ -59,6 +61,9 @@ typedef struct mg_step {
     double ms;           /* wall time of the step on this rank */
     double tokens_per_s; /* global tokens / ms */
     dt_comm_stats comm;
+    /* payload bytes this rank's communicators (world and groups) sent and
+     * received during the step, as the transport counts them (dt_comm_traffic) */
+    uint64_t bytes_sent, bytes_recv;
 } mg_step;
 
 /* tensor_parallel.c: --tp (every rank calls each; world rank = replica · T + tp rank) */
@@ -74,8 +79,12 @@ int mg_local_rank(void);
 dt_status mg_check_modes(mg_run *r);
 dt_status mg_run_open(mg_run *r); /* data, model, optimizer */
 void mg_run_close(mg_run *r);
-/* Optimizer step `step` (0-based): micro-steps, gradient sync, AdamW. */
+/* Optimizer step `step` (0-based): micro-steps, gradient sync, AdamW;
+ * counts the bytes the step moved into out. */
 dt_status mg_train_step(mg_run *r, int step, mg_step *out);
+/* Collective over the world: each rank's last_bytes_sent into rank 0's
+ * bytes_sent_by_rank. */
+dt_status mg_gather_traffic(mg_run *r);
 /* Waits for ZeRO-1's parameter all-gather left in flight by the last step:
  * call before reading the parameters outside a training forward. */
 dt_status mg_settle_params(mg_run *r);
@@ -110,8 +119,11 @@ dt_status mg_report_pipeline(FILE *f, const mg_run *r);
 enum mg_event_kind {
     MG_EV_FORWARD = DT_PIPE_NUM_OPS, /* a data-parallel micro-step's */
     MG_EV_BACKWARD,
-    MG_EV_ALLREDUCE, /* a DDP bucket */
-    MG_EV_OPTIMIZER, /* AdamW (ZeRO-1: with its collectives) */
+    MG_EV_ALLREDUCE,    /* a DDP bucket */
+    MG_EV_OPTIMIZER,    /* AdamW (ZeRO-1: with its collectives) */
+    MG_EV_TP_ALLREDUCE, /* an f or g of tensor parallelism (arg: the layer, or -1) */
+    MG_EV_TP_GATHER,    /* --tp: the all-gather of the shares after a step */
+    MG_EV_TP_DP,        /* --tp --dp: the all-reduce of the share's gradients */
 };
 mg_trace *mg_trace_open(void);
 void mg_trace_close(mg_trace *t);
@@ -119,6 +131,13 @@ void mg_trace_close(mg_trace *t);
 void mg_trace_set_step(mg_trace *t, int step);
 /* One slice [t0, t1] in seconds on CLOCK_MONOTONIC; arg -1 for none. */
 void mg_trace_add(mg_trace *t, int kind, int arg, double t0, double t1);
+/* A collective's slice with its buffer's bytes and the payload this rank
+ * sent for it; site: a dt_tp_site for MG_EV_TP_ALLREDUCE, else -1. */
+void mg_trace_add_comm(mg_trace *t, int kind, int arg, int site, uint64_t bytes, uint64_t sent,
+                       double t0, double t1);
+/* --tp: the tensor layer's all-reduce callback (dt_tp_trace_fn), user = the mg_trace. */
+void mg_trace_tp(void *user, dt_tp_site site, int layer, size_t bytes, uint64_t sent, double t0,
+                 double t1);
 /* The executor's last step, every action of this stage's list. */
 void mg_trace_pipe(mg_trace *t, const dt_pipe *p, const dt_pipe_schedule *s, int stage);
 /* The buckets of DDP's last synced backward. */

@@ -56,6 +56,9 @@ static dt_status bad_preamble(gloo_pair *p, const char *what, uint64_t opcode, u
 /* A payload has been read in full: one more receive done on its buffer. */
 static void payload_done(gloo_pair *p)
 {
+    gloo_ctx *c = p->ctx; /* dt_comm_traffic */
+    atomic_fetch_add_explicit(&c->traffic[1], p->rx_len, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->traffic[3], 1, memory_order_relaxed);
     p->rx_buf->recvs_done++;
     p->rx_buf->recv_from = p->peer;
     p->rx_buf = NULL;
@@ -96,6 +99,7 @@ static void preamble_done(gloo_pair *p)
         p->rx_buf = op.buf;
         p->rx_dest = op.buf->ptr + op.offset;
         p->rx_left = length;
+        p->rx_len = length;
         if (length == 0)
             payload_done(p);
         return;

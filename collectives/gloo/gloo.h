@@ -23,6 +23,7 @@
 #ifndef DT_GLOO_H
 #define DT_GLOO_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -146,6 +147,9 @@ struct gloo_ctx {
     int first_gone;     /* the first peer whose connection ended, or -1 */
     dt_status failed;   /* DT_OK while healthy */
     char err[GLOO_ERR_LEN];
+    /* dt_comm_traffic: payload bytes sent, received, data messages sent,
+     * received (wire.c, frame.c count them as they complete) */
+    atomic_uint_fast64_t traffic[4];
 };
 
 /* How a group meets (rendezvous.c). The keys are torch's, under the
@@ -248,6 +252,8 @@ void comm_gloo_reduce(void *out, const void *a, const void *b, size_t count, dt_
 dt_status comm_gloo_connect(gloo_ctx **out, dt_store *store, const gloo_config *cfg, char *err,
                             size_t errlen);
 void comm_gloo_destroy(gloo_ctx *c);
+/* Its traffic so far, dt_traffic's fields in order. Any thread. */
+void comm_gloo_traffic(gloo_ctx *c, uint64_t out[4]);
 const char *comm_gloo_error(const gloo_ctx *c);
 
 /* ---- the collectives, one file each (torch 1.13's calls, CPU tensors) ----- */

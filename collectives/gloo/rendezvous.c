@@ -199,6 +199,8 @@ static dt_status setup(gloo_ctx *c, const gloo_config *cfg)
     uv_timer_init(&c->loop, &c->timer);
     c->timer.data = c;
     comm_gloo_waker_init(c);
+    for (int i = 0; i < 4; i++)
+        atomic_init(&c->traffic[i], 0);
     for (int i = 0; i < c->size; i++)
         c->pairs[i] = (gloo_pair){.ctx = c, .peer = i};
     return DT_OK;
@@ -222,6 +224,12 @@ dt_status comm_gloo_connect(gloo_ctx **out, dt_store *store, const gloo_config *
     if (st != DT_OK)
         snprintf(err, errlen, "%s", c->err);
     return st;
+}
+
+void comm_gloo_traffic(gloo_ctx *c, uint64_t out[4])
+{
+    for (int i = 0; i < 4; i++)
+        out[i] = atomic_load_explicit(&c->traffic[i], memory_order_relaxed);
 }
 
 void comm_gloo_destroy(gloo_ctx *c)

@@ -19,6 +19,8 @@
  * is all gloo's matching needs; what changes is the number of segments: a
  * SEND_READY and its data, or an op's announcements to one peer, arrive
  * together and wake the peer once instead of once each.
+ * dt_comm_traffic counts a data message's payload when the kernel has
+ * taken it (notifications carry none and are not counted).
  *
  * Cost: α + (48 + n)β per message; one write(2), two allocations and a
  * wake-up of the peer per batch instead of per message.
@@ -62,9 +64,15 @@ static void written(uv_write_t *req, int status)
 {
     gloo_write *w = req->data;
     if (status == 0) {
-        for (size_t i = 0; i < w->n; i++)
-            if (w->msg[i].buf)
-                w->msg[i].buf->sends_done++;
+        for (size_t i = 0; i < w->n; i++) {
+            if (!w->msg[i].buf)
+                continue;
+            w->msg[i].buf->sends_done++;
+            gloo_ctx *c = w->pair->ctx; /* dt_comm_traffic: data messages only */
+            atomic_fetch_add_explicit(&c->traffic[0], w->msg[i].payload_len,
+                                      memory_order_relaxed);
+            atomic_fetch_add_explicit(&c->traffic[2], 1, memory_order_relaxed);
+        }
     } else if (status != UV_ECANCELED) {
         comm_gloo_pair_gone(w->pair, uv_strerror(status)); /* the waiter names the peer */
     }

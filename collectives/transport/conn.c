@@ -13,7 +13,10 @@
  *
  * Releasing hands a transfer back to its owner: a collective's to the op
  * running on this very thread, a p2p transfer's to its work handle, which
- * an API thread may be waiting on (under mu, with a wake-up).
+ * an API thread may be waiting on (under mu, with a wake-up). A transfer
+ * released done is counted there, once, for dt_comm_traffic: every data
+ * frame, collective or p2p, sent or received, passes through here (a send
+ * once the socket has taken it whole, a receive once its payload is in).
  * Cost: nothing per frame beyond a release; one uv_close per connection.
  */
 #include <netinet/in.h>
@@ -52,6 +55,10 @@ void comm_conn_watch_liveness(dt_conn *cn)
  * p2p transfer completes a work handle some API thread may be waiting on. */
 void comm_conn_release_xfer(dt_comm *c, dt_xfer *x, int state)
 {
+    if (state == XFER_DONE) { /* dt_comm_traffic: a frame written or read whole */
+        atomic_fetch_add_explicit(&c->traffic[x->is_send ? 0 : 1], x->len, memory_order_relaxed);
+        atomic_fetch_add_explicit(&c->traffic[x->is_send ? 2 : 3], 1, memory_order_relaxed);
+    }
     if (!x->work) {
         x->state = state;
         if (x->owner)

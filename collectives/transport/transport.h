@@ -49,6 +49,8 @@ typedef struct dt_frame_hdr {
     uint64_t length; /* payload bytes that follow */
 } dt_frame_hdr;
 
+_Static_assert(sizeof(dt_frame_hdr) == DT_FRAME_HEADER_BYTES, "dt_comm.h's header size");
+
 enum {
     FRAME_COLL = 1,  /* part of a collective */
     FRAME_P2P = 2,   /* tagged send/recv */
