@@ -325,6 +325,8 @@ typedef struct dt_model {
     void *params_needed_user;
     bool grads_windowed;   /* grads_memory freed: gradients live in windows */
     size_t grads_window_n; /* elements the current window maps (0: none) */
+    bool params_windowed;  /* ZeRO-3: parameters live in windows; params_memory
+                              is NULL unless dt_model_hold_params holds it */
     char err[256];
 } dt_model;
 
@@ -418,6 +420,26 @@ void dt_model_set_params_hook(dt_model *m, dt_params_needed_fn fn, void *user);
  * owner zeroes them).
  */
 void dt_model_window_grads(dt_model *m, float *base, size_t lo, size_t n);
+/*
+ * Parameter windows, for ZeRO-3 (optim/param_units.c), where no rank
+ * holds the whole model between uses. The first call frees the model's
+ * parameter buffer (params_memory becomes NULL); each call points the
+ * parameters of the tensors lying wholly in [lo, lo + n) at base[0 .. n)
+ * and gives every other tensor none (NULL: nothing may read them). The
+ * caller maps each unit before forward or backward reads it: forward's
+ * parameter hook and backward's progress hook report offsets from the
+ * tensor table, not from params_memory, so they work on a windowed
+ * model. Forward reads the embeddings, each block, then ln_f and the
+ * head; backward reads the head, then each block (and again under
+ * recomputation) but never the embeddings. dt_model_update is refused.
+ */
+void dt_model_window_params(dt_model *m, float *base, size_t lo, size_t n);
+/* On a windowed model, hold (true) allocates a full parameter buffer as
+ * params_memory and maps every tensor to it (its contents are the
+ * caller's to fill), for whatever reads the whole model (evaluation,
+ * sampling, checkpoints, hashes); release (false) frees it again.
+ * DT_ENOMEM if it cannot; nothing on an unwindowed model. */
+dt_status dt_model_hold_params(dt_model *m, bool hold);
 /* The offsets backward's progress hook reports, in the order it reports
  * them (the head's first, the embeddings' last): each is the start of one
  * unit of gradients finished by one layer. Returns the count (at most

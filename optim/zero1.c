@@ -4,7 +4,10 @@
  *
  * Stage 2 (dt_zero2_create) is this file with grad_shards.c in place of
  * the in-place reduces below (reduces to the same owners, from pooled
- * buffers) and without the master copy: the same step.
+ * buffers) and without the master copy: the same step. Stage 3
+ * (dt_zero3_create) is stage 2 whose master shard is all a rank keeps of
+ * the parameters: param_units.c gathers each unit of the model just
+ * before forward or backward reads it, in place of the gathers below.
  *
  * The idea (Rajbhandari et al., "ZeRO", 2020, stage 1). Under DDP every
  * rank keeps AdamW's m and v (and, with low-precision weights, an fp32
@@ -49,19 +52,15 @@
  * staging; the tree reduce borrows 2·(piece) bytes of communicator scratch
  * on ranks with children while a piece is in flight.
  *
- * Timing ("hidden"): pieces of one communicator run one after another, so
- * a piece is on the wire from max(submitted, previous done) to done; done
- * is when this thread first saw it finished (polled at each hook), exact
- * for pieces it waited on. exposed = time spent waiting (in the step for
- * reduces, in forward or the step for gathers).
+ * Timing ("hidden"): overlap_clock.c; a piece's done is when this thread
+ * first saw it finished (polled at each hook).
  *
  * The master copy holds the same fp32 values as the parameters it shards
- * (the model is fp32 throughout); it is kept so the shard's update is the
- * textbook one, and reads as the place where low-precision weights would
- * part from their fp32 master. ZeRO-2 (dt_zero2_create) keeps none: its
- * AdamW updates the model's own slice of parameters, and each gather
- * sends from there, in place (the same bits: the master would hold the
- * same values). Optimizer state 8·s bytes, the ZeRO paper's fp32 Adam.
+ * (the model is fp32 throughout): it reads as the place where low-precision
+ * weights would part from their master. ZeRO-2 keeps none: AdamW updates
+ * the model's own slice, and each gather sends from there (the same bits).
+ * ZeRO-3's master is all a rank keeps of the weights. Optimizer state
+ * 8·s bytes without a master, the ZeRO paper's fp32 Adam.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,7 +96,9 @@ struct dt_zero1 {
     size_t *gather_counts;          /* [ngather * world] */
     int ngather, gathered, settled; /* launched / waited */
     bool syncing;                   /* the current backward launches reduces */
-    optim_grad_shards *gs;          /* ZeRO-2: the gradient shard, or NULL */
+    optim_grad_shards *gs;          /* ZeRO-2, 3: the gradient shard, or NULL */
+    optim_param_units *pu;          /* ZeRO-3: the parameter units, or NULL */
+    int stage;                      /* 1, 2 or 3 */
     optim_overlap_clock clock;      /* since the last stats */
     dt_status st;
     char err[512];
@@ -107,7 +108,7 @@ static dt_status zero1_fail(dt_zero1 *z, dt_status st, const char *what)
 {
     if (z->st == DT_OK) {
         z->st = st;
-        snprintf(z->err, sizeof z->err, "zero%d (rank %d): %s: %s", z->gs ? 2 : 1, z->rank, what,
+        snprintf(z->err, sizeof z->err, "zero%d (rank %d): %s: %s", z->stage, z->rank, what,
                  z->comm && *dt_comm_error(z->comm) ? dt_comm_error(z->comm) : dt_status_name(st));
     }
     return st;
@@ -122,6 +123,17 @@ static dt_status gs_failed(dt_zero1 *z, dt_status st)
                  z->gs ? optim_grad_shards_error(z->gs) : "zero2: out of memory");
     }
     return st;
+}
+
+/* ZeRO-3's parameter path failed (or not): its message becomes ours. */
+static dt_status pu_check(dt_zero1 *z)
+{
+    dt_status st = z->pu ? optim_param_units_status(z->pu) : DT_OK;
+    if (st != DT_OK && z->st == DT_OK) {
+        z->st = st;
+        snprintf(z->err, sizeof z->err, "%s", optim_param_units_error(z->pu));
+    }
+    return z->st;
 }
 
 /* Valid elements of rank r's shard: [r·s, (r+1)·s) clipped to Ψ. */
@@ -226,6 +238,7 @@ static dt_status create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucke
     z->n = shard_count(P, z->s, z->rank);
     z->counts = calloc(p, sizeof *z->counts);
     z->own_master = own_master;
+    z->stage = own_master ? 1 : 2;
     z->master = own_master ? be->alloc(z->s * sizeof(float))
                            : m->params_memory + (z->n ? z->lo : 0);
     z->adam_m = be->alloc(z->s * sizeof(float));
@@ -270,6 +283,24 @@ dt_status dt_zero2_create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t buc
     size_t cap = bucket_bytes ? bucket_bytes / sizeof(float) : z->s / 4;
     st = optim_grad_shards_create(&z->gs, m, comm, cap ? cap : 1, z->s);
     return st != DT_OK ? gs_failed(z, st) : DT_OK;
+}
+
+dt_status dt_zero3_create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucket_bytes)
+{
+    dt_status st = create(out, m, comm, bucket_bytes, true); /* the master: the parameters */
+    dt_zero1 *z = *out;
+    if (st != DT_OK)
+        return st;
+    z->stage = 3;
+    z->ngather = 0; /* the units replace the step's gathers */
+    size_t cap = bucket_bytes ? bucket_bytes / sizeof(float) : z->s / 4;
+    st = optim_grad_shards_create(&z->gs, m, comm, cap ? cap : 1, z->s);
+    if (st != DT_OK)
+        return gs_failed(z, st);
+    st = optim_param_units_create(&z->pu, m, comm, z->s, z->master);
+    if (st != DT_OK && !z->pu)
+        return zero1_fail(z, st, "create: out of memory");
+    return pu_check(z);
 }
 
 /* Waits for a launched piece, noting its timing; the first failure is
@@ -334,9 +365,13 @@ dt_status dt_zero1_backward(dt_zero1 *z, float dloss, bool sync)
     if (z->syncing)
         return zero1_fail(z, DT_EINVAL, "backward: the last synced backward had no step");
     dt_zero1_wait_params(z); /* backward reads the parameters */
+    if (z->pu)
+        optim_param_units_before_backward(z->pu);
     if (z->gs) {
-        dt_status st = optim_grad_shards_backward(z->gs, dloss, sync);
-        return st != DT_OK ? gs_failed(z, st) : z->st;
+        dt_status st = optim_grad_shards_backward(z->gs, dloss, sync,
+                                                  z->pu ? optim_param_units_backward_hook : NULL,
+                                                  z->pu);
+        return st != DT_OK ? gs_failed(z, st) : pu_check(z);
     }
     bool comm = sync && z->world > 1;
     z->syncing = comm;
@@ -373,10 +408,13 @@ dt_status dt_zero1_wait_params(dt_zero1 *z)
 
 dt_status dt_zero1_forward(dt_zero1 *z, const int *inputs, const int *targets, int B, int T)
 {
-    dt_model_set_params_hook(z->m, on_params_needed, z);
+    if (z->pu && z->m->params_memory) /* held whole: back to units */
+        dt_zero1_hold_params(z, false);
+    dt_model_set_params_hook(z->m, z->pu ? optim_param_units_forward_hook : on_params_needed,
+                             z->pu ? (void *)z->pu : z);
     dt_status st = dt_model_forward(z->m, inputs, targets, B, T);
     dt_model_set_params_hook(z->m, NULL, NULL);
-    if (z->st != DT_OK)
+    if (pu_check(z) != DT_OK)
         return z->st;
     if (st != DT_OK) {
         z->st = st;
@@ -400,6 +438,7 @@ void dt_zero1_destroy(dt_zero1 *z)
         if (dev[i])
             be->free(dev[i]);
     optim_grad_shards_destroy(z->gs);
+    optim_param_units_destroy(z->pu);
     free(z->reduces);
     free(z->gathers);
     free(z->gather_counts);
@@ -421,6 +460,8 @@ void dt_zero1_shard(const dt_zero1 *z, size_t *lo, size_t *n)
 void dt_zero1_state(dt_zero1 *z, float **master, float **m, float **v)
 {
     dt_zero1_wait_params(z); /* the gather reads the master */
+    if (z->pu)
+        optim_param_units_forget(z->pu); /* the caller may load into it */
     *master = z->master;
     *m = z->adam_m;
     *v = z->adam_v;
@@ -428,7 +469,23 @@ void dt_zero1_state(dt_zero1 *z, float **master, float **m, float **v)
 
 size_t dt_zero1_optimizer_bytes(const dt_zero1 *z)
 {
-    return (z->own_master ? 3 : 2) * z->s * sizeof(float);
+    return (z->own_master && !z->pu ? 3 : 2) * z->s * sizeof(float);
+}
+
+size_t dt_zero1_param_bytes(const dt_zero1 *z)
+{
+    return z->pu ? z->s * sizeof(float) + optim_param_units_bytes(z->pu)
+                 : z->m->num_params * sizeof(float);
+}
+
+dt_status dt_zero1_hold_params(dt_zero1 *z, bool hold)
+{
+    if (z->st != DT_OK)
+        return z->st;
+    if (!z->pu)
+        return hold ? dt_zero1_wait_params(z) : DT_OK;
+    optim_param_units_hold(z->pu, hold);
+    return pu_check(z);
 }
 
 size_t dt_zero1_staging_bytes(const dt_zero1 *z)
@@ -444,7 +501,7 @@ size_t dt_zero1_gradient_bytes(const dt_zero1 *z)
 
 int dt_zero1_stage(const dt_zero1 *z)
 {
-    return z->gs ? 2 : 1;
+    return z->stage;
 }
 
 int dt_zero1_num_buckets(const dt_zero1 *z)
@@ -509,6 +566,12 @@ static dt_status step_launch(dt_zero1 *z, const dt_adamw_hparams *h, long step)
     const dt_backend *be = z->m->be;
     dt_model *m = z->m;
     dt_zero1_wait_params(z);
+    if (z->pu) { /* a hold ends; the gathers in flight read the shard AdamW writes */
+        optim_param_units_hold(z->pu, false);
+        optim_param_units_take_clock(z->pu, &z->clock);
+        if (pu_check(z) != DT_OK)
+            return z->st;
+    }
     const float *grad = m->grads_memory + z->lo;
     if (z->gs) {
         dt_status st = optim_grad_shards_wait(z->gs, &z->clock.busy_s, &z->clock.exposed_s,
@@ -524,7 +587,9 @@ static dt_status step_launch(dt_zero1 *z, const dt_adamw_hparams *h, long step)
     if (z->n > 0)
         be->adamw(z->master, grad, z->adam_m, z->adam_v, z->n, step, h);
     z->settled = z->gathered = 0;
-    if (z->world > 1)
+    if (z->pu)
+        optim_param_units_prefetch(z->pu); /* unit 0, for the next forward */
+    else if (z->world > 1)
         launch_gathers(z);
     else if (z->n > 0 && z->own_master)
         be->copy(m->params_memory + z->lo, z->master, z->n * sizeof(float));
