@@ -387,3 +387,12 @@ Test(cli_flags, the_oversubscription_warning_prints_a_fraction_as_it_is, .timeou
     cr_expect(strstr(out, "9 workers on 2 CPU cores (4.5 per core)"), "%s", out);
     free(out);
 }
+
+/* ZeRO-3 runs the whole model's units: a pipeline stage is refused by
+ * name before anything starts. */
+Test(cli_flags, zero3_with_a_pipeline_is_refused_naming_both, .timeout = 60)
+{
+    assert_one_line_and_a_hint((const char *[]){MINIGPT_BIN, "--pp", "2", "--parallel", "zero3",
+                                                NULL},
+                               "a pipeline stage runs DDP or ZeRO-1, not '--parallel zero3'");
+}
