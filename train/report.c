@@ -205,7 +205,7 @@ void mg_report_memory_model(FILE *f, const mg_run *r)
     if (un)
         snprintf(e, sizeof e, " + %s + %s", commas(c, sizeof c, un), commas(d, sizeof d, bk));
     fprintf(f,
-            "  %-7s 4Ψ/N + un  4Ψ/N + buckets  8Ψ/N (m, v)            16Ψ/N + un + bk   %12s%s%s\n",
+            "  %-7s 4Ψ/N + un 4Ψ/N + buckets  8Ψ/N (m, v)            16Ψ/N + un + bk   %12s%s%s\n",
             "ZeRO-3", commas(a, sizeof a, 16 * s), e,
             strcmp(mine, "ZeRO-3") ? "" : "  <- this run");
     fprintf(f, "  (the ZeRO paper's fp32 Adam: 16Ψ, 8Ψ + 8Ψ/N, 4Ψ + 12Ψ/N, 16Ψ/N; dtrain's ZeRO-1 "
