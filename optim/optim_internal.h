@@ -79,8 +79,8 @@ void optim_param_units_before_backward(optim_param_units *u);
 /* Waits for every gather in flight (they read the shard) and forgets
  * what the buffers hold: before the shard changes (AdamW, a load). */
 void optim_param_units_forget(optim_param_units *u);
-/* After the shard changed: forgets, then launches unit 0's gather for the
- * next forward. */
+/* After the shard changed: forgets, then launches the gathers of units 0
+ * and 1 for the next forward. */
 void optim_param_units_prefetch(optim_param_units *u);
 /* hold: the whole model gathered into a full buffer (blocking, every
  * rank); release: that buffer freed. */

@@ -13,7 +13,9 @@
  * allgatherv: counts = the unit ∩ each shard) into a buffer that is
  * mapped as the model's parameter window; at the same moment the gather
  * of unit k + 1 is launched into the other buffer, so it crosses the wire
- * while unit k computes (prefetch, one unit ahead). Backward reads the
+ * while unit k computes (prefetch, one unit ahead; the step launches the
+ * first two, since the embeddings are too quick to hide a block's
+ * gather). Backward reads the
  * units again in reverse, so they are gathered again: from backward's
  * progress hook, when a unit's gradients are all final (its layers have
  * run), the unit below is mapped and the one below that launched. The
@@ -318,7 +320,8 @@ void optim_param_units_forget(optim_param_units *u)
 void optim_param_units_prefetch(optim_param_units *u)
 {
     optim_param_units_forget(u);
-    gather(u, 0, 0);
+    for (int k = 0; k < BUFS && k < u->nu; k++) /* the embeddings compute too little */
+        gather(u, k, k);                        /* to hide the first block's gather */
 }
 
 dt_status optim_param_units_hold(optim_param_units *u, bool hold)

@@ -572,7 +572,7 @@ static dt_status step_launch(dt_zero1 *z, const dt_adamw_hparams *h, long step)
         if (pu_check(z) != DT_OK)
             return z->st;
     }
-    const float *grad = m->grads_memory + z->lo;
+    const float *grad = z->gs ? NULL : m->grads_memory + z->lo; /* ZeRO-2, 3: no full buffer */
     if (z->gs) {
         dt_status st = optim_grad_shards_wait(z->gs, &z->clock.busy_s, &z->clock.exposed_s,
                                               &z->clock.ops);

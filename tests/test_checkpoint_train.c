@@ -109,7 +109,7 @@ static bool train_steps(rank_ctx *rc, run *R, dt_model *m, dt_dataset *d, dt_ddp
 static bool checkpoint_io(rank_ctx *rc, run *R, dt_model *m, dt_zero1 *z, bool loading)
 {
     dt_ckpt_options o = {.allow_reshard = true, .keep = 2};
-    dt_ckpt *ck;
+    dt_ckpt *ck = NULL;
     dt_ckpt_state s;
     char dir[4200];
     bool ok = (!z || dt_zero1_hold_params(z, true) == DT_OK) && /* ZeRO-3: whole */
