@@ -37,6 +37,14 @@ static void grad_ready(dt_model *m, size_t lo)
         m->grad_ready(m->grad_ready_user, lo);
 }
 
+/* Tells backward's parameter hook (if any) that the unit starting at lo
+ * is about to be read. */
+static void params_back(dt_model *m, size_t lo)
+{
+    if (m->params_back)
+        m->params_back(m->params_back_user, lo);
+}
+
 /* One block in reverse. The gradient flowing into the block's output is
  * dres3 (the next block's input gradient, or what ln_f or the next stage
  * gave); on return the gradient w.r.t. the block's input is in
@@ -151,11 +159,14 @@ dt_status dt_model_backward_part(dt_model *m, float dloss, dt_backward_part part
         return DT_EINVAL;
     }
     dt_acts *a = &m->acts, *da = &m->grad_acts;
-    if (last)
+    if (last) {
+        params_back(m, dt_head_offset(m, 0));
         head_backward(m, dloss, part);
+    }
     for (int l = m->l1 - 1; l >= m->l0; l--) {
         const float *in = l > m->l0 ? a->blocks[l - 1].residual3 : a->encoded;
         float *din = l > m->l0 ? da->blocks[l - 1].residual3 : da->encoded;
+        params_back(m, dt_block_offset(m, l, 0));
         if (m->recompute && l < m->l1 - 1) /* the workspace: block l's activations
                                                again (the last block's are still there) */
             dt_model_block_forward(m, l, in, m->last_B, m->last_T);

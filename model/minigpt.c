@@ -474,6 +474,12 @@ void dt_model_set_params_hook(dt_model *m, dt_params_needed_fn fn, void *user)
     m->params_needed_user = user;
 }
 
+void dt_model_set_params_back_hook(dt_model *m, dt_params_back_fn fn, void *user)
+{
+    m->params_back = fn;
+    m->params_back_user = user;
+}
+
 dt_status dt_model_update(dt_model *m, const dt_adamw_hparams *h, long step)
 {
     size_t bytes = m->num_params * sizeof(float);

@@ -160,10 +160,19 @@ dt_status dt_zero2_create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t buc
  * backward must be dt_zero1_forward and dt_zero1_backward; anything else
  * that reads the parameters holds them first (dt_zero1_hold_params).
  * Gradients as ZeRO-2's (bucket_bytes likewise). Bitwise ZeRO-1 and -2;
- * its checkpoints are ZeRO-1's. The whole model only: not a pipeline
- * stage.
+ * its checkpoints are ZeRO-1's. On a pipeline stage (m holds blocks
+ * [l0, l1) of L), whose executor runs forward and backward itself over
+ * its micro-batches, the gradients stay whole (the stage accumulates its
+ * micro-batches, where ZeRO-2 would hold a full local sum too) and the
+ * step reduces them to the owners as ZeRO-1's plain step does; the
+ * caller installs the parameter hooks with dt_zero1_arm_params.
  */
 dt_status dt_zero3_create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucket_bytes);
+/* ZeRO-3 for a caller that runs m's forward and backward itself (a
+ * pipeline's executor): on installs the parameter hooks that gather each
+ * unit just before it is read (and ends a hold), off removes them.
+ * Nothing under ZeRO-1 and -2. */
+void dt_zero1_arm_params(dt_zero1 *z, bool on);
 int dt_zero1_stage(const dt_zero1 *z); /* 1, 2 or 3 */
 /*
  * ZeRO-3: hold (true) all-gathers the whole model into a full buffer that
@@ -195,8 +204,9 @@ size_t dt_zero1_optimizer_bytes(const dt_zero1 *z);
 /* Bytes of gradient staging beside the model's own gradients: 0, the
  * reduces run in place (kept for the trainer's memory table). */
 size_t dt_zero1_staging_bytes(const dt_zero1 *z);
-/* Bytes of gradients this rank holds: the model's 4Ψ under ZeRO-1; the
- * shard, the bucket pool (and any accumulation buffer) under ZeRO-2. */
+/* Bytes of gradients this rank holds: the model's 4Ψ under ZeRO-1 (and
+ * ZeRO-3 on a pipeline stage); the shard, the bucket pool (and any
+ * accumulation buffer) under ZeRO-2 and -3. */
 size_t dt_zero1_gradient_bytes(const dt_zero1 *z);
 
 /*

@@ -72,9 +72,6 @@ struct optim_grad_shards {
     int nb, next;     /* next: first bucket not launched this backward */
     gpiece *pieces;   /* [npieces] */
     int npieces;
-    bool syncing;           /* this backward reduces its buckets */
-    dt_grad_ready_fn after; /* ZeRO-3's parameter hook, called after ours */
-    void *after_user;
     optim_overlap_clock clock;
     dt_status st;
     char err[512];
@@ -262,10 +259,6 @@ static void launch_bucket(optim_grad_shards *g, gbucket *b)
 static void on_grads_ready(void *user, size_t lo)
 {
     optim_grad_shards *g = user;
-    if (g->after)
-        g->after(g->after_user, lo); /* first: the next unit's weights are needed sooner */
-    if (!g->syncing)
-        return;
     for (int p = 0; p < g->npieces; p++) /* note finished pieces, for timing */
         if (g->pieces[p].work && !g->pieces[p].done && dt_work_test(g->pieces[p].work)) {
             g->pieces[p].done = true;
@@ -287,29 +280,22 @@ static dt_status accumulate_locally(optim_grad_shards *g, float dloss)
     if (!g->accum && !(g->accum = m->be->alloc(m->num_params * sizeof(float))))
         return gs_fail(g, DT_ENOMEM, "backward: out of memory for gradient accumulation");
     dt_model_window_grads(m, g->accum, 0, m->num_params);
-    g->syncing = false;
-    dt_model_set_grad_hook(m, g->after ? on_grads_ready : NULL, g);
     dt_status st = dt_model_backward(m, dloss);
-    dt_model_set_grad_hook(m, NULL, NULL);
     dt_model_window_grads(m, NULL, 0, 0);
     g->accum_dirty = true;
     return st;
 }
 
-dt_status optim_grad_shards_backward(optim_grad_shards *g, float dloss, bool sync,
-                                     dt_grad_ready_fn after, void *after_user)
+dt_status optim_grad_shards_backward(optim_grad_shards *g, float dloss, bool sync)
 {
     if (g->st != DT_OK)
         return g->st;
     dt_model *m = g->m;
     dt_status st;
-    g->after = after;
-    g->after_user = after_user;
     if (!sync) {
         st = accumulate_locally(g, dloss);
     } else {
         g->next = 0;
-        g->syncing = true;
         map_bucket(g, 0);
         dt_model_set_grad_hook(m, on_grads_ready, g);
         st = dt_model_backward(m, dloss);

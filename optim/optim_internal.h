@@ -46,10 +46,8 @@ const char *optim_grad_shards_error(const optim_grad_shards *g);
 size_t optim_grad_shards_bytes(const optim_grad_shards *g);
 int optim_grad_shards_num_buckets(const optim_grad_shards *g);
 /* Backward of the last forward; with sync, each bucket reduced to its
- * owners from backward's hook. after (may be NULL: ZeRO-3's parameter
- * hook) is called from backward's hook too, first, with or without sync. */
-dt_status optim_grad_shards_backward(optim_grad_shards *g, float dloss, bool sync,
-                                     dt_grad_ready_fn after, void *after_user);
+ * owners from backward's hook. */
+dt_status optim_grad_shards_backward(optim_grad_shards *g, float dloss, bool sync);
 /* Waits for every piece; adds the timing to *busy_s, *exposed_s, *ops.
  * Then optim_grad_shards_mean is this rank's shard of the mean. */
 dt_status optim_grad_shards_wait(optim_grad_shards *g, double *busy_s, double *exposed_s, int *ops);
@@ -70,12 +68,10 @@ const char *optim_param_units_error(const optim_param_units *u);
 dt_status optim_param_units_status(const optim_param_units *u);
 size_t optim_param_units_bytes(const optim_param_units *u); /* the two unit buffers */
 int optim_param_units_count(const optim_param_units *u);
-/* Forward's parameter hook and backward's progress hook (user = u): map
- * the unit about to be read, launch the gather of the one after it. */
+/* Forward's and backward's parameter hooks (user = u): map the unit
+ * about to be read, launch the gather of the one after it. */
 void optim_param_units_forward_hook(void *user, size_t hi);
 void optim_param_units_backward_hook(void *user, size_t lo);
-/* Maps the head (last unit) for backward, gathering it if it is gone. */
-void optim_param_units_before_backward(optim_param_units *u);
 /* Waits for every gather in flight (they read the shard) and forgets
  * what the buffers hold: before the shard changes (AdamW, a load). */
 void optim_param_units_forget(optim_param_units *u);

@@ -15,10 +15,10 @@
  * of unit k + 1 is launched into the other buffer, so it crosses the wire
  * while unit k computes (prefetch, one unit ahead; the step launches the
  * first two, since the embeddings are too quick to hide a block's
- * gather). Backward reads the
- * units again in reverse, so they are gathered again: from backward's
- * progress hook, when a unit's gradients are all final (its layers have
- * run), the unit below is mapped and the one below that launched. The
+ * gather). Backward reads the units again in reverse, so they are
+ * gathered again: from backward's parameter hook, just before each unit's
+ * backward (and its recomputation), the unit is mapped and the gather of
+ * the one below it launched. The
  * embeddings are not gathered for backward: the encoder's backward reads
  * only its output gradient and the token ids. The last block is still in
  * a buffer when forward ends, so it is not gathered twice.
@@ -38,6 +38,11 @@
  * decides the same. A buffer is reused only after its gather is waited.
  * A failed gather still maps its buffer (forward must read something
  * until it returns); the error is kept and returned by the caller.
+ *
+ * A pipeline stage's units are its own (its blocks; the embeddings on
+ * the first, ln_f and the head on the last), and its executor's
+ * micro-batches interleave forwards and backwards: a unit not in a
+ * buffer when it is needed is gathered then, and waited for.
  *
  * Whatever reads the whole model outside training (evaluation, sampling,
  * checkpoints, the replica hash) holds it: one all-gather of every shard
@@ -293,17 +298,11 @@ void optim_param_units_forward_hook(void *user, size_t hi)
 void optim_param_units_backward_hook(void *user, size_t lo)
 {
     optim_param_units *u = user;
-    for (int k = u->first_bwd + 1; k < u->nu; k++)
-        if (u->units[k].lo == lo) { /* unit k is done: the one below is next */
-            need(u, k - 1, k - 2 >= u->first_bwd ? k - 2 : -1);
+    for (int k = u->first_bwd; k < u->nu; k++)
+        if (u->units[k].lo == lo) {
+            need(u, k, k - 1 >= u->first_bwd ? k - 1 : -1);
             return;
         }
-}
-
-void optim_param_units_before_backward(optim_param_units *u)
-{
-    int top = u->nu - 1;
-    need(u, top, top - 1 >= u->first_bwd ? top - 1 : -1);
 }
 
 void optim_param_units_forget(optim_param_units *u)

@@ -294,7 +294,8 @@ dt_status dt_zero3_create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t buc
     z->stage = 3;
     z->ngather = 0; /* the units replace the step's gathers */
     size_t cap = bucket_bytes ? bucket_bytes / sizeof(float) : z->s / 4;
-    st = optim_grad_shards_create(&z->gs, m, comm, cap ? cap : 1, z->s);
+    bool stage = m->l0 > 0 || m->l1 < m->cfg.L; /* a pipeline stage keeps its gradients */
+    st = stage ? DT_OK : optim_grad_shards_create(&z->gs, m, comm, cap ? cap : 1, z->s);
     if (st != DT_OK)
         return gs_failed(z, st);
     st = optim_param_units_create(&z->pu, m, comm, z->s, z->master);
@@ -365,25 +366,27 @@ dt_status dt_zero1_backward(dt_zero1 *z, float dloss, bool sync)
     if (z->syncing)
         return zero1_fail(z, DT_EINVAL, "backward: the last synced backward had no step");
     dt_zero1_wait_params(z); /* backward reads the parameters */
-    if (z->pu)
-        optim_param_units_before_backward(z->pu);
+    if (z->pu)               /* ZeRO-3: each unit gathered just before its backward */
+        dt_model_set_params_back_hook(z->m, optim_param_units_backward_hook, z->pu);
+    dt_status st;
     if (z->gs) {
-        dt_status st = optim_grad_shards_backward(z->gs, dloss, sync,
-                                                  z->pu ? optim_param_units_backward_hook : NULL,
-                                                  z->pu);
-        return st != DT_OK ? gs_failed(z, st) : pu_check(z);
+        if ((st = optim_grad_shards_backward(z->gs, dloss, sync)) != DT_OK)
+            gs_failed(z, st);
+    } else {
+        bool comm = sync && z->world > 1;
+        z->syncing = comm;
+        z->reduced = 0;
+        dt_model_set_grad_hook(z->m, comm ? on_grads_ready : NULL, z);
+        st = dt_model_backward(z->m, dloss);
+        dt_model_set_grad_hook(z->m, NULL, NULL);
+        if (st != DT_OK && z->st == DT_OK) {
+            z->st = st;
+            snprintf(z->err, sizeof z->err, "zero%d: %s", z->stage, dt_model_error(z->m));
+        }
     }
-    bool comm = sync && z->world > 1;
-    z->syncing = comm;
-    z->reduced = 0;
-    dt_model_set_grad_hook(z->m, comm ? on_grads_ready : NULL, z);
-    dt_status st = dt_model_backward(z->m, dloss);
-    dt_model_set_grad_hook(z->m, NULL, NULL);
-    if (st != DT_OK && z->st == DT_OK) {
-        z->st = st;
-        snprintf(z->err, sizeof z->err, "zero1: %s", dt_model_error(z->m));
-    }
-    return z->st;
+    if (z->pu)
+        dt_model_set_params_back_hook(z->m, NULL, NULL);
+    return pu_check(z);
 }
 
 /* Waits for the gather pieces that start below hi, in launch order. */
@@ -476,6 +479,16 @@ size_t dt_zero1_param_bytes(const dt_zero1 *z)
 {
     return z->pu ? z->s * sizeof(float) + optim_param_units_bytes(z->pu)
                  : z->m->num_params * sizeof(float);
+}
+
+void dt_zero1_arm_params(dt_zero1 *z, bool on)
+{
+    if (!z->pu)
+        return;
+    if (on && z->m->params_memory)
+        dt_zero1_hold_params(z, false);
+    dt_model_set_params_hook(z->m, on ? optim_param_units_forward_hook : NULL, z->pu);
+    dt_model_set_params_back_hook(z->m, on ? optim_param_units_backward_hook : NULL, z->pu);
 }
 
 dt_status dt_zero1_hold_params(dt_zero1 *z, bool hold)

@@ -386,9 +386,8 @@ static int check_pipeline(const mg_options *o, const char *prog)
                    "--gantt/--bubble-table without --pp");
     if (o->pp == 0)
         return 0;
-    if (o->parallel == MG_ZERO2 || o->parallel == MG_ZERO3)
-        return bad(prog, "a pipeline stage runs DDP or ZeRO-1, not",
-                   o->parallel == MG_ZERO2 ? "--parallel zero2" : "--parallel zero3");
+    if (o->parallel == MG_ZERO2)
+        return bad(prog, "a pipeline stage runs DDP, ZeRO-1 or ZeRO-3, not", "--parallel zero2");
     if (o->recompute)
         return bad(prog, "a pipeline stage keeps its activations for now; drop", "--recompute");
     if (o->microbatches > 0 && o->grad_accum > 1 && o->microbatches != o->grad_accum)

@@ -94,9 +94,12 @@ static double evaluate(mg_run *r, mg_metrics *mx, int step)
 
 static dt_status check_replicas(mg_run *r, int step, bool quiet)
 {
-    if (r->pipe)
-        return mg_pipe_check_replicas(r, step, quiet);
     dt_status st = mg_params_hold(r, true); /* ZeRO-3: the gathered whole */
+    if (st == DT_OK && r->pipe) {
+        st = mg_pipe_check_replicas(r, step, quiet);
+        dt_status released = mg_params_hold(r, false);
+        return st != DT_OK ? st : released;
+    }
     if (st == DT_OK)
         st = mg_settle_params(r);
     if (st != DT_OK)
