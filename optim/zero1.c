@@ -3,64 +3,48 @@
  * communication overlapped with backward and with the next forward.
  *
  * Stage 2 (dt_zero2_create) is this file with grad_shards.c in place of
- * the in-place reduces below (reduces to the same owners, from pooled
- * buffers) and without the master copy: the same step. Stage 3
- * (dt_zero3_create) is stage 2 whose master shard is all a rank keeps of
- * the parameters: param_units.c gathers each unit of the model just
- * before forward or backward reads it, in place of the gathers below.
+ * the in-place reduces below and no master copy; stage 3 (dt_zero3_create)
+ * is stage 2 whose master is all a rank keeps of the weights, param_units.c
+ * gathering each unit just before it is read, in place of the gathers.
  *
  * The idea (Rajbhandari et al., "ZeRO", 2020, stage 1). Under DDP every
  * rank keeps AdamW's m and v (and, with low-precision weights, an fp32
- * master copy) for every parameter and runs the same update p times over.
- * Instead, rank r owns one 1/p shard of the flat buffer: it needs the mean
- * gradient only on that shard, keeps master, m and v only for it, updates
- * it, and then everyone exchanges the updated shards. Same bytes on the
- * wire as DDP's ring all-reduce; optimizer memory 12Ψ/p instead of 12Ψ.
+ * master) for every parameter and runs the same update p times over.
+ * Instead rank r owns a 1/p shard of the flat buffer: it needs the mean
+ * gradient only there, keeps master, m and v only for it, updates it, and
+ * everyone exchanges the updated shards. Same bytes on the wire as DDP's
+ * ring all-reduce; optimizer memory 12Ψ/p instead of 12Ψ.
  *
  * Shards: s = ceil(Ψ/p); rank r owns [r·s, (r+1)·s) clipped to Ψ (n_r
  * valid elements, 0 on the last ranks when Ψ < p). The checkpoint layer
  * and resharding rely on exactly this layout.
  *
- * Gradients: a bucket is a slice reduced to its owner. The flat gradient
- * is cut like DDP's buckets (whole tensors from the tail, at most
- * bucket_bytes each) and each bucket again at shard boundaries, so every
- * piece lies in one shard. Backward's progress hook (dt_zero1_backward)
- * launches a piece the moment its gradients are final, as an async
- * reduce (avg) to the owner, in place in the model's gradient buffer: the
- * owner's slice becomes the mean, the other ranks' stay as they were. All
- * pieces together move what one ring reduce-scatter moves: every rank
- * sends each element it does not own once ((p-1)/p · 4Ψ bytes), and every
- * element is reduced p-1 times; a binomial tree puts ⌈log2 p⌉ hops on one
- * piece's critical path, hidden behind backward. No padded staging copy
- * is needed: AdamW reads the owner's slice of the gradient buffer.
+ * Gradients: the flat gradient is cut like DDP's buckets (whole tensors
+ * from the tail, at most bucket_bytes) and each bucket again at shard
+ * boundaries. Backward's progress hook (dt_zero1_backward) launches a
+ * piece the moment its gradients are final, an async reduce (avg) to its
+ * owner in place in the gradient buffer (no staging: AdamW reads the
+ * owner's slice). All pieces move what a ring reduce-scatter moves,
+ * (p-1)/p · 4Ψ bytes per rank; a binomial tree puts ⌈log2 p⌉ hops on a
+ * piece's critical path, hidden behind backward.
  *
- * Parameters: after AdamW on the shard, the all-gather is cut at the
- * stages forward reads in order (embeddings, each block, final LayerNorm
- * and head), neighbouring stages merged up to bucket_bytes: one
- * allgatherv per piece, counts = its intersection with each shard,
- * straight into the model's flat buffer.
- * dt_zero1_step waits for them; dt_zero1_step_async leaves them in flight
- * and dt_zero1_forward waits for each stage's piece just before forward
- * reads it (the model's parameter hook), so the gather of later blocks
- * overlaps the compute of earlier ones — FSDP's and DeepSpeed's prefetch.
+ * Parameters: after AdamW on the shard, one allgatherv (counts = the
+ * piece ∩ each shard) per stage forward reads (embeddings, each block,
+ * ln_f + head; neighbours merged up to bucket_bytes), straight into the
+ * model's buffer. dt_zero1_step waits for them; dt_zero1_step_async
+ * leaves them in flight and dt_zero1_forward waits for each piece just
+ * before forward reads it (the parameter hook) — FSDP's prefetch.
  *
- * Ordering: every rank builds the same pieces and launches them in the same
- * order (reduces as backward reaches them, gathers in forward order), as
- * the collectives' ordering contract requires.
+ * Ordering: every rank builds the same pieces and launches them in the
+ * same order (reduces as backward reaches them, gathers in forward order).
+ * Memory: master, m, v: 12·s bytes; the tree reduce borrows 2·(piece)
+ * bytes of communicator scratch on ranks with children. Timing: the
+ * overlap clock (overlap_clock.c), pieces polled at each hook.
  *
- * Memory: master, m, v: 12·s bytes ("optimizer state"); no gradient
- * staging; the tree reduce borrows 2·(piece) bytes of communicator scratch
- * on ranks with children while a piece is in flight.
- *
- * Timing ("hidden"): overlap_clock.c; a piece's done is when this thread
- * first saw it finished (polled at each hook).
- *
- * The master copy holds the same fp32 values as the parameters it shards
- * (the model is fp32 throughout): it reads as the place where low-precision
- * weights would part from their master. ZeRO-2 keeps none: AdamW updates
- * the model's own slice, and each gather sends from there (the same bits).
- * ZeRO-3's master is all a rank keeps of the weights. Optimizer state
- * 8·s bytes without a master, the ZeRO paper's fp32 Adam.
+ * The master holds the same fp32 values as the parameters it shards: it
+ * reads as the place where low-precision weights would part from their
+ * master. ZeRO-2 keeps none (AdamW updates the model's own slice, the
+ * gathers send from there: the same bits), ZeRO-3's is its weights.
  */
 #include <stdio.h>
 #include <stdlib.h>
