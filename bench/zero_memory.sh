@@ -1,7 +1,7 @@
 #!/bin/sh
 # zero_memory.sh — the ZeRO paper's memory table (its Figure 1), measured on
-# dtrain's own ranks: model-state bytes per rank for DDP, ZeRO-1 and ZeRO-2
-# on N = 1, 2 and 4 ranks, beside the closed form; then the activation
+# dtrain's own ranks: model-state bytes per rank for DDP, ZeRO-1, ZeRO-2
+# and ZeRO-3 on N = 1, 2 and 4 ranks, beside the closed form; then the activation
 # bytes with and without --recompute.
 #
 # Each setup runs minigpt --preset 865k with L layers (default 8), two
@@ -17,6 +17,8 @@
 #   ZeRO-1  8Ψ + 8Ψ/N      the paper's; dtrain keeps an fp32 master of the
 #                          shard too (+4Ψ/N), printed as "+ master"
 #   ZeRO-2  4Ψ + 12Ψ/N     plus the gradient buckets in flight (bk)
+#   ZeRO-3  16Ψ/N          plus the two gathered units (un) and bk; the
+#                          second table sets it against 16Ψ/N + un alone
 #
 # "accounted" equals the closed form by construction when the code holds
 # what it should; the independent measurement is the heap: rank 0's
@@ -49,9 +51,9 @@ run() { # run N MODE [flags]: rank 0's output in $tmp/N.MODE[.flags]
 
 echo "command: $0 $build $layers"
 for n in 1 2 4; do
-    for mode in ddp zero1 zero2; do run $n $mode; done
+    for mode in ddp zero1 zero2 zero3; do run $n $mode; done
 done
-for mode in ddp zero2; do run 4 $mode --recompute; done
+for mode in ddp zero2 zero3; do run 4 $mode --recompute; done
 
 python3 - "$tmp" <<'PY'
 import re, sys
@@ -64,32 +66,44 @@ def table(path):
     params, grads, optim, states, staging, acts = map(int, row.group(1).split())
     return P, dict(params=params, grads=grads, optim=optim, states=states, acts=acts,
                    heap=int(row.group(2)), rss=int(row.group(3)))
-def closed(mode, P, N, bk):
+def closed(mode, P, N, bk, un):
     s = -(-P // N)  # the shard: ceil(P / N) elements
     if mode == "ddp":
         return 16 * P, "16Ψ"
     if mode == "zero1":
         return 8 * P + 12 * s, "8Ψ + 8Ψ/N + master"
-    return 4 * P + 12 * s + bk, "4Ψ + 12Ψ/N + bk"
+    if mode == "zero2":
+        return 4 * P + 12 * s + bk, "4Ψ + 12Ψ/N + bk"
+    return 16 * s + un + bk, "16Ψ/N + un + bk"
 print(f"{'N':>2} {'mode':<6} {'closed form':<20} {'closed B':>12} {'accounted B':>12} "
       f"{'acc/closed':>10} {'vs DDP':>7} {'heap B':>12} {'heap saved':>11} {'closed saved':>12}")
-ddp, ddp_heap = {}, {}
+ddp, ddp_heap, z3 = {}, {}, {}
 for n in (1, 2, 4):
-    for mode in ("ddp", "zero1", "zero2"):
+    for mode in ("ddp", "zero1", "zero2", "zero3"):
         P, t = table(f"{tmp}/{n}.{mode}")
-        bk = t["grads"] - 4 * (-(-P // n)) if mode == "zero2" else 0
-        c, form = closed(mode, P, n, bk)
+        s = -(-P // n)
+        bk = t["grads"] - 4 * s if mode in ("zero2", "zero3") else 0
+        un = t["params"] - 4 * s if mode == "zero3" else 0
+        c, form = closed(mode, P, n, bk, un)
         if mode == "ddp":
             ddp[n], ddp_heap[n] = t["states"], t["heap"]
+        if mode == "zero3":
+            z3[n] = (t["states"], 16 * s + un, un, bk)
         print(f"{n:>2} {mode:<6} {form:<20} {c:>12,} {t['states']:>12,} "
               f"{t['states'] / c:>9.3f}x {t['states'] / ddp[n]:>6.3f}x {t['heap']:>12,} "
               f"{ddp_heap[n] - t['heap']:>11,} {16 * P - c:>12,}")
-print(f"Ψ = {P:,} parameters; bk = ZeRO-2's gradient buckets in flight (its grads column "
-      "minus the 4Ψ/N shard); heap saved = DDP's measured heap minus this mode's, "
+print(f"Ψ = {P:,} parameters; bk = the gradient buckets in flight (the grads column "
+      "minus the 4Ψ/N shard), un = ZeRO-3's two gathered units (its params column minus "
+      "the 4Ψ/N shard); heap saved = DDP's measured heap minus this mode's, "
       "closed saved = 16Ψ minus the closed form")
 print()
+print(f"{'N':>2} {'ZeRO-3 accounted':>17} {'16Ψ/N + un':>12} {'ratio':>7} {'un':>11} {'bk':>9}")
+for n in (1, 2, 4):
+    acc, form, un, bk = z3[n]
+    print(f"{n:>2} {acc:>17,} {form:>12,} {acc / form:>6.3f}x {un:>11,} {bk:>9,}")
+print()
 print(f"{'N':>2} {'mode':<6} {'activations B':>14} {'--recompute B':>14} {'cut':>6}")
-for mode in ("ddp", "zero2"):
+for mode in ("ddp", "zero2", "zero3"):
     a = table(f"{tmp}/4.{mode}")[1]["acts"]
     b = table(f"{tmp}/4.{mode}recompute")[1]["acts"]
     print(f" 4 {mode:<6} {a:>14,} {b:>14,} {100 * (1 - b / a):>5.1f}%")

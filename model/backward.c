@@ -24,17 +24,25 @@
 
 #include "model_internal.h"
 
-/* Tells backward's progress hook (if any) that every gradient from the
- * offset of param_lo (the parameter whose gradient is the lowest finished,
- * so that gradient windows need no base) to the end of the flat buffer is
+/* Tells backward's progress hook (if any) that every gradient from
+ * offset lo (read from the tensor table, so that neither gradient nor
+ * parameter windows change it) to the end of the flat buffer is
  * final. Called after each layer that
  * writes parameter gradients, so DDP sees its buckets fill at the finest
  * grain backward offers (blocks are laid out in forward order, tensors
  * within a block too, so each call's lo is below the previous one). */
-static void grad_ready(dt_model *m, const float *param_lo)
+static void grad_ready(dt_model *m, size_t lo)
 {
     if (m->grad_ready)
-        m->grad_ready(m->grad_ready_user, (size_t)(param_lo - m->params_memory));
+        m->grad_ready(m->grad_ready_user, lo);
+}
+
+/* Tells backward's parameter hook (if any) that the unit starting at lo
+ * is about to be read. */
+static void params_back(dt_model *m, size_t lo)
+{
+    if (m->params_back)
+        m->params_back(m->params_back_user, lo);
 }
 
 /* One block in reverse. The gradient flowing into the block's output is
@@ -56,30 +64,30 @@ static void block_backward(dt_model *m, int l, const float *dres3, const float *
     be->matmul_backward(dx->fch_gelu, g->fcprojw, g->fcprojb, dres3, x->fch_gelu, w->fcprojw, N,
                         4 * C, C);
     if (weights)
-        grad_ready(m, w->fcprojw);
+        grad_ready(m, dt_block_offset(m, l, 8));
     be->gelu_backward(dx->fch, dx->fch_gelu, x->fch, 4 * NC);
     be->matmul_backward(dx->ln2, g->fcw, g->fcb, dx->fch, x->ln2, w->fcw, N, C, 4 * C);
     if (weights)
-        grad_ready(m, w->fcw);
+        grad_ready(m, dt_block_offset(m, l, 6));
     /* dresidual2 = dres3 (skip path) + LN2's input gradient */
     be->copy(dx->residual2, dres3, NC * sizeof(float));
     be->layernorm_backward(dx->residual2, g->ln2w, g->ln2b, dx->ln2, x->residual2, w->ln2w,
                            x->ln2_mean, x->ln2_rstd, N, C);
     if (weights)
-        grad_ready(m, w->ln2w);
+        grad_ready(m, dt_block_offset(m, l, 4));
     be->matmul_backward(dx->atty, g->attprojw, NULL, dx->residual2, x->atty, w->attprojw, N, C, C);
     if (weights)
-        grad_ready(m, w->attprojw);
+        grad_ready(m, dt_block_offset(m, l, 3));
     be->attention_backward(dx->qkv, m->grad_acts.scratch, dx->atty, x->qkv, x->att, B, T, C, NH);
     be->matmul_backward(dx->ln1, g->qkvw, NULL, dx->qkv, x->ln1, w->qkvw, N, C, 3 * C);
     if (weights)
-        grad_ready(m, w->qkvw);
+        grad_ready(m, dt_block_offset(m, l, 2));
     /* dresidual_in = dresidual2 (skip path) + LN1's input gradient */
     be->copy(dresidual_in, dx->residual2, NC * sizeof(float));
     be->layernorm_backward(dresidual_in, g->ln1w, g->ln1b, dx->ln1, residual_in, w->ln1w,
                            x->ln1_mean, x->ln1_rstd, N, C);
     if (weights)
-        grad_ready(m, w->ln1w);
+        grad_ready(m, dt_block_offset(m, l, 0));
 }
 
 /* One block's weight gradients from what block_backward(weights 0) kept:
@@ -92,19 +100,19 @@ static void block_weights(dt_model *m, int l, const float *dres3, const float *r
     dt_block_acts *x = &m->acts.blocks[l], *dx = &m->grad_acts.blocks[l];
     be->matmul_backward(NULL, dw->fcprojw, dw->fcprojb, dres3, x->fch_gelu, w->fcprojw, N, 4 * C,
                         C);
-    grad_ready(m, w->fcprojw);
+    grad_ready(m, dt_block_offset(m, l, 8));
     be->matmul_backward(NULL, dw->fcw, dw->fcb, dx->fch, x->ln2, w->fcw, N, C, 4 * C);
-    grad_ready(m, w->fcw);
+    grad_ready(m, dt_block_offset(m, l, 6));
     be->layernorm_backward(NULL, dw->ln2w, dw->ln2b, dx->ln2, x->residual2, w->ln2w, x->ln2_mean,
                            x->ln2_rstd, N, C);
-    grad_ready(m, w->ln2w);
+    grad_ready(m, dt_block_offset(m, l, 4));
     be->matmul_backward(NULL, dw->attprojw, NULL, dx->residual2, x->atty, w->attprojw, N, C, C);
-    grad_ready(m, w->attprojw);
+    grad_ready(m, dt_block_offset(m, l, 3));
     be->matmul_backward(NULL, dw->qkvw, NULL, dx->qkv, x->ln1, w->qkvw, N, C, 3 * C);
-    grad_ready(m, w->qkvw);
+    grad_ready(m, dt_block_offset(m, l, 2));
     be->layernorm_backward(NULL, dw->ln1w, dw->ln1b, dx->ln1, residual_in, w->ln1w, x->ln1_mean,
                            x->ln1_rstd, N, C);
-    grad_ready(m, w->ln1w);
+    grad_ready(m, dt_block_offset(m, l, 0));
 }
 
 /* The last stage's head in reverse: loss, lm_head, ln_f. */
@@ -123,12 +131,12 @@ static void head_backward(dt_model *m, float dloss, dt_backward_part part)
     be->matmul_backward(in ? da->lnf : NULL, wt ? m->grads.lm_head : NULL, NULL, da->logits, a->lnf,
                         m->params.lm_head, N, C, V);
     if (wt)
-        grad_ready(m, m->params.lm_head);
+        grad_ready(m, dt_head_offset(m, 2));
     be->layernorm_backward(in ? dlast : NULL, wt ? m->grads.lnfw : NULL, wt ? m->grads.lnfb : NULL,
                            da->lnf, a->blocks[L - 1].residual3, m->params.lnfw, a->lnf_mean,
                            a->lnf_rstd, N, C);
     if (wt)
-        grad_ready(m, m->params.lnfw);
+        grad_ready(m, dt_head_offset(m, 0));
 }
 
 dt_status dt_model_backward_part(dt_model *m, float dloss, dt_backward_part part)
@@ -151,11 +159,14 @@ dt_status dt_model_backward_part(dt_model *m, float dloss, dt_backward_part part
         return DT_EINVAL;
     }
     dt_acts *a = &m->acts, *da = &m->grad_acts;
-    if (last)
+    if (last) {
+        params_back(m, dt_head_offset(m, 0));
         head_backward(m, dloss, part);
+    }
     for (int l = m->l1 - 1; l >= m->l0; l--) {
         const float *in = l > m->l0 ? a->blocks[l - 1].residual3 : a->encoded;
         float *din = l > m->l0 ? da->blocks[l - 1].residual3 : da->encoded;
+        params_back(m, dt_block_offset(m, l, 0));
         if (m->recompute && l < m->l1 - 1) /* the workspace: block l's activations
                                                again (the last block's are still there) */
             dt_model_block_forward(m, l, in, m->last_B, m->last_T);
@@ -167,7 +178,7 @@ dt_status dt_model_backward_part(dt_model *m, float dloss, dt_backward_part part
     if (m->l0 == 0 && part != DT_BACKWARD_INPUT) {
         m->be->encoder_backward(m->grads.wte, m->grads.wpe, da->encoded, m->inputs, m->last_B,
                                 m->last_T, m->cfg.C);
-        grad_ready(m, m->params.wte);
+        grad_ready(m, 0);
     }
     return DT_OK;
 }
@@ -177,29 +188,24 @@ dt_status dt_model_backward(dt_model *m, float dloss)
     return dt_model_backward_part(m, dloss, DT_BACKWARD_ALL);
 }
 
-/* Appends the offset of parameter p to lo (if lo), counting in *n. */
-static void unit_at(size_t *lo, int *n, const dt_model *m, const float *p)
-{
-    if (lo)
-        lo[*n] = (size_t)(p - m->params_memory);
-    (*n)++;
-}
-
 int dt_model_grad_units(const dt_model *m, size_t *lo)
 {
-    const dt_params *p = &m->params;
     int n = 0;
     if (m->l1 == m->cfg.L) {
-        unit_at(lo, &n, m, p->lm_head);
-        unit_at(lo, &n, m, p->lnfw);
+        const int head[2] = {2, 0}; /* lm_head, ln_f */
+        for (int k = 0; k < 2; k++, n++)
+            if (lo)
+                lo[n] = dt_head_offset(m, head[k]);
     }
-    for (int l = m->l1 - 1; l >= m->l0; l--) { /* block_backward's order */
-        const dt_block_params *w = &p->blocks[l];
-        const float *block[6] = {w->fcprojw, w->fcw, w->ln2w, w->attprojw, w->qkvw, w->ln1w};
-        for (int k = 0; k < 6; k++)
-            unit_at(lo, &n, m, block[k]);
+    const int block[6] = {8, 6, 4, 3, 2, 0}; /* block_backward's order */
+    for (int l = m->l1 - 1; l >= m->l0; l--)
+        for (int k = 0; k < 6; k++, n++)
+            if (lo)
+                lo[n] = dt_block_offset(m, l, block[k]);
+    if (m->l0 == 0) {
+        if (lo)
+            lo[n] = 0; /* wte */
+        n++;
     }
-    if (m->l0 == 0)
-        unit_at(lo, &n, m, p->wte);
     return n;
 }

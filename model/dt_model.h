@@ -259,6 +259,13 @@ typedef void (*dt_grad_ready_fn)(void *user, size_t lo);
  * cover them, so the gather of later blocks overlaps earlier compute.
  */
 typedef void (*dt_params_needed_fn)(void *user, size_t hi);
+/*
+ * Backward's parameter hook: before backward reads a unit of parameters
+ * (the head: ln_f and lm_head; each block, before its recomputation too;
+ * whichever half runs) it calls hook(user, lo) with lo the unit's first
+ * offset. The encoder's backward reads none. ZeRO-3 maps the unit there.
+ */
+typedef void (*dt_params_back_fn)(void *user, size_t lo);
 
 /*
  * A pipeline stage: blocks [l0, l1) of cfg.L, plus the embeddings when
@@ -323,8 +330,12 @@ typedef struct dt_model {
     void *grad_ready_user;
     dt_params_needed_fn params_needed; /* forward's hook, or NULL */
     void *params_needed_user;
+    dt_params_back_fn params_back; /* backward's parameter hook, or NULL */
+    void *params_back_user;
     bool grads_windowed;   /* grads_memory freed: gradients live in windows */
     size_t grads_window_n; /* elements the current window maps (0: none) */
+    bool params_windowed;  /* ZeRO-3: parameters live in windows; params_memory
+                              is NULL unless dt_model_hold_params holds it */
     char err[256];
 } dt_model;
 
@@ -403,6 +414,8 @@ dt_status dt_model_backward_part(dt_model *m, float dloss, dt_backward_part part
 void dt_model_set_grad_hook(dt_model *m, dt_grad_ready_fn fn, void *user);
 /* Sets (or, with fn NULL, clears) forward's parameter hook. */
 void dt_model_set_params_hook(dt_model *m, dt_params_needed_fn fn, void *user);
+/* Sets (or, with fn NULL, clears) backward's parameter hook. */
+void dt_model_set_params_back_hook(dt_model *m, dt_params_back_fn fn, void *user);
 /*
  * Gradient windows, for ZeRO-2 (optim/grad_shards.c), where no rank ever
  * holds the whole gradient. The first call frees the model's gradient
@@ -418,6 +431,26 @@ void dt_model_set_params_hook(dt_model *m, dt_params_needed_fn fn, void *user);
  * owner zeroes them).
  */
 void dt_model_window_grads(dt_model *m, float *base, size_t lo, size_t n);
+/*
+ * Parameter windows, for ZeRO-3 (optim/param_units.c), where no rank
+ * holds the whole model between uses. The first call frees the model's
+ * parameter buffer (params_memory becomes NULL); each call points the
+ * parameters of the tensors lying wholly in [lo, lo + n) at base[0 .. n)
+ * and gives every other tensor none (NULL: nothing may read them). The
+ * caller maps each unit before forward or backward reads it: the
+ * parameter hooks of forward and backward report offsets from the
+ * tensor table, not from params_memory, so they work on a windowed
+ * model. Forward reads the embeddings, each block, then ln_f and the
+ * head; backward reads the head, then each block (and again under
+ * recomputation) but never the embeddings. dt_model_update is refused.
+ */
+void dt_model_window_params(dt_model *m, float *base, size_t lo, size_t n);
+/* On a windowed model, hold (true) allocates a full parameter buffer as
+ * params_memory and maps every tensor to it (its contents are the
+ * caller's to fill), for whatever reads the whole model (evaluation,
+ * sampling, checkpoints, hashes); release (false) frees it again.
+ * DT_ENOMEM if it cannot; nothing on an unwindowed model. */
+dt_status dt_model_hold_params(dt_model *m, bool hold);
 /* The offsets backward's progress hook reports, in the order it reports
  * them (the head's first, the embeddings' last): each is the start of one
  * unit of gradients finished by one layer. Returns the count (at most

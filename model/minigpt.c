@@ -303,19 +303,19 @@ static dt_status check_tokens(dt_model *m, const int *tok, const char *what, int
 
 /* Tells forward's parameter hook (if any) that parameters below hi are
  * about to be read (see dt_params_needed_fn). */
-static void params_needed(dt_model *m, const float *hi)
+static void params_needed(dt_model *m, size_t hi)
 {
     if (m->params_needed)
-        m->params_needed(m->params_needed_user, (size_t)(hi - m->params_memory));
+        m->params_needed(m->params_needed_user, hi);
 }
 
 /* Just past block l's parameters: the next block's, ln_f's on the last
  * stage, or the end of this stage's slice. */
-static const float *block_params_end(const dt_model *m, int l)
+static size_t block_params_end(const dt_model *m, int l)
 {
     if (l + 1 < m->l1)
-        return m->params.blocks[l + 1].ln1w;
-    return m->l1 == m->cfg.L ? m->params.lnfw : m->params_memory + m->num_params;
+        return dt_block_offset(m, l + 1, 0);
+    return m->l1 == m->cfg.L ? dt_head_offset(m, 0) : m->num_params;
 }
 
 /* Shape and tokens: what forward refuses before touching anything. A
@@ -397,7 +397,7 @@ dt_status dt_model_forward(dt_model *m, const int *inputs, const int *targets, i
     dt_model_carve(m, B, T);
     if (inputs) {
         be->from_host(m->inputs, inputs, (size_t)N * sizeof(int));
-        params_needed(m, m->l1 > 0 ? m->params.blocks[0].ln1w : m->params.lnfw);
+        params_needed(m, dt_block_offset(m, m->l0, 0)); /* wte, wpe */
         be->encoder_forward(m->acts.encoded, m->inputs, m->params.wte, m->params.wpe, B, T, C);
     }
     if (targets && last)
@@ -413,7 +413,7 @@ dt_status dt_model_forward(dt_model *m, const int *inputs, const int *targets, i
     m->have_targets = last && targets != NULL;
     if (!last)
         return DT_OK;
-    params_needed(m, m->params_memory + m->num_params); /* ln_f, head */
+    params_needed(m, m->num_params); /* ln_f, head */
     return head_forward(m, targets != NULL, N);
 }
 
@@ -435,6 +435,33 @@ void dt_model_window_grads(dt_model *m, float *base, size_t lo, size_t n)
     m->grads_window_n = base ? n : 0;
 }
 
+void dt_model_window_params(dt_model *m, float *base, size_t lo, size_t n)
+{
+    if (!m->params_windowed) {
+        m->be->free(m->params_memory);
+        m->params_memory = NULL;
+        m->params_windowed = true;
+    }
+    dt_layout_map_window(&m->params, m->tensors, m->num_tensors, &m->cfg, m->l0, base, lo,
+                         base ? n : 0);
+}
+
+dt_status dt_model_hold_params(dt_model *m, bool hold)
+{
+    if (!m->params_windowed)
+        return DT_OK; /* the full buffer is always there */
+    if (hold && !m->params_memory) {
+        if (!(m->params_memory = m->be->alloc(m->num_params * sizeof(float))))
+            return fail(m, DT_ENOMEM, "hold: out of memory for the full parameters");
+    } else if (!hold && m->params_memory) {
+        m->be->free(m->params_memory);
+        m->params_memory = NULL;
+    }
+    dt_layout_map_window(&m->params, m->tensors, m->num_tensors, &m->cfg, m->l0, m->params_memory,
+                         0, m->params_memory ? m->num_params : 0);
+    return DT_OK;
+}
+
 void dt_model_set_grad_hook(dt_model *m, dt_grad_ready_fn fn, void *user)
 {
     m->grad_ready = fn;
@@ -447,13 +474,21 @@ void dt_model_set_params_hook(dt_model *m, dt_params_needed_fn fn, void *user)
     m->params_needed_user = user;
 }
 
+void dt_model_set_params_back_hook(dt_model *m, dt_params_back_fn fn, void *user)
+{
+    m->params_back = fn;
+    m->params_back_user = user;
+}
+
 dt_status dt_model_update(dt_model *m, const dt_adamw_hparams *h, long step)
 {
     size_t bytes = m->num_params * sizeof(float);
     if (step < 1)
         return fail(m, DT_EINVAL, "update: AdamW steps count from 1");
-    if (m->grads_windowed)
-        return fail(m, DT_EINVAL, "update: the gradients are windowed (ZeRO-2): no full gradient");
+    if (m->grads_windowed || m->params_windowed)
+        return fail(m, DT_EINVAL,
+                    "update: the gradients (ZeRO-2) or parameters (ZeRO-3) are "
+                    "windowed: no full buffer");
     if (!m->adam_m) {
         m->adam_m = m->be->alloc(bytes);
         m->adam_v = m->be->alloc(bytes);

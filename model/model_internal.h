@@ -64,6 +64,20 @@ void dt_model_carve(dt_model *m, int B, int T);
 /* minigpt.c: block l's forward, residual (B, T, C) in, its residual3 out;
  * backward.c runs it again under recomputation. */
 void dt_model_block_forward(dt_model *m, int l, const float *residual, int B, int T);
+/* Offsets in m's flat layout, read from its tensor table (so that they
+ * hold whatever buffers the pointers are windows of): tensor k of block
+ * l in dt_layout_build's order (0 ln1.weight, 2 attn.qkv.weight,
+ * 3 attn.proj.weight, 4 ln2.weight, 6 mlp.fc.weight, 8 mlp.proj.weight),
+ * and tensor k of the head (0 ln_f.weight, 2 lm_head.weight; the last
+ * stage only). */
+static inline size_t dt_block_offset(const dt_model *m, int l, int k)
+{
+    return m->tensors[(m->l0 == 0 ? 2 : 0) + 10 * (l - m->l0) + k].offset;
+}
+static inline size_t dt_head_offset(const dt_model *m, int k)
+{
+    return m->tensors[m->num_tensors - 3 + k].offset;
+}
 
 /* layout.c */
 int dt_layout_num_tensors(const dt_config *c);
@@ -73,7 +87,7 @@ void dt_layout_init(float *host, const dt_tensor_info *tab, int n, uint64_t seed
 int dt_layout_build_stage(dt_tensor_info *tab, dt_params *p, float *base, const dt_config *c,
                           int l0, int l1, size_t *lo, size_t *hi);
 int dt_layout_init_stage(float *host, const dt_config *c, int l0, int l1, uint64_t seed);
-/* a gradient window: fields of tensors inside [lo, lo + count) at base,
+/* a gradient (or parameter) window: fields of tensors inside [lo, lo + count) at base,
  * all others NULL (tab: the table of a stage starting at block l0) */
 void dt_layout_map_window(dt_params *p, const dt_tensor_info *tab, int n, const dt_config *c,
                           int l0, float *base, size_t lo, size_t count);

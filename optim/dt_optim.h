@@ -27,6 +27,12 @@
  *                    bucket into two pooled buffers, each reduced to its
  *                    owners at once; a rank keeps its 1/p of the mean.
  *                    params 4Ψ + grads 4Ψ/p + buckets + m, v 8Ψ/p.
+ *   ZeRO-3 (param_units.c, driven by zero1.c) ZeRO-2 whose parameters
+ *                    live sharded too: each unit (embeddings, a block,
+ *                    the head) is all-gathered just before forward reads
+ *                    it and again before backward does, the next unit
+ *                    prefetched, and dropped after. params 4Ψ/p + two
+ *                    units + grads 4Ψ/p + buckets + m, v 8Ψ/p.
  *
  * Both equal one process training on the global batch with gradient
  * accumulation (tests/test_ddp.c pins this down to 1e-6), because the mean
@@ -144,7 +150,42 @@ dt_status dt_zero1_create(dt_zero1 **out, dt_model *m, dt_comm *comm);
  * checkpoints are ZeRO-1's, bit for bit.
  */
 dt_status dt_zero2_create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucket_bytes);
-int dt_zero1_stage(const dt_zero1 *z); /* 1 or 2 */
+/*
+ * ZeRO-3 (param_units.c): ZeRO-2 whose parameters are sharded too. The
+ * fp32 master of the shard is all a rank keeps of the weights; the
+ * model's parameter buffer is freed (dt_model_window_params) and each
+ * unit (embeddings, each block, ln_f + head) is all-gathered into one of
+ * two unit buffers just before dt_zero1_forward or dt_zero1_backward
+ * reads it, the next unit's gather launched meanwhile. Forward and
+ * backward must be dt_zero1_forward and dt_zero1_backward; anything else
+ * that reads the parameters holds them first (dt_zero1_hold_params).
+ * Gradients as ZeRO-2's (bucket_bytes likewise). Bitwise ZeRO-1 and -2;
+ * its checkpoints are ZeRO-1's. On a pipeline stage (m holds blocks
+ * [l0, l1) of L), whose executor runs forward and backward itself over
+ * its micro-batches, the gradients stay whole (the stage accumulates its
+ * micro-batches, where ZeRO-2 would hold a full local sum too) and the
+ * step reduces them to the owners as ZeRO-1's plain step does; the
+ * caller installs the parameter hooks with dt_zero1_arm_params.
+ */
+dt_status dt_zero3_create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucket_bytes);
+/* ZeRO-3 for a caller that runs m's forward and backward itself (a
+ * pipeline's executor): on installs the parameter hooks that gather each
+ * unit just before it is read (and ends a hold), off removes them.
+ * Nothing under ZeRO-1 and -2. */
+void dt_zero1_arm_params(dt_zero1 *z, bool on);
+int dt_zero1_stage(const dt_zero1 *z); /* 1, 2 or 3 */
+/*
+ * ZeRO-3: hold (true) all-gathers the whole model into a full buffer that
+ * m's parameters then point at, for evaluation, sampling, a checkpoint or
+ * a hash; release (false) frees it (the next dt_zero1_forward or step
+ * does too). Blocks; every rank must call it. Stages 1 and 2 hold their
+ * full parameters always: hold waits for their gather, release does
+ * nothing.
+ */
+dt_status dt_zero1_hold_params(dt_zero1 *z, bool hold);
+/* Bytes of parameters this rank holds between uses: the model's 4Ψ under
+ * ZeRO-1 and -2; the shard and the two unit buffers under ZeRO-3. */
+size_t dt_zero1_param_bytes(const dt_zero1 *z);
 /* Waits for what is in flight, then frees. */
 void dt_zero1_destroy(dt_zero1 *z);
 const char *dt_zero1_error(const dt_zero1 *z);
@@ -157,13 +198,15 @@ void dt_zero1_shard(const dt_zero1 *z, size_t *lo, size_t *n);
  * (host on the CPU backend). Writable: a resumed run loads into them.
  * Waits for a parameter all-gather in flight first (it reads the master). */
 void dt_zero1_state(dt_zero1 *z, float **master, float **m, float **v);
-/* Bytes of optimizer state on this rank: master, m, v of s elements. */
+/* Bytes of optimizer state on this rank: master, m, v of s elements
+ * (ZeRO-2: m, v; ZeRO-3: m, v, its master counted as parameters). */
 size_t dt_zero1_optimizer_bytes(const dt_zero1 *z);
 /* Bytes of gradient staging beside the model's own gradients: 0, the
  * reduces run in place (kept for the trainer's memory table). */
 size_t dt_zero1_staging_bytes(const dt_zero1 *z);
-/* Bytes of gradients this rank holds: the model's 4Ψ under ZeRO-1; the
- * shard, the bucket pool (and any accumulation buffer) under ZeRO-2. */
+/* Bytes of gradients this rank holds: the model's 4Ψ under ZeRO-1 (and
+ * ZeRO-3 on a pipeline stage); the shard, the bucket pool (and any
+ * accumulation buffer) under ZeRO-2 and -3. */
 size_t dt_zero1_gradient_bytes(const dt_zero1 *z);
 
 /*

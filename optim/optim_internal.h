@@ -53,4 +53,35 @@ dt_status optim_grad_shards_backward(optim_grad_shards *g, float dloss, bool syn
 dt_status optim_grad_shards_wait(optim_grad_shards *g, double *busy_s, double *exposed_s, int *ops);
 const float *optim_grad_shards_mean(const optim_grad_shards *g);
 
+/* ---- param_units.c: ZeRO-3's parameter path, used by zero1.c ------------- */
+
+typedef struct optim_param_units optim_param_units;
+/* Cuts m into units (embeddings, each block, ln_f + head), allocates two
+ * unit buffers and frees the model's parameter buffer: from then on the
+ * parameters are shard (s elements, this rank's [rank·s, ...) of the flat
+ * layout, kept by the caller) and what is gathered. Always sets *out
+ * (NULL only on DT_ENOMEM). */
+dt_status optim_param_units_create(optim_param_units **out, dt_model *m, dt_comm *comm, size_t s,
+                                   const float *shard);
+void optim_param_units_destroy(optim_param_units *u); /* waits for what is in flight */
+const char *optim_param_units_error(const optim_param_units *u);
+dt_status optim_param_units_status(const optim_param_units *u);
+size_t optim_param_units_bytes(const optim_param_units *u); /* the two unit buffers */
+int optim_param_units_count(const optim_param_units *u);
+/* Forward's and backward's parameter hooks (user = u): map the unit
+ * about to be read, launch the gather of the one after it. */
+void optim_param_units_forward_hook(void *user, size_t hi);
+void optim_param_units_backward_hook(void *user, size_t lo);
+/* Waits for every gather in flight (they read the shard) and forgets
+ * what the buffers hold: before the shard changes (AdamW, a load). */
+void optim_param_units_forget(optim_param_units *u);
+/* After the shard changed: forgets, then launches the gathers of units 0
+ * and 1 for the next forward. */
+void optim_param_units_prefetch(optim_param_units *u);
+/* hold: the whole model gathered into a full buffer (blocking, every
+ * rank); release: that buffer freed. */
+dt_status optim_param_units_hold(optim_param_units *u, bool hold);
+/* Adds the gathers' timing since the last call to *into. */
+void optim_param_units_take_clock(optim_param_units *u, optim_overlap_clock *into);
+
 #endif /* DT_OPTIM_INTERNAL_H */

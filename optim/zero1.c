@@ -3,65 +3,48 @@
  * communication overlapped with backward and with the next forward.
  *
  * Stage 2 (dt_zero2_create) is this file with grad_shards.c in place of
- * the in-place reduces below (reduces to the same owners, from pooled
- * buffers) and without the master copy: the same step.
+ * the in-place reduces below and no master copy; stage 3 (dt_zero3_create)
+ * is stage 2 whose master is all a rank keeps of the weights, param_units.c
+ * gathering each unit just before it is read, in place of the gathers.
  *
  * The idea (Rajbhandari et al., "ZeRO", 2020, stage 1). Under DDP every
  * rank keeps AdamW's m and v (and, with low-precision weights, an fp32
- * master copy) for every parameter and runs the same update p times over.
- * Instead, rank r owns one 1/p shard of the flat buffer: it needs the mean
- * gradient only on that shard, keeps master, m and v only for it, updates
- * it, and then everyone exchanges the updated shards. Same bytes on the
- * wire as DDP's ring all-reduce; optimizer memory 12Ψ/p instead of 12Ψ.
+ * master) for every parameter and runs the same update p times over.
+ * Instead rank r owns a 1/p shard of the flat buffer: it needs the mean
+ * gradient only there, keeps master, m and v only for it, updates it, and
+ * everyone exchanges the updated shards. Same bytes on the wire as DDP's
+ * ring all-reduce; optimizer memory 12Ψ/p instead of 12Ψ.
  *
  * Shards: s = ceil(Ψ/p); rank r owns [r·s, (r+1)·s) clipped to Ψ (n_r
  * valid elements, 0 on the last ranks when Ψ < p). The checkpoint layer
  * and resharding rely on exactly this layout.
  *
- * Gradients: a bucket is a slice reduced to its owner. The flat gradient
- * is cut like DDP's buckets (whole tensors from the tail, at most
- * bucket_bytes each) and each bucket again at shard boundaries, so every
- * piece lies in one shard. Backward's progress hook (dt_zero1_backward)
- * launches a piece the moment its gradients are final, as an async
- * reduce (avg) to the owner, in place in the model's gradient buffer: the
- * owner's slice becomes the mean, the other ranks' stay as they were. All
- * pieces together move what one ring reduce-scatter moves: every rank
- * sends each element it does not own once ((p-1)/p · 4Ψ bytes), and every
- * element is reduced p-1 times; a binomial tree puts ⌈log2 p⌉ hops on one
- * piece's critical path, hidden behind backward. No padded staging copy
- * is needed: AdamW reads the owner's slice of the gradient buffer.
+ * Gradients: the flat gradient is cut like DDP's buckets (whole tensors
+ * from the tail, at most bucket_bytes) and each bucket again at shard
+ * boundaries. Backward's progress hook (dt_zero1_backward) launches a
+ * piece the moment its gradients are final, an async reduce (avg) to its
+ * owner in place in the gradient buffer (no staging: AdamW reads the
+ * owner's slice). All pieces move what a ring reduce-scatter moves,
+ * (p-1)/p · 4Ψ bytes per rank; a binomial tree puts ⌈log2 p⌉ hops on a
+ * piece's critical path, hidden behind backward.
  *
- * Parameters: after AdamW on the shard, the all-gather is cut at the
- * stages forward reads in order (embeddings, each block, final LayerNorm
- * and head), neighbouring stages merged up to bucket_bytes: one
- * allgatherv per piece, counts = its intersection with each shard,
- * straight into the model's flat buffer.
- * dt_zero1_step waits for them; dt_zero1_step_async leaves them in flight
- * and dt_zero1_forward waits for each stage's piece just before forward
- * reads it (the model's parameter hook), so the gather of later blocks
- * overlaps the compute of earlier ones — FSDP's and DeepSpeed's prefetch.
+ * Parameters: after AdamW on the shard, one allgatherv (counts = the
+ * piece ∩ each shard) per stage forward reads (embeddings, each block,
+ * ln_f + head; neighbours merged up to bucket_bytes), straight into the
+ * model's buffer. dt_zero1_step waits for them; dt_zero1_step_async
+ * leaves them in flight and dt_zero1_forward waits for each piece just
+ * before forward reads it (the parameter hook) — FSDP's prefetch.
  *
- * Ordering: every rank builds the same pieces and launches them in the same
- * order (reduces as backward reaches them, gathers in forward order), as
- * the collectives' ordering contract requires.
+ * Ordering: every rank builds the same pieces and launches them in the
+ * same order (reduces as backward reaches them, gathers in forward order).
+ * Memory: master, m, v: 12·s bytes; the tree reduce borrows 2·(piece)
+ * bytes of communicator scratch on ranks with children. Timing: the
+ * overlap clock (overlap_clock.c), pieces polled at each hook.
  *
- * Memory: master, m, v: 12·s bytes ("optimizer state"); no gradient
- * staging; the tree reduce borrows 2·(piece) bytes of communicator scratch
- * on ranks with children while a piece is in flight.
- *
- * Timing ("hidden"): pieces of one communicator run one after another, so
- * a piece is on the wire from max(submitted, previous done) to done; done
- * is when this thread first saw it finished (polled at each hook), exact
- * for pieces it waited on. exposed = time spent waiting (in the step for
- * reduces, in forward or the step for gathers).
- *
- * The master copy holds the same fp32 values as the parameters it shards
- * (the model is fp32 throughout); it is kept so the shard's update is the
- * textbook one, and reads as the place where low-precision weights would
- * part from their fp32 master. ZeRO-2 (dt_zero2_create) keeps none: its
- * AdamW updates the model's own slice of parameters, and each gather
- * sends from there, in place (the same bits: the master would hold the
- * same values). Optimizer state 8·s bytes, the ZeRO paper's fp32 Adam.
+ * The master holds the same fp32 values as the parameters it shards: it
+ * reads as the place where low-precision weights would part from their
+ * master. ZeRO-2 keeps none (AdamW updates the model's own slice, the
+ * gathers send from there: the same bits), ZeRO-3's is its weights.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,7 +80,9 @@ struct dt_zero1 {
     size_t *gather_counts;          /* [ngather * world] */
     int ngather, gathered, settled; /* launched / waited */
     bool syncing;                   /* the current backward launches reduces */
-    optim_grad_shards *gs;          /* ZeRO-2: the gradient shard, or NULL */
+    optim_grad_shards *gs;          /* ZeRO-2, 3: the gradient shard, or NULL */
+    optim_param_units *pu;          /* ZeRO-3: the parameter units, or NULL */
+    int stage;                      /* 1, 2 or 3 */
     optim_overlap_clock clock;      /* since the last stats */
     dt_status st;
     char err[512];
@@ -107,7 +92,7 @@ static dt_status zero1_fail(dt_zero1 *z, dt_status st, const char *what)
 {
     if (z->st == DT_OK) {
         z->st = st;
-        snprintf(z->err, sizeof z->err, "zero%d (rank %d): %s: %s", z->gs ? 2 : 1, z->rank, what,
+        snprintf(z->err, sizeof z->err, "zero%d (rank %d): %s: %s", z->stage, z->rank, what,
                  z->comm && *dt_comm_error(z->comm) ? dt_comm_error(z->comm) : dt_status_name(st));
     }
     return st;
@@ -122,6 +107,17 @@ static dt_status gs_failed(dt_zero1 *z, dt_status st)
                  z->gs ? optim_grad_shards_error(z->gs) : "zero2: out of memory");
     }
     return st;
+}
+
+/* ZeRO-3's parameter path failed (or not): its message becomes ours. */
+static dt_status pu_check(dt_zero1 *z)
+{
+    dt_status st = z->pu ? optim_param_units_status(z->pu) : DT_OK;
+    if (st != DT_OK && z->st == DT_OK) {
+        z->st = st;
+        snprintf(z->err, sizeof z->err, "%s", optim_param_units_error(z->pu));
+    }
+    return z->st;
 }
 
 /* Valid elements of rank r's shard: [r·s, (r+1)·s) clipped to Ψ. */
@@ -226,6 +222,7 @@ static dt_status create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucke
     z->n = shard_count(P, z->s, z->rank);
     z->counts = calloc(p, sizeof *z->counts);
     z->own_master = own_master;
+    z->stage = own_master ? 1 : 2;
     z->master = own_master ? be->alloc(z->s * sizeof(float))
                            : m->params_memory + (z->n ? z->lo : 0);
     z->adam_m = be->alloc(z->s * sizeof(float));
@@ -270,6 +267,25 @@ dt_status dt_zero2_create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t buc
     size_t cap = bucket_bytes ? bucket_bytes / sizeof(float) : z->s / 4;
     st = optim_grad_shards_create(&z->gs, m, comm, cap ? cap : 1, z->s);
     return st != DT_OK ? gs_failed(z, st) : DT_OK;
+}
+
+dt_status dt_zero3_create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucket_bytes)
+{
+    dt_status st = create(out, m, comm, bucket_bytes, true); /* the master: the parameters */
+    dt_zero1 *z = *out;
+    if (st != DT_OK)
+        return st;
+    z->stage = 3;
+    z->ngather = 0; /* the units replace the step's gathers */
+    size_t cap = bucket_bytes ? bucket_bytes / sizeof(float) : z->s / 4;
+    bool stage = m->l0 > 0 || m->l1 < m->cfg.L; /* a pipeline stage keeps its gradients */
+    st = stage ? DT_OK : optim_grad_shards_create(&z->gs, m, comm, cap ? cap : 1, z->s);
+    if (st != DT_OK)
+        return gs_failed(z, st);
+    st = optim_param_units_create(&z->pu, m, comm, z->s, z->master);
+    if (st != DT_OK && !z->pu)
+        return zero1_fail(z, st, "create: out of memory");
+    return pu_check(z);
 }
 
 /* Waits for a launched piece, noting its timing; the first failure is
@@ -334,21 +350,27 @@ dt_status dt_zero1_backward(dt_zero1 *z, float dloss, bool sync)
     if (z->syncing)
         return zero1_fail(z, DT_EINVAL, "backward: the last synced backward had no step");
     dt_zero1_wait_params(z); /* backward reads the parameters */
+    if (z->pu)               /* ZeRO-3: each unit gathered just before its backward */
+        dt_model_set_params_back_hook(z->m, optim_param_units_backward_hook, z->pu);
+    dt_status st;
     if (z->gs) {
-        dt_status st = optim_grad_shards_backward(z->gs, dloss, sync);
-        return st != DT_OK ? gs_failed(z, st) : z->st;
+        if ((st = optim_grad_shards_backward(z->gs, dloss, sync)) != DT_OK)
+            gs_failed(z, st);
+    } else {
+        bool comm = sync && z->world > 1;
+        z->syncing = comm;
+        z->reduced = 0;
+        dt_model_set_grad_hook(z->m, comm ? on_grads_ready : NULL, z);
+        st = dt_model_backward(z->m, dloss);
+        dt_model_set_grad_hook(z->m, NULL, NULL);
+        if (st != DT_OK && z->st == DT_OK) {
+            z->st = st;
+            snprintf(z->err, sizeof z->err, "zero%d: %s", z->stage, dt_model_error(z->m));
+        }
     }
-    bool comm = sync && z->world > 1;
-    z->syncing = comm;
-    z->reduced = 0;
-    dt_model_set_grad_hook(z->m, comm ? on_grads_ready : NULL, z);
-    dt_status st = dt_model_backward(z->m, dloss);
-    dt_model_set_grad_hook(z->m, NULL, NULL);
-    if (st != DT_OK && z->st == DT_OK) {
-        z->st = st;
-        snprintf(z->err, sizeof z->err, "zero1: %s", dt_model_error(z->m));
-    }
-    return z->st;
+    if (z->pu)
+        dt_model_set_params_back_hook(z->m, NULL, NULL);
+    return pu_check(z);
 }
 
 /* Waits for the gather pieces that start below hi, in launch order. */
@@ -373,10 +395,13 @@ dt_status dt_zero1_wait_params(dt_zero1 *z)
 
 dt_status dt_zero1_forward(dt_zero1 *z, const int *inputs, const int *targets, int B, int T)
 {
-    dt_model_set_params_hook(z->m, on_params_needed, z);
+    if (z->pu && z->m->params_memory) /* held whole: back to units */
+        dt_zero1_hold_params(z, false);
+    dt_model_set_params_hook(z->m, z->pu ? optim_param_units_forward_hook : on_params_needed,
+                             z->pu ? (void *)z->pu : z);
     dt_status st = dt_model_forward(z->m, inputs, targets, B, T);
     dt_model_set_params_hook(z->m, NULL, NULL);
-    if (z->st != DT_OK)
+    if (pu_check(z) != DT_OK)
         return z->st;
     if (st != DT_OK) {
         z->st = st;
@@ -400,6 +425,7 @@ void dt_zero1_destroy(dt_zero1 *z)
         if (dev[i])
             be->free(dev[i]);
     optim_grad_shards_destroy(z->gs);
+    optim_param_units_destroy(z->pu);
     free(z->reduces);
     free(z->gathers);
     free(z->gather_counts);
@@ -421,6 +447,8 @@ void dt_zero1_shard(const dt_zero1 *z, size_t *lo, size_t *n)
 void dt_zero1_state(dt_zero1 *z, float **master, float **m, float **v)
 {
     dt_zero1_wait_params(z); /* the gather reads the master */
+    if (z->pu)
+        optim_param_units_forget(z->pu); /* the caller may load into it */
     *master = z->master;
     *m = z->adam_m;
     *v = z->adam_v;
@@ -428,7 +456,33 @@ void dt_zero1_state(dt_zero1 *z, float **master, float **m, float **v)
 
 size_t dt_zero1_optimizer_bytes(const dt_zero1 *z)
 {
-    return (z->own_master ? 3 : 2) * z->s * sizeof(float);
+    return (z->own_master && !z->pu ? 3 : 2) * z->s * sizeof(float);
+}
+
+size_t dt_zero1_param_bytes(const dt_zero1 *z)
+{
+    return z->pu ? z->s * sizeof(float) + optim_param_units_bytes(z->pu)
+                 : z->m->num_params * sizeof(float);
+}
+
+void dt_zero1_arm_params(dt_zero1 *z, bool on)
+{
+    if (!z->pu)
+        return;
+    if (on && z->m->params_memory)
+        dt_zero1_hold_params(z, false);
+    dt_model_set_params_hook(z->m, on ? optim_param_units_forward_hook : NULL, z->pu);
+    dt_model_set_params_back_hook(z->m, on ? optim_param_units_backward_hook : NULL, z->pu);
+}
+
+dt_status dt_zero1_hold_params(dt_zero1 *z, bool hold)
+{
+    if (z->st != DT_OK)
+        return z->st;
+    if (!z->pu)
+        return hold ? dt_zero1_wait_params(z) : DT_OK;
+    optim_param_units_hold(z->pu, hold);
+    return pu_check(z);
 }
 
 size_t dt_zero1_staging_bytes(const dt_zero1 *z)
@@ -444,7 +498,7 @@ size_t dt_zero1_gradient_bytes(const dt_zero1 *z)
 
 int dt_zero1_stage(const dt_zero1 *z)
 {
-    return z->gs ? 2 : 1;
+    return z->stage;
 }
 
 int dt_zero1_num_buckets(const dt_zero1 *z)
@@ -509,7 +563,13 @@ static dt_status step_launch(dt_zero1 *z, const dt_adamw_hparams *h, long step)
     const dt_backend *be = z->m->be;
     dt_model *m = z->m;
     dt_zero1_wait_params(z);
-    const float *grad = m->grads_memory + z->lo;
+    if (z->pu) { /* a hold ends; the gathers in flight read the shard AdamW writes */
+        optim_param_units_hold(z->pu, false);
+        optim_param_units_take_clock(z->pu, &z->clock);
+        if (pu_check(z) != DT_OK)
+            return z->st;
+    }
+    const float *grad = z->gs ? NULL : m->grads_memory + z->lo; /* ZeRO-2, 3: no full buffer */
     if (z->gs) {
         dt_status st = optim_grad_shards_wait(z->gs, &z->clock.busy_s, &z->clock.exposed_s,
                                               &z->clock.ops);
@@ -524,7 +584,9 @@ static dt_status step_launch(dt_zero1 *z, const dt_adamw_hparams *h, long step)
     if (z->n > 0)
         be->adamw(z->master, grad, z->adam_m, z->adam_v, z->n, step, h);
     z->settled = z->gathered = 0;
-    if (z->world > 1)
+    if (z->pu)
+        optim_param_units_prefetch(z->pu); /* unit 0, for the next forward */
+    else if (z->world > 1)
         launch_gathers(z);
     else if (z->n > 0 && z->own_master)
         be->copy(m->params_memory + z->lo, z->master, z->n * sizeof(float));

@@ -8,8 +8,10 @@
 # the micro-batches' gradients in the same order, so the sums are
 # bitwise equal). Two pipelines of 2 stages, data-parallel (a world of 4),
 # print the loss table of `dtrain-launch -n 2 minigpt --grad-accum 4`,
-# under DDP and ZeRO-1, and every stage's replicas agree bitwise
-# (--check-replicas), also on the gloo wire (--wire gloo). A --pp that
+# under DDP and ZeRO-1 (and ZeRO-3, whose stages gather each unit before
+# the executor reads it, ZeRO-1's table), and every stage's replicas
+# agree bitwise (--check-replicas), also on the gloo wire (--wire gloo);
+# ZeRO-3's checkpoint is ZeRO-1's, byte for byte. A --pp that
 # does not divide the world size is refused with a message saying what
 # to run instead. --preset pipeline
 # prints a measured Gantt chart of its 4 stages and the bubble table of
@@ -21,7 +23,7 @@ launch=$1; minigpt=$2
 tmp=$(mktemp -d /tmp/dtrain-pipe-e2e-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 unset RANK WORLD_SIZE LOCAL_RANK DT_INIT_URL DT_SECRET DT_JOB_ID
-echo "1..12"
+echo "1..14"
 n=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
 not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
@@ -51,22 +53,40 @@ for par in ddp zero1; do
         --grad-accum 4 >"$tmp/dp-$par.out" 2>&1
     losses "$tmp/dp-$par.out" >"$tmp/dp-$par.loss"
 done
-for run in gpipe:ddp 1f1b:ddp zb:zero1; do
-    s=${run%:*}; par=${run#*:}
-    name="2 x 2 ranks with $s and $par print the loss table of $par on 2 ranks with --grad-accum 4"
+for run in gpipe:ddp 1f1b:ddp zb:zero1 1f1b:zero3; do
+    s=${run%:*}; par=${run#*:}; [ "$par" = zero3 ] && ref=zero1 || ref=$par
+    name="2 x 2 ranks with $s and $par print the loss table of $ref on 2 ranks with --grad-accum 4"
     if timeout 120 "$launch" -n 4 "$minigpt" $flags --pp 2 --microbatches 4 \
             --schedule "$s" --parallel $par --check-replicas \
             >"$tmp/2x2-$s.out" 2>&1 &&
        losses "$tmp/2x2-$s.out" >"$tmp/2x2-$s.loss" && [ -s "$tmp/2x2-$s.loss" ] &&
-       cmp -s "$tmp/dp-$par.loss" "$tmp/2x2-$s.loss" &&
+       cmp -s "$tmp/dp-$ref.loss" "$tmp/2x2-$s.loss" &&
        grep -q "replicas: the 2 ranks of each of the 2 stages hold bitwise identical" \
            "$tmp/2x2-$s.out"; then
         ok "$name"
     else
-        not_ok "$name" "$(paste "$tmp/dp-$par.loss" "$tmp/2x2-$s.loss" 2>&1)" \
+        not_ok "$name" "$(paste "$tmp/dp-$ref.loss" "$tmp/2x2-$s.loss" 2>&1)" \
             "$(tail -n 5 "$tmp/2x2-$s.out")"
     fi
 done
+
+# ZeRO-3 on the stages of zb against ZeRO-1: the saved step, every shard
+name="2 x 2 ranks with zb save the same checkpoint bytes under zero3 as under zero1"
+bad=""
+for par in zero1 zero3; do
+    timeout 120 "$launch" -n 4 "$minigpt" $flags --pp 2 --microbatches 4 --schedule zb \
+        --parallel $par --ckpt-dir "$tmp/ck-$par" --ckpt-every 4 >"$tmp/ck-$par.out" 2>&1 ||
+        bad="$bad $par failed: $(tail -n 3 "$tmp/ck-$par.out");"
+done
+for f in "$tmp"/ck-zero1/step_00000004/*; do
+    cmp -s "$f" "$tmp/ck-zero3/step_00000004/${f##*/}" || bad="$bad ${f##*/} differs;"
+done
+[ -s "$tmp/ck-zero1/step_00000004/rank00003.bin" ] || bad="$bad no step 4 saved;"
+if [ -z "$bad" ]; then
+    ok "$name"
+else
+    not_ok "$name" "$bad"
+fi
 
 # the same on torch 1.13 gloo's wire: its splits are torch's new_group and
 # the stages' sends/recvs stay in flight, so 1F1B's crossing transfers pass

@@ -11,7 +11,9 @@
  * losses within 1e-5 relative of the run that was never resharded. ZeRO-2
  * saves ZeRO-1's state (its gradients live only within a step): it resumes
  * bitwise from its own checkpoint and from ZeRO-1's, and a ZeRO-2
- * checkpoint continues as DDP on another world size and back. Every load
+ * checkpoint continues as DDP on another world size and back. ZeRO-3
+ * too, holding its whole model (one all-gather) to save and load it.
+ * Every load
  * here is the trainer's: collective, each shard hashed by one rank.
  */
 #include <math.h>
@@ -24,7 +26,7 @@
 #define GLOBAL_BATCH 8
 
 /* The optimizer of a phase; ZeRO-2's checkpoint mode is ZeRO-1's. */
-typedef enum optimizer { OPT_DDP, OPT_ZERO1, OPT_ZERO2 } optimizer;
+typedef enum optimizer { OPT_DDP, OPT_ZERO1, OPT_ZERO2, OPT_ZERO3 } optimizer;
 
 typedef struct run {
     optimizer opt;
@@ -83,11 +85,12 @@ static bool train_steps(rank_ctx *rc, run *R, dt_model *m, dt_dataset *d, dt_ddp
         uint64_t row = (uint64_t)t * GLOBAL_BATCH + (uint64_t)(rc->rank * B);
         dt_model_zero_grad(m);
         if (dt_dataset_batch(x, y, d, DT_TRAIN, 42, row, B, T) != DT_OK ||
-            dt_model_forward(m, x, y, B, T) != DT_OK)
+            (R->opt == OPT_ZERO3 ? dt_zero1_forward(z, x, y, B, T)
+                                 : dt_model_forward(m, x, y, B, T)) != DT_OK)
             return rank_fail(rc, "forward at step %d", t);
         float loss = m->mean_loss;
         dt_status st = ddp                   ? dt_ddp_backward(ddp, 1.0f, true)
-                       : R->opt == OPT_ZERO2 ? dt_zero1_backward(z, 1.0f, true)
+                       : R->opt >= OPT_ZERO2 ? dt_zero1_backward(z, 1.0f, true)
                                              : dt_model_backward(m, 1.0f);
         if (st == DT_OK && ddp && (st = dt_ddp_wait(ddp, NULL)) == DT_OK)
             st = dt_model_update(m, &h, t + 1);
@@ -106,10 +109,11 @@ static bool train_steps(rank_ctx *rc, run *R, dt_model *m, dt_dataset *d, dt_ddp
 static bool checkpoint_io(rank_ctx *rc, run *R, dt_model *m, dt_zero1 *z, bool loading)
 {
     dt_ckpt_options o = {.allow_reshard = true, .keep = 2};
-    dt_ckpt *ck;
+    dt_ckpt *ck = NULL;
     dt_ckpt_state s;
     char dir[4200];
-    bool ok = dt_ckpt_open(&ck, R->root, &o) == DT_OK &&
+    bool ok = (!z || dt_zero1_hold_params(z, true) == DT_OK) && /* ZeRO-3: whole */
+              dt_ckpt_open(&ck, R->root, &o) == DT_OK &&
               dt_ckpt_state_of(&s, m, z, rc->rank, rc->world) == DT_OK;
     if (ok && loading) {
         ok = dt_ckpt_latest(ck, dir, sizeof dir) == DT_OK &&
@@ -149,6 +153,7 @@ static void run_rank(rank_ctx *rc)
     dt_model_init(m, R->load ? 999 : 42); /* a resumed run must not rely on init */
     dt_status st = R->opt == OPT_ZERO1   ? dt_zero1_create(&z, m, rc->comm)
                    : R->opt == OPT_ZERO2 ? dt_zero2_create(&z, m, rc->comm, 256)
+                   : R->opt == OPT_ZERO3 ? dt_zero3_create(&z, m, rc->comm, 256)
                                          : dt_ddp_create(&ddp, m, rc->comm, 512);
     bool ok = st == DT_OK || rank_fail(rc, "optimizer: %s", dt_status_name(st));
     if (ok && R->load)
@@ -157,6 +162,8 @@ static void run_rank(rank_ctx *rc)
         ok = train_steps(rc, R, m, d, ddp, z);
     if (ok && R->save)
         ok = checkpoint_io(rc, R, m, z, false);
+    if (ok && z)
+        ok = dt_zero1_hold_params(z, true) == DT_OK;
     if (ok)
         memcpy(R->params[rc->rank], m->params_memory, m->num_params * sizeof(float));
     dt_ddp_destroy(ddp);
@@ -257,4 +264,29 @@ Test(checkpoint_train, zero2_on_4_continues_as_ddp_on_2_within_1e5_relative, .ti
 Test(checkpoint_train, ddp_on_2_continues_as_zero2_on_4_within_1e5_relative, .timeout = 180)
 {
     resume_across(OPT_DDP, 2, OPT_ZERO2, 4, false);
+}
+
+Test(checkpoint_train, zero3_resume_continues_bitwise, .timeout = 120)
+{
+    resume_across(OPT_ZERO3, 2, OPT_ZERO3, 2, true);
+}
+
+Test(checkpoint_train, zero3_resumes_a_zero1_checkpoint_bitwise, .timeout = 120)
+{
+    resume_across(OPT_ZERO1, 3, OPT_ZERO3, 3, true);
+}
+
+Test(checkpoint_train, zero1_resumes_a_zero3_checkpoint_bitwise, .timeout = 120)
+{
+    resume_across(OPT_ZERO3, 3, OPT_ZERO1, 3, true);
+}
+
+Test(checkpoint_train, zero3_on_4_continues_as_ddp_on_2_within_1e5_relative, .timeout = 180)
+{
+    resume_across(OPT_ZERO3, 4, OPT_DDP, 2, false);
+}
+
+Test(checkpoint_train, ddp_on_2_continues_as_zero3_on_4_within_1e5_relative, .timeout = 180)
+{
+    resume_across(OPT_DDP, 2, OPT_ZERO3, 4, false);
 }

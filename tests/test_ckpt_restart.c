@@ -5,7 +5,7 @@
  * `latest`) ends with the same bits as a run never interrupted.
  *
  * The uninterrupted run and the interrupted one train 40 steps of the seed
- * model under ZeRO-1 (and again under ZeRO-2) with a checkpoint every 5 steps. The fault is
+ * model under ZeRO-1 (and again under ZeRO-2 and ZeRO-3) with a checkpoint every 5 steps. The fault is
  * minigpt's --die-at-step N (first attempt only): the last rank kills
  * itself after step N's update, before that step's save, so the restart
  * redoes the steps since the last checkpoint. N is drawn at random after
@@ -194,4 +194,11 @@ Test(ckpt_restart, sigkilled_rank_restart_ends_bitwise_equal_to_uninterrupted, .
 Test(ckpt_restart, zero2_sigkilled_rank_restart_ends_bitwise_equal_to_uninterrupted, .timeout = 240)
 {
     restart_case("zero2");
+}
+
+/* ZeRO-3 saves and loads its whole model held for the purpose, in ZeRO-1's
+ * format: killed, restarted with --resume auto, it ends on the same bits. */
+Test(ckpt_restart, zero3_sigkilled_rank_restart_ends_bitwise_equal_to_uninterrupted, .timeout = 240)
+{
+    restart_case("zero3");
 }

@@ -13,7 +13,9 @@
  * boundaries, up to one bucket) and both overlapped and plain. After every
  * step all ranks must hold bitwise identical parameters (hashes compared
  * across ranks; overlapped ZeRO-1: after the next forward, which is when
- * its prefetched parameters are complete).
+ * its prefetched parameters are complete). ZeRO-2 and ZeRO-3 (sharded
+ * gradients; sharded parameters, gathered unit by unit) are ZeRO-1 to the
+ * bit, with and without recomputation and accumulation.
  *
  * Ranks run as threads over loopback TCP (rank_threads.h); the serial
  * reference runs on the test's thread first. Rank 0 initialises its model
@@ -36,8 +38,10 @@
  * from backward's hook, the gather prefetched stage by stage by the next
  * forward); ZeRO-1 plain: dt_model_forward / _backward and the blocking
  * dt_zero1_step, which reduces everything itself. ZeRO-2: ZeRO-1
- * overlapped, with the gradients sharded too (the model holds none). */
-typedef enum mode { MODE_DDP, MODE_ZERO1, MODE_ZERO1_PLAIN, MODE_ZERO2 } mode;
+ * overlapped, with the gradients sharded too (the model holds none).
+ * ZeRO-3: ZeRO-2 with the parameters sharded too (held whole only for the
+ * replica check and the final read). */
+typedef enum mode { MODE_DDP, MODE_ZERO1, MODE_ZERO1_PLAIN, MODE_ZERO2, MODE_ZERO3 } mode;
 
 typedef struct scenario {
     dt_config cfg;
@@ -143,7 +147,7 @@ static dt_status micro_step(scenario *s, dt_model *m, dt_ddp *ddp, dt_zero1 *z, 
 {
     bool last = j == s->k - 1;
     float dloss = 1.0f / (float)s->k;
-    if (s->how == MODE_ZERO1 || s->how == MODE_ZERO2) {
+    if (s->how == MODE_ZERO1 || s->how >= MODE_ZERO2) {
         dt_status st = dt_zero1_forward(z, x, y, s->B, s->cfg.T);
         return st != DT_OK ? st : dt_zero1_backward(z, dloss, last);
     }
@@ -154,10 +158,13 @@ static dt_status micro_step(scenario *s, dt_model *m, dt_ddp *ddp, dt_zero1 *z, 
 }
 
 /* Every rank's parameters bitwise equal (the replica check). */
-static dt_status expect_same_replicas(rank_ctx *rc, dt_comm *comm, const dt_model *m, int t)
+static dt_status expect_same_replicas(rank_ctx *rc, dt_comm *comm, const dt_model *m, dt_zero1 *z,
+                                      int t)
 {
     bool same = false;
-    dt_status st = dt_check_replicas(comm, m, &same, NULL);
+    dt_status st = z ? dt_zero1_hold_params(z, true) : DT_OK; /* ZeRO-3: gathered whole */
+    if (st == DT_OK)
+        st = dt_check_replicas(comm, m, &same, NULL);
     if (st == DT_OK && !same)
         rank_fail(rc, "step %d: replicas differ", t);
     return st;
@@ -181,6 +188,7 @@ static void train_on(rank_ctx *rc, scenario *s, dt_comm *comm)
     dt_zero1 *z = NULL;
     dt_status st = s->how == MODE_DDP     ? dt_ddp_create(&ddp, m, comm, s->bucket_bytes)
                    : s->how == MODE_ZERO2 ? dt_zero2_create(&z, m, comm, s->bucket_bytes)
+                   : s->how == MODE_ZERO3 ? dt_zero3_create(&z, m, comm, s->bucket_bytes)
                                           : dt_zero1_create_bucketed(&z, m, comm, s->bucket_bytes);
     if (st != DT_OK)
         rank_fail(rc, "create: %s", ddp ? dt_ddp_error(ddp) : z ? dt_zero1_error(z) : "ENOMEM");
@@ -188,7 +196,7 @@ static void train_on(rank_ctx *rc, scenario *s, dt_comm *comm)
     dt_dataset_random(&d, s->cfg.V, 4096, s->seed);
     int T = s->cfg.T, n = s->B * T;
     int *x = malloc(sizeof(int) * (size_t)n), *y = malloc(sizeof(int) * (size_t)n);
-    bool prefetch = s->how == MODE_ZERO1 || s->how == MODE_ZERO2;
+    bool prefetch = s->how == MODE_ZERO1 || s->how >= MODE_ZERO2;
     for (int t = 0; st == DT_OK && t < s->steps; t++) {
         dt_model_zero_grad(m);
         float loss = 0;
@@ -198,7 +206,7 @@ static void train_on(rank_ctx *rc, scenario *s, dt_comm *comm)
             st = micro_step(s, m, ddp, z, x, y, j);
             loss += m->mean_loss / (float)s->k;
             if (st == DT_OK && prefetch && t > 0 && j == 0)
-                st = expect_same_replicas(rc, comm, m, t - 1);
+                st = expect_same_replicas(rc, comm, m, z, t - 1);
         }
         if (st == DT_OK)
             st = rank_step(rc, s, m, ddp, z, t);
@@ -206,10 +214,10 @@ static void train_on(rank_ctx *rc, scenario *s, dt_comm *comm)
             st = dt_allreduce(comm, &loss, 1, DT_F32, DT_AVG);
         s->losses[rank][t] = loss;
         if (st == DT_OK && !prefetch)
-            st = expect_same_replicas(rc, comm, m, t);
+            st = expect_same_replicas(rc, comm, m, z, t);
     }
-    if (st == DT_OK && prefetch && (st = dt_zero1_wait_params(z)) == DT_OK)
-        st = expect_same_replicas(rc, comm, m, s->steps - 1);
+    if (st == DT_OK && prefetch) /* leaves ZeRO-3's parameters held, to be read */
+        st = expect_same_replicas(rc, comm, m, z, s->steps - 1);
     if (st != DT_OK)
         rank_fail(rc, "training: %s: %s", dt_status_name(st),
                   z     ? dt_zero1_error(z)
@@ -410,24 +418,31 @@ Test(zero2, equals_serial_with_gradient_accumulation, .timeout = 60)
  * on the same shard: ZeRO-2 moves the gradients elsewhere, not the
  * arithmetic, so it is ZeRO-1 to the bit
  * (and both are DDP to 1e-6, the order of a ring's sums against a tree's). */
-Test(zero2, is_bitwise_zero1_on_one_to_four_ranks, .timeout = 120)
+/* Scenarios a and b on 1-4 ranks: every rank's losses and final
+ * parameters equal to the bit. */
+static void expect_bitwise_on_one_to_four_ranks(scenario a0, scenario b0)
 {
     for (int world = 1; world <= 4; world++) {
-        scenario a = make_scenario(MODE_ZERO1, 1, 256);
-        scenario b = make_scenario(MODE_ZERO2, 1, 256);
+        scenario a = a0, b = b0;
         rank_job job;
         cr_assert_eq(rank_threads_run(&job, world, run_rank, &a), 0, "%s", job.ranks[0].msg);
         cr_assert_eq(rank_threads_run(&job, world, run_rank, &b), 0, "%s", job.ranks[0].msg);
         size_t P = dt_config_num_params(&a.cfg);
         for (int r = 0; r < world; r++) {
             cr_expect_eq(memcmp(a.losses[r], b.losses[r], sizeof a.losses[r]), 0,
-                         "N=%d rank %d: losses differ", world, r);
+                         "modes %d, %d N=%d rank %d: losses differ", a.how, b.how, world, r);
             cr_expect_eq(memcmp(a.params[r], b.params[r], P * sizeof(float)), 0,
-                         "N=%d rank %d: parameters differ", world, r);
+                         "modes %d, %d N=%d rank %d: parameters differ", a.how, b.how, world, r);
             free(a.params[r]);
             free(b.params[r]);
         }
     }
+}
+
+Test(zero2, is_bitwise_zero1_on_one_to_four_ranks, .timeout = 120)
+{
+    expect_bitwise_on_one_to_four_ranks(make_scenario(MODE_ZERO1, 1, 256),
+                                        make_scenario(MODE_ZERO2, 1, 256));
 }
 
 /* One rank has nothing to sum with: ZeRO-2's buckets, shard and AdamW on
@@ -468,19 +483,57 @@ Test(recompute, ddp_and_zero2_are_bitwise_themselves_without_it, .timeout = 120)
         }
 }
 
-Test(zero2, equals_ddp_with_adamw, .timeout = 60)
+/* Against DDP to 1e-6: a ring's sums in another order than a tree's. */
+static void expect_near_ddp_on_four_ranks(mode how)
 {
     scenario a = make_scenario(MODE_DDP, 1, 256);
-    scenario b = make_scenario(MODE_ZERO2, 1, 128);
+    scenario b = make_scenario(how, 1, 128);
     rank_job job;
     cr_assert_eq(rank_threads_run(&job, 4, run_rank, &a), 0, "%s", job.ranks[0].msg);
     cr_assert_eq(rank_threads_run(&job, 4, run_rank, &b), 0, "%s", job.ranks[0].msg);
     size_t P = dt_config_num_params(&a.cfg);
     for (int r = 0; r < 4; r++) {
-        cr_expect(rel_l2(b.params[r], a.params[r], P) <= TOL, "rank %d", r);
+        cr_expect(rel_l2(b.params[r], a.params[r], P) <= TOL, "mode %d rank %d", how, r);
         free(a.params[r]);
         free(b.params[r]);
     }
+}
+
+Test(zero2, equals_ddp_with_adamw, .timeout = 60)
+{
+    expect_near_ddp_on_four_ranks(MODE_ZERO2);
+}
+
+/* ---- ZeRO-3: sharded parameters ---------------------------------------------- */
+
+/* Gathering a unit copies bits: ZeRO-3 computes on the same parameters as
+ * ZeRO-1 and reduces the same gradients the same way, at every bucket
+ * size. */
+Test(zero3, is_bitwise_zero1_on_one_to_four_ranks_at_every_bucket_size, .timeout = 180)
+{
+    for (size_t i = 0; i < sizeof bucket_sizes / sizeof bucket_sizes[0]; i++)
+        expect_bitwise_on_one_to_four_ranks(make_scenario(MODE_ZERO1, 1, bucket_sizes[i]),
+                                            make_scenario(MODE_ZERO3, 1, bucket_sizes[i]));
+}
+
+/* Backward gathers each block again before recomputing it. */
+Test(zero3, with_recompute_is_bitwise_zero1_without_it, .timeout = 120)
+{
+    scenario b = make_scenario(MODE_ZERO3, 1, 256);
+    b.recompute = true;
+    expect_bitwise_on_one_to_four_ranks(make_scenario(MODE_ZERO1, 1, 256), b);
+}
+
+/* The no-sync micro-steps gather for their backward too. */
+Test(zero3, with_gradient_accumulation_is_bitwise_zero2, .timeout = 120)
+{
+    expect_bitwise_on_one_to_four_ranks(make_scenario(MODE_ZERO2, 3, 64),
+                                        make_scenario(MODE_ZERO3, 3, 64));
+}
+
+Test(zero3, equals_ddp_with_adamw, .timeout = 60)
+{
+    expect_near_ddp_on_four_ranks(MODE_ZERO3);
 }
 
 /* ---- over a group of the world ----------------------------------------------- */

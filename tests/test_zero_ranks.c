@@ -15,6 +15,12 @@
  *   dead rank's share had not left yet; else the next step's reduces),
  *   so the test asserts the name of the dead rank, not the collective.
  *
+ * - ZeRO-3 (parameters sharded, each unit gathered when it is read)
+ *   ends where ZeRO-1 ends, with and without --recompute: the replica
+ *   hash every run prints is the same, bit for bit. A rank killed with
+ *   its share of the next forward's first unit in flight (the gather the
+ *   step prefetches) fails every survivor naming it.
+ *
  * Waiting is bounded by each test's Criterion timeout.
  */
 #include <errno.h>
@@ -120,6 +126,52 @@ Test(zero_ranks, a_rank_killed_with_its_gather_in_flight_fails_every_survivor_na
     const char *const extra[RANKS][5] = {{"--parallel", "zero2", "--die-at-step", "2"},
                                          {"--parallel", "zero2", "--die-at-step", "2"},
                                          {"--parallel", "zero2", "--die-at-step", "2"}};
+    ranks j;
+    run_ranks(&j, common, extra);
+    cr_expect_eq(j.code[2], 128 + 9, "rank 2 was not killed: %d\n%s", j.code[2], j.out[2]);
+    for (int r = 0; r < 2; r++) {
+        cr_expect_eq(j.code[r], 1, "rank %d exited %d:\n%s", r, j.code[r], j.out[r]);
+        cr_expect(strstr(j.out[r], "rank 2 died"), "rank %d does not name rank 2:\n%s", r,
+                  j.out[r]);
+    }
+    ranks_free(&j);
+}
+
+/* The hash of the final parameters in rank 0's replica line. */
+static unsigned long long final_hash(const char *out)
+{
+    const char *h = out ? strstr(out, "parameters (hash ") : NULL;
+    cr_assert_not_null(h, "no replica line in:\n%s", out ? out : "");
+    return strtoull(h + strlen("parameters (hash "), NULL, 16);
+}
+
+Test(zero_ranks, zero3_ends_bitwise_where_zero1_ends_with_and_without_recompute, .timeout = 120)
+{
+    const char *const runs[3][5] = {{"--parallel", "zero1", NULL},
+                                    {"--parallel", "zero3", NULL},
+                                    {"--parallel", "zero3", "--recompute", NULL}};
+    unsigned long long hash[3];
+    for (int k = 0; k < 3; k++) {
+        const char *const extra[RANKS][5] = {{runs[k][0], runs[k][1], runs[k][2], runs[k][3]},
+                                             {runs[k][0], runs[k][1], runs[k][2], runs[k][3]},
+                                             {runs[k][0], runs[k][1], runs[k][2], runs[k][3]}};
+        ranks j;
+        run_ranks(&j, common, extra);
+        for (int r = 0; r < RANKS; r++)
+            cr_assert_eq(j.code[r], 0, "run %d rank %d exited %d:\n%s", k, r, j.code[r], j.out[r]);
+        hash[k] = final_hash(j.out[0]);
+        ranks_free(&j);
+    }
+    cr_expect_eq(hash[1], hash[0], "zero3 %016llx, zero1 %016llx", hash[1], hash[0]);
+    cr_expect_eq(hash[2], hash[0], "zero3 --recompute %016llx, zero1 %016llx", hash[2], hash[0]);
+}
+
+Test(zero_ranks, a_rank_killed_mid_gather_under_zero3_fails_every_survivor_naming_it,
+     .timeout = 120)
+{
+    const char *const extra[RANKS][5] = {{"--parallel", "zero3", "--die-at-step", "2"},
+                                         {"--parallel", "zero3", "--die-at-step", "2"},
+                                         {"--parallel", "zero3", "--die-at-step", "2"}};
     ranks j;
     run_ranks(&j, common, extra);
     cr_expect_eq(j.code[2], 128 + 9, "rank 2 was not killed: %d\n%s", j.code[2], j.out[2]);

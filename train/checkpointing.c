@@ -199,10 +199,23 @@ static dt_status agree_range(mg_run *r, int32_t code, int32_t *lo, int32_t *hi)
  * collective load, which every rank must enter or none. The load itself
  * returns the same verdict on every rank.
  */
+static dt_status resume_held(mg_run *r);
+
+/* ZeRO-3 loads into its whole model, held for the load (the master
+ * shard, loaded too, is what it keeps). */
 dt_status mg_ckpt_resume(mg_run *r)
 {
     if (!r->o.resume)
         return DT_OK;
+    dt_status st = mg_params_hold(r, true);
+    if (st == DT_OK)
+        st = resume_held(r);
+    dt_status released = st == DT_OK ? mg_params_hold(r, false) : DT_OK;
+    return st != DT_OK ? st : released;
+}
+
+static dt_status resume_held(mg_run *r)
+{
     dt_ckpt *h = r->ck;
     bool own = strcmp(r->o.resume, "auto") != 0;
     dt_ckpt_options co = {.allow_reshard = true};
@@ -314,8 +327,10 @@ dt_status mg_ckpt_after_step(mg_run *r, int done)
     if (!r->ck || o->ckpt_every <= 0 || done % o->ckpt_every != 0)
         return DT_OK;
     dt_ckpt_state dev, s;
-    dt_status st = state_of(r, &dev);
+    dt_status st = mg_params_hold(r, true); /* ZeRO-3: saves its whole model's slice */
     if (st != DT_OK)
+        return st;
+    if ((st = state_of(r, &dev)) != DT_OK)
         return ck_fail(r, st, "describing the state");
     dev.step = done;
     dev.seed = o->seed;
@@ -325,7 +340,8 @@ dt_status mg_ckpt_after_step(mg_run *r, int done)
         return ck_fail(r, st, "copying the device state to the host");
     st = save_and_verify(r, &s, done);
     mg_state_mirror_free(r, &s);
-    return st;
+    dt_status released = st == DT_OK ? mg_params_hold(r, false) : DT_OK;
+    return st != DT_OK ? st : released;
 }
 
 /* Saves s (host memory) and, the first time with --verify-resume, reloads

@@ -65,7 +65,7 @@ static const flag flags[] = {
      "'task' (embedded digit reversal), 'random' (seed tokens), llm.c token "
      "shards (a file or a glob, 'train_*.bin'; the vocabulary becomes GPT-2's "
      "50257 unless -V is given) or a text file (bytes)"},
-    {"--parallel", NULL, K_PARALLEL, OPT(parallel), "MODE", "ddp, zero1 or zero2"},
+    {"--parallel", NULL, K_PARALLEL, OPT(parallel), "MODE", "ddp, zero1, zero2 or zero3"},
     {"--bucket-mb", NULL, K_SIZE_MB, OPT(bucket_mb), "MB", "DDP gradient bucket size (0 = 25 MB)"},
     {"--log-every", NULL, K_POS, OPT(log_every), "N", "print a step line every N steps"},
     {"--eval-every", NULL, K_INT, OPT(eval_every), "N",
@@ -127,7 +127,7 @@ static const flag flags[] = {
 
 const char *mg_parallel_name(mg_parallel p)
 {
-    return p == MG_ZERO2 ? "zero2" : p == MG_ZERO1 ? "zero1" : "ddp";
+    return p == MG_ZERO3 ? "zero3" : p == MG_ZERO2 ? "zero2" : p == MG_ZERO1 ? "zero1" : "ddp";
 }
 
 void mg_options_default(mg_options *o)
@@ -279,7 +279,7 @@ static const char *kind_wants(kind k)
     case K_U64: return "a non-negative integer below 2^64";
     case K_POS_FLOAT: return "a positive number";
     case K_SIZE_MB: return "a number >= 0";
-    case K_PARALLEL: return "ddp, zero1 or zero2";
+    case K_PARALLEL: return "ddp, zero1, zero2 or zero3";
     case K_STR:
     case K_BOOL: break;
     }
@@ -321,7 +321,7 @@ static bool set_value(mg_options *o, const flag *fl, const char *text)
     }
     case K_STR: *(const char **)p = text; return true;
     case K_PARALLEL:
-        for (mg_parallel k = MG_DDP; k <= MG_ZERO2; k++)
+        for (mg_parallel k = MG_DDP; k <= MG_ZERO3; k++)
             if (strcmp(text, mg_parallel_name(k)) == 0) {
                 *(mg_parallel *)p = k;
                 return true;
@@ -387,7 +387,7 @@ static int check_pipeline(const mg_options *o, const char *prog)
     if (o->pp == 0)
         return 0;
     if (o->parallel == MG_ZERO2)
-        return bad(prog, "a pipeline stage runs DDP or ZeRO-1, not", "--parallel zero2");
+        return bad(prog, "a pipeline stage runs DDP, ZeRO-1 or ZeRO-3, not", "--parallel zero2");
     if (o->recompute)
         return bad(prog, "a pipeline stage keeps its activations for now; drop", "--recompute");
     if (o->microbatches > 0 && o->grad_accum > 1 && o->microbatches != o->grad_accum)

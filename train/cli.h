@@ -13,9 +13,9 @@
 
 #include "dt_model.h"
 
-typedef enum mg_parallel { MG_DDP = 0, MG_ZERO1, MG_ZERO2 } mg_parallel;
+typedef enum mg_parallel { MG_DDP = 0, MG_ZERO1, MG_ZERO2, MG_ZERO3 } mg_parallel;
 
-/* "ddp", "zero1", "zero2": the flag's spelling of a mode. */
+/* "ddp", "zero1", "zero2", "zero3": the flag's spelling of a mode. */
 const char *mg_parallel_name(mg_parallel p);
 
 typedef struct mg_options {

@@ -94,9 +94,14 @@ static double evaluate(mg_run *r, mg_metrics *mx, int step)
 
 static dt_status check_replicas(mg_run *r, int step, bool quiet)
 {
-    if (r->pipe)
-        return mg_pipe_check_replicas(r, step, quiet);
-    dt_status st = mg_settle_params(r);
+    dt_status st = mg_params_hold(r, true); /* ZeRO-3: the gathered whole */
+    if (st == DT_OK && r->pipe) {
+        st = mg_pipe_check_replicas(r, step, quiet);
+        dt_status released = mg_params_hold(r, false);
+        return st != DT_OK ? st : released;
+    }
+    if (st == DT_OK)
+        st = mg_settle_params(r);
     if (st != DT_OK)
         return st;
     bool same = false;
@@ -118,7 +123,8 @@ static dt_status check_replicas(mg_run *r, int step, bool quiet)
                r->world, (unsigned long long)(hashes ? hashes[0] : hash0[0]));
     }
     free(hashes);
-    return st;
+    dt_status released = mg_params_hold(r, false);
+    return st != DT_OK ? st : released;
 }
 
 /* --die-at-step: the fault the restart test injects. Only on the first
@@ -155,17 +161,22 @@ static dt_status train(mg_run *r, mg_metrics *mx, double *mean_hidden, double *a
         maybe_die(r, s + 1);
         if ((st = mg_ckpt_after_step(r, s + 1)) != DT_OK)
             return st;
-        if (r->rank != 0)
-            continue;
-        mg_metrics_step(mx, s, &st_info);
-        if (tty)
-            mg_progress_clear(stdout);
-        if ((s + 1) % o->log_every == 0 || s == r->start_step || s + 1 == o->steps)
-            mg_report_step(stdout, s, &st_info);
-        if (o->eval_every > 0 && (s + 1) % o->eval_every == 0 && s + 1 < o->steps)
-            *acc = evaluate(r, mx, s + 1);
-        if (tty)
-            mg_progress(stdout, s + 1, o->steps, st_info.loss);
+        bool eval = o->eval_every > 0 && (s + 1) % o->eval_every == 0 && s + 1 < o->steps;
+        if (eval && (st = mg_params_hold(r, true)) != DT_OK) /* every rank: ZeRO-3 */
+            return st;
+        if (r->rank == 0) {
+            mg_metrics_step(mx, s, &st_info);
+            if (tty)
+                mg_progress_clear(stdout);
+            if ((s + 1) % o->log_every == 0 || s == r->start_step || s + 1 == o->steps)
+                mg_report_step(stdout, s, &st_info);
+            if (eval)
+                *acc = evaluate(r, mx, s + 1);
+            if (tty)
+                mg_progress(stdout, s + 1, o->steps, st_info.loss);
+        }
+        if (eval && (st = mg_params_hold(r, false)) != DT_OK)
+            return st;
     }
     if (tty)
         mg_progress_clear(stdout);
@@ -180,6 +191,8 @@ static dt_status finish(mg_run *r, mg_metrics *mx, double secs, double mean_hidd
     dt_status st = check_replicas(r, o->steps, false);
     if (st == DT_OK)
         st = mg_gather_traffic(r);
+    if (st == DT_OK)
+        st = mg_params_hold(r, true); /* ZeRO-3: the final evaluation's */
     if (st != DT_OK)
         return st;
     if (r->rank == 0) {
@@ -210,11 +223,18 @@ static dt_status finish(mg_run *r, mg_metrics *mx, double secs, double mean_hidd
     fflush(stdout);
     if (r->pipe && o->bubble_table && (st = mg_lesson_bubbles(stdout, r)) != DT_OK)
         return st;
+    if ((st = mg_params_hold(r, false)) != DT_OK) /* what a rank holds while training */
+        return st;
     st = r->tp ? DT_OK : mg_report_memory(stdout, r); /* r->m is not what a tp rank holds */
     if (st == DT_OK && r->trace)
         st = mg_trace_write(r->trace, r, o->trace);
-    if (st == DT_OK && r->rank == 0 && o->sample > 0 && !r->pipe)
+    bool sample = o->sample > 0 && !r->pipe;
+    if (st == DT_OK && sample)
+        st = mg_params_hold(r, true);
+    if (st == DT_OK && r->rank == 0 && sample)
         mg_sample(r, stdout, o->sample);
+    if (st == DT_OK && sample)
+        st = mg_params_hold(r, false);
     return st;
 }
 

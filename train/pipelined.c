@@ -148,7 +148,8 @@ static dt_status open_groups(mg_run *r)
     return DT_OK;
 }
 
-/* DDP or ZeRO-1 of this stage over its data-parallel group. */
+/* DDP, ZeRO-1 or ZeRO-3 of this stage over its data-parallel group
+ * (ZeRO-3: the executor's forwards and backwards gather each unit). */
 static dt_status open_optimizer(mg_run *r)
 {
     const mg_options *o = &r->o;
@@ -159,9 +160,13 @@ static dt_status open_optimizer(mg_run *r)
         if (st != DT_OK)
             return pipe_fail(r, st, "ddp", r->ddp ? dt_ddp_error(r->ddp) : "out of memory");
     } else {
-        st = dt_zero1_create(&r->zero1, r->m, r->dp_comm);
+        size_t bytes = (size_t)(o->bucket_mb * 1024 * 1024);
+        st = o->parallel == MG_ZERO3 ? dt_zero3_create(&r->zero1, r->m, r->dp_comm, bytes)
+                                     : dt_zero1_create(&r->zero1, r->m, r->dp_comm);
         if (st != DT_OK)
-            return pipe_fail(r, st, "zero1", r->zero1 ? dt_zero1_error(r->zero1) : "out of memory");
+            return pipe_fail(r, st, mg_parallel_name(o->parallel),
+                             r->zero1 ? dt_zero1_error(r->zero1) : "out of memory");
+        dt_zero1_arm_params(r->zero1, true);
     }
     return DT_OK;
 }

@@ -37,12 +37,11 @@ static const char *commas(char *buf, size_t len, size_t v)
     return buf;
 }
 
-/* "ZeRO-1" or "ZeRO-2" for a sharded run, "DDP" otherwise. */
+/* "ZeRO-1", "ZeRO-2" or "ZeRO-3" for a sharded run, "DDP" otherwise. */
 static const char *mode_title(const mg_run *r)
 {
-    if (!r->zero1)
-        return "DDP";
-    return dt_zero1_stage(r->zero1) == 2 ? "ZeRO-2" : "ZeRO-1";
+    static const char *const names[] = {"DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
+    return names[r->zero1 ? dt_zero1_stage(r->zero1) : 0];
 }
 
 void mg_report_header(FILE *f, const mg_run *r)
@@ -97,6 +96,9 @@ void mg_report_header(FILE *f, const mg_run *r)
                 "%zu bytes per rank, gradients %zu bytes per rank\n",
                 dt_zero1_stage(r->zero1), n, dt_zero1_optimizer_bytes(r->zero1),
                 dt_zero1_gradient_bytes(r->zero1));
+        if (dt_zero1_stage(r->zero1) == 3)
+            fprintf(f, "zero3: parameters %zu bytes per rank (the shard and two gathered units)\n",
+                    dt_zero1_param_bytes(r->zero1));
     }
     fprintf(f, "%6s %9s %11s %9s %9s %7s\n", "step", "loss", "tokens/s", "ms/step", "comm ms",
             "hidden");
@@ -167,14 +169,17 @@ void mg_report_loss_table(FILE *f, const mg_run *r)
  * them). dtrain's ZeRO-1 keeps an fp32 master of its shard beside AdamW's
  * m and v (12Ψ/N where the ZeRO paper's fp32 Adam has 8Ψ/N); ZeRO-2 keeps
  * none (its parameters are the master) and holds its gradient buckets in
- * flight (bk) beside its shard.
+ * flight (bk) beside its shard; ZeRO-3's master is all it keeps of the
+ * weights, plus two gathered units (un: the unit buffers).
  */
 void mg_report_memory_model(FILE *f, const mg_run *r)
 {
     size_t P = r->m->num_params, N = (size_t)r->world, s = (P + N - 1) / N;
-    size_t bk = 0; /* ZeRO-2's buckets in flight, when this run is ZeRO-2 */
-    if (r->zero1 && dt_zero1_stage(r->zero1) == 2)
+    size_t bk = 0, un = 0; /* the buckets in flight (ZeRO-2, 3), the units (ZeRO-3) */
+    if (r->zero1 && dt_zero1_stage(r->zero1) >= 2)
         bk = dt_zero1_gradient_bytes(r->zero1) - 4 * s;
+    if (r->zero1 && dt_zero1_stage(r->zero1) == 3)
+        un = dt_zero1_param_bytes(r->zero1) - 4 * s;
     char a[32], b[32];
     fprintf(f,
             "memory model per rank, model states = weights + gradients + optimizer "
@@ -196,9 +201,16 @@ void mg_report_memory_model(FILE *f, const mg_run *r)
             "  %-7s 4Ψ        4Ψ/N + buckets  8Ψ/N (m, v)            4Ψ + 12Ψ/N + bk   %12s%s%s\n",
             "ZeRO-2", commas(a, sizeof a, 4 * P + 12 * s), bk ? b : " + bk",
             strcmp(mine, "ZeRO-2") ? "" : "  <- this run");
-    fprintf(f, "  (the ZeRO paper's fp32 Adam: 16Ψ, 8Ψ + 8Ψ/N, 4Ψ + 12Ψ/N; dtrain's ZeRO-1 "
-               "adds an fp32 master, 4Ψ/N; ZeRO-2's bk = its gradient buckets in flight. "
-               "The table below shows what this run allocated.)\n");
+    char d[32], e[80] = " + un + bk";
+    if (un)
+        snprintf(e, sizeof e, " + %s + %s", commas(c, sizeof c, un), commas(d, sizeof d, bk));
+    fprintf(f,
+            "  %-7s 4Ψ/N + un 4Ψ/N + buckets  8Ψ/N (m, v)            16Ψ/N + un + bk   %12s%s%s\n",
+            "ZeRO-3", commas(a, sizeof a, 16 * s), e,
+            strcmp(mine, "ZeRO-3") ? "" : "  <- this run");
+    fprintf(f, "  (the ZeRO paper's fp32 Adam: 16Ψ, 8Ψ + 8Ψ/N, 4Ψ + 12Ψ/N, 16Ψ/N; dtrain's ZeRO-1 "
+               "adds an fp32 master, 4Ψ/N; bk = the gradient buckets in flight, un = ZeRO-3's "
+               "two gathered units. The table below shows what this run allocated.)\n");
 }
 
 enum { MEM_PARAMS, MEM_GRADS, MEM_OPTIM, MEM_STAGING, MEM_ACTS, MEM_HEAP, MEM_RSS, MEM_FIELDS };
@@ -207,7 +219,7 @@ static void my_memory(const mg_run *r, int64_t v[MEM_FIELDS])
 {
     const dt_model *m = r->m;
     size_t P4 = m->num_params * sizeof(float);
-    v[MEM_PARAMS] = (int64_t)P4;
+    v[MEM_PARAMS] = r->zero1 ? (int64_t)dt_zero1_param_bytes(r->zero1) : (int64_t)P4;
     v[MEM_GRADS] = r->zero1 ? (int64_t)dt_zero1_gradient_bytes(r->zero1) : (int64_t)P4;
     v[MEM_OPTIM] = r->zero1    ? (int64_t)dt_zero1_optimizer_bytes(r->zero1)
                    : m->adam_m ? (int64_t)(2 * P4)

@@ -46,7 +46,8 @@ static dt_status tp_fail(mg_run *r, dt_status st, const char *what, const char *
 static const char *unsupported(const mg_options *o)
 {
     if (o->parallel != MG_DDP)
-        return "--parallel zero1 (the dp axis runs DDP)";
+        return o->parallel == MG_ZERO3 ? "--parallel zero3 (the dp axis runs DDP)"
+                                       : "--parallel zero1 (the dp axis runs DDP)";
     if (o->ckpt_dir || o->resume || o->ckpt_every > 0)
         return "checkpoints (--ckpt-dir, --ckpt-every, --resume)";
     if (strcmp(o->device, "cuda") == 0)

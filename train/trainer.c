@@ -17,7 +17,10 @@
  * all-gather in flight; the next forward waits for each block's
  * parameters as it reaches them, and anything else that reads the
  * parameters (evaluation, the replica check) calls mg_settle_params first
- * (a checkpoint's dt_zero1_state waits by itself). The logged loss's
+ * (a checkpoint's dt_zero1_state waits by itself). ZeRO-3 keeps no whole
+ * model: every rank holds it (mg_params_hold, one all-gather) around
+ * what reads it — evaluation, the replica check, a checkpoint, the
+ * sample — and lets it go before training goes on. The logged loss's
  * all-reduce is launched before the optimizer step, so it does not queue
  * behind the gather.
  *
@@ -177,8 +180,9 @@ dt_status mg_run_open(mg_run *r)
             return run_fail(r, st, "ddp", r->ddp ? dt_ddp_error(r->ddp) : NULL);
     } else {
         size_t bytes = (size_t)(o->bucket_mb * 1024 * 1024);
-        st = o->parallel == MG_ZERO2 ? dt_zero2_create(&r->zero1, r->m, r->comm, bytes)
-                                     : dt_zero1_create_bucketed(&r->zero1, r->m, r->comm, bytes);
+        st = o->parallel == MG_ZERO3   ? dt_zero3_create(&r->zero1, r->m, r->comm, bytes)
+             : o->parallel == MG_ZERO2 ? dt_zero2_create(&r->zero1, r->m, r->comm, bytes)
+                                       : dt_zero1_create_bucketed(&r->zero1, r->m, r->comm, bytes);
         if (st != DT_OK)
             return run_fail(r, st, mg_parallel_name(o->parallel),
                             r->zero1 ? dt_zero1_error(r->zero1) : NULL);
@@ -335,8 +339,25 @@ static dt_status dp_step(mg_run *r, int step, mg_step *out)
     return DT_OK;
 }
 
+static bool is_zero3(const mg_run *r)
+{
+    return r->zero1 && dt_zero1_stage(r->zero1) == 3;
+}
+
+dt_status mg_params_hold(mg_run *r, bool hold)
+{
+    dt_status st = is_zero3(r) ? dt_zero1_hold_params(r->zero1, hold) : DT_OK;
+    if (st != DT_OK)
+        return run_fail(r, st, "zero3: holding the whole model", dt_zero1_error(r->zero1));
+    return DT_OK;
+}
+
 dt_status mg_settle_params(mg_run *r)
 {
+    if (is_zero3(r)) /* a hold is collective: the caller made it */
+        return r->m->params_memory
+                   ? DT_OK
+                   : run_fail(r, DT_EINVAL, "zero3", "the parameters are read without a hold");
     dt_status st = r->zero1 ? dt_zero1_wait_params(r->zero1) : DT_OK;
     if (st != DT_OK)
         return run_fail(r, st, "parameter all-gather", dt_zero1_error(r->zero1));

@@ -88,6 +88,9 @@ dt_status mg_gather_traffic(mg_run *r);
 /* Waits for ZeRO-1's parameter all-gather left in flight by the last step:
  * call before reading the parameters outside a training forward. */
 dt_status mg_settle_params(mg_run *r);
+/* ZeRO-3: hold gathers the whole model on every rank (collective), for
+ * what reads it outside training; release frees it. Nothing otherwise. */
+dt_status mg_params_hold(mg_run *r, bool hold);
 /* Mean loss over the validation split's first batches (this rank only). */
 float mg_val_loss(mg_run *r);
 /* Writes a sample of n tokens after a prompt from the validation split. */
