@@ -249,12 +249,16 @@ static dt_status comm_status(dt_comm *c)
  * rank that failed then counts itself in STARTUP_FAILED_SEEN, so rank 0,
  * when it hosts a tcp:// store, keeps it serving until every rank has read
  * the failure (at most STARTUP_LINGER_S). Timeouts are not published: every
- * rank reaches its own deadline anyway. Cost: one store check per rank per
+ * rank reaches its own deadline anyway. A peer that left while the mesh
+ * formed is a symptom: it may have failed first and closed its connections
+ * before it published why, so such a rank waits up to STARTUP_SYMPTOM_WAIT_S
+ * for the published cause before it reports the loss. Cost: one store check per rank per
  * 0.1 s while the mesh forms, which is usually no check at all. */
 #define STARTUP_FAILED "startup-failed"
 #define STARTUP_FAILED_SEEN "startup-failed-seen"
 #define STARTUP_POLL_S 0.1
 #define STARTUP_LINGER_S 2.0
+#define STARTUP_SYMPTOM_WAIT_S 1.0
 #define STARTUP_REPORTED "rank %d: rank %d (start-up) failed and reported: %s"
 
 static void publish_startup_failure(dt_comm *c)
@@ -267,17 +271,20 @@ static void publish_startup_failure(dt_comm *c)
 }
 
 /* True if another rank published its start-up failure: it is now ours.
- * `instead`: this rank has failed already, only because a peer left in
- * the middle of a handshake; the published cause replaces that symptom
- * (nothing has read this rank's error yet: dt_comm_init has not returned). */
+ * `instead`: this rank has failed already, only because a peer left while
+ * the mesh formed; the published cause replaces that symptom (nothing has
+ * read this rank's error yet: dt_comm_init has not returned), and it may
+ * still be on its way, so wait for it a little. */
 static bool peer_startup_failed(dt_comm *c, bool instead)
 {
     const char *key = STARTUP_FAILED;
     bool there = false;
     void *got = NULL;
     size_t len = 0;
-    if (dt_store_check(c->store, &key, 1, &there) != DT_OK || !there ||
-        dt_store_get(c->store, key, &got, &len, STARTUP_POLL_S) != DT_OK)
+    if (!instead && (dt_store_check(c->store, &key, 1, &there) != DT_OK || !there))
+        return false;
+    if (dt_store_get(c->store, key, &got, &len,
+                     instead ? STARTUP_SYMPTOM_WAIT_S : STARTUP_POLL_S) != DT_OK)
         return false;
     int rank = -1, used = 0;
     if (sscanf(got, "%d %n", &rank, &used) != 1) {
@@ -321,7 +328,7 @@ static dt_status wait_for_mesh(dt_comm *c, double deadline)
     bool ready = c->mesh_ready, failed = c->failed;
     int connected = c->connected;
     dt_status why = c->fail_status;
-    bool symptom = c->lost_in_handshake;
+    bool symptom = c->lost_at_startup;
     pthread_mutex_unlock(&c->mu);
     if (c->store && failed && !reported && symptom) /* the peer that left may have said why */
         reported = peer_startup_failed(c, true);

@@ -170,7 +170,7 @@ struct dt_comm {
     bool loop_busy;           /* a thread is running the loop (or an op) */
     bool thread_awaits_loop;  /* the communicator thread waits for loop_busy to clear */
     bool init_done;           /* dt_comm_init succeeded */
-    bool lost_in_handshake;   /* the failure: a peer we dialled left mid-handshake */
+    bool lost_at_startup;     /* the failure: a peer left while the mesh formed */
     int p2p_outstanding;      /* p2p works posted and not yet complete */
     dt_xfer *inbox_head, *inbox_tail;
     bool want_connect, want_fail;

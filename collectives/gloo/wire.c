@@ -69,8 +69,7 @@ static void written(uv_write_t *req, int status)
                 continue;
             w->msg[i].buf->sends_done++;
             gloo_ctx *c = w->pair->ctx; /* dt_comm_traffic: data messages only */
-            atomic_fetch_add_explicit(&c->traffic[0], w->msg[i].payload_len,
-                                      memory_order_relaxed);
+            atomic_fetch_add_explicit(&c->traffic[0], w->msg[i].payload_len, memory_order_relaxed);
             atomic_fetch_add_explicit(&c->traffic[2], 1, memory_order_relaxed);
         }
     } else if (status != UV_ECANCELED) {

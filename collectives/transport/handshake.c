@@ -98,7 +98,7 @@ void comm_handshake_lost(dt_conn *cn, ssize_t err)
     comm_conn_stop_reading(cn);
     if (cn->outgoing) {
         pthread_mutex_lock(&c->mu); /* comm.c then looks for why it left */
-        c->lost_in_handshake = !c->failed;
+        c->lost_at_startup = !c->failed;
         pthread_mutex_unlock(&c->mu);
     }
     if (cn->outgoing)

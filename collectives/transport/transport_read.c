@@ -311,6 +311,9 @@ static void conn_lost(dt_conn *cn, ssize_t err)
         comm_conn_close(cn);
         return;
     }
+    pthread_mutex_lock(&c->mu); /* comm.c then looks for why it left */
+    c->lost_at_startup = !c->failed && !c->mesh_ready;
+    pthread_mutex_unlock(&c->mu);
     if (cn->bye)
         c->report->fail(c, DT_EPEER,
                         "rank %d: rank %d (%s) destroyed its communicator while "
