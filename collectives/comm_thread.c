@@ -167,6 +167,23 @@ static void thread_main(void *arg)
     comm_mesh_shutdown(c);
 }
 
+/* A caller that ran the loop hands it back (c->mu held; released here): a
+ * deferred failure is failed now, and the communicator thread is woken
+ * only if it waits for the loop or has work: an idle one wakes on its own
+ * poll, and a needless wake-up per op is a context switch the next op's
+ * latency pays for. */
+static void loop_release_unlock(dt_comm *c)
+{
+    bool kick = comm_fail_deferred_locked(c);
+    c->loop_busy = false;
+    bool wake = c->thread_awaits_loop || loop_needed(c) || c->stopping;
+    pthread_mutex_unlock(&c->mu);
+    if (kick)
+        comm_wake_thread(c);
+    else if (wake)
+        pthread_cond_signal(&c->cv_thread);
+}
+
 bool comm_thread_run_inline(dt_comm *c, dt_work *w, dt_status *st)
 {
     pthread_mutex_lock(&c->mu);
@@ -192,17 +209,7 @@ bool comm_thread_run_inline(dt_comm *c, dt_work *w, dt_status *st)
 
     pthread_mutex_lock(&c->mu);
     c->in_op = false;
-    bool kick = comm_fail_deferred_locked(c);
-    c->loop_busy = false;
-    /* Wake the communicator thread only if it waits for the loop or has
-     * work: an idle one wakes on its own poll, and a needless wake-up per
-     * op is a context switch the next op's latency pays for. */
-    bool wake = c->thread_awaits_loop || loop_needed(c) || c->stopping;
-    pthread_mutex_unlock(&c->mu);
-    if (kick)
-        comm_wake_thread(c);
-    else if (wake)
-        pthread_cond_signal(&c->cv_thread);
+    loop_release_unlock(c);
     return true;
 }
 
@@ -238,14 +245,7 @@ void comm_thread_post_p2p(dt_comm *c, dt_xfer *x)
         restore_sigpipe(&old);
 
     pthread_mutex_lock(&c->mu);
-    bool kick = comm_fail_deferred_locked(c);
-    c->loop_busy = false;
-    bool wake = c->thread_awaits_loop || loop_needed(c) || c->stopping;
-    pthread_mutex_unlock(&c->mu);
-    if (kick)
-        comm_wake_thread(c);
-    else if (wake)
-        pthread_cond_signal(&c->cv_thread);
+    loop_release_unlock(c);
 }
 
 /* The loop and the listener (mesh.c), then the thread that runs them. A

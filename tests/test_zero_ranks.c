@@ -118,14 +118,14 @@ Test(zero_ranks, mismatched_modes_are_refused_at_start_up_naming_the_ranks, .tim
     ranks_free(&j);
 }
 
-Test(zero_ranks, a_rank_killed_with_its_gather_in_flight_fails_every_survivor_naming_it,
-     .timeout = 120)
+/* --die-at-step 2: the last rank SIGKILLs itself after step 2's update,
+ * its share of the parameter all-gather in flight; the others must fail
+ * (exit 1) naming it. */
+static void killed_mid_gather_is_named_by_every_survivor(const char *mode)
 {
-    /* --die-at-step 2: the last rank SIGKILLs itself after step 2's update,
-     * its share of the parameter all-gather in flight */
-    const char *const extra[RANKS][5] = {{"--parallel", "zero2", "--die-at-step", "2"},
-                                         {"--parallel", "zero2", "--die-at-step", "2"},
-                                         {"--parallel", "zero2", "--die-at-step", "2"}};
+    const char *const extra[RANKS][5] = {{"--parallel", mode, "--die-at-step", "2"},
+                                         {"--parallel", mode, "--die-at-step", "2"},
+                                         {"--parallel", mode, "--die-at-step", "2"}};
     ranks j;
     run_ranks(&j, common, extra);
     cr_expect_eq(j.code[2], 128 + 9, "rank 2 was not killed: %d\n%s", j.code[2], j.out[2]);
@@ -135,6 +135,12 @@ Test(zero_ranks, a_rank_killed_with_its_gather_in_flight_fails_every_survivor_na
                   j.out[r]);
     }
     ranks_free(&j);
+}
+
+Test(zero_ranks, a_rank_killed_with_its_gather_in_flight_fails_every_survivor_naming_it,
+     .timeout = 120)
+{
+    killed_mid_gather_is_named_by_every_survivor("zero2");
 }
 
 /* The hash of the final parameters in rank 0's replica line. */
@@ -169,16 +175,5 @@ Test(zero_ranks, zero3_ends_bitwise_where_zero1_ends_with_and_without_recompute,
 Test(zero_ranks, a_rank_killed_mid_gather_under_zero3_fails_every_survivor_naming_it,
      .timeout = 120)
 {
-    const char *const extra[RANKS][5] = {{"--parallel", "zero3", "--die-at-step", "2"},
-                                         {"--parallel", "zero3", "--die-at-step", "2"},
-                                         {"--parallel", "zero3", "--die-at-step", "2"}};
-    ranks j;
-    run_ranks(&j, common, extra);
-    cr_expect_eq(j.code[2], 128 + 9, "rank 2 was not killed: %d\n%s", j.code[2], j.out[2]);
-    for (int r = 0; r < 2; r++) {
-        cr_expect_eq(j.code[r], 1, "rank %d exited %d:\n%s", r, j.code[r], j.out[r]);
-        cr_expect(strstr(j.out[r], "rank 2 died"), "rank %d does not name rank 2:\n%s", r,
-                  j.out[r]);
-    }
-    ranks_free(&j);
+    killed_mid_gather_is_named_by_every_survivor("zero3");
 }
