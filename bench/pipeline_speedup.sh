@@ -16,7 +16,11 @@
 # (ideal with p = 2 on 2 free cores: 2 (1 - bubble) = 2 M / (M + 1)),
 # and each stage's bubble as minigpt measures it (1 - compute / step time,
 # the step lasting from the start of the stage's run until the loss is
-# shared; the median over repeats) beside the closed form.
+# shared; the median over repeats) beside the closed form (equal stages)
+# and the simulated one (the schedule run on paper with each stage's own
+# measured F, B and W and free transfers): measured minus simulated is
+# what the executor and the wire add, simulated minus closed form what
+# unequal stages cost.
 #
 # Ranks are started with the launcher's variables (RANK, WORLD_SIZE,
 # DT_INIT_URL), each with one OpenBLAS thread.
@@ -67,17 +71,18 @@ def bubbles(setup):
     per = {}
     for rep in range(1, repeats + 1):
         for line in open(f"{tmp}/out{setup}.{rep}.0"):
-            f = re.match(r"\s+(\d+)\s+\[\d+, \d+\)\s+\d+\s+\d+\s+\d+\s+([\d.]+)%\s+([\d.]+)%", line)
+            f = re.match(r"\s+(\d+)\s+\[\d+, \d+\)\s+\d+\s+\d+\s+\d+\s+([\d.]+)%\s+([\d.]+)%\s+([\d.]+)%", line)
             if f:
-                per.setdefault(int(f.group(1)), []).append((float(f.group(2)), float(f.group(3))))
-    return {s: (statistics.median(b for b, _ in v), v[0][1]) for s, v in sorted(per.items())}
+                per.setdefault(int(f.group(1)), []).append(tuple(float(f.group(k)) for k in (2, 3, 4)))
+    return {s: (statistics.median(b[0] for b in v), v[0][1], statistics.median(b[2] for b in v))
+            for s, v in sorted(per.items())}
 tokens = m * 8 * 64
 base = ms("1")
-print(f"{'setup':>6} {'ms/step':>9} {'tokens/s':>10} {'vs 1 proc':>10}  bubble per stage (measured / closed form)")
+print(f"{'setup':>6} {'ms/step':>9} {'tokens/s':>10} {'vs 1 proc':>10}  bubble per stage (measured / closed form / simulated)")
 print(f"{'1':>6} {base:>9.2f} {tokens / base * 1e3:>10.0f} {1:>9.2f}x")
 for s in ("gpipe", "1f1b", "zb"):
     t = ms(s)
-    b = "  ".join(f"s{k}: {v[0]:.1f}% / {v[1]:.1f}%" for k, v in bubbles(s).items())
+    b = "  ".join(f"s{k}: {v[0]:.1f} / {v[1]:.1f} / {v[2]:.1f}%" for k, v in bubbles(s).items())
     print(f"{s:>6} {t:>9.2f} {tokens / t * 1e3:>10.0f} {base / t:>9.2f}x  {b}")
 print(f"medians over {repeats} interleaved repeats, steps after the 5th; ideal speed-up "
       f"2 M/(M+1) = {2 * m / (m + 1):.2f}x")

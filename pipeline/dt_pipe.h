@@ -135,10 +135,13 @@ void dt_pipe_schedule_print(const dt_pipe_schedule *s, FILE *f);
 /* ---- simulation ----------------------------------------------------------- */
 
 /* Durations of the compute actions (transfers cost `latency` once both
- * sides have posted). */
+ * sides have posted). With `stage` set, stage s's actions cost
+ * stage[3s + 0..2] = its own f, b, w instead (unequal stages: the last one
+ * also runs the head and the loss). */
 typedef struct dt_pipe_costs {
     double f, b, w; /* b is the whole backward; split: b_input = b - w */
     double latency;
+    const double *stage; /* [p][3]: f, b, w per stage, or NULL */
 } dt_pipe_costs;
 
 typedef struct dt_pipe_sim {

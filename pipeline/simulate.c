@@ -154,13 +154,20 @@ static bool step_end(sim *z, int st)
     return true;
 }
 
-static double cost_of(const sim *z, dt_pipe_op op)
+static double cost_of(const sim *z, int st, dt_pipe_op op)
 {
+    const dt_pipe_costs *c = z->c;
+    double f = c->f, b = c->b, w = c->w;
+    if (c->stage) {
+        f = c->stage[3 * st];
+        b = c->stage[3 * st + 1];
+        w = c->stage[3 * st + 2];
+    }
     if (op == DT_PIPE_F)
-        return z->c->f;
+        return f;
     if (op == DT_PIPE_W)
-        return z->c->w;
-    return z->s->split_backward ? z->c->b - z->c->w : z->c->b;
+        return w;
+    return z->s->split_backward ? b - w : b;
 }
 
 /* Advances stage st by one action (or one batch); false if it cannot. */
@@ -175,7 +182,7 @@ static bool step_stage(sim *z, int st)
         return step_end(z, st);
     if (!wait_slot_sends(z, st, a))
         return false;
-    double d = cost_of(z, a->op);
+    double d = cost_of(z, st, a->op);
     z->out->start[st][z->pc[st]] = z->clock[st];
     z->clock[st] += d;
     z->out->end[st][z->pc[st]] = z->clock[st];

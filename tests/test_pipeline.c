@@ -195,6 +195,37 @@ Test(pipeline, unit_cost_bubble_equals_the_closed_form, .timeout = 60)
     each_case(check_bubble);
 }
 
+/* Unequal stages (the last one also runs the head and the loss): GPipe and
+ * 1F1B then run at the pace of the slowest stage, so the step is one pass
+ * of every stage's F + B plus m - 1 periods of the last stage's F + B, and
+ * the other stages idle the difference in each period. */
+static void check_slow_last_stage(const dt_pipe_schedule *s)
+{
+    if (s->kind == DT_PIPE_ZB)
+        return;
+    int p = s->p, m = s->m;
+    for (double slow = 1.25; slow <= 2; slow += 0.75) {
+        double fbw[3 * 8], pass = 0;
+        for (int st = 0; st < p; st++) {
+            double k = st == p - 1 ? slow : 1;
+            fbw[3 * st] = k, fbw[3 * st + 1] = 2 * k, fbw[3 * st + 2] = 0;
+            pass += 3 * k;
+        }
+        dt_pipe_costs c = {.latency = 0, .stage = fbw};
+        dt_pipe_sim sim;
+        cr_assert_eq(dt_pipe_simulate(s, &c, &sim), DT_OK, "%s", sim.err);
+        double want = pass + (m - 1) * 3 * slow;
+        cr_expect(fabs(sim.makespan - want) < 1e-9, "%s p=%d m=%d last stage x%g: step %g, want %g",
+                  dt_pipe_kind_name(s->kind), p, m, slow, sim.makespan, want);
+        dt_pipe_sim_free(s, &sim);
+    }
+}
+
+Test(pipeline, a_slower_last_stage_makes_every_other_stage_wait_each_period, .timeout = 60)
+{
+    each_case(check_slow_last_stage);
+}
+
 Test(pipeline, an_unknown_schedule_or_no_micro_batches_is_refused, .timeout = 10)
 {
     char err[256];

@@ -26,6 +26,7 @@
  * (dt_ckpt_pipeline_slices, set up here); --trace and lesson.c read the
  * executor's timeline of each step.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -245,6 +246,10 @@ static void add_stats(mg_run *r, int step, double t0, double t1)
         return;
     r->pipe_wall_s += t1 - t0;
     r->pipe_compute_s += ps.op_s[DT_PIPE_F] + ps.op_s[DT_PIPE_B] + ps.op_s[DT_PIPE_W];
+    r->pipe_fbw_s[0] += ps.op_s[DT_PIPE_F];
+    r->pipe_fbw_s[1] += ps.op_s[DT_PIPE_B];
+    r->pipe_fbw_s[2] += ps.op_s[DT_PIPE_W];
+    r->pipe_steps++;
 }
 
 /* DDP: arms the buckets to go out during the stage's last backward. */
@@ -377,15 +382,95 @@ double mg_closed_form_bubble(dt_pipe_kind k, int p, int m)
     return idle / (work + idle);
 }
 
-enum { PF_L0, PF_L1, PF_PARAMS, PF_ACT_SETS, PF_GRAD_SETS, PF_WALL, PF_COMPUTE, PF_FIELDS };
+/* What each stage tells rank 0; PF_F, PF_B, PF_W: one micro-batch's F,
+ * whole B and W on the stage, in seconds. */
+enum {
+    PF_L0,
+    PF_L1,
+    PF_PARAMS,
+    PF_ACT_SETS,
+    PF_GRAD_SETS,
+    PF_WALL,
+    PF_COMPUTE,
+    PF_F,
+    PF_B,
+    PF_W,
+    PF_FIELDS
+};
+
+/*
+ * The schedule run on paper with each stage's own measured F, B and W and
+ * free transfers: the bubble the schedule itself leaves once the stages
+ * are unequal (the last one also runs the head and the loss), so that
+ * measured minus simulated is what the executor and the wire add.
+ * sim[q] gets stage q's simulated bubble, or NAN if the simulation fails.
+ */
+static void simulated_bubbles(const dt_pipe_schedule *s, const double *all, double *sim)
+{
+    double *fbw = malloc(3 * (size_t)s->p * sizeof *fbw);
+    for (int q = 0; q < s->p; q++)
+        sim[q] = NAN;
+    if (!fbw)
+        return;
+    for (int q = 0; q < s->p; q++)
+        for (int k = 0; k < 3; k++)
+            fbw[3 * q + k] = all[(size_t)q * PF_FIELDS + PF_F + k];
+    dt_pipe_costs c = {.latency = 0, .stage = fbw};
+    dt_pipe_sim run;
+    bool ok = dt_pipe_simulate(s, &c, &run) == DT_OK && run.makespan > 0;
+    for (int q = 0; ok && q < s->p; q++)
+        sim[q] = 1 - run.busy[q] / run.makespan;
+    if (ok)
+        dt_pipe_sim_free(s, &run);
+    free(fbw);
+}
+
+/* all: [p][PF_FIELDS] gathered, then p doubles of room for the simulation */
+static void print_pipeline(FILE *f, const mg_run *r, double *all)
+{
+    const dt_pipe_schedule *s = r->sched;
+    double *sim = all + (size_t)s->p * PF_FIELDS;
+    simulated_bubbles(s, all, sim);
+    fprintf(f,
+            "pipeline: %s, %d stages, %d micro-batch%s (replica 0 of "
+            "%d); bubble = idle share of the step (measured: 1 - "
+            "compute / step time, run to shared loss, steps after the first; "
+            "closed form with B = 2F%s; simulated: the schedule with each stage's "
+            "measured F, B, W and free transfers)\n",
+            dt_pipe_kind_name(s->kind), s->p, s->m, s->m == 1 ? "" : "es", r->dp,
+            s->kind == DT_PIPE_ZB ? ", W = F" : "");
+    fprintf(f, "  %5s %9s %11s %9s %9s %9s %12s %10s\n", "stage", "blocks", "params", "act sets",
+            "grad sets", "bubble", "closed form", "simulated");
+    for (int q = 0; q < s->p; q++) {
+        const double *v = all + (size_t)q * PF_FIELDS;
+        char blocks[24];
+        snprintf(blocks, sizeof blocks, "[%d, %d)", (int)v[PF_L0], (int)v[PF_L1]);
+        double bubble = v[PF_WALL] > 0 ? 1 - v[PF_COMPUTE] / v[PF_WALL] : 0;
+        char closed[16] = "-"; /* ZB-H1 has none for m < p */
+        if (s->kind != DT_PIPE_ZB || s->m >= s->p)
+            snprintf(closed, sizeof closed, "%.1f%%",
+                     100 * mg_closed_form_bubble(s->kind, s->p, s->m));
+        fprintf(f, "  %5d %9s %11.0f %9.0f %9.0f %8.1f%% %12s %9.1f%%\n", q, blocks, v[PF_PARAMS],
+                v[PF_ACT_SETS], v[PF_GRAD_SETS], 100 * bubble, closed, 100 * sim[q]);
+    }
+}
 
 dt_status mg_report_pipeline(FILE *f, const mg_run *r)
 {
     const dt_model *m = r->m;
-    double mine[PF_FIELDS] = {m->l0,         m->l1,          (double)m->num_params, m->act_slots,
-                              m->grad_slots, r->pipe_wall_s, r->pipe_compute_s};
+    double per_mb = r->pipe_steps > 0 ? 1.0 / ((double)r->pipe_steps * r->sched->m) : 0;
+    double mine[PF_FIELDS] = {m->l0,
+                              m->l1,
+                              (double)m->num_params,
+                              m->act_slots,
+                              m->grad_slots,
+                              r->pipe_wall_s,
+                              r->pipe_compute_s,
+                              r->pipe_fbw_s[0] * per_mb,
+                              (r->pipe_fbw_s[1] + r->pipe_fbw_s[2]) * per_mb,
+                              r->pipe_fbw_s[2] * per_mb};
     int P = r->o.pp;
-    double *all = calloc((size_t)P * PF_FIELDS, sizeof *all);
+    double *all = calloc((size_t)P * (PF_FIELDS + 1), sizeof *all);
     if (!all)
         return DT_ENOMEM;
     dt_status st = DT_OK;
@@ -393,30 +478,8 @@ dt_status mg_report_pipeline(FILE *f, const mg_run *r)
         st = dt_gather(r->pipe_comm, mine, all, PF_FIELDS, DT_F64, 0);
     else
         memcpy(all, mine, sizeof mine);
-    const dt_pipe_schedule *s = r->sched;
-    if (st == DT_OK && r->rank == 0) {
-        fprintf(f,
-                "pipeline: %s, %d stages, %d micro-batch%s (replica 0 of "
-                "%d); bubble = idle share of the step (measured: 1 - "
-                "compute / step time, run to shared loss, steps after the first; "
-                "closed form with B = 2F%s)\n",
-                dt_pipe_kind_name(s->kind), s->p, s->m, s->m == 1 ? "" : "es", r->dp,
-                s->kind == DT_PIPE_ZB ? ", W = F" : "");
-        fprintf(f, "  %5s %9s %11s %9s %9s %9s %12s\n", "stage", "blocks", "params", "act sets",
-                "grad sets", "bubble", "closed form");
-        for (int q = 0; q < P; q++) {
-            double *v = all + (size_t)q * PF_FIELDS;
-            char blocks[24];
-            snprintf(blocks, sizeof blocks, "[%d, %d)", (int)v[PF_L0], (int)v[PF_L1]);
-            double bubble = v[PF_WALL] > 0 ? 1 - v[PF_COMPUTE] / v[PF_WALL] : 0;
-            char closed[16] = "-"; /* ZB-H1 has none for m < p */
-            if (s->kind != DT_PIPE_ZB || s->m >= s->p)
-                snprintf(closed, sizeof closed, "%.1f%%",
-                         100 * mg_closed_form_bubble(s->kind, s->p, s->m));
-            fprintf(f, "  %5d %9s %11.0f %9.0f %9.0f %8.1f%% %12s\n", q, blocks, v[PF_PARAMS],
-                    v[PF_ACT_SETS], v[PF_GRAD_SETS], 100 * bubble, closed);
-        }
-    }
+    if (st == DT_OK && r->rank == 0)
+        print_pipeline(f, r, all);
     free(all);
     return st;
 }

@@ -41,6 +41,8 @@ typedef struct mg_run {
     dt_pipe_schedule *sched;            /* --pp: the schedule, this rank's stage runs */
     dt_pipe *pipe;                      /* --pp: its executor; r->m is the stage */
     double pipe_wall_s, pipe_compute_s; /* summed over steps, for bubbles */
+    double pipe_fbw_s[3];               /* F, B, W time summed over those steps */
+    int pipe_steps;                     /* how many steps those sums hold */
     int stage, replica, dp;             /* --pp: world rank = stage · dp + replica */
     dt_comm *pipe_comm;                 /* --pp: this replica's stages (NULL: P = 1) */
     dt_comm *dp_comm;                   /* --pp: this stage's replicas (NULL: D = 1) */
