@@ -185,6 +185,24 @@ Test(ckpt_restart, a_resumed_run_summarizes_the_steps_it_made_and_where_it_began
     fixture_rmtree(root);
 }
 
+Test(ckpt_restart, a_run_resumed_at_its_last_step_says_it_made_no_steps_and_shows_no_loss,
+     .timeout = 120)
+{
+    char root[64];
+    fixture_mkroot(root, sizeof root);
+    char *o1 = NULL, *o2 = NULL;
+    int rc1 = train_alone(root, "6", NULL, &o1);
+    cr_assert_eq(rc1, 0, "the first run exited %d:\n%s", rc1, o1);
+    int rc2 = train_alone(root, "6", "--resume", &o2);
+    cr_assert_eq(rc2, 0, "the resumed run exited %d:\n%s", rc2, o2);
+    cr_expect(strstr(o2, "summary: no steps to make (resumed at step 6, the last of --steps 6)"),
+              "the resumed run's summary:\n%s", o2);
+    cr_expect_null(strstr(o2, "loss 0.0000"), "a loss no step computed:\n%s", o2);
+    free(o1);
+    free(o2);
+    fixture_rmtree(root);
+}
+
 Test(ckpt_restart, sigkilled_rank_restart_ends_bitwise_equal_to_uninterrupted, .timeout = 240)
 {
     restart_case("zero1");

@@ -184,6 +184,27 @@ static dt_status train(mg_run *r, mg_metrics *mx, double *mean_hidden, double *a
     return DT_OK;
 }
 
+/* The steps this run made (not the checkpoint's), their time and loss. A
+ * run resumed at its last step makes none and has no loss of its own. */
+static void print_summary(const mg_run *r, double secs, double mean_hidden)
+{
+    const mg_options *o = &r->o;
+    if (r->start_step >= o->steps) {
+        printf("summary: no steps to make (resumed at step %d, the last of --steps %d); "
+               "the checkpoint's model is evaluated as it is\n",
+               r->start_step, o->steps);
+        return;
+    }
+    printf("summary: %d steps", o->steps - r->start_step);
+    if (r->start_step > 0)
+        printf(" (resumed at step %d, ended at step %d)", r->start_step, o->steps);
+    printf(" in %.2f s, loss %.4f -> %.4f", secs, (double)r->losses[r->start_step],
+           (double)r->losses[o->steps - 1]);
+    if (mean_hidden >= 0)
+        printf(", communication hidden behind compute %.0f%% (mean)", 100 * mean_hidden);
+    printf("\n");
+}
+
 /* Everything after the last step: summary, tables, sample. */
 static dt_status finish(mg_run *r, mg_metrics *mx, double secs, double mean_hidden, double acc)
 {
@@ -197,15 +218,7 @@ static dt_status finish(mg_run *r, mg_metrics *mx, double secs, double mean_hidd
         return st;
     if (r->rank == 0) {
         acc = evaluate(r, mx, o->steps);
-        printf("summary: %d steps", o->steps - r->start_step);
-        if (r->start_step > 0) /* the steps this run made, not the checkpoint's */
-            printf(" (resumed at step %d, ended at step %d)", r->start_step, o->steps);
-        printf(" in %.2f s, loss %.4f -> %.4f", secs,
-               (double)r->losses[r->start_step < o->steps ? r->start_step : 0],
-               (double)r->losses[o->steps - 1]);
-        if (mean_hidden >= 0)
-            printf(", communication hidden behind compute %.0f%% (mean)", 100 * mean_hidden);
-        printf("\n");
+        print_summary(r, secs, mean_hidden);
         mg_metrics_summary(mx, r, secs, mean_hidden, acc);
         if (o->loss_table)
             mg_report_loss_table(stdout, r);
