@@ -84,6 +84,7 @@ struct dt_zero1 {
     optim_param_units *pu;          /* ZeRO-3: the parameter units, or NULL */
     int stage;                      /* 1, 2 or 3 */
     optim_overlap_clock clock;      /* since the last stats */
+    optim_rank_order ro;            /* --deterministic (rank_order.c) */
     dt_status st;
     char err[512];
 };
@@ -324,12 +325,14 @@ static void launch_reduces(dt_zero1 *z, size_t lo)
 {
     while (z->reduced < z->nreduce && z->reduces[z->reduced].lo >= lo && z->st == DT_OK) {
         piece *pc = &z->reduces[z->reduced];
+        optim_rank_order_fold(&z->ro, z->m->grads_memory, pc->lo, pc->n);
         dt_op op = {.kind = DT_OP_REDUCE,
                     .recv = z->m->grads_memory + pc->lo,
                     .count = pc->n,
                     .dtype = DT_F32,
                     .redop = DT_AVG,
                     .root = pc->owner};
+        optim_rank_order_op(&z->ro, &op);
         launch(z, pc, &op, "backward: launching a gradient piece's reduce");
         z->reduced++;
     }
@@ -360,9 +363,13 @@ dt_status dt_zero1_backward(dt_zero1 *z, float dloss, bool sync)
         bool comm = sync && z->world > 1;
         z->syncing = comm;
         z->reduced = 0;
-        dt_model_set_grad_hook(z->m, comm ? on_grads_ready : NULL, z);
-        st = dt_model_backward(z->m, dloss);
-        dt_model_set_grad_hook(z->m, NULL, NULL);
+        dt_model *m = z->m;
+        if (optim_rank_order_before(&z->ro, m->grads_memory, m->num_params, sync) != DT_OK)
+            return zero1_fail(z, DT_ENOMEM, "backward: out of memory for the running sum");
+        dt_model_set_grad_hook(m, comm ? on_grads_ready : NULL, z);
+        st = dt_model_backward(m, dloss);
+        dt_model_set_grad_hook(m, NULL, NULL);
+        optim_rank_order_after(&z->ro, m->grads_memory, m->num_params, sync, comm);
         if (st != DT_OK && z->st == DT_OK) {
             z->st = st;
             snprintf(z->err, sizeof z->err, "zero%d: %s", z->stage, dt_model_error(z->m));
@@ -426,6 +433,7 @@ void dt_zero1_destroy(dt_zero1 *z)
             be->free(dev[i]);
     optim_grad_shards_destroy(z->gs);
     optim_param_units_destroy(z->pu);
+    optim_rank_order_free(&z->ro);
     free(z->reduces);
     free(z->gathers);
     free(z->gather_counts);
@@ -581,6 +589,8 @@ static dt_status step_launch(dt_zero1 *z, const dt_adamw_hparams *h, long step)
     }
     if (z->st != DT_OK)
         return z->st;
+    if (!z->gs) /* ZeRO-2, 3: grad_shards.c divided its shard */
+        optim_rank_order_divide(&z->ro, m->grads_memory + (z->n ? z->lo : 0), z->n, z->world);
     if (z->n > 0)
         be->adamw(z->master, grad, z->adam_m, z->adam_v, z->n, step, h);
     z->settled = z->gathered = 0;
@@ -608,4 +618,14 @@ dt_status dt_zero1_step(dt_zero1 *z, const dt_adamw_hparams *h, long step, dt_co
         st = dt_zero1_wait_params(z);
     take_stats(z, stats);
     return st;
+}
+
+dt_status dt_zero1_set_deterministic(dt_zero1 *z)
+{
+    char err[160];
+    dt_status st = optim_rank_order_enable(&z->ro, z->m, err, sizeof err);
+    if (st != DT_OK)
+        return zero1_fail(z, st, err);
+    st = z->gs ? optim_grad_shards_deterministic(z->gs) : DT_OK;
+    return st == DT_OK ? DT_OK : gs_failed(z, st);
 }
