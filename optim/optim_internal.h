@@ -32,6 +32,26 @@ static inline double dt_optim_hidden_share(double comm_ms, double exposed_ms)
     return h < 0 ? 0.0 : h > 1 ? 1.0 : h;
 }
 
+/* ---- zero_layout.c: ZeRO's shards and pieces, used by zero1.c ----------- */
+
+/* One collective on a range of the flat buffer. */
+typedef struct optim_zero_piece {
+    size_t lo, n;   /* elements */
+    int owner;      /* reduce: the rank whose shard holds [lo, lo+n) */
+    size_t *counts; /* gather: [world] intersection with each shard */
+    dt_work *work;  /* in flight, or NULL */
+    bool done;
+    double t_submit, t_done;
+} optim_zero_piece;
+/* Valid elements of rank r's shard: [r·s, (r+1)·s) clipped to Ψ. */
+size_t optim_zero_shard_count(size_t num_params, size_t s, int r);
+/* Reduce pieces in backward's order; the count, -1 on ENOMEM. */
+int optim_zero_reduces(optim_zero_piece **out, const dt_model *m, size_t cap, size_t s, int world);
+/* Gather pieces in forward's order, their counts[world] in *counts_out;
+ * the count, -1 on ENOMEM. */
+int optim_zero_gathers(optim_zero_piece **out, size_t **counts_out, const dt_model *m, size_t cap,
+                       size_t s, const size_t *shard_counts, int world);
+
 /* ---- rank_order.c: one summation order for every mode (--deterministic) -- */
 
 typedef struct optim_rank_order {
