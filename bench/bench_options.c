@@ -52,7 +52,7 @@ static const struct {
     dt_algo algo;
 } algo_names[] = {
     {"auto", DT_ALGO_AUTO}, {"ring", DT_ALGO_RING},   {"rd", DT_ALGO_RECURSIVE_DOUBLING},
-    {"tree", DT_ALGO_TREE}, {"chain", DT_ALGO_CHAIN},
+    {"tree", DT_ALGO_TREE}, {"chain", DT_ALGO_CHAIN}, {"rank", DT_ALGO_RANK_ORDER},
 };
 
 bool bench_collective_parse(const char *name, dt_op_kind *out)
@@ -209,7 +209,7 @@ static bool set_algo(bench_options *o, const char *v, char *why, size_t n)
             o->algo = algo_names[i].algo;
             return true;
         }
-    snprintf(why, n, "not an algorithm: use auto, ring, rd, tree or chain");
+    snprintf(why, n, "not an algorithm: use auto, ring, rd, tree, chain or rank");
     return false;
 }
 
@@ -264,7 +264,7 @@ static const flag flags[] = {
     {"-r", "--root", "RANK", "broadcast and reduce root (default 0)", set_root},
     {NULL, "--check", NULL, "verify one more op per size; exit 1 if any element is wrong",
      set_check},
-    {NULL, "--algo", "NAME", "force auto|ring|rd|tree|chain (default auto)", set_algo},
+    {NULL, "--algo", "NAME", "force auto|ring|rd|tree|chain|rank (default auto)", set_algo},
     {NULL, "--ranks", "N",
      "fork N local ranks (default: be one rank of a launched job, "
      "from RANK, WORLD_SIZE, DT_INIT_URL, ...)",

@@ -2,7 +2,7 @@
 # ddp_overhead.sh — what data parallelism costs on the 865k config.
 #
 # Runs minigpt --preset 865k (V=256 C=128 H=4 L=4 T=64, 8 sequences per
-# rank, DDP, 1 MB buckets) in thirteen setups, one after another, and repeats
+# rank, DDP, 1 MB buckets) in fifteen setups, one after another, and repeats
 # the whole cycle R times, so that a shared machine's drift hits every setup
 # alike (side by side, not one setup now and another a minute later):
 #
@@ -13,6 +13,8 @@
 #   2t, 4t   ZeRO-3 (--parallel zero3, the same 1 MB buckets) on 2 and 4
 #   2r, 4r   DDP with --recompute (blocks keep their input, one more forward
 #            in backward) on 2 and 4
+#   2d, 4d   DDP with --deterministic (rank-order sums, one division) on 2
+#            and 4
 #   2s, 4s   2 and 4 independent single processes at once, no communication:
 #            the same per-rank compute with the same sharing of cores and
 #            caches as the DDP run, minus the all-reduces
@@ -29,7 +31,7 @@
 #               core count serialised (4 ranks on 2 cores cannot beat 2 steps)
 #   vs N solo   ms/step / (N independent processes' ms/step): communication's
 #               own cost, the core sharing factored out
-#   vs DDP      ZeRO and recompute rows: median over repeats of (their ms/step / DDP
+#   vs DDP      ZeRO, recompute and --deterministic rows: median over repeats of (their ms/step / DDP
 #               ms/step), both from the same cycle
 #
 # Then rank 0's memory table of the last DDP and ZeRO-1 runs on 4 ranks
@@ -51,11 +53,12 @@ cores=$(nproc)
 
 run() { # run SETUP REP: metrics of rank 0 in $tmp/m<SETUP>.<REP>.jsonl
     setup=$1; rep=$2; shift 2
-    n=${setup%[szwtr]}; pids=""; mode=ddp; extra=""
+    n=${setup%[szwtrd]}; pids=""; mode=ddp; extra=""
     [ "$setup" = "${n}z" ] && mode=zero1
     [ "$setup" = "${n}w" ] && mode=zero2
     [ "$setup" = "${n}t" ] && mode=zero3
     [ "$setup" = "${n}r" ] && extra=--recompute
+    [ "$setup" = "${n}d" ] && extra=--deterministic
     for r in $(seq 0 $((n - 1))); do
         m="$tmp/m$setup.$rep.jsonl"; [ "$r" = 0 ] || m="$tmp/ignored.$setup.$r.jsonl"
         if [ "$n" = 1 ] || [ "$setup" = "${n}s" ]; then
@@ -74,7 +77,7 @@ run() { # run SETUP REP: metrics of rank 0 in $tmp/m<SETUP>.<REP>.jsonl
 echo "config: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'))"
 echo "command: $0 $build $steps $repeats $*"
 for rep in $(seq "$repeats"); do
-    for setup in 1 2s 2 2z 2w 2t 2r 4s 4 4z 4w 4t 4r; do run "$setup" "$rep" "$@"; done
+    for setup in 1 2s 2 2z 2w 2t 2r 2d 4s 4 4z 4w 4t 4r 4d; do run "$setup" "$rep" "$@"; done
 done
 head -n 3 "$tmp/out4.0" | sed "s/^/  [4] /"
 python3 - "$tmp" "$cores" "$repeats" <<'PY'
@@ -98,18 +101,18 @@ def rep_median(setup, rep):
     return statistics.median([r["ms_per_step"] for r in rows if r["event"] == "step"][5:])
 print(f"{'ranks':>8} {'ms/step':>9} {'comm ms':>9} {'exposed':>9} {'hidden':>7} "
       f"{'solo ms':>9} {'vs 1 proc':>10} {'vs N solo':>10} {'vs DDP':>8}")
-for setup in ("1", "2", "2z", "2w", "2t", "2r", "4", "4z", "4w", "4t", "4r"):
-    n = int(setup.rstrip("zwtr"))
+for setup in ("1", "2", "2z", "2w", "2t", "2r", "2d", "4", "4z", "4w", "4t", "4r", "4d"):
+    n = int(setup.rstrip("zwtrd"))
     ms, comm, exp, hid = med(setup)
     solo = med(f"{n}s")[0] if n > 1 else base
     serial = n / min(n, cores)
     hs = "-" if hid != hid else f"{100*hid:.0f}%"
     vs = "-"
-    if setup[-1] in "zwtr":
+    if setup[-1] in "zwtrd":
         vs = statistics.median(rep_median(setup, k) / rep_median(str(n), k)
                                for k in range(1, repeats + 1))
         vs = f"{vs:.2f}x"
-    name = {"z": f"{n} zero1", "w": f"{n} zero2", "t": f"{n} zero3", "r": f"{n} recomp"}.get(setup[-1], f"{n} ddp" if n > 1 else "1")
+    name = {"z": f"{n} zero1", "w": f"{n} zero2", "t": f"{n} zero3", "r": f"{n} recomp", "d": f"{n} det"}.get(setup[-1], f"{n} ddp" if n > 1 else "1")
     print(f"{name:>8} {ms:>9.2f} {comm:>9.2f} {exp:>9.2f} {hs:>7} {solo:>9.2f} "
           f"{ms/(base*serial):>9.2f}x {ms/solo:>9.2f}x {vs:>8}")
 print(f"medians over {repeats} interleaved repeats, steps after the 5th; "

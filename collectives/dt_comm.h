@@ -168,6 +168,9 @@ typedef enum dt_algo {
     DT_ALGO_RECURSIVE_DOUBLING, /* allreduce */
     DT_ALGO_TREE,               /* broadcast, reduce: binomial tree */
     DT_ALGO_CHAIN,              /* broadcast: pipelined chain */
+    DT_ALGO_RANK_ORDER,         /* allreduce, reduce_scatter, reduce: summed
+                                   x0 + x1 + ... + x(p-1) in rank order, the
+                                   same bits for any chunking (rank_order.c) */
 } dt_algo;
 
 typedef void (*dt_log_fn)(void *user, const char *line);

@@ -27,6 +27,11 @@
  * - Without sync (no_sync) nothing is launched: gradients just accumulate
  *   locally, and the last, synced micro-step sends the sum of them all.
  *
+ * --deterministic (dt_ddp_set_deterministic, rank_order.c): every
+ * backward starts from zero, the running sum of the step's earlier
+ * micro-steps is added into each bucket just before it is launched, the
+ * all-reduce sums in rank order, and dt_ddp_wait divides by k·N.
+ *
  * Measuring "hidden". Ops of one communicator run one after another in
  * submission order, so bucket i is on the wire from max(submit_i,
  * done_{i-1}) to done_i; the sum of those spans is the communication time.
@@ -55,9 +60,10 @@ struct dt_ddp {
     dt_comm *comm;   /* NULL: one process */
     bucket *buckets; /* [nb], bucket 0 = the tail of the flat buffer */
     int nb;
-    int next;     /* first bucket not yet launched this backward */
-    bool syncing; /* the current backward launches buckets */
-    dt_status st; /* first failure of a launch */
+    int next;            /* first bucket not yet launched this backward */
+    bool syncing;        /* the current backward launches buckets */
+    optim_rank_order ro; /* --deterministic */
+    dt_status st;        /* first failure of a launch */
     char err[512];
 };
 
@@ -122,6 +128,7 @@ void dt_ddp_destroy(dt_ddp *d)
 {
     if (!d)
         return;
+    optim_rank_order_free(&d->ro);
     free(d->buckets);
     free(d);
 }
@@ -169,8 +176,14 @@ static void on_grads_ready(void *user, size_t lo)
     while (d->next < d->nb && d->buckets[d->next].lo >= lo && d->st == DT_OK) {
         bucket *b = &d->buckets[d->next];
         b->t_submit = dt_now();
-        dt_status st = dt_allreduce_async(d->comm, d->m->grads_memory + b->lo, b->n, DT_F32, DT_AVG,
-                                          &b->work);
+        optim_rank_order_fold(&d->ro, d->m->grads_memory, b->lo, b->n);
+        dt_op op = {.kind = DT_OP_ALLREDUCE,
+                    .recv = d->m->grads_memory + b->lo,
+                    .count = b->n,
+                    .dtype = DT_F32,
+                    .redop = DT_AVG};
+        optim_rank_order_op(&d->ro, &op);
+        dt_status st = dt_submit(d->comm, &op, &b->work);
         if (st != DT_OK) {
             ddp_fail(d, st, "backward: launching a bucket's all-reduce");
             return;
@@ -207,9 +220,13 @@ dt_status dt_ddp_backward(dt_ddp *d, float dloss, bool sync)
     dt_status st0 = arm(d, sync, &fn);
     if (st0 != DT_OK)
         return st0;
-    dt_model_set_grad_hook(d->m, fn, d);
-    dt_status st = dt_model_backward(d->m, dloss);
-    dt_model_set_grad_hook(d->m, NULL, NULL);
+    dt_model *m = d->m;
+    if (optim_rank_order_before(&d->ro, m->grads_memory, m->num_params, sync) != DT_OK)
+        return ddp_fail(d, DT_ENOMEM, "backward: out of memory for the running sum");
+    dt_model_set_grad_hook(m, fn, d);
+    dt_status st = dt_model_backward(m, dloss);
+    dt_model_set_grad_hook(m, NULL, NULL);
+    optim_rank_order_after(&d->ro, m->grads_memory, m->num_params, sync, fn != NULL);
     if (st != DT_OK) {
         snprintf(d->err, sizeof d->err, "ddp: %s", dt_model_error(d->m));
         if (d->st == DT_OK)
@@ -258,7 +275,17 @@ dt_status dt_ddp_wait(dt_ddp *d, dt_comm_stats *stats)
     }
     if (d->syncing && d->st == DT_OK && d->next != d->nb)
         ddp_fail(d, DT_EPROTO, "wait: backward did not finish every bucket");
+    if (d->st == DT_OK)
+        optim_rank_order_divide(&d->ro, d->m->grads_memory, d->m->num_params,
+                                d->comm ? dt_comm_size(d->comm) : 1);
     d->syncing = false;
     d->next = 0;
     return d->st;
+}
+
+dt_status dt_ddp_set_deterministic(dt_ddp *d)
+{
+    char err[160];
+    dt_status st = optim_rank_order_enable(&d->ro, d->m, err, sizeof err);
+    return st == DT_OK ? DT_OK : ddp_fail(d, st, err);
 }

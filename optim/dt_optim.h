@@ -112,6 +112,16 @@ dt_status dt_ddp_backward(dt_ddp *d, float dloss, bool sync);
  * dt_ddp_wait as usual.
  */
 dt_status dt_ddp_arm(dt_ddp *d, dt_grad_ready_fn *fn, void **user);
+/*
+ * --deterministic (rank_order.c): from now on every backward must get
+ * dloss = 1; the micro-steps are summed left to right, the ranks in rank
+ * order (DT_ALGO_RANK_ORDER), and dt_ddp_wait divides once by k·N (k:
+ * the backwards since the last wait, 1 for a caller that ran them itself
+ * through dt_ddp_arm). Bitwise the result of one process accumulating N
+ * micro-steps (k = 1), and of ZeRO-1, -2, -3 with the same flag. Host
+ * memory only: DT_EINVAL for a CUDA backend.
+ */
+dt_status dt_ddp_set_deterministic(dt_ddp *d);
 /* Waits for every bucket launched by the last synced backward; on return
  * m's gradients are the mean over ranks. stats (may be NULL) gets the
  * timing. The first failed all-reduce's status is returned. */
@@ -174,6 +184,9 @@ dt_status dt_zero3_create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t buc
  * Nothing under ZeRO-1 and -2. */
 void dt_zero1_arm_params(dt_zero1 *z, bool on);
 int dt_zero1_stage(const dt_zero1 *z); /* 1, 2 or 3 */
+/* --deterministic, as dt_ddp_set_deterministic: the step divides this
+ * rank's shard of the sum by k·N. Any stage. */
+dt_status dt_zero1_set_deterministic(dt_zero1 *z);
 /*
  * ZeRO-3: hold (true) all-gathers the whole model into a full buffer that
  * m's parameters then point at, for evaluation, sampling, a checkpoint or

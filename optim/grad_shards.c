@@ -30,6 +30,13 @@
  * The synced micro-step seeds each bucket from that buffer, so it adds
  * exactly as DDP's backward does, and zeroes it for the next step.
  *
+ * --deterministic (rank_order.c): buckets are zeroed, not seeded, and
+ * the accumulated sum is added into each just before it is launched
+ * (sum + g_j); a micro-step without sync from the second on writes
+ * bucket by bucket into the pool too, each bucket added into the sum as
+ * backward finishes it; pieces are summed in rank order, and the shard is
+ * divided by k·N after the last one.
+ *
  * Ordering: every rank builds the same buckets and pieces and launches
  * them in the same order (backward's), as the collectives require.
  * Timing as in zero1.c: busy = wire spans, exposed = time waited.
@@ -73,6 +80,8 @@ struct optim_grad_shards {
     gpiece *pieces;   /* [npieces] */
     int npieces;
     optim_overlap_clock clock;
+    optim_rank_order ro; /* --deterministic: only its on and micro */
+    bool collecting;     /* a deterministic micro-step without sync */
     dt_status st;
     char err[512];
 };
@@ -228,7 +237,7 @@ static void map_bucket(optim_grad_shards *g, int k)
     b->buf = i;
     g->pool_owner[i] = k;
     const dt_backend *be = g->m->be;
-    if (g->accum_dirty)
+    if (g->accum_dirty && !g->ro.on)
         be->copy(g->pool[i], g->accum + b->lo, b->n * sizeof(float));
     else
         be->zero(g->pool[i], b->n * sizeof(float));
@@ -237,6 +246,8 @@ static void map_bucket(optim_grad_shards *g, int k)
 
 static void launch_bucket(optim_grad_shards *g, gbucket *b)
 {
+    if (g->ro.on && g->accum_dirty) /* sum + g_j, just before it leaves */
+        optim_rank_order_add(g->pool[b->buf], g->accum + b->lo, b->n);
     for (int p = b->p0; p < b->p0 + b->np && g->st == DT_OK && g->world > 1; p++) {
         gpiece *pc = &g->pieces[p];
         dt_op op = {.kind = DT_OP_REDUCE,
@@ -245,6 +256,7 @@ static void launch_bucket(optim_grad_shards *g, gbucket *b)
                     .dtype = DT_F32,
                     .redop = DT_AVG,
                     .root = pc->owner};
+        optim_rank_order_op(&g->ro, &op);
         pc->done = false;
         pc->t_submit = dt_now();
         dt_status st = dt_submit(g->comm, &op, &pc->work);
@@ -267,7 +279,13 @@ static void on_grads_ready(void *user, size_t lo)
     /* after a failure nothing is launched, but the windows are still
      * mapped: backward must have somewhere to write until it returns */
     while (g->next < g->nb && g->buckets[g->next].lo >= lo) {
-        launch_bucket(g, &g->buckets[g->next]);
+        gbucket *b = &g->buckets[g->next];
+        if (g->collecting) { /* into the sum, nothing sent */
+            optim_rank_order_add(g->accum + b->lo, g->pool[b->buf], b->n);
+            g->pool_owner[b->buf] = -1;
+        } else {
+            launch_bucket(g, b);
+        }
         if (++g->next < g->nb)
             map_bucket(g, g->next);
     }
@@ -286,29 +304,39 @@ static dt_status accumulate_locally(optim_grad_shards *g, float dloss)
     return st;
 }
 
+/* A backward bucket by bucket through the pool: each bucket launched (a
+ * synced micro-step) or added into the sum (collecting) as backward
+ * finishes it. */
+static dt_status pooled_backward(optim_grad_shards *g, float dloss)
+{
+    dt_model *m = g->m;
+    g->next = 0;
+    map_bucket(g, 0);
+    dt_model_set_grad_hook(m, on_grads_ready, g);
+    dt_status st = dt_model_backward(m, dloss);
+    dt_model_set_grad_hook(m, NULL, NULL);
+    dt_model_window_grads(m, NULL, 0, 0);
+    if (g->collecting) {
+        g->collecting = false;
+        g->next = 0;
+    } else if (g->accum_dirty) {
+        m->be->zero(g->accum, m->num_params * sizeof(float));
+        g->accum_dirty = false;
+    }
+    return st;
+}
+
 dt_status optim_grad_shards_backward(optim_grad_shards *g, float dloss, bool sync)
 {
     if (g->st != DT_OK)
         return g->st;
-    dt_model *m = g->m;
-    dt_status st;
-    if (!sync) {
-        st = accumulate_locally(g, dloss);
-    } else {
-        g->next = 0;
-        map_bucket(g, 0);
-        dt_model_set_grad_hook(m, on_grads_ready, g);
-        st = dt_model_backward(m, dloss);
-        dt_model_set_grad_hook(m, NULL, NULL);
-        dt_model_window_grads(m, NULL, 0, 0);
-        if (g->accum_dirty) {
-            m->be->zero(g->accum, m->num_params * sizeof(float));
-            g->accum_dirty = false;
-        }
-    }
+    g->collecting = !sync && g->ro.on && g->accum_dirty;
+    dt_status st = !sync && !g->collecting ? accumulate_locally(g, dloss)
+                                           : pooled_backward(g, dloss);
+    g->ro.micro++;
     if (st != DT_OK && g->st == DT_OK) {
         g->st = st;
-        snprintf(g->err, sizeof g->err, "zero2: %s", dt_model_error(m));
+        snprintf(g->err, sizeof g->err, "zero2: %s", dt_model_error(g->m));
     }
     return g->st;
 }
@@ -319,6 +347,8 @@ dt_status optim_grad_shards_wait(optim_grad_shards *g, double *busy_s, double *e
         gs_fail(g, DT_EPROTO, "step: backward did not finish every gradient bucket");
     for (int i = 0; i < POOL; i++)
         release_buffer(g, i);
+    if (g->st == DT_OK)
+        optim_rank_order_divide(&g->ro, g->shard, g->my_n, g->world);
     *busy_s += g->clock.busy_s;
     *exposed_s += g->clock.exposed_s;
     *ops += g->clock.ops;
@@ -326,4 +356,11 @@ dt_status optim_grad_shards_wait(optim_grad_shards *g, double *busy_s, double *e
     g->clock.ops = 0;
     g->next = 0;
     return g->st;
+}
+
+dt_status optim_grad_shards_deterministic(optim_grad_shards *g)
+{
+    char err[160];
+    dt_status st = optim_rank_order_enable(&g->ro, g->m, err, sizeof err);
+    return st == DT_OK ? DT_OK : gs_fail(g, st, err);
 }

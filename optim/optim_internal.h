@@ -32,6 +32,54 @@ static inline double dt_optim_hidden_share(double comm_ms, double exposed_ms)
     return h < 0 ? 0.0 : h > 1 ? 1.0 : h;
 }
 
+/* ---- zero_layout.c: ZeRO's shards and pieces, used by zero1.c ----------- */
+
+/* One collective on a range of the flat buffer. */
+typedef struct optim_zero_piece {
+    size_t lo, n;   /* elements */
+    int owner;      /* reduce: the rank whose shard holds [lo, lo+n) */
+    size_t *counts; /* gather: [world] intersection with each shard */
+    dt_work *work;  /* in flight, or NULL */
+    bool done;
+    double t_submit, t_done;
+} optim_zero_piece;
+/* Valid elements of rank r's shard: [r·s, (r+1)·s) clipped to Ψ. */
+size_t optim_zero_shard_count(size_t num_params, size_t s, int r);
+/* Reduce pieces in backward's order; the count, -1 on ENOMEM. */
+int optim_zero_reduces(optim_zero_piece **out, const dt_model *m, size_t cap, size_t s, int world);
+/* Gather pieces in forward's order, their counts[world] in *counts_out;
+ * the count, -1 on ENOMEM. */
+int optim_zero_gathers(optim_zero_piece **out, size_t **counts_out, const dt_model *m, size_t cap,
+                       size_t s, const size_t *shard_counts, int world);
+
+/* ---- rank_order.c: one summation order for every mode (--deterministic) -- */
+
+typedef struct optim_rank_order {
+    bool on;
+    bool folding; /* this backward adds the running sum into each bucket */
+    int micro;    /* backwards of this step so far */
+    float *aside; /* (Ψ) the running sum of the micro-steps before, k > 1 */
+    const dt_backend *be;
+} optim_rank_order;
+/* Turns it on for m (DT_EINVAL with a message for a CUDA backend). */
+dt_status optim_rank_order_enable(optim_rank_order *ro, const dt_model *m, char *err,
+                                  size_t errlen);
+void optim_rank_order_free(optim_rank_order *ro);
+/* When on: op sums (DT_SUM) in rank order (DT_ALGO_RANK_ORDER). */
+void optim_rank_order_op(const optim_rank_order *ro, dt_op *op);
+/* sum[i] = sum[i] + next[i]. */
+void optim_rank_order_add(float *sum, const float *next, size_t n);
+/* Full gradient buffers (DDP, ZeRO-1): before a backward (from the second
+ * micro-step on: the sum kept aside, the gradients zeroed); fold adds the
+ * sum into [lo, lo+n) just before that range leaves (a synced backward);
+ * after a backward (hooked: every range was folded from the hook). */
+dt_status optim_rank_order_before(optim_rank_order *ro, float *grads, size_t n, bool sync);
+void optim_rank_order_fold(const optim_rank_order *ro, float *grads, size_t lo, size_t n);
+void optim_rank_order_after(optim_rank_order *ro, float *grads, size_t n, bool sync, bool hooked);
+/* x /= k·world (k: the backwards since the last divide, at least 1); a
+ * new step begins. Nothing when off. */
+void optim_rank_order_divide(optim_rank_order *ro, float *x, size_t n, int world);
+
 /* ---- grad_shards.c: ZeRO-2's gradient path, used by zero1.c ---------------- */
 
 typedef struct optim_grad_shards optim_grad_shards;
@@ -52,6 +100,8 @@ dt_status optim_grad_shards_backward(optim_grad_shards *g, float dloss, bool syn
  * Then optim_grad_shards_mean is this rank's shard of the mean. */
 dt_status optim_grad_shards_wait(optim_grad_shards *g, double *busy_s, double *exposed_s, int *ops);
 const float *optim_grad_shards_mean(const optim_grad_shards *g);
+/* --deterministic (rank_order.c): sums in one order, divides by k·N. */
+dt_status optim_grad_shards_deterministic(optim_grad_shards *g);
 
 /* ---- param_units.c: ZeRO-3's parameter path, used by zero1.c ------------- */
 

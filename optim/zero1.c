@@ -17,7 +17,7 @@
  *
  * Shards: s = ceil(Ψ/p); rank r owns [r·s, (r+1)·s) clipped to Ψ (n_r
  * valid elements, 0 on the last ranks when Ψ < p). The checkpoint layer
- * and resharding rely on exactly this layout.
+ * and resharding rely on exactly this layout (zero_layout.c computes it).
  *
  * Gradients: the flat gradient is cut like DDP's buckets (whole tensors
  * from the tail, at most bucket_bytes) and each bucket again at shard
@@ -34,6 +34,10 @@
  * model's buffer. dt_zero1_step waits for them; dt_zero1_step_async
  * leaves them in flight and dt_zero1_forward waits for each piece just
  * before forward reads it (the parameter hook) — FSDP's prefetch.
+ *
+ * --deterministic (rank_order.c): the pieces are summed in rank order,
+ * the step's earlier micro-steps added into each just before it leaves,
+ * and the owner divides its shard by k·N before AdamW.
  *
  * Ordering: every rank builds the same pieces and launches them in the
  * same order (reduces as backward reaches them, gathers in forward order).
@@ -54,15 +58,7 @@
 #include "dt_clock.h"
 #include "optim_internal.h"
 
-/* One collective on a range of the flat buffer. */
-typedef struct piece {
-    size_t lo, n;   /* elements */
-    int owner;      /* reduce: the rank whose shard holds [lo, lo+n) */
-    size_t *counts; /* gather: [world] intersection with each shard */
-    dt_work *work;  /* in flight, or NULL */
-    bool done;
-    double t_submit, t_done;
-} piece;
+typedef optim_zero_piece piece; /* zero_layout.c */
 
 struct dt_zero1 {
     dt_model *m;
@@ -84,6 +80,7 @@ struct dt_zero1 {
     optim_param_units *pu;          /* ZeRO-3: the parameter units, or NULL */
     int stage;                      /* 1, 2 or 3 */
     optim_overlap_clock clock;      /* since the last stats */
+    optim_rank_order ro;            /* --deterministic (rank_order.c) */
     dt_status st;
     char err[512];
 };
@@ -120,88 +117,6 @@ static dt_status pu_check(dt_zero1 *z)
     return z->st;
 }
 
-/* Valid elements of rank r's shard: [r·s, (r+1)·s) clipped to Ψ. */
-static size_t shard_count(size_t num_params, size_t s, int r)
-{
-    size_t lo = (size_t)r * s;
-    if (lo >= num_params)
-        return 0;
-    return num_params - lo < s ? num_params - lo : s;
-}
-
-/* Reduce pieces: DDP's buckets (whole tensors from the tail, at most cap
- * elements, a bigger tensor alone), each cut at shard boundaries, in the
- * order backward finishes them. Returns the count, -1 on ENOMEM. */
-static int build_reduces(piece **out, const dt_model *m, size_t cap, size_t s, int world)
-{
-    piece *b = calloc((size_t)m->num_tensors + (size_t)world, sizeof *b);
-    *out = b;
-    if (!b)
-        return -1;
-    int nb = 0;
-    size_t hi = m->num_params;
-    for (int t = m->num_tensors - 1; t >= 0; t--) {
-        size_t lo = m->tensors[t].offset;
-        size_t next_lo = t == 0 ? 0 : m->tensors[t - 1].offset;
-        if (t > 0 && hi - next_lo <= cap)
-            continue;                      /* the next tensor still fits this bucket */
-        for (size_t top = hi; top > lo;) { /* [lo, hi) cut at shards */
-            int owner = (int)((top - 1) / s);
-            size_t base = (size_t)owner * s > lo ? (size_t)owner * s : lo;
-            b[nb++] = (piece){.lo = base, .n = top - base, .owner = owner};
-            top = base;
-        }
-        hi = lo;
-    }
-    return nb;
-}
-
-/* Gather pieces: the stages forward reads in order, [0, block 0), each
- * block, [ln_f, Ψ) (of a pipeline stage: those it holds), neighbours merged while they fit in cap elements
- * (DeepSpeed's prefetch bucket: fewer, larger collectives, each still
- * waited just before forward needs it); counts[r] = the piece ∩ rank r's
- * shard. Returns the count, -1 on ENOMEM. */
-static int build_gathers(dt_zero1 *z, size_t cap)
-{
-    const dt_model *m = z->m;
-    /* a pipeline stage holds blocks [l0, l1) and the embeddings or the
-     * head only at its ends, so its bounds are those it has */
-    int nstages = 0, ng = 0;
-    size_t bound[m->l1 - m->l0 + 3];
-    bound[0] = 0;
-    for (int l = m->l0; l < m->l1; l++) {
-        size_t at = (size_t)(m->params.blocks[l].ln1w - m->params_memory);
-        if (at > bound[nstages])
-            bound[++nstages] = at;
-    }
-    if (m->l1 == m->cfg.L)
-        bound[++nstages] = (size_t)(m->params.lnfw - m->params_memory);
-    if (m->num_params > bound[nstages])
-        bound[++nstages] = m->num_params;
-    z->gathers = calloc((size_t)nstages, sizeof *z->gathers);
-    z->gather_counts = calloc((size_t)nstages * (size_t)z->world, sizeof(size_t));
-    if (!z->gathers || !z->gather_counts)
-        return -1;
-    for (int k = 0; k < nstages;) {
-        int end = k + 1; /* merge stages [k, end) */
-        while (end < nstages && bound[end + 1] - bound[k] <= cap)
-            end++;
-        piece *g = &z->gathers[ng];
-        *g = (piece){.lo = bound[k],
-                     .n = bound[end] - bound[k],
-                     .counts = z->gather_counts + (size_t)ng * (size_t)z->world};
-        for (int r = 0; r < z->world; r++) {
-            size_t a = (size_t)r * z->s, b = a + z->counts[r];
-            a = a > g->lo ? a : g->lo;
-            b = b < g->lo + g->n ? b : g->lo + g->n;
-            g->counts[r] = b > a ? b - a : 0;
-        }
-        ng++;
-        k = end;
-    }
-    return ng;
-}
-
 /* ZeRO-1 (own_master: with an fp32 master of the shard) or the optimizer
  * half of ZeRO-2 (whose master is the model's own slice of parameters). */
 static dt_status create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucket_bytes,
@@ -219,7 +134,7 @@ static dt_status create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucke
     size_t P = m->num_params, p = (size_t)z->world;
     z->s = (P + p - 1) / p;
     z->lo = (size_t)z->rank * z->s;
-    z->n = shard_count(P, z->s, z->rank);
+    z->n = optim_zero_shard_count(P, z->s, z->rank);
     z->counts = calloc(p, sizeof *z->counts);
     z->own_master = own_master;
     z->stage = own_master ? 1 : 2;
@@ -230,10 +145,11 @@ static dt_status create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucke
     if (!z->counts || !z->master || !z->adam_m || !z->adam_v)
         return zero1_fail(z, DT_ENOMEM, "create: out of memory for the shard");
     for (int r = 0; r < z->world; r++)
-        z->counts[r] = shard_count(P, z->s, r);
+        z->counts[r] = optim_zero_shard_count(P, z->s, r);
     size_t cap = (bucket_bytes ? bucket_bytes : DT_DDP_DEFAULT_BUCKET_BYTES) / sizeof(float);
-    z->nreduce = build_reduces(&z->reduces, m, cap ? cap : 1, z->s, z->world);
-    z->ngather = build_gathers(z, cap ? cap : 1);
+    z->nreduce = optim_zero_reduces(&z->reduces, m, cap ? cap : 1, z->s, z->world);
+    z->ngather = optim_zero_gathers(&z->gathers, &z->gather_counts, m, cap ? cap : 1, z->s,
+                                    z->counts, z->world);
     if (z->nreduce < 0 || z->ngather < 0)
         return zero1_fail(z, DT_ENOMEM, "create: out of memory for buckets");
     if (z->world > 1) {
@@ -324,12 +240,14 @@ static void launch_reduces(dt_zero1 *z, size_t lo)
 {
     while (z->reduced < z->nreduce && z->reduces[z->reduced].lo >= lo && z->st == DT_OK) {
         piece *pc = &z->reduces[z->reduced];
+        optim_rank_order_fold(&z->ro, z->m->grads_memory, pc->lo, pc->n);
         dt_op op = {.kind = DT_OP_REDUCE,
                     .recv = z->m->grads_memory + pc->lo,
                     .count = pc->n,
                     .dtype = DT_F32,
                     .redop = DT_AVG,
                     .root = pc->owner};
+        optim_rank_order_op(&z->ro, &op);
         launch(z, pc, &op, "backward: launching a gradient piece's reduce");
         z->reduced++;
     }
@@ -360,9 +278,13 @@ dt_status dt_zero1_backward(dt_zero1 *z, float dloss, bool sync)
         bool comm = sync && z->world > 1;
         z->syncing = comm;
         z->reduced = 0;
-        dt_model_set_grad_hook(z->m, comm ? on_grads_ready : NULL, z);
-        st = dt_model_backward(z->m, dloss);
-        dt_model_set_grad_hook(z->m, NULL, NULL);
+        dt_model *m = z->m;
+        if (optim_rank_order_before(&z->ro, m->grads_memory, m->num_params, sync) != DT_OK)
+            return zero1_fail(z, DT_ENOMEM, "backward: out of memory for the running sum");
+        dt_model_set_grad_hook(m, comm ? on_grads_ready : NULL, z);
+        st = dt_model_backward(m, dloss);
+        dt_model_set_grad_hook(m, NULL, NULL);
+        optim_rank_order_after(&z->ro, m->grads_memory, m->num_params, sync, comm);
         if (st != DT_OK && z->st == DT_OK) {
             z->st = st;
             snprintf(z->err, sizeof z->err, "zero%d: %s", z->stage, dt_model_error(z->m));
@@ -426,6 +348,7 @@ void dt_zero1_destroy(dt_zero1 *z)
             be->free(dev[i]);
     optim_grad_shards_destroy(z->gs);
     optim_param_units_destroy(z->pu);
+    optim_rank_order_free(&z->ro);
     free(z->reduces);
     free(z->gathers);
     free(z->gather_counts);
@@ -581,6 +504,8 @@ static dt_status step_launch(dt_zero1 *z, const dt_adamw_hparams *h, long step)
     }
     if (z->st != DT_OK)
         return z->st;
+    if (!z->gs) /* ZeRO-2, 3: grad_shards.c divided its shard */
+        optim_rank_order_divide(&z->ro, m->grads_memory + (z->n ? z->lo : 0), z->n, z->world);
     if (z->n > 0)
         be->adamw(z->master, grad, z->adam_m, z->adam_v, z->n, step, h);
     z->settled = z->gathered = 0;
@@ -608,4 +533,14 @@ dt_status dt_zero1_step(dt_zero1 *z, const dt_adamw_hparams *h, long step, dt_co
         st = dt_zero1_wait_params(z);
     take_stats(z, stats);
     return st;
+}
+
+dt_status dt_zero1_set_deterministic(dt_zero1 *z)
+{
+    char err[160];
+    dt_status st = optim_rank_order_enable(&z->ro, z->m, err, sizeof err);
+    if (st != DT_OK)
+        return zero1_fail(z, st, err);
+    st = z->gs ? optim_grad_shards_deterministic(z->gs) : DT_OK;
+    return st == DT_OK ? DT_OK : gs_failed(z, st);
 }

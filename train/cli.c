@@ -122,6 +122,10 @@ static const flag flags[] = {
      "the world is D x T ranks, DDP across the D replicas; 0 = none"},
     {"--wire", NULL, K_STR, OPT(wire), "W",
      "the communicator's wire: dtrain (its own) or gloo (torch 1.13's); default: DT_WIRE's"},
+    {"--deterministic", NULL, K_BOOL, OPT(deterministic), NULL,
+     "one summation order for the gradient (micro-steps left to right, ranks in rank "
+     "order, one division by k x N): DDP and ZeRO-1/2/3 end with bitwise the same "
+     "parameters, and N ranks with those of one process with --grad-accum N"},
 };
 #define NFLAGS (sizeof flags / sizeof flags[0])
 
@@ -423,6 +427,14 @@ static int check(const mg_options *o, const char *prog)
         return bad(prog, "--pp runs on the CPU backend for now; drop", "--device");
     if (o->wire && strcmp(o->wire, "dtrain") && strcmp(o->wire, "gloo"))
         return bad(prog, "--wire is dtrain or gloo, not", o->wire);
+    if (o->deterministic && o->tp > 0)
+        return bad(prog, "--deterministic does not cover tensor parallelism yet; drop", "--tp");
+    if (o->deterministic && o->wire && strcmp(o->wire, "gloo") == 0)
+        return bad(prog, "--deterministic needs dtrain's rank-order collectives; drop",
+                   "--wire gloo");
+    if (o->deterministic && strcmp(o->device, "cpu"))
+        return bad(prog, "--deterministic sums on host memory: the CPU backend only; drop",
+                   "--device");
     return check_pipeline(o, prog);
 }
 

@@ -22,6 +22,10 @@
  * validation loss, the task's accuracy and the sample need the whole
  * model on one rank, so a pipelined run skips them; it prints instead each
  * stage's blocks, memory and measured bubble beside the closed form.
+ * With --deterministic the stage's replicas are summed in rank order
+ * and divided by D (the executor's 1/M scaling and its micro-batch sums
+ * are the same in every mode): DDP, ZeRO-1 and ZeRO-3 end with the same
+ * bits (optim/rank_order.c).
  * Checkpoints: each rank saves its replica's share of its stage's range
  * (dt_ckpt_pipeline_slices, set up here); --trace and lesson.c read the
  * executor's timeline of each step.
@@ -158,12 +162,16 @@ static dt_status open_optimizer(mg_run *r)
     if (o->parallel == MG_DDP) {
         size_t bytes = (size_t)(o->bucket_mb * 1024 * 1024);
         st = dt_ddp_create(&r->ddp, r->m, r->dp_comm, bytes);
+        if (st == DT_OK && o->deterministic)
+            st = dt_ddp_set_deterministic(r->ddp);
         if (st != DT_OK)
             return pipe_fail(r, st, "ddp", r->ddp ? dt_ddp_error(r->ddp) : "out of memory");
     } else {
         size_t bytes = (size_t)(o->bucket_mb * 1024 * 1024);
         st = o->parallel == MG_ZERO3 ? dt_zero3_create(&r->zero1, r->m, r->dp_comm, bytes)
                                      : dt_zero1_create(&r->zero1, r->m, r->dp_comm);
+        if (st == DT_OK && o->deterministic)
+            st = dt_zero1_set_deterministic(r->zero1);
         if (st != DT_OK)
             return pipe_fail(r, st, mg_parallel_name(o->parallel),
                              r->zero1 ? dt_zero1_error(r->zero1) : "out of memory");

@@ -24,6 +24,10 @@
  * all-reduce is launched before the optimizer step, so it does not queue
  * behind the gather.
  *
+ * --deterministic (optim/rank_order.c): every backward gets dloss = 1;
+ * the optimizer sums the micro-steps left to right and the ranks in rank
+ * order, and divides once by k·N.
+ *
  * Every rank starts from the same weights because the optimizer wrappers
  * broadcast rank 0's at creation.
  */
@@ -85,8 +89,12 @@ static dt_status open_data(mg_run *r)
     return DT_OK;
 }
 
+enum { DETERMINISTIC_BIT = 1 << 8 }; /* beside the mode in the check below */
+
 /*
- * Every rank must run the same data-parallel mode: a DDP rank's bucket
+ * Every rank must run the same data-parallel mode (and --deterministic or
+ * not: its rank-order sums and the other reductions would pair the wrong
+ * messages): a DDP rank's bucket
  * all-reduces and a ZeRO rank's reduces and gathers would meet as
  * collectives of other kinds and sizes, and fail far from the cause (or,
  * between ZeRO-1 and ZeRO-2, whose collectives agree, silently hold other
@@ -98,7 +106,8 @@ dt_status mg_check_modes(mg_run *r)
 {
     if (!r->comm)
         return DT_OK;
-    int32_t mine = (int32_t)r->o.parallel, *all = calloc((size_t)r->world, sizeof *all);
+    int32_t mine = (int32_t)r->o.parallel | (r->o.deterministic ? DETERMINISTIC_BIT : 0),
+            *all = calloc((size_t)r->world, sizeof *all);
     if (!all)
         return run_fail(r, DT_ENOMEM, "mode check", "out of memory");
     dt_status st = dt_allgather(r->comm, &mine, all, 1, DT_I32);
@@ -108,12 +117,14 @@ dt_status mg_check_modes(mg_run *r)
     }
     for (int q = 1; q < r->world; q++)
         if (all[q] != all[0]) {
-            char msg[160];
+            char msg[200];
             snprintf(msg, sizeof msg,
-                     "rank 0 runs --parallel %s, rank %d --parallel %s: every rank must run "
+                     "rank 0 runs --parallel %s%s, rank %d --parallel %s%s: every rank must run "
                      "the same mode",
-                     mg_parallel_name((mg_parallel)all[0]), q,
-                     mg_parallel_name((mg_parallel)all[q]));
+                     mg_parallel_name((mg_parallel)(all[0] & ~DETERMINISTIC_BIT)),
+                     all[0] & DETERMINISTIC_BIT ? " --deterministic" : "", q,
+                     mg_parallel_name((mg_parallel)(all[q] & ~DETERMINISTIC_BIT)),
+                     all[q] & DETERMINISTIC_BIT ? " --deterministic" : "");
             free(all);
             return run_fail(r, DT_EINVAL, "start-up", msg);
         }
@@ -176,6 +187,8 @@ dt_status mg_run_open(mg_run *r)
     if (o->parallel == MG_DDP) {
         size_t bytes = (size_t)(o->bucket_mb * 1024 * 1024);
         st = dt_ddp_create(&r->ddp, r->m, r->comm, bytes);
+        if (st == DT_OK && o->deterministic)
+            st = dt_ddp_set_deterministic(r->ddp);
         if (st != DT_OK)
             return run_fail(r, st, "ddp", r->ddp ? dt_ddp_error(r->ddp) : NULL);
     } else {
@@ -183,6 +196,8 @@ dt_status mg_run_open(mg_run *r)
         st = o->parallel == MG_ZERO3   ? dt_zero3_create(&r->zero1, r->m, r->comm, bytes)
              : o->parallel == MG_ZERO2 ? dt_zero2_create(&r->zero1, r->m, r->comm, bytes)
                                        : dt_zero1_create_bucketed(&r->zero1, r->m, r->comm, bytes);
+        if (st == DT_OK && o->deterministic)
+            st = dt_zero1_set_deterministic(r->zero1);
         if (st != DT_OK)
             return run_fail(r, st, mg_parallel_name(o->parallel),
                             r->zero1 ? dt_zero1_error(r->zero1) : NULL);
@@ -224,7 +239,8 @@ static dt_status micro_step(mg_run *r, int step, int j, float *loss)
     double t1 = dt_now();
     mg_trace_add(r->trace, MG_EV_FORWARD, j, t0, t1);
     *loss += r->m->mean_loss / (float)o->grad_accum;
-    float dloss = 1.0f / (float)o->grad_accum;
+    /* --deterministic: the optimizer divides the sum once, by k·N */
+    float dloss = o->deterministic ? 1.0f : 1.0f / (float)o->grad_accum;
     bool sync = j == o->grad_accum - 1;
     if (r->ddp) {
         st = dt_ddp_backward(r->ddp, dloss, sync);

@@ -8,12 +8,17 @@
  * (a chain all-reduce, say) is DT_EINVAL, not a silent substitution.
  *
  *   kind             algorithms                     AUTO
- *   allreduce        ring, recursive doubling       RD if small, else ring
- *   reduce_scatter   ring                           ring
+ *   allreduce        ring, recursive doubling,      RD if small, else ring
+ *                    rank order
+ *   reduce_scatter   ring, rank order               ring
  *   allgather(v)     ring                           ring
  *   broadcast        binomial tree, chain           tree if small, else chain
- *   reduce           binomial tree                  tree
+ *   reduce           binomial tree, rank order      tree
  *   barrier, gather, scatter, alltoall: one algorithm each, AUTO only
+ *
+ * Rank order (rank_order.c) is never AUTO's choice: it is for callers
+ * that need x0 + x1 + ... + x(p-1) summed in that order (minigpt
+ * --deterministic), and costs them the ring's overlap of sums and wire.
  *
  * Whatever the algorithm, a rooted op (broadcast, reduce, gather, scatter)
  * first runs the root agreement (root_agreement.c).
@@ -79,6 +84,7 @@ static dt_status run_allreduce(dt_opctx *o)
     switch (comm_algo_chosen(o->op, o->size)) {
     case DT_ALGO_RING: return comm_allreduce_ring(o);
     case DT_ALGO_RECURSIVE_DOUBLING: return comm_allreduce_recursive_doubling(o);
+    case DT_ALGO_RANK_ORDER: return comm_allreduce_rank_order(o);
     default: return DT_EINVAL;
     }
 }
@@ -104,6 +110,8 @@ bool comm_algo_applies(dt_op_kind k, dt_algo a)
     case DT_ALGO_RECURSIVE_DOUBLING: return k == DT_OP_ALLREDUCE;
     case DT_ALGO_TREE: return k == DT_OP_BROADCAST || k == DT_OP_REDUCE;
     case DT_ALGO_CHAIN: return k == DT_OP_BROADCAST;
+    case DT_ALGO_RANK_ORDER:
+        return k == DT_OP_ALLREDUCE || k == DT_OP_REDUCE_SCATTER || k == DT_OP_REDUCE;
     }
     return false;
 }
@@ -123,11 +131,14 @@ dt_status comm_algo_run(dt_opctx *o)
     }
     switch (op->kind) {
     case DT_OP_ALLREDUCE: return run_allreduce(o);
-    case DT_OP_REDUCE_SCATTER: return comm_reduce_scatter_ring(o);
+    case DT_OP_REDUCE_SCATTER:
+        return op->algo == DT_ALGO_RANK_ORDER ? comm_reduce_scatter_rank_order(o)
+                                              : comm_reduce_scatter_ring(o);
     case DT_OP_ALLGATHER:
     case DT_OP_ALLGATHERV: return comm_allgather_ring(o);
     case DT_OP_BROADCAST: return run_broadcast(o);
-    case DT_OP_REDUCE: return comm_reduce_tree(o);
+    case DT_OP_REDUCE:
+        return op->algo == DT_ALGO_RANK_ORDER ? comm_reduce_rank_order(o) : comm_reduce_tree(o);
     case DT_OP_BARRIER: return comm_barrier_dissemination(o);
     case DT_OP_GATHER: return comm_gather_linear(o);
     case DT_OP_SCATTER: return comm_scatter_linear(o);
