@@ -137,7 +137,7 @@ static bool open_stage_rank(rank_ctx *rc, scenario *s, stage_rank *sr)
         return rank_fail(rc, "%s", err);
     int st = sr->stage;
     dt_stage_spec sp = {bounds[st], bounds[st + 1], sr->sched->act_slots[st],
-                        sr->sched->grad_slots[st]};
+                        sr->sched->grad_slots[st], false};
     if (dt_model_create_stage(&sr->m, &cfg, dt_backend_cpu(), B, &sp) != DT_OK)
         return rank_fail(rc, "stage: %s", dt_model_error(sr->m));
     dt_model_init(sr->m, SEED);
