@@ -22,6 +22,8 @@
  * validation loss, the task's accuracy and the sample need the whole
  * model on one rank, so a pipelined run skips them; it prints instead each
  * stage's blocks, memory and measured bubble beside the closed form.
+ * --recompute: each stage keeps of a block only its output per micro-batch
+ * in flight, and one workspace for the rest, shared by them (model/).
  * Checkpoints: each rank saves its replica's share of its stage's range
  * (dt_ckpt_pipeline_slices, set up here); --trace and lesson.c read the
  * executor's timeline of each step.
@@ -89,7 +91,8 @@ static dt_status open_stage(mg_run *r, int M)
         return pipe_fail(r, st, "pipeline", err);
     }
     int s = r->stage;
-    dt_stage_spec sp = {bounds[s], bounds[s + 1], r->sched->act_slots[s], r->sched->grad_slots[s]};
+    dt_stage_spec sp = {bounds[s], bounds[s + 1], r->sched->act_slots[s], r->sched->grad_slots[s],
+                        o->recompute};
     st = checkpoint_slices(r, bounds);
     free(bounds);
     if (st != DT_OK)
