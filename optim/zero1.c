@@ -258,9 +258,15 @@ dt_status dt_zero1_create(dt_zero1 **out, dt_model *m, dt_comm *comm)
 
 dt_status dt_zero2_create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucket_bytes)
 {
-    dt_status st = create(out, m, comm, bucket_bytes, false);
+    /* a pipeline stage keeps its micro-batches' sum whole; its pieces
+     * default to a quarter of a shard too, so several go out during the
+     * last backward (dt_zero1_arm) */
+    bool stage = m->l0 > 0 || m->l1 < m->cfg.L;
+    size_t world = comm ? (size_t)dt_comm_size(comm) : 1;
+    size_t quarter = (m->num_params + world - 1) / world / 4 * sizeof(float);
+    dt_status st = create(out, m, comm, bucket_bytes || !stage ? bucket_bytes : quarter, false);
     dt_zero1 *z = *out;
-    if (st != DT_OK)
+    if (st != DT_OK || stage)
         return st;
     /* by default a quarter of a shard: the buckets in flight add half a
      * shard to the shard (25 MB buckets would hold more than ZeRO-1) */
@@ -341,6 +347,20 @@ static void on_grads_ready(void *user, size_t lo)
     dt_zero1 *z = user;
     poll(z->reduces, 0, z->reduced);
     launch_reduces(z, lo);
+}
+
+dt_status dt_zero1_arm(dt_zero1 *z, dt_grad_ready_fn *fn, void **user)
+{
+    *fn = NULL;
+    *user = z;
+    if (z->st != DT_OK)
+        return z->st;
+    if (z->gs)
+        return zero1_fail(z, DT_EINVAL, "arm: the gradients are sharded (no full sum to reduce)");
+    z->syncing = z->world > 1;
+    z->reduced = 0;
+    *fn = z->syncing ? on_grads_ready : NULL;
+    return DT_OK;
 }
 
 dt_status dt_zero1_backward(dt_zero1 *z, float dloss, bool sync)

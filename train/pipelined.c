@@ -16,7 +16,9 @@
  * (avg) it over the stage's data-parallel group, its buckets launched
  * during the stage's last backward (its last W under ZB-H1: the executor
  * installs DDP's hook for that action only), or ZeRO-1 reduce-scatters it
- * after the step; each rank then runs AdamW on its stage (or shard). The
+ * after the step (ZeRO-2: each piece to its owner during that same last
+ * backward, by the same hook; ZeRO-3: after the step, as ZeRO-1); each
+ * rank then runs AdamW on its stage (or shard). The
  * last stages average their replicas' losses over their group, and the
  * last stage of each pipeline broadcasts that for the step line. The
  * validation loss, the task's accuracy and the sample need the whole
@@ -151,7 +153,7 @@ static dt_status open_groups(mg_run *r)
     return DT_OK;
 }
 
-/* DDP, ZeRO-1 or ZeRO-3 of this stage over its data-parallel group
+/* DDP or ZeRO-1, -2, -3 of this stage over its data-parallel group
  * (ZeRO-3: the executor's forwards and backwards gather each unit). */
 static dt_status open_optimizer(mg_run *r)
 {
@@ -164,8 +166,9 @@ static dt_status open_optimizer(mg_run *r)
             return pipe_fail(r, st, "ddp", r->ddp ? dt_ddp_error(r->ddp) : "out of memory");
     } else {
         size_t bytes = (size_t)(o->bucket_mb * 1024 * 1024);
-        st = o->parallel == MG_ZERO3 ? dt_zero3_create(&r->zero1, r->m, r->dp_comm, bytes)
-                                     : dt_zero1_create(&r->zero1, r->m, r->dp_comm);
+        st = o->parallel == MG_ZERO3   ? dt_zero3_create(&r->zero1, r->m, r->dp_comm, bytes)
+             : o->parallel == MG_ZERO2 ? dt_zero2_create(&r->zero1, r->m, r->dp_comm, bytes)
+                                       : dt_zero1_create(&r->zero1, r->m, r->dp_comm);
         if (st != DT_OK)
             return pipe_fail(r, st, mg_parallel_name(o->parallel),
                              r->zero1 ? dt_zero1_error(r->zero1) : "out of memory");
@@ -250,16 +253,18 @@ static void add_stats(mg_run *r, int step, double t0, double t1)
     r->pipe_compute_s += ps.op_s[DT_PIPE_F] + ps.op_s[DT_PIPE_B] + ps.op_s[DT_PIPE_W];
 }
 
-/* DDP: arms the buckets to go out during the stage's last backward. */
+/* DDP and ZeRO-2: arms the buckets (the pieces) to go out during the
+ * stage's last backward. */
 static dt_status arm_sync(mg_run *r)
 {
     dt_grad_ready_fn fn = NULL;
     void *user = NULL;
-    if (!r->ddp)
-        return DT_OK;
-    dt_status st = dt_ddp_arm(r->ddp, &fn, &user);
-    if (st != DT_OK)
+    dt_status st = DT_OK;
+    if (r->ddp && (st = dt_ddp_arm(r->ddp, &fn, &user)) != DT_OK)
         return pipe_fail(r, st, "ddp", dt_ddp_error(r->ddp));
+    if (r->zero1 && dt_zero1_stage(r->zero1) == 2 &&
+        (st = dt_zero1_arm(r->zero1, &fn, &user)) != DT_OK)
+        return pipe_fail(r, st, "zero2", dt_zero1_error(r->zero1));
     dt_pipe_set_grad_hook(r->pipe, fn, user);
     return DT_OK;
 }
