@@ -6,8 +6,8 @@
 # must print a loss table identical, digit for digit, to `minigpt
 # --grad-accum 4` with the same flags, for every schedule (the stages add
 # the micro-batches' gradients in the same order, so the sums are
-# bitwise equal). Two pipelines of 2 stages, data-parallel (a world of 4),
-# print the loss table of `dtrain-launch -n 2 minigpt --grad-accum 4`,
+# bitwise equal), also with --recompute. Two pipelines of 2 stages,
+# data-parallel (a world of 4), print the loss table of `dtrain-launch -n 2 minigpt --grad-accum 4`,
 # under DDP and ZeRO-1 (and ZeRO-3, whose stages gather each unit before
 # the executor reads it, and ZeRO-2, whose pieces leave during each
 # stage's last backward under every schedule: ZeRO-1's table), and every
@@ -25,7 +25,7 @@ launch=$1; minigpt=$2
 tmp=$(mktemp -d /tmp/dtrain-pipe-e2e-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 unset RANK WORLD_SIZE LOCAL_RANK DT_INIT_URL DT_SECRET DT_JOB_ID
-echo "1..17"
+echo "1..20"
 n=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
 not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
@@ -46,6 +46,21 @@ for s in gpipe 1f1b zb; do
     else
         not_ok "$name" "$(paste "$tmp/one.loss" "$tmp/$s.loss" 2>&1)" \
             "$(tail -n 5 "$tmp/$s.out")"
+    fi
+done
+
+# --recompute: every stage rebuilds its blocks in one workspace, same bits
+for s in gpipe 1f1b zb; do
+    name="2 stages with $s and --recompute print the loss table of one process with --grad-accum 4"
+    if timeout 120 "$launch" -n 2 "$minigpt" $flags --pp 2 --microbatches 4 \
+            --schedule "$s" --recompute >"$tmp/re-$s.out" 2>&1 &&
+       losses "$tmp/re-$s.out" >"$tmp/re-$s.loss" && [ -s "$tmp/re-$s.loss" ] &&
+       cmp -s "$tmp/one.loss" "$tmp/re-$s.loss" &&
+       grep -q "recompute: blocks keep only" "$tmp/re-$s.out"; then
+        ok "$name"
+    else
+        not_ok "$name" "$(paste "$tmp/one.loss" "$tmp/re-$s.loss" 2>&1)" \
+            "$(tail -n 5 "$tmp/re-$s.out")"
     fi
 done
 
