@@ -276,10 +276,8 @@ typedef void (*dt_params_back_fn)(void *user, size_t lo);
  * micro-batches in flight (from forward until their weight gradient is
  * done); grad_slots sets of activation gradients hold those between the
  * input-gradient and the weight-gradient half of backward (1 when the two
- * run together). The whole model is the stage {0, L, 1, 1}. With
- * recompute, each set keeps of a block only its output, and one
- * workspace (one block's other activations, and of their gradients the
- * 15C per token backward writes) serves every set: see dt_model_create_recompute.
+ * run together). The whole model is the stage {0, L, 1, 1}. recompute:
+ * see dt_model_create_recompute.
  */
 typedef struct dt_stage_spec {
     int l0, l1;     /* blocks owned: [l0, l1), at least one */
@@ -363,15 +361,11 @@ dt_status dt_model_create(dt_model **out, const dt_config *cfg, const dt_backend
  * again, from its input, just before that block's backward: the same
  * kernels on the same operands, so the same bits, for one more forward's
  * compute. Activation memory per set: the embeddings' and head's and L
- * residuals, instead of L blocks'; plus one block's in the workspace.
- * On a pipeline stage (dt_stage_spec.recompute) the workspace is the
- * stage's, shared by all its micro-batches in flight: a block is
- * recomputed unless the workspace still holds it (the last block, right
- * after its own forward). Split backward recomputes too: the input half
- * as the whole one does, and the weight half, whose activation gradients
- * the input half could not keep, reruns each block's forward and its
- * input-gradient chain (all but the gradient it hands down, which the
- * input half left in place) before its weight gradients.
+ * residuals, instead of L blocks'; plus one block's in the workspace (of
+ * the gradients, the 15C per token backward writes). A pipeline stage
+ * (dt_stage_spec.recompute) has one workspace for all its sets; a block
+ * is rebuilt unless the workspace holds it. The split halves recompute
+ * too; the weight half reruns each block's inner gradients as well.
  */
 dt_status dt_model_create_recompute(dt_model **out, const dt_config *cfg, const dt_backend *be,
                                     int max_B);

@@ -54,39 +54,7 @@
 #include "dt_clock.h"
 #include "optim_internal.h"
 
-/* One collective on a range of the flat buffer. */
-typedef struct piece {
-    size_t lo, n;   /* elements */
-    int owner;      /* reduce: the rank whose shard holds [lo, lo+n) */
-    size_t *counts; /* gather: [world] intersection with each shard */
-    dt_work *work;  /* in flight, or NULL */
-    bool done;
-    double t_submit, t_done;
-} piece;
-
-struct dt_zero1 {
-    dt_model *m;
-    dt_comm *comm; /* NULL: one process */
-    int rank, world;
-    size_t s;                       /* shard size (padded) */
-    size_t lo, n;                   /* this rank's valid range of the flat buffer */
-    size_t *counts;                 /* [world]: each rank's valid count */
-    float *master;                  /* (s) fp32 master of the shard */
-    bool own_master;                /* ZeRO-2: master is the model's own slice */
-    float *adam_m, *adam_v;         /* (s) */
-    piece *reduces;                 /* [nreduce], in backward order (tail first) */
-    int nreduce, reduced;           /* launched this backward */
-    piece *gathers;                 /* [ngather], in forward order */
-    size_t *gather_counts;          /* [ngather * world] */
-    int ngather, gathered, settled; /* launched / waited */
-    bool syncing;                   /* the current backward launches reduces */
-    optim_grad_shards *gs;          /* ZeRO-2, 3: the gradient shard, or NULL */
-    optim_param_units *pu;          /* ZeRO-3: the parameter units, or NULL */
-    int stage;                      /* 1, 2 or 3 */
-    optim_overlap_clock clock;      /* since the last stats */
-    dt_status st;
-    char err[512];
-};
+typedef optim_piece piece; /* struct dt_zero1: optim_internal.h */
 
 static dt_status zero1_fail(dt_zero1 *z, dt_status st, const char *what)
 {
@@ -458,12 +426,6 @@ const char *dt_zero1_error(const dt_zero1 *z)
     return z->err;
 }
 
-void dt_zero1_shard(const dt_zero1 *z, size_t *lo, size_t *n)
-{
-    *lo = z->lo;
-    *n = z->n;
-}
-
 void dt_zero1_state(dt_zero1 *z, float **master, float **m, float **v)
 {
     dt_zero1_wait_params(z); /* the gather reads the master */
@@ -472,17 +434,6 @@ void dt_zero1_state(dt_zero1 *z, float **master, float **m, float **v)
     *master = z->master;
     *m = z->adam_m;
     *v = z->adam_v;
-}
-
-size_t dt_zero1_optimizer_bytes(const dt_zero1 *z)
-{
-    return (z->own_master && !z->pu ? 3 : 2) * z->s * sizeof(float);
-}
-
-size_t dt_zero1_param_bytes(const dt_zero1 *z)
-{
-    return z->pu ? z->s * sizeof(float) + optim_param_units_bytes(z->pu)
-                 : z->m->num_params * sizeof(float);
 }
 
 void dt_zero1_arm_params(dt_zero1 *z, bool on)
@@ -503,27 +454,6 @@ dt_status dt_zero1_hold_params(dt_zero1 *z, bool hold)
         return hold ? dt_zero1_wait_params(z) : DT_OK;
     optim_param_units_hold(z->pu, hold);
     return pu_check(z);
-}
-
-size_t dt_zero1_staging_bytes(const dt_zero1 *z)
-{
-    (void)z;
-    return 0; /* reduces run in place in the model's gradient buffer */
-}
-
-size_t dt_zero1_gradient_bytes(const dt_zero1 *z)
-{
-    return z->gs ? optim_grad_shards_bytes(z->gs) : z->m->num_params * sizeof(float);
-}
-
-int dt_zero1_stage(const dt_zero1 *z)
-{
-    return z->stage;
-}
-
-int dt_zero1_num_buckets(const dt_zero1 *z)
-{
-    return z->gs ? optim_grad_shards_num_buckets(z->gs) : z->nreduce;
 }
 
 /* Waits for every reduce piece (launching those backward did not), so
