@@ -16,6 +16,12 @@
  * bits. Cost: the halves together cost what ALL costs; WEIGHT keeps the
  * slot's activation gradients alive until it runs.
  *
+ * With recomputation (dt_model_create_recompute) each block's
+ * activations are rebuilt in the workspace just before its backward, and
+ * the weight half, whose inner activation gradients lived in the shared
+ * workspace too, recomputes those as well: block_backward without the
+ * gradient it hands down, which the input half already left in place.
+ *
  * Activation gradients need no zeroing: every kernel writes its dinp,
  * except layernorm backward, which adds — and every buffer it adds into
  * was just written by a copy, but the first (dlast), zeroed here.
@@ -48,7 +54,9 @@ static void params_back(dt_model *m, size_t lo)
 /* One block in reverse. The gradient flowing into the block's output is
  * dres3 (the next block's input gradient, or what ln_f or the next stage
  * gave); on return the gradient w.r.t. the block's input is in
- * dresidual_in. With weights 0, no parameter gradient is touched. */
+ * dresidual_in (NULL: not computed, when a recomputed weight half only
+ * needs the block's inner gradients). With weights 0, no parameter
+ * gradient is touched. */
 static void block_backward(dt_model *m, int l, const float *dres3, const float *residual_in,
                            float *dresidual_in, int weights)
 {
@@ -83,7 +91,8 @@ static void block_backward(dt_model *m, int l, const float *dres3, const float *
     if (weights)
         grad_ready(m, dt_block_offset(m, l, 2));
     /* dresidual_in = dresidual2 (skip path) + LN1's input gradient */
-    be->copy(dresidual_in, dx->residual2, NC * sizeof(float));
+    if (dresidual_in)
+        be->copy(dresidual_in, dx->residual2, NC * sizeof(float));
     be->layernorm_backward(dresidual_in, g->ln1w, g->ln1b, dx->ln1, residual_in, w->ln1w,
                            x->ln1_mean, x->ln1_rstd, N, C);
     if (weights)
@@ -148,11 +157,6 @@ dt_status dt_model_backward_part(dt_model *m, float dloss, dt_backward_part part
                                : "the last forward had no targets (no loss)");
         return DT_EINVAL;
     }
-    if (m->recompute && part != DT_BACKWARD_ALL) {
-        snprintf(m->err, sizeof m->err,
-                 "minigpt: backward: split halves need the activations that recomputation drops");
-        return DT_EINVAL;
-    }
     if (m->grads_windowed && m->grads_window_n == 0 && part != DT_BACKWARD_INPUT) {
         snprintf(m->err, sizeof m->err,
                  "minigpt: backward: the gradients are windowed (ZeRO-2) and no window is mapped");
@@ -167,10 +171,11 @@ dt_status dt_model_backward_part(dt_model *m, float dloss, dt_backward_part part
         const float *in = l > m->l0 ? a->blocks[l - 1].residual3 : a->encoded;
         float *din = l > m->l0 ? da->blocks[l - 1].residual3 : da->encoded;
         params_back(m, dt_block_offset(m, l, 0));
-        if (m->recompute && l < m->l1 - 1) /* the workspace: block l's activations
-                                               again (the last block's are still there) */
-            dt_model_block_forward(m, l, in, m->last_B, m->last_T);
-        if (part == DT_BACKWARD_WEIGHT)
+        if (m->recompute && (m->ws_slot != m->slot || m->ws_block != l))
+            dt_model_block_forward(m, l, in, m->last_B, m->last_T); /* into the workspace */
+        if (part == DT_BACKWARD_WEIGHT && m->recompute) /* the inner gradients again too */
+            block_backward(m, l, da->blocks[l].residual3, in, NULL, 1);
+        else if (part == DT_BACKWARD_WEIGHT)
             block_weights(m, l, da->blocks[l].residual3, in);
         else
             block_backward(m, l, da->blocks[l].residual3, in, din, part == DT_BACKWARD_ALL);

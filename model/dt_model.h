@@ -276,12 +276,14 @@ typedef void (*dt_params_back_fn)(void *user, size_t lo);
  * micro-batches in flight (from forward until their weight gradient is
  * done); grad_slots sets of activation gradients hold those between the
  * input-gradient and the weight-gradient half of backward (1 when the two
- * run together). The whole model is the stage {0, L, 1, 1}.
+ * run together). The whole model is the stage {0, L, 1, 1}. recompute:
+ * see dt_model_create_recompute.
  */
 typedef struct dt_stage_spec {
     int l0, l1;     /* blocks owned: [l0, l1), at least one */
     int act_slots;  /* >= 1 */
     int grad_slots; /* >= 1 */
+    bool recompute; /* blocks keep only their output; backward recomputes */
 } dt_stage_spec;
 
 /* What a backward call computes. Both halves together are the ordinary
@@ -308,10 +310,15 @@ typedef struct dt_model {
     dt_tensor_info *tensors; /* [num_tensors], in offset order */
     int num_tensors;
 
-    size_t num_acts;
+    size_t num_acts;         /* elements of one activation set */
     bool recompute;          /* blocks keep only their output; see below */
-    float *acts_memory;      /* device */
-    float *grad_acts_memory; /* device, same layout */
+    float *acts_memory;      /* device (act_slots * num_acts) */
+    float *grad_acts_memory; /* device (grad_slots * num_acts), same layout */
+    size_t num_ws;           /* recompute: one block's activations but its output */
+    size_t num_grad_ws;      /* recompute: of their gradients, those backward writes */
+    float *ws_memory;        /* device (num_ws), shared by every set, or NULL */
+    float *grad_ws_memory;   /* device (num_grad_ws), or NULL */
+    int ws_slot, ws_block;   /* whose activations ws_memory holds (-1: none) */
     dt_acts acts, grad_acts;
     int *inputs;  /* device (max_B, T) */
     int *targets; /* device (max_B, T) */
@@ -353,10 +360,12 @@ dt_status dt_model_create(dt_model **out, const dt_config *cfg, const dt_backend
  * workspace shared by all blocks. Backward runs each block's forward
  * again, from its input, just before that block's backward: the same
  * kernels on the same operands, so the same bits, for one more forward's
- * compute. Activation memory per set: the embeddings' and head's, L
- * residuals and one block's, instead of L blocks'. Whole backward only
- * (DT_BACKWARD_ALL): the split halves of a zero-bubble pipeline need the
- * activations kept between them.
+ * compute. Activation memory per set: the embeddings' and head's and L
+ * residuals, instead of L blocks'; plus one block's in the workspace (of
+ * the gradients, the 15C per token backward writes). A pipeline stage
+ * (dt_stage_spec.recompute) has one workspace for all its sets; a block
+ * is rebuilt unless the workspace holds it. The split halves recompute
+ * too; the weight half reruns each block's inner gradients as well.
  */
 dt_status dt_model_create_recompute(dt_model **out, const dt_config *cfg, const dt_backend *be,
                                     int max_B);
@@ -451,6 +460,9 @@ void dt_model_window_params(dt_model *m, float *base, size_t lo, size_t n);
  * sampling, checkpoints, hashes); release (false) frees it again.
  * DT_ENOMEM if it cannot; nothing on an unwindowed model. */
 dt_status dt_model_hold_params(dt_model *m, bool hold);
+/* Bytes of activations and their gradients this model holds: its sets
+ * and, with recomputation, the workspace. */
+size_t dt_model_activation_bytes(const dt_model *m);
 /* The offsets backward's progress hook reports, in the order it reports
  * them (the head's first, the embeddings' last): each is the start of one
  * unit of gradients finished by one layer. Returns the count (at most

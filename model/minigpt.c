@@ -25,7 +25,8 @@
  * parameters, gradients (the flat buffers, layout.c, or a stage's slice
  * of them), and activation sets plus activation-gradient sets (act_slots
  * and grad_slots of them, one allocation each, carved below; a whole
- * model has one of each). Nothing is allocated per step except AdamW's m
+ * model has one of each; with recomputation a set keeps of each block
+ * only its output, and one workspace, shared by all sets, the rest). Nothing is allocated per step except AdamW's m
  * and v, once, on the first update. A forward with a smaller (B, T) than
  * the allocation uses the front of each activation tensor, laid out as
  * (B, T, ...) contiguous.
@@ -55,12 +56,28 @@ static void act_sizes(size_t top[NUM_TOP_ACTS], size_t blk[NUM_BLOCK_ACTS], cons
     memcpy(blk, k, sizeof k);
 }
 
+/* The block activations whose gradients backward writes (in dt_block_acts
+ * order): ln1, qkv, atty, residual2, ln2, fch, fch_gelu and residual3.
+ * LayerNorm's statistics, the attention matrix (its gradient goes through
+ * the top-level scratch), attproj and fcproj (whose gradients are their
+ * outputs') have none. */
+static const bool has_grad[NUM_BLOCK_ACTS] = {1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 1};
+
+/* Is field i of a block in the recompute workspace (of the activations,
+ * or with grads of their gradients)? All but residual3; of the gradients
+ * only those backward writes. */
+static bool in_workspace(const dt_model *m, int i, bool grads)
+{
+    return m->recompute && i < NUM_BLOCK_ACTS - 1 && (!grads || has_grad[i]);
+}
+
 /* Points every field of a at its range of base, in the order act_sizes
  * lists them; the blocks outside [l0, l1) and absent tensors stay NULL.
- * With recomputation every block shares one workspace for all but its
- * residual3 (the first block's fields are the workspace). Returns the
- * total element count (base may be NULL). */
-static size_t carve_acts(dt_acts *a, float *base, const dt_model *m, size_t B, size_t T)
+ * With recomputation a block's fields in_workspace point into ws, shared
+ * by all blocks and sets (the other gradient fields stay NULL). Returns
+ * the set's element count (base may be NULL). */
+static size_t carve_acts(dt_acts *a, float *base, float *ws, const dt_model *m, size_t B, size_t T,
+                         bool grads)
 {
     size_t top[NUM_TOP_ACTS], blk[NUM_BLOCK_ACTS], off = 0;
     act_sizes(top, blk, m, B, T);
@@ -70,21 +87,42 @@ static size_t carve_acts(dt_acts *a, float *base, const dt_model *m, size_t B, s
         *tp[i] = base && top[i] ? base + off : NULL;
         off += top[i];
     }
-    float *ws[NUM_BLOCK_ACTS]; /* the first block's fields: the workspace */
     for (int l = m->l0; l < m->l1; l++) {
+        size_t ws_off = 0;
         dt_block_acts *b = &a->blocks[l];
         float **bp[NUM_BLOCK_ACTS] = {&b->ln1,      &b->ln1_mean, &b->ln1_rstd, &b->qkv,
                                       &b->atty,     &b->att,      &b->attproj,  &b->residual2,
                                       &b->ln2,      &b->ln2_mean, &b->ln2_rstd, &b->fch,
                                       &b->fch_gelu, &b->fcproj,   &b->residual3};
         for (int i = 0; i < NUM_BLOCK_ACTS; i++) {
-            bool shared = m->recompute && l > m->l0 && i < NUM_BLOCK_ACTS - 1;
-            *bp[i] = shared ? ws[i] : base ? base + off : NULL;
-            ws[i] = *bp[i];
-            off += shared ? 0 : blk[i];
+            if (in_workspace(m, i, grads)) {
+                *bp[i] = ws ? ws + ws_off : NULL;
+                ws_off += blk[i];
+            } else if (m->recompute && i < NUM_BLOCK_ACTS - 1) {
+                *bp[i] = NULL; /* a gradient backward never writes */
+            } else {
+                *bp[i] = base ? base + off : NULL;
+                off += blk[i];
+            }
         }
     }
     return off;
+}
+
+/* Elements of a recompute workspace (0 without recomputation). */
+static size_t workspace_size(const dt_model *m, size_t B, size_t T, bool grads)
+{
+    size_t top[NUM_TOP_ACTS], blk[NUM_BLOCK_ACTS], n = 0;
+    act_sizes(top, blk, m, B, T);
+    for (int i = 0; i < NUM_BLOCK_ACTS; i++)
+        n += in_workspace(m, i, grads) ? blk[i] : 0;
+    return n;
+}
+
+size_t dt_model_activation_bytes(const dt_model *m)
+{
+    size_t sets = (size_t)(m->act_slots + m->grad_slots) * m->num_acts;
+    return (sets + m->num_ws + m->num_grad_ws) * sizeof(float);
 }
 
 /* Points m->acts and m->grad_acts at the selected sets, laid out for
@@ -92,9 +130,10 @@ static size_t carve_acts(dt_acts *a, float *base, const dt_model *m, size_t B, s
  * m->targets at the selected slot's tokens. */
 void dt_model_carve(dt_model *m, int B, int T)
 {
-    carve_acts(&m->acts, m->acts_memory + (size_t)m->slot * m->num_acts, m, (size_t)B, (size_t)T);
-    carve_acts(&m->grad_acts, m->grad_acts_memory + (size_t)m->grad_slot * m->num_acts, m,
-               (size_t)B, (size_t)T);
+    carve_acts(&m->acts, m->acts_memory + (size_t)m->slot * m->num_acts, m->ws_memory, m, (size_t)B,
+               (size_t)T, false);
+    carve_acts(&m->grad_acts, m->grad_acts_memory + (size_t)m->grad_slot * m->num_acts,
+               m->grad_ws_memory, m, (size_t)B, (size_t)T, true);
     m->inputs = m->slots[m->slot].inputs;
     m->targets = m->slots[m->slot].targets;
 }
@@ -137,6 +176,24 @@ static dt_status alloc_tables(dt_model *m)
     return DT_OK;
 }
 
+/* The device allocations of create; false if one failed. */
+static bool alloc_memory(dt_model *m, size_t bytes_p, size_t bytes_a, size_t tok)
+{
+    const dt_backend *be = m->be;
+    m->params_memory = be->alloc(bytes_p);
+    m->grads_memory = be->alloc(bytes_p);
+    m->acts_memory = be->alloc(bytes_a * (size_t)m->act_slots);
+    m->grad_acts_memory = be->alloc(bytes_a * (size_t)m->grad_slots);
+    if (m->num_ws) {
+        m->ws_memory = be->alloc(m->num_ws * sizeof(float));
+        m->grad_ws_memory = be->alloc(m->num_grad_ws * sizeof(float));
+    }
+    int *tokens = be->alloc(2 * tok * (size_t)m->act_slots * sizeof(int));
+    m->slots[0].inputs = tokens; /* owns the allocation */
+    return m->params_memory && m->grads_memory && m->acts_memory && m->grad_acts_memory && tokens &&
+           (!m->num_ws || (m->ws_memory && m->grad_ws_memory));
+}
+
 /* dt_model_create_stage, with or without recomputation. */
 static dt_status create(dt_model **out, const dt_config *cfg, const dt_backend *be, int max_B,
                         const dt_stage_spec *spec, bool recompute)
@@ -169,21 +226,17 @@ static dt_status create(dt_model **out, const dt_config *cfg, const dt_backend *
         return fail(m, DT_ENOMEM, "create: out of host memory");
     m->num_params = m->param_hi - m->param_lo;
     size_t T = (size_t)cfg->T, bytes_p = m->num_params * sizeof(float);
-    m->num_acts = carve_acts(&m->acts, NULL, m, (size_t)max_B, T);
-    size_t bytes_a = m->num_acts * sizeof(float);
+    m->num_acts = carve_acts(&m->acts, NULL, NULL, m, (size_t)max_B, T, false);
+    m->num_ws = workspace_size(m, (size_t)max_B, T, false);
+    m->num_grad_ws = workspace_size(m, (size_t)max_B, T, true);
+    m->ws_slot = m->ws_block = -1;
     size_t tok = (size_t)max_B * T;
-    m->params_memory = be->alloc(bytes_p);
-    m->grads_memory = be->alloc(bytes_p);
-    m->acts_memory = be->alloc(bytes_a * (size_t)m->act_slots);
-    m->grad_acts_memory = be->alloc(bytes_a * (size_t)m->grad_slots);
-    int *tokens = be->alloc(2 * tok * (size_t)m->act_slots * sizeof(int));
-    m->slots[0].inputs = tokens; /* owns the allocation */
-    if (!m->params_memory || !m->grads_memory || !m->acts_memory || !m->grad_acts_memory ||
-        !tokens) {
+    if (!alloc_memory(m, bytes_p, m->num_acts * sizeof(float), tok)) {
         snprintf(m->err, sizeof m->err, "minigpt: create: %s backend could not allocate %zu MiB",
-                 be->name, (2 * bytes_p + bytes_a * (size_t)(m->act_slots + m->grad_slots)) >> 20);
+                 be->name, (2 * bytes_p + dt_model_activation_bytes(m)) >> 20);
         return DT_ENOMEM;
     }
+    int *tokens = m->slots[0].inputs;
     for (int k = 0; k < m->act_slots; k++) {
         m->slots[k].inputs = tokens + 2 * (size_t)k * tok;
         m->slots[k].targets = tokens + (2 * (size_t)k + 1) * tok;
@@ -199,19 +252,19 @@ static dt_status create(dt_model **out, const dt_config *cfg, const dt_backend *
 dt_status dt_model_create_stage(dt_model **out, const dt_config *cfg, const dt_backend *be,
                                 int max_B, const dt_stage_spec *spec)
 {
-    return create(out, cfg, be, max_B, spec, false);
+    return create(out, cfg, be, max_B, spec, spec->recompute);
 }
 
 dt_status dt_model_create_recompute(dt_model **out, const dt_config *cfg, const dt_backend *be,
                                     int max_B)
 {
-    dt_stage_spec whole = {0, cfg->L, 1, 1};
+    dt_stage_spec whole = {0, cfg->L, 1, 1, false};
     return create(out, cfg, be, max_B, &whole, true);
 }
 
 dt_status dt_model_create(dt_model **out, const dt_config *cfg, const dt_backend *be, int max_B)
 {
-    dt_stage_spec whole = {0, cfg->L, 1, 1};
+    dt_stage_spec whole = {0, cfg->L, 1, 1, false};
     return dt_model_create_stage(out, cfg, be, max_B, &whole);
 }
 
@@ -225,6 +278,8 @@ void dt_model_destroy(dt_model *m)
                        m->grads_memory,
                        m->acts_memory,
                        m->grad_acts_memory,
+                       m->ws_memory,
+                       m->grad_ws_memory,
                        m->slots ? m->slots[0].inputs : NULL,
                        m->adam_m,
                        m->adam_v};
@@ -359,6 +414,8 @@ void dt_model_block_forward(dt_model *m, int l, const float *residual, int B, in
     be->gelu_forward(x->fch_gelu, x->fch, (size_t)N * 4 * C);
     be->matmul_forward(x->fcproj, x->fch_gelu, w->fcprojw, w->fcprojb, N, 4 * C, C);
     be->residual_forward(x->residual3, x->residual2, x->fcproj, (size_t)N * C);
+    m->ws_slot = m->slot; /* with recomputation, the workspace now holds it */
+    m->ws_block = l;
 }
 
 /* The last stage's head: ln_f, logits, and (with targets) the mean loss,

@@ -157,7 +157,13 @@ dt_status dt_zero1_create(dt_zero1 **out, dt_model *m, dt_comm *comm);
  * its own). It keeps no fp32 master beside the fp32 parameters (AdamW
  * updates the model's own slice, the gathers send from there): optimizer
  * state m, v: 8s bytes. dt_zero1_state's master is that slice. Its
- * checkpoints are ZeRO-1's, bit for bit.
+ * checkpoints are ZeRO-1's, bit for bit. On a pipeline stage (m holds
+ * blocks [l0, l1) of L) the gradients stay whole: the executor adds the
+ * stage's micro-batches into them, a sum every rank must hold until the
+ * last one is in, so stage 2 saves no gradient memory there (DeepSpeed
+ * refuses ZeRO-2 with pipelines for this reason); the caller arms the
+ * reduces for the stage's last backward (dt_zero1_arm) and each piece
+ * goes to its owner as soon as that backward has finished it.
  */
 dt_status dt_zero2_create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucket_bytes);
 /*
@@ -178,6 +184,15 @@ dt_status dt_zero2_create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t buc
  * caller installs the parameter hooks with dt_zero1_arm_params.
  */
 dt_status dt_zero3_create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucket_bytes);
+/*
+ * For a caller that runs the final backward itself (a pipeline stage,
+ * whose last B or W finishes its gradient sum): prepares the reduces as a
+ * synced dt_zero1_backward would and returns the progress hook to install
+ * on m for that backward (*fn NULL when there is nothing to send: one
+ * rank). The step then waits for them and launches any not launched.
+ * DT_EINVAL when the gradients are sharded (no full sum in m).
+ */
+dt_status dt_zero1_arm(dt_zero1 *z, dt_grad_ready_fn *fn, void **user);
 /* ZeRO-3 for a caller that runs m's forward and backward itself (a
  * pipeline's executor): on installs the parameter hooks that gather each
  * unit just before it is read (and ends a hold), off removes them.

@@ -1,8 +1,9 @@
 /*
  * optim_internal.h — helpers shared by the optimizer layer's files, not
  * part of its public interface: the one formula for the share of
- * communication hidden, and ZeRO-2's gradient path (grad_shards.c), which
- * zero1.c drives.
+ * communication hidden, ZeRO-2's gradient path (grad_shards.c) and
+ * ZeRO-3's parameter path (param_units.c), which zero1.c drives, and
+ * zero1.c's state, whose bytes zero_memory.c reports.
  */
 #ifndef DT_OPTIM_INTERNAL_H
 #define DT_OPTIM_INTERNAL_H
@@ -133,5 +134,33 @@ void optim_param_units_prefetch(optim_param_units *u);
 dt_status optim_param_units_hold(optim_param_units *u, bool hold);
 /* Adds the gathers' timing since the last call to *into. */
 void optim_param_units_take_clock(optim_param_units *u, optim_overlap_clock *into);
+
+
+/* ---- zero1.c's state, read by zero_memory.c ------------------------------- */
+
+struct dt_zero1 {
+    dt_model *m;
+    dt_comm *comm; /* NULL: one process */
+    int rank, world;
+    size_t s;                       /* shard size (padded) */
+    size_t lo, n;                   /* this rank's valid range of the flat buffer */
+    size_t *counts;                 /* [world]: each rank's valid count */
+    float *master;                  /* (s) fp32 master of the shard */
+    bool own_master;                /* ZeRO-2: master is the model's own slice */
+    float *adam_m, *adam_v;         /* (s) */
+    optim_zero_piece *reduces;      /* [nreduce], in backward order (tail first) */
+    int nreduce, reduced;           /* launched this backward */
+    optim_zero_piece *gathers;      /* [ngather], in forward order */
+    size_t *gather_counts;          /* [ngather * world] */
+    int ngather, gathered, settled; /* launched / waited */
+    bool syncing;                   /* the current backward launches reduces */
+    optim_grad_shards *gs;          /* ZeRO-2, 3: the gradient shard, or NULL */
+    optim_param_units *pu;          /* ZeRO-3: the parameter units, or NULL */
+    int stage;                      /* 1, 2 or 3 */
+    optim_overlap_clock clock;      /* since the last stats */
+    optim_rank_order ro;            /* --deterministic (rank_order.c) */
+    dt_status st;
+    char err[512];
+};
 
 #endif /* DT_OPTIM_INTERNAL_H */

@@ -58,32 +58,7 @@
 #include "dt_clock.h"
 #include "optim_internal.h"
 
-typedef optim_zero_piece piece; /* zero_layout.c */
-
-struct dt_zero1 {
-    dt_model *m;
-    dt_comm *comm; /* NULL: one process */
-    int rank, world;
-    size_t s;                       /* shard size (padded) */
-    size_t lo, n;                   /* this rank's valid range of the flat buffer */
-    size_t *counts;                 /* [world]: each rank's valid count */
-    float *master;                  /* (s) fp32 master of the shard */
-    bool own_master;                /* ZeRO-2: master is the model's own slice */
-    float *adam_m, *adam_v;         /* (s) */
-    piece *reduces;                 /* [nreduce], in backward order (tail first) */
-    int nreduce, reduced;           /* launched this backward */
-    piece *gathers;                 /* [ngather], in forward order */
-    size_t *gather_counts;          /* [ngather * world] */
-    int ngather, gathered, settled; /* launched / waited */
-    bool syncing;                   /* the current backward launches reduces */
-    optim_grad_shards *gs;          /* ZeRO-2, 3: the gradient shard, or NULL */
-    optim_param_units *pu;          /* ZeRO-3: the parameter units, or NULL */
-    int stage;                      /* 1, 2 or 3 */
-    optim_overlap_clock clock;      /* since the last stats */
-    optim_rank_order ro;            /* --deterministic (rank_order.c) */
-    dt_status st;
-    char err[512];
-};
+typedef optim_zero_piece piece; /* zero_layout.c; struct dt_zero1: optim_internal.h */
 
 static dt_status zero1_fail(dt_zero1 *z, dt_status st, const char *what)
 {
@@ -174,9 +149,15 @@ dt_status dt_zero1_create(dt_zero1 **out, dt_model *m, dt_comm *comm)
 
 dt_status dt_zero2_create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucket_bytes)
 {
-    dt_status st = create(out, m, comm, bucket_bytes, false);
+    /* a pipeline stage keeps its micro-batches' sum whole; its pieces
+     * default to a quarter of a shard too, so several go out during the
+     * last backward (dt_zero1_arm) */
+    bool stage = m->l0 > 0 || m->l1 < m->cfg.L;
+    size_t world = comm ? (size_t)dt_comm_size(comm) : 1;
+    size_t quarter = (m->num_params + world - 1) / world / 4 * sizeof(float);
+    dt_status st = create(out, m, comm, bucket_bytes || !stage ? bucket_bytes : quarter, false);
     dt_zero1 *z = *out;
-    if (st != DT_OK)
+    if (st != DT_OK || stage)
         return st;
     /* by default a quarter of a shard: the buckets in flight add half a
      * shard to the shard (25 MB buckets would hold more than ZeRO-1) */
@@ -259,6 +240,20 @@ static void on_grads_ready(void *user, size_t lo)
     dt_zero1 *z = user;
     poll(z->reduces, 0, z->reduced);
     launch_reduces(z, lo);
+}
+
+dt_status dt_zero1_arm(dt_zero1 *z, dt_grad_ready_fn *fn, void **user)
+{
+    *fn = NULL;
+    *user = z;
+    if (z->st != DT_OK)
+        return z->st;
+    if (z->gs)
+        return zero1_fail(z, DT_EINVAL, "arm: the gradients are sharded (no full sum to reduce)");
+    z->syncing = z->world > 1;
+    z->reduced = 0;
+    *fn = z->syncing ? on_grads_ready : NULL;
+    return DT_OK;
 }
 
 dt_status dt_zero1_backward(dt_zero1 *z, float dloss, bool sync)
@@ -361,12 +356,6 @@ const char *dt_zero1_error(const dt_zero1 *z)
     return z->err;
 }
 
-void dt_zero1_shard(const dt_zero1 *z, size_t *lo, size_t *n)
-{
-    *lo = z->lo;
-    *n = z->n;
-}
-
 void dt_zero1_state(dt_zero1 *z, float **master, float **m, float **v)
 {
     dt_zero1_wait_params(z); /* the gather reads the master */
@@ -375,17 +364,6 @@ void dt_zero1_state(dt_zero1 *z, float **master, float **m, float **v)
     *master = z->master;
     *m = z->adam_m;
     *v = z->adam_v;
-}
-
-size_t dt_zero1_optimizer_bytes(const dt_zero1 *z)
-{
-    return (z->own_master && !z->pu ? 3 : 2) * z->s * sizeof(float);
-}
-
-size_t dt_zero1_param_bytes(const dt_zero1 *z)
-{
-    return z->pu ? z->s * sizeof(float) + optim_param_units_bytes(z->pu)
-                 : z->m->num_params * sizeof(float);
 }
 
 void dt_zero1_arm_params(dt_zero1 *z, bool on)
@@ -406,27 +384,6 @@ dt_status dt_zero1_hold_params(dt_zero1 *z, bool hold)
         return hold ? dt_zero1_wait_params(z) : DT_OK;
     optim_param_units_hold(z->pu, hold);
     return pu_check(z);
-}
-
-size_t dt_zero1_staging_bytes(const dt_zero1 *z)
-{
-    (void)z;
-    return 0; /* reduces run in place in the model's gradient buffer */
-}
-
-size_t dt_zero1_gradient_bytes(const dt_zero1 *z)
-{
-    return z->gs ? optim_grad_shards_bytes(z->gs) : z->m->num_params * sizeof(float);
-}
-
-int dt_zero1_stage(const dt_zero1 *z)
-{
-    return z->stage;
-}
-
-int dt_zero1_num_buckets(const dt_zero1 *z)
-{
-    return z->gs ? optim_grad_shards_num_buckets(z->gs) : z->nreduce;
 }
 
 /* Waits for every reduce piece (launching those backward did not), so

@@ -6,12 +6,14 @@
 # must print a loss table identical, digit for digit, to `minigpt
 # --grad-accum 4` with the same flags, for every schedule (the stages add
 # the micro-batches' gradients in the same order, so the sums are
-# bitwise equal). Two pipelines of 2 stages, data-parallel (a world of 4),
-# print the loss table of `dtrain-launch -n 2 minigpt --grad-accum 4`,
+# bitwise equal), also with --recompute. Two pipelines of 2 stages,
+# data-parallel (a world of 4), print the loss table of `dtrain-launch -n 2 minigpt --grad-accum 4`,
 # under DDP and ZeRO-1 (and ZeRO-3, whose stages gather each unit before
-# the executor reads it, ZeRO-1's table), and every stage's replicas
-# agree bitwise (--check-replicas), also on the gloo wire (--wire gloo);
-# ZeRO-3's checkpoint is ZeRO-1's, byte for byte. A --pp that
+# the executor reads it, and ZeRO-2, whose pieces leave during each
+# stage's last backward under every schedule: ZeRO-1's table), and every
+# stage's replicas agree bitwise (--check-replicas), also on the gloo wire
+# (--wire gloo); ZeRO-2's and ZeRO-3's checkpoints are ZeRO-1's, byte for
+# byte. A --pp that
 # does not divide the world size is refused with a message saying what
 # to run instead. --preset pipeline
 # prints a measured Gantt chart of its 4 stages and the bubble table of
@@ -23,7 +25,7 @@ launch=$1; minigpt=$2
 tmp=$(mktemp -d /tmp/dtrain-pipe-e2e-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 unset RANK WORLD_SIZE LOCAL_RANK DT_INIT_URL DT_SECRET DT_JOB_ID
-echo "1..14"
+echo "1..20"
 n=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
 not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
@@ -47,39 +49,56 @@ for s in gpipe 1f1b zb; do
     fi
 done
 
+# --recompute: every stage rebuilds its blocks in one workspace, same bits
+for s in gpipe 1f1b zb; do
+    name="2 stages with $s and --recompute print the loss table of one process with --grad-accum 4"
+    if timeout 120 "$launch" -n 2 "$minigpt" $flags --pp 2 --microbatches 4 \
+            --schedule "$s" --recompute >"$tmp/re-$s.out" 2>&1 &&
+       losses "$tmp/re-$s.out" >"$tmp/re-$s.loss" && [ -s "$tmp/re-$s.loss" ] &&
+       cmp -s "$tmp/one.loss" "$tmp/re-$s.loss" &&
+       grep -q "recompute: blocks keep only" "$tmp/re-$s.out"; then
+        ok "$name"
+    else
+        not_ok "$name" "$(paste "$tmp/one.loss" "$tmp/re-$s.loss" 2>&1)" \
+            "$(tail -n 5 "$tmp/re-$s.out")"
+    fi
+done
+
 # dp x pp = 2 x 2 against DDP (or ZeRO-1) on 2 ranks with --grad-accum 4
 for par in ddp zero1; do
     timeout 120 "$launch" -n 2 "$minigpt" $flags --parallel $par \
         --grad-accum 4 >"$tmp/dp-$par.out" 2>&1
     losses "$tmp/dp-$par.out" >"$tmp/dp-$par.loss"
 done
-for run in gpipe:ddp 1f1b:ddp zb:zero1 1f1b:zero3; do
-    s=${run%:*}; par=${run#*:}; [ "$par" = zero3 ] && ref=zero1 || ref=$par
+for run in gpipe:ddp 1f1b:ddp zb:zero1 1f1b:zero3 gpipe:zero2 1f1b:zero2 zb:zero2; do
+    s=${run%:*}; par=${run#*:}; case $par in zero2|zero3) ref=zero1 ;; *) ref=$par ;; esac
     name="2 x 2 ranks with $s and $par print the loss table of $ref on 2 ranks with --grad-accum 4"
     if timeout 120 "$launch" -n 4 "$minigpt" $flags --pp 2 --microbatches 4 \
             --schedule "$s" --parallel $par --check-replicas \
-            >"$tmp/2x2-$s.out" 2>&1 &&
-       losses "$tmp/2x2-$s.out" >"$tmp/2x2-$s.loss" && [ -s "$tmp/2x2-$s.loss" ] &&
-       cmp -s "$tmp/dp-$ref.loss" "$tmp/2x2-$s.loss" &&
+            >"$tmp/2x2-$s-$par.out" 2>&1 &&
+       losses "$tmp/2x2-$s-$par.out" >"$tmp/2x2-$s-$par.loss" &&
+       [ -s "$tmp/2x2-$s-$par.loss" ] && cmp -s "$tmp/dp-$ref.loss" "$tmp/2x2-$s-$par.loss" &&
        grep -q "replicas: the 2 ranks of each of the 2 stages hold bitwise identical" \
-           "$tmp/2x2-$s.out"; then
+           "$tmp/2x2-$s-$par.out"; then
         ok "$name"
     else
-        not_ok "$name" "$(paste "$tmp/dp-$ref.loss" "$tmp/2x2-$s.loss" 2>&1)" \
-            "$(tail -n 5 "$tmp/2x2-$s.out")"
+        not_ok "$name" "$(paste "$tmp/dp-$ref.loss" "$tmp/2x2-$s-$par.loss" 2>&1)" \
+            "$(tail -n 5 "$tmp/2x2-$s-$par.out")"
     fi
 done
 
-# ZeRO-3 on the stages of zb against ZeRO-1: the saved step, every shard
-name="2 x 2 ranks with zb save the same checkpoint bytes under zero3 as under zero1"
+# ZeRO-2 and ZeRO-3 on the stages of zb against ZeRO-1: the saved step, every shard
+name="2 x 2 ranks with zb save the same checkpoint bytes under zero2 and zero3 as under zero1"
 bad=""
-for par in zero1 zero3; do
+for par in zero1 zero2 zero3; do
     timeout 120 "$launch" -n 4 "$minigpt" $flags --pp 2 --microbatches 4 --schedule zb \
         --parallel $par --ckpt-dir "$tmp/ck-$par" --ckpt-every 4 >"$tmp/ck-$par.out" 2>&1 ||
         bad="$bad $par failed: $(tail -n 3 "$tmp/ck-$par.out");"
 done
 for f in "$tmp"/ck-zero1/step_00000004/*; do
-    cmp -s "$f" "$tmp/ck-zero3/step_00000004/${f##*/}" || bad="$bad ${f##*/} differs;"
+    for par in zero2 zero3; do
+        cmp -s "$f" "$tmp/ck-$par/step_00000004/${f##*/}" || bad="$bad $par's ${f##*/} differs;"
+    done
 done
 [ -s "$tmp/ck-zero1/step_00000004/rank00003.bin" ] || bad="$bad no step 4 saved;"
 if [ -z "$bad" ]; then

@@ -7,7 +7,7 @@
  *   cut over its replicas (the manifest's global offsets say which).
  * - `--resume auto` is bitwise: a run stopped after its step-3 checkpoint
  *   and resumed ends with the same step-6 state (parameters, m, v, ZeRO-1
- *   master) as a run never stopped, DDP and ZeRO-1.
+ *   master) as a run never stopped, DDP, ZeRO-1 and ZeRO-2.
  * - `dtrain-ckpt reshard` turns the 2 x 2 checkpoint into 4 plain
  *   data-parallel shards, which `minigpt --grad-accum 2` on 4 ranks
  *   resumes, ending within 1e-5 relative of the unresharded run (the same
@@ -127,7 +127,7 @@ static void resume_is_bitwise(const char *parallel)
     train(root, "b", true, parallel, "6", "auto");
     snprintf(a, sizeof a, "%s/a/step_00000006", root);
     snprintf(b, sizeof b, "%s/b/step_00000006", root);
-    bool zero1 = strcmp(parallel, "zero1") == 0;
+    bool zero1 = strcmp(parallel, "ddp") != 0; /* ZeRO-2 saves ZeRO-1's state */
     dt_ckpt_state x = load_full(a, zero1), y = load_full(b, zero1);
     expect_bitwise(&x, &y, parallel);
     free_full(&x);
@@ -145,6 +145,12 @@ Test(ckpt_pipeline, resume_auto_of_2x2_zero1_ends_bitwise_equal_to_a_run_never_s
      .timeout = 300)
 {
     resume_is_bitwise("zero1");
+}
+
+Test(ckpt_pipeline, resume_auto_of_2x2_zero2_ends_bitwise_equal_to_a_run_never_stopped,
+     .timeout = 300)
+{
+    resume_is_bitwise("zero2");
 }
 
 /* Shard r's params range in dir's manifest. */

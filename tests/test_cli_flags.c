@@ -387,12 +387,3 @@ Test(cli_flags, the_oversubscription_warning_prints_a_fraction_as_it_is, .timeou
     cr_expect(strstr(out, "9 workers on 2 CPU cores (4.5 per core)"), "%s", out);
     free(out);
 }
-
-/* ZeRO-2's gradient windows need a backward it runs itself: a pipeline
- * stage is refused by name before anything starts (ZeRO-3 runs there). */
-Test(cli_flags, zero2_with_a_pipeline_is_refused_naming_both, .timeout = 60)
-{
-    assert_one_line_and_a_hint(
-        (const char *[]){MINIGPT_BIN, "--pp", "2", "--parallel", "zero2", NULL},
-        "a pipeline stage runs DDP, ZeRO-1 or ZeRO-3, not '--parallel zero2'");
-}

@@ -6,7 +6,8 @@
  * gradients handed back — gives the full model's loss and gradients
  * bitwise (every kernel sees the same operands in the same order), whether
  * backward runs whole or split into its input and weight halves, and
- * with several micro-batches in flight in separate activation slots.
+ * with several micro-batches in flight in separate activation slots, and
+ * with recomputation (one workspace shared by the slots).
  */
 #include <criterion/criterion.h>
 #include <stdlib.h>
@@ -36,10 +37,10 @@ static dt_model *full_model(void)
     return m;
 }
 
-static void make_stages(dt_model **st, int slots, int grad_slots)
+static void make_stages(dt_model **st, int slots, int grad_slots, bool recompute)
 {
     for (int s = 0; s < NSTAGE; s++) {
-        dt_stage_spec sp = {bounds[s], bounds[s + 1], slots, grad_slots};
+        dt_stage_spec sp = {bounds[s], bounds[s + 1], slots, grad_slots, recompute};
         dt_status rc = dt_model_create_stage(&st[s], &cfg, dt_backend_cpu(), B, &sp);
         cr_assert_eq(rc, DT_OK, "%s", dt_model_error(st[s]));
         dt_model_init(st[s], 42);
@@ -56,7 +57,7 @@ static void destroy_all(dt_model *full, dt_model **st)
 Test(model_stage, stages_tile_the_flat_layout_and_hold_its_slices_bitwise, .timeout = 30)
 {
     dt_model *full = full_model(), *st[NSTAGE];
-    make_stages(st, 1, 1);
+    make_stages(st, 1, 1, false);
     float *all = malloc(full->num_params * sizeof(float));
     dt_model_get_params(full, all);
     size_t next = 0;
@@ -135,12 +136,12 @@ static void expect_same_grads(dt_model *full, dt_model **st)
 /* Two micro-batches with 1/2 loss scaling: the full model runs them one
  * after another (--grad-accum 2); the stages run both forwards first
  * (two slots in flight), then both backwards, whole or split. */
-static void stages_match_full_model(int split)
+static void stages_match_full_model(int split, bool recompute)
 {
     enum { M = 2, N = B * 16 };
     int x[M][N], y[M][N];
     dt_model *full = full_model(), *st[NSTAGE];
-    make_stages(st, M, M);
+    make_stages(st, M, M, recompute);
     float full_loss[M];
     dt_model_zero_grad(full);
     for (int k = 0; k < M; k++) {
@@ -173,7 +174,7 @@ static void stages_match_full_model(int split)
 Test(model_stage, config_stage_range_is_the_stage_models_slice, .timeout = 10)
 {
     dt_model *st[NSTAGE];
-    make_stages(st, 1, 1);
+    make_stages(st, 1, 1, false);
     for (int s = 0; s < NSTAGE; s++) {
         size_t lo, hi;
         dt_config_stage_range(&cfg, bounds[s], bounds[s + 1], &lo, &hi);
@@ -186,22 +187,58 @@ Test(model_stage, config_stage_range_is_the_stage_models_slice, .timeout = 10)
 
 Test(model_stage, stages_in_sequence_give_the_full_models_loss_and_grads, .timeout = 60)
 {
-    stages_match_full_model(0);
+    stages_match_full_model(0, false);
 }
 
 Test(model_stage, split_backward_gives_the_same_bits_as_whole_backward, .timeout = 60)
 {
-    stages_match_full_model(1);
+    stages_match_full_model(1, false);
+}
+
+/* Recomputing stages: two micro-batches in flight share each stage's one
+ * workspace, so every block is rebuilt before its backward; the weight
+ * half rebuilds its inner gradients too. */
+Test(model_stage, recomputing_stages_give_the_full_models_grads_whole_and_split, .timeout = 60)
+{
+    stages_match_full_model(0, true);
+    stages_match_full_model(1, true);
+}
+
+/* Per set, a recomputing stage keeps of each block only its output; one
+ * workspace of a block's other activations, and one of the gradients
+ * backward writes of them (ln1, qkv, atty, residual2, ln2: 7C; fch,
+ * fch_gelu: 8C per token), serves all its sets. */
+Test(model_stage, recomputing_stages_share_one_workspace_between_their_sets, .timeout = 10)
+{
+    enum { SETS = 3 };
+    dt_model *plain[NSTAGE], *re[NSTAGE];
+    make_stages(plain, SETS, 1, false);
+    make_stages(re, SETS, 1, true);
+    size_t N = (size_t)B * cfg.T, C = (size_t)cfg.C;
+    size_t blk = N * (18 * C + 4) + (size_t)B * cfg.H * cfg.T * cfg.T; /* one block's */
+    for (int s = 0; s < NSTAGE; s++) {
+        size_t L = (size_t)(bounds[s + 1] - bounds[s]);
+        cr_expect_eq(plain[s]->num_acts - re[s]->num_acts, L * (blk - N * C), "stage %d", s);
+        cr_expect_eq(re[s]->num_ws, blk - N * C, "stage %d", s);
+        cr_expect_eq(re[s]->num_grad_ws, 15 * N * C, "stage %d", s);
+        cr_expect_eq(dt_model_activation_bytes(re[s]),
+                     ((SETS + 1) * re[s]->num_acts + re[s]->num_ws + re[s]->num_grad_ws) *
+                         sizeof(float));
+        cr_expect_eq(re[s]->acts.blocks[bounds[s]].qkv, re[s]->ws_memory + N * C + 2 * N,
+                     "stage %d: qkv is not in the workspace", s);
+    }
+    destroy_all(NULL, plain);
+    destroy_all(NULL, re);
 }
 
 Test(model_stage, an_empty_block_range_is_refused_by_name, .timeout = 10)
 {
     dt_model *m;
-    dt_stage_spec sp = {2, 2, 1, 1};
+    dt_stage_spec sp = {2, 2, 1, 1, false};
     cr_assert_eq(dt_model_create_stage(&m, &cfg, dt_backend_cpu(), B, &sp), DT_EINVAL);
     cr_expect(strstr(dt_model_error(m), "[2, 2)") != NULL, "%s", dt_model_error(m));
     dt_model_destroy(m);
-    dt_stage_spec beyond = {3, 5, 1, 1};
+    dt_stage_spec beyond = {3, 5, 1, 1, false};
     cr_assert_eq(dt_model_create_stage(&m, &cfg, dt_backend_cpu(), B, &beyond), DT_EINVAL);
     dt_model_destroy(m);
 }
@@ -209,7 +246,7 @@ Test(model_stage, an_empty_block_range_is_refused_by_name, .timeout = 10)
 Test(model_stage, a_middle_stage_refuses_token_ids, .timeout = 10)
 {
     dt_model *m;
-    dt_stage_spec sp = {1, 3, 1, 1};
+    dt_stage_spec sp = {1, 3, 1, 1, false};
     cr_assert_eq(dt_model_create_stage(&m, &cfg, dt_backend_cpu(), B, &sp), DT_OK);
     int x[B * 16] = {0};
     cr_expect_eq(dt_model_forward(m, x, NULL, B, cfg.T), DT_EINVAL);
@@ -224,7 +261,7 @@ Test(model_stage, a_middle_stage_refuses_token_ids, .timeout = 10)
 Test(model_stage, stage_activations_add_up_to_the_full_models, .timeout = 10)
 {
     dt_model *full = full_model(), *st[NSTAGE];
-    make_stages(st, 1, 1);
+    make_stages(st, 1, 1, false);
     size_t extra = (size_t)B * cfg.T * cfg.C + (size_t)B * cfg.H * cfg.T * cfg.T;
     size_t sum = 0;
     for (int s = 0; s < NSTAGE; s++)

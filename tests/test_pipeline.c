@@ -241,7 +241,7 @@ Test(pipeline, an_unknown_schedule_or_no_micro_batches_is_refused, .timeout = 10
 static size_t owned(const dt_config *c, int a, int b)
 {
     dt_model *m;
-    dt_stage_spec sp = {a, b, 1, 1};
+    dt_stage_spec sp = {a, b, 1, 1, false};
     cr_assert_eq(dt_model_create_stage(&m, c, dt_backend_cpu(), 1, &sp), DT_OK);
     size_t n = m->num_params;
     dt_model_destroy(m);
@@ -298,7 +298,7 @@ Test(executor, refuses_a_model_that_is_not_its_stage_or_has_too_few_slots, .time
     char err[128];
     dt_pipe_schedule *s = dt_pipe_schedule_create(DT_PIPE_GPIPE, 1, 3, err, sizeof err);
     dt_model *half, *one_slot;
-    dt_stage_spec a = {0, 1, 3, 1}, b = {0, 2, 1, 1};
+    dt_stage_spec a = {0, 1, 3, 1, false}, b = {0, 2, 1, 1, false};
     cr_assert_eq(dt_model_create_stage(&half, &small, dt_backend_cpu(), 1, &a), DT_OK);
     cr_assert_eq(dt_model_create_stage(&one_slot, &small, dt_backend_cpu(), 1, &b), DT_OK);
     dt_pipe *p;
@@ -340,7 +340,7 @@ Test(executor, one_stage_with_split_backward_equals_gradient_accumulation, .time
     }
     char err[128];
     dt_pipe_schedule *s = dt_pipe_schedule_create(DT_PIPE_ZB, 1, M, err, sizeof err);
-    dt_stage_spec sp = {0, 2, s->act_slots[0], s->grad_slots[0]};
+    dt_stage_spec sp = {0, 2, s->act_slots[0], s->grad_slots[0], false};
     cr_assert_eq(dt_model_create_stage(&st, &small, dt_backend_cpu(), 2, &sp), DT_OK);
     dt_model_init(st, 9);
     dt_model_zero_grad(st);

@@ -5,8 +5,9 @@
  * group per stage, is the same computation as D ranks of plain DDP (or
  * ZeRO-1) accumulating gradients over the same micro-batches.
  *
- * D = P = 2, every schedule, m in {1, p, 2p + 1}, DDP and ZeRO-1, K = 2
- * AdamW steps. Replica r's micro-batch j is the reference's rank r
+ * D = P = 2, every schedule, m in {1, p, 2p + 1}, DDP, ZeRO-1 and ZeRO-2
+ * (against ZeRO-1's reference; its pieces go to their owners during the
+ * stage's last backward, armed as DDP's buckets are), K = 2 AdamW steps. Replica r's micro-batch j is the reference's rank r
  * micro-step j. The comparison is BITWISE, parameters and losses: each
  * stage adds its micro-batches' gradients in the order one rank does
  * (test_pipeline_train.c), the mean over two replicas is one addition and
@@ -30,9 +31,12 @@ static const uint64_t SEED = 5;
 static const float LR = 1e-2f;
 static const size_t BUCKET_BYTES = 8192; /* several buckets per stage */
 
+typedef enum mode { DDP, ZERO1, ZERO2 } mode;
+static const char *const mode_names[] = {"ddp", "zero1", "zero2"};
+
 typedef struct scenario {
     dt_pipe_kind kind;
-    bool zero1;
+    mode opt;
     int m;
     int x[K][D * MAX_M][B * T], y[K][D * MAX_M][B * T];
     float *ref_params; /* [num_params] DDP rank 0 after K steps */
@@ -68,9 +72,11 @@ static bool sync_and_step(rank_ctx *rc, dt_model *m, dt_ddp *ddp, dt_zero1 *z, i
     return dt_model_update(m, &h, k + 1) == DT_OK || rank_fail(rc, "update: %s", dt_model_error(m));
 }
 
-static dt_status make_optimizer(dt_model *m, dt_comm *c, bool zero1, dt_ddp **ddp, dt_zero1 **z)
+static dt_status make_optimizer(dt_model *m, dt_comm *c, mode opt, dt_ddp **ddp, dt_zero1 **z)
 {
-    return zero1 ? dt_zero1_create(z, m, c) : dt_ddp_create(ddp, m, c, BUCKET_BYTES);
+    if (opt == ZERO2)
+        return dt_zero2_create(z, m, c, BUCKET_BYTES);
+    return opt == ZERO1 ? dt_zero1_create(z, m, c) : dt_ddp_create(ddp, m, c, BUCKET_BYTES);
 }
 
 /* The reference: rank r of D runs --grad-accum m on micro-batches r·m+j. */
@@ -85,7 +91,7 @@ static void reference_rank(rank_ctx *rc)
         return;
     }
     dt_model_init(m, SEED);
-    if (make_optimizer(m, rc->comm, s->zero1, &ddp, &z) != DT_OK)
+    if (make_optimizer(m, rc->comm, s->opt == DDP ? DDP : ZERO1, &ddp, &z) != DT_OK)
         rank_fail(rc, "optimizer");
     for (int k = 0; k < K && !rc->failed; k++) {
         float loss = 0;
@@ -137,13 +143,13 @@ static bool open_stage_rank(rank_ctx *rc, scenario *s, stage_rank *sr)
         return rank_fail(rc, "%s", err);
     int st = sr->stage;
     dt_stage_spec sp = {bounds[st], bounds[st + 1], sr->sched->act_slots[st],
-                        sr->sched->grad_slots[st]};
+                        sr->sched->grad_slots[st], false};
     if (dt_model_create_stage(&sr->m, &cfg, dt_backend_cpu(), B, &sp) != DT_OK)
         return rank_fail(rc, "stage: %s", dt_model_error(sr->m));
     dt_model_init(sr->m, SEED);
     if (dt_pipe_create(&sr->pp, sr->pipe, sr->m, sr->sched) != DT_OK)
         return rank_fail(rc, "%s", dt_pipe_error(sr->pp));
-    if (make_optimizer(sr->m, sr->dp, s->zero1, &sr->ddp, &sr->z) != DT_OK)
+    if (make_optimizer(sr->m, sr->dp, s->opt, &sr->ddp, &sr->z) != DT_OK)
         return rank_fail(rc, "optimizer");
     return true;
 }
@@ -159,8 +165,9 @@ static void close_stage_rank(stage_rank *sr)
     dt_comm_destroy(sr->dp);
 }
 
-/* One pipelined step: the stage's micro-batches, DDP's buckets armed for
- * its last backward, the sync, AdamW; the last stages average the loss. */
+/* One pipelined step: the stage's micro-batches, DDP's buckets (ZeRO-2's
+ * pieces) armed for its last backward, the sync, AdamW; the last stages
+ * average the loss. */
 static bool pipelined_step(rank_ctx *rc, scenario *s, stage_rank *sr, int k)
 {
     const int *in[MAX_M], *tg[MAX_M];
@@ -176,6 +183,13 @@ static bool pipelined_step(rank_ctx *rc, scenario *s, stage_rank *sr, int k)
         void *user;
         if (dt_ddp_arm(sr->ddp, &fn, &user) != DT_OK)
             return rank_fail(rc, "arm: %s", dt_ddp_error(sr->ddp));
+        dt_pipe_set_grad_hook(sr->pp, fn, user);
+    }
+    if (s->opt == ZERO2) {
+        dt_grad_ready_fn fn;
+        void *user;
+        if (dt_zero1_arm(sr->z, &fn, &user) != DT_OK)
+            return rank_fail(rc, "arm: %s", dt_zero1_error(sr->z));
         dt_pipe_set_grad_hook(sr->pp, fn, user);
     }
     if (dt_pipe_run(sr->pp, sr->stage == 0 ? in : NULL, last ? tg : NULL, B, T, &loss) != DT_OK)
@@ -204,7 +218,7 @@ static void pipelined_rank(rank_ctx *rc)
 static void expect_bitwise(const scenario *s)
 {
     const char *k = dt_pipe_kind_name(s->kind);
-    const char *opt = s->zero1 ? "zero1" : "ddp";
+    const char *opt = mode_names[s->opt];
     size_t n = dt_config_num_params(&cfg), differ = 0, apart = 0;
     double maxrel = 0;
     for (size_t i = 0; i < n; i++) {
@@ -234,17 +248,16 @@ static void run_job(int world, rank_fn fn, scenario *s, const char *what)
     rank_threads_run(&job, world, fn, s);
     for (int r = 0; r < world; r++)
         cr_assert(!job.ranks[r].failed, "%s %s %s m=%d: rank %d: %s", what,
-                  dt_pipe_kind_name(s->kind), s->zero1 ? "zero1" : "ddp", s->m, r,
-                  job.ranks[r].msg);
+                  dt_pipe_kind_name(s->kind), mode_names[s->opt], s->m, r, job.ranks[r].msg);
 }
 
-static void dp_pp_equals_ddp(dt_pipe_kind kind, bool zero1)
+static void dp_pp_equals_ddp(dt_pipe_kind kind, mode opt)
 {
     int ms[3] = {1, P, 2 * P + 1};
     size_t n = dt_config_num_params(&cfg);
     for (int i = 0; i < 3; i++) {
         scenario *s = calloc(1, sizeof *s);
-        *s = (scenario){.kind = kind, .zero1 = zero1, .m = ms[i]};
+        *s = (scenario){.kind = kind, .opt = opt, .m = ms[i]};
         make_data(s);
         s->ref_params = calloc(n, sizeof(float));
         for (int r = 0; r < D; r++)
@@ -259,15 +272,18 @@ static void dp_pp_equals_ddp(dt_pipe_kind kind, bool zero1)
     }
 }
 
-#define DP_PP(name, kind, zero1, opt)                                                            \
+#define DP_PP(name, kind, mode, opt)                                                             \
     Test(pipeline_dp, name##_2x2_with_##opt##_equals_2_ranks_grad_accum_bitwise, .timeout = 240) \
     {                                                                                            \
-        dp_pp_equals_ddp(kind, zero1);                                                           \
+        dp_pp_equals_ddp(kind, mode);                                                            \
     }
 
-DP_PP(gpipe, DT_PIPE_GPIPE, false, ddp)
-DP_PP(one_f_one_b, DT_PIPE_1F1B, false, ddp)
-DP_PP(zero_bubble, DT_PIPE_ZB, false, ddp)
-DP_PP(gpipe, DT_PIPE_GPIPE, true, zero1)
-DP_PP(one_f_one_b, DT_PIPE_1F1B, true, zero1)
-DP_PP(zero_bubble, DT_PIPE_ZB, true, zero1)
+DP_PP(gpipe, DT_PIPE_GPIPE, DDP, ddp)
+DP_PP(one_f_one_b, DT_PIPE_1F1B, DDP, ddp)
+DP_PP(zero_bubble, DT_PIPE_ZB, DDP, ddp)
+DP_PP(gpipe, DT_PIPE_GPIPE, ZERO1, zero1)
+DP_PP(one_f_one_b, DT_PIPE_1F1B, ZERO1, zero1)
+DP_PP(zero_bubble, DT_PIPE_ZB, ZERO1, zero1)
+DP_PP(gpipe, DT_PIPE_GPIPE, ZERO2, zero2_as_zero1)
+DP_PP(one_f_one_b, DT_PIPE_1F1B, ZERO2, zero2_as_zero1)
+DP_PP(zero_bubble, DT_PIPE_ZB, ZERO2, zero2_as_zero1)

@@ -22,7 +22,7 @@ static void stage_main(int rank, job *j, FILE *report)
     char err[256];
     dt_comm *c = child_join(j, rank, 20, report);
     dt_pipe_schedule *s = dt_pipe_schedule_create(DT_PIPE_1F1B, P, M, err, sizeof err);
-    dt_stage_spec sp = {rank, rank + 1, s->act_slots[rank], s->grad_slots[rank]};
+    dt_stage_spec sp = {rank, rank + 1, s->act_slots[rank], s->grad_slots[rank], false};
     dt_model *m;
     dt_pipe *pp;
     if (dt_model_create_stage(&m, &cfg, dt_backend_cpu(), B, &sp) != DT_OK ||

@@ -13,6 +13,9 @@
  * there is no rounding difference to tolerate. (Bitwise implies the
  * 1e-6 relative / 1e-5 loss bounds of the specification.)
  *
+ * The same with every stage recomputing its blocks' activations
+ * (--recompute): still bitwise.
+ *
  * When each receive is posted: as soon as its slot is free, ahead of the
  * compute that precedes it in the list.
  *
@@ -36,6 +39,7 @@ static const float LR = 1e-2f;
 typedef struct scenario {
     dt_pipe_kind kind;
     int m;
+    bool recompute; /* the stages keep only their blocks' outputs */
     int x[K][MAX_M][B * T], y[K][MAX_M][B * T];
     float *ref_params; /* [num_params] after K steps */
     float ref_loss[K];
@@ -136,7 +140,8 @@ static void run_rank(rank_ctx *rc)
         return;
     }
     int st = rc->rank;
-    dt_stage_spec sp = {bounds[st], bounds[st + 1], sched->act_slots[st], sched->grad_slots[st]};
+    dt_stage_spec sp = {bounds[st], bounds[st + 1], sched->act_slots[st], sched->grad_slots[st],
+                        s->recompute};
     dt_model *m;
     dt_pipe *pp = NULL;
     if (dt_model_create_stage(&m, &cfg, dt_backend_cpu(), B, &sp) != DT_OK)
@@ -173,7 +178,7 @@ static void expect_bitwise(const scenario *s, int p)
                   k, p, s->m, j, s->got_loss[j], s->ref_loss[j]);
 }
 
-static void pipeline_equals_grad_accum(dt_pipe_kind kind, int p)
+static void pipeline_equals_grad_accum(dt_pipe_kind kind, int p, bool recompute)
 {
     int ms[4] = {1, p - 1, p, 2 * p + 1};
     for (int i = 0; i < 4; i++) {
@@ -182,6 +187,7 @@ static void pipeline_equals_grad_accum(dt_pipe_kind kind, int p)
         scenario *s = calloc(1, sizeof *s);
         s->kind = kind;
         s->m = ms[i];
+        s->recompute = recompute;
         make_data(s);
         reference(s);
         rank_job job;
@@ -200,7 +206,7 @@ static void pipeline_equals_grad_accum(dt_pipe_kind kind, int p)
 #define EQUALS_GRAD_ACCUM(name, kind, p)                                                   \
     Test(pipeline_train, name##_on_##p##_stages_equals_grad_accum_bitwise, .timeout = 120) \
     {                                                                                      \
-        pipeline_equals_grad_accum(kind, p);                                               \
+        pipeline_equals_grad_accum(kind, p, false);                                        \
     }
 
 EQUALS_GRAD_ACCUM(gpipe, DT_PIPE_GPIPE, 2)
@@ -212,6 +218,21 @@ EQUALS_GRAD_ACCUM(one_f_one_b, DT_PIPE_1F1B, 4)
 EQUALS_GRAD_ACCUM(zero_bubble, DT_PIPE_ZB, 2)
 EQUALS_GRAD_ACCUM(zero_bubble, DT_PIPE_ZB, 3)
 EQUALS_GRAD_ACCUM(zero_bubble, DT_PIPE_ZB, 4)
+
+/* --recompute: each stage's micro-batches in flight share one workspace,
+ * every block is rebuilt there before its backward (ZB-H1's W rebuilds
+ * its inner gradients too), and the result is still the same bits. */
+#define RECOMPUTE_EQUALS_GRAD_ACCUM(name, kind, p)                                        \
+    Test(pipeline_train, name##_with_recompute_on_##p##_stages_equals_grad_accum_bitwise, \
+         .timeout = 120)                                                                  \
+    {                                                                                     \
+        pipeline_equals_grad_accum(kind, p, true);                                        \
+    }
+
+RECOMPUTE_EQUALS_GRAD_ACCUM(gpipe, DT_PIPE_GPIPE, 2)
+RECOMPUTE_EQUALS_GRAD_ACCUM(one_f_one_b, DT_PIPE_1F1B, 3)
+RECOMPUTE_EQUALS_GRAD_ACCUM(zero_bubble, DT_PIPE_ZB, 2)
+RECOMPUTE_EQUALS_GRAD_ACCUM(zero_bubble, DT_PIPE_ZB, 3)
 
 Test(pipeline_train, mismatched_activation_shapes_are_a_protocol_error_naming_both_sides,
      .timeout = 60)

@@ -390,10 +390,6 @@ static int check_pipeline(const mg_options *o, const char *prog)
                    "--gantt/--bubble-table without --pp");
     if (o->pp == 0)
         return 0;
-    if (o->parallel == MG_ZERO2)
-        return bad(prog, "a pipeline stage runs DDP, ZeRO-1 or ZeRO-3, not", "--parallel zero2");
-    if (o->recompute)
-        return bad(prog, "a pipeline stage keeps its activations for now; drop", "--recompute");
     if (o->microbatches > 0 && o->grad_accum > 1 && o->microbatches != o->grad_accum)
         return bad(prog,
                    "--microbatches and --grad-accum disagree (they "

@@ -133,7 +133,7 @@ static dt_status measure(mg_run *r, dt_pipe_kind kind, int m, const int *x, cons
     dt_pipe_schedule *s = dt_pipe_schedule_create(kind, o->pp, m, err, sizeof err);
     if (!s)
         return DT_EINVAL;
-    dt_stage_spec sp = {r->m->l0, r->m->l1, s->act_slots[r->stage], s->grad_slots[r->stage]};
+    dt_stage_spec sp = {r->m->l0, r->m->l1, s->act_slots[r->stage], s->grad_slots[r->stage], false};
     dt_model *sm = NULL;
     dt_pipe *pp = NULL;
     dt_status st = dt_model_create_stage(&sm, &o->cfg, dt_backend_cpu(), o->batch, &sp);

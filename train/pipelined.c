@@ -16,7 +16,9 @@
  * (avg) it over the stage's data-parallel group, its buckets launched
  * during the stage's last backward (its last W under ZB-H1: the executor
  * installs DDP's hook for that action only), or ZeRO-1 reduce-scatters it
- * after the step; each rank then runs AdamW on its stage (or shard). The
+ * after the step (ZeRO-2: each piece to its owner during that same last
+ * backward, by the same hook; ZeRO-3: after the step, as ZeRO-1); each
+ * rank then runs AdamW on its stage (or shard). The
  * last stages average their replicas' losses over their group, and the
  * last stage of each pipeline broadcasts that for the step line. The
  * validation loss, the task's accuracy and the sample need the whole
@@ -24,8 +26,10 @@
  * stage's blocks, memory and measured bubble beside the closed form.
  * With --deterministic the stage's replicas are summed in rank order
  * and divided by D (the executor's 1/M scaling and its micro-batch sums
- * are the same in every mode): DDP, ZeRO-1 and ZeRO-3 end with the same
- * bits (optim/rank_order.c).
+ * are the same in every mode): DDP, ZeRO-1, ZeRO-2 and ZeRO-3 end with the
+ * same bits (optim/rank_order.c).
+ * --recompute: each stage keeps of a block only its output per micro-batch
+ * in flight, and one workspace for the rest, shared by them (model/).
  * Checkpoints: each rank saves its replica's share of its stage's range
  * (dt_ckpt_pipeline_slices, set up here); --trace and lesson.c read the
  * executor's timeline of each step.
@@ -94,7 +98,8 @@ static dt_status open_stage(mg_run *r, int M)
         return pipe_fail(r, st, "pipeline", err);
     }
     int s = r->stage;
-    dt_stage_spec sp = {bounds[s], bounds[s + 1], r->sched->act_slots[s], r->sched->grad_slots[s]};
+    dt_stage_spec sp = {bounds[s], bounds[s + 1], r->sched->act_slots[s], r->sched->grad_slots[s],
+                        o->recompute};
     st = checkpoint_slices(r, bounds);
     free(bounds);
     if (st != DT_OK)
@@ -153,7 +158,7 @@ static dt_status open_groups(mg_run *r)
     return DT_OK;
 }
 
-/* DDP, ZeRO-1 or ZeRO-3 of this stage over its data-parallel group
+/* DDP or ZeRO-1, -2, -3 of this stage over its data-parallel group
  * (ZeRO-3: the executor's forwards and backwards gather each unit). */
 static dt_status open_optimizer(mg_run *r)
 {
@@ -168,8 +173,9 @@ static dt_status open_optimizer(mg_run *r)
             return pipe_fail(r, st, "ddp", r->ddp ? dt_ddp_error(r->ddp) : "out of memory");
     } else {
         size_t bytes = (size_t)(o->bucket_mb * 1024 * 1024);
-        st = o->parallel == MG_ZERO3 ? dt_zero3_create(&r->zero1, r->m, r->dp_comm, bytes)
-                                     : dt_zero1_create(&r->zero1, r->m, r->dp_comm);
+        st = o->parallel == MG_ZERO3   ? dt_zero3_create(&r->zero1, r->m, r->dp_comm, bytes)
+             : o->parallel == MG_ZERO2 ? dt_zero2_create(&r->zero1, r->m, r->dp_comm, bytes)
+                                       : dt_zero1_create(&r->zero1, r->m, r->dp_comm);
         if (st == DT_OK && o->deterministic)
             st = dt_zero1_set_deterministic(r->zero1);
         if (st != DT_OK)
@@ -260,16 +266,18 @@ static void add_stats(mg_run *r, int step, double t0, double t1)
     r->pipe_steps++;
 }
 
-/* DDP: arms the buckets to go out during the stage's last backward. */
+/* DDP and ZeRO-2: arms the buckets (the pieces) to go out during the
+ * stage's last backward. */
 static dt_status arm_sync(mg_run *r)
 {
     dt_grad_ready_fn fn = NULL;
     void *user = NULL;
-    if (!r->ddp)
-        return DT_OK;
-    dt_status st = dt_ddp_arm(r->ddp, &fn, &user);
-    if (st != DT_OK)
+    dt_status st = DT_OK;
+    if (r->ddp && (st = dt_ddp_arm(r->ddp, &fn, &user)) != DT_OK)
         return pipe_fail(r, st, "ddp", dt_ddp_error(r->ddp));
+    if (r->zero1 && dt_zero1_stage(r->zero1) == 2 &&
+        (st = dt_zero1_arm(r->zero1, &fn, &user)) != DT_OK)
+        return pipe_fail(r, st, "zero2", dt_zero1_error(r->zero1));
     dt_pipe_set_grad_hook(r->pipe, fn, user);
     return DT_OK;
 }

@@ -225,7 +225,7 @@ static void my_memory(const mg_run *r, int64_t v[MEM_FIELDS])
                    : m->adam_m ? (int64_t)(2 * P4)
                                : 0;
     v[MEM_STAGING] = r->zero1 ? (int64_t)dt_zero1_staging_bytes(r->zero1) : 0;
-    v[MEM_ACTS] = (int64_t)((size_t)(m->act_slots + m->grad_slots) * m->num_acts * sizeof(float));
+    v[MEM_ACTS] = (int64_t)dt_model_activation_bytes(m);
     struct mallinfo2 mi = mallinfo2();
     v[MEM_HEAP] = (int64_t)(mi.uordblks + mi.hblkhd);
     struct rusage ru;

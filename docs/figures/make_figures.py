@@ -175,10 +175,10 @@ def stacked(ax, x, tables, parts, width):
 
 
 def memory(runs, outdir):
-    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [1.5, 1.5]})
+    fig, (a, b) = plt.subplots(1, 2, figsize=(14, 4.2), gridspec_kw={"width_ratios": [2, 1.4]})
     states = ("params", "grads", "optimizer")
     x, tables, ticks = [], [], []
-    titles = {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2"}
+    titles = {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3"}
     for k, mode in enumerate(titles):
         rows = memory_table(os.path.join(runs, f"memory_{mode}.txt"))
         for r, t in rows:
@@ -188,8 +188,8 @@ def memory(runs, outdir):
     stacked(a, x, tables, states, 0.8)
     a.set_xticks(x, ticks, fontsize=6)
     a.set_ylabel("MB per rank")
-    a.set_title("model states, 4 ranks: ZeRO-1 shards the optimizer,\nZeRO-2 the gradients too "
-                "(activations alike, left out)", fontsize=9)
+    a.set_title("model states, 4 ranks: ZeRO-1 shards the optimizer, ZeRO-2 the gradients\n"
+                "too, ZeRO-3 the parameters too (activations alike, left out)", fontsize=9)
     a.legend(fontsize=7)
     x, tables, ticks = [], [], []
     for k, s in enumerate(("gpipe", "1f1b", "zb")):

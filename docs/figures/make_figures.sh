@@ -36,8 +36,8 @@ quiet "$LAUNCH" -n 2 "$MINIGPT" --pp 2 --bubble-table -n 1 -V 256 -C 128 -L 4 -T
     --data random --sample 0
 cp "$RUNS/last.log" "$RUNS/bubble.txt"
 
-echo "figures: memory per rank, DDP, ZeRO-1 and ZeRO-2 (4 ranks)"
-for mode in ddp zero1 zero2; do
+echo "figures: memory per rank, DDP, ZeRO-1, ZeRO-2 and ZeRO-3 (4 ranks)"
+for mode in ddp zero1 zero2 zero3; do
     quiet "$LAUNCH" -n 4 "$MINIGPT" --parallel $mode -n 5 --log-every 5 --sample 0
     cp "$RUNS/last.log" "$RUNS/memory_$mode.txt"
 done
