@@ -102,8 +102,8 @@ static const flag flags[] = {
      "with --pp: measure the bubble of GPipe, 1F1B and ZB-H1 for m = 1..64 "
      "beside the closed form, and their activation memory per stage"},
     {"--pp", NULL, K_INT, OPT(pp), "P",
-     "pipeline stages, one rank each; the world is D x P ranks, D "
-     "data-parallel pipelines; 0 = no pipeline"},
+     "pipeline stages, one rank each (with --tp, a tp group each); the world is D x P "
+     "ranks (D x T x P), D data-parallel pipelines; 0 = no pipeline"},
     {"--dp", NULL, K_INT, OPT(dp), "D",
      "with --pp or --tp: data-parallel replicas of the pipeline or of the "
      "tensor-parallel group (0 = world / P or world / T)"},
@@ -119,7 +119,7 @@ static const flag flags[] = {
      "recomputes the rest in backward (same bits, one more forward)"},
     {"--tp", NULL, K_INT, OPT(tp), "T",
      "tensor parallelism (Megatron): each block split over T adjacent ranks; "
-     "the world is D x T ranks, DDP across the D replicas; 0 = none"},
+     "the world is D x T ranks (D x T x P with --pp), DDP across the D replicas; 0 = none"},
     {"--wire", NULL, K_STR, OPT(wire), "W",
      "the communicator's wire: dtrain (its own) or gloo (torch 1.13's); default: DT_WIRE's"},
 };
@@ -372,9 +372,11 @@ static int check_pipeline(const mg_options *o, const char *prog)
                    "--dp counts the replicas of a pipeline or a tp group; without "
                    "--pp or --tp every rank is one:",
                    "--dp");
-    if (o->tp > 0 && o->pp > 0)
+    if (o->tp > 0 && o->recompute)
         return bad(prog,
-                   "tensor and pipeline parallelism together (3-D) come later:", "--tp with --pp");
+                   "a tensor-parallel share keeps its activations (recomputation is not built "
+                   "for it); drop",
+                   "--recompute with --tp");
     if (!dt_pipe_kind_parse(o->schedule, &k))
         return bad(prog, "not a schedule (gpipe, 1f1b, zb):", o->schedule);
     if (!dt_pipe_partition_parse(o->pp_partition, &pk))
