@@ -210,6 +210,23 @@ static void preset_pipeline(mg_options *o)
     o->bubble_table = true;
 }
 
+/* The curriculum's 3-D lesson: 8 ranks = 2 replicas x 2 tp ranks x 2
+ * stages of the embedded task's model, 1F1B over 8 micro-batches, until
+ * the task is learnt (100% exact match at step 300). */
+static void preset_3d(mg_options *o)
+{
+    o->expect_ranks = 8;
+    o->dp = 2;
+    o->tp = 2;
+    o->pp = 2;
+    o->microbatches = 8;
+    o->schedule = "1f1b";
+    o->steps = 300;
+    o->log_every = 50;
+    o->eval_every = 100;
+    o->sample = 0;
+}
+
 static const preset presets[] = {
     {"seed",
      "4 ranks, 20 steps, batch 4, lr 5e-3, ZeRO-1, random tokens, "
@@ -220,6 +237,10 @@ static const preset presets[] = {
      "the pipeline lesson: 4 ranks = 4 stages, 8 micro-batches "
      "of 1F1B, a measured Gantt chart and bubble table",
      preset_pipeline},
+    {"3d",
+     "the 3-D lesson: 8 ranks = 2 replicas x 2 tp ranks x 2 stages, 1F1B over 8 "
+     "micro-batches, 300 steps of the embedded task",
+     preset_3d},
 };
 #define NPRESETS (sizeof presets / sizeof presets[0])
 
@@ -388,6 +409,9 @@ static int check_pipeline(const mg_options *o, const char *prog)
                    "--gantt/--bubble-table without --pp");
     if (o->pp == 0)
         return 0;
+    if (o->tp > 0 && (o->gantt || o->bubble_table))
+        return bad(prog, "the Gantt chart and the bubble table read a plain pipeline's stages:",
+                   "--gantt/--bubble-table with --tp");
     if (o->parallel == MG_ZERO2)
         return bad(prog, "a pipeline stage runs DDP, ZeRO-1 or ZeRO-3, not", "--parallel zero2");
     if (o->recompute)
