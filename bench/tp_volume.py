@@ -4,6 +4,7 @@ measured by the transport, beside the closed form.
 
     python3 bench/tp_volume.py --build build
     python3 bench/tp_volume.py --build build --shapes tp2,tp4 --steps 6 -- --layers 4
+    python3 bench/tp_volume.py --build build --world 8 --shapes tp2xpp2,dp2xtp2xpp2
 
 For each shape (dp2, tp2, tp4, dp2xtp2, pp2xdp2 by default: those that fit
 --world ranks) it runs `dtrain-launch -n W minigpt ...` for a few steps with
@@ -28,6 +29,15 @@ closed form, computed here from the model's shape alone, term by term:
                many gradients backward across each stage boundary; the
                stage's gradient all-reduce over its replicas; the last
                stage's loss all-reduce and broadcast
+  3-D          tp inside each stage: per micro-batch 2 all-reduces of
+               B·T·C per block of the stage forward and 2 backward, the
+               embedding's on the first stage, the head's and the
+               cross-entropy's on the last; pp between the stages, each tp
+               rank sending its own copy of the activations to its
+               counterpart; the all-reduce of the stage's part of the
+               share over the replicas, and the loss; no all-gather of the
+               shares in a step (the trainer assembles the model only for
+               evaluation)
 
 An all-reduce's bytes per rank are the algorithm's that dtrain really runs
 (collectives/algorithms/algo_select.c): at most 64 KiB, recursive doubling,
@@ -61,6 +71,9 @@ SHAPES = {  # name: (dp, tp, pp)
     "dp2xtp2": (2, 2, 1),
     "pp2": (1, 1, 2),
     "pp2xdp2": (2, 1, 2),
+    "tp2xpp2": (1, 2, 2),
+    "tp4xpp2": (1, 4, 2),
+    "dp2xtp2xpp2": (2, 2, 2),
 }
 
 
@@ -125,6 +138,43 @@ def tp_share(cfg, tp):
     return split // tp + T * C + L * (4 * C + C) + 2 * C
 
 
+def stage_blocks(cfg, pp, stage):
+    L = cfg["L"]
+    return L // pp + (1 if stage < L % pp else 0)
+
+
+def tp_stage_share(cfg, tp, pp, stage):
+    """tensor/tp_stage.c: the stage's range of the share (uniform partition)."""
+    V, C, T = cfg["V"], cfg["C"], cfg["T"]
+    n = stage_blocks(cfg, pp, stage) * ((12 * C * C + 4 * C) // tp + 5 * C)
+    if stage == 0:
+        n += V * C // tp + T * C
+    if stage == pp - 1:
+        n += 2 * C + V * C // tp
+    return n
+
+
+def three_d_form(cfg, shape, rank, ring_only):
+    dp, tp, pp = shape
+    B, T, C, M = cfg["batch_per_rank"], cfg["T"], cfg["C"], cfg["microbatches"]
+    N = B * T
+    stage, replica, t = rank // (dp * tp), rank // tp % dp, rank % tp
+    first, last = int(stage == 0), int(stage == pp - 1)
+    n_ar = 4 * stage_blocks(cfg, pp, stage) + first + last
+    terms = [("f and g", M * n_ar * allreduce_sent(N * C, tp, t, ring_only))]
+    if last:
+        terms.append(("cross-entropy statistics",
+                      M * (allreduce_sent(N, tp, t, ring_only) +
+                           allreduce_sent(2 * N, tp, t, ring_only))))
+    terms.append(("activations and their gradients",
+                  (int(stage < pp - 1) + int(stage > 0)) * M * N * C * F32))
+    terms.append(("stage share gradients over dp",
+                  allreduce_sent(tp_stage_share(cfg, tp, pp, stage), dp, replica, ring_only)))
+    terms.append(("loss", (allreduce_sent(1, dp, replica, ring_only) if last else 0) +
+                  broadcast_sent(1, pp, stage, pp - 1)))
+    return sum(b for _, b in terms), terms
+
+
 def stage_params(cfg, pp, stage):
     """--pp-partition uniform: L/p blocks each, the remainder to the first."""
     V, C, T, L = cfg["V"], cfg["C"], cfg["T"], cfg["L"]
@@ -146,6 +196,8 @@ def closed_form(cfg, shape, rank, ring_only=False):
     B, T, C, L, A = cfg["batch_per_rank"], cfg["T"], cfg["C"], cfg["L"], cfg["grad_accum"]
     N = B * T
     terms = []
+    if pp > 1 and tp > 1:
+        return three_d_form(cfg, shape, rank, ring_only)
     if pp > 1:
         stage, replica = rank // dp, rank % dp
         M = cfg["microbatches"]
@@ -179,6 +231,8 @@ def closed_form(cfg, shape, rank, ring_only=False):
 
 def flags(shape):
     dp, tp, pp = shape
+    if pp > 1 and tp > 1:
+        return ["--dp", str(dp), "--tp", str(tp), "--pp", str(pp), "--pp-partition", "uniform"]
     if pp > 1:
         return ["--pp", str(pp), "--dp", str(dp), "--pp-partition", "uniform"]
     if tp > 1:
@@ -260,13 +314,14 @@ def main():
                 worst = max((m for _, m in members), key=lambda m: abs(m - want))
                 rows.append((name, ranks, worst, want, worst / want if want else 1.0, ring, tps,
                              terms))
-    print("%-8s %-7s %12s %12s %7s %12s %10s" % ("shape", "ranks", "measured", "closed",
+    w = max([8] + [len(r[0]) for r in rows])  # the shape column
+    print("%-*s %-7s %12s %12s %7s %12s %10s" % (w, "shape", "ranks", "measured", "closed",
                                                   "ratio", "all-ring", "tokens/s"))
     for name, ranks, m, want, ratio, ring, tps, _ in rows:
-        print("%-8s %-7s %12d %12d %7.4f %12d %10.0f" % (name, ranks, m, want, ratio, ring, tps))
+        print("%-*s %-7s %12d %12d %7.4f %12d %10.0f" % (w, name, ranks, m, want, ratio, ring, tps))
     print("\nbytes sent per rank per step (payload); the closed form's terms:")
     for name, ranks, _, _, _, _, _, terms in rows:
-        print("  %-8s ranks %-7s %s" % (name, ranks,
+        print("  %-*s ranks %-7s %s" % (w, name, ranks,
                                          " + ".join("%d %s" % (b, t) for t, b in terms if b)))
     return 1 if any(abs(r[4] - 1.0) > 0 for r in rows) else 0
 

@@ -173,6 +173,42 @@ void dt_pipe_sim_draw(const dt_pipe_schedule *s, const dt_pipe_sim *sim, double 
 typedef struct dt_pipe dt_pipe;
 
 /*
+ * What the executor drives: one stage of a model, whatever holds it. A
+ * plain stage (dt_model_create_stage; dt_pipe_stage_of_model) and a
+ * tensor-parallel share of one (a 3-D run) both fit. The stage owns blocks
+ * [l0, l1) of L, moves (B, T, C) activations across its boundaries, and
+ * keeps act_slots activation sets and grad_slots gradient sets; select
+ * picks the sets the next call works on, as dt_model_select does. forward
+ * sets *loss on the last stage (the micro-batch's mean loss); backward
+ * adds into the stage's parameter gradients. set_grad_hook may be NULL
+ * (the stage then cannot overlap a gradient sync with its backward), and
+ * so may backward for a part other than DT_BACKWARD_ALL refuse with a
+ * message on error.
+ */
+typedef struct dt_pipe_stage_ops {
+    void (*select)(void *self, int slot, int grad_slot);
+    float *(*input)(void *self, int B, int T);    /* (B, T, C): receive here */
+    const float *(*output)(const void *self);     /* (B, T, C): send this */
+    float *(*output_grad)(void *self);            /* (B, T, C): receive here */
+    const float *(*input_grad)(const void *self); /* (B, T, C): send this */
+    dt_status (*forward)(void *self, const int *inputs, const int *targets, int B, int T,
+                         float *loss);
+    dt_status (*backward)(void *self, float dloss, dt_backward_part part);
+    void (*set_grad_hook)(void *self, dt_grad_ready_fn fn, void *user);
+    const char *(*error)(const void *self);
+} dt_pipe_stage_ops;
+
+typedef struct dt_pipe_stage {
+    const dt_pipe_stage_ops *ops;
+    void *self;
+    int l0, l1, L, C;
+    int act_slots, grad_slots;
+} dt_pipe_stage;
+
+/* A dt_model_create_stage model as a stage (pipeline/stage_model.c). */
+dt_pipe_stage dt_pipe_stage_of_model(dt_model *m);
+
+/*
  * One stage's executor: rank s of `group` runs actions[s] of `sched` on
  * `stage` (a dt_model_create_stage model with at least the schedule's
  * act_slots[s] and grad_slots[s] sets). Checks that the group has p ranks
@@ -182,6 +218,9 @@ typedef struct dt_pipe dt_pipe;
  */
 dt_status dt_pipe_create(dt_pipe **out, dt_comm *group, dt_model *stage,
                          const dt_pipe_schedule *sched);
+/* The same for any stage (copied; its self must outlive the executor). */
+dt_status dt_pipe_create_stage(dt_pipe **out, dt_comm *group, const dt_pipe_stage *stage,
+                               const dt_pipe_schedule *sched);
 void dt_pipe_destroy(dt_pipe *p);
 const char *dt_pipe_error(const dt_pipe *p);
 

@@ -3,8 +3,13 @@
  * rank: the only place that turns schedule data into compute and
  * transfers.
  *
+ * The stage is anything behind dt_pipe_stage's table: a plain stage of
+ * the model (stage_model.c) or, in a 3-D run, a tensor-parallel share of
+ * one, whose forward and backward run their own all-reduces over the tp
+ * group in between the transfers posted here.
+ *
  * Per action:
- *   F, B, W     select the micro-batch's slots in the stage model, then
+ *   F, B, W     select the micro-batch's slots in the stage, then
  *               forward, backward (whole, or its input half when the
  *               schedule is split) or the weight half. The last stage's B
  *               starts from dloss = 1/m: the loss of the step is the mean
@@ -64,7 +69,7 @@
 
 struct dt_pipe {
     dt_comm *comm;
-    dt_model *m;
+    dt_pipe_stage m; /* what runs the compute: a plain stage or a tp share */
     const dt_pipe_schedule *sched;
     int stage, p;
     dt_work **pending[2]; /* [slots] send leaving each act / grad slot */
@@ -102,8 +107,8 @@ static dt_status pipe_fail(dt_pipe *p, dt_status st, const char *fmt, ...)
 static dt_status check_fit(dt_pipe *p)
 {
     const dt_pipe_schedule *s = p->sched;
-    dt_model *m = p->m;
-    int st = p->stage, first = m->l0 == 0, last = m->l1 == m->cfg.L;
+    const dt_pipe_stage *m = &p->m;
+    int st = p->stage, first = m->l0 == 0, last = m->l1 == m->L;
     int size = p->comm ? dt_comm_size(p->comm) : 1;
     if (size != s->p)
         return pipe_fail(p, DT_EINVAL,
@@ -114,7 +119,7 @@ static dt_status check_fit(dt_pipe *p)
         return pipe_fail(p, DT_EINVAL,
                          "its model owns blocks [%d, %d) of "
                          "%d, which is not stage %d of %d",
-                         m->l0, m->l1, m->cfg.L, st, s->p);
+                         m->l0, m->l1, m->L, st, s->p);
     if (m->act_slots < s->act_slots[st] || m->grad_slots < s->grad_slots[st])
         return pipe_fail(p, DT_EINVAL,
                          "the %s schedule keeps %d micro-"
@@ -152,12 +157,19 @@ static void find_free_sets(dt_pipe *p)
 dt_status dt_pipe_create(dt_pipe **out, dt_comm *group, dt_model *stage,
                          const dt_pipe_schedule *sched)
 {
+    dt_pipe_stage s = dt_pipe_stage_of_model(stage);
+    return dt_pipe_create_stage(out, group, &s, sched);
+}
+
+dt_status dt_pipe_create_stage(dt_pipe **out, dt_comm *group, const dt_pipe_stage *stage,
+                               const dt_pipe_schedule *sched)
+{
     dt_pipe *p = calloc(1, sizeof *p);
     *out = p;
     if (!p)
         return DT_ENOMEM;
     *p = (dt_pipe){.comm = group,
-                   .m = stage,
+                   .m = *stage,
                    .sched = sched,
                    .stage = group ? dt_comm_rank(group) : 0,
                    .p = sched->p};
@@ -286,22 +298,23 @@ static dt_status free_slots(dt_pipe *p, const dt_pipe_action *a)
 /* Posts one transfer, straight from or into the model's slot. */
 static dt_status post(dt_pipe *p, const dt_pipe_action *a, int B, int T, dt_work **w)
 {
-    dt_model *m = p->m;
-    size_t count = (size_t)B * T * m->cfg.C;
+    const dt_pipe_stage *m = &p->m;
+    size_t count = (size_t)B * T * m->C;
     int kind = a->op == DT_PIPE_SEND_GRAD || a->op == DT_PIPE_RECV_GRAD;
     uint32_t tag = TAG_BASE + 2u * (uint32_t)a->mb + (uint32_t)kind;
-    dt_model_select(m, a->slot, a->grad_slot >= 0 ? a->grad_slot : 0);
+    m->ops->select(m->self, a->slot, a->grad_slot >= 0 ? a->grad_slot : 0);
     switch (a->op) {
     case DT_PIPE_SEND_ACT:
-        return dt_send_async(p->comm, dt_model_output(m), count, DT_F32, p->stage + 1, tag, w);
+        return dt_send_async(p->comm, m->ops->output(m->self), count, DT_F32, p->stage + 1, tag, w);
     case DT_PIPE_RECV_ACT:
-        return dt_recv_async(p->comm, dt_model_input(m, B, T), count, DT_F32, p->stage - 1, tag,
-                             NULL, w);
+        return dt_recv_async(p->comm, m->ops->input(m->self, B, T), count, DT_F32, p->stage - 1,
+                             tag, NULL, w);
     case DT_PIPE_SEND_GRAD:
-        return dt_send_async(p->comm, dt_model_input_grad(m), count, DT_F32, p->stage - 1, tag, w);
+        return dt_send_async(p->comm, m->ops->input_grad(m->self), count, DT_F32, p->stage - 1, tag,
+                             w);
     default:
-        return dt_recv_async(p->comm, dt_model_output_grad(m), count, DT_F32, p->stage + 1, tag,
-                             NULL, w);
+        return dt_recv_async(p->comm, m->ops->output_grad(m->self), count, DT_F32, p->stage + 1,
+                             tag, NULL, w);
     }
 }
 
@@ -422,31 +435,30 @@ static dt_status wait_sends(dt_pipe *p)
 static dt_status compute(dt_pipe *p, const dt_pipe_action *a, const int *const *inputs,
                          const int *const *targets, int B, int T, bool hooked)
 {
-    dt_model *m = p->m;
+    const dt_pipe_stage *m = &p->m;
     dt_status st = free_slots(p, a);
     if (st != DT_OK)
         return st;
-    dt_model_select(m, a->slot, a->grad_slot >= 0 ? a->grad_slot : 0);
+    m->ops->select(m->self, a->slot, a->grad_slot >= 0 ? a->grad_slot : 0);
     int last = p->stage == p->p - 1;
     float dloss = 1.0f / (float)p->sched->m;
     if (a->op == DT_PIPE_F) {
-        st = dt_model_forward(m, p->stage == 0 ? inputs[a->mb] : NULL, last ? targets[a->mb] : NULL,
-                              B, T);
-        if (st == DT_OK && last)
-            p->losses[a->mb] = m->mean_loss;
+        st = m->ops->forward(m->self, p->stage == 0 ? inputs[a->mb] : NULL,
+                             last ? targets[a->mb] : NULL, B, T, &p->losses[a->mb]);
     } else {
         dt_backward_part part = a->op == DT_PIPE_W         ? DT_BACKWARD_WEIGHT
                                 : p->sched->split_backward ? DT_BACKWARD_INPUT
                                                            : DT_BACKWARD_ALL;
+        hooked = hooked && m->ops->set_grad_hook;
         if (hooked)
-            dt_model_set_grad_hook(m, p->hook, p->hook_user);
-        st = dt_model_backward_part(m, dloss, part);
+            m->ops->set_grad_hook(m->self, p->hook, p->hook_user);
+        st = m->ops->backward(m->self, dloss, part);
         if (hooked)
-            dt_model_set_grad_hook(m, NULL, NULL);
+            m->ops->set_grad_hook(m->self, NULL, NULL);
     }
     if (st != DT_OK)
         return pipe_fail(p, st, "%s of micro-batch %d: %s", dt_pipe_op_name(a->op), a->mb,
-                         dt_model_error(m));
+                         m->ops->error(m->self));
     return DT_OK;
 }
 

@@ -229,7 +229,7 @@ static dt_status finish(mg_run *r, mg_metrics *mx, double secs, double mean_hidd
             mg_report_loss_table(stdout, r);
         if (r->zero1)
             printf("optimizer shard bytes per rank: %zu\n", dt_zero1_optimizer_bytes(r->zero1));
-        if (!r->pipe && !r->tp)
+        if (!r->pipe && !r->tp && !r->three_d)
             mg_report_memory_model(stdout, r);
     }
     fflush(stdout);
@@ -243,7 +243,8 @@ static dt_status finish(mg_run *r, mg_metrics *mx, double secs, double mean_hidd
         return st;
     if ((st = mg_params_hold(r, false)) != DT_OK) /* what a rank holds while training */
         return st;
-    st = r->tp ? DT_OK : mg_report_memory(stdout, r); /* r->m is not what a tp rank holds */
+    /* r->m is not what a tp (or 3-D) rank holds */
+    st = r->tp || r->three_d ? DT_OK : mg_report_memory(stdout, r);
     if (st == DT_OK && r->trace)
         st = mg_trace_write(r->trace, r, o->trace);
     bool sample = o->sample > 0 && !r->pipe;

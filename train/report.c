@@ -50,13 +50,13 @@ void mg_report_header(FILE *f, const mg_run *r)
     char pc[32];
     /* each pipeline (each tp group) is one replica; its micro-batches, the
      * accumulation */
-    int replicas = r->pipe || r->tp ? r->dp : r->world;
-    int accum = r->pipe ? mg_microbatches(o) : o->grad_accum;
+    int replicas = r->pipe || r->tp || r->three_d ? r->dp : r->world;
+    int accum = r->pipe || r->three_d ? mg_microbatches(o) : o->grad_accum;
     char who[48];
     snprintf(who, sizeof who, "%d %s%s", replicas,
-             r->pipe ? "pipeline"
-             : r->tp ? "tp group"
-                     : "rank",
+             r->pipe || r->three_d ? "pipeline"
+             : r->tp               ? "tp group"
+                                   : "rank",
              replicas == 1 ? "" : "s");
     fprintf(f,
             "minigpt: V=%d C=%d H=%d L=%d T=%d, %s parameters; %s x "

@@ -165,6 +165,8 @@ dt_status mg_run_open(mg_run *r)
     dt_status st = open_data(r);
     if (st != DT_OK)
         return st;
+    if (o->pp > 0 && o->tp > 0)
+        return mg_3d_open(r);
     if (o->pp > 0)
         return mg_pipe_open(r);
     if (o->tp > 0)
@@ -207,6 +209,7 @@ dt_status mg_run_open(mg_run *r)
 
 void mg_run_close(mg_run *r)
 {
+    mg_3d_close(r);
     mg_pipe_close(r);
     mg_tp_close(r);
     dt_ddp_destroy(r->ddp);
@@ -282,9 +285,10 @@ dt_status mg_train_step(mg_run *r, int step, mg_step *out)
     dt_traffic before, after;
     rank_traffic(r, &before);
     mg_trace_set_step(r->trace, step);
-    dt_status st = r->pipe ? mg_pipe_step(r, step, out)
-                   : r->tp ? mg_tp_step(r, step, out)
-                           : dp_step(r, step, out);
+    dt_status st = r->three_d ? mg_3d_step(r, step, out)
+                   : r->pipe  ? mg_pipe_step(r, step, out)
+                   : r->tp    ? mg_tp_step(r, step, out)
+                              : dp_step(r, step, out);
     rank_traffic(r, &after);
     out->bytes_sent = after.sent_bytes - before.sent_bytes;
     out->bytes_recv = after.recv_bytes - before.recv_bytes;
@@ -362,6 +366,8 @@ static bool is_zero3(const mg_run *r)
 
 dt_status mg_params_hold(mg_run *r, bool hold)
 {
+    if (r->three_d) /* the whole model, assembled from the grid's shares */
+        return hold ? mg_3d_assemble(r) : DT_OK;
     dt_status st = is_zero3(r) ? dt_zero1_hold_params(r->zero1, hold) : DT_OK;
     if (st != DT_OK)
         return run_fail(r, st, "zero3: holding the whole model", dt_zero1_error(r->zero1));

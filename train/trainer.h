@@ -52,6 +52,7 @@ typedef struct mg_run {
     dt_comm *tp_comm;                   /* --tp: this replica's tp group */
     dt_comm *tp_dp_comm;                /* --tp: the same share in every replica (NULL: D = 1) */
     float *tp_shares;                   /* --tp: (T, share) all-gather buffer */
+    struct mg_3d *three_d;              /* --tp with --pp: stage share, executor (three_d.c) */
     uint64_t last_bytes_sent;           /* the last step's mg_step.bytes_sent */
     uint64_t *bytes_sent_by_rank;       /* [world], rank 0 after the run: each rank's */
     char err[768];
@@ -72,6 +73,14 @@ typedef struct mg_step {
 dt_status mg_tp_open(mg_run *r); /* groups, share, the assembled copy */
 void mg_tp_close(mg_run *r);
 dt_status mg_tp_step(mg_run *r, int step, mg_step *out);
+
+/* three_d.c: --tp with --pp (world rank = stage · D · T + replica · T + tp
+ * rank; r->tp_comm, r->tp_dp_comm and r->pipe_comm are its groups) */
+dt_status mg_3d_open(mg_run *r);
+void mg_3d_close(mg_run *r);
+dt_status mg_3d_step(mg_run *r, int step, mg_step *out);
+/* Collective over the world: the whole model into r->m. */
+dt_status mg_3d_assemble(mg_run *r);
 
 /* trainer.c */
 /* This rank's GPU on its node: LOCAL_RANK (or Open MPI's, Slurm's), 0. */
