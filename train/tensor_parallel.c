@@ -20,8 +20,8 @@
  * shares and each rank assembles the full parameters into r->m: one
  * all-gather of P/T floats per rank per step, the price of reusing those
  * paths unchanged (worth removing once evaluation runs on the shares).
- * Checkpoints and ZeRO on the dp axis are refused by name for now; --pp
- * by the command line.
+ * ZeRO on the dp axis is refused by name for now; --pp by the command
+ * line. Checkpoints: tp_checkpoint.c.
  *
  * --trace: each micro-step's forward and backward, every f and g inside
  * them as its own slice (the tensor layer calls mg_trace_tp after each
@@ -48,8 +48,6 @@ static const char *unsupported(const mg_options *o)
     if (o->parallel != MG_DDP)
         return o->parallel == MG_ZERO3 ? "--parallel zero3 (the dp axis runs DDP)"
                                        : "--parallel zero1 (the dp axis runs DDP)";
-    if (o->ckpt_dir || o->resume || o->ckpt_every > 0)
-        return "checkpoints (--ckpt-dir, --ckpt-every, --resume)";
     if (strcmp(o->device, "cuda") == 0)
         return "--device cuda";
     return NULL;
@@ -127,6 +125,7 @@ void mg_tp_close(mg_run *r)
     r->tp = NULL;
     free(r->tp_shares);
     r->tp_shares = NULL;
+    mg_tp_ckpt_free(r);
     dt_comm_destroy(r->tp_dp_comm);
     dt_comm_destroy(r->tp_comm);
     r->tp_dp_comm = r->tp_comm = NULL;
@@ -157,7 +156,7 @@ static dt_status average_grads(mg_run *r)
 }
 
 /* Every share of the tp group into r->m's full parameters. */
-static dt_status assemble(mg_run *r)
+dt_status mg_tp_assemble(mg_run *r)
 {
     dt_tp_model *m = r->tp;
     size_t P = r->m->num_params;
@@ -225,7 +224,7 @@ dt_status mg_tp_step(mg_run *r, int step, mg_step *out)
     if ((st = dt_tp_update(r->tp, &r->h, step + 1)) != DT_OK)
         return tp_fail(r, st, "update", dt_tp_error(r->tp));
     mg_trace_add(r->trace, MG_EV_OPTIMIZER, -1, tu, dt_now());
-    if ((st = assemble(r)) != DT_OK)
+    if ((st = mg_tp_assemble(r)) != DT_OK)
         return st;
     out->ms = 1e3 * (dt_now() - t0);
     out->loss = loss;

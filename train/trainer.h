@@ -44,7 +44,8 @@ typedef struct mg_run {
     int stage, replica, dp;             /* --pp: world rank = stage · dp + replica */
     dt_comm *pipe_comm;                 /* --pp: this replica's stages (NULL: P = 1) */
     dt_comm *dp_comm;                   /* --pp: this stage's replicas (NULL: D = 1) */
-    size_t *ckpt_slices;                /* --pp: [world + 1] who saves what */
+    size_t *ckpt_slices;                /* --pp, --tp: [world + 1] who saves what */
+    int *ckpt_order;                    /* --tp: [world] the slice each rank saves */
     mg_trace *trace;                    /* --trace: this rank's slices, or NULL */
     dt_tp_model *tp;                    /* --tp: this rank's share; r->m the assembled copy */
     dt_comm *tp_comm;                   /* --tp: this replica's tp group */
@@ -70,6 +71,13 @@ typedef struct mg_step {
 dt_status mg_tp_open(mg_run *r); /* groups, share, the assembled copy */
 void mg_tp_close(mg_run *r);
 dt_status mg_tp_step(mg_run *r, int step, mg_step *out);
+/* The tp group's shares into the assembled copy r->m (collective). */
+dt_status mg_tp_assemble(mg_run *r);
+
+/* tp_checkpoint.c: --tp's checkpoint state (the share, its AdamW moments,
+ * the run's layout of shares x replicas) */
+dt_status mg_tp_ckpt_state(mg_run *r, dt_ckpt_state *s);
+void mg_tp_ckpt_free(mg_run *r);
 
 /* trainer.c */
 /* This rank's GPU on its node: LOCAL_RANK (or Open MPI's, Slurm's), 0. */
