@@ -97,7 +97,7 @@ static int cmd_ls(const char *root)
     }
     char latest[4200] = "";
     dt_ckpt_latest(ck, latest, sizeof latest);
-    printf("%-16s %8s %6s %8s %14s  %s\n", "directory", "step", "world", "mode", "bytes", "status");
+    printf("%-16s %8s %6s %9s %14s  %s\n", "directory", "step", "world", "mode", "bytes", "status");
     int bad = 0;
     for (int i = 0; i < n; i++) {
         const char *nm = names[i]->d_name;
@@ -109,7 +109,7 @@ static int cmd_ls(const char *root)
             dt_ckpt_info info;
             bool is_latest = strcmp(dir, latest) == 0;
             if (dt_ckpt_inspect(ck, dir, &info) != DT_OK) {
-                printf("%-16s %8s %6s %8s %14s  not a checkpoint: %s\n", name, "-", "-", "-", "-",
+                printf("%-16s %8s %6s %9s %14s  not a checkpoint: %s\n", name, "-", "-", "-", "-",
                        dt_ckpt_error(ck));
             } else {
                 bool ok = dt_ckpt_verify(ck, dir) == DT_OK;
@@ -118,7 +118,7 @@ static int cmd_ls(const char *root)
                 snprintf(mode, sizeof mode, "%s", info.mode == DT_CKPT_ZERO1 ? "zero1" : "ddp");
                 if (info.tp > 1)
                     snprintf(mode + strlen(mode), sizeof mode - strlen(mode), "+tp%d", info.tp);
-                printf("%-16s %8ld %6d %8s %14llu  %s%s%s\n", name, info.step, info.world, mode,
+                printf("%-16s %8ld %6d %9s %14llu  %s%s%s\n", name, info.step, info.world, mode,
                        (unsigned long long)info.total_bytes,
                        ok ? "ok" : "BAD: ", ok ? "" : dt_ckpt_error(ck),
                        is_latest ? " (latest)" : "");

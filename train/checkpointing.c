@@ -382,6 +382,6 @@ static dt_status save_and_verify(mg_run *r, const dt_ckpt_state *sp, int done)
     if (r->rank == 0)
         printf("RESUME VERIFIED: step %d reloaded on %d ranks, parameters, "
                "%smoments m and v, and step byte-equal to memory\n",
-               done, r->world, r->zero1 ? "master shard, " : "");
+               done, r->world, r->zero1 || r->tpz ? "master shard, " : "");
     return DT_OK;
 }

@@ -19,6 +19,8 @@
  * tp group, the one a step ends with. Cost of a save: (S + 2S)·4 bytes
  * per tp group and replica set, spread over all ranks; the replicated
  * tensors are stored once per share (T - 1 extra copies of them).
+ * Under --parallel zero1 a rank's optimizer state is exactly the piece it
+ * saves (master, m, v), so the slices are its ZeRO-1 shard.
  */
 #include <stdlib.h>
 
@@ -43,7 +45,7 @@ dt_status mg_tp_ckpt_state(mg_run *r, dt_ckpt_state *s)
     size_t S = m->num_params, lo = (size_t)m->rank * S;
     if (layout(r) != DT_OK)
         return DT_ENOMEM;
-    if (!m->adam_m) { /* before the first step: zero, as dt_tp_update makes them */
+    if (!r->tpz && !m->adam_m) { /* before the first step: zero, as dt_tp_update makes them */
         m->adam_m = m->be->alloc(S * sizeof(float));
         m->adam_v = m->be->alloc(S * sizeof(float));
         if (!m->adam_m || !m->adam_v)
@@ -66,6 +68,8 @@ dt_status mg_tp_ckpt_state(mg_run *r, dt_ckpt_state *s)
                          .opt_n = S,
                          .adam_m = m->adam_m,
                          .adam_v = m->adam_v};
+    if (r->tpz) /* ZeRO-1: the optimizer's piece of the share (tp_zero1.c) */
+        mg_tp_zero1_state(r, s);
     return DT_OK;
 }
 

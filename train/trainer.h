@@ -18,6 +18,7 @@
 #include "dt_tp.h"
 
 typedef struct mg_trace mg_trace;
+typedef struct mg_tp_zero1 mg_tp_zero1;
 
 /* One rank's training run. */
 typedef struct mg_run {
@@ -51,6 +52,7 @@ typedef struct mg_run {
     dt_comm *tp_comm;                   /* --tp: this replica's tp group */
     dt_comm *tp_dp_comm;                /* --tp: the same share in every replica (NULL: D = 1) */
     float *tp_shares;                   /* --tp: (T, share) all-gather buffer */
+    mg_tp_zero1 *tpz;                   /* --tp --parallel zero1: this rank's piece */
     uint64_t last_bytes_sent;           /* the last step's mg_step.bytes_sent */
     uint64_t *bytes_sent_by_rank;       /* [world], rank 0 after the run: each rank's */
     char err[768];
@@ -78,6 +80,15 @@ dt_status mg_tp_assemble(mg_run *r);
  * the run's layout of shares x replicas) */
 dt_status mg_tp_ckpt_state(mg_run *r, dt_ckpt_state *s);
 void mg_tp_ckpt_free(mg_run *r);
+
+/* tp_zero1.c: --tp --dp D --parallel zero1 (ZeRO-1 on the dp axis) */
+dt_status mg_tp_zero1_open(mg_run *r);
+void mg_tp_zero1_close(mg_run *r);
+/* The dp group's reduce-scatter, AdamW on the piece, all-gather; *loss
+ * averaged over the replicas. */
+dt_status mg_tp_zero1_step(mg_run *r, int step, float *loss);
+/* The optimizer part of s: mode, range and arrays of this rank's piece. */
+void mg_tp_zero1_state(mg_run *r, dt_ckpt_state *s);
 
 /* trainer.c */
 /* This rank's GPU on its node: LOCAL_RANK (or Open MPI's, Slurm's), 0. */
