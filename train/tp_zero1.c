@@ -106,8 +106,9 @@ static dt_status dp_op(mg_run *r, bool scatter)
                        : dt_allgather(r->tp_dp_comm, z->piece, z->all, z->c, DT_F32);
     dt_comm_traffic(r->tp_dp_comm, &b);
     if (st == DT_OK)
-        mg_trace_add_comm(r->trace, MG_EV_TP_DP, -1, -1, (size_t)r->dp * z->c * sizeof(float),
-                          b.sent_bytes - a.sent_bytes, t0, dt_now());
+        mg_trace_add_comm(r->trace, scatter ? MG_EV_TP_DP_SCATTER : MG_EV_TP_DP_GATHER, -1, -1,
+                          (size_t)r->dp * z->c * sizeof(float), b.sent_bytes - a.sent_bytes, t0,
+                          dt_now());
     return st;
 }
 

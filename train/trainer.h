@@ -141,11 +141,13 @@ dt_status mg_report_pipeline(FILE *f, const mg_run *r);
 enum mg_event_kind {
     MG_EV_FORWARD = DT_PIPE_NUM_OPS, /* a data-parallel micro-step's */
     MG_EV_BACKWARD,
-    MG_EV_ALLREDUCE,    /* a DDP bucket */
-    MG_EV_OPTIMIZER,    /* AdamW (ZeRO-1: with its collectives) */
-    MG_EV_TP_ALLREDUCE, /* an f or g of tensor parallelism (arg: the layer, or -1) */
-    MG_EV_TP_GATHER,    /* --tp: the all-gather of the shares after a step */
-    MG_EV_TP_DP,        /* --tp --dp: the all-reduce of the share's gradients */
+    MG_EV_ALLREDUCE,     /* a DDP bucket */
+    MG_EV_OPTIMIZER,     /* AdamW (ZeRO-1: with its collectives) */
+    MG_EV_TP_ALLREDUCE,  /* an f or g of tensor parallelism (arg: the layer, or -1) */
+    MG_EV_TP_GATHER,     /* --tp: the all-gather of the shares after a step */
+    MG_EV_TP_DP,         /* --tp --dp: the all-reduce of the share's gradients */
+    MG_EV_TP_DP_SCATTER, /* --tp --dp --parallel zero1: their reduce-scatter */
+    MG_EV_TP_DP_GATHER,  /* ... and the all-gather of the updated pieces */
 };
 mg_trace *mg_trace_open(void);
 void mg_trace_close(mg_trace *t);
