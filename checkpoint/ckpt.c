@@ -119,6 +119,7 @@ static dt_status commit(dt_ckpt *ck, const char *dir, const char *name, const dt
                        .step = s->step,
                        .world = world,
                        .mode = s->mode,
+                       .tp = s->tp > 1 ? s->tp : 1,
                        .cfg = s->cfg,
                        .num_params = s->num_params,
                        .seed = s->seed,
@@ -136,24 +137,36 @@ static dt_status commit(dt_ckpt *ck, const char *dir, const char *name, const dt
     return st;
 }
 
-/* slices, if given: world + 1 nondecreasing bounds from 0 to Ψ. */
+/* slices, if given: world + 1 nondecreasing bounds from 0 to Ψ, and
+ * slice_order, if given, a permutation of the ranks. */
 static bool slices_ok(const dt_ckpt_state *s, int world)
 {
     if (!s->slices)
-        return true;
+        return !s->slice_order;
     if (s->slices[0] != 0 || s->slices[world] != s->num_params)
         return false;
     for (int r = 0; r < world; r++)
         if (s->slices[r] > s->slices[r + 1])
             return false;
-    return true;
+    if (!s->slice_order)
+        return true;
+    bool *seen = calloc((size_t)world, sizeof *seen);
+    bool ok = seen != NULL;
+    for (int r = 0; r < world && ok; r++) {
+        int k = s->slice_order[r];
+        ok = k >= 0 && k < world && !seen[k];
+        if (ok)
+            seen[k] = true;
+    }
+    free(seen);
+    return ok;
 }
 
 static dt_status check_state(dt_ckpt *ck, const dt_ckpt_state *s, int world)
 {
     char err[128];
     if (dt_config_check(&s->cfg, err, sizeof err) != DT_OK ||
-        dt_config_num_params(&s->cfg) != s->num_params || !s->params || s->step < 0 ||
+        dt_ckpt_flat_params(&s->cfg, s->tp) != s->num_params || !s->params || s->step < 0 ||
         s->opt_lo > s->num_params || s->opt_n > s->num_params - s->opt_lo ||
         s->held_lo > s->num_params || s->held_n > s->num_params - s->held_lo ||
         !slices_ok(s, world))

@@ -66,8 +66,9 @@ typedef struct ckpt_manifest {
     long step;
     int world;
     dt_ckpt_mode mode;
+    int tp; /* 1, or "tp": T (written only when T > 1) */
     dt_config cfg;
-    uint64_t num_params;
+    uint64_t num_params; /* of the flat buffer: dt_ckpt_flat_params */
     uint64_t seed, data_row, rng_state;
     ckpt_shard *shards; /* [world], index = rank after validation */
 } ckpt_manifest;

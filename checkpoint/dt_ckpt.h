@@ -121,6 +121,16 @@ typedef struct dt_ckpt_state {
      * NULL dt_ckpt_partition's r-th. Each slice lies in what its rank
      * holds (params and optimizer range). Loading ignores it. */
     const size_t *slices;
+    /* With slices: rank r saves slice slice_order[r] (a permutation of
+     * 0 .. world - 1, the same on every rank), so that ranks whose order
+     * is not the buffer's can save consecutive pieces of it (a tp run:
+     * dt_ckpt_tp_slices); NULL: rank r saves slice r. */
+    const int *slice_order;
+    /* 0 or 1: the flat buffer is the model's (dt_config_num_params). T > 1:
+     * it is the T tensor-parallel shares of the model end to end (share t
+     * = dt_tp_layout_slice's rank t, dt_tp_num_params each), num_params =
+     * T x share (dt_ckpt_flat_params). A load refuses another T. */
+    int tp;
     size_t opt_lo, opt_n;
     float *master; /* (opt_n) or NULL */
     float *adam_m; /* (opt_n) */
@@ -139,10 +149,34 @@ void dt_ckpt_partition(size_t n, int world, int r, size_t *lo, size_t *count);
  */
 void dt_ckpt_pipeline_slices(size_t *slices, const size_t *stage_bounds, int P, int D);
 
+/* ---- tensor-parallel checkpoints (tp_share.c) ---- */
+/* The flat buffer's length for tp (0 or 1: the model's Ψ; T > 1: T shares
+ * end to end); 0 if T does not divide the heads or the vocabulary. */
+size_t dt_ckpt_flat_params(const dt_config *cfg, int tp);
+/*
+ * minigpt --tp T --dp D's layout (T·D + 1 slices, T·D orders): share t's
+ * range of the flat buffer cut over the D replicas as dt_ckpt_partition
+ * cuts, slice t·D + replica; world rank replica·T + t saves it
+ * (slice_order). Ranks of one replica save pieces of different shares.
+ */
+void dt_ckpt_tp_slices(size_t *slices, int *order, const dt_config *cfg, int T, int D);
+/*
+ * A full state (every array over its whole flat buffer: held_n 0, opt_lo
+ * 0, opt_n = num_params) of one tp layout as another: in's arrays cut or
+ * joined into out's, malloc'ed (dt_ckpt_tp_free). To T = 1 the replicated
+ * tensors (LayerNorms, wpe, mlp.proj.bias) are share 0's, which a tp run
+ * keeps bitwise equal to the others'. Everything but the arrays, tp,
+ * num_params and opt_n is in's. DT_EINVAL (T does not divide the heads or
+ * the vocabulary) or DT_ENOMEM.
+ */
+dt_status dt_ckpt_tp_convert(dt_ckpt_state *out, const dt_ckpt_state *in, int tp);
+void dt_ckpt_tp_free(dt_ckpt_state *s);
+
 /* What the manifest of one step directory says (dt_ckpt_inspect). */
 typedef struct dt_ckpt_info {
     long step;
     int world;
+    int tp; /* 1, or the manifest's "tp" */
     dt_ckpt_mode mode;
     dt_config cfg;
     size_t num_params;

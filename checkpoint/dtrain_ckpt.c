@@ -9,14 +9,19 @@
  *                                        consolidated weights, under dtrain's
  *                                        state_dict names or the seed
  *                                        curriculum's MiniGPT module's
- *   dtrain-ckpt reshard DIR OUTROOT M [--pp P [--pp-partition HOW]]
+ *   dtrain-ckpt reshard DIR OUTROOT M [--pp P [--pp-partition HOW] | --tp T]
  *                                        the same state as M shards; with
  *                                        --pp, laid out for P stages x M/P
- *                                        replicas (minigpt --pp P's layout)
+ *                                        replicas (minigpt --pp P's layout),
+ *                                        with --tp as T tp shares x M/T
+ *                                        replicas (minigpt --tp T's); a tp
+ *                                        checkpoint without --tp: unsplit
  *
  * Everything goes through the library: verify is a load into nothing;
  * export and reshard load the full state as one rank of one (the
- * intersection with every shard is the whole of it), then write it out.
+ * intersection with every shard is the whole of it), then write it out;
+ * a tp checkpoint's shares are joined into the model's layout first
+ * (tp_share.c), or cut for another T.
  * Exit codes: 0 success, 1 a checkpoint failed its checks or a write
  * failed, 2 usage (one line saying what was wrong and a pointer to --help,
  * dt_flags.h; --pp_partition is --pp-partition).
@@ -39,7 +44,7 @@ static const char *const commands[][2] = {
     {"ls", "ROOT"},
     {"verify", "DIR|ROOT"},
     {"export", "DIR|ROOT OUT.safetensors [--names dtrain|seed]"},
-    {"reshard", "DIR|ROOT OUTROOT M [--pp P [--pp-partition params|uniform]]"},
+    {"reshard", "DIR|ROOT OUTROOT M [--pp P [--pp-partition params|uniform] | --tp T]"},
 };
 #define NUM_COMMANDS (sizeof commands / sizeof commands[0])
 
@@ -92,7 +97,7 @@ static int cmd_ls(const char *root)
     }
     char latest[4200] = "";
     dt_ckpt_latest(ck, latest, sizeof latest);
-    printf("%-16s %8s %6s %6s %14s  %s\n", "directory", "step", "world", "mode", "bytes", "status");
+    printf("%-16s %8s %6s %9s %14s  %s\n", "directory", "step", "world", "mode", "bytes", "status");
     int bad = 0;
     for (int i = 0; i < n; i++) {
         const char *nm = names[i]->d_name;
@@ -104,13 +109,16 @@ static int cmd_ls(const char *root)
             dt_ckpt_info info;
             bool is_latest = strcmp(dir, latest) == 0;
             if (dt_ckpt_inspect(ck, dir, &info) != DT_OK) {
-                printf("%-16s %8s %6s %6s %14s  not a checkpoint: %s\n", name, "-", "-", "-", "-",
+                printf("%-16s %8s %6s %9s %14s  not a checkpoint: %s\n", name, "-", "-", "-", "-",
                        dt_ckpt_error(ck));
             } else {
                 bool ok = dt_ckpt_verify(ck, dir) == DT_OK;
                 bad += !ok;
-                printf("%-16s %8ld %6d %6s %14llu  %s%s%s\n", name, info.step, info.world,
-                       info.mode == DT_CKPT_ZERO1 ? "zero1" : "ddp",
+                char mode[32]; /* "ddp", "zero1+tp2" */
+                snprintf(mode, sizeof mode, "%s", info.mode == DT_CKPT_ZERO1 ? "zero1" : "ddp");
+                if (info.tp > 1)
+                    snprintf(mode + strlen(mode), sizeof mode - strlen(mode), "+tp%d", info.tp);
+                printf("%-16s %8ld %6d %9s %14llu  %s%s%s\n", name, info.step, info.world, mode,
                        (unsigned long long)info.total_bytes,
                        ok ? "ok" : "BAD: ", ok ? "" : dt_ckpt_error(ck),
                        is_latest ? " (latest)" : "");
@@ -135,6 +143,7 @@ static int load_full(dt_ckpt *ck, const char *dir, dt_ckpt_state *s)
                          .mode = info.mode,
                          .rank = 0,
                          .world = 1,
+                         .tp = info.tp,
                          .num_params = n,
                          .opt_lo = 0,
                          .opt_n = n};
@@ -149,38 +158,51 @@ static int load_full(dt_ckpt *ck, const char *dir, dt_ckpt_state *s)
     return 0;
 }
 
-static void free_full(dt_ckpt_state *s)
+/* s, a full state, in tp's layout (1: the model's). */
+static int to_tp(dt_ckpt_state *s, int tp)
 {
-    free(s->params);
-    free(s->adam_m);
-    free(s->adam_v);
-    free(s->master);
+    char err[128];
+    if ((s->tp > 1 ? s->tp : 1) == tp)
+        return 0;
+    if (dt_tp_config_check(&s->cfg, tp, err, sizeof err) != DT_OK)
+        return fprintf(stderr, "dtrain-ckpt: reshard --tp %d: %s\n", tp, err), 1;
+    dt_ckpt_state t;
+    if (dt_ckpt_tp_convert(&t, s, tp) != DT_OK)
+        return fprintf(stderr, "dtrain-ckpt: out of memory\n"), 1;
+    dt_ckpt_tp_free(s);
+    *s = t;
+    return 0;
 }
 
-/* reshard's layout flags (argv[5..]): none, or --pp P [--pp-partition
- * HOW]. *pp = 0 without --pp. Returns 0, or 2 after printing what was
- * wrong. */
-static int parse_layout(int argc, char **argv, int *pp, dt_pipe_partition_kind *kind)
+/* reshard's layout flags (argv[5..]): none, --pp P [--pp-partition
+ * HOW], or --tp T. *pp = 0 without --pp, *tp = 1 without --tp. Returns 0,
+ * or 2 after printing what was wrong. */
+static int parse_layout(int argc, char **argv, int *pp, int *tp, dt_pipe_partition_kind *kind)
 {
     *pp = 0;
+    *tp = 1;
     *kind = DT_PARTITION_PARAMS;
     for (int i = 5; i < argc; i++) {
         const char *v;
-        bool is_pp = dt_flag_is(argv[i], "--pp", &v);
-        if (!is_pp && !dt_flag_is(argv[i], "--pp-partition", &v))
-            return dt_flag_error("dtrain-ckpt", "reshard: unknown flag '%s' (--pp, --pp-partition)",
+        bool is_pp = dt_flag_is(argv[i], "--pp", &v),
+             is_tp = !is_pp && dt_flag_is(argv[i], "--tp", &v);
+        if (!is_pp && !is_tp && !dt_flag_is(argv[i], "--pp-partition", &v))
+            return dt_flag_error("dtrain-ckpt",
+                                 "reshard: unknown flag '%s' (--pp, --pp-partition, --tp)",
                                  argv[i]);
         if (!v && i + 1 >= argc)
             return dt_flag_error("dtrain-ckpt", "%s needs a value", argv[i]);
         if (!v)
             v = argv[++i];
-        if (is_pp && !dt_parse_int(v, 1, DT_CKPT_MAX_WORLD, pp))
-            return dt_flag_error("dtrain-ckpt", "--pp: must be an integer in 1..%d, got '%s'",
-                                 DT_CKPT_MAX_WORLD, v);
-        if (!is_pp && !dt_pipe_partition_parse(v, kind))
+        if ((is_pp || is_tp) && !dt_parse_int(v, 1, DT_CKPT_MAX_WORLD, is_pp ? pp : tp))
+            return dt_flag_error("dtrain-ckpt", "%s: must be an integer in 1..%d, got '%s'",
+                                 is_pp ? "--pp" : "--tp", DT_CKPT_MAX_WORLD, v);
+        if (!is_pp && !is_tp && !dt_pipe_partition_parse(v, kind))
             return dt_flag_error("dtrain-ckpt",
                                  "--pp-partition: must be params or uniform, got '%s'", v);
     }
+    if (*pp > 0 && *tp > 1)
+        return dt_flag_error("dtrain-ckpt", "reshard: --pp with --tp (3-D layouts) is not built");
     return 0;
 }
 
@@ -212,17 +234,39 @@ static int pipeline_layout(const dt_config *cfg, int pp, int m, dt_pipe_partitio
     return rc;
 }
 
+/* minigpt --tp T's checkpoint layout over m ranks (tp_share.c). */
+static int tp_layout(dt_ckpt_state *s, int tp, int m, size_t *slices, int **order)
+{
+    if (m % tp != 0)
+        return fprintf(stderr,
+                       "dtrain-ckpt: reshard: %d ranks are not a whole number of tp groups of "
+                       "%d\n",
+                       m, tp),
+               1;
+    if (!(*order = malloc((size_t)m * sizeof **order)))
+        return fprintf(stderr, "dtrain-ckpt: out of memory\n"), 1;
+    dt_ckpt_tp_slices(slices, *order, &s->cfg, tp, m / tp);
+    s->slice_order = *order;
+    return 0;
+}
+
 /* Writes the full state s as m shards under outroot (pp > 0: the
- * pipeline layout). */
-static int cmd_reshard(dt_ckpt_state *s, const char *outroot, int m, int pp,
+ * pipeline layout; tp > 1: the tp layout). */
+static int cmd_reshard(dt_ckpt_state *s, const char *outroot, int m, int pp, int tp,
                        dt_pipe_partition_kind kind)
 {
     char shown[4200];
     size_t *slices = NULL;
-    if (pp > 0) {
+    int *order = NULL;
+    if (to_tp(s, tp))
+        return 1;
+    if (pp > 0 || tp > 1) {
         slices = malloc(((size_t)m + 1) * sizeof *slices);
-        if (!slices || pipeline_layout(&s->cfg, pp, m, kind, slices)) {
+        if (!slices || (pp > 0 ? pipeline_layout(&s->cfg, pp, m, kind, slices)
+                               : tp_layout(s, tp, m, slices, &order))) {
             free(slices);
+            free(order);
+            s->slice_order = NULL;
             return 1;
         }
         s->slices = slices;
@@ -234,12 +278,17 @@ static int cmd_reshard(dt_ckpt_state *s, const char *outroot, int m, int pp,
     else if (pp > 0)
         printf("%s: step %ld as %d shards: %d stages x %d replicas\n",
                dt_ckpt_printable(shown, sizeof shown, outroot), s->step, m, pp, m / pp);
+    else if (tp > 1)
+        printf("%s: step %ld as %d shards: %d tp shares x %d replicas\n",
+               dt_ckpt_printable(shown, sizeof shown, outroot), s->step, m, tp, m / tp);
     else
         printf("%s: step %ld as %d shards\n", dt_ckpt_printable(shown, sizeof shown, outroot),
                s->step, m);
     dt_ckpt_close(out);
     s->slices = NULL;
+    s->slice_order = NULL;
     free(slices);
+    free(order);
     return rc;
 }
 
@@ -275,9 +324,9 @@ int main(int argc, char **argv)
     if (export && argc > 4 && parse_export_names(argc, argv, &names))
         return dt_flag_error("dtrain-ckpt", "export: --names takes dtrain or seed");
     bool reshard = strcmp(cmd, "reshard") == 0 && argc >= 5;
-    int pp = 0;
+    int pp = 0, tp = 1;
     dt_pipe_partition_kind kind;
-    if (reshard && parse_layout(argc, argv, &pp, &kind))
+    if (reshard && parse_layout(argc, argv, &pp, &tp, &kind))
         return DT_FLAGS_USAGE_ERROR;
     if (!verify && !export && !reshard)
         return wrong_arguments(cmd);
@@ -296,6 +345,8 @@ int main(int argc, char **argv)
     dt_ckpt_state s = {0};
     if (!rc && (export || reshard))
         rc = load_full(ck, dir, &s);
+    if (!rc && export)
+        rc = to_tp(&s, 1); /* a tp checkpoint's shares joined */
     if (!rc && export) {
         rc = dt_ckpt_export_safetensors_named(ck, argv[3], &s.cfg, s.params, names) != DT_OK;
         if (rc)
@@ -307,14 +358,14 @@ int main(int argc, char **argv)
     if (!rc && reshard) {
         int m;
         if (!dt_parse_int(argv[4], 1, DT_CKPT_MAX_WORLD, &m)) {
-            free_full(&s);
+            dt_ckpt_tp_free(&s);
             dt_ckpt_close(ck);
             return dt_flag_error("dtrain-ckpt", "reshard: M must be an integer in 1..%d, got '%s'",
                                  DT_CKPT_MAX_WORLD, argv[4]);
         }
-        rc = cmd_reshard(&s, argv[3], m, pp, kind);
+        rc = cmd_reshard(&s, argv[3], m, pp, tp, kind);
     }
-    free_full(&s);
+    dt_ckpt_tp_free(&s);
     dt_ckpt_close(ck);
     return rc;
 }

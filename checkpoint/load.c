@@ -67,6 +67,7 @@ dt_status dt_ckpt_inspect(dt_ckpt *ck, const char *step_dir_path, dt_ckpt_info *
         return st;
     *info = (dt_ckpt_info){.step = m.step,
                            .world = m.world,
+                           .tp = m.tp,
                            .mode = m.mode,
                            .cfg = m.cfg,
                            .num_params = (size_t)m.num_params,
@@ -97,6 +98,13 @@ dt_status dt_ckpt_check(dt_ckpt *ck, const char *step_dir)
 static dt_status check_target(dt_ckpt *ck, const ckpt_manifest *m, const dt_ckpt_state *s,
                               const char *dir)
 {
+    int tp = s->tp > 1 ? s->tp : 1;
+    if (memcmp(&s->cfg, &m->cfg, sizeof s->cfg) == 0 && tp != m->tp)
+        return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_CONFIG,
+                         "%s/manifest.json: saved with --tp %d, loading with --tp %d: the "
+                         "shares differ (dtrain-ckpt reshard %s OUTROOT M --tp %d writes it "
+                         "for --tp %d on M ranks)",
+                         dir, m->tp, tp, dir, tp, tp);
     if (memcmp(&s->cfg, &m->cfg, sizeof s->cfg) != 0 || s->num_params != m->num_params)
         return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_CONFIG,
                          "%s: saved for V=%d T=%d L=%d H=%d C=%d, loading "

@@ -44,14 +44,21 @@ dt_status ckpt_manifest_write(dt_ckpt *ck, const char *dir, const ckpt_manifest 
                                                 "sha256", s->sha256, "ranges", ranges));
     }
     json_t *root = json_pack("{s:s, s:i, s:I, s:i, s:s, s:I, s:{s:i, s:i, s:i, s:i, s:i}, s:I, "
-                             "s:I, s:I, s:o}",
+                             "s:I, s:I}",
                              "format", "dtrain-checkpoint", "schema_version",
                              DT_CKPT_SCHEMA_VERSION, "step", (json_int_t)m->step, "world_size",
                              m->world, "mode", m->mode == DT_CKPT_ZERO1 ? "zero1" : "ddp",
                              "num_params", (json_int_t)m->num_params, "config", "V", m->cfg.V, "T",
                              m->cfg.T, "L", m->cfg.L, "H", m->cfg.H, "C", m->cfg.C, "seed",
                              (json_int_t)m->seed, "data_row", (json_int_t)m->data_row, "rng_state",
-                             (json_int_t)m->rng_state, "shards", shards);
+                             (json_int_t)m->rng_state);
+    /* "tp" only for a tp run's buffer: a plain manifest stays as it was */
+    if (root && m->tp > 1)
+        json_object_set_new(root, "tp", json_integer(m->tp));
+    if (root)
+        json_object_set_new(root, "shards", shards);
+    else
+        json_decref(shards);
     char *text = root ? json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(root);
     if (!text)
@@ -116,7 +123,8 @@ static dt_status get_int(parse *p, json_t *obj, const char *key, json_int_t lo, 
  * (nor make the file any bigger than its shards need). */
 static const char *const top_keys[] = {"format",   "schema_version", "step",   "world_size",
                                        "mode",     "num_params",     "config", "seed",
-                                       "data_row", "rng_state",      "shards", NULL};
+                                       "data_row", "rng_state",      "tp",     "shards",
+                                       NULL};
 static const char *const config_keys[] = {"V", "T", "L", "H", "C", NULL};
 static const char *const shard_keys[] = {"rank", "file", "bytes", "sha256", "ranges", NULL};
 static const char *const range_keys[] = {"params", "master", "m", "v", NULL};
@@ -176,14 +184,19 @@ static dt_status parse_header(parse *p, json_t *root, ckpt_manifest *m)
     }
     TRY(get_int(p, root, "num_params", 1, (json_int_t)MAX_PARAMS, &v));
     m->num_params = (uint64_t)v;
+    m->tp = 1;
+    if (json_object_get(root, "tp")) {
+        TRY(get_int(p, root, "tp", 2, DT_CKPT_MAX_WORLD, &v));
+        m->tp = (int)v;
+    }
     char err[128];
     if (dt_config_check(&m->cfg, err, sizeof err) != DT_OK ||
-        dt_config_num_params(&m->cfg) != m->num_params)
+        dt_ckpt_flat_params(&m->cfg, m->tp) != m->num_params)
         return ckpt_fail(p->ck, DT_EPROTO, DT_CKPT_FAULT_CONFIG,
                          "%s: num_params %llu does not match the config "
-                         "(V=%d T=%d L=%d H=%d C=%d)",
+                         "(V=%d T=%d L=%d H=%d C=%d, tp %d)",
                          p->path, (unsigned long long)m->num_params, m->cfg.V, m->cfg.T, m->cfg.L,
-                         m->cfg.H, m->cfg.C);
+                         m->cfg.H, m->cfg.C, m->tp);
     json_int_t lim = (json_int_t)((~0ULL) >> 1);
     TRY(get_int(p, root, "seed", -lim - 1, lim, &v));
     m->seed = (uint64_t)v;

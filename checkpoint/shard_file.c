@@ -78,12 +78,14 @@ static size_t build_header(unsigned char *hdr, ckpt_shard *rec, const dt_ckpt_st
     return hbytes;
 }
 
-/* Rank r's slice: the state's own layout, or the even partition. */
+/* Rank r's slice: the state's own layout (in its order), or the even
+ * partition. */
 static void slice_of(const dt_ckpt_state *s, int r, int world, size_t *lo, size_t *n)
 {
     if (s->slices) {
-        *lo = s->slices[r];
-        *n = s->slices[r + 1] - s->slices[r];
+        int k = s->slice_order ? s->slice_order[r] : r;
+        *lo = s->slices[k];
+        *n = s->slices[k + 1] - s->slices[k];
     } else {
         dt_ckpt_partition(s->num_params, world, r, lo, n);
     }

@@ -141,18 +141,24 @@ void mg_ckpt_close(mg_run *r)
         nftw(r->ckpt_tmp, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-/* Rows per step: D replicas x M micro-batches in a pipelined run. */
+/* Rows per step: D replicas x M micro-batches in a pipelined run, D
+ * replicas x grad_accum micro-batches under --tp. */
 static uint64_t global_batch(const mg_run *r)
 {
+    if (r->tp)
+        return (uint64_t)r->dp * (uint64_t)r->o.grad_accum * (uint64_t)r->o.batch;
     if (r->pipe)
         return (uint64_t)r->dp * (uint64_t)mg_microbatches(&r->o) * (uint64_t)r->o.batch;
     return (uint64_t)r->world * (uint64_t)r->o.grad_accum * (uint64_t)r->o.batch;
 }
 
 /* The model and optimizer of this rank as a checkpoint state; a stage
- * saves the slice the pipeline layout gives it. */
+ * saves the slice the pipeline layout gives it, a tp rank its share's
+ * (tp_checkpoint.c). */
 static dt_status state_of(mg_run *r, dt_ckpt_state *s)
 {
+    if (r->tp)
+        return mg_tp_ckpt_state(r, s);
     dt_status st = dt_ckpt_state_of(s, r->m, r->zero1, r->rank, r->world);
     s->slices = r->ckpt_slices;
     return st;
@@ -211,6 +217,8 @@ dt_status mg_ckpt_resume(mg_run *r)
     if (st == DT_OK)
         st = resume_held(r);
     dt_status released = st == DT_OK ? mg_params_hold(r, false) : DT_OK;
+    if (st == DT_OK && r->tp && r->start_step > 0) /* the copy evaluation reads */
+        st = mg_tp_assemble(r);
     return st != DT_OK ? st : released;
 }
 
@@ -374,6 +382,6 @@ static dt_status save_and_verify(mg_run *r, const dt_ckpt_state *sp, int done)
     if (r->rank == 0)
         printf("RESUME VERIFIED: step %d reloaded on %d ranks, parameters, "
                "%smoments m and v, and step byte-equal to memory\n",
-               done, r->world, r->zero1 ? "master shard, " : "");
+               done, r->world, r->zero1 || r->tpz ? "master shard, " : "");
     return DT_OK;
 }

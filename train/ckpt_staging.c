@@ -21,6 +21,8 @@
 
 bool mg_state_on_device(const mg_run *r)
 {
+    if (r->tp) /* a tp share is host memory (dt_tp.h) */
+        return false;
     const dt_backend *be = r->m->be;
     return be != dt_backend_cpu() && be != dt_backend_cpu_reference();
 }

@@ -20,8 +20,9 @@
  * shares and each rank assembles the full parameters into r->m: one
  * all-gather of P/T floats per rank per step, the price of reusing those
  * paths unchanged (worth removing once evaluation runs on the shares).
- * Checkpoints and ZeRO on the dp axis are refused by name for now; --pp
- * by the command line.
+ * --parallel zero1 shards the optimizer over the dp axis instead
+ * (tp_zero1.c); zero2 and zero3 are refused by name, --pp by the command
+ * line. Checkpoints: tp_checkpoint.c.
  *
  * --trace: each micro-step's forward and backward, every f and g inside
  * them as its own slice (the tensor layer calls mg_trace_tp after each
@@ -45,11 +46,9 @@ static dt_status tp_fail(mg_run *r, dt_status st, const char *what, const char *
 /* What this version does not combine with --tp, named. */
 static const char *unsupported(const mg_options *o)
 {
-    if (o->parallel != MG_DDP)
-        return o->parallel == MG_ZERO3 ? "--parallel zero3 (the dp axis runs DDP)"
-                                       : "--parallel zero1 (the dp axis runs DDP)";
-    if (o->ckpt_dir || o->resume || o->ckpt_every > 0)
-        return "checkpoints (--ckpt-dir, --ckpt-every, --resume)";
+    if (o->parallel != MG_DDP && o->parallel != MG_ZERO1)
+        return o->parallel == MG_ZERO3 ? "--parallel zero3 (the dp axis runs DDP or ZeRO-1)"
+                                       : "--parallel zero2 (the dp axis runs DDP or ZeRO-1)";
     if (strcmp(o->device, "cuda") == 0)
         return "--device cuda";
     return NULL;
@@ -118,7 +117,11 @@ dt_status mg_tp_open(mg_run *r)
         printf("tensor parallel: %d replica%s x %d tp ranks (tp ranks adjacent), share of %zu "
                "of %zu parameters per rank\n",
                r->dp, r->dp == 1 ? "" : "s", o->tp, share, r->m->num_params);
-    return DT_OK;
+    if (o->parallel != MG_ZERO1)
+        return DT_OK;
+    if (!r->tp_dp_comm)
+        return tp_fail(r, DT_EINVAL, "--parallel zero1", "needs --dp 2 or more replicas to shard");
+    return mg_tp_zero1_open(r); /* tp_zero1.c */
 }
 
 void mg_tp_close(mg_run *r)
@@ -127,6 +130,8 @@ void mg_tp_close(mg_run *r)
     r->tp = NULL;
     free(r->tp_shares);
     r->tp_shares = NULL;
+    mg_tp_ckpt_free(r);
+    mg_tp_zero1_close(r);
     dt_comm_destroy(r->tp_dp_comm);
     dt_comm_destroy(r->tp_comm);
     r->tp_dp_comm = r->tp_comm = NULL;
@@ -157,7 +162,7 @@ static dt_status average_grads(mg_run *r)
 }
 
 /* Every share of the tp group into r->m's full parameters. */
-static dt_status assemble(mg_run *r)
+dt_status mg_tp_assemble(mg_run *r)
 {
     dt_tp_model *m = r->tp;
     size_t P = r->m->num_params;
@@ -212,7 +217,10 @@ dt_status mg_tp_step(mg_run *r, int step, mg_step *out)
         st = micro_step(r, step, j, &loss);
     if (st != DT_OK)
         return st;
-    if (r->tp_dp_comm) { /* DDP on the dp axis: the mean of the replicas */
+    if (r->tpz) { /* ZeRO-1 on the dp axis, AdamW included (tp_zero1.c) */
+        if ((st = mg_tp_zero1_step(r, step, &loss)) != DT_OK)
+            return st;
+    } else if (r->tp_dp_comm) { /* DDP on the dp axis: the mean of the replicas */
         st = traced(r, r->tp_dp_comm, MG_EV_TP_DP, r->tp->num_params * sizeof(float),
                     average_grads);
         if (st == DT_OK)
@@ -222,10 +230,11 @@ dt_status mg_tp_step(mg_run *r, int step, mg_step *out)
                            dt_comm_error(r->tp_dp_comm));
     }
     double tu = dt_now();
-    if ((st = dt_tp_update(r->tp, &r->h, step + 1)) != DT_OK)
+    if (!r->tpz && (st = dt_tp_update(r->tp, &r->h, step + 1)) != DT_OK)
         return tp_fail(r, st, "update", dt_tp_error(r->tp));
-    mg_trace_add(r->trace, MG_EV_OPTIMIZER, -1, tu, dt_now());
-    if ((st = assemble(r)) != DT_OK)
+    if (!r->tpz)
+        mg_trace_add(r->trace, MG_EV_OPTIMIZER, -1, tu, dt_now());
+    if ((st = mg_tp_assemble(r)) != DT_OK)
         return st;
     out->ms = 1e3 * (dt_now() - t0);
     out->loss = loss;

@@ -125,6 +125,8 @@ static const char *kind_name(const mg_event *e)
     case MG_EV_TP_ALLREDUCE: return dt_tp_site_name((dt_tp_site)e->site);
     case MG_EV_TP_GATHER: return "all-gather of the shares";
     case MG_EV_TP_DP: return "dp all-reduce of the share's gradients";
+    case MG_EV_TP_DP_SCATTER: return "dp reduce-scatter of the share's gradients";
+    case MG_EV_TP_DP_GATHER: return "dp all-gather of the share's pieces";
     case MG_EV_FORWARD: return "forward";
     case MG_EV_BACKWARD: return "backward";
     case MG_EV_ALLREDUCE: return "allreduce bucket";
@@ -144,7 +146,9 @@ static const char *kind_category(int k)
     case MG_EV_ALLREDUCE:
     case MG_EV_TP_ALLREDUCE:
     case MG_EV_TP_GATHER:
-    case MG_EV_TP_DP: return "collective";
+    case MG_EV_TP_DP:
+    case MG_EV_TP_DP_SCATTER:
+    case MG_EV_TP_DP_GATHER: return "collective";
     case MG_EV_OPTIMIZER: return "optimizer";
     default: return "compute";
     }

@@ -18,6 +18,7 @@
 #include "dt_tp.h"
 
 typedef struct mg_trace mg_trace;
+typedef struct mg_tp_zero1 mg_tp_zero1;
 
 /* One rank's training run. */
 typedef struct mg_run {
@@ -46,13 +47,15 @@ typedef struct mg_run {
     int stage, replica, dp;             /* --pp: world rank = stage · dp + replica */
     dt_comm *pipe_comm;                 /* --pp: this replica's stages (NULL: P = 1) */
     dt_comm *dp_comm;                   /* --pp: this stage's replicas (NULL: D = 1) */
-    size_t *ckpt_slices;                /* --pp: [world + 1] who saves what */
+    size_t *ckpt_slices;                /* --pp, --tp: [world + 1] who saves what */
+    int *ckpt_order;                    /* --tp: [world] the slice each rank saves */
     mg_trace *trace;                    /* --trace: this rank's slices, or NULL */
     dt_tp_model *tp;                    /* --tp: this rank's share; r->m the assembled copy */
     dt_comm *tp_comm;                   /* --tp: this replica's tp group */
     dt_comm *tp_dp_comm;                /* --tp: the same share in every replica (NULL: D = 1) */
     float *tp_shares;                   /* --tp: (T, share) all-gather buffer */
     struct mg_3d *three_d;              /* --tp with --pp: stage share, executor (three_d.c) */
+    mg_tp_zero1 *tpz;                   /* --tp --parallel zero1: this rank's piece */
     uint64_t last_bytes_sent;           /* the last step's mg_step.bytes_sent */
     uint64_t *bytes_sent_by_rank;       /* [world], rank 0 after the run: each rank's */
     char err[768];
@@ -73,6 +76,22 @@ typedef struct mg_step {
 dt_status mg_tp_open(mg_run *r); /* groups, share, the assembled copy */
 void mg_tp_close(mg_run *r);
 dt_status mg_tp_step(mg_run *r, int step, mg_step *out);
+/* The tp group's shares into the assembled copy r->m (collective). */
+dt_status mg_tp_assemble(mg_run *r);
+
+/* tp_checkpoint.c: --tp's checkpoint state (the share, its AdamW moments,
+ * the run's layout of shares x replicas) */
+dt_status mg_tp_ckpt_state(mg_run *r, dt_ckpt_state *s);
+void mg_tp_ckpt_free(mg_run *r);
+
+/* tp_zero1.c: --tp --dp D --parallel zero1 (ZeRO-1 on the dp axis) */
+dt_status mg_tp_zero1_open(mg_run *r);
+void mg_tp_zero1_close(mg_run *r);
+/* The dp group's reduce-scatter, AdamW on the piece, all-gather; *loss
+ * averaged over the replicas. */
+dt_status mg_tp_zero1_step(mg_run *r, int step, float *loss);
+/* The optimizer part of s: mode, range and arrays of this rank's piece. */
+void mg_tp_zero1_state(mg_run *r, dt_ckpt_state *s);
 
 /* three_d.c: --tp with --pp (world rank = stage · D · T + replica · T + tp
  * rank; r->tp_comm, r->tp_dp_comm and r->pipe_comm are its groups) */
@@ -133,11 +152,13 @@ dt_status mg_report_pipeline(FILE *f, const mg_run *r);
 enum mg_event_kind {
     MG_EV_FORWARD = DT_PIPE_NUM_OPS, /* a data-parallel micro-step's */
     MG_EV_BACKWARD,
-    MG_EV_ALLREDUCE,    /* a DDP bucket */
-    MG_EV_OPTIMIZER,    /* AdamW (ZeRO-1: with its collectives) */
-    MG_EV_TP_ALLREDUCE, /* an f or g of tensor parallelism (arg: the layer, or -1) */
-    MG_EV_TP_GATHER,    /* --tp: the all-gather of the shares after a step */
-    MG_EV_TP_DP,        /* --tp --dp: the all-reduce of the share's gradients */
+    MG_EV_ALLREDUCE,     /* a DDP bucket */
+    MG_EV_OPTIMIZER,     /* AdamW (ZeRO-1: with its collectives) */
+    MG_EV_TP_ALLREDUCE,  /* an f or g of tensor parallelism (arg: the layer, or -1) */
+    MG_EV_TP_GATHER,     /* --tp: the all-gather of the shares after a step */
+    MG_EV_TP_DP,         /* --tp --dp: the all-reduce of the share's gradients */
+    MG_EV_TP_DP_SCATTER, /* --tp --dp --parallel zero1: their reduce-scatter */
+    MG_EV_TP_DP_GATHER,  /* ... and the all-gather of the updated pieces */
 };
 mg_trace *mg_trace_open(void);
 void mg_trace_close(mg_trace *t);

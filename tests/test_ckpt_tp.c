@@ -1,0 +1,387 @@
+/*
+ * test_ckpt_tp.c — checkpoints of tensor-parallel runs, end to end: the
+ * built dtrain-launch runs minigpt --tp 2 (2 ranks) and --tp 2 --dp 2
+ * (4 ranks) as processes, and dtrain-ckpt reshards and exports.
+ *
+ * - The flat buffer of a tp checkpoint is the T shares end to end (the
+ *   manifest says "tp": 2); each rank saves its replica's piece of its
+ *   share.
+ * - `--resume auto` is bitwise: a tp 2 run killed after its step-3
+ *   checkpoint and restarted by the launcher, and a 2 x 2 run stopped and
+ *   resumed, save the same step-6 shards byte for byte as runs never
+ *   stopped.
+ * - Another T is refused, naming the manifest and the reshard to run.
+ * - `dtrain-ckpt reshard` tp 2 -> 1 -> 2 gives back the same files; the
+ *   tp-1 result resumed by one process follows the tp 2 run within 1e-5
+ *   relative; `dtrain-ckpt export` of a tp checkpoint is the unsplit
+ *   model's export.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt_fixture.h"
+#include "dt_ckpt.h"
+#include "run_program.h"
+
+#ifndef LAUNCH_BIN
+#error "LAUNCH_BIN must name the built dtrain-launch"
+#endif
+#ifndef MINIGPT_BIN
+#error "MINIGPT_BIN must name the built minigpt"
+#endif
+#ifndef DT_CKPT_BIN
+#error "DT_CKPT_BIN must name the built dtrain-ckpt"
+#endif
+
+static const dt_config cfg = {.V = 64, .T = 16, .L = 2, .H = 4, .C = 32}; /* minigpt's default */
+
+/* Runs argv (NULL-terminated) with its log under root; returns its output
+ * (the caller frees) and asserts the exit code. */
+static char *run(const char *root, const char *name, const char *const *argv, int want)
+{
+    char log[300];
+    snprintf(log, sizeof log, "%s/%s.log", root, name);
+    char *out = NULL;
+    int rc = run_program(argv, log, &out);
+    cr_assert_eq(rc, want, "%s exited %d, not %d:\n%s", name, rc, want, out);
+    return out;
+}
+
+/* minigpt on n ranks (n "1": one process, no launcher) into root/sub,
+ * saving every 3 steps; flags: the parallel layout, then extra ones. */
+static char *train_rc(const char *root, const char *sub, const char *n, const char *const *flags,
+                      const char *steps, const char *const *extra, int want)
+{
+    char dir[256], name[300];
+    snprintf(dir, sizeof dir, "%s/%s", root, sub);
+    snprintf(name, sizeof name, "%s-%s", sub, steps);
+    const char *argv[48] = {LAUNCH_BIN, "-n", n, "--max-restarts", "1"};
+    int k = strcmp(n, "1") == 0 ? 0 : 5;
+    const char *common[] = {MINIGPT_BIN, "--steps",      steps,    "--batch",
+                            "4",         "--data",       "random", "--eval-every",
+                            "0",         "--sample",     "0",      "--threads",
+                            "1",         "--log-every",  "10",     "--ckpt-dir",
+                            dir,         "--ckpt-every", "3",      NULL};
+    for (const char *const *f = common; *f; f++)
+        argv[k++] = *f;
+    for (; flags && *flags; flags++)
+        argv[k++] = *flags;
+    for (; extra && *extra; extra++)
+        argv[k++] = *extra;
+    argv[k] = NULL;
+    return run(root, name, argv, want);
+}
+
+static void train(const char *root, const char *sub, const char *n, const char *const *flags,
+                  const char *steps, const char *const *extra)
+{
+    free(train_rc(root, sub, n, flags, steps, extra, 0));
+}
+
+static const char *const tp2[] = {"--tp", "2", NULL};
+static const char *const tp2dp2[] = {"--tp", "2", "--dp", "2", NULL};
+static const char *const resume[] = {"--resume", "auto", NULL};
+
+static void read_file(const char *path, char **buf, long *len)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert(f, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    *len = ftell(f);
+    rewind(f);
+    *buf = malloc((size_t)*len + 1);
+    cr_assert_eq(fread(*buf, 1, (size_t)*len, f), (size_t)*len);
+    (*buf)[*len] = '\0';
+    fclose(f);
+}
+
+static void expect_same_file(const char *x, const char *y)
+{
+    char *a, *b;
+    long na, nb;
+    read_file(x, &a, &na);
+    read_file(y, &b, &nb);
+    cr_expect(na == nb && memcmp(a, b, (size_t)na) == 0, "%s and %s differ", x, y);
+    free(a);
+    free(b);
+}
+
+/* Every shard and the manifest of two step directories, byte for byte. */
+static void expect_same_step(const char *x, const char *y, int world)
+{
+    char p[300], q[300];
+    for (int r = 0; r < world; r++) {
+        snprintf(p, sizeof p, "%s/rank%05d.bin", x, r);
+        snprintf(q, sizeof q, "%s/rank%05d.bin", y, r);
+        expect_same_file(p, q);
+    }
+    snprintf(p, sizeof p, "%s/manifest.json", x);
+    snprintf(q, sizeof q, "%s/manifest.json", y);
+    expect_same_file(p, q);
+}
+
+Test(ckpt_tp, a_tp2_run_killed_after_a_checkpoint_and_resumed_saves_the_same_bytes, .timeout = 300)
+{
+    char root[128], a[200], b[200];
+    fixture_mkroot(root, sizeof root);
+    train(root, "a", "2", tp2, "6", NULL);
+    const char *die[] = {"--resume", "auto", "--die-at-step", "4", NULL};
+    char *out = train_rc(root, "b", "2", tp2, "6", die, 0);
+    cr_assert(strstr(out, "--die-at-step 4: SIGKILL") && strstr(out, "resume: "),
+              "the run was not killed and resumed:\n%s", out);
+    free(out);
+    snprintf(a, sizeof a, "%s/a/step_00000006", root);
+    snprintf(b, sizeof b, "%s/b/step_00000006", root);
+    expect_same_step(a, b, 2);
+    fixture_rmtree(root);
+}
+
+Test(ckpt_tp, a_2x2_run_stopped_and_resumed_saves_the_same_bytes, .timeout = 300)
+{
+    char root[128], a[200], b[200];
+    fixture_mkroot(root, sizeof root);
+    train(root, "a", "4", tp2dp2, "6", NULL);
+    train(root, "b", "4", tp2dp2, "3", NULL);
+    train(root, "b", "4", tp2dp2, "6", resume);
+    snprintf(a, sizeof a, "%s/a/step_00000006", root);
+    snprintf(b, sizeof b, "%s/b/step_00000006", root);
+    expect_same_step(a, b, 4);
+    fixture_rmtree(root);
+}
+
+Test(ckpt_tp, each_rank_of_2x2_saves_its_replicas_piece_of_its_tp_share, .timeout = 300)
+{
+    char root[128], dir[200];
+    fixture_mkroot(root, sizeof root);
+    train(root, "a", "4", tp2dp2, "3", NULL);
+    snprintf(dir, sizeof dir, "%s/a/step_00000003", root);
+    dt_ckpt *ck;
+    dt_ckpt_info info;
+    cr_assert_eq(dt_ckpt_open(&ck, dir, NULL), DT_OK);
+    cr_assert_eq(dt_ckpt_inspect(ck, dir, &info), DT_OK, "%s", dt_ckpt_error(ck));
+    dt_ckpt_close(ck);
+    size_t S = dt_tp_num_params(&cfg, 2);
+    cr_expect_eq(info.tp, 2, "the manifest says tp %d", info.tp);
+    cr_expect_eq(info.num_params, 2 * S, "the flat buffer is 2 shares of %zu", S);
+    char path[300], *text;
+    long len;
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    read_file(path, &text, &len);
+    for (int rep = 0; rep < 2; rep++)
+        for (int t = 0; t < 2; t++) { /* world rank rep·2 + t saves share t's piece rep */
+            size_t lo, n;
+            dt_ckpt_partition(S, 2, rep, &lo, &n);
+            char got[40];
+            snprintf(got, sizeof got, "\"rank\": %d,", rep * 2 + t);
+            const char *at = strstr(text, got), *p = at ? strstr(at, "\"params\": [") : NULL;
+            size_t glo = 0, gn = 0;
+            cr_assert(p && sscanf(p, "\"params\": [ %zu, %zu", &glo, &gn) == 2, "%s: rank %d", path,
+                      rep * 2 + t);
+            cr_expect(glo == t * S + lo && gn == n,
+                      "rank %d (replica %d, tp rank %d) saved [%zu, +%zu), not its piece "
+                      "[%zu, +%zu) of share %d",
+                      rep * 2 + t, rep, t, glo, gn, t * S + lo, n, t);
+        }
+    free(text);
+    fixture_rmtree(root);
+}
+
+Test(ckpt_tp, a_plain_checkpoints_manifest_has_no_tp_key, .timeout = 120)
+{
+    char root[128], path[300], *text;
+    long len;
+    fixture_mkroot(root, sizeof root);
+    train(root, "a", "1", NULL, "3", NULL);
+    snprintf(path, sizeof path, "%s/a/step_00000003/manifest.json", root);
+    read_file(path, &text, &len);
+    cr_expect(!strstr(text, "\"tp\""), "%s has a tp key:\n%s", path, text);
+    free(text);
+    fixture_rmtree(root);
+}
+
+Test(ckpt_tp, resuming_with_another_tp_is_refused_naming_the_manifest_and_the_reshard,
+     .timeout = 300)
+{
+    char root[128];
+    fixture_mkroot(root, sizeof root);
+    train(root, "a", "2", tp2, "3", NULL);
+    char *out = train_rc(root, "a", "2", NULL, "6", resume, 1);
+    cr_expect(strstr(out, "step_00000003/manifest.json: saved with --tp 2, loading with --tp 1") &&
+                  strstr(out, "dtrain-ckpt reshard") && strstr(out, "--tp 1"),
+              "the refusal does not name the manifest, both T and the reshard:\n%s", out);
+    free(out);
+    fixture_rmtree(root);
+}
+
+static void ckpt_tool(const char *root, const char *name, const char *const *args)
+{
+    const char *argv[12] = {DT_CKPT_BIN};
+    int k = 1;
+    for (; *args; args++)
+        argv[k++] = *args;
+    argv[k] = NULL;
+    free(run(root, name, argv, 0));
+}
+
+Test(ckpt_tp, reshard_tp2_to_one_rank_and_back_to_tp2_gives_the_same_bytes, .timeout = 300)
+{
+    char root[128], src[200], one[200], back[200], back3[220];
+    fixture_mkroot(root, sizeof root);
+    train(root, "a", "2", tp2, "3", NULL);
+    snprintf(src, sizeof src, "%s/a/step_00000003", root);
+    snprintf(one, sizeof one, "%s/one", root);
+    snprintf(back, sizeof back, "%s/back", root);
+    ckpt_tool(root, "to-one", (const char *[]){"reshard", src, one, "1", NULL});
+    ckpt_tool(root, "back", (const char *[]){"reshard", one, back, "2", "--tp", "2", NULL});
+    snprintf(back3, sizeof back3, "%s/step_00000003", back);
+    expect_same_step(src, back3, 2);
+    fixture_rmtree(root);
+}
+
+/* A step directory's full state in the model's layout (a tp one joined). */
+static dt_ckpt_state load_unsplit(const char *dir)
+{
+    dt_ckpt *ck;
+    dt_ckpt_info info;
+    dt_ckpt_options o = {.allow_reshard = true};
+    cr_assert_eq(dt_ckpt_open(&ck, dir, &o), DT_OK);
+    cr_assert_eq(dt_ckpt_inspect(ck, dir, &info), DT_OK, "%s", dt_ckpt_error(ck));
+    size_t n = info.num_params;
+    dt_ckpt_state s = {.cfg = info.cfg,
+                       .world = 1,
+                       .tp = info.tp,
+                       .num_params = n,
+                       .opt_n = n,
+                       .params = calloc(n, 4),
+                       .adam_m = calloc(n, 4),
+                       .adam_v = calloc(n, 4)};
+    cr_assert_eq(dt_ckpt_load(ck, dir, &s), DT_OK, "%s: %s", dir, dt_ckpt_error(ck));
+    dt_ckpt_close(ck);
+    dt_ckpt_state u;
+    cr_assert_eq(dt_ckpt_tp_convert(&u, &s, 1), DT_OK);
+    dt_ckpt_tp_free(&s);
+    return u;
+}
+
+/* Largest |a - b| / max(|a|, |b|), over all elements (*all) and over those
+ * not tiny (1e-3 of the largest magnitude; returned). */
+static double max_relative(const float *a, const float *b, size_t n, double *all)
+{
+    float big = 0;
+    for (size_t i = 0; i < n; i++)
+        big = fabsf(a[i]) > big ? fabsf(a[i]) : big;
+    double worst = 0;
+    *all = 0;
+    for (size_t i = 0; i < n; i++) {
+        double m = fmax(fabs((double)a[i]), fabs((double)b[i]));
+        double rel = m > 0 ? fabs((double)a[i] - b[i]) / m : 0;
+        *all = rel > *all ? rel : *all;
+        if (m >= 1e-3 * big)
+            worst = rel > worst ? rel : worst;
+    }
+    return worst;
+}
+
+Test(ckpt_tp, tp2_resharded_to_one_rank_and_resumed_alone_follows_the_tp2_run_within_1e_5,
+     .timeout = 300)
+{
+    char root[128], src[200], one[200], a[200], c[200];
+    fixture_mkroot(root, sizeof root);
+    train(root, "a", "2", tp2, "4", (const char *[]){"--ckpt-every", "1", NULL});
+    snprintf(src, sizeof src, "%s/a/step_00000003", root);
+    snprintf(one, sizeof one, "%s/one", root);
+    ckpt_tool(root, "to-one", (const char *[]){"reshard", src, one, "1", NULL});
+    train(root, "one", "1", NULL, "4",
+          (const char *[]){"--ckpt-every", "1", "--resume", "auto", NULL});
+    snprintf(a, sizeof a, "%s/a/step_00000004", root);
+    snprintf(c, sizeof c, "%s/one/step_00000004", root);
+    dt_ckpt_state x = load_unsplit(a), y = load_unsplit(c);
+    cr_assert_eq(x.num_params, dt_config_num_params(&cfg));
+    double all, rel = max_relative(x.params, y.params, x.num_params, &all);
+    cr_log_info("tp 2 -> 1 process, one step after the reshard: max relative %.3g "
+                "(%.3g over every element, tiny ones included)",
+                rel, all);
+    cr_expect(rel <= 1e-5,
+              "one step after the reshard the parameters are %.3g relative "
+              "from the tp 2 run's",
+              rel);
+    cr_expect_eq(x.data_row, y.data_row);
+    dt_ckpt_tp_free(&x);
+    dt_ckpt_tp_free(&y);
+    fixture_rmtree(root);
+}
+
+Test(ckpt_tp, export_of_a_tp_checkpoint_is_the_unsplit_models_export, .timeout = 120)
+{
+    char root[128], tpdir[200], tpout[220], want[220];
+    fixture_mkroot(root, sizeof root);
+    size_t P = dt_config_num_params(&cfg), S = dt_tp_num_params(&cfg, 2);
+    float *full = malloc(P * 4), *shares = malloc(2 * S * 4);
+    for (size_t i = 0; i < P; i++)
+        full[i] = fixture_value(7, 0, i);
+    int n = dt_tp_layout_num_tensors(&cfg);
+    dt_tp_tensor *tab = malloc((size_t)n * sizeof *tab);
+    cr_assert_eq(dt_tp_layout_build(tab, &cfg, 2), n);
+    for (int t = 0; t < 2; t++) /* the model's own split, not the checkpoint's */
+        dt_tp_layout_slice(shares + (size_t)t * S, full, tab, n, 2, t);
+    dt_ckpt_state s = {.cfg = cfg,
+                       .world = 1,
+                       .tp = 2,
+                       .step = 7,
+                       .num_params = 2 * S,
+                       .opt_n = 2 * S,
+                       .params = shares,
+                       .adam_m = shares,
+                       .adam_v = shares};
+    snprintf(tpdir, sizeof tpdir, "%s/tp", root);
+    dt_ckpt *ck;
+    cr_assert_eq(dt_ckpt_open(&ck, tpdir, NULL), DT_OK);
+    cr_assert_eq(dt_ckpt_save_all(ck, &s, 2), DT_OK, "%s", dt_ckpt_error(ck));
+    snprintf(want, sizeof want, "%s/unsplit.safetensors", root);
+    cr_assert_eq(dt_ckpt_export_safetensors(ck, want, &cfg, full), DT_OK, "%s", dt_ckpt_error(ck));
+    dt_ckpt_close(ck);
+    snprintf(tpout, sizeof tpout, "%s/tp.safetensors", root);
+    ckpt_tool(root, "export", (const char *[]){"export", tpdir, tpout, NULL});
+    expect_same_file(tpout, want);
+    free(full);
+    free(shares);
+    free(tab);
+    fixture_rmtree(root);
+}
+
+static const char *const tp2dp2_zero1[] = {"--tp", "2", "--dp", "2", "--parallel", "zero1", NULL};
+
+Test(ckpt_tp, a_2x2_zero1_run_holds_ddps_parameters_bit_for_bit, .timeout = 300)
+{
+    char root[128], a[200], b[200], x[220], y[220];
+    fixture_mkroot(root, sizeof root);
+    train(root, "ddp", "4", tp2dp2, "6", NULL);
+    char *out = train_rc(root, "z", "4", tp2dp2_zero1, "6", NULL, 0);
+    cr_expect(strstr(out, "m, v and master of 7680 of the share's 15360 parameters"),
+              "no optimizer piece of half the share reported:\n%s", out);
+    free(out);
+    snprintf(a, sizeof a, "%s/ddp", root);
+    snprintf(b, sizeof b, "%s/z", root);
+    snprintf(x, sizeof x, "%s/ddp.safetensors", root);
+    snprintf(y, sizeof y, "%s/z.safetensors", root);
+    ckpt_tool(root, "export-ddp", (const char *[]){"export", a, x, NULL});
+    ckpt_tool(root, "export-z", (const char *[]){"export", b, y, NULL});
+    expect_same_file(x, y);
+    fixture_rmtree(root);
+}
+
+Test(ckpt_tp, a_2x2_zero1_run_stopped_and_resumed_saves_the_same_bytes, .timeout = 300)
+{
+    char root[128], a[200], b[200];
+    fixture_mkroot(root, sizeof root);
+    train(root, "a", "4", tp2dp2_zero1, "6", NULL);
+    train(root, "b", "4", tp2dp2_zero1, "3", NULL);
+    train(root, "b", "4", tp2dp2_zero1, "6", resume);
+    snprintf(a, sizeof a, "%s/a/step_00000006", root);
+    snprintf(b, sizeof b, "%s/b/step_00000006", root);
+    expect_same_step(a, b, 4);
+    fixture_rmtree(root);
+}
