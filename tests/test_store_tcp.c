@@ -298,7 +298,8 @@ static void *answer_like_http(void *arg)
     if (fd >= 0 && recv(fd, buf, sizeof buf, 0) > 0) {
         const char reply[] = "HTTP/1.1 400 Bad Request\r\n\r\n";
         (void)send(fd, reply, sizeof reply - 1, MSG_NOSIGNAL);
-        (void)recv(fd, buf, sizeof buf, 0); /* until the client hangs up */
+        while (recv(fd, buf, sizeof buf, 0) > 0) /* until the client hangs up: */
+            ; /* closing while it still writes would make its next write fail first */
     }
     if (fd >= 0)
         close(fd);
