@@ -257,3 +257,127 @@ Test(ckpt_3d, resuming_with_another_tp_is_refused_naming_the_manifest_and_the_re
     free(out);
     fixture_rmtree(root);
 }
+
+/* A step directory's full state as one rank of one, in its own layout. */
+static dt_ckpt_state load_whole(const char *dir)
+{
+    dt_ckpt *ck;
+    dt_ckpt_info info;
+    dt_ckpt_options o = {.allow_reshard = true};
+    cr_assert_eq(dt_ckpt_open(&ck, dir, &o), DT_OK);
+    cr_assert_eq(dt_ckpt_inspect(ck, dir, &info), DT_OK, "%s", dt_ckpt_error(ck));
+    size_t n = info.num_params;
+    dt_ckpt_state s = {.cfg = info.cfg,
+                       .world = 1,
+                       .tp = info.tp,
+                       .num_params = n,
+                       .opt_n = n,
+                       .params = calloc(n, 4),
+                       .adam_m = calloc(n, 4),
+                       .adam_v = calloc(n, 4)};
+    cr_assert_eq(dt_ckpt_load(ck, dir, &s), DT_OK, "%s: %s", dir, dt_ckpt_error(ck));
+    dt_ckpt_close(ck);
+    return s;
+}
+
+Test(ckpt_3d, a_2x2x2_checkpoint_resumed_as_dp2_tp2_without_the_pipeline_ends_on_its_bits,
+     .timeout = 400)
+{
+    char root[128], a[200], b[200];
+    fixture_mkroot(root, sizeof root);
+    train(root, "a", "8", grid, "6", NULL);
+    train(root, "b", "8", grid, "3", NULL);
+    const char *const flat[] = {"--dp", "2", "--tp", "2", "--grad-accum", "2", NULL};
+    train(root, "b", "4", flat, "6", resume);
+    snprintf(a, sizeof a, "%s/a/step_00000006", root);
+    snprintf(b, sizeof b, "%s/b/step_00000006", root);
+    dt_ckpt_state x = load_whole(a), y = load_whole(b);
+    size_t bytes = x.num_params * sizeof(float);
+    cr_assert_eq(x.num_params, y.num_params);
+    cr_expect(memcmp(x.params, y.params, bytes) == 0, "the parameters differ");
+    cr_expect(memcmp(x.adam_m, y.adam_m, bytes) == 0, "AdamW's m differs");
+    cr_expect(memcmp(x.adam_v, y.adam_v, bytes) == 0, "AdamW's v differs");
+    cr_expect_eq(x.data_row, y.data_row, "next rows %llu and %llu", (unsigned long long)x.data_row,
+                 (unsigned long long)y.data_row);
+    dt_ckpt_tp_free(&x);
+    dt_ckpt_tp_free(&y);
+    fixture_rmtree(root);
+}
+
+static void ckpt_tool(const char *root, const char *name, const char *const *args)
+{
+    const char *argv[16] = {DT_CKPT_BIN};
+    int k = 1;
+    for (; *args; args++)
+        argv[k++] = *args;
+    argv[k] = NULL;
+    free(run(root, name, argv, 0));
+}
+
+Test(ckpt_3d, reshard_2x2x2_to_one_process_and_back_to_2x2x2_gives_the_same_bytes, .timeout = 300)
+{
+    char root[128], src[200], one[200], back[200], back3[220];
+    fixture_mkroot(root, sizeof root);
+    train(root, "a", "8", grid, "3", NULL);
+    snprintf(src, sizeof src, "%s/a/step_00000003", root);
+    snprintf(one, sizeof one, "%s/one", root);
+    snprintf(back, sizeof back, "%s/back", root);
+    ckpt_tool(root, "to-one", (const char *[]){"reshard", src, one, "1", NULL});
+    snprintf(back3, sizeof back3, "%s/step_00000003", one);
+    dt_ckpt_state u = load_whole(back3);
+    cr_expect_eq(u.tp, 1, "one process's checkpoint is unsplit, not tp %d", u.tp);
+    cr_expect_eq(u.num_params, dt_config_num_params(&cfg));
+    dt_ckpt_tp_free(&u);
+    ckpt_tool(root, "back",
+              (const char *[]){"reshard", one, back, "8", "--pp", "2", "--tp", "2", NULL});
+    snprintf(back3, sizeof back3, "%s/step_00000003", back);
+    expect_same_step(src, back3, 8);
+    fixture_rmtree(root);
+}
+
+Test(ckpt_3d, export_of_a_2x2x2_checkpoint_is_the_unsplit_models_export, .timeout = 300)
+{
+    char root[128], src[200], got[220], want[220];
+    fixture_mkroot(root, sizeof root);
+    train(root, "a", "8", grid, "3", NULL);
+    snprintf(src, sizeof src, "%s/a/step_00000003", root);
+    dt_ckpt_state s = load_whole(src); /* the 2 shares end to end */
+    size_t P = dt_config_num_params(&cfg), S = dt_tp_num_params(&cfg, 2);
+    cr_assert_eq(s.num_params, 2 * S);
+    float *full = calloc(P, sizeof(float));
+    int n = dt_tp_layout_num_tensors(&cfg);
+    dt_tp_tensor *tab = malloc((size_t)n * sizeof *tab);
+    cr_assert_eq(dt_tp_layout_build(tab, &cfg, 2), n);
+    for (int t = 0; t < 2; t++) /* the model's own join, not the tool's */
+        dt_tp_layout_unslice(full, s.params + (size_t)t * S, tab, n, 2, t);
+    dt_ckpt *ck;
+    snprintf(want, sizeof want, "%s/unsplit.safetensors", root);
+    cr_assert_eq(dt_ckpt_open(&ck, root, NULL), DT_OK);
+    cr_assert_eq(dt_ckpt_export_safetensors(ck, want, &cfg, full), DT_OK, "%s", dt_ckpt_error(ck));
+    dt_ckpt_close(ck);
+    snprintf(got, sizeof got, "%s/3d.safetensors", root);
+    ckpt_tool(root, "export", (const char *[]){"export", src, got, NULL});
+    expect_same_file(got, want);
+    free(full);
+    free(tab);
+    dt_ckpt_tp_free(&s);
+    fixture_rmtree(root);
+}
+
+Test(ckpt_3d, the_grid_layout_with_one_stage_is_the_tp_layout_and_with_tp1_the_pipelines)
+{
+    enum { T = 2, D = 3, P = 2 };
+    size_t a[T * D + 1], b[T * D + 1], c[P * D + 1], d[P * D + 1], stage[P + 1];
+    int oa[T * D], ob[T * D], oc[P * D], one[2] = {0, cfg.L}, blocks[P + 1] = {0, 1, cfg.L};
+    cr_assert_eq(dt_ckpt_grid_slices(a, oa, &cfg, T, 1, D, one), DT_OK);
+    dt_ckpt_tp_slices(b, ob, &cfg, T, D);
+    cr_expect(memcmp(a, b, sizeof a) == 0 && memcmp(oa, ob, sizeof oa) == 0,
+              "--tp 2 --dp 3 as a grid of one stage saves other slices");
+    cr_assert_eq(dt_ckpt_grid_slices(c, oc, &cfg, 1, P, D, blocks), DT_OK);
+    for (int s = 0; s < P; s++)
+        dt_config_stage_range(&cfg, blocks[s], blocks[s + 1], &stage[s], &stage[s + 1]);
+    dt_ckpt_pipeline_slices(d, stage, P, D);
+    cr_expect(memcmp(c, d, sizeof c) == 0, "--pp 2 --dp 3 as a grid of tp 1 saves other slices");
+    for (int g = 0; g < P * D; g++)
+        cr_expect_eq(oc[g], g, "rank %d of a plain pipeline saves slice %d", g, oc[g]);
+}
