@@ -335,6 +335,21 @@ Test(ckpt_3d, reshard_2x2x2_to_one_process_and_back_to_2x2x2_gives_the_same_byte
     fixture_rmtree(root);
 }
 
+Test(ckpt_3d, a_reshard_to_ranks_that_are_not_whole_grids_is_refused_by_name, .timeout = 300)
+{
+    char root[128], src[200], out[200];
+    fixture_mkroot(root, sizeof root);
+    train(root, "a", "8", grid, "3", NULL);
+    snprintf(src, sizeof src, "%s/a/step_00000003", root);
+    snprintf(out, sizeof out, "%s/six", root);
+    const char *argv[] = {DT_CKPT_BIN, "reshard", src, out, "6", "--pp", "2", "--tp", "2", NULL};
+    char *text = run(root, "six", argv, 1);
+    cr_expect(strstr(text, "6 ranks are not a whole number of grids of 2 stages x 2 tp ranks"),
+              "the refusal does not name the ranks and the grid:\n%s", text);
+    free(text);
+    fixture_rmtree(root);
+}
+
 Test(ckpt_3d, export_of_a_2x2x2_checkpoint_is_the_unsplit_models_export, .timeout = 300)
 {
     char root[128], src[200], got[220], want[220];
