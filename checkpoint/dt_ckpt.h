@@ -171,6 +171,17 @@ void dt_ckpt_tp_slices(size_t *slices, int *order, const dt_config *cfg, int T, 
  */
 dt_status dt_ckpt_tp_convert(dt_ckpt_state *out, const dt_ckpt_state *in, int tp);
 void dt_ckpt_tp_free(dt_ckpt_state *s);
+/*
+ * minigpt --dp D --tp T --pp P's layout (grid_slices.c; T·P·D + 1 slices,
+ * T·P·D orders): in share t of the flat buffer, stage s's range (blocks
+ * [blocks[s], blocks[s + 1]), P + 1 bounds) cut over the D replicas as
+ * dt_ckpt_partition cuts, slice (t·P + s)·D + replica; world rank
+ * s·D·T + replica·T + t saves it (slice_order). T = 1 gives
+ * dt_ckpt_pipeline_slices' slices, P = 1 dt_ckpt_tp_slices'. DT_EINVAL if
+ * T does not divide the heads or the vocabulary, DT_ENOMEM.
+ */
+dt_status dt_ckpt_grid_slices(size_t *slices, int *order, const dt_config *cfg, int T, int P, int D,
+                              const int *blocks);
 
 /* What the manifest of one step directory says (dt_ckpt_inspect). */
 typedef struct dt_ckpt_info {

@@ -9,13 +9,15 @@
  *                                        consolidated weights, under dtrain's
  *                                        state_dict names or the seed
  *                                        curriculum's MiniGPT module's
- *   dtrain-ckpt reshard DIR OUTROOT M [--pp P [--pp-partition HOW] | --tp T]
+ *   dtrain-ckpt reshard DIR OUTROOT M [--pp P [--pp-partition HOW]] [--tp T]
  *                                        the same state as M shards; with
  *                                        --pp, laid out for P stages x M/P
  *                                        replicas (minigpt --pp P's layout),
  *                                        with --tp as T tp shares x M/T
- *                                        replicas (minigpt --tp T's); a tp
- *                                        checkpoint without --tp: unsplit
+ *                                        replicas (minigpt --tp T's), with
+ *                                        both as minigpt --dp M/(P·T) --tp T
+ *                                        --pp P's grid; a tp checkpoint
+ *                                        without --tp: unsplit
  *
  * Everything goes through the library: verify is a load into nothing;
  * export and reshard load the full state as one rank of one (the
@@ -44,7 +46,7 @@ static const char *const commands[][2] = {
     {"ls", "ROOT"},
     {"verify", "DIR|ROOT"},
     {"export", "DIR|ROOT OUT.safetensors [--names dtrain|seed]"},
-    {"reshard", "DIR|ROOT OUTROOT M [--pp P [--pp-partition params|uniform] | --tp T]"},
+    {"reshard", "DIR|ROOT OUTROOT M [--pp P [--pp-partition params|uniform]] [--tp T]"},
 };
 #define NUM_COMMANDS (sizeof commands / sizeof commands[0])
 
@@ -175,7 +177,7 @@ static int to_tp(dt_ckpt_state *s, int tp)
 }
 
 /* reshard's layout flags (argv[5..]): none, --pp P [--pp-partition
- * HOW], or --tp T. *pp = 0 without --pp, *tp = 1 without --tp. Returns 0,
+ * HOW], --tp T, or both. *pp = 0 without --pp, *tp = 1 without --tp. Returns 0,
  * or 2 after printing what was wrong. */
 static int parse_layout(int argc, char **argv, int *pp, int *tp, dt_pipe_partition_kind *kind)
 {
@@ -201,8 +203,6 @@ static int parse_layout(int argc, char **argv, int *pp, int *tp, dt_pipe_partiti
             return dt_flag_error("dtrain-ckpt",
                                  "--pp-partition: must be params or uniform, got '%s'", v);
     }
-    if (*pp > 0 && *tp > 1)
-        return dt_flag_error("dtrain-ckpt", "reshard: --pp with --tp (3-D layouts) is not built");
     return 0;
 }
 
@@ -250,8 +250,45 @@ static int tp_layout(dt_ckpt_state *s, int tp, int m, size_t *slices, int **orde
     return 0;
 }
 
+/* minigpt --dp M/(P·T) --tp T --pp P's checkpoint layout over m ranks
+ * (grid_slices.c). */
+static int grid_layout(dt_ckpt_state *s, int pp, int tp, int m, dt_pipe_partition_kind kind,
+                       size_t *slices, int **order)
+{
+    char err[256];
+    int *blocks = malloc(((size_t)pp + 1) * sizeof *blocks), rc = 1;
+    *order = malloc((size_t)m * sizeof **order);
+    if (!blocks || !*order)
+        fprintf(stderr, "dtrain-ckpt: out of memory\n");
+    else if (m % (pp * tp) != 0)
+        fprintf(stderr,
+                "dtrain-ckpt: reshard: %d ranks are not a whole number of grids of %d stages x "
+                "%d tp ranks\n",
+                m, pp, tp);
+    else if (dt_pipe_partition(blocks, &s->cfg, pp, kind, err, sizeof err))
+        fprintf(stderr, "dtrain-ckpt: reshard: %s\n", err);
+    else if (dt_ckpt_grid_slices(slices, *order, &s->cfg, tp, pp, m / (pp * tp), blocks) != DT_OK)
+        fprintf(stderr, "dtrain-ckpt: out of memory\n");
+    else
+        rc = 0;
+    free(blocks);
+    s->slice_order = rc == 0 ? *order : NULL;
+    return rc;
+}
+
+/* The layout of m shards into slices (m + 1): the 3-D grid's, the
+ * pipeline's or the tp run's. */
+static int layout(dt_ckpt_state *s, int pp, int tp, int m, dt_pipe_partition_kind kind,
+                  size_t *slices, int **order)
+{
+    if (pp > 0 && tp > 1)
+        return grid_layout(s, pp, tp, m, kind, slices, order);
+    return pp > 0 ? pipeline_layout(&s->cfg, pp, m, kind, slices)
+                  : tp_layout(s, tp, m, slices, order);
+}
+
 /* Writes the full state s as m shards under outroot (pp > 0: the
- * pipeline layout; tp > 1: the tp layout). */
+ * pipeline layout; tp > 1: the tp layout; both: the 3-D grid's). */
 static int cmd_reshard(dt_ckpt_state *s, const char *outroot, int m, int pp, int tp,
                        dt_pipe_partition_kind kind)
 {
@@ -262,8 +299,7 @@ static int cmd_reshard(dt_ckpt_state *s, const char *outroot, int m, int pp, int
         return 1;
     if (pp > 0 || tp > 1) {
         slices = malloc(((size_t)m + 1) * sizeof *slices);
-        if (!slices || (pp > 0 ? pipeline_layout(&s->cfg, pp, m, kind, slices)
-                               : tp_layout(s, tp, m, slices, &order))) {
+        if (!slices || layout(s, pp, tp, m, kind, slices, &order)) {
             free(slices);
             free(order);
             s->slice_order = NULL;
@@ -275,6 +311,9 @@ static int cmd_reshard(dt_ckpt_state *s, const char *outroot, int m, int pp, int
     int rc = dt_ckpt_open(&out, outroot, NULL) != DT_OK || dt_ckpt_save_all(out, s, m) != DT_OK;
     if (rc)
         fprintf(stderr, "dtrain-ckpt: %s\n", dt_ckpt_error(out));
+    else if (pp > 0 && tp > 1)
+        printf("%s: step %ld as %d shards: %d stages x %d replicas x %d tp shares\n",
+               dt_ckpt_printable(shown, sizeof shown, outroot), s->step, m, pp, m / (pp * tp), tp);
     else if (pp > 0)
         printf("%s: step %ld as %d shards: %d stages x %d replicas\n",
                dt_ckpt_printable(shown, sizeof shown, outroot), s->step, m, pp, m / pp);

@@ -147,11 +147,9 @@ Test(minigpt_3d, recompute_with_tp_is_refused_by_name, .timeout = 60)
 Test(minigpt_3d, what_a_grid_does_not_build_is_refused_by_name, .timeout = 120)
 {
     const char *const zero[] = {"--tp", "2", "--pp", "2", "--parallel", "zero1", NULL};
-    const char *const ckpt[] = {"--tp", "2", "--pp", "2", "--ckpt-every", "5", NULL};
     const char *const zb[] = {"--tp", "2", "--pp", "2", "--schedule", "zb", NULL};
     const char *const cuda[] = {"--tp", "2", "--pp", "2", "--device", "cuda", NULL};
     expect_refused("4", zero, "the dp axis of a 3-D run runs DDP");
-    expect_refused("4", ckpt, "checkpoints (--ckpt-dir, --ckpt-every, --resume) in a 3-D run");
     expect_refused("4", zb, "a tensor-parallel stage runs its backward whole");
     expect_refused("4", cuda, "--pp runs on the CPU backend for now");
 }

@@ -145,6 +145,8 @@ void mg_ckpt_close(mg_run *r)
  * replicas x grad_accum micro-batches under --tp. */
 static uint64_t global_batch(const mg_run *r)
 {
+    if (r->three_d)
+        return (uint64_t)r->dp * (uint64_t)mg_microbatches(&r->o) * (uint64_t)r->o.batch;
     if (r->tp)
         return (uint64_t)r->dp * (uint64_t)r->o.grad_accum * (uint64_t)r->o.batch;
     if (r->pipe)
@@ -154,9 +156,12 @@ static uint64_t global_batch(const mg_run *r)
 
 /* The model and optimizer of this rank as a checkpoint state; a stage
  * saves the slice the pipeline layout gives it, a tp rank its share's
- * (tp_checkpoint.c). */
+ * (tp_checkpoint.c), a rank of a 3-D grid its range's
+ * (three_d_checkpoint.c). */
 static dt_status state_of(mg_run *r, dt_ckpt_state *s)
 {
+    if (r->three_d)
+        return mg_3d_ckpt_state(r, s);
     if (r->tp)
         return mg_tp_ckpt_state(r, s);
     dt_status st = dt_ckpt_state_of(s, r->m, r->zero1, r->rank, r->world);
@@ -207,18 +212,27 @@ static dt_status agree_range(mg_run *r, int32_t code, int32_t *lo, int32_t *hi)
  */
 static dt_status resume_held(mg_run *r);
 
+/* ZeRO-3's whole model, held for a save or a load; a 3-D run saves and
+ * loads its ranges, not the assembled copy: nothing to hold. */
+static dt_status hold(mg_run *r, bool on)
+{
+    return r->three_d ? DT_OK : mg_params_hold(r, on);
+}
+
 /* ZeRO-3 loads into its whole model, held for the load (the master
  * shard, loaded too, is what it keeps). */
 dt_status mg_ckpt_resume(mg_run *r)
 {
     if (!r->o.resume)
         return DT_OK;
-    dt_status st = mg_params_hold(r, true);
+    dt_status st = hold(r, true);
     if (st == DT_OK)
         st = resume_held(r);
-    dt_status released = st == DT_OK ? mg_params_hold(r, false) : DT_OK;
+    dt_status released = st == DT_OK ? hold(r, false) : DT_OK;
     if (st == DT_OK && r->tp && r->start_step > 0) /* the copy evaluation reads */
         st = mg_tp_assemble(r);
+    if (st == DT_OK && r->three_d && r->start_step > 0)
+        st = mg_3d_assemble(r);
     return st != DT_OK ? st : released;
 }
 
@@ -335,7 +349,7 @@ dt_status mg_ckpt_after_step(mg_run *r, int done)
     if (!r->ck || o->ckpt_every <= 0 || done % o->ckpt_every != 0)
         return DT_OK;
     dt_ckpt_state dev, s;
-    dt_status st = mg_params_hold(r, true); /* ZeRO-3: saves its whole model's slice */
+    dt_status st = hold(r, true); /* ZeRO-3: saves its whole model's slice */
     if (st != DT_OK)
         return st;
     if ((st = state_of(r, &dev)) != DT_OK)
@@ -348,7 +362,7 @@ dt_status mg_ckpt_after_step(mg_run *r, int done)
         return ck_fail(r, st, "copying the device state to the host");
     st = save_and_verify(r, &s, done);
     mg_state_mirror_free(r, &s);
-    dt_status released = st == DT_OK ? mg_params_hold(r, false) : DT_OK;
+    dt_status released = st == DT_OK ? hold(r, false) : DT_OK;
     return st != DT_OK ? st : released;
 }
 

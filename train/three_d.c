@@ -35,8 +35,12 @@
  * keeps the model's tensor order, so the ranges concatenate), then the tp
  * group all-gathers the shares. Training steps pay nothing for it.
  *
- * Not built, refused by name: ZeRO on the dp axis, checkpoints, the cuda
- * backend, ZB-H1 (a split backward; a tp stage runs its backward whole).
+ * Checkpoints: each rank saves its replica's piece of its stage's range
+ * of its tp share (three_d_checkpoint.c, laid out here from the stages'
+ * blocks).
+ *
+ * Not built, refused by name: ZeRO on the dp axis, the cuda backend, ZB-H1
+ * (a split backward; a tp stage runs its backward whole).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,8 +72,6 @@ static const char *unsupported(const mg_options *o)
 {
     if (o->parallel != MG_DDP)
         return "--parallel zero1/zero2/zero3 (the dp axis of a 3-D run runs DDP)";
-    if (o->ckpt_dir || o->resume || o->ckpt_every > 0)
-        return "checkpoints (--ckpt-dir, --ckpt-every, --resume) in a 3-D run";
     if (strcmp(o->device, "cpu") != 0)
         return "--device cuda or cuda-host in a 3-D run (it runs on the cpu backend)";
     if (strcmp(o->schedule, "zb") == 0)
@@ -188,16 +190,23 @@ static dt_status open_stage(mg_run *r, struct mg_3d *d)
     if (st == DT_OK && !(d->sched = dt_pipe_schedule_create(kind, P, d->M, err, sizeof err)))
         st = DT_EINVAL;
     int l0 = bounds[r->stage], l1 = bounds[r->stage + 1];
-    free(bounds);
-    if (st != DT_OK)
+    if (st != DT_OK) {
+        free(bounds);
         return fail3(r, st, "3-D grid", err);
+    }
     st = dt_tp_stage_create(&d->stage, &o->cfg, dt_backend_cpu(), o->batch, l0, l1,
                             d->sched->act_slots[r->stage], d->sched->grad_slots[r->stage],
                             r->tp_comm);
     if (st == DT_OK)
         st = dt_tp_stage_init(d->stage, o->seed);
-    if (st != DT_OK)
+    if (st != DT_OK) {
+        free(bounds);
         return fail3(r, st, "model", dt_tp_stage_error(d->stage));
+    }
+    st = mg_3d_ckpt_layout(r, bounds); /* the stage checked the grid's tp */
+    free(bounds);
+    if (st != DT_OK)
+        return fail3(r, st, "3-D grid", "checkpoint layout: out of memory");
     if (r->trace) { /* every f and g as a slice */
         d->stage->core.trace = mg_trace_tp;
         d->stage->core.trace_user = r->trace;
@@ -280,10 +289,16 @@ void mg_3d_close(mg_run *r)
     free(d->shares);
     free(d);
     r->three_d = NULL;
+    mg_tp_ckpt_free(r); /* the checkpoint layout */
     dt_comm_destroy(r->pipe_comm);
     dt_comm_destroy(r->tp_dp_comm);
     dt_comm_destroy(r->tp_comm);
     r->pipe_comm = r->tp_dp_comm = r->tp_comm = NULL;
+}
+
+struct dt_tp_stage *mg_3d_stage(mg_run *r)
+{
+    return r->three_d->stage;
 }
 
 /* ---- a step ----------------------------------------------------------- */

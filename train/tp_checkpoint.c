@@ -39,20 +39,26 @@ static dt_status layout(mg_run *r)
     return DT_OK;
 }
 
+dt_status mg_tp_moments(dt_tp_model *m)
+{
+    size_t bytes = m->num_params * sizeof(float);
+    if (m->adam_m) /* before the first step: zero, as dt_tp_update makes them */
+        return DT_OK;
+    m->adam_m = m->be->alloc(bytes);
+    m->adam_v = m->be->alloc(bytes);
+    if (!m->adam_m || !m->adam_v)
+        return DT_ENOMEM;
+    m->be->zero(m->adam_m, bytes);
+    m->be->zero(m->adam_v, bytes);
+    return DT_OK;
+}
+
 dt_status mg_tp_ckpt_state(mg_run *r, dt_ckpt_state *s)
 {
     dt_tp_model *m = r->tp;
     size_t S = m->num_params, lo = (size_t)m->rank * S;
-    if (layout(r) != DT_OK)
+    if (layout(r) != DT_OK || (!r->tpz && mg_tp_moments(m) != DT_OK))
         return DT_ENOMEM;
-    if (!r->tpz && !m->adam_m) { /* before the first step: zero, as dt_tp_update makes them */
-        m->adam_m = m->be->alloc(S * sizeof(float));
-        m->adam_v = m->be->alloc(S * sizeof(float));
-        if (!m->adam_m || !m->adam_v)
-            return DT_ENOMEM;
-        m->be->zero(m->adam_m, S * sizeof(float));
-        m->be->zero(m->adam_v, S * sizeof(float));
-    }
     *s = (dt_ckpt_state){.cfg = r->o.cfg,
                          .mode = DT_CKPT_DDP,
                          .rank = r->rank,

@@ -48,7 +48,7 @@ typedef struct mg_run {
     dt_comm *pipe_comm;                 /* --pp: this replica's stages (NULL: P = 1) */
     dt_comm *dp_comm;                   /* --pp: this stage's replicas (NULL: D = 1) */
     size_t *ckpt_slices;                /* --pp, --tp: [world + 1] who saves what */
-    int *ckpt_order;                    /* --tp: [world] the slice each rank saves */
+    int *ckpt_order;                    /* --tp (3-D too): [world] the slice each rank saves */
     mg_trace *trace;                    /* --trace: this rank's slices, or NULL */
     dt_tp_model *tp;                    /* --tp: this rank's share; r->m the assembled copy */
     dt_comm *tp_comm;                   /* --tp: this replica's tp group */
@@ -83,6 +83,9 @@ dt_status mg_tp_assemble(mg_run *r);
  * the run's layout of shares x replicas) */
 dt_status mg_tp_ckpt_state(mg_run *r, dt_ckpt_state *s);
 void mg_tp_ckpt_free(mg_run *r);
+/* AdamW's m and v of a share, allocated zeroed if the first step has not
+ * made them yet (a state described before it). */
+dt_status mg_tp_moments(dt_tp_model *m);
 
 /* tp_zero1.c: --tp --dp D --parallel zero1 (ZeRO-1 on the dp axis) */
 dt_status mg_tp_zero1_open(mg_run *r);
@@ -100,6 +103,14 @@ void mg_3d_close(mg_run *r);
 dt_status mg_3d_step(mg_run *r, int step, mg_step *out);
 /* Collective over the world: the whole model into r->m. */
 dt_status mg_3d_assemble(mg_run *r);
+/* This rank's share of its stage. */
+struct dt_tp_stage *mg_3d_stage(mg_run *r);
+
+/* three_d_checkpoint.c: a 3-D run's checkpoints (its layout of shares x
+ * stages x replicas from the stages' block bounds, set up at open; the
+ * state of this rank's range) */
+dt_status mg_3d_ckpt_layout(mg_run *r, const int *blocks);
+dt_status mg_3d_ckpt_state(mg_run *r, dt_ckpt_state *s);
 
 /* trainer.c */
 /* This rank's GPU on its node: LOCAL_RANK (or Open MPI's, Slurm's), 0. */
