@@ -396,3 +396,61 @@ Test(ckpt_3d, the_grid_layout_with_one_stage_is_the_tp_layout_and_with_tp1_the_p
     for (int g = 0; g < P * D; g++)
         cr_expect_eq(oc[g], g, "rank %d of a plain pipeline saves slice %d", g, oc[g]);
 }
+
+/* ---- ZeRO-1 on the dp axis ------------------------------------------------ */
+
+static const char *const grid_zero1[] = {"--dp",           "2", "--tp",       "2",     "--pp", "2",
+                                         "--microbatches", "2", "--parallel", "zero1", NULL};
+
+/* On 2 replicas the mean of two gradients is the same bits in either
+ * order and AdamW is elementwise, so ZeRO-1's parameters are DDP's. */
+Test(ckpt_3d, a_2x2x2_zero1_run_holds_ddps_parameters_bit_for_bit, .timeout = 400)
+{
+    char root[128], a[200], b[200], x[220], y[220];
+    fixture_mkroot(root, sizeof root);
+    train(root, "ddp", "8", grid, "6", NULL);
+    char *out = train_rc(root, "z", "8", grid_zero1, "6", NULL, 0);
+    cr_expect(strstr(out, "tp zero1: AdamW state per rank: m, v and master of "),
+              "no optimizer piece reported:\n%s", out);
+    free(out);
+    snprintf(a, sizeof a, "%s/ddp", root);
+    snprintf(b, sizeof b, "%s/z", root);
+    snprintf(x, sizeof x, "%s/ddp.safetensors", root);
+    snprintf(y, sizeof y, "%s/z.safetensors", root);
+    ckpt_tool(root, "export-ddp", (const char *[]){"export", a, x, NULL});
+    ckpt_tool(root, "export-z", (const char *[]){"export", b, y, NULL});
+    expect_same_file(x, y);
+    fixture_rmtree(root);
+}
+
+/* Rank 0 (stage 0, replica 0) keeps m, v and master of the first half of
+ * its stage's range of share 0: 3/4 of DDP's m and v of the whole range. */
+Test(ckpt_3d, a_2x2x2_zero1_rank_keeps_optimizer_state_for_half_its_stage_range, .timeout = 400)
+{
+    char root[128], want[200];
+    fixture_mkroot(root, sizeof root);
+    size_t lo, hi;
+    stage_in_share(0, &lo, &hi);
+    size_t S = hi - lo, n = (S + 1) / 2;
+    snprintf(want, sizeof want,
+             "m, v and master of %zu of the stage range's %zu parameters, %zu bytes (DDP: m and "
+             "v of all %zu, %zu bytes)",
+             n, S, 12 * n, S, 8 * S);
+    char *out = train_rc(root, "z", "8", grid_zero1, "1", NULL, 0);
+    cr_expect(strstr(out, want), "'%s' not said:\n%s", want, out);
+    free(out);
+    fixture_rmtree(root);
+}
+
+Test(ckpt_3d, a_2x2x2_zero1_run_stopped_and_resumed_saves_the_same_bytes, .timeout = 400)
+{
+    char root[128], a[200], b[200];
+    fixture_mkroot(root, sizeof root);
+    train(root, "a", "8", grid_zero1, "6", NULL);
+    train(root, "b", "8", grid_zero1, "3", NULL);
+    train(root, "b", "8", grid_zero1, "6", resume);
+    snprintf(a, sizeof a, "%s/a/step_00000006", root);
+    snprintf(b, sizeof b, "%s/b/step_00000006", root);
+    expect_same_step(a, b, 8);
+    fixture_rmtree(root);
+}

@@ -146,12 +146,19 @@ Test(minigpt_3d, recompute_with_tp_is_refused_by_name, .timeout = 60)
 
 Test(minigpt_3d, what_a_grid_does_not_build_is_refused_by_name, .timeout = 120)
 {
-    const char *const zero[] = {"--tp", "2", "--pp", "2", "--parallel", "zero1", NULL};
+    const char *const zero[] = {"--tp", "2", "--pp", "2", "--parallel", "zero2", NULL};
     const char *const zb[] = {"--tp", "2", "--pp", "2", "--schedule", "zb", NULL};
     const char *const cuda[] = {"--tp", "2", "--pp", "2", "--device", "cuda", NULL};
-    expect_refused("4", zero, "the dp axis of a 3-D run runs DDP");
+    expect_refused("4", zero,
+                   "--parallel zero2/zero3 (the dp axis of a 3-D run runs DDP or zero1)");
     expect_refused("4", zb, "a tensor-parallel stage runs its backward whole");
     expect_refused("4", cuda, "--pp runs on the CPU backend for now");
+}
+
+Test(minigpt_3d, zero1_on_a_grid_of_one_replica_is_refused_by_name, .timeout = 60)
+{
+    const char *const grid[] = {"--tp", "2", "--pp", "2", "--parallel", "zero1", NULL};
+    expect_refused("4", grid, "--parallel zero1: needs --dp 2 or more replicas to shard");
 }
 
 /* ---- a killed rank --------------------------------------------------------- */

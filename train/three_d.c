@@ -26,7 +26,10 @@
  * schedule runs every micro-batch's backward in order, and after the run
  * the dp group averages the share's gradients (DDP, one all-reduce of the
  * share, not overlapped with backward), AdamW updates it, and the last
- * stage shares the loss. So --tp 2 --pp 2 ends on the bits of --tp 2
+ * stage shares the loss. Under --parallel zero1 the dp group instead runs
+ * tp_zero1.c on the stage's range of the share (reduce-scatter, AdamW on
+ * this rank's piece with an fp32 master, all-gather): on 2 replicas the
+ * same bits as DDP, with 3/4 of its optimizer state per rank. So --tp 2 --pp 2 ends on the bits of --tp 2
  * --grad-accum M, and 2 x 2 x 2 on those of --dp 2 --tp 2 --grad-accum M.
  *
  * Evaluation, the replica check and the sample read a whole dt_model
@@ -37,9 +40,9 @@
  *
  * Checkpoints: each rank saves its replica's piece of its stage's range
  * of its tp share (three_d_checkpoint.c, laid out here from the stages'
- * blocks).
+ * blocks); under zero1 that piece is its optimizer shard.
  *
- * Not built, refused by name: ZeRO on the dp axis, the cuda backend, ZB-H1
+ * Not built, refused by name: ZeRO-2 and ZeRO-3, the cuda backend, ZB-H1
  * (a split backward; a tp stage runs its backward whole).
  */
 #include <stdio.h>
@@ -70,8 +73,8 @@ static dt_status fail3(mg_run *r, dt_status st, const char *what, const char *de
 /* What this version does not combine with a 3-D grid, named. */
 static const char *unsupported(const mg_options *o)
 {
-    if (o->parallel != MG_DDP)
-        return "--parallel zero1/zero2/zero3 (the dp axis of a 3-D run runs DDP)";
+    if (o->parallel != MG_DDP && o->parallel != MG_ZERO1)
+        return "--parallel zero2/zero3 (the dp axis of a 3-D run runs DDP or zero1)";
     if (strcmp(o->device, "cpu") != 0)
         return "--device cuda or cuda-host in a 3-D run (it runs on the cpu backend)";
     if (strcmp(o->schedule, "zb") == 0)
@@ -273,7 +276,12 @@ dt_status mg_3d_open(mg_run *r)
                "parameters\n",
                r->dp, r->dp == 1 ? "" : "s", o->tp, o->pp, r->dp * o->tp, o->tp, o->schedule, d->M,
                d->stage->core.num_params, r->m->num_params);
-    return DT_OK;
+    if (o->parallel != MG_ZERO1)
+        return DT_OK;
+    if (r->dp < 2)
+        return fail3(r, DT_EINVAL, "--parallel zero1", "needs --dp 2 or more replicas to shard");
+    size_t share = dt_tp_num_params(&o->cfg, o->tp);
+    return mg_tp_zero1_open(r, &d->stage->core, (size_t)d->tp_rank * share + d->stage->lo);
 }
 
 void mg_3d_close(mg_run *r)
@@ -289,6 +297,7 @@ void mg_3d_close(mg_run *r)
     free(d->shares);
     free(d);
     r->three_d = NULL;
+    mg_tp_zero1_close(r);
     mg_tp_ckpt_free(r); /* the checkpoint layout */
     dt_comm_destroy(r->pipe_comm);
     dt_comm_destroy(r->tp_dp_comm);
@@ -351,6 +360,22 @@ static dt_status share_loss(mg_run *r, float *loss)
     return DT_OK;
 }
 
+/* The dp axis and AdamW: DDP's all-reduce and the stage's update, or
+ * ZeRO-1 on the stage's range (tp_zero1.c, AdamW included). */
+static dt_status update(mg_run *r, struct mg_3d *d, int step)
+{
+    if (r->tpz)
+        return mg_tp_zero1_step(r, step, NULL); /* share_loss averages the loss */
+    dt_status st;
+    if (r->dp > 1 && (st = average_grads(r)) != DT_OK)
+        return st;
+    double tu = dt_now();
+    if ((st = dt_tp_stage_update(d->stage, &r->h, step + 1)) != DT_OK)
+        return fail3(r, st, "update", dt_tp_stage_error(d->stage));
+    mg_trace_add(r->trace, MG_EV_OPTIMIZER, -1, tu, dt_now());
+    return DT_OK;
+}
+
 dt_status mg_3d_step(mg_run *r, int step, mg_step *out)
 {
     const mg_options *o = &r->o;
@@ -371,13 +396,7 @@ dt_status mg_3d_step(mg_run *r, int step, mg_step *out)
     if (st != DT_OK)
         return pipe_err(r, st, dt_pipe_error(d->pipe));
     mg_trace_pipe(r->trace, d->pipe, d->sched, r->stage);
-    if (r->dp > 1 && (st = average_grads(r)) != DT_OK)
-        return st;
-    double tu = dt_now();
-    if ((st = dt_tp_stage_update(d->stage, &r->h, step + 1)) != DT_OK)
-        return fail3(r, st, "update", dt_tp_stage_error(d->stage));
-    mg_trace_add(r->trace, MG_EV_OPTIMIZER, -1, tu, dt_now());
-    if ((st = share_loss(r, &loss)) != DT_OK)
+    if ((st = update(r, d, step)) != DT_OK || (st = share_loss(r, &loss)) != DT_OK)
         return st;
     out->ms = 1e3 * (dt_now() - t0);
     out->loss = loss;

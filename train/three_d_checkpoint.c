@@ -18,7 +18,9 @@
  * replica check) is rebuilt from the loaded ranges: mg_3d_assemble's two
  * all-gathers, which a save does not need. Cost of a save: (S + 2S)·4
  * bytes per share and replica set, spread over all ranks; the replicated
- * tensors are stored once per share, as in a tp checkpoint.
+ * tensors are stored once per share, as in a tp checkpoint. Under
+ * --parallel zero1 the saved piece is the rank's optimizer shard (master,
+ * m, v: tp_zero1.c), so its state is saved and loaded where it lies.
  */
 #include <stdlib.h>
 
@@ -40,7 +42,7 @@ dt_status mg_3d_ckpt_state(mg_run *r, dt_ckpt_state *s)
     dt_tp_stage *st = mg_3d_stage(r);
     dt_tp_model *m = &st->core;
     size_t share = dt_tp_num_params(&r->o.cfg, m->tp), lo = (size_t)m->rank * share + st->lo;
-    dt_status rc = mg_tp_moments(m);
+    dt_status rc = r->tpz ? DT_OK : mg_tp_moments(m);
     if (rc != DT_OK)
         return rc;
     *s = (dt_ckpt_state){.cfg = r->o.cfg,
@@ -58,5 +60,7 @@ dt_status mg_3d_ckpt_state(mg_run *r, dt_ckpt_state *s)
                          .opt_n = m->num_params,
                          .adam_m = m->adam_m,
                          .adam_v = m->adam_v};
+    if (r->tpz) /* ZeRO-1: the optimizer's piece of the range (tp_zero1.c) */
+        mg_tp_zero1_state(r, s);
     return DT_OK;
 }

@@ -1,10 +1,12 @@
 /*
- * tp_zero1.c — minigpt --tp T --dp D --parallel zero1: ZeRO-1 on the dp
- * axis of a tensor-parallel run.
+ * tp_zero1.c — minigpt --tp T --dp D [--pp P] --parallel zero1: ZeRO-1 on
+ * the dp axis of a tensor-parallel run.
  *
- * The D ranks holding share t (one per replica, the dp group) hold the
- * same S parameters and, under DDP, the same AdamW moments: 2S floats of
- * optimizer state each, D times over. ZeRO-1 cuts the share over them as
+ * The D ranks holding the same range of S parameters (share t, or in a 3-D
+ * run stage s's contiguous part of share t: one rank per replica, the dp
+ * group) hold the same parameters and, under DDP, the same AdamW moments:
+ * 2S floats of optimizer state each, D times over. ZeRO-1 cuts the range
+ * over them as
  * the checkpoint cuts it (dt_ckpt_partition: replica q owns [q·c, q·c + n),
  * c = ceil(S/D)): a rank keeps m, v and an fp32 master copy of its piece
  * only, so the optimizer state per rank is 3n floats instead of 2S
@@ -19,7 +21,7 @@
  * reduce-scatter and an all-gather) but with the update split D ways.
  * On 2 replicas the mean of two gradients is the same bits in any order
  * (a + b = b + a), and AdamW is elementwise, so every parameter is bitwise
- * DDP's (the ckpt_tp suite checks it). Buffers are padded to D·c floats
+ * DDP's (the ckpt_tp and ckpt_3d suites check it). Buffers are padded to D·c floats
  * (the collectives move equal counts); copies of S floats per step.
  */
 #include <stdlib.h>
@@ -29,7 +31,9 @@
 #include "trainer.h"
 
 struct mg_tp_zero1 {
-    size_t S, lo, n, c; /* share, this rank's piece [lo, lo + n), padded piece c */
+    dt_tp_model *model; /* the range's parameters and gradients */
+    size_t base;        /* where the range starts in the checkpoint's flat buffer */
+    size_t S, lo, n, c; /* range, this rank's piece [lo, lo + n) of it, padded piece c */
     float *master, *m, *v;
     float *grads; /* (D·c) the share's gradients, padded */
     float *piece; /* (c) this rank's piece: mean gradient, then the sent parameters */
@@ -43,13 +47,15 @@ static dt_status z_fail(mg_run *r, dt_status st, const char *what, const char *d
     return st;
 }
 
-dt_status mg_tp_zero1_open(mg_run *r)
+dt_status mg_tp_zero1_open(mg_run *r, dt_tp_model *m, size_t base)
 {
     mg_tp_zero1 *z = calloc(1, sizeof *z);
     if (!(r->tpz = z))
         return z_fail(r, DT_ENOMEM, "open", "out of memory");
     size_t D = (size_t)r->dp;
-    z->S = r->tp->num_params;
+    z->model = m;
+    z->base = base;
+    z->S = m->num_params;
     z->c = (z->S + D - 1) / D;
     dt_ckpt_partition(z->S, r->dp, r->replica, &z->lo, &z->n);
     z->master = calloc(z->c, sizeof(float));
@@ -60,11 +66,12 @@ dt_status mg_tp_zero1_open(mg_run *r)
     z->all = calloc(D * z->c, sizeof(float));
     if (!z->master || !z->m || !z->v || !z->grads || !z->piece || !z->all)
         return z_fail(r, DT_ENOMEM, "open", "out of memory");
-    memcpy(z->master, r->tp->params_memory + z->lo, z->n * sizeof(float));
+    memcpy(z->master, m->params_memory + z->lo, z->n * sizeof(float));
     if (r->rank == 0)
-        printf("tp zero1: AdamW state per rank: m, v and master of %zu of the share's %zu "
+        printf("tp zero1: AdamW state per rank: m, v and master of %zu of the %s's %zu "
                "parameters, %zu bytes (DDP: m and v of all %zu, %zu bytes)\n",
-               z->n, z->S, 3 * z->n * sizeof(float), z->S, 2 * z->S * sizeof(float));
+               z->n, r->three_d ? "stage range" : "share", z->S, 3 * z->n * sizeof(float), z->S,
+               2 * z->S * sizeof(float));
     return DT_OK;
 }
 
@@ -87,7 +94,7 @@ void mg_tp_zero1_state(mg_run *r, dt_ckpt_state *s)
 {
     mg_tp_zero1 *z = r->tpz;
     s->mode = DT_CKPT_ZERO1;
-    s->opt_lo = (size_t)r->tp->rank * z->S + z->lo;
+    s->opt_lo = z->base + z->lo;
     s->opt_n = z->n;
     s->master = z->master;
     s->adam_m = z->m;
@@ -115,10 +122,10 @@ static dt_status dp_op(mg_run *r, bool scatter)
 dt_status mg_tp_zero1_step(mg_run *r, int step, float *loss)
 {
     mg_tp_zero1 *z = r->tpz;
-    dt_tp_model *m = r->tp;
+    dt_tp_model *m = z->model;
     memcpy(z->grads, m->grads_memory, z->S * sizeof(float)); /* the padding stays 0 */
     dt_status st = dp_op(r, true);
-    if (st == DT_OK)
+    if (st == DT_OK && loss)
         st = dt_allreduce(r->tp_dp_comm, loss, 1, DT_F32, DT_AVG);
     if (st != DT_OK)
         return z_fail(r, st, "gradient reduce-scatter", dt_comm_error(r->tp_dp_comm));

@@ -87,11 +87,13 @@ void mg_tp_ckpt_free(mg_run *r);
  * made them yet (a state described before it). */
 dt_status mg_tp_moments(dt_tp_model *m);
 
-/* tp_zero1.c: --tp --dp D --parallel zero1 (ZeRO-1 on the dp axis) */
-dt_status mg_tp_zero1_open(mg_run *r);
+/* tp_zero1.c: --tp --dp D [--pp P] --parallel zero1 (ZeRO-1 on the dp
+ * axis) over m's parameters, which start at base in the checkpoint's flat
+ * buffer (t·S for share t; t·S + lo for a stage's range [lo, hi) of it) */
+dt_status mg_tp_zero1_open(mg_run *r, dt_tp_model *m, size_t base);
 void mg_tp_zero1_close(mg_run *r);
 /* The dp group's reduce-scatter, AdamW on the piece, all-gather; *loss
- * averaged over the replicas. */
+ * averaged over the replicas unless loss is NULL. */
 dt_status mg_tp_zero1_step(mg_run *r, int step, float *loss);
 /* The optimizer part of s: mode, range and arrays of this rank's piece. */
 void mg_tp_zero1_state(mg_run *r, dt_ckpt_state *s);
