@@ -7,6 +7,12 @@
 
 #include "dt_tp.h"
 
+/* tp_model.c: points blocks [l0, l1) of a at base + off, each block's
+ * tensors in dt_block_acts order with the share's local widths, for
+ * (B, T); returns the offset after them (base may be NULL: sizes only). */
+size_t tp_carve_blocks(dt_acts *a, float *base, size_t off, int l0, int l1, const dt_config *c,
+                       int tp, size_t B, size_t T);
+
 /* tp_allreduce.c: in-place all-reduce of n floats over the tp group; on
  * failure the message (naming what was reduced) is on m. */
 dt_status tp_allreduce(dt_tp_model *m, float *buf, size_t n, dt_redop op, dt_tp_site site,

@@ -28,24 +28,14 @@ static dt_status fail(dt_tp_model *m, dt_status s, const char *what)
     return s;
 }
 
-/* Points a's tensors at base for (B, T) with the share's local widths;
- * returns the element count (base may be NULL). Order: dt_acts' top
- * tensors, then each block's in dt_block_acts order. */
-static size_t carve_acts(dt_acts *a, float *base, const dt_tp_model *m, size_t B, size_t T)
+size_t tp_carve_blocks(dt_acts *a, float *base, size_t off, int l0, int l1, const dt_config *c,
+                       int tp, size_t B, size_t T)
 {
-    const dt_config *c = &m->cfg;
-    size_t tp = (size_t)m->tp, N = B * T, C = (size_t)c->C, Cl = C / tp, Vl = (size_t)c->V / tp;
-    size_t att = B * ((size_t)c->H / tp) * T * T, off = 0;
-    size_t top[8] = {N * C, N * C, N, N, N * Vl, N * Vl, N, att};
-    float **top_ptr[8] = {&a->encoded, &a->lnf,   &a->lnf_mean, &a->lnf_rstd,
-                          &a->logits,  &a->probs, &a->losses,   &a->scratch};
-    for (int i = 0; i < 8; i++) {
-        *top_ptr[i] = base ? base + off : NULL;
-        off += top[i];
-    }
+    size_t N = B * T, C = (size_t)c->C, Cl = C / (size_t)tp;
+    size_t att = B * ((size_t)c->H / (size_t)tp) * T * T;
     size_t blk[15] = {N * C, N, N, 3 * N * Cl, N * Cl,     att,   N * C, N * C,
                       N * C, N, N, 4 * N * Cl, 4 * N * Cl, N * C, N * C};
-    for (int l = 0; l < c->L; l++) {
+    for (int l = l0; l < l1; l++) {
         dt_block_acts *b = &a->blocks[l];
         float **bp[15] = {&b->ln1,      &b->ln1_mean, &b->ln1_rstd,  &b->qkv,    &b->atty,
                           &b->att,      &b->attproj,  &b->residual2, &b->ln2,    &b->ln2_mean,
@@ -56,6 +46,24 @@ static size_t carve_acts(dt_acts *a, float *base, const dt_tp_model *m, size_t B
         }
     }
     return off;
+}
+
+/* Points a's tensors at base for (B, T) with the share's local widths;
+ * returns the element count (base may be NULL). Order: dt_acts' top
+ * tensors, then each block's in dt_block_acts order. */
+static size_t carve_acts(dt_acts *a, float *base, const dt_tp_model *m, size_t B, size_t T)
+{
+    const dt_config *c = &m->cfg;
+    size_t tp = (size_t)m->tp, N = B * T, C = (size_t)c->C, Vl = (size_t)c->V / tp;
+    size_t att = B * ((size_t)c->H / tp) * T * T, off = 0;
+    size_t top[8] = {N * C, N * C, N, N, N * Vl, N * Vl, N, att};
+    float **top_ptr[8] = {&a->encoded, &a->lnf,   &a->lnf_mean, &a->lnf_rstd,
+                          &a->logits,  &a->probs, &a->losses,   &a->scratch};
+    for (int i = 0; i < 8; i++) {
+        *top_ptr[i] = base ? base + off : NULL;
+        off += top[i];
+    }
+    return tp_carve_blocks(a, base, off, 0, c->L, c, m->tp, B, T);
 }
 
 /* Points the dt_params fields of p at base, in the tensor table's order

@@ -58,7 +58,7 @@ static size_t carve_set(dt_acts *a, float *base, const dt_tp_stage *s)
 {
     const dt_config *c = &s->core.cfg;
     size_t tp = (size_t)s->core.tp, N = (size_t)s->core.max_B * (size_t)c->T, C = (size_t)c->C;
-    size_t Cl = C / tp, Vl = (size_t)c->V / tp, last = is_last(s);
+    size_t Vl = (size_t)c->V / tp, last = is_last(s);
     size_t att = (size_t)s->core.max_B * ((size_t)c->H / tp) * (size_t)c->T * (size_t)c->T;
     size_t top[8] = {N * C,         last * N * C,  last * N, last * N,
                      last * N * Vl, last * N * Vl, last * N, att};
@@ -69,19 +69,8 @@ static size_t carve_set(dt_acts *a, float *base, const dt_tp_stage *s)
         *top_ptr[i] = base && top[i] ? base + off : NULL;
         off += top[i];
     }
-    size_t blk[15] = {N * C, N, N, 3 * N * Cl, N * Cl,     att,   N * C, N * C,
-                      N * C, N, N, 4 * N * Cl, 4 * N * Cl, N * C, N * C};
-    for (int l = s->l0; l < s->l1; l++) {
-        dt_block_acts *b = &a->blocks[l];
-        float **bp[15] = {&b->ln1,      &b->ln1_mean, &b->ln1_rstd,  &b->qkv,    &b->atty,
-                          &b->att,      &b->attproj,  &b->residual2, &b->ln2,    &b->ln2_mean,
-                          &b->ln2_rstd, &b->fch,      &b->fch_gelu,  &b->fcproj, &b->residual3};
-        for (int i = 0; i < 15; i++) {
-            *bp[i] = base ? base + off : NULL;
-            off += blk[i];
-        }
-    }
-    return off;
+    return tp_carve_blocks(a, base, off, s->l0, s->l1, c, s->core.tp, (size_t)s->core.max_B,
+                           (size_t)c->T);
 }
 
 /* The owned tensors' pointers into base, which holds the share's

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "ckpt_fixture.h"
+#include "ckpt_runs.h"
 #include "dt_ckpt.h"
 #include "dt_pipe.h"
 #include "run_program.h"
@@ -37,18 +38,6 @@
 #endif
 
 static const dt_config cfg = {.V = 64, .T = 16, .L = 2, .H = 4, .C = 32}; /* minigpt's default */
-
-/* Runs argv (NULL-terminated) with its log under root; returns its output
- * (the caller frees) and asserts the exit code. */
-static char *run(const char *root, const char *name, const char *const *argv, int want)
-{
-    char log[512];
-    snprintf(log, sizeof log, "%s/%s.log", root, name);
-    char *out = NULL;
-    int rc = run_program(argv, log, &out);
-    cr_assert_eq(rc, want, "%s exited %d, not %d:\n%s", name, rc, want, out);
-    return out;
-}
 
 /* minigpt on n ranks into root/sub, saving every 3 steps; flags: the
  * parallel layout, then extra ones. */
@@ -102,44 +91,6 @@ static void train(const char *root, const char *sub, const char *n, const char *
 static const char *const grid[] = {"--dp",           "2", "--tp", "2", "--pp", "2",
                                    "--microbatches", "2", NULL};
 static const char *const resume[] = {"--resume", "auto", NULL};
-
-static void read_file(const char *path, char **buf, long *len)
-{
-    FILE *f = fopen(path, "rb");
-    cr_assert(f, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    *len = ftell(f);
-    rewind(f);
-    *buf = malloc((size_t)*len + 1);
-    cr_assert_eq(fread(*buf, 1, (size_t)*len, f), (size_t)*len);
-    (*buf)[*len] = '\0';
-    fclose(f);
-}
-
-static void expect_same_file(const char *x, const char *y)
-{
-    char *a, *b;
-    long na, nb;
-    read_file(x, &a, &na);
-    read_file(y, &b, &nb);
-    cr_expect(na == nb && memcmp(a, b, (size_t)na) == 0, "%s and %s differ", x, y);
-    free(a);
-    free(b);
-}
-
-/* Every shard and the manifest of two step directories, byte for byte. */
-static void expect_same_step(const char *x, const char *y, int world)
-{
-    char p[300], q[300];
-    for (int r = 0; r < world; r++) {
-        snprintf(p, sizeof p, "%s/rank%05d.bin", x, r);
-        snprintf(q, sizeof q, "%s/rank%05d.bin", y, r);
-        expect_same_file(p, q);
-    }
-    snprintf(p, sizeof p, "%s/manifest.json", x);
-    snprintf(q, sizeof q, "%s/manifest.json", y);
-    expect_same_file(p, q);
-}
 
 Test(ckpt_3d, a_2x2x2_run_killed_after_a_checkpoint_and_resumed_saves_the_same_bytes,
      .timeout = 400)
@@ -302,16 +253,6 @@ Test(ckpt_3d, a_2x2x2_checkpoint_resumed_as_dp2_tp2_without_the_pipeline_ends_on
     dt_ckpt_tp_free(&x);
     dt_ckpt_tp_free(&y);
     fixture_rmtree(root);
-}
-
-static void ckpt_tool(const char *root, const char *name, const char *const *args)
-{
-    const char *argv[16] = {DT_CKPT_BIN};
-    int k = 1;
-    for (; *args; args++)
-        argv[k++] = *args;
-    argv[k] = NULL;
-    free(run(root, name, argv, 0));
 }
 
 Test(ckpt_3d, reshard_2x2x2_to_one_process_and_back_to_2x2x2_gives_the_same_bytes, .timeout = 300)

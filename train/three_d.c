@@ -312,24 +312,6 @@ struct dt_tp_stage *mg_3d_stage(mg_run *r)
 
 /* ---- a step ----------------------------------------------------------- */
 
-/* Replica r's rows step·D·M·B + (r·M + j)·B .. +B, j = 0 .. M-1, as DDP
- * rank r's micro-steps (pipelined.c's arithmetic). */
-static dt_status load_microbatches(mg_run *r, int step, int M)
-{
-    const mg_options *o = &r->o;
-    size_t rows = (size_t)o->batch * o->cfg.T;
-    uint64_t per_replica = (uint64_t)M * (uint64_t)o->batch;
-    uint64_t row = r->row0 + (uint64_t)(step - r->start_step) * (uint64_t)r->dp * per_replica +
-                   (uint64_t)r->replica * per_replica;
-    for (int j = 0; j < M; j++) {
-        dt_status st = dt_dataset_batch(r->x + j * rows, r->y + j * rows, r->data, DT_TRAIN,
-                                        o->seed, row + (uint64_t)j * o->batch, o->batch, o->cfg.T);
-        if (st != DT_OK)
-            return fail3(r, st, "data", dt_dataset_error(r->data));
-    }
-    return DT_OK;
-}
-
 /* DDP on the dp axis: the share's gradients averaged over the replicas,
  * one all-reduce, traced with the bytes this rank sent. */
 static dt_status average_grads(mg_run *r)
@@ -384,9 +366,9 @@ dt_status mg_3d_step(mg_run *r, int step, mg_step *out)
     size_t rows = (size_t)o->batch * o->cfg.T;
     const int *in[M], *tg[M];
     double t0 = dt_now();
-    dt_status st = load_microbatches(r, step, M);
+    dt_status st = mg_pipe_load_microbatches(r, step, M);
     if (st != DT_OK)
-        return st;
+        return fail3(r, st, "data", dt_dataset_error(r->data));
     for (int j = 0; j < M; j++)
         in[j] = r->x + j * rows, tg[j] = r->y + j * rows;
     float loss = 0;

@@ -143,6 +143,10 @@ void mg_sample(mg_run *r, FILE *f, int n);
 /* The default micro-batches of a pipeline, per stage (pipelined.c). */
 #define MG_MICROBATCHES_PER_STAGE 4
 int mg_microbatches(const mg_options *o);
+/* The step's M micro-batches into r->x, r->y: replica r's rows of the
+ * global batch, as DDP rank r's micro-steps (pipelined.c; --pp and 3-D
+ * runs). The dataset's status. */
+dt_status mg_pipe_load_microbatches(mg_run *r, int step, int M);
 dt_status mg_pipe_open(mg_run *r); /* stage model, schedule, executor */
 void mg_pipe_close(mg_run *r);
 dt_status mg_pipe_step(mg_run *r, int step, mg_step *out);
