@@ -99,6 +99,13 @@ Test(cli_flags, minigpt_reports_a_bad_pipeline_combination_without_the_usage, .t
     assert_one_line_and_a_hint((const char *[]){MINIGPT_BIN, "--dp", "2", NULL}, "--dp");
 }
 
+Test(cli_flags, minigpt_refuses_a_tp_that_does_not_divide_the_heads_before_connecting,
+     .timeout = 30)
+{
+    assert_one_line_and_a_hint((const char *[]){MINIGPT_BIN, "--tp", "3", NULL},
+                               "--tp 3 does not divide the heads H = 4 (--heads)");
+}
+
 Test(cli_flags, the_launcher_refuses_an_empty_program_name, .timeout = 30)
 {
     assert_one_line_and_a_hint((const char *[]){LAUNCH_BIN, "-n", "2", "", NULL}, "empty name");

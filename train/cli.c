@@ -398,10 +398,12 @@ static int check_pipeline(const mg_options *o, const char *prog)
                    "--pp or --tp every rank is one:",
                    "--dp");
     if (o->tp > 0 && o->recompute)
-        return bad(prog,
-                   "a tensor-parallel share keeps its activations (recomputation is not built "
-                   "for it); drop",
-                   "--recompute with --tp");
+        return dt_flag_error(prog,
+                             "--recompute with --tp: a tensor-parallel share keeps its "
+                             "activations (recomputation is not built for it); drop one of them");
+    if (o->tp > 1 && o->cfg.H % o->tp != 0) /* the vocabulary is checked once the data has one */
+        return dt_flag_error(prog, "--tp %d does not divide the heads H = %d (--heads)", o->tp,
+                             o->cfg.H);
     if (!dt_pipe_kind_parse(o->schedule, &k))
         return bad(prog, "not a schedule (gpipe, 1f1b, zb):", o->schedule);
     if (!dt_pipe_partition_parse(o->pp_partition, &pk))
