@@ -201,6 +201,7 @@ typedef struct worker {
     uint64_t last_output_ms; /* uv_now of its last output, or of its start */
     bool stopped;            /* in state T (SIGSTOP) when the first failure came */
     bool ignored_term;       /* still running when the grace period ended */
+    unsigned signalled;      /* 1u << SIG for each signal the launcher sent it alive */
 } worker;
 
 struct worker_group {

@@ -70,12 +70,38 @@ static void on_drain_timeout(uv_timer_t *t);
 
 /* ---- stopping ---------------------------------------------------------------- */
 
+/* The state letter of a process from /proc/PID/stat ("PID (comm) S ..."; the
+ * command may itself hold spaces and parentheses, so look after the last
+ * ')'), or 0 if it cannot be read (gone, or no /proc). */
+static char process_state(int pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    const char *end = strrchr(buf, ')');
+    return end && end[1] == ' ' ? end[2] : 0;
+}
+
+/* Signals every worker not yet reaped, and notes on each one still alive
+ * (neither gone nor a zombie) that the launcher sent it sig: a worker that
+ * then dies of that signal was stopped by us, whatever its peers blame on
+ * it (root_cause.c says so). One /proc read per worker and signal. */
 static void signal_running(worker_group *g, int sig)
 {
     for (int i = 0; i < g->n; i++) {
         worker *w = &g->workers[i];
         if (!w->running)
             continue;
+        char state = process_state(w->proc.pid);
+        if (state && state != 'Z')
+            w->signalled |= 1u << sig;
         if (kill(-w->proc.pid, sig) != 0)
             kill(w->proc.pid, sig);
     }
@@ -173,25 +199,6 @@ static void on_drain_timeout(uv_timer_t *t)
 }
 
 /* ---- stopped workers -------------------------------------------------------------- */
-
-/* The state letter of a process from /proc/PID/stat ("PID (comm) S ..."; the
- * command may itself hold spaces and parentheses, so look after the last
- * ')'), or 0 if it cannot be read (gone, or no /proc). */
-static char process_state(int pid)
-{
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    const char *end = strrchr(buf, ')');
-    return end && end[1] == ' ' ? end[2] : 0;
-}
 
 /* Called at the first failure, before any signal: which workers are stopped. */
 static void note_stopped_workers(worker_group *g)

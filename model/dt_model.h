@@ -45,6 +45,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dt_dataset.h" /* the token streams a model trains on */
 #include "dt_status.h"
 
 #ifdef __cplusplus
@@ -535,72 +536,6 @@ int dt_sample_logits(const float *logits, int V, float temperature, int top_k, d
  * or -1 on error (message on m). */
 int dt_generate(dt_model *m, int *tokens, int n_prompt, int n_new, float temperature, int top_k,
                 int stop, dt_rng *rng);
-
-/* ---- data ----------------------------------------------------------------- */
-
-typedef enum dt_split { DT_TRAIN = 0, DT_VAL = 1 } dt_split;
-
-/* A token stream with a train and a validation part. */
-typedef struct dt_dataset dt_dataset;
-
-/*
- * Byte-level tokens (V = 256) of any file; the last val_fraction of the
- * bytes is the validation split. Always sets *out (NULL only on ENOMEM);
- * on failure read dt_dataset_error(*out), then dt_dataset_close.
- */
-dt_status dt_dataset_open_text(dt_dataset **out, const char *path, double val_fraction);
-/* llm.c token shards: a header of 256 int32 (magic 20240520, version 1,
- * token count) then uint16 tokens; the file size must match. val_path may
- * be NULL (then the last 10% of train is validation). The vocabulary is
- * GPT-2's, DT_GPT2_VOCAB (or 1 + the largest id, if that is larger). */
-#define DT_GPT2_VOCAB 50257
-dt_status dt_dataset_open_shards(dt_dataset **out, const char *train_path, const char *val_path);
-/* Every shard a glob pattern matches ("data/train_*.bin"), in sorted order,
- * as one stream; the last 10% of it is validation. A pattern matching
- * nothing is DT_EINVAL naming it. */
-dt_status dt_dataset_open_shard_glob(dt_dataset **out, const char *pattern);
-/* Whether the file starts with an llm.c shard's magic (20240520). */
-bool dt_dataset_is_shard_file(const char *path);
-/* The seed's data: n uniform random tokens in [0, V), seeded. */
-dt_status dt_dataset_random(dt_dataset **out, int V, size_t n, uint64_t seed);
-
-/* The embedded default: a generated task the model can visibly learn. */
-typedef enum dt_task_kind {
-    DT_TASK_REVERSE = 0, /* "3141=1413\n": reverse a string of digits */
-    DT_TASK_SORT,        /* "3141=1134\n": sort the digits */
-} dt_task_kind;
-/* n_train + n_val examples of 1..max_digits digits, deterministic in seed;
- * validation examples never appear in training. Tokens are ASCII (< 64). */
-dt_status dt_dataset_task(dt_dataset **out, dt_task_kind kind, int max_digits, size_t n_train,
-                          size_t n_val, uint64_t seed);
-
-void dt_dataset_close(dt_dataset *d);
-const char *dt_dataset_error(const dt_dataset *d);
-size_t dt_dataset_tokens(const dt_dataset *d, dt_split split);
-int dt_dataset_vocab(const dt_dataset *d);     /* the ids it may hold: 256 for
-                                             bytes, 50257 for shards, ... */
-int dt_dataset_max_token(const dt_dataset *d); /* the largest id present */
-
-/*
- * Batch rows first_row .. first_row+B-1 of a deterministic sequence of
- * windows: row r reads T+1 tokens at an offset chosen by hashing
- * (seed, r), at an example start for task datasets. Stateless, so a
- * resumed run or another world size sees the same rows (row = global
- * index, e.g. step * global_batch + rank * B + b).
- * inputs, targets (B, T) host. Returns DT_EINVAL if the split is shorter
- * than T+1 tokens.
- */
-dt_status dt_dataset_batch(int *inputs, int *targets, dt_dataset *d, dt_split split, uint64_t seed,
-                           uint64_t first_row, int B, int T);
-
-/*
- * Exact-match accuracy on the task's validation examples (the first n, or
- * all if n is 0): the prompt up to '=' is fed, the answer is decoded
- * greedily until '\n', and it counts only if every character is right.
- * Returns a fraction in [0, 1], or -1 if d is not a task dataset or the
- * model's context cannot hold an example.
- */
-double dt_task_accuracy(dt_model *m, const dt_dataset *d, size_t n);
 
 #ifdef __cplusplus
 }

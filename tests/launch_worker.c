@@ -21,10 +21,11 @@
  *                                        hangs instead, ignoring SIGTERM
  *   launch_worker join-sleep DIR         join the job, print its DT_INIT_URL, write
  *                                        the pid file, sleep until killed
- *   launch_worker abort-one DIR K CODE   join, write the pid file; rank K prints an
+ *   launch_worker abort-one DIR K CODE [MS]
+ *                                        join, write the pid file; rank K prints an
  *                                        error, aborts the communicator with it,
- *                                        lingers 0.5 s and exits CODE; the others'
- *                                        next all-reduce fails: print, exit 94
+ *                                        lingers MS ms (500) and exits CODE; the
+ *                                        others' next all-reduce fails: print, exit 94
  *   launch_worker peer-died DIR K        every rank writes its pid file; rank K
  *                                        prints an error, lingers 0.5 s, exits 3;
  *                                        the others print what a rank prints when
@@ -202,7 +203,7 @@ static int mode_join_sleep(const char *dir)
 
 /* Rank `culprit` fails on its own and tells its peers through the abort;
  * it lingers so that a peer, failing because of it, exits first. */
-static int mode_abort_one(const char *dir, int culprit, int code)
+static int mode_abort_one(const char *dir, int culprit, int code, long linger_ms)
 {
     dt_comm *c = join_from_env();
     if (!c)
@@ -213,7 +214,7 @@ static int mode_abort_one(const char *dir, int culprit, int code)
         snprintf(why, sizeof why, "rank %d: cannot open /nonexistent/data.bin", culprit);
         fprintf(stderr, "%s\n", why);
         dt_comm_abort(c, why);
-        nanosleep(&(struct timespec){0, 500 * 1000 * 1000}, NULL);
+        nanosleep(&(struct timespec){linger_ms / 1000, linger_ms % 1000 * 1000000}, NULL);
         dt_comm_destroy(c);
         return code;
     }
@@ -307,7 +308,8 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "join-sleep") && argc > 2)
         return mode_join_sleep(argv[2]);
     if (!strcmp(mode, "abort-one") && argc > 4)
-        return mode_abort_one(argv[2], atoi(argv[3]), atoi(argv[4]));
+        return mode_abort_one(argv[2], atoi(argv[3]), atoi(argv[4]),
+                              argc > 5 ? atol(argv[5]) : 500);
     if (!strcmp(mode, "peer-died") && argc > 3)
         return mode_peer_died(argv[2], atoi(argv[3]));
     if (!strcmp(mode, "long-error") && argc > 3)

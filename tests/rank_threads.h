@@ -34,8 +34,11 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <criterion/criterion.h>
 
 #include "dt_comm.h"
 
@@ -198,5 +201,28 @@ static inline int rank_threads_run(rank_job *job, int world, rank_fn fn, void *a
 {
     return rank_threads_run_on(job, world, fn, arg, NULL);
 }
+
+/* rank_threads_run, then on the test's thread a Criterion expectation per
+ * rank that it passed, showing what each failed rank recorded. */
+static inline void rank_threads_expect_ok(int world, rank_fn fn, void *arg)
+{
+    rank_job *job = calloc(1, sizeof *job);
+    cr_assert(job != NULL);
+    rank_threads_run(job, world, fn, arg);
+    for (int r = 0; r < world; r++)
+        cr_expect(!job->ranks[r].failed, "rank %d of %d: %s", r, world, job->ranks[r].msg);
+    free(job);
+}
+
+/* In a rank_fn: runs call, an op returning dt_status; on failure records
+ * what (and the communicator's error) and returns from the rank_fn. */
+#define RANK_CHECK_OK(rc, what, call)                                                        \
+    do {                                                                                     \
+        dt_status st_ = (call);                                                              \
+        if (st_ != DT_OK) {                                                                  \
+            rank_fail(rc, "%s: %s: %s", what, dt_status_name(st_), dt_comm_error(rc->comm)); \
+            return;                                                                          \
+        }                                                                                    \
+    } while (0)
 
 #endif /* DT_TEST_RANK_THREADS_H */

@@ -161,6 +161,40 @@ Test(cli_flags, wire_gloo_puts_minigpt_and_dtrain_bench_on_the_gloo_wire, .timeo
     free(out);
 }
 
+/* How often `word` occurs in the line of `text` that holds `at`. */
+static int count_in_line(const char *text, const char *at, const char *word)
+{
+    const char *start = at, *end = strchr(at, '\n');
+    while (start > text && start[-1] != '\n')
+        start--;
+    int n = 0;
+    for (const char *p = start; (p = strstr(p, word)) && (!end || p < end); p += strlen(word))
+        n++;
+    return n;
+}
+
+/* More stages than blocks is a partition the pipeline layer refuses; its
+ * message already names the layer, and minigpt puts only its rank in
+ * front: "minigpt: rank 0: pipeline: 2 stages for 1 blocks: ...". */
+Test(cli_flags, a_partition_minigpt_cannot_make_says_pipeline_once, .timeout = 60)
+{
+    const char *refusal = "pipeline: 2 stages for 1 blocks: every stage must own at least one "
+                          "block (use --pp <= 1 or more layers)";
+    int code;
+    char *out = run((const char *[]){LAUNCH_BIN, "-n", "2", MINIGPT_BIN, "--pp", "2", TINY_RUN,
+                                     NULL},
+                    &code);
+    cr_assert_neq(code, 0, "--pp 2 over 1 block ran:\n%s", out);
+    const char *line = strstr(out, refusal);
+    cr_assert(line, "no \"%s\" in:\n%s", refusal, out);
+    for (; line; line = strstr(line + 1, refusal))
+        cr_expect_eq(count_in_line(out, line, "pipeline"), 1, "\"pipeline\" said twice:\n%s", out);
+    cr_expect(strstr(out, "minigpt: rank 0: pipeline: 2 stages") ||
+                  strstr(out, "minigpt: rank 1: pipeline: 2 stages"),
+              "the rank does not lead the message:\n%s", out);
+    free(out);
+}
+
 /* Each program recognises an underscored multi-word flag: the message is
  * about its value, under the flag's own (dashed) name. */
 Test(cli_flags, every_program_reads_an_underscore_spelling_as_its_flag, .timeout = 60)

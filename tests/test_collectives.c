@@ -18,8 +18,9 @@
  *   - world sizes 2 3 4 8: >= 1M elements (many segments per chunk) for
  *     ring all-reduce, reduce-scatter and all-gather with f32/bf16/i64 ×
  *     sum/avg/max, and for every other collective with f32;
- *   - in-place variants, tagged send/recv, two communicators at once,
- *     async ops overlapped with work, forced algorithms that do not apply.
+ *   - in-place variants, two communicators at once, async ops overlapped
+ *     with work, forced algorithms that do not apply.
+ * Tagged send/recv, the transport's own ops, are test_send_recv.c's.
  * Each parameterized test (one world size) joins one job and runs its
  * whole slice of the matrix in it, rather than one job per case.
  */
@@ -31,7 +32,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "collective_cases.h"
 #include "collective_data.h"
@@ -114,16 +114,6 @@ static void run_plan(rank_ctx *rc)
     }
 }
 
-static void run_ranks(int world, rank_fn fn, void *arg)
-{
-    rank_job *job = calloc(1, sizeof *job);
-    cr_assert(job != NULL);
-    rank_threads_run(job, world, fn, arg);
-    for (int r = 0; r < world; r++)
-        cr_expect(!job->ranks[r].failed, "rank %d of %d: %s", r, world, job->ranks[r].msg);
-    free(job);
-}
-
 /* ---- the matrix --------------------------------------------------------------- */
 
 static int every_world[] = {1, 2, 3, 4, 5, 8};
@@ -138,7 +128,7 @@ static int large_worlds[] = {2, 3, 4, 8};
     ParameterizedTest(int *world, collectives, name, .timeout = TEST_TIMEOUT_S)    \
     {                                                                              \
         plan pl = {__VA_ARGS__};                                                   \
-        run_ranks(*world, run_plan, &pl);                                          \
+        rank_threads_expect_ok(*world, run_plan, &pl);                             \
         free(pl.ref);                                                              \
     }
 
@@ -251,7 +241,7 @@ static void rank_allreduce_identity(rank_ctx *rc)
 static void allreduce_identity(int world, dt_algo algo)
 {
     identity_arg a = {algo, xmalloc((size_t)world * 3008 * 8)};
-    run_ranks(world, rank_allreduce_identity, &a);
+    rank_threads_expect_ok(world, rank_allreduce_identity, &a);
     free(a.results);
 }
 
@@ -312,178 +302,7 @@ ParameterizedTest(int *world, collectives, barrier_releases_no_rank_before_all_a
     atomic_int arrived[BARRIER_ROUNDS];
     for (int k = 0; k < BARRIER_ROUNDS; k++)
         atomic_init(&arrived[k], 0);
-    run_ranks(*world, rank_barrier, arrived);
-}
-
-/* ---- tagged send / recv (the transport's; tested here with the rest) ----------- */
-
-#define CHECK_OK(rc, what, call)                                                             \
-    do {                                                                                     \
-        dt_status st_ = (call);                                                              \
-        if (st_ != DT_OK) {                                                                  \
-            rank_fail(rc, "%s: %s: %s", what, dt_status_name(st_), dt_comm_error(rc->comm)); \
-            return;                                                                          \
-        }                                                                                    \
-    } while (0)
-
-/* Rank 1 sends 1, 2, ..., 5 with one tag; rank 0 receives them in order. */
-static void rank_same_tag_in_order(rank_ctx *rc)
-{
-    for (int32_t k = 1; k <= 5; k++) {
-        int32_t v = rc->rank == 1 ? k : 0;
-        if (rc->rank == 1)
-            CHECK_OK(rc, "send", dt_send(rc->comm, &v, 1, DT_I32, 0, 7));
-        if (rc->rank == 0) {
-            CHECK_OK(rc, "recv", dt_recv(rc->comm, &v, 1, DT_I32, 1, 7, NULL));
-            if (v != k)
-                rank_fail(rc, "message %d of tag 7 carried %d", k, (int)v);
-        }
-    }
-}
-
-Test(collectives, send_recv_with_one_tag_arrive_in_send_order, .timeout = TEST_TIMEOUT_S)
-{
-    run_ranks(2, rank_same_tag_in_order, NULL);
-}
-
-/* Rank 1 sends tag 1 (3 elements) then tag 2 (5 elements); rank 0 posts the
- * receive for tag 2 first. Each receive gets the message with its tag. */
-static void rank_match_by_tag(rank_ctx *rc)
-{
-    int64_t one[3] = {11, 12, 13}, two[5] = {21, 22, 23, 24, 25};
-    if (rc->rank == 1) {
-        CHECK_OK(rc, "send tag 1", dt_send(rc->comm, one, 3, DT_I64, 0, 1));
-        CHECK_OK(rc, "send tag 2", dt_send(rc->comm, two, 5, DT_I64, 0, 2));
-    } else if (rc->rank == 0) {
-        int64_t got1[3] = {0}, got2[5] = {0};
-        dt_work *w2, *w1;
-        CHECK_OK(rc, "post tag 2", dt_recv_async(rc->comm, got2, 5, DT_I64, 1, 2, NULL, &w2));
-        CHECK_OK(rc, "post tag 1", dt_recv_async(rc->comm, got1, 3, DT_I64, 1, 1, NULL, &w1));
-        dt_status s2 = dt_work_wait(w2), s1 = dt_work_wait(w1);
-        CHECK_OK(rc, "recv tag 2", s2);
-        CHECK_OK(rc, "recv tag 1", s1);
-        expect_equal(rc, "tag 1", got1, one, 3, DT_I64);
-        expect_equal(rc, "tag 2", got2, two, 5, DT_I64);
-    }
-}
-
-Test(collectives, recv_takes_the_message_with_its_tag, .timeout = TEST_TIMEOUT_S)
-{
-    run_ranks(3, rank_match_by_tag, NULL);
-}
-
-/* Rank 1 sends 48 messages of 4000 B at once (far more than a connection
- * reads ahead) while rank 0 is busy elsewhere for 200 ms; then rank 0
- * receives them in order: every one arrives, intact, in its place. */
-#define EARLY_MESSAGES 48
-#define EARLY_COUNT 1000
-static void rank_sends_far_ahead(rank_ctx *rc)
-{
-    static _Thread_local int32_t buf[EARLY_COUNT];
-    for (int m = 0; m < EARLY_MESSAGES; m++) {
-        if (rc->rank == 1) {
-            for (int i = 0; i < EARLY_COUNT; i++)
-                buf[i] = m * EARLY_COUNT + i;
-            CHECK_OK(rc, "send", dt_send(rc->comm, buf, EARLY_COUNT, DT_I32, 0, 9));
-            continue;
-        }
-        if (m == 0)
-            usleep(200 * 1000);
-        CHECK_OK(rc, "recv", dt_recv(rc->comm, buf, EARLY_COUNT, DT_I32, 1, 9, NULL));
-        for (int i = 0; i < EARLY_COUNT; i++)
-            if (buf[i] != m * EARLY_COUNT + i) {
-                rank_fail(rc, "message %d, element %d: %d", m, i, (int)buf[i]);
-                return;
-            }
-    }
-}
-
-Test(collectives, messages_sent_long_before_their_receives_arrive_intact_in_order,
-     .timeout = TEST_TIMEOUT_S)
-{
-    run_ranks(2, rank_sends_far_ahead, NULL);
-}
-
-/* Rank 1 sends one message and leaves (destroys its communicator) before
- * rank 0 has posted the receive: the message is still delivered, and the
- * departure that came behind it is no error. */
-static void rank_sends_and_leaves(rank_ctx *rc)
-{
-    int64_t v = rc->rank == 1 ? 4242 : 0;
-    if (rc->rank == 1) {
-        CHECK_OK(rc, "send", dt_send(rc->comm, &v, 1, DT_I64, 0, 4));
-        return;
-    }
-    usleep(300 * 1000);
-    CHECK_OK(rc, "recv", dt_recv(rc->comm, &v, 1, DT_I64, 1, 4, NULL));
-    if (v != 4242)
-        rank_fail(rc, "received %lld, sent 4242", (long long)v);
-}
-
-Test(collectives, a_message_whose_sender_left_before_the_receive_is_still_delivered,
-     .timeout = TEST_TIMEOUT_S)
-{
-    run_ranks(2, rank_sends_and_leaves, NULL);
-}
-
-/* Rank 1 leaves at once; rank 0 then posts a receive from it. No message
- * can ever come (a departed rank sent everything before its BYE), so the
- * receive fails at once naming rank 1, instead of waiting out its timeout
- * and blaming the clock. (Found by tests/fuzz/fuzz_frames.) */
-static void rank_receives_from_a_rank_that_left(rank_ctx *rc)
-{
-    if (rc->rank == 1)
-        return;
-    usleep(300 * 1000);
-    int32_t v = 0;
-    dt_op op = {.kind = DT_OP_RECV,
-                .recv = &v,
-                .count = 1,
-                .dtype = DT_I32,
-                .peer = 1,
-                .tag = 5,
-                .timeout_s = 10};
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    dt_status st = dt_run(rc->comm, &op);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
-    const char *msg = dt_comm_error(rc->comm);
-    if (st != DT_EPEER || !strstr(msg, "rank 1") || took > 5.0)
-        rank_fail(rc, "recv from a rank that left: %s after %.2f s: %s", dt_status_name(st), took,
-                  msg);
-}
-
-Test(collectives, a_receive_from_a_rank_that_left_fails_at_once_naming_it,
-     .timeout = TEST_TIMEOUT_S)
-{
-    run_ranks(2, rank_receives_from_a_rank_that_left, NULL);
-}
-
-/* Every rank but 0 sends its rank number; rank 0 receives from any source
- * and learns who sent each message: everyone, once. */
-static void rank_any_source(rank_ctx *rc)
-{
-    if (rc->rank != 0) {
-        int32_t v = rc->rank;
-        CHECK_OK(rc, "send", dt_send(rc->comm, &v, 1, DT_I32, 0, 3));
-        return;
-    }
-    bool seen[RANK_THREADS_MAX] = {false};
-    for (int k = 1; k < rc->world; k++) {
-        int32_t v = -1;
-        int source = -1;
-        CHECK_OK(rc, "recv", dt_recv(rc->comm, &v, 1, DT_I32, DT_ANY_SOURCE, 3, &source));
-        if (source < 1 || source >= rc->world || v != source || seen[source])
-            rank_fail(rc, "message %d: source %d, payload %d", k, source, (int)v);
-        else
-            seen[source] = true;
-    }
-}
-
-Test(collectives, recv_from_any_source_reports_each_sender, .timeout = TEST_TIMEOUT_S)
-{
-    run_ranks(4, rank_any_source, NULL);
+    rank_threads_expect_ok(*world, rank_barrier, arrived);
 }
 
 /* ---- two communicators, async ops, forced algorithms ----------------------------- */
@@ -520,7 +339,7 @@ static void rank_two_communicators(rank_ctx *rc)
 
 Test(collectives, two_communicators_in_one_process_work_independently, .timeout = TEST_TIMEOUT_S)
 {
-    run_ranks(3, rank_two_communicators, NULL);
+    rank_threads_expect_ok(3, rank_two_communicators, NULL);
 }
 
 /* Three ops in flight while the rank computes something else; waited in
@@ -539,9 +358,10 @@ static void rank_async_overlap(rank_ctx *rc)
             want[i] += (float)((i + (size_t)q) % 5);
     }
     dt_work *w[3];
-    CHECK_OK(rc, "allreduce", dt_allreduce_async(rc->comm, big, n, DT_F32, DT_SUM, &w[0]));
-    CHECK_OK(rc, "broadcast", dt_broadcast_async(rc->comm, &root_val, 1, DT_I32, p - 1, &w[1]));
-    CHECK_OK(rc, "allgather", dt_allgather_async(rc->comm, &mine, gathered, 1, DT_I32, &w[2]));
+    RANK_CHECK_OK(rc, "allreduce", dt_allreduce_async(rc->comm, big, n, DT_F32, DT_SUM, &w[0]));
+    RANK_CHECK_OK(rc, "broadcast",
+                  dt_broadcast_async(rc->comm, &root_val, 1, DT_I32, p - 1, &w[1]));
+    RANK_CHECK_OK(rc, "allgather", dt_allgather_async(rc->comm, &mine, gathered, 1, DT_I32, &w[2]));
     volatile double work = 0; /* the other work, while the ops run */
     for (long k = 0; k < 200000 || !dt_work_test(w[0]); k++)
         work = work + sqrt((double)k);
@@ -549,7 +369,7 @@ static void rank_async_overlap(rank_ctx *rc)
     for (int k = 2; k >= 0; k--)
         st[k] = dt_work_wait(w[k]);
     for (int k = 0; k < 3; k++)
-        CHECK_OK(rc, "async op", st[k]);
+        RANK_CHECK_OK(rc, "async op", st[k]);
     expect_equal(rc, "async allreduce", big, want, n, DT_F32);
     if (root_val != 42)
         rank_fail(rc, "async broadcast gave %d", (int)root_val);
@@ -562,7 +382,7 @@ static void rank_async_overlap(rank_ctx *rc)
 
 Test(collectives, async_ops_complete_while_the_caller_works, .timeout = TEST_TIMEOUT_S)
 {
-    run_ranks(4, rank_async_overlap, NULL);
+    rank_threads_expect_ok(4, rank_async_overlap, NULL);
 }
 
 /* Forcing an algorithm that does not implement the op is refused before
@@ -592,12 +412,13 @@ static void rank_wrong_algorithm(rank_ctx *rc)
             rank_fail(rc, "%s forced to algorithm %d: %s, expected DT_EINVAL",
                       dt_op_name(wrong[k].kind), wrong[k].algo, dt_status_name(st));
     }
-    CHECK_OK(rc, "allreduce after the refusals", dt_allreduce(rc->comm, &x, 1, DT_F32, DT_SUM));
+    RANK_CHECK_OK(rc, "allreduce after the refusals",
+                  dt_allreduce(rc->comm, &x, 1, DT_F32, DT_SUM));
     if (x != (float)rc->world)
         rank_fail(rc, "allreduce after the refusals gave %g", (double)x);
 }
 
 Test(collectives, forcing_an_algorithm_the_op_lacks_is_rejected, .timeout = TEST_TIMEOUT_S)
 {
-    run_ranks(2, rank_wrong_algorithm, NULL);
+    rank_threads_expect_ok(2, rank_wrong_algorithm, NULL);
 }

@@ -138,6 +138,26 @@ Test(launcher_blame, the_rank_whose_failure_is_its_own_is_the_root_cause_not_the
     }
 }
 
+/* Rank 2 fails on its own, aborts, and is still leaving (30 s) when the
+ * others' failures make the launcher stop the group: the SIGTERM that ends
+ * it is the launcher's, and the report says so instead of "killed by
+ * signal 15", which would send a reader looking for an outside killer. */
+Test(launcher_blame, a_root_cause_the_launcher_stopped_is_said_to_be_stopped_by_it, .timeout = 60)
+{
+    launch_run r;
+    launch_start(&r, (const char *[]){"-n", "3", "--grace", "10", W, "abort-one", "DIR", "2", "3",
+                                      "30000", NULL});
+    launch_wait(&r);
+    const char *report = strstr(r.err, "ROOT CAUSE: rank 2 (local rank 2 on node 0");
+    cr_assert(report, "rank 2 is not the root cause:\n%s", r.err);
+    cr_assert(strstr(report, "failed on its own, and its peers failed because it did; it was "
+                             "stopped by dtrain-launch (SIGTERM) after rank "),
+              "the report does not say the launcher stopped rank 2:\n%s", r.err);
+    cr_assert(!strstr(r.err, "killed by signal 15"), "%s", r.err);
+    assert_all_gone(&r, 3);
+    launch_cleanup(&r);
+}
+
 /* Where no ABORT got through, the others only saw rank 1's connection
  * drop ("rank 1 died or its process was killed"); they exit first. */
 Test(launcher_blame, the_rank_whose_connection_dropped_first_is_the_root_cause, .timeout = 30)

@@ -21,14 +21,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <dirent.h>
 #include <signal.h>
-#include <time.h>
 
 #include <criterion/criterion.h>
 
-#include "run_program.h"
+#include "launch_children.h"
 #include "proc_state.h"
+#include "run_program.h"
 
 #ifndef LAUNCH_BIN
 #error "LAUNCH_BIN must name the built dtrain-launch"
@@ -187,53 +186,6 @@ Test(minigpt_tp, a_killed_rank_fails_its_group_naming_it, .timeout = 120)
 
 /* ---- a killed rank, named by the launcher --------------------------------- */
 
-static void nap_ms(long ms)
-{
-    nanosleep(&(struct timespec){ms / 1000, ms % 1000 * 1000000}, NULL);
-}
-
-/* The RANK a process was started with, or -1. */
-static int rank_of(pid_t pid)
-{
-    char path[64], env[8192];
-    snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    size_t n = fread(env, 1, sizeof env - 1, f);
-    fclose(f);
-    env[n] = '\0';
-    for (size_t i = 0; i < n; i += strlen(env + i) + 1)
-        if (!strncmp(env + i, "RANK=", 5))
-            return atoi(env + i + 5);
-    return -1;
-}
-
-/* The pids of the launcher's children started with RANK 0..n-1, by rank;
- * true once all n are there. */
-static bool children_by_rank(pid_t launcher, pid_t *pids, int n)
-{
-    char dir[64];
-    snprintf(dir, sizeof dir, "/proc/%d/task", (int)launcher);
-    DIR *d = opendir(dir);
-    cr_assert(d, "the launcher is gone");
-    for (struct dirent *e; (e = readdir(d));) {
-        char path[600];
-        snprintf(path, sizeof path, "%s/%s/children", dir, e->d_name);
-        FILE *f = e->d_name[0] == '.' ? NULL : fopen(path, "r");
-        for (int pid, rank; f && fscanf(f, "%d", &pid) == 1;)
-            if ((rank = rank_of(pid)) >= 0 && rank < n)
-                pids[rank] = pid;
-        if (f)
-            fclose(f);
-    }
-    closedir(d);
-    for (int r = 0; r < n; r++)
-        if (!pids[r])
-            return false;
-    return true;
-}
-
 static bool log_has(const char *path, const char *what)
 {
     char *text = run_slurp(path);
@@ -257,17 +209,17 @@ Test(minigpt_tp, a_killed_rank_is_the_root_cause_by_its_world_rank, .timeout = 1
                           "--eval-every", "0",  "--sample", "0",         NULL};
     pid_t launcher = start_program(argv, log);
     pid_t worker[4] = {0};
-    while (!children_by_rank(launcher, worker, 4))
-        nap_ms(10);
+    while (!launch_children_by_rank(launcher, worker, 4))
+        launch_nap_ms(10);
     while (!log_has(log, "\n[0]      1 ")) /* step 1 done: every group is up */
-        nap_ms(20);
+        launch_nap_ms(20);
     kill(launcher, SIGSTOP);
     while (proc_state(launcher) != 'T')
-        nap_ms(1);
+        launch_nap_ms(1);
     kill(worker[3], SIGKILL);
     for (int r = 0; r < 4; r++)
         while (proc_state(worker[r]) != 'Z')
-            nap_ms(10);
+            launch_nap_ms(10);
     kill(launcher, SIGCONT);
     char *out;
     int rc = finish_program(launcher, log, &out);

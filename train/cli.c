@@ -426,6 +426,16 @@ static int check_pipeline(const mg_options *o, const char *prog)
     return 0;
 }
 
+/* DT_WIRE=gloo: the wire a run without --wire joins (the communicator
+ * reads it when the job is joined, after the options; it is read here too
+ * so that what --deterministic cannot run on is refused with the flags,
+ * whichever way the gloo wire was chosen). */
+static bool env_chooses_gloo(void)
+{
+    const char *wire = getenv("DT_WIRE");
+    return wire && strcmp(wire, "gloo") == 0;
+}
+
 static int check(const mg_options *o, const char *prog)
 {
     char err[256];
@@ -456,6 +466,11 @@ static int check(const mg_options *o, const char *prog)
     if (o->deterministic && o->wire && strcmp(o->wire, "gloo") == 0)
         return bad(prog, "--deterministic needs dtrain's rank-order collectives; drop",
                    "--wire gloo");
+    if (o->deterministic && !o->wire && env_chooses_gloo())
+        return bad(prog,
+                   "--deterministic needs dtrain's rank-order collectives; add --wire dtrain or "
+                   "unset",
+                   "DT_WIRE=gloo");
     if (o->deterministic && strcmp(o->device, "cpu"))
         return bad(prog, "--deterministic sums on host memory: the CPU backend only; drop",
                    "--device");

@@ -49,11 +49,6 @@ static int join_job(mg_run *r)
     }
     if (r->o.wire)
         co.wire = strcmp(r->o.wire, "gloo") == 0 ? DT_WIRE_GLOO : DT_WIRE_DTRAIN;
-    if (r->o.deterministic && co.wire == DT_WIRE_GLOO) {
-        fprintf(stderr, "minigpt: --deterministic needs dtrain's rank-order collectives, "
-                        "not the gloo wire (DT_WIRE=gloo)\n");
-        return 1;
-    }
     r->rank = co.rank;
     r->world = co.world_size;
     if (r->world == 1)

@@ -48,6 +48,15 @@ static dt_status pipe_fail(mg_run *r, dt_status st, const char *what, const char
     return st;
 }
 
+/* A message of the pipeline layer, which names itself ("pipeline: 4
+ * stages for 3 blocks ...", "pipeline stage 1: ..."): only the rank goes
+ * in front, so "pipeline" is said once. */
+static dt_status pipe_layer_fail(mg_run *r, dt_status st, const char *said)
+{
+    snprintf(r->err, sizeof r->err, "rank %d: %s", r->rank, *said ? said : dt_status_name(st));
+    return st;
+}
+
 /* Micro-batches per step: --microbatches, else --grad-accum when it asks
  * for accumulation, else MG_MICROBATCHES_PER_STAGE per stage. One
  * micro-batch does not pipeline at all (every stage waits for the one
@@ -95,7 +104,7 @@ static dt_status open_stage(mg_run *r, int M)
         st = DT_EINVAL;
     if (st != DT_OK) {
         free(bounds);
-        return pipe_fail(r, st, "pipeline", err);
+        return pipe_layer_fail(r, st, err);
     }
     int s = r->stage;
     dt_stage_spec sp = {bounds[s], bounds[s + 1], r->sched->act_slots[s], r->sched->grad_slots[s],
@@ -206,7 +215,7 @@ dt_status mg_pipe_open(mg_run *r)
     r->h = dt_adamw_defaults(o->lr);
     st = dt_pipe_create(&r->pipe, r->pipe_comm, r->m, r->sched);
     if (st != DT_OK)
-        return pipe_fail(r, st, "pipeline", dt_pipe_error(r->pipe));
+        return pipe_layer_fail(r, st, dt_pipe_error(r->pipe));
     return open_optimizer(r);
 }
 
@@ -337,7 +346,7 @@ dt_status mg_pipe_step(mg_run *r, int step, mg_step *out)
     st = dt_pipe_run(r->pipe, r->stage == 0 ? in : NULL, last ? tg : NULL, o->batch, o->cfg.T,
                      &loss);
     if (st != DT_OK)
-        return pipe_fail(r, st, "pipeline", dt_pipe_error(r->pipe));
+        return pipe_layer_fail(r, st, dt_pipe_error(r->pipe));
     mg_trace_pipe(r->trace, r->pipe, r->sched, r->stage);
     out->comm.hidden = -1;
     if ((st = sync_and_update(r, step, out)) != DT_OK)

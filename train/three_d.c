@@ -116,9 +116,12 @@ static dt_status open_groups(mg_run *r, int tp_rank)
     return st == DT_OK ? DT_OK : fail3(r, st, "3-D grid: split", dt_comm_error(r->comm));
 }
 
+/* The executor's message names itself ("pipeline stage 1: ..."): only the
+ * rank goes in front, so "pipeline" is said once. */
 static dt_status pipe_err(mg_run *r, dt_status st, const char *err)
 {
-    return fail3(r, st, "pipeline", err);
+    snprintf(r->err, sizeof r->err, "rank %d: %s", r->rank, *err ? err : dt_status_name(st));
+    return st;
 }
 
 /* ---- the stage interface over a tp share ------------------------------ */
@@ -188,7 +191,7 @@ static dt_status open_stage(mg_run *r, struct mg_3d *d)
     dt_pipe_kind_parse(o->schedule, &kind); /* cli.c checked both */
     dt_pipe_partition_parse(o->pp_partition, &pk);
     if (!bounds)
-        return pipe_err(r, DT_ENOMEM, "out of memory");
+        return fail3(r, DT_ENOMEM, "pipeline", "out of memory");
     dt_status st = dt_pipe_partition(bounds, &o->cfg, P, pk, err, sizeof err);
     if (st == DT_OK && !(d->sched = dt_pipe_schedule_create(kind, P, d->M, err, sizeof err)))
         st = DT_EINVAL;
