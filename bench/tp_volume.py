@@ -5,6 +5,7 @@ measured by the transport, beside the closed form.
     python3 bench/tp_volume.py --build build
     python3 bench/tp_volume.py --build build --shapes tp2,tp4 --steps 6 -- --layers 4
     python3 bench/tp_volume.py --build build --world 8 --shapes tp2xpp2,dp2xtp2xpp2
+    python3 bench/tp_volume.py --build build --shapes pp2,pp3,pp4 -- --layers 4
 
 For each shape (dp2, tp2, tp4, dp2xtp2, pp2xdp2 by default: those that fit
 --world ranks) it runs `dtrain-launch -n W minigpt ...` for a few steps with
@@ -27,8 +28,10 @@ closed form, computed here from the model's shape alone, term by term:
                gradients and of the loss over the replicas
   pp           per micro-batch B·T·C floats of activations forward and as
                many gradients backward across each stage boundary; the
-               stage's gradient all-reduce over its replicas; the last
-               stage's loss all-reduce and broadcast
+               stage's gradient all-reduce over its replicas; the loss:
+               an all-reduce over the last stage's replicas, then its
+               broadcast from the last stage down the pipeline (a binomial
+               tree: from 4 stages on, inner stages pass it on too)
   3-D          tp inside each stage: per micro-batch 2 all-reduces of
                B·T·C per block of the stage forward and 2 backward, the
                embedding's on the first stage, the head's and the
@@ -70,9 +73,13 @@ SHAPES = {  # name: (dp, tp, pp)
     "tp4": (1, 4, 1),
     "dp2xtp2": (2, 2, 1),
     "pp2": (1, 1, 2),
+    "pp3": (1, 1, 3),
+    "pp4": (1, 1, 4),
     "pp2xdp2": (2, 1, 2),
     "tp2xpp2": (1, 2, 2),
     "tp4xpp2": (1, 4, 2),
+    "tp2xpp3": (1, 2, 3),
+    "tp2xpp4": (1, 2, 4),
     "dp2xtp2xpp2": (2, 2, 2),
 }
 
@@ -205,9 +212,12 @@ def closed_form(cfg, shape, rank, ring_only=False):
         terms.append(("activations and their gradients", acts))
         terms.append(("stage gradients over dp",
                       allreduce_sent(stage_params(cfg, pp, stage), dp, replica, ring_only)))
-        if stage == pp - 1:
-            terms.append(("loss", allreduce_sent(1, dp, replica, ring_only) +
-                          broadcast_sent(1, pp, stage, pp - 1)))
+        # share_loss (train/pipelined.c): the last stage all-reduces the
+        # loss over its replicas, then broadcasts it down the pipeline from
+        # there; from 4 stages on the binomial tree has inner stages that
+        # pass it on, so the broadcast is counted on every stage
+        terms.append(("loss", (allreduce_sent(1, dp, replica, ring_only) if stage == pp - 1
+                               else 0) + broadcast_sent(1, pp, stage, pp - 1)))
         return sum(b for _, b in terms), terms
     if tp > 1:
         r = rank % tp

@@ -312,9 +312,10 @@ typedef struct dt_model {
     int num_tensors;
 
     size_t num_acts;         /* elements of one activation set */
+    size_t num_grad_acts;    /* of one activation-gradient set (num_acts but recomputing) */
     bool recompute;          /* blocks keep only their output; see below */
     float *acts_memory;      /* device (act_slots * num_acts) */
-    float *grad_acts_memory; /* device (grad_slots * num_acts), same layout */
+    float *grad_acts_memory; /* device (grad_slots * num_grad_acts), same order */
     size_t num_ws;           /* recompute: one block's activations but its output */
     size_t num_grad_ws;      /* recompute: of their gradients, those backward writes */
     float *ws_memory;        /* device (num_ws), shared by every set, or NULL */
@@ -363,10 +364,12 @@ dt_status dt_model_create(dt_model **out, const dt_config *cfg, const dt_backend
  * kernels on the same operands, so the same bits, for one more forward's
  * compute. Activation memory per set: the embeddings' and head's and L
  * residuals, instead of L blocks'; plus one block's in the workspace (of
- * the gradients, the 15C per token backward writes). A pipeline stage
- * (dt_stage_spec.recompute) has one workspace for all its sets; a block
- * is rebuilt unless the workspace holds it. The split halves recompute
- * too; the weight half reruns each block's inner gradients as well.
+ * the gradients, the 15C per token backward writes). A set holds only
+ * what its kind touches (the attention scratch only the gradient set).
+ * A pipeline stage (dt_stage_spec.recompute) has one workspace for all
+ * its sets; a block is rebuilt unless the workspace holds it. The split
+ * halves recompute too; the weight half reruns each block's inner
+ * gradients as well.
  */
 dt_status dt_model_create_recompute(dt_model **out, const dt_config *cfg, const dt_backend *be,
                                     int max_B);

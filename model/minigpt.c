@@ -26,10 +26,11 @@
  * of them), and activation sets plus activation-gradient sets (act_slots
  * and grad_slots of them, one allocation each, carved below; a whole
  * model has one of each; with recomputation a set keeps of each block
- * only its output, and one workspace, shared by all sets, the rest). Nothing is allocated per step except AdamW's m
- * and v, once, on the first update. A forward with a smaller (B, T) than
- * the allocation uses the front of each activation tensor, laid out as
- * (B, T, ...) contiguous.
+ * only its output, and one workspace, shared by all sets, the rest, and
+ * each kind of set holds only the top-level tensors it touches). Nothing
+ * is allocated per step except AdamW's m and v, once, on the first
+ * update. A forward with a smaller (B, T) than the allocation uses the
+ * front of each activation tensor, laid out as (B, T, ...) contiguous.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +64,22 @@ static void act_sizes(size_t top[NUM_TOP_ACTS], size_t blk[NUM_BLOCK_ACTS], cons
  * outputs') have none. */
 static const bool has_grad[NUM_BLOCK_ACTS] = {1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 1};
 
+/* The top-level fields (in dt_acts order) each kind of set touches. A
+ * forward set never touches the attention scratch: only attention's
+ * backward uses one, the gradient set's. A gradient set never touches
+ * ln_f's statistics, the probabilities or the losses: backward reads the
+ * forward set's. Under recomputation a set holds only what its kind
+ * touches; without it both kinds keep the one layout. */
+static const bool fwd_uses[NUM_TOP_ACTS] = {1, 1, 1, 1, 1, 1, 1, 0};
+static const bool grad_uses[NUM_TOP_ACTS] = {1, 1, 0, 0, 1, 0, 0, 1};
+
+/* Is top-level field i held by a set (of activations, or with grads of
+ * their gradients)? */
+static bool top_held(const dt_model *m, int i, bool grads)
+{
+    return !m->recompute || (grads ? grad_uses[i] : fwd_uses[i]);
+}
+
 /* Is field i of a block in the recompute workspace (of the activations,
  * or with grads of their gradients)? All but residual3; of the gradients
  * only those backward writes. */
@@ -72,7 +89,8 @@ static bool in_workspace(const dt_model *m, int i, bool grads)
 }
 
 /* Points every field of a at its range of base, in the order act_sizes
- * lists them; the blocks outside [l0, l1) and absent tensors stay NULL.
+ * lists them; the blocks outside [l0, l1), absent tensors and the fields
+ * a recomputing model's set does not hold (top_held) stay NULL.
  * With recomputation a block's fields in_workspace point into ws, shared
  * by all blocks and sets (the other gradient fields stay NULL). Returns
  * the set's element count (base may be NULL). */
@@ -84,8 +102,9 @@ static size_t carve_acts(dt_acts *a, float *base, float *ws, const dt_model *m, 
     float **tp[NUM_TOP_ACTS] = {&a->encoded, &a->lnf,   &a->lnf_mean, &a->lnf_rstd,
                                 &a->logits,  &a->probs, &a->losses,   &a->scratch};
     for (int i = 0; i < NUM_TOP_ACTS; i++) {
-        *tp[i] = base && top[i] ? base + off : NULL;
-        off += top[i];
+        size_t n = top_held(m, i, grads) ? top[i] : 0;
+        *tp[i] = base && n ? base + off : NULL;
+        off += n;
     }
     for (int l = m->l0; l < m->l1; l++) {
         size_t ws_off = 0;
@@ -121,7 +140,7 @@ static size_t workspace_size(const dt_model *m, size_t B, size_t T, bool grads)
 
 size_t dt_model_activation_bytes(const dt_model *m)
 {
-    size_t sets = (size_t)(m->act_slots + m->grad_slots) * m->num_acts;
+    size_t sets = (size_t)m->act_slots * m->num_acts + (size_t)m->grad_slots * m->num_grad_acts;
     return (sets + m->num_ws + m->num_grad_ws) * sizeof(float);
 }
 
@@ -132,7 +151,7 @@ void dt_model_carve(dt_model *m, int B, int T)
 {
     carve_acts(&m->acts, m->acts_memory + (size_t)m->slot * m->num_acts, m->ws_memory, m, (size_t)B,
                (size_t)T, false);
-    carve_acts(&m->grad_acts, m->grad_acts_memory + (size_t)m->grad_slot * m->num_acts,
+    carve_acts(&m->grad_acts, m->grad_acts_memory + (size_t)m->grad_slot * m->num_grad_acts,
                m->grad_ws_memory, m, (size_t)B, (size_t)T, true);
     m->inputs = m->slots[m->slot].inputs;
     m->targets = m->slots[m->slot].targets;
@@ -177,13 +196,13 @@ static dt_status alloc_tables(dt_model *m)
 }
 
 /* The device allocations of create; false if one failed. */
-static bool alloc_memory(dt_model *m, size_t bytes_p, size_t bytes_a, size_t tok)
+static bool alloc_memory(dt_model *m, size_t bytes_p, size_t tok)
 {
     const dt_backend *be = m->be;
     m->params_memory = be->alloc(bytes_p);
     m->grads_memory = be->alloc(bytes_p);
-    m->acts_memory = be->alloc(bytes_a * (size_t)m->act_slots);
-    m->grad_acts_memory = be->alloc(bytes_a * (size_t)m->grad_slots);
+    m->acts_memory = be->alloc(m->num_acts * sizeof(float) * (size_t)m->act_slots);
+    m->grad_acts_memory = be->alloc(m->num_grad_acts * sizeof(float) * (size_t)m->grad_slots);
     if (m->num_ws) {
         m->ws_memory = be->alloc(m->num_ws * sizeof(float));
         m->grad_ws_memory = be->alloc(m->num_grad_ws * sizeof(float));
@@ -227,11 +246,12 @@ static dt_status create(dt_model **out, const dt_config *cfg, const dt_backend *
     m->num_params = m->param_hi - m->param_lo;
     size_t T = (size_t)cfg->T, bytes_p = m->num_params * sizeof(float);
     m->num_acts = carve_acts(&m->acts, NULL, NULL, m, (size_t)max_B, T, false);
+    m->num_grad_acts = carve_acts(&m->grad_acts, NULL, NULL, m, (size_t)max_B, T, true);
     m->num_ws = workspace_size(m, (size_t)max_B, T, false);
     m->num_grad_ws = workspace_size(m, (size_t)max_B, T, true);
     m->ws_slot = m->ws_block = -1;
     size_t tok = (size_t)max_B * T;
-    if (!alloc_memory(m, bytes_p, m->num_acts * sizeof(float), tok)) {
+    if (!alloc_memory(m, bytes_p, tok)) {
         snprintf(m->err, sizeof m->err, "minigpt: create: %s backend could not allocate %zu MiB",
                  be->name, (2 * bytes_p + dt_model_activation_bytes(m)) >> 20);
         return DT_ENOMEM;

@@ -6,7 +6,9 @@
 # must print a loss table identical, digit for digit, to `minigpt
 # --grad-accum 4` with the same flags, for every schedule (the stages add
 # the micro-batches' gradients in the same order, so the sums are
-# bitwise equal), also with --recompute. Two pipelines of 2 stages,
+# bitwise equal), also with --recompute; the bytes a step reports sending
+# are each counted once (one replica: the pipeline group is the world).
+# Two pipelines of 2 stages,
 # data-parallel (a world of 4), print the loss table of `dtrain-launch -n 2 minigpt --grad-accum 4`,
 # under DDP and ZeRO-1 (and ZeRO-3, whose stages gather each unit before
 # the executor reads it, and ZeRO-2, whose pieces leave during each
@@ -25,7 +27,7 @@ launch=$1; minigpt=$2
 tmp=$(mktemp -d /tmp/dtrain-pipe-e2e-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 unset RANK WORLD_SIZE LOCAL_RANK DT_INIT_URL DT_SECRET DT_JOB_ID
-echo "1..20"
+echo "1..21"
 n=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
 not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
@@ -63,6 +65,20 @@ for s in gpipe 1f1b zb; do
             "$(tail -n 5 "$tmp/re-$s.out")"
     fi
 done
+
+# the traffic a step reports counts each byte once, also where the
+# pipeline group is the world itself (one replica): stage 0 of 2 sends
+# only its 4 micro-batches' activations, 4 x B·T·C floats (B 4, T 16, C 32)
+name="2 stages of one replica report what stage 0 sends per step, its activations, once"
+if timeout 120 "$launch" -n 2 "$minigpt" $flags --pp 2 --microbatches 4 \
+        --metrics "$tmp/bytes.jsonl" >"$tmp/bytes.out" 2>&1 &&
+   sent=$(sed -n 's/.*"event": *"step".*"bytes_sent": *\([0-9]*\).*/\1/p' "$tmp/bytes.jsonl" |
+          sort -u) && [ "$sent" = $((4 * 4 * 16 * 32 * 4)) ]; then
+    ok "$name"
+else
+    not_ok "$name" "bytes_sent per step: $(echo $sent), expected $((4 * 4 * 16 * 32 * 4))" \
+        "$(tail -n 5 "$tmp/bytes.out")"
+fi
 
 # dp x pp = 2 x 2 against DDP (or ZeRO-1) on 2 ranks with --grad-accum 4
 for par in ddp zero1; do

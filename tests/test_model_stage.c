@@ -207,27 +207,33 @@ Test(model_stage, recomputing_stages_give_the_full_models_grads_whole_and_split,
 /* Per set, a recomputing stage keeps of each block only its output; one
  * workspace of a block's other activations, and one of the gradients
  * backward writes of them (ln1, qkv, atty, residual2, ln2: 7C; fch,
- * fch_gelu: 8C per token), serves all its sets. */
+ * fch_gelu: 8C per token), serves all its sets. Each set holds only the
+ * top-level tensors its kind touches: an activation set its input, ln_f's
+ * output and statistics, the logits, probabilities and losses (the last
+ * two the head's only); a gradient set its input's, ln_f output's and the
+ * logits' gradients, and the attention scratch backward needs. */
 Test(model_stage, recomputing_stages_share_one_workspace_between_their_sets, .timeout = 10)
 {
-    enum { SETS = 3 };
-    dt_model *plain[NSTAGE], *re[NSTAGE];
-    make_stages(plain, SETS, 1, false);
-    make_stages(re, SETS, 1, true);
-    size_t N = (size_t)B * cfg.T, C = (size_t)cfg.C;
-    size_t blk = N * (18 * C + 4) + (size_t)B * cfg.H * cfg.T * cfg.T; /* one block's */
+    enum { SETS = 3, GSETS = 2 };
+    dt_model *re[NSTAGE];
+    make_stages(re, SETS, GSETS, true);
+    size_t N = (size_t)B * cfg.T, C = (size_t)cfg.C, V = (size_t)cfg.V;
+    size_t att = (size_t)B * cfg.H * cfg.T * cfg.T;
     for (int s = 0; s < NSTAGE; s++) {
-        size_t L = (size_t)(bounds[s + 1] - bounds[s]);
-        cr_expect_eq(plain[s]->num_acts - re[s]->num_acts, L * (blk - N * C), "stage %d", s);
-        cr_expect_eq(re[s]->num_ws, blk - N * C, "stage %d", s);
+        size_t L = (size_t)(bounds[s + 1] - bounds[s]), head = s == NSTAGE - 1;
+        size_t acts = (1 + L) * N * C + head * (N * C + 3 * N + 2 * N * V);
+        size_t grads = (1 + L) * N * C + head * (N * C + N * V) + att;
+        size_t ws = N * (17 * C + 4) + att;
+        cr_expect_eq(re[s]->num_acts, acts, "stage %d", s);
+        cr_expect_eq(re[s]->num_grad_acts, grads, "stage %d", s);
+        cr_expect_eq(re[s]->num_ws, ws, "stage %d", s);
         cr_expect_eq(re[s]->num_grad_ws, 15 * N * C, "stage %d", s);
         cr_expect_eq(dt_model_activation_bytes(re[s]),
-                     ((SETS + 1) * re[s]->num_acts + re[s]->num_ws + re[s]->num_grad_ws) *
-                         sizeof(float));
+                     (SETS * acts + GSETS * grads + ws + 15 * N * C) * sizeof(float), "stage %d",
+                     s);
         cr_expect_eq(re[s]->acts.blocks[bounds[s]].qkv, re[s]->ws_memory + N * C + 2 * N,
                      "stage %d: qkv is not in the workspace", s);
     }
-    destroy_all(NULL, plain);
     destroy_all(NULL, re);
 }
 

@@ -194,12 +194,46 @@ Test(recompute, gives_bitwise_the_same_gradients_and_keeps_less, .timeout = 30)
     cr_expect_eq(memcmp(ga, gb, P * sizeof(float)), 0, "gradients differ");
     /* per block: (B, T) x (18C + 4) + the attention (B, H, T, T); kept: C
      * each, and one block's rest in the workspace; of the gradients the
-     * workspace holds the 15C per token backward writes */
-    size_t NT = 3 * 12, blk = NT * (18 * 16 + 4) + 3 * 2 * 12 * 12;
-    size_t saved = 3 * (blk - NT * 16) + (4 * blk - (4 + 15) * NT * 16);
+     * workspace holds the 15C per token backward writes. Of the top-level
+     * tensors the activations drop the attention scratch, the gradients
+     * ln_f's statistics, the probabilities and the losses: (B, T) x (V + 3) */
+    size_t NT = 3 * 12, att = 3 * 2 * 12 * 12, blk = NT * (18 * 16 + 4) + att;
+    size_t saved = 3 * (blk - NT * 16) + (4 * blk - (4 + 15) * NT * 16) + att + NT * (32 + 3);
     cr_expect_eq(full_acts - re_acts, saved, "%zu vs %zu elements", full_acts, re_acts);
     free(ga);
     free(gb);
+}
+
+/* What a recomputing model's activation bytes are, from the model's shape
+ * alone: the one activation set keeps the encoder's output, each block's
+ * output, ln_f's output (C per token), its mean and rstd, the losses (1
+ * each), the logits and probabilities (V each); the one gradient set the
+ * gradients of the encoder's and every block's output and of ln_f's (C),
+ * of the logits (V), and attention backward's scratch (B, H, T, T); the
+ * workspace one block's activations but its output, (B, T) x (17C + 4) +
+ * (B, H, T, T); the gradient workspace the 15C per token backward writes
+ * of them. Nothing else: the activation set has no scratch, the gradient
+ * set no statistics, probabilities or losses. */
+Test(recompute, activation_bytes_are_the_closed_form_of_what_forward_and_backward_touch,
+     .timeout = 10)
+{
+    dt_config c = {.V = 40, .T = 12, .L = 3, .H = 2, .C = 16};
+    enum { B = 5 };
+    dt_model *m;
+    cr_assert_eq(dt_model_create_recompute(&m, &c, dt_backend_cpu(), B), DT_OK);
+    size_t N = B * 12, C = 16, V = 40, L = 3, att = (size_t)B * 2 * 12 * 12;
+    size_t acts = (1 + L + 1) * N * C + 3 * N + 2 * N * V;
+    size_t grads = (1 + L + 1) * N * C + N * V + att;
+    size_t ws = N * (17 * C + 4) + att, grad_ws = 15 * N * C;
+    cr_expect_eq(dt_model_activation_bytes(m), (acts + grads + ws + grad_ws) * sizeof(float),
+                 "%zu bytes, closed form %zu", dt_model_activation_bytes(m),
+                 (acts + grads + ws + grad_ws) * sizeof(float));
+    cr_expect_null(m->acts.scratch);
+    cr_expect_null(m->grad_acts.lnf_mean);
+    cr_expect_null(m->grad_acts.lnf_rstd);
+    cr_expect_null(m->grad_acts.probs);
+    cr_expect_null(m->grad_acts.losses);
+    dt_model_destroy(m);
 }
 
 Test(adamw, shards_update_bitwise_like_the_whole_buffer, .timeout = 10)

@@ -263,13 +263,17 @@ static dt_status micro_step(mg_run *r, int step, int j, float *loss)
 }
 
 /* What every communicator of this rank has moved so far: the world's and
- * each group's (a group counts its own traffic). */
+ * each group's (a group counts its own traffic), each once: a group that
+ * is the world itself (a pipeline of one replica) is not added twice. */
 static void rank_traffic(const mg_run *r, dt_traffic *sum)
 {
     const dt_comm *comms[] = {r->comm, r->pipe_comm, r->dp_comm, r->tp_comm, r->tp_dp_comm};
     *sum = (dt_traffic){0};
     for (size_t i = 0; i < sizeof comms / sizeof comms[0]; i++) {
-        if (!comms[i])
+        bool seen = false;
+        for (size_t k = 0; k < i; k++)
+            seen = seen || comms[k] == comms[i];
+        if (!comms[i] || seen)
             continue;
         dt_traffic t;
         dt_comm_traffic(comms[i], &t);
