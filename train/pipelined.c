@@ -298,6 +298,7 @@ static dt_status sync_and_update(mg_run *r, int step, mg_step *out)
         t0 = dt_now();
         if ((st = dt_zero1_step(r->zero1, &r->h, step + 1, &out->comm)) != DT_OK)
             return pipe_fail(r, st, "zero1 step", dt_zero1_error(r->zero1));
+        mg_trace_zero1(r->trace, r->zero1);
     }
     mg_trace_add(r->trace, MG_EV_OPTIMIZER, -1, t0, dt_now());
     return DT_OK;
