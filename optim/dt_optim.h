@@ -218,6 +218,11 @@ size_t dt_zero1_param_bytes(const dt_zero1 *z);
 void dt_zero1_destroy(dt_zero1 *z);
 const char *dt_zero1_error(const dt_zero1 *z);
 int dt_zero1_num_buckets(const dt_zero1 *z); /* gradient pieces */
+/* When gradient piece i's reduce to its owner in the last step was
+ * launched and seen finished (seconds, CLOCK_MONOTONIC), for traces;
+ * false if it was not launched (one rank), or when the pieces are
+ * ZeRO-2's or -3's buckets (grad_shards.c). Valid after the step. */
+bool dt_zero1_piece_times(const dt_zero1 *z, int i, double *submit, double *done);
 /* This rank's shard of the flat buffer: [*lo, *lo + *n), n may be < s on
  * the last ranks (even 0 when Ψ < p). */
 void dt_zero1_shard(const dt_zero1 *z, size_t *lo, size_t *n);

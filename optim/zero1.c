@@ -242,6 +242,17 @@ static void on_grads_ready(void *user, size_t lo)
     launch_reduces(z, lo);
 }
 
+bool dt_zero1_piece_times(const dt_zero1 *z, int i, double *submit, double *done)
+{
+    *submit = *done = 0;
+    if (z->gs || i < 0 || i >= z->nreduce) /* ZeRO-2, -3: grad_shards.c's buckets */
+        return false;
+    const piece *pc = &z->reduces[i];
+    *submit = pc->t_submit;
+    *done = pc->t_done;
+    return pc->t_submit > 0 && pc->done;
+}
+
 dt_status dt_zero1_arm(dt_zero1 *z, dt_grad_ready_fn *fn, void **user)
 {
     *fn = NULL;

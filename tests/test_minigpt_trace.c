@@ -9,6 +9,9 @@
  *   buckets; and the timestamps are real: on every rank each micro-batch's
  *   F ends before its B starts, and on stage 1 each activation arrives
  *   before the F that reads it.
+ * - the same under --parallel zero1: every gradient piece's reduce to
+ *   its owner starts inside the stage's last backward (its last W), as
+ *   DDP's buckets leave (dt_zero1_arm), not after it in the step.
  * - 2 ranks of plain DDP with --grad-accum 2, 2 steps: 4 forwards, 4
  *   backwards, 2 optimizer steps and 2 x buckets all-reduces per rank.
  * - 2 ranks of --tp 2, --grad-accum 2, L = 3, 2 steps: every f and g is
@@ -249,6 +252,50 @@ Test(minigpt_trace, a_tp_run_traces_every_f_and_g_all_reduce_with_its_bytes, .ti
         cr_assert(ev, "rank %d: no row maxima", g);
         cr_expect_eq(arg_of(ev, "bytes"), 2 * 16 * 4, "rank %d: row maxima of %d bytes", g,
                      (int)arg_of(ev, "bytes"));
+    }
+    json_decref(doc);
+    fixture_rmtree(root);
+}
+
+/* The latest-ending slice named `name` on track tid in step; false if none. */
+static bool last_slice(json_t *doc, int tid, const char *name, int step, double *t0, double *t1)
+{
+    bool found = false;
+    size_t i = 0;
+    for (json_t *ev; (ev = next_slice(doc, tid, name, &i));) {
+        double a = json_number_value(json_object_get(ev, "ts"));
+        double b = a + json_number_value(json_object_get(ev, "dur"));
+        if (strcmp(json_string_value(json_object_get(ev, "name")), name) == 0 &&
+            arg_of(ev, "step") == step && (!found || b > *t1)) {
+            *t0 = a, *t1 = b;
+            found = true;
+        }
+    }
+    return found;
+}
+
+Test(minigpt_trace, a_2x2_pipelined_zero1_run_reduces_every_piece_during_the_stages_last_backward,
+     .timeout = 120)
+{
+    char root[128];
+    fixture_mkroot(root, sizeof root);
+    const char *flags[] = {"--pp", "2",          "--microbatches", "3", "--schedule",
+                           "zb",   "--parallel", "zero1",          NULL};
+    json_t *doc = traced_run(root, "4", flags);
+    for (int g = 0; g < 4; g++) {
+        int pieces = 0;
+        size_t i = 0;
+        for (json_t *ev; (ev = next_slice(doc, g, "reduce piece", &i)); pieces++) {
+            int step = (int)arg_of(ev, "step");
+            double w0, w1, t0 = json_number_value(json_object_get(ev, "ts"));
+            cr_assert(last_slice(doc, g, "W", step, &w0, &w1), "rank %d step %d: no W", g, step);
+            cr_expect(w0 <= t0 + 1.0 && t0 <= w1 + 1.0,
+                      "rank %d step %d: piece %d's reduce starts at %.1f us, outside the stage's "
+                      "last backward (its last W, [%.1f, %.1f])",
+                      g, step, (int)arg_of(ev, "piece"), t0, w0, w1);
+        }
+        cr_expect(pieces >= 4 && pieces % 2 == 0, "rank %d: %d piece reduces in 2 steps", g,
+                  pieces);
     }
     json_decref(doc);
     fixture_rmtree(root);

@@ -6,15 +6,17 @@
  * ZeRO-1) accumulating gradients over the same micro-batches.
  *
  * D = P = 2, every schedule, m in {1, p, 2p + 1}, DDP, ZeRO-1 and ZeRO-2
- * (against ZeRO-1's reference; its pieces go to their owners during the
- * stage's last backward, armed as DDP's buckets are), K = 2 AdamW steps. Replica r's micro-batch j is the reference's rank r
+ * (against ZeRO-1's reference; ZeRO's pieces go to their owners during
+ * the stage's last backward, armed as DDP's buckets are), K = 2 AdamW
+ * steps. Replica r's micro-batch j is the reference's rank r
  * micro-step j. The comparison is BITWISE, parameters and losses: each
  * stage adds its micro-batches' gradients in the order one rank does
  * (test_pipeline_train.c), the mean over two replicas is one addition and
  * one scaling whatever the bucket or shard boundaries, and AdamW is
  * elementwise. Every rank of a stage must hold bitwise identical
- * parameters, and DDP must have sent every bucket from the stage's last
- * backward (the executor installs its hook there).
+ * parameters, DDP must have sent every bucket, and ZeRO must have launched
+ * every piece by the end of the stage's last backward (the executor
+ * installs their hooks there).
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -76,7 +78,8 @@ static dt_status make_optimizer(dt_model *m, dt_comm *c, mode opt, dt_ddp **ddp,
 {
     if (opt == ZERO2)
         return dt_zero2_create(z, m, c, BUCKET_BYTES);
-    return opt == ZERO1 ? dt_zero1_create(z, m, c) : dt_ddp_create(ddp, m, c, BUCKET_BYTES);
+    return opt == ZERO1 ? dt_zero1_create_bucketed(z, m, c, BUCKET_BYTES)
+                        : dt_ddp_create(ddp, m, c, BUCKET_BYTES);
 }
 
 /* The reference: rank r of D runs --grad-accum m on micro-batches r·m+j. */
@@ -165,7 +168,26 @@ static void close_stage_rank(stage_rank *sr)
     dt_comm_destroy(sr->dp);
 }
 
-/* One pipelined step: the stage's micro-batches, DDP's buckets (ZeRO-2's
+/* Every ZeRO piece of the step was launched by the end of the stage's
+ * last action that writes weight gradients (its last B, or W). */
+static bool pieces_left_during_last_backward(rank_ctx *rc, const stage_rank *sr)
+{
+    const double *t0, *t1;
+    double end = 0, submit, done;
+    dt_pipe_last_timeline(sr->pp, &t0, &t1);
+    for (int i = 0; i < sr->sched->n[sr->stage]; i++) {
+        dt_pipe_op op = sr->sched->actions[sr->stage][i].op;
+        if (op == (sr->sched->split_backward ? DT_PIPE_W : DT_PIPE_B))
+            end = t1[i];
+    }
+    for (int i = 0; i < dt_zero1_num_buckets(sr->z); i++)
+        if (!dt_zero1_piece_times(sr->z, i, &submit, &done) || submit > end)
+            return rank_fail(rc, "piece %d launched %.3f ms after the last backward", i,
+                             1e3 * (submit - end));
+    return true;
+}
+
+/* One pipelined step: the stage's micro-batches, DDP's buckets (ZeRO's
  * pieces) armed for its last backward, the sync, AdamW; the last stages
  * average the loss. */
 static bool pipelined_step(rank_ctx *rc, scenario *s, stage_rank *sr, int k)
@@ -185,7 +207,7 @@ static bool pipelined_step(rank_ctx *rc, scenario *s, stage_rank *sr, int k)
             return rank_fail(rc, "arm: %s", dt_ddp_error(sr->ddp));
         dt_pipe_set_grad_hook(sr->pp, fn, user);
     }
-    if (s->opt == ZERO2) {
+    if (sr->z) {
         dt_grad_ready_fn fn;
         void *user;
         if (dt_zero1_arm(sr->z, &fn, &user) != DT_OK)
@@ -194,7 +216,8 @@ static bool pipelined_step(rank_ctx *rc, scenario *s, stage_rank *sr, int k)
     }
     if (dt_pipe_run(sr->pp, sr->stage == 0 ? in : NULL, last ? tg : NULL, B, T, &loss) != DT_OK)
         return rank_fail(rc, "%s", dt_pipe_error(sr->pp));
-    if (!sync_and_step(rc, sr->m, sr->ddp, sr->z, k))
+    if (!sync_and_step(rc, sr->m, sr->ddp, sr->z, k) ||
+        (sr->z && !pieces_left_during_last_backward(rc, sr)))
         return false;
     if (last && dt_allreduce(sr->dp, &loss, 1, DT_F32, DT_AVG) != DT_OK)
         return rank_fail(rc, "loss: %s", dt_comm_error(sr->dp));

@@ -15,10 +15,11 @@
  * 1/M, so a stage's gradient is its replica's mean. DDP then all-reduces
  * (avg) it over the stage's data-parallel group, its buckets launched
  * during the stage's last backward (its last W under ZB-H1: the executor
- * installs DDP's hook for that action only), or ZeRO-1 reduce-scatters it
- * after the step (ZeRO-2: each piece to its owner during that same last
- * backward, by the same hook; ZeRO-3: after the step, as ZeRO-1); each
- * rank then runs AdamW on its stage (or shard). The
+ * installs DDP's hook for that action only), or ZeRO-1 and ZeRO-2 reduce
+ * each piece of it (a --bucket-mb bucket cut at the shard boundaries) to
+ * its owner during that same last backward, by the same hook
+ * (dt_zero1_arm; ZeRO-3 reduces in the step); each rank then runs AdamW
+ * on its stage (or shard). The
  * last stages average their replicas' losses over their group, and the
  * last stage of each pipeline broadcasts that for the step line. The
  * validation loss, the task's accuracy and the sample need the whole
@@ -182,9 +183,10 @@ static dt_status open_optimizer(mg_run *r)
             return pipe_fail(r, st, "ddp", r->ddp ? dt_ddp_error(r->ddp) : "out of memory");
     } else {
         size_t bytes = (size_t)(o->bucket_mb * 1024 * 1024);
-        st = o->parallel == MG_ZERO3   ? dt_zero3_create(&r->zero1, r->m, r->dp_comm, bytes)
-             : o->parallel == MG_ZERO2 ? dt_zero2_create(&r->zero1, r->m, r->dp_comm, bytes)
-                                       : dt_zero1_create(&r->zero1, r->m, r->dp_comm);
+        st = o->parallel == MG_ZERO3 ? dt_zero3_create(&r->zero1, r->m, r->dp_comm, bytes)
+             : o->parallel == MG_ZERO2
+                 ? dt_zero2_create(&r->zero1, r->m, r->dp_comm, bytes)
+                 : dt_zero1_create_bucketed(&r->zero1, r->m, r->dp_comm, bytes);
         if (st == DT_OK && o->deterministic)
             st = dt_zero1_set_deterministic(r->zero1);
         if (st != DT_OK)
@@ -274,8 +276,10 @@ static void add_stats(mg_run *r, int step, double t0, double t1)
     r->pipe_steps++;
 }
 
-/* DDP and ZeRO-2: arms the buckets (the pieces) to go out during the
- * stage's last backward. */
+/* DDP, ZeRO-1 and ZeRO-2: arms the buckets (the pieces) to go out during
+ * the stage's last backward. ZeRO-1 and -2 keep the stage's whole gradient
+ * sum, so their pieces are reduced in place in it, as DDP's buckets are;
+ * ZeRO-3 still reduces them in the step. */
 static dt_status arm_sync(mg_run *r)
 {
     dt_grad_ready_fn fn = NULL;
@@ -283,9 +287,9 @@ static dt_status arm_sync(mg_run *r)
     dt_status st = DT_OK;
     if (r->ddp && (st = dt_ddp_arm(r->ddp, &fn, &user)) != DT_OK)
         return pipe_fail(r, st, "ddp", dt_ddp_error(r->ddp));
-    if (r->zero1 && dt_zero1_stage(r->zero1) == 2 &&
+    if (r->zero1 && dt_zero1_stage(r->zero1) < 3 &&
         (st = dt_zero1_arm(r->zero1, &fn, &user)) != DT_OK)
-        return pipe_fail(r, st, "zero2", dt_zero1_error(r->zero1));
+        return pipe_fail(r, st, mg_parallel_name(r->o.parallel), dt_zero1_error(r->zero1));
     dt_pipe_set_grad_hook(r->pipe, fn, user);
     return DT_OK;
 }
@@ -307,6 +311,7 @@ static dt_status sync_and_update(mg_run *r, int step, mg_step *out)
         t0 = dt_now();
         if ((st = dt_zero1_step(r->zero1, &r->h, step + 1, &out->comm)) != DT_OK)
             return pipe_fail(r, st, "zero1 step", dt_zero1_error(r->zero1));
+        mg_trace_zero1(r->trace, r->zero1);
     }
     mg_trace_add(r->trace, MG_EV_OPTIMIZER, -1, t0, dt_now());
     return DT_OK;

@@ -7,8 +7,10 @@
  * post to its completion, STEP's wait for the last sends) from the
  * executor's timeline; data parallelism each micro-step's forward and
  * backward; both each DDP bucket's all-reduce (launch to completion as
- * this rank saw it) and the optimizer step (ZeRO-1's includes its
- * reduce-scatter and all-gather); tensor parallelism each micro-step's
+ * this rank saw it), each ZeRO gradient piece's reduce to its owner
+ * ("reduce piece", likewise; ZeRO-1, and ZeRO-2 and -3 on a pipeline stage),
+ * and the optimizer step (ZeRO's includes waiting for those reduces and
+ * its all-gather); tensor parallelism each micro-step's
  * forward and backward and, inside them, every f and g all-reduce as its
  * own slice named for its site ("g: the MLP output", layer in args), then
  * the step's all-gather of the shares and, with --dp, the all-reduce of
@@ -118,6 +120,15 @@ void mg_trace_ddp(mg_trace *t, const dt_ddp *d)
     }
 }
 
+void mg_trace_zero1(mg_trace *t, const dt_zero1 *z)
+{
+    for (int i = 0; t && z && i < dt_zero1_num_buckets(z); i++) {
+        double a, b;
+        if (dt_zero1_piece_times(z, i, &a, &b))
+            mg_trace_add(t, MG_EV_REDUCE, i, a, b);
+    }
+}
+
 static const char *kind_name(const mg_event *e)
 {
     int k = e->kind;
@@ -130,6 +141,7 @@ static const char *kind_name(const mg_event *e)
     case MG_EV_FORWARD: return "forward";
     case MG_EV_BACKWARD: return "backward";
     case MG_EV_ALLREDUCE: return "allreduce bucket";
+    case MG_EV_REDUCE: return "reduce piece";
     case MG_EV_OPTIMIZER: return "optimizer step";
     default: return k >= 0 && k < DT_PIPE_NUM_OPS ? dt_pipe_op_name((dt_pipe_op)k) : "?";
     }
@@ -144,6 +156,7 @@ static const char *kind_category(int k)
     case DT_PIPE_RECV_GRAD:
     case DT_PIPE_STEP: return "p2p";
     case MG_EV_ALLREDUCE:
+    case MG_EV_REDUCE:
     case MG_EV_TP_ALLREDUCE:
     case MG_EV_TP_GATHER:
     case MG_EV_TP_DP:
@@ -208,6 +221,7 @@ static json_t *to_json(const mg_run *r, mg_event **all, const int64_t *n)
         for (int64_t i = 0; i < n[q]; i++) {
             const mg_event *e = &all[q][i];
             const char *arg = e->kind == MG_EV_ALLREDUCE      ? "bucket"
+                              : e->kind == MG_EV_REDUCE       ? "piece"
                               : e->kind == MG_EV_TP_ALLREDUCE ? "layer"
                               : e->kind < DT_PIPE_NUM_OPS     ? "mb"
                                                               : "micro_step";

@@ -347,6 +347,7 @@ static dt_status dp_step(mg_run *r, int step, mg_step *out)
         if (st != DT_OK)
             return run_fail(r, st, "zero1 step", dt_zero1_error(r->zero1));
         mg_trace_add(r->trace, MG_EV_OPTIMIZER, -1, tu, dt_now());
+        mg_trace_zero1(r->trace, r->zero1);
     }
     if (strcmp(r->m->be->name, "cuda") == 0) { /* kernels fail late */
         char err[256] = "";

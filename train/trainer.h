@@ -176,6 +176,7 @@ enum mg_event_kind {
     MG_EV_TP_DP,         /* --tp --dp: the all-reduce of the share's gradients */
     MG_EV_TP_DP_SCATTER, /* --tp --dp --parallel zero1: their reduce-scatter */
     MG_EV_TP_DP_GATHER,  /* ... and the all-gather of the updated pieces */
+    MG_EV_REDUCE,        /* a ZeRO gradient piece's reduce to its owner */
 };
 mg_trace *mg_trace_open(void);
 void mg_trace_close(mg_trace *t);
@@ -194,6 +195,9 @@ void mg_trace_tp(void *user, dt_tp_site site, int layer, size_t bytes, uint64_t 
 void mg_trace_pipe(mg_trace *t, const dt_pipe *p, const dt_pipe_schedule *s, int stage);
 /* The buckets of DDP's last synced backward. */
 void mg_trace_ddp(mg_trace *t, const dt_ddp *d);
+/* The gradient pieces ZeRO reduced to their owners in its last step
+ * (ZeRO-1, and -2, -3 on a pipeline stage: pieces of a whole gradient). */
+void mg_trace_zero1(mg_trace *t, const dt_zero1 *z);
 /* Collective: every rank's slices to rank 0, which writes the JSON. */
 dt_status mg_trace_write(mg_trace *t, mg_run *r, const char *path);
 
