@@ -8,16 +8,17 @@
  * backward, AdamW update — on random tokens (the seed's data). After w
  * warm-up steps it times n steps and prints one line:
  *   ms_per_step=… tok_per_s=… gflops=… params=… backend=… threads=…
+ * and with -p 1 peak_gflops=… mfu=… (the step's FLOPs over sgemm's peak
+ * on the same threads, timed after the steps).
  * ms_per_step is the median of the n step times (robust to a noisy, shared
  * machine); gflops counts matmul and attention flops
  * (dt_config_flops_per_step) per median step.
  *
- * Threads: OpenBLAS's pool size is process-wide, so the benchmark — a
- * program, not the library — sets it (default 1, to compare with
- * torch.set_num_threads(1); bench/torch_compare.py runs both).
+ * Threads: -t sizes the rank's compute team (dt_threads_use; default 1,
+ * to compare with torch.set_num_threads(1); bench/torch_compare.py runs
+ * both).
  * The usage text and the parser read the same table.
  */
-#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,10 +34,36 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* The machine's sgemm peak on this team: the best of 7 square products
+ * of 1024 (2.1 GFLOP each), cut and shared out as the model's are
+ * (dt_cpu_gemm_par). MFU is the step's model FLOPs over this. */
+static double sgemm_peak_gflops(void)
+{
+    enum { S = 1024 };
+    float *a = malloc(sizeof(float) * S * S), *b = malloc(sizeof(float) * S * S);
+    float *c = malloc(sizeof(float) * S * S);
+    for (int i = 0; i < S * S; i++) {
+        a[i] = (float)(i % 17) / 17.0f;
+        b[i] = (float)(i % 13) / 13.0f;
+    }
+    double best = 1e30;
+    for (int rep = 0; rep < 8; rep++) {
+        double t0 = dt_now();
+        dt_cpu_gemm_par(c, S, a, S, 1, b, S, 1, S, S, S, 0);
+        double t = dt_now() - t0;
+        if (rep > 0 && t < best) /* the first warms the caches and pool */
+            best = t;
+    }
+    free(a);
+    free(b);
+    free(c);
+    return 2.0 * S * S * S / best * 1e-9;
+}
+
 int main(int argc, char **argv)
 {
     dt_config c = dt_config_seed();
-    int B = 4, steps = 200, warmup = 20, threads = 1;
+    int B = 4, steps = 200, warmup = 20, threads = 1, peak = 0;
     const char *backend = "cpu";
     const dt_flag flags[] = {
         {"-V", NULL, "N", &c.V, NULL, 1, 1000000, "vocabulary size"},
@@ -47,8 +74,11 @@ int main(int argc, char **argv)
         {"-B", NULL, "N", &B, NULL, 1, 1000000, "batch size"},
         {"-n", NULL, "N", &steps, NULL, 1, 1000000, "timed steps"},
         {"-w", NULL, "N", &warmup, NULL, 0, 1000000, "warm-up steps"},
-        {"-t", NULL, "N", &threads, NULL, 1, 1024, "OpenBLAS threads"},
+        {"-t", NULL, "N", &threads, NULL, 1, 1024,
+         "compute threads (one OpenMP team; OpenBLAS kept at 1)"},
         {"-b", NULL, "NAME", NULL, &backend, 0, 0, "backend: cpu or cpu-reference"},
+        {"-p", NULL, "0|1", &peak, NULL, 0, 1,
+         "1: also time sgemm's peak on the same threads (peak_gflops=, mfu=)"},
     };
     int n_flags = (int)(sizeof flags / sizeof flags[0]);
     int prc = dt_flags_parse("minigpt-bench", flags, n_flags, argc, argv);
@@ -64,7 +94,7 @@ int main(int argc, char **argv)
                              backend);
     const dt_backend *be = strcmp(backend, "cpu-reference") == 0 ? dt_backend_cpu_reference()
                                                                  : dt_backend_cpu();
-    openblas_set_num_threads(threads);
+    dt_threads_use(threads);
 
     dt_model *m;
     if (dt_model_create(&m, &c, be, B) != DT_OK) {
@@ -96,9 +126,14 @@ int main(int argc, char **argv)
     double med = times[steps / 2];
     double flops = dt_config_flops_per_step(&c, B, c.T);
     printf("ms_per_step=%.4f tok_per_s=%.0f gflops=%.2f params=%zu "
-           "backend=%s threads=%d loss=%.4f\n",
+           "backend=%s threads=%d loss=%.4f",
            med * 1e3, (double)B * c.T / med, flops / med * 1e-9, m->num_params, be->name, threads,
            m->mean_loss);
+    if (peak) {
+        double pk = sgemm_peak_gflops();
+        printf(" peak_gflops=%.2f mfu=%.3f", pk, flops / med * 1e-9 / pk);
+    }
+    printf("\n");
     free(in);
     free(tg);
     free(times);

@@ -7,16 +7,18 @@
  * alloc is cudaMalloc and whose kernels are cuBLAS + CUDA. For the CPU,
  * "device" memory is host memory, so to_host/from_host are memcpy.
  *
- * Two tables share memory handling, layernorm, encoder and AdamW:
- *   "cpu"            matmul and attention through dt_cpu_gemm; GELU,
+ * Two tables share memory handling:
+ *   "cpu"            matmul and attention through OpenBLAS sgemm
+ *                    (gemm_cpu.c); every layer and AdamW across the
+ *                    calling rank's compute threads (threads.c), GELU,
  *                    softmax and cross-entropy with the vectorisable
  *                    exp/CDF of fastmath.h
- *   "cpu-reference"  the plain loops of kernels_ref.c with libm
+ *   "cpu-reference"  the plain loops of kernels_ref.c with libm, serial
  * Tests run the same model on both and compare.
  *
- * The tables are const: no mutable global state. (OpenBLAS, the fallback
- * when the GEMM cannot allocate, has a process-wide thread count;
- * benchmarks set it, the model never does.)
+ * The tables are const: no mutable global state. The team size is the
+ * calling thread's OpenMP setting (dt_threads_use), which each rank sets
+ * for itself.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -56,20 +58,20 @@ static const dt_backend cpu_backend = {
     .to_host = cpu_copy,
     .from_host = cpu_copy,
     .copy = cpu_copy,
-    .encoder_forward = dt_ref_encoder_forward,
-    .encoder_backward = dt_ref_encoder_backward,
-    .layernorm_forward = dt_ref_layernorm_forward,
-    .layernorm_backward = dt_ref_layernorm_backward,
+    .encoder_forward = dt_cpu_encoder_forward,
+    .encoder_backward = dt_cpu_encoder_backward,
+    .layernorm_forward = dt_cpu_layernorm_forward,
+    .layernorm_backward = dt_cpu_layernorm_backward,
     .matmul_forward = dt_cpu_matmul_forward,
     .matmul_backward = dt_cpu_matmul_backward,
     .attention_forward = dt_cpu_attention_forward,
     .attention_backward = dt_cpu_attention_backward,
     .gelu_forward = dt_cpu_gelu_forward,
     .gelu_backward = dt_cpu_gelu_backward,
-    .residual_forward = dt_ref_residual_forward,
+    .residual_forward = dt_cpu_residual_forward,
     .crossentropy_forward = dt_cpu_crossentropy_forward,
-    .crossentropy_backward = dt_ref_crossentropy_backward,
-    .adamw = dt_adamw_step,
+    .crossentropy_backward = dt_cpu_crossentropy_backward,
+    .adamw = dt_cpu_adamw,
 };
 
 static const dt_backend cpu_reference_backend = {

@@ -143,8 +143,27 @@ typedef struct dt_backend {
                   const dt_adamw_hparams *h);
 } dt_backend;
 
-const dt_backend *dt_backend_cpu(void);           /* OpenBLAS + loops */
-const dt_backend *dt_backend_cpu_reference(void); /* plain loops only */
+const dt_backend *dt_backend_cpu(void);           /* OpenBLAS + loops, threaded */
+const dt_backend *dt_backend_cpu_reference(void); /* plain loops only, serial */
+
+/*
+ * A rank's compute threads (threads.c): the cpu backend runs every layer
+ * across the calling thread's team, whose size dt_threads_use sets (it
+ * also keeps OpenBLAS's own pool at one thread). Call it in each rank's
+ * thread before its first step; a rank that never calls it gets OpenMP's
+ * default (OMP_NUM_THREADS, else every core). The bits of a step do not
+ * depend on the team's size. dt_threads_default is torchrun's advice:
+ * the cores this process may run on, divided by the ranks on the node.
+ */
+void dt_threads_use(int n);
+/* c (M,N) = [c +] a (M,K) . b (K,N), a and b read through (row, column)
+ * strides, one of each 1: the cpu backend's products, cut into pieces the
+ * shape alone decides and shared out across the calling thread's team
+ * (gemm_cpu.c). Host memory. */
+void dt_cpu_gemm_par(float *c, int ldc, const float *a, int a_rs, int a_cs, const float *b,
+                     int b_rs, int b_cs, int M, int N, int K, int accumulate);
+int dt_threads_current(void);
+int dt_threads_default(int local_ranks);
 
 /*
  * The CUDA backend (backend_cuda.cu; model/README.md, "The CUDA backend"),

@@ -1,210 +1,91 @@
 /*
- * gemm_cpu.c — a small blocked single-precision GEMM that the compiler
- * vectorises: what the cpu backend's linear layers and attention run on
- * instead of OpenBLAS sgemm.
+ * gemm_cpu.c — every O(n^3) product of the CPU backend, as OpenBLAS sgemm
+ * calls: one strided form for the callers, cut into row blocks across a
+ * rank's compute threads.
  *
  *   c (M,N) = [c +] a (M,K) . b (K,N)
  *
  * with a and b given by element strides (row stride, column stride), so a
- * transposed operand is the same call with the strides swapped: no
- * transposition is ever done by the caller.
+ * transposed operand is the same call with the strides swapped (one of
+ * each operand's strides must be 1, as BLAS storage is). The adapter maps
+ * that onto cblas_sgemm's transpose flags and leading dimensions.
  *
- * Why not OpenBLAS: MiniGPT's products are small (seed config: 64x32 .
- * 32x96) to mid-sized (865k config: 1024x128 . 128x512). At the small end
- * sgemm's per-call cost (dispatch, buffer set-up, beta pass, thread-pool
- * checks) is most of the time; at the mid end the Debian OpenBLAS picks
- * its Haswell (AVX2) kernel on AMD CPUs that have AVX-512, half their
- * peak. This file is the textbook Goto/BLIS loop nest, nothing more:
+ * Why OpenBLAS and not a GEMM of our own: measured on the model's shapes,
+ * one thread each, CPU time (bench/gemm_shapes.c): on an AMD EPYC Zen 3
+ * (AVX2, no AVX-512) OpenBLAS 0.3.21's Zen kernel runs 78-92 GFLOP/s,
+ * where the blocked GEMM this file used to hold (GCC vector types, tuned
+ * for AVX-512) ran at 1.4; on a Zen 4 (AVX-512) OpenBLAS ran 91-105 and
+ * the old kernel 68-75. OpenBLAS picks its kernel for the CPU at run time
+ * (DYNAMIC_ARCH), which is what this code needs on a fleet that mixes
+ * both. oneDNN's sgemm (libdnnl) was 5-15% faster on the small forward
+ * products and 2x slower on the weight gradient's transposed one; BLIS was
+ * level or slower (bench/README.md has the table).
  *
- *   for each KC-deep slice of k:       pack b's slice into NR-wide panels
- *     for each MC-tall block of rows:  pack a's block into MR-tall panels
- *       for each b panel, a panel:     micro-kernel: MR x NR tile of c
+ * Threads: dt_cpu_gemm_par cuts a product into a fixed set of pieces
+ * (up to 8 blocks of rows of c, or of columns when c is wider than tall),
+ * and the threads of the calling rank's OpenMP team (threads.c) share the
+ * pieces out, each a serial sgemm over the whole K. The cut depends on the
+ * shape alone, never on the team's size: sgemm's bits depend on the shape
+ * it is called with (measured: OpenBLAS 0.3.21 takes a different kernel
+ * for products under ~10^6 multiply-adds, and its column edges round
+ * differently), so a cut that followed the team would give each thread
+ * count its own bits. With a fixed cut every element of c comes from the
+ * same call on 1 thread as on 8 (test_threads.c checks it). OpenBLAS's own
+ * pool stays at one thread (dt_threads_use): one pool, never two
+ * competing for the cores.
  *
- * The micro-kernel keeps an 8 x 32 tile of c in 16 vector registers
- * (GCC vector types: one AVX-512 register each, or two AVX / four SSE
- * ones on the other clones) and adds one rank-1 update per k. Packing
- * makes both operands unit-stride and zero-pads ragged edges, so the
- * kernel has no branches; edge tiles are written through a buffer.
- * Products at most 16 wide (attention's head size) use 8 x 16 tiles.
- *
- * Cost: 2*M*N*K flops; packing touches each of a and b once per slice
- * (O(MK + KN)). The packing space (~KC*(N+MC) floats) is on the stack up
- * to 32 KiB (every product of the seed config), else one malloc per call.
- *
- * Numerics and determinism: each element of c is a sequential sum over k
- * in increasing order, a KC slice at a time added onto c, whatever the
- * tile, block or vector width; products are rounded before the add (no
- * FMA, as -std=c11 compiles it), so every clone gives the same bits. No
- * FMA is deliberate: with it, sums that cancel exactly in float (x*y -
- * x*y) leave a residue of the order of one rounding, and AdamW turns a
- * 1e-12 gradient that should be 0 into a full lr-sized step (the DDP vs
- * serial test saw it). On the AMD machine measured, mul + add ran as
- * fast as FMA (separate add pipes). Results differ from the plain
- * reference loops only by rounding; tests compare them.
+ * Cost: 2*M*N*K flops; each piece packs its own copy of the operand it
+ * shares (b for row pieces, a for column pieces), up to 8 packings where
+ * one call would do one, which is why products below PAR_FLOPS stay
+ * whole.
  */
-#include <stdlib.h>
-#include <string.h>
+#include <cblas.h>
 
 #include "model_internal.h"
 
-enum { MR = 8, NR = 32, KC = 256, MC = 128 };
-
-/* Every helper is inlined into dt_cpu_gemm, so that each clone of it gets
- * its own vector code (a plain static function is compiled once, for the
- * baseline). */
-#define INLINE static inline __attribute__((always_inline))
-
-typedef float v16 __attribute__((vector_size(64)));
-
-/* x86-64 clones for the GEMM: AVX-512 (16 zmm accumulators), AVX2 (the
- * tile spills a little, still far faster than scalar), baseline. */
-#if DT_HAVE_CLONES /* see model_internal.h for when there are none */
-#define DT_GEMM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define DT_GEMM_CLONES
-#endif
-
-/* bp[panel][k][w] = b[k0 + k][panel*w + j], zero past column N.
- * (Full panels copy a constant NR floats, which the compiler inlines: a
- * memcpy call per 128 bytes would cost as much as the copy.) */
-INLINE void pack_b(float *bp, const float *b, int b_rs, int b_cs, int kc, int N, int w)
+void dt_cpu_gemm(float *c, int ldc, const float *a, int a_rs, int a_cs, const float *b, int b_rs,
+                 int b_cs, int M, int N, int K, int accumulate)
 {
-    for (int j0 = 0; j0 < N; j0 += w) {
-        int nr = N - j0 < w ? N - j0 : w;
-        for (int k = 0; k < kc; k++) {
-            const float *src = b + (size_t)k * b_rs + (size_t)j0 * b_cs;
-            float *dst = bp + (size_t)k * w;
-            if (b_cs == 1 && nr == w)
-                memcpy(dst, src, (size_t)w * sizeof(float));
-            else
-                for (int j = 0; j < w; j++)
-                    dst[j] = j < nr ? src[(size_t)j * b_cs] : 0.0f;
-        }
-        bp += (size_t)kc * w;
-    }
+    if (M <= 0 || N <= 0)
+        return;
+    int ta = a_cs != 1, tb = b_cs != 1;
+    int lda = ta ? a_cs : a_rs, ldb = tb ? b_cs : b_rs;
+    /* BLAS wants a leading dimension >= 1 even for one row or column */
+    lda = lda < 1 ? 1 : lda;
+    ldb = ldb < 1 ? 1 : ldb;
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+                K, 1.0f, a, lda, b, ldb, accumulate ? 1.0f : 0.0f, c, ldc);
 }
 
-/* ap[panel][k][MR] = a[panel*MR + i][k0 + k], zero past row M. */
-INLINE void pack_a(float *ap, const float *a, int a_rs, int a_cs, int M, int kc)
-{
-    for (int i0 = 0; i0 < M; i0 += MR) {
-        int mr = M - i0 < MR ? M - i0 : MR;
-        const float *src = a + (size_t)i0 * a_rs;
-        if (a_rs == 1 && mr == MR) /* a^T row-major: MR rows contiguous */
-            for (int k = 0; k < kc; k++)
-                memcpy(ap + (size_t)k * MR, src + (size_t)k * a_cs, MR * sizeof(float));
-        else if (a_cs == 1 && mr == MR) { /* row-major: MR read streams */
-            const float *row[MR];
-            for (int i = 0; i < MR; i++)
-                row[i] = src + (size_t)i * a_rs;
-            for (int k = 0; k < kc; k++)
-                for (int i = 0; i < MR; i++)
-                    ap[(size_t)k * MR + i] = row[i][k];
-        } else
-            for (int k = 0; k < kc; k++)
-                for (int i = 0; i < MR; i++)
-                    ap[(size_t)k * MR + i] = i < mr ? src[(size_t)i * a_rs + (size_t)k * a_cs]
-                                                    : 0.0f;
-        ap += (size_t)kc * MR;
-    }
-}
+/* The fixed cut: products of at least PAR_FLOPS are cut into BLOCKS
+ * pieces along the longer of M and N (at multiples of 16), whatever the
+ * team's size; smaller ones are one call. */
+#define PAR_FLOPS (1 << 21)
+enum { BLOCKS = 8 };
 
-/* The MR x w tile (w = 16 or 32, a constant after inlining): c[i][j]
- * (=, or += when add) sum_k ap[k][i] bp[k][j], mr x nr of it stored. */
-INLINE void kernel(float *c, int ldc, const float *ap, const float *bp, int kc, int mr, int nr,
-                   int add, int w)
+void dt_cpu_gemm_par(float *c, int ldc, const float *a, int a_rs, int a_cs, const float *b,
+                     int b_rs, int b_cs, int M, int N, int K, int accumulate)
 {
-    v16 acc[MR][2];
-    int nv = w / 16;
-    for (int i = 0; i < MR; i++)
-        acc[i][0] = acc[i][1] = (v16){0};
-    for (int k = 0; k < kc; k++) {
-        const float *a = ap + (size_t)k * MR;
-        for (int x = 0; x < nv; x++) {
-            v16 bx;
-            memcpy(&bx, bp + (size_t)k * w + 16 * x, sizeof bx);
-            for (int i = 0; i < MR; i++)
-                acc[i][x] += a[i] * bx;
-        }
-    }
-    if (mr == MR && nr == w) {
-        for (int i = 0; i < MR; i++)
-            for (int x = 0; x < nv; x++) {
-                float *ci = c + (size_t)i * ldc + 16 * x;
-                v16 cx = acc[i][x];
-                if (add) {
-                    v16 o;
-                    memcpy(&o, ci, sizeof o);
-                    cx = o + cx;
-                }
-                memcpy(ci, &cx, sizeof cx);
-            }
+    if (2.0 * M * N * K < PAR_FLOPS || (M < 32 && N < 32)) {
+        dt_cpu_gemm(c, ldc, a, a_rs, a_cs, b, b_rs, b_cs, M, N, K, accumulate);
         return;
     }
-    float t[MR][2 * 16];
-    memcpy(t, acc, sizeof t);
-    for (int i = 0; i < mr; i++)
-        for (int j = 0; j < nr; j++)
-            c[(size_t)i * ldc + j] = add ? c[(size_t)i * ldc + j] + t[i][j] : t[i][j];
-}
-
-/* One packed (MC x KC) . (KC x N) block onto c, panels w wide. */
-INLINE void block(float *c, int ldc, const float *ap, const float *bp, int mc, int N, int kc,
-                  int add, int w)
-{
-    for (int j0 = 0; j0 < N; j0 += w) {
-        const float *bpj = bp + (size_t)(j0 / w) * kc * w;
-        int nr = N - j0 < w ? N - j0 : w;
-        for (int i0 = 0; i0 < mc; i0 += MR) {
-            int mr = mc - i0 < MR ? mc - i0 : MR;
-            kernel(c + (size_t)i0 * ldc + j0, ldc, ap + (size_t)(i0 / MR) * kc * MR, bpj, kc, mr,
-                   nr, add, w);
+    int by_rows = M >= N, len = by_rows ? M : N;
+    int piece = (len + BLOCKS - 1) / BLOCKS;
+    piece = (piece + 15) / 16 * 16;
+    int pieces = (len + piece - 1) / piece;
+#pragma omp parallel
+    {
+        size_t lo, hi;
+        dt_team_share((size_t)pieces, 1, &lo, &hi);
+        for (size_t p = lo; p < hi; p++) {
+            int x0 = (int)p * piece, n = len - x0 < piece ? len - x0 : piece;
+            if (by_rows) /* rows x0.. of c and a */
+                dt_cpu_gemm(c + (size_t)x0 * ldc, ldc, a + (size_t)x0 * a_rs, a_rs, a_cs, b, b_rs,
+                            b_cs, n, N, K, accumulate);
+            else /* columns x0.. of c and b */
+                dt_cpu_gemm(c + x0, ldc, a, a_rs, a_cs, b + (size_t)x0 * b_cs, b_rs, b_cs, M, n, K,
+                            accumulate);
         }
     }
-}
-
-/* The loop nest on packing space pk (see dt_cpu_gemm for its size). */
-INLINE void gemm(float *c, int ldc, const float *a, int a_rs, int a_cs, const float *b, int b_rs,
-                 int b_cs, int M, int N, int K, int accumulate, float *pk, int w)
-{
-    int np = (N + w - 1) / w, kcmax = K < KC ? K : KC;
-    float *bp = pk, *ap = pk + (size_t)kcmax * np * w;
-    for (int p0 = 0; p0 < K; p0 += KC) {
-        int kc = K - p0 < KC ? K - p0 : KC;
-        int add = accumulate || p0 > 0;
-        pack_b(bp, b + (size_t)p0 * b_rs, b_rs, b_cs, kc, N, w);
-        for (int i0 = 0; i0 < M; i0 += MC) {
-            int mc = M - i0 < MC ? M - i0 : MC;
-            pack_a(ap, a + (size_t)i0 * a_rs + (size_t)p0 * a_cs, a_rs, a_cs, mc, kc);
-            if (w == 16)
-                block(c + (size_t)i0 * ldc, ldc, ap, bp, mc, N, kc, add, 16);
-            else
-                block(c + (size_t)i0 * ldc, ldc, ap, bp, mc, N, kc, add, 32);
-        }
-    }
-}
-
-/* Products whose packing fits SMALL floats pack on the stack: the seed
- * config's all do, and a malloc per call would cost ~10% of its step. */
-enum { SMALL = 8192 };
-
-DT_GEMM_CLONES
-int dt_cpu_gemm(float *c, int ldc, const float *a, int a_rs, int a_cs, const float *b, int b_rs,
-                int b_cs, int M, int N, int K, int accumulate)
-{
-    int w = N <= 16 ? 16 : NR; /* narrow products (attention's hs) */
-    int np = (N + w - 1) / w, kcmax = K < KC ? K : KC;
-    int mcmax = M < MC ? (M + MR - 1) / MR * MR : MC;
-    size_t n = (size_t)kcmax * np * w + (size_t)kcmax * mcmax;
-    float small[SMALL] __attribute__((aligned(64)));
-    float *pk = n <= SMALL ? small : aligned_alloc(64, (n * sizeof(float) + 63) & ~(size_t)63);
-    if (!pk)
-        return -1;
-    if (w == 16)
-        gemm(c, ldc, a, a_rs, a_cs, b, b_rs, b_cs, M, N, K, accumulate, pk, 16);
-    else
-        gemm(c, ldc, a, a_rs, a_cs, b, b_rs, b_cs, M, N, K, accumulate, pk, NR);
-    if (pk != small)
-        free(pk);
-    return 0;
 }

@@ -1,7 +1,7 @@
 /*
  * kernels_cpu.c — the fast CPU forms of MiniGPT's two heavy layers: the
- * linear layer (matmul) and causal self-attention, both on dt_cpu_gemm
- * (gemm_cpu.c; OpenBLAS cblas_sgemm only if that cannot allocate).
+ * linear layer (matmul) and causal self-attention, both on OpenBLAS sgemm
+ * (gemm_cpu.c), across the rank's compute threads (threads.c).
  *
  * Idea: every O(n^3) product of the model is a GEMM with the right
  * strides, so no data is ever copied or transposed by hand. A linear
@@ -12,16 +12,20 @@
  * and attention runs, per (sequence, head), on strided views into the qkv
  * rows (row stride 3C) and the output rows (row stride C).
  *
+ * Threads: the linear layer's products are cut into blocks of whole rows
+ * or columns of out, dinp and dw (gemm_cpu.c); attention gives each
+ * thread whole (sequence, head) pairs, which own disjoint columns of the
+ * output and their own T x T scratch. No sum is split across threads.
+ *
  * Causal attention in blocks of RB query rows: rows r0..r1-1 only see
  * keys 0..r1-1, so the products skip the blocks above the diagonal (a
  * quarter of the T x T square at T = 64; nothing at T <= RB).
  *
  * Cost: 2*N*C*OC flops per product; attention ~4*T*T*hs per (b, h) each
  * way, less the skipped blocks. Results equal the reference loops up to
- * float rounding (summation order differs); tests compare them with a
- * tolerance.
+ * float rounding (summation order differs, and sgemm fuses multiply and
+ * add); tests compare them with a tolerance.
  */
-#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
@@ -35,17 +39,17 @@ void dt_cpu_matmul_forward(float *out, const float *inp, const float *w, const f
         for (int n = 0; n < N; n++)
             memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
     /* out (N,OC) = inp (N,C) . w^T: w^T is w with its strides swapped */
-    if (dt_cpu_gemm(out, OC, inp, C, 1, w, 1, C, N, OC, C, bias != NULL))
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C,
-                    bias ? 1.0f : 0.0f, out, OC);
+    dt_cpu_gemm_par(out, OC, inp, C, 1, w, 1, C, N, OC, C, bias != NULL);
 }
 
+/* dbias[o0:o1] += column sums of dout's columns o0..o1-1, row by row:
+ * a vector add per row, each column summed in row order. */
 DT_VECTORIZE
-static void bias_backward(float *dbias, const float *dout, int N, int OC)
+static void bias_backward(float *dbias, const float *dout, int N, int OC, int o0, int o1)
 {
-    for (int n = 0; n < N; n++) { /* row by row: a vector add */
+    for (int n = 0; n < N; n++) {
         const float *d = dout + (size_t)n * OC;
-        for (int o = 0; o < OC; o++)
+        for (int o = o0; o < o1; o++)
             dbias[o] += d[o];
     }
 }
@@ -54,15 +58,19 @@ void dt_cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *d
                             const float *inp, const float *w, int N, int C, int OC)
 {
     /* dinp (N,C) = dout (N,OC) . w (OC,C) */
-    if (dinp && dt_cpu_gemm(dinp, C, dout, OC, 1, w, C, 1, N, C, OC, 0))
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 0.0f,
-                    dinp, C);
+    if (dinp)
+        dt_cpu_gemm_par(dinp, C, dout, OC, 1, w, C, 1, N, C, OC, 0);
     /* dw (OC,C) += dout^T (OC,N) . inp (N,C) (if dw) */
-    if (dw && dt_cpu_gemm(dw, C, dout, 1, OC, inp, C, 1, OC, C, N, 1))
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
-                    dw, C);
-    if (dbias)
-        bias_backward(dbias, dout, N, OC);
+    if (dw)
+        dt_cpu_gemm_par(dw, C, dout, 1, OC, inp, C, 1, OC, C, N, 1);
+    if (dbias) {
+#pragma omp parallel if ((size_t)N * OC >= DT_PAR_ELEMS)
+        {
+            size_t lo, hi;
+            dt_team_share((size_t)OC, 16, &lo, &hi);
+            bias_backward(dbias, dout, N, OC, (int)lo, (int)hi);
+        }
+    }
 }
 
 /* Row-wise causal softmax of rows r0..r1-1 of a (T, T) block of raw
@@ -110,25 +118,13 @@ static void softmax_backward(float *d, const float *a, int r0, int r1, int T, fl
     }
 }
 
-/* dt_cpu_gemm, or OpenBLAS in the rare case it cannot allocate (the same
- * product: c = [c +] a . b, strides as dt_cpu_gemm takes them; one of
- * each operand's strides is 1). */
-static void gemm(float *c, int ldc, const float *a, int a_rs, int a_cs, const float *b, int b_rs,
-                 int b_cs, int M, int N, int K, int add)
-{
-    if (dt_cpu_gemm(c, ldc, a, a_rs, a_cs, b, b_rs, b_cs, M, N, K, add) == 0)
-        return;
-    int ta = a_cs != 1, tb = b_cs != 1;
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
-                K, 1.0f, a, ta ? a_cs : a_rs, b, tb ? b_cs : b_rs, add ? 1.0f : 0.0f, c, ldc);
-}
-
 enum { RB = 32 }; /* query rows per attention block (see the top) */
 
 void dt_cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
 {
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for collapse(2) schedule(static) if (B * NH > 1 && (size_t)T * T * hs >= 4096)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             const float *q = qkv + (size_t)b * T * C3 + h * hs;
@@ -138,10 +134,12 @@ void dt_cpu_attention_forward(float *out, float *att, const float *qkv, int B, i
             for (int r0 = 0; r0 < T; r0 += RB) {
                 int r1 = r0 + RB < T ? r0 + RB : T, rb = r1 - r0;
                 /* a[r0:r1, 0:r1] = q[r0:r1] (rb,hs) . k[0:r1]^T */
-                gemm(a + (size_t)r0 * T, T, q + (size_t)r0 * C3, C3, 1, k, 1, C3, rb, r1, hs, 0);
+                dt_cpu_gemm(a + (size_t)r0 * T, T, q + (size_t)r0 * C3, C3, 1, k, 1, C3, rb, r1, hs,
+                            0);
                 causal_softmax(a, r0, r1, T, scale);
                 /* o[r0:r1] (rb,hs) = a[r0:r1, 0:r1] . v[0:r1] */
-                gemm(o + (size_t)r0 * C, C, a + (size_t)r0 * T, T, 1, v, C3, 1, rb, hs, r1, 0);
+                dt_cpu_gemm(o + (size_t)r0 * C, C, a + (size_t)r0 * T, T, 1, v, C3, 1, rb, hs, r1,
+                            0);
             }
         }
 }
@@ -156,20 +154,20 @@ static void attention_backward_head(float *dq, float *d, const float *dy, const 
     for (int r0 = 0; r0 < T; r0 += RB) {
         int r1 = r0 + RB < T ? r0 + RB : T, rb = r1 - r0;
         /* datt[r0:r1, 0:r1] = dy[r0:r1] . v[0:r1]^T, then dpre */
-        gemm(d + (size_t)r0 * T, T, dy + (size_t)r0 * C, C, 1, v, 1, C3, rb, r1, hs, 0);
+        dt_cpu_gemm(d + (size_t)r0 * T, T, dy + (size_t)r0 * C, C, 1, v, 1, C3, rb, r1, hs, 0);
         softmax_backward(d, a, r0, r1, T, scale);
         /* dv[r0:r1] = a[r0:T, r0:r1]^T . dy[r0:T] (a is 0 above the
          * diagonal, so rows before r0 add nothing) */
-        gemm(dv + (size_t)r0 * C3, C3, a + (size_t)r0 * T + r0, 1, T, dy + (size_t)r0 * C, C, 1, rb,
-             hs, T - r0, 0);
+        dt_cpu_gemm(dv + (size_t)r0 * C3, C3, a + (size_t)r0 * T + r0, 1, T, dy + (size_t)r0 * C, C,
+                    1, rb, hs, T - r0, 0);
         /* dq[r0:r1] = dpre[r0:r1, 0:r1] . k[0:r1] */
-        gemm(dq + (size_t)r0 * C3, C3, d + (size_t)r0 * T, T, 1, k, C3, 1, rb, hs, r1, 0);
+        dt_cpu_gemm(dq + (size_t)r0 * C3, C3, d + (size_t)r0 * T, T, 1, k, C3, 1, rb, hs, r1, 0);
     }
     /* dk[r0:r1] = dpre[r0:T, r0:r1]^T . q[r0:T], once all of dpre is in */
     for (int r0 = 0; r0 < T; r0 += RB) {
         int r1 = r0 + RB < T ? r0 + RB : T, rb = r1 - r0;
-        gemm(dk + (size_t)r0 * C3, C3, d + (size_t)r0 * T + r0, 1, T, q + (size_t)r0 * C3, C3, 1,
-             rb, hs, T - r0, 0);
+        dt_cpu_gemm(dk + (size_t)r0 * C3, C3, d + (size_t)r0 * T + r0, 1, T, q + (size_t)r0 * C3,
+                    C3, 1, rb, hs, T - r0, 0);
     }
 }
 
@@ -180,6 +178,7 @@ void dt_cpu_attention_backward(float *dqkv, float *scratch, const float *dout, c
     float scale = 1.0f / sqrtf((float)hs);
     /* each (b, h) owns its columns of dqkv, so writing, not adding, is
      * right */
+#pragma omp parallel for collapse(2) schedule(static) if (B * NH > 1 && (size_t)T * T * hs >= 4096)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             size_t qoff = (size_t)b * T * C3 + h * hs;
@@ -187,47 +186,4 @@ void dt_cpu_attention_backward(float *dqkv, float *scratch, const float *dout, c
             attention_backward_head(dqkv + qoff, scratch + hoff, dout + (size_t)b * T * C + h * hs,
                                     qkv + qoff, att + hoff, T, C, hs, scale);
         }
-}
-
-/* ---- element-wise layers with the vectorisable exp / CDF ----------------- */
-
-DT_VECTORIZE
-void dt_cpu_gelu_forward(float *out, const float *inp, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        out[i] = inp[i] * dt_fast_normal_cdf(inp[i]);
-}
-
-DT_VECTORIZE
-void dt_cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n)
-{
-    const float inv_sqrt_2pi = 0.3989422804014327f;
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float pdf = inv_sqrt_2pi * dt_fast_expf(-0.5f * x * x);
-        dinp[i] = dout[i] * (dt_fast_normal_cdf(x) + x * pdf);
-    }
-}
-
-DT_VECTORIZE
-void dt_cpu_crossentropy_forward(float *probs, float *losses, const float *logits,
-                                 const int *targets, int N, int V)
-{
-    for (int n = 0; n < N; n++) {
-        const float *z = logits + (size_t)n * V;
-        float *p = probs + (size_t)n * V;
-        float maxv = z[0];
-        for (int i = 1; i < V; i++)
-            maxv = z[i] > maxv ? z[i] : maxv;
-        for (int i = 0; i < V; i++)
-            p[i] = dt_fast_expf(z[i] - maxv);
-        float sum = 0.0f;
-        for (int i = 0; i < V; i++)
-            sum += p[i];
-        float inv = 1.0f / sum;
-        for (int i = 0; i < V; i++)
-            p[i] *= inv;
-        if (targets)
-            losses[n] = logf(sum) + maxv - z[targets[n]];
-    }
 }

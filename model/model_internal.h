@@ -121,12 +121,20 @@ void dt_ref_attention_backward(float *dqkv, float *scratch, const float *dout, c
                                const float *att, int B, int T, int C, int NH);
 
 /* gemm_cpu.c — c (M,N) = [c +] a (M,K) . b (K,N), operands given by
- * (row stride, column stride); returns -1 (c untouched) if it could not
- * allocate its packing buffer, else 0. */
-int dt_cpu_gemm(float *c, int ldc, const float *a, int a_rs, int a_cs, const float *b, int b_rs,
-                int b_cs, int M, int N, int K, int accumulate);
+ * (row stride, column stride), one of each operand's strides 1: on the
+ * calling thread (dt_cpu_gemm), or cut into pieces fixed by the shape and shared across the
+ * calling rank's team (dt_cpu_gemm_par, declared in dt_model.h). */
+void dt_cpu_gemm(float *c, int ldc, const float *a, int a_rs, int a_cs, const float *b, int b_rs,
+                 int b_cs, int M, int N, int K, int accumulate);
 
-/* kernels_cpu.c — on dt_cpu_gemm (OpenBLAS sgemm if that cannot allocate) */
+/* threads.c — inside a `#pragma omp parallel` region, this thread's share
+ * [lo, hi) of n units, cut at multiples of align (the last share takes the
+ * rest); shares are contiguous and in thread order. */
+void dt_team_share(size_t n, size_t align, size_t *lo, size_t *hi);
+/* Element-wise work below this many elements runs on one thread. */
+#define DT_PAR_ELEMS ((size_t)1 << 15)
+
+/* kernels_cpu.c — the linear layer and attention on OpenBLAS, threaded */
 void dt_cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N,
                            int C, int OC);
 void dt_cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
@@ -136,10 +144,25 @@ void dt_cpu_attention_forward(float *out, float *att, const float *qkv, int B, i
 void dt_cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                                const float *att, int B, int T, int C, int NH);
 
+/* kernels_rows.c — the element-wise and row-wise layers, threaded */
 void dt_cpu_gelu_forward(float *out, const float *inp, size_t n);
 void dt_cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n);
+void dt_cpu_residual_forward(float *out, const float *a, const float *b, size_t n);
+void dt_cpu_adamw(float *params, const float *grads, float *m, float *v, size_t n, long step,
+                  const dt_adamw_hparams *h);
+void dt_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C);
+void dt_cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const float *mean,
+                               const float *rstd, int N, int C);
+void dt_cpu_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B,
+                            int T, int C);
+void dt_cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B,
+                             int T, int C);
 void dt_cpu_crossentropy_forward(float *probs, float *losses, const float *logits,
                                  const int *targets, int N, int V);
+void dt_cpu_crossentropy_backward(float *dlogits, const float *probs, const int *targets,
+                                  float dloss, int N, int V);
 
 /* data.c / shard.c / task.c — the dataset handle */
 struct dt_dataset {

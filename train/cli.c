@@ -31,7 +31,7 @@
  * number > 0, K_SIZE_MB a finite one >= 0. */
 typedef enum kind { K_INT, K_POS, K_U64, K_POS_FLOAT, K_SIZE_MB, K_STR, K_BOOL, K_PARALLEL } kind;
 
-/* OpenBLAS threads per rank: a cap well above the cores one rank can use
+/* Compute threads per rank: a cap well above the cores one rank can use
  * on the machines dtrain is for, so that a typo (--threads 100000) is an
  * error at start instead of a pool of threads that only compete. */
 #define MG_MAX_THREADS 256
@@ -76,7 +76,8 @@ static const flag flags[] = {
     {"--check-replicas", NULL, K_BOOL, OPT(check_replicas), NULL,
      "compare parameter hashes across ranks after every step"},
     {"--threads", "-t", K_POS, OPT(threads), "N",
-     "OpenBLAS threads per rank (1.." MG_TEXT(MG_MAX_THREADS) ")"},
+     "compute threads per rank (1.." MG_TEXT(MG_MAX_THREADS) "; default: the node's cores / "
+                                                             "its ranks)"},
     {"--device", NULL, K_STR, OPT(device), "DEV",
      "cpu; cuda (one GPU per rank: the rank's LOCAL_RANK); or cuda-host "
      "(the CUDA kernels run on the host: a slow check without a GPU)"},
@@ -147,7 +148,7 @@ void mg_options_default(mg_options *o)
                       .log_every = 50,
                       .eval_every = 200,
                       .sample = 48,
-                      .threads = 1,
+                      .threads = 0, /* 0: the default, chosen at start */
                       .schedule = "1f1b",
                       .pp_partition = "params",
                       .device = "cpu"};
@@ -442,14 +443,14 @@ static int check(const mg_options *o, const char *prog)
     if (dt_config_check(&o->cfg, err, sizeof err) != DT_OK)
         return bad(prog, err, "model config");
     if (o->batch < 1 || o->steps < 1 || o->grad_accum < 1 || o->log_every < 1 ||
-        o->eval_every < 0 || o->sample < 0 || o->threads < 1 || o->ckpt_every < 0 || o->keep < 0 ||
+        o->eval_every < 0 || o->sample < 0 || o->threads < 0 || o->ckpt_every < 0 || o->keep < 0 ||
         o->die_at_step < 0)
         return bad(prog, "counts must be positive:",
                    "batch/steps/grad-accum/"
                    "log-every/threads >= 1, eval-every/sample/ckpt-every/keep/"
                    "die-at-step >= 0");
     if (o->threads > MG_MAX_THREADS)
-        return dt_flag_error(prog, "--threads: at most %d OpenBLAS threads per rank, got %d",
+        return dt_flag_error(prog, "--threads: at most %d compute threads per rank, got %d",
                              MG_MAX_THREADS, o->threads);
     if (o->resume && strcmp(o->resume, "auto") == 0 && !o->ckpt_dir)
         return bad(prog, "--resume auto needs", "--ckpt-dir");

@@ -38,7 +38,7 @@ typedef struct mg_options {
     int expect_ranks;         /* the preset's world size; 0 = any */
     bool loss_table;          /* print every step's loss at the end */
     bool check_replicas;      /* compare parameter hashes after every step */
-    int threads;              /* OpenBLAS threads per rank */
+    int threads;              /* compute threads per rank; 0 until chosen */
     const char *device;       /* "cpu"; "cuda": GPU LOCAL_RANK of this node;
                               "cuda-host": the CUDA kernels on the host */
     const char *ckpt_dir;     /* checkpoint root, or NULL */

@@ -20,7 +20,6 @@
  * 0 prints, except errors, which every rank reports with its rank; the
  * exit status is non-zero on any failure, so a launcher can tell.
  */
-#include <cblas.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -278,7 +277,11 @@ int main(int argc, char **argv)
     int rc = mg_options_parse(&r.o, argc, argv);
     if (rc)
         return rc == 1 ? 0 : rc;
-    openblas_set_num_threads(r.o.threads);
+    /* the rank's compute threads: --threads, else the node's cores shared
+     * out among its ranks (torchrun's advice for OMP_NUM_THREADS) */
+    if (r.o.threads == 0)
+        r.o.threads = dt_threads_default(mg_local_world_size());
+    dt_threads_use(r.o.threads);
     if (join_job(&r)) {
         dt_device_close(r.dev);
         return 1;

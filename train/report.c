@@ -61,12 +61,13 @@ void mg_report_header(FILE *f, const mg_run *r)
     fprintf(f,
             "minigpt: V=%d C=%d H=%d L=%d T=%d, %s parameters; %s x "
             "batch %d x accum %d x T %d = %d tokens/step; lr %g; %s%s%s; "
-            "data %s\n",
+            "data %s; %d thread%s per rank\n",
             o->cfg.V, o->cfg.C, o->cfg.H, o->cfg.L, o->cfg.T,
             commas(pc, sizeof pc, dt_config_num_params(&o->cfg)), who, o->batch, accum, o->cfg.T,
             replicas * o->batch * accum * o->cfg.T, (double)o->lr,
             r->pipe ? "pipeline" : mode_title(r), o->preset ? ", preset " : "",
-            o->preset ? o->preset : "", o->data ? o->data : "embedded task (reverse digits)");
+            o->preset ? o->preset : "", o->data ? o->data : "embedded task (reverse digits)",
+            o->threads, o->threads == 1 ? "" : "s");
     if (r->pipe) {
         int M = mg_microbatches(o);
         bool chosen = o->microbatches > 0 || o->grad_accum > 1;

@@ -132,6 +132,18 @@ dt_status mg_check_modes(mg_run *r)
     return DT_OK;
 }
 
+/* Ranks on this node, as the launchers say it (torchrun's name first);
+ * 1 when run alone. */
+int mg_local_world_size(void)
+{
+    const char *names[] = {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                           "SLURM_NTASKS_PER_NODE"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (getenv(names[i]) && atoi(getenv(names[i])) > 0)
+            return atoi(getenv(names[i]));
+    return 1;
+}
+
 int mg_local_rank(void)
 {
     const char *names[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"};

@@ -117,6 +117,7 @@ dt_status mg_3d_ckpt_state(mg_run *r, dt_ckpt_state *s);
 /* trainer.c */
 /* This rank's GPU on its node: LOCAL_RANK (or Open MPI's, Slurm's), 0. */
 int mg_local_rank(void);
+int mg_local_world_size(void);
 /* Collective: refuses (on every rank) ranks that run different
  * --parallel modes, naming them. */
 dt_status mg_check_modes(mg_run *r);

@@ -12,9 +12,10 @@ set of the run's lines (stderr's banner, then stdout) between README's
 `readme-sample` markers; --check runs the demo again and compares the block
 with every timing and the run id masked, so it fails when a change to the
 model, the data, the optimizer or the output alters what README shows. On
-another CPU, whose BLAS kernels sum in another order, the last digits and
-the parameter hash may differ: then decimals within 2e-3 pass (and say so),
-and anything else still fails.
+another CPU, whose BLAS kernels sum in another order (OpenBLAS picks its
+kernel for the CPU), the rounding differs from the first step on and grows
+over 600 steps of training: then decimals within 2% (plus 2e-3) and another
+parameter hash pass (and say so), and anything else still fails.
 Cost: one demo run, a few seconds on 2 cores.
 """
 import argparse
@@ -87,13 +88,14 @@ HASH = re.compile(r"hash [0-9a-f]{16}")
 
 
 def close(want, got):
-    """Equal but for decimals within 2e-3 and the parameter hash: what a
-    different CPU's summation order changes, and a change to the model,
-    the data or the optimizer does not stay within."""
+    """Equal but for decimals within 2% (plus 2e-3) and the parameter hash:
+    what a different CPU's summation order changes over the demo's 600
+    steps (measured: 1.1% on the last loss between two sgemm kernels), and a
+    change to the model, the data or the optimizer does not stay within."""
     w, g = HASH.sub("hash", want), HASH.sub("hash", got)
     if NUMBER.sub("#", w) != NUMBER.sub("#", g):
         return False
-    return all(abs(float(a) - float(b)) <= 2e-3
+    return all(abs(float(a) - float(b)) <= 0.02 * max(abs(float(a)), abs(float(b))) + 2e-3
                for a, b in zip(NUMBER.findall(w), NUMBER.findall(g)))
 
 
@@ -126,7 +128,7 @@ def main():
         print("ok 1 - README's sample run matches a fresh run of the demo (timings masked)")
         return 0
     if len(want) == len(got) and all(close(w, g) for w, g in zip(want, got)):
-        print("ok 1 - README's sample run matches a fresh run of the demo to within 2e-3 "
+        print("ok 1 - README's sample run matches a fresh run of the demo to within 2% "
               "# the last digits and the hash differ: this CPU's BLAS kernels sum in "
               "another order than the machine that made README's sample")
         return 0

@@ -1,0 +1,60 @@
+/*
+ * threads.c — a rank's compute threads: one OpenMP team per rank, sized by
+ * --threads, that every CPU kernel of a step shares.
+ *
+ * The idea is llm.c's: each kernel is a loop over independent pieces
+ * (rows, heads, columns, chunks of a flat buffer), and `#pragma omp
+ * parallel` hands each thread of the team one contiguous share of them.
+ * The team's size is the calling thread's OpenMP setting
+ * (omp_set_num_threads), which OpenMP keeps per thread: ranks run as
+ * processes (minigpt) or as threads of one test each get their own.
+ * OpenBLAS is told to use one thread of its own (a process-wide setting,
+ * the same value for every rank), and the GEMMs are cut into row blocks
+ * by gemm_cpu.c instead: one pool, not two competing for the same cores.
+ *
+ * Shares are cut so that no sum changes order with the team's size: a
+ * thread owns whole rows, heads or output columns, and a reduction over
+ * rows (a bias or LayerNorm gradient) is split by column, each column
+ * summed over every row in order by one thread. So a step gives the same
+ * bits on 1 thread and on 8 (docs/05-minigpt.md, "Threads").
+ *
+ * Cost: a parallel region costs a few microseconds to open and close;
+ * the kernels run pieces smaller than a few thousand flops on the
+ * calling thread alone (each kernel's `if` clause).
+ */
+#include <cblas.h>
+#include <omp.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include "dt_model.h"
+#include "model_internal.h"
+
+int dt_threads_default(int local_ranks)
+{
+    cpu_set_t set;
+    int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                            : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int per_rank = cores / (local_ranks > 0 ? local_ranks : 1);
+    return per_rank > 0 ? per_rank : 1;
+}
+
+void dt_threads_use(int n)
+{
+    openblas_set_num_threads(1);
+    omp_set_num_threads(n > 0 ? n : 1);
+}
+
+int dt_threads_current(void)
+{
+    return omp_get_max_threads();
+}
+
+void dt_team_share(size_t n, size_t align, size_t *lo, size_t *hi)
+{
+    size_t t = (size_t)omp_get_thread_num(), nt = (size_t)omp_get_num_threads();
+    size_t units = (n + align - 1) / align; /* whole aligned pieces */
+    size_t a = units * t / nt * align, b = units * (t + 1) / nt * align;
+    *lo = a < n ? a : n;
+    *hi = b < n ? b : n;
+}
