@@ -35,7 +35,8 @@ def torch_worker(a):
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                     "..", "model"))
     from minigpt_torch import MiniGPT
-    torch.set_num_threads(1)
+    if a.threads > 0:  # 0: PyTorch's own defaults
+        torch.set_num_threads(a.threads)
     torch.manual_seed(1337)
     model = MiniGPT(a.V, a.T, a.L, a.H, a.C)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -52,7 +53,8 @@ def torch_worker(a):
             times.append(time.perf_counter() - t0)
     med = statistics.median(times)
     print(f"ms_per_step={med * 1e3:.4f} tok_per_s={a.B * a.T / med:.0f} "
-          f"backend=torch-{torch.__version__} threads=1 loss={loss.item():.4f}")
+          f"backend=torch-{torch.__version__} threads={torch.get_num_threads()} "
+          f"loss={loss.item():.4f}")
 
 
 def run(cmd, env):
@@ -74,6 +76,7 @@ def main():
                    help="timed steps per run (default: ~2 s of C steps)")
     p.add_argument("--warmup", type=int, default=0)
     p.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     a = p.parse_args()
     tokens = a.B * a.T
     if a.steps == 0:  # enough steps for a stable median, bounded in time

@@ -22,7 +22,8 @@
  * level or slower (bench/README.md has the table).
  *
  * Threads: dt_cpu_gemm_par cuts a product into a fixed set of pieces
- * (up to 8 blocks of rows of c, or of columns when c is wider than tall),
+ * (2, 4 or 8 blocks of rows of c, or of columns when c is wider than
+ * tall, each at least 8 MFLOP),
  * and the threads of the calling rank's OpenMP team (threads.c) share the
  * pieces out, each a serial sgemm over the whole K. The cut depends on the
  * shape alone, never on the team's size: sgemm's bits depend on the shape
@@ -36,8 +37,7 @@
  *
  * Cost: 2*M*N*K flops; each piece packs its own copy of the operand it
  * shares (b for row pieces, a for column pieces), up to 8 packings where
- * one call would do one, which is why products below PAR_FLOPS stay
- * whole.
+ * one call would do one, which is why pieces stay above 8 MFLOP.
  */
 #include <cblas.h>
 
@@ -57,21 +57,25 @@ void dt_cpu_gemm(float *c, int ldc, const float *a, int a_rs, int a_cs, const fl
                 K, 1.0f, a, lda, b, ldb, accumulate ? 1.0f : 0.0f, c, ldc);
 }
 
-/* The fixed cut: products of at least PAR_FLOPS are cut into BLOCKS
- * pieces along the longer of M and N (at multiples of 16), whatever the
- * team's size; smaller ones are one call. */
-#define PAR_FLOPS (1 << 21)
-enum { BLOCKS = 8 };
+/* The fixed cut: a product of F flops is cut into the largest power of
+ * two of pieces, at most MAX_PIECES, that leaves each at least PIECE_FLOPS
+ * (so a small product stays one call, and one thread pays for few extra
+ * packings), along the longer of M and N, at multiples of 16. */
+#define PIECE_FLOPS (8.0 * (1 << 20))
+enum { MAX_PIECES = 8 };
 
 void dt_cpu_gemm_par(float *c, int ldc, const float *a, int a_rs, int a_cs, const float *b,
                      int b_rs, int b_cs, int M, int N, int K, int accumulate)
 {
-    if (2.0 * M * N * K < PAR_FLOPS || (M < 32 && N < 32)) {
+    int by_rows = M >= N, len = by_rows ? M : N;
+    int want = 1;
+    while (want < MAX_PIECES && 2.0 * M * N * K >= 2 * want * PIECE_FLOPS && len >= 32 * want)
+        want *= 2;
+    if (want == 1) {
         dt_cpu_gemm(c, ldc, a, a_rs, a_cs, b, b_rs, b_cs, M, N, K, accumulate);
         return;
     }
-    int by_rows = M >= N, len = by_rows ? M : N;
-    int piece = (len + BLOCKS - 1) / BLOCKS;
+    int piece = (len + want - 1) / want;
     piece = (piece + 15) / 16 * 16;
     int pieces = (len + piece - 1) / piece;
 #pragma omp parallel
