@@ -148,12 +148,13 @@ const dt_backend *dt_backend_cpu_reference(void); /* plain loops only, serial */
 
 /*
  * A rank's compute threads (threads.c): the cpu backend runs every layer
- * across the calling thread's team, whose size dt_threads_use sets (it
- * also keeps OpenBLAS's own pool at one thread). Call it in each rank's
- * thread before its first step; a rank that never calls it gets OpenMP's
- * default (OMP_NUM_THREADS, else every core). The bits of a step do not
- * depend on the team's size. dt_threads_default is torchrun's advice:
- * the cores this process may run on, divided by the ranks on the node.
+ * across a team of the calling thread's size, which dt_threads_use sets
+ * for the calling thread only; a thread that never calls it computes
+ * alone. (OpenBLAS's own pool is kept at one thread: the team cuts the
+ * products instead.) The bits of a
+ * step do not depend on the team's size. dt_threads_default is torchrun's
+ * advice: the cores this process may run on, divided by the ranks on the
+ * node.
  */
 void dt_threads_use(int n);
 /* c (M,N) = [c +] a (M,K) . b (K,N), a and b read through (row, column)

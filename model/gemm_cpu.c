@@ -40,12 +40,25 @@
  * one call would do one, which is why pieces stay above 8 MFLOP.
  */
 #include <cblas.h>
+#include <pthread.h>
 
+#include "dt_model.h"
 #include "model_internal.h"
+
+/* OpenBLAS's own pool would start every core's worth of threads under
+ * each caller; the team does the cutting, so the process's first product
+ * sets it to one thread, once (OpenBLAS's setting is process-wide; every
+ * rank wants the same value). */
+static void blas_one_thread(void)
+{
+    openblas_set_num_threads(1);
+}
 
 void dt_cpu_gemm(float *c, int ldc, const float *a, int a_rs, int a_cs, const float *b, int b_rs,
                  int b_cs, int M, int N, int K, int accumulate)
 {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, blas_one_thread);
     if (M <= 0 || N <= 0)
         return;
     int ta = a_cs != 1, tb = b_cs != 1;
@@ -78,7 +91,7 @@ void dt_cpu_gemm_par(float *c, int ldc, const float *a, int a_rs, int a_cs, cons
     int piece = (len + want - 1) / want;
     piece = (piece + 15) / 16 * 16;
     int pieces = (len + piece - 1) / piece;
-#pragma omp parallel
+#pragma omp parallel num_threads(dt_threads_current())
     {
         size_t lo, hi;
         dt_team_share((size_t)pieces, 1, &lo, &hi);

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "fastmath.h"
+#include "dt_model.h"
 #include "model_internal.h"
 
 void dt_cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N,
@@ -64,7 +65,7 @@ void dt_cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *d
     if (dw)
         dt_cpu_gemm_par(dw, C, dout, 1, OC, inp, C, 1, OC, C, N, 1);
     if (dbias) {
-#pragma omp parallel if ((size_t)N * OC >= DT_PAR_ELEMS)
+#pragma omp parallel num_threads(dt_threads_current()) if ((size_t)N * OC >= DT_PAR_ELEMS)
         {
             size_t lo, hi;
             dt_team_share((size_t)OC, 16, &lo, &hi);
@@ -124,7 +125,8 @@ void dt_cpu_attention_forward(float *out, float *att, const float *qkv, int B, i
 {
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for collapse(2) schedule(static) if (B * NH > 1 && (size_t)T * T * hs >= 4096)
+#pragma omp parallel for collapse(2) schedule(static) \
+    num_threads(dt_threads_current()) if (B * NH > 1 && (size_t)T * T * hs >= 4096)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             const float *q = qkv + (size_t)b * T * C3 + h * hs;
@@ -178,7 +180,8 @@ void dt_cpu_attention_backward(float *dqkv, float *scratch, const float *dout, c
     float scale = 1.0f / sqrtf((float)hs);
     /* each (b, h) owns its columns of dqkv, so writing, not adding, is
      * right */
-#pragma omp parallel for collapse(2) schedule(static) if (B * NH > 1 && (size_t)T * T * hs >= 4096)
+#pragma omp parallel for collapse(2) schedule(static) \
+    num_threads(dt_threads_current()) if (B * NH > 1 && (size_t)T * T * hs >= 4096)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             size_t qoff = (size_t)b * T * C3 + h * hs;

@@ -25,6 +25,7 @@
 #include <math.h>
 
 #include "fastmath.h"
+#include "dt_model.h"
 #include "model_internal.h"
 
 /* ---- GELU and residual: a range of the flat buffer ------------------------ */
@@ -49,7 +50,7 @@ static void gelu_backward(float *dinp, const float *dout, const float *inp, size
 
 void dt_cpu_gelu_forward(float *out, const float *inp, size_t n)
 {
-#pragma omp parallel if (n >= DT_PAR_ELEMS)
+#pragma omp parallel num_threads(dt_threads_current()) if (n >= DT_PAR_ELEMS)
     {
         size_t lo, hi;
         dt_team_share(n, 16, &lo, &hi);
@@ -59,7 +60,7 @@ void dt_cpu_gelu_forward(float *out, const float *inp, size_t n)
 
 void dt_cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n)
 {
-#pragma omp parallel if (n >= DT_PAR_ELEMS)
+#pragma omp parallel num_threads(dt_threads_current()) if (n >= DT_PAR_ELEMS)
     {
         size_t lo, hi;
         dt_team_share(n, 16, &lo, &hi);
@@ -69,7 +70,7 @@ void dt_cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size
 
 void dt_cpu_residual_forward(float *out, const float *a, const float *b, size_t n)
 {
-#pragma omp parallel if (n >= DT_PAR_ELEMS)
+#pragma omp parallel num_threads(dt_threads_current()) if (n >= DT_PAR_ELEMS)
     {
         size_t lo, hi;
         dt_team_share(n, 16, &lo, &hi);
@@ -80,7 +81,7 @@ void dt_cpu_residual_forward(float *out, const float *a, const float *b, size_t 
 void dt_cpu_adamw(float *params, const float *grads, float *m, float *v, size_t n, long step,
                   const dt_adamw_hparams *h)
 {
-#pragma omp parallel if (n >= DT_PAR_ELEMS)
+#pragma omp parallel num_threads(dt_threads_current()) if (n >= DT_PAR_ELEMS)
     {
         size_t lo, hi;
         dt_team_share(n, 16, &lo, &hi);
@@ -93,7 +94,7 @@ void dt_cpu_adamw(float *params, const float *grads, float *m, float *v, size_t 
 void dt_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                               const float *w, const float *b, int N, int C)
 {
-#pragma omp parallel if ((size_t)N * C >= DT_PAR_ELEMS)
+#pragma omp parallel num_threads(dt_threads_current()) if ((size_t)N * C >= DT_PAR_ELEMS)
     {
         size_t lo, hi;
         dt_team_share((size_t)N, 1, &lo, &hi);
@@ -125,7 +126,7 @@ void dt_cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *d
 {
     int par = (size_t)N * C >= DT_PAR_ELEMS;
     if (dinp) {
-#pragma omp parallel if (par)
+#pragma omp parallel num_threads(dt_threads_current()) if (par)
         {
             size_t lo, hi;
             dt_team_share((size_t)N, 1, &lo, &hi);
@@ -134,7 +135,7 @@ void dt_cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *d
         }
     }
     if (dw) {
-#pragma omp parallel if (par)
+#pragma omp parallel num_threads(dt_threads_current()) if (par)
         {
             size_t lo, hi;
             dt_team_share((size_t)C, 16, &lo, &hi);
@@ -148,7 +149,7 @@ void dt_cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *d
 void dt_cpu_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B,
                             int T, int C)
 {
-#pragma omp parallel if ((size_t)B * T * C >= DT_PAR_ELEMS)
+#pragma omp parallel num_threads(dt_threads_current()) if ((size_t)B * T * C >= DT_PAR_ELEMS)
     {
         size_t lo, hi;
         dt_team_share((size_t)B * T, 1, &lo, &hi);
@@ -175,7 +176,7 @@ static void encoder_backward_columns(float *dwte, float *dwpe, const float *dout
 void dt_cpu_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B,
                              int T, int C)
 {
-#pragma omp parallel if ((size_t)B * T * C >= DT_PAR_ELEMS)
+#pragma omp parallel num_threads(dt_threads_current()) if ((size_t)B * T * C >= DT_PAR_ELEMS)
     {
         size_t lo, hi;
         dt_team_share((size_t)C, 16, &lo, &hi);
@@ -211,7 +212,7 @@ static void crossentropy_forward(float *probs, float *losses, const float *logit
 void dt_cpu_crossentropy_forward(float *probs, float *losses, const float *logits,
                                  const int *targets, int N, int V)
 {
-#pragma omp parallel if ((size_t)N * V >= DT_PAR_ELEMS)
+#pragma omp parallel num_threads(dt_threads_current()) if ((size_t)N * V >= DT_PAR_ELEMS)
     {
         size_t lo, hi;
         dt_team_share((size_t)N, 1, &lo, &hi);
@@ -238,7 +239,7 @@ void dt_cpu_crossentropy_backward(float *dlogits, const float *probs, const int 
                                   float dloss, int N, int V)
 {
     float scale = dloss / (float)N; /* the whole batch's N, whatever the share */
-#pragma omp parallel if ((size_t)N * V >= DT_PAR_ELEMS)
+#pragma omp parallel num_threads(dt_threads_current()) if ((size_t)N * V >= DT_PAR_ELEMS)
     {
         size_t lo, hi;
         dt_team_share((size_t)N, 1, &lo, &hi);

@@ -4,13 +4,17 @@
  *
  * The idea is llm.c's: each kernel is a loop over independent pieces
  * (rows, heads, columns, chunks of a flat buffer), and `#pragma omp
- * parallel` hands each thread of the team one contiguous share of them.
- * The team's size is the calling thread's OpenMP setting
- * (omp_set_num_threads), which OpenMP keeps per thread: ranks run as
- * processes (minigpt) or as threads of one test each get their own.
- * OpenBLAS is told to use one thread of its own (a process-wide setting,
- * the same value for every rank), and the GEMMs are cut into row blocks
- * by gemm_cpu.c instead: one pool, not two competing for the same cores.
+ * parallel num_threads(dt_threads_current())` hands each thread of the
+ * team one contiguous share of them. The team's size belongs to the
+ * calling thread, as OpenMP's own settings do: ranks run as processes
+ * (minigpt) or as threads of one test each set their own, and a thread
+ * that never set one computes alone (not OpenMP's default of every core,
+ * which would put 4 ranks-as-threads x 2 teams on 2 cores: measured 25x
+ * slower on a busy machine, each barrier waiting on a preempted thread).
+ * OpenBLAS is told to use one thread of its own (gemm_cpu.c: a
+ * process-wide setting, the same value for every rank), and the GEMMs are
+ * cut into pieces by gemm_cpu.c instead: one pool, not two competing for
+ * the same cores.
  *
  * Shares are cut so that no sum changes order with the team's size: a
  * thread owns whole rows, heads or output columns, and a reduction over
@@ -22,7 +26,6 @@
  * the kernels run pieces smaller than a few thousand flops on the
  * calling thread alone (each kernel's `if` clause).
  */
-#include <cblas.h>
 #include <omp.h>
 #include <sched.h>
 #include <unistd.h>
@@ -39,15 +42,18 @@ int dt_threads_default(int local_ranks)
     return per_rank > 0 ? per_rank : 1;
 }
 
+/* The calling thread's team size: the one piece of per-thread state,
+ * like OpenMP's own per-thread settings. */
+static _Thread_local int team_size = 1;
+
 void dt_threads_use(int n)
 {
-    openblas_set_num_threads(1);
-    omp_set_num_threads(n > 0 ? n : 1);
+    team_size = n > 0 ? n : 1;
 }
 
 int dt_threads_current(void)
 {
-    return omp_get_max_threads();
+    return team_size;
 }
 
 void dt_team_share(size_t n, size_t align, size_t *lo, size_t *hi)

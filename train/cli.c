@@ -76,8 +76,8 @@ static const flag flags[] = {
     {"--check-replicas", NULL, K_BOOL, OPT(check_replicas), NULL,
      "compare parameter hashes across ranks after every step"},
     {"--threads", "-t", K_POS, OPT(threads), "N",
-     "compute threads per rank (1.." MG_TEXT(MG_MAX_THREADS) "; default: the node's cores / "
-                                                             "its ranks)"},
+     "compute threads per rank (1.." MG_TEXT(
+         MG_MAX_THREADS) "; default OMP_NUM_THREADS, else the node's cores / its ranks)"},
     {"--device", NULL, K_STR, OPT(device), "DEV",
      "cpu; cuda (one GPU per rank: the rank's LOCAL_RANK); or cuda-host "
      "(the CUDA kernels run on the host: a slow check without a GPU)"},
@@ -253,8 +253,11 @@ static void print_default(FILE *f, const flag *fl, const mg_options *d)
 {
     const char *p = (const char *)d + fl->offset;
     switch (fl->kind) {
-    case K_INT:
-    case K_POS: fprintf(f, " (default %d)", *(const int *)p); break;
+    case K_INT: fprintf(f, " (default %d)", *(const int *)p); break;
+    case K_POS: /* 0: a default chosen at start, which the text names */
+        if (*(const int *)p)
+            fprintf(f, " (default %d)", *(const int *)p);
+        break;
     case K_U64: fprintf(f, " (default %llu)", (unsigned long long)*(const uint64_t *)p); break;
     case K_POS_FLOAT: fprintf(f, " (default %g)", (double)*(const float *)p); break;
     case K_SIZE_MB: fprintf(f, " (default %g)", *(const double *)p); break;

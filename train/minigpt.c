@@ -277,8 +277,11 @@ int main(int argc, char **argv)
     int rc = mg_options_parse(&r.o, argc, argv);
     if (rc)
         return rc == 1 ? 0 : rc;
-    /* the rank's compute threads: --threads, else the node's cores shared
-     * out among its ranks (torchrun's advice for OMP_NUM_THREADS) */
+    /* the rank's compute threads: --threads, else OMP_NUM_THREADS, else
+     * the node's cores shared out among its ranks (torchrun's advice) */
+    const char *omp = getenv("OMP_NUM_THREADS");
+    if (r.o.threads == 0 && omp && atoi(omp) > 0)
+        r.o.threads = atoi(omp) < 256 ? atoi(omp) : 256;
     if (r.o.threads == 0)
         r.o.threads = dt_threads_default(mg_local_world_size());
     dt_threads_use(r.o.threads);

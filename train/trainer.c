@@ -133,11 +133,12 @@ dt_status mg_check_modes(mg_run *r)
 }
 
 /* Ranks on this node, as the launchers say it (torchrun's name first);
+ * a job started by hand with only WORLD_SIZE is taken to be on one node;
  * 1 when run alone. */
 int mg_local_world_size(void)
 {
     const char *names[] = {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
-                           "SLURM_NTASKS_PER_NODE"};
+                           "SLURM_NTASKS_PER_NODE", "WORLD_SIZE"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (getenv(names[i]) && atoi(getenv(names[i])) > 0)
             return atoi(getenv(names[i]));
