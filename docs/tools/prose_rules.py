@@ -183,6 +183,6 @@ def check(path, text):
     lines = text.split("\n")
     tokens = parse(text)
     found = []
-    for rule in (fence_text, see_where):
+    for rule in (fence_text, shell_prompts, see_where, grammar):
         found += list(rule(lines, tokens))
     return sorted(found)
