@@ -183,6 +183,6 @@ def check(path, text):
     lines = text.split("\n")
     tokens = parse(text)
     found = []
-    for rule in (fence_text, shell_prompts, see_where, grammar):
+    for rule in (fence_text, shell_prompts, see_where, one_run_quoted, grammar):
         found += list(rule(lines, tokens))
     return sorted(found)
