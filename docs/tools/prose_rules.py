@@ -185,4 +185,5 @@ def check(path, text):
     found = []
     for rule in (fence_text, shell_prompts, see_where, one_run_quoted, grammar):
         found += list(rule(lines, tokens))
+    found += list(forward_terms(lines, tokens, path))
     return sorted(found)
