@@ -254,6 +254,12 @@ def main():
     passed = failed = 0
     files, dirs, basenames = tree_files()
     known = help_flags(build) if a.only in (None, "flags") else set()
+    if a.only in (None, "form"):
+        for rule, ok in prose_rules.self_check():
+            print(f"{'ok  ' if ok else 'FAIL'} prose_rules.{rule}: fails its example page and "
+                  "passes the page mended")
+            passed += ok
+            failed += not ok
     for doc in documents(a.files):
         rel = os.path.relpath(doc, ROOT)
         if a.only in (None, "form"):

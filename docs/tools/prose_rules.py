@@ -178,6 +178,34 @@ def grammar(lines, tokens):
                 yield n, f"'{m.group(0)}': {why}"
 
 
+# One page each rule must fail, and the same page mended, which it must pass:
+# check_docs.py runs them first, so a rule that can no longer fail is seen.
+EXAMPLES = [
+    ("fence_text", "docs/01-x.md", "```sh\nls\n``` Then text.\n\nMore.\n",
+     "```sh\nls\n```\n\nThen text.\n"),
+    ("fence_text", "docs/01-x.md", "Text.\n\n```\nnever closed\n",
+     "Text.\n\n```\nclosed\n```\n"),
+    ("shell_prompts", "docs/01-x.md", "```sh\n$ ls\nfile.c\n```\n",
+     "```sh\nls\n```\n\n```console\n$ ls\nfile.c\n```\n"),
+    ("see_where", "docs/01-x.md", "## Setup\n\nText.\n\n## Use\n\nSee \"Setup\" below.\n",
+     "## Setup\n\nText.\n\n## Use\n\nSee \"Setup\" above.\n"),
+    ("one_run_quoted", "docs/01-x.md",
+     "## Speed\n\n![busbw](figures/busbw.png)\n\nIn the run drawn here it won from 128 KiB.\n",
+     "## Speed\n\n![busbw](figures/busbw.png)\n\nOver runs it won from 128 KiB to 1 MiB.\n"),
+    ("forward_terms", "docs/06-x.md", "Under 1F1B the stages overlap.\n",
+     "Under 1F1B, a pipeline schedule (chapter 9), the stages overlap.\n"),
+    ("grammar", "docs/01-x.md", "```\nreplicas: all 1 ranks agree\n```\n",
+     "```\nreplicas: 1 rank holds them\n```\n"),
+    ("grammar", "docs/01-x.md", "Start a env:// store.\n", "Start an env:// store.\n"),
+]
+
+
+def self_check():
+    """[(rule, ok)]: each example page fails and its mended page passes."""
+    return [(rule, bool(check(path, bad)) and not check(path, good))
+            for rule, path, bad, good in EXAMPLES]
+
+
 def check(path, text):
     """[(line, message)] for one document."""
     lines = text.split("\n")
