@@ -184,12 +184,13 @@ def bubble(runs, outdir):
     ax.set_ylim(0, 100)
     ax.set_title(f"pipeline bubble, {p} stages: closed form (p-1)/(m+p-1) for GPipe and 1F1B, "
                  "and measured", fontsize=10)
-    # colour says which schedule, line style which curve: two legends of few entries
+    # colour says which schedule, line style which curve: two legends of few
+    # entries, in the top of the plot, which the bubbles of 2 stages leave empty
     schedules = ax.legend(loc="upper right", fontsize=9, title="schedule", title_fontsize=9)
     ax.add_artist(schedules)
     styles = [plt.Line2D([], [], color="gray", ls="-", lw=1.5),
               plt.Line2D([], [], color="gray", ls="--", marker="o", ms=4)]
-    ax.legend(styles, ["closed form", "measured (mean of stages)"], loc="lower left", fontsize=9)
+    ax.legend(styles, ["closed form", "measured (mean of stages)"], loc="upper left", fontsize=9)
     footer(fig, "minigpt --pp 2 --bubble-table, V=256 C=128 L=4 T=64 B=8; a shared 2-core VM")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     save(fig, outdir, "bubble.png")
