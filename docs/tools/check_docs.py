@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """check_docs.py — the docs are code: run what they quote, and find what they name.
 
-    docs/tools/check_docs.py [--build DIR] [--only commands|paths] [FILE.md ...]
+    docs/tools/check_docs.py [--build DIR] [--only commands|paths|form|flags] [FILE.md ...]
 
 Four checks over README.md, docs/*.md and every folder's README.md, each
 read as GitHub renders it: parsed as CommonMark by markdown-it-py (Debian's
@@ -31,9 +31,13 @@ exactly where a reader sees code:
    without a word of what it is, and "all 1 ranks"-style grammar.
 
 4. Flags. Every `--flag` README.md shows (in code or in backticks) is one
-   that some program of ours lists in its --help (`-` and `_` alike), or
-   another tool's listed in OTHER_TOOLS_FLAGS: an example with a flag no
-   program takes fails when it is pasted.
+   the program it is given to lists in its --help (`-` and `_` alike): the
+   program named before it in the same code span or line, else one the
+   paragraph names, else any of ours (PROGRAMS; torchrun's are
+   dtrain-launch's). Another tool's flags (OTHER_TOOLS) are not checked.
+   An example with a flag its program does not take fails when pasted.
+3-4 also run first on example pages (prose_rules.EXAMPLES): each rule must
+   fail its page and pass the page mended.
 
 Prints one line per failure and "N passed, N failed" last; exits 1 when any
 failed. Cost: each quoted command runs once, each program's --help once; the
