@@ -8,11 +8,14 @@
  * run_program.h; nothing here starts a training run longer than a step.
  */
 #include <criterion/criterion.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "run_program.h"
@@ -103,11 +106,23 @@ Test(cli, minigpt_samples_after_a_prompt_that_reversing_changes, .timeout = 60)
     free(out);
 }
 
+/* A loopback port nobody listens on now: the kernel's pick for port 0. */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    cr_assert(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+              getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
 Test(cli, minigpt_at_an_env_store_without_a_secret_says_the_store_has_no_authentication,
      .timeout = 60)
 {
     char port[16], script[512];
-    snprintf(port, sizeof port, "%d", 20000 + (int)(getpid() % 20000));
+    snprintf(port, sizeof port, "%d", free_port());
     snprintf(script, sizeof script,
              "DT_INIT_URL=env:// MASTER_ADDR=127.0.0.1 MASTER_PORT=%s WORLD_SIZE=2 RANK=0 "
              "DT_INIT_TIMEOUT=5 exec \"$0\" -n 1 --sample 0",
