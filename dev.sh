@@ -24,7 +24,8 @@
 #   ./dev.sh test-slurm      a one-node Slurm cluster: srun and sbatch run
 #                            minigpt (needs root; tests/slurm/slurm_minigpt.sh)
 #   ./dev.sh docs-check      run the commands the docs quote and compare their
-#                            output; every path a doc names exists
+#                            output; every path a doc names exists; the docs
+#                            read as CommonMark (python3-markdown-it) renders them
 #   ./dev.sh figures         regenerate docs/figures/*.png from small real runs
 #
 #   ./dev.sh --help          this text
@@ -172,9 +173,10 @@ test-slurm)
     exec bash tests/slurm/slurm_minigpt.sh build
     ;;
 docs-check)
+    PACKAGES="$PACKAGES python3-markdown-it" # the docs parsed as CommonMark, as GitHub does
     install_missing
     build build >/dev/null
-    exec python3 docs/tools/check_docs.py --build build
+    exec /usr/bin/python3 docs/tools/check_docs.py --build build
     ;;
 figures)
     PACKAGES="$PACKAGES python3-matplotlib"

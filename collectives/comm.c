@@ -141,7 +141,7 @@ static dt_status agree_on_key(dt_comm *c, const dt_comm_options *o)
         dt_status st;
         if (strncmp(c->init_url, "file://", 7) != 0) { /* a server anyone may read */
             comm_fail(c, DT_EINVAL,
-                      "rank %d: a %s store has no authentication, so the "
+                      "rank %d: the %s store has no authentication, so the "
                       "job secret is not shared through it: give every rank the same "
                       "secret (o.secret, or DT_SECRET as hex)",
                       c->rank, c->init_url);

@@ -19,19 +19,81 @@ down to it). Meson names the object of sub/file.c, built by the layer's
 own library, "sub_file.c.o"; a room that builds an archive of its own,
 joined whole into the layer's, has its objects under its own build folder.
 
-Prints TAP: one test, or three with --rooms.
+With --rooms a fourth: each function a room's header declares is defined
+in that room (the top folder's headers are the layer's API, declaring
+every room's functions) (a declaration in base/dt_status.h whose body sits in dtypes/
+makes every includer of the one depend, unseen, on the other).
+
+Prints TAP: one test, or four with --rooms.
 """
 import glob
 import os
+import re
 import subprocess
 import sys
+
+# A function's declaration at the start of a header's line: "type name(".
+DECLARED = re.compile(r"^(?!static\b|typedef\b|return\b|extern\s+\"|#)[A-Za-z_][\w \t*]*?\b"
+                      r"([a-z_][a-z0-9_]*)\s*\(")
+
+
+def objects_of(archive):
+    return [archive] if archive.endswith(".a") else sorted(
+        glob.glob(os.path.join(glob.escape(archive + ".p"), "*.o")))
+
+
+def definitions(archive):
+    """{function: the object (member path) that defines it}."""
+    out = subprocess.run(["nm", "-A"] + objects_of(archive), capture_output=True, text=True,
+                         check=True).stdout
+    found = {}
+    for line in out.splitlines():
+        where, _, rest = line.rpartition(":")
+        parts = rest.split()
+        if len(parts) == 3 and parts[1] == "T":
+            found[parts[2]] = where.rsplit(":", 1)[-1]
+    return found
+
+
+def declarations(top):
+    """[(room, header path, function)] for every function a header declares."""
+    found = []
+    for folder, _, names in sorted(os.walk(top)):
+        rel = os.path.relpath(folder, top)
+        room = "." if rel == "." else rel.split(os.sep)[0]
+        for name in sorted(n for n in names if n.endswith(".h")):
+            path = os.path.join(folder, name)
+            for line in open(path, encoding="utf-8"):
+                m = DECLARED.match(line)
+                if m:
+                    found.append((room, os.path.relpath(path, top), m.group(1)))
+    return found
+
+
+def check_homes(layer, archive, rooms, top):
+    """Test 4: a function lives in the room whose header declares it."""
+    defined = definitions(archive)
+    away = []
+    for room, header, fn in declarations(top):
+        if room == ".":
+            continue  # the layer's public headers declare every room's API
+        obj = defined.get(fn)
+        if obj in rooms and rooms[obj][0] != room:
+            away.append((header, fn, rooms[obj][1]))
+    if not away:
+        print(f"ok 4 - {layer}: each function a room's header declares is defined in that room")
+        return 0
+    print(f"not ok 4 - {layer}: functions declared in one room and defined in another:")
+    for header, fn, source in away:
+        print(f"#   {fn}: declared in {header}, defined in {source}")
+    print("# move the definition beside its declaration (or the declaration beside it)")
+    return 1
 
 
 def call_graph(archive):
     """ARCHIVE is a static library, or a program: then its objects, in the
     folder meson keeps them in beside it (PROGRAM.p/)."""
-    files = [archive] if archive.endswith(".a") else sorted(
-        glob.glob(os.path.join(glob.escape(archive + ".p"), "*.o")))
+    files = objects_of(archive)
     if not files:
         sys.exit(f"check_file_calls.py: no objects for {archive}")
     out = subprocess.run(["nm", "-A"] + files, capture_output=True, text=True,
@@ -213,10 +275,11 @@ def main():
         print("1..1")
         return check_files(1, layer, graph, pending, os.path.basename)
     rooms = rooms_of(top, archive, graph)
-    print("1..3")
+    print("1..4")
     rc = check_files(1, layer, graph, pending,
                      lambda o: rooms[o][1] if o in rooms else os.path.basename(o))
-    return check_rooms(layer, graph, rooms, top) | rc
+    rc |= check_rooms(layer, graph, rooms, top)
+    return check_homes(layer, archive, rooms, top) | rc
 
 
 if __name__ == "__main__":

@@ -8,10 +8,14 @@
  * run_program.h; nothing here starts a training run longer than a step.
  */
 #include <criterion/criterion.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "run_program.h"
@@ -66,6 +70,68 @@ Test(cli, minigpt_refuses_a_negative_seed_rather_than_wrapping_it, .timeout = 30
 {
     assert_refused((const char *[]){MINIGPT_BIN, "--seed", "-1", NULL},
                    "--seed: must be a non-negative integer below 2^64, got '-1'");
+}
+
+/* ---- what minigpt says, read as a sentence ------------------------------------- */
+
+Test(cli, minigpt_alone_says_1_rank_holds_the_parameters_not_all_1_ranks, .timeout = 60)
+{
+    int code;
+    char *out = run((const char *[]){MINIGPT_BIN, "-n", "1", "--sample", "0", "--eval-every", "0",
+                                     NULL},
+                    &code);
+    cr_assert_eq(code, 0, "minigpt -n 1 exited %d:\n%s", code, out);
+    cr_expect(strstr(out, "replicas: 1 rank holds the parameters (hash "), "in:\n%s", out);
+    cr_expect(!strstr(out, "all 1 ranks"), "in:\n%s", out);
+    free(out);
+}
+
+Test(cli, minigpt_samples_after_a_prompt_that_reversing_changes, .timeout = 60)
+{
+    int code;
+    char *out = run((const char *[]){MINIGPT_BIN, "-n", "1", "--sample", "8", "--eval-every", "0",
+                                     NULL},
+                    &code);
+    cr_assert_eq(code, 0, "minigpt -n 1 exited %d:\n%s", code, out);
+    const char *at = strstr(out, "sample: ");
+    cr_assert(at, "no sample line in:\n%s", out);
+    at += strlen("sample: ");
+    size_t digits = strspn(at, "0123456789");
+    cr_assert(digits > 0 && at[digits] == '=', "the prompt is not digits and '=':\n%s", out);
+    bool palindrome = true;
+    for (size_t i = 0; i < digits / 2; i++)
+        palindrome = palindrome && at[i] == at[digits - 1 - i];
+    cr_expect(!palindrome, "the prompt %.*s reads the same reversed: its sample shows no reversal",
+              (int)digits, at);
+    free(out);
+}
+
+/* A loopback port nobody listens on now: the kernel's pick for port 0. */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    cr_assert(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+              getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+Test(cli, minigpt_at_an_env_store_without_a_secret_says_the_store_has_no_authentication,
+     .timeout = 60)
+{
+    char port[16], script[512];
+    snprintf(port, sizeof port, "%d", free_port());
+    snprintf(script, sizeof script,
+             "DT_INIT_URL=env:// MASTER_ADDR=127.0.0.1 MASTER_PORT=%s WORLD_SIZE=2 RANK=0 "
+             "DT_INIT_TIMEOUT=5 exec \"$0\" -n 1 --sample 0",
+             port);
+    int code;
+    char *out = run((const char *[]){"/bin/sh", "-c", script, MINIGPT_BIN, NULL}, &code);
+    cr_assert_neq(code, 0, "minigpt started without a secret:\n%s", out);
+    cr_expect(strstr(out, "rank 0: the env:// store has no authentication"), "in:\n%s", out);
+    free(out);
 }
 
 Test(cli, the_small_programs_name_the_flag_of_a_bad_value, .timeout = 30)

@@ -161,7 +161,7 @@ static uint64_t global_batch(const mg_run *r)
 static dt_status state_of(mg_run *r, dt_ckpt_state *s)
 {
     if (r->three_d)
-        return mg_3d_ckpt_state(r, s);
+        return mg_3d_ckpt_state(r, mg_3d_stage(r), s);
     if (r->tp)
         return mg_tp_ckpt_state(r, s);
     dt_status st = dt_ckpt_state_of(s, r->m, r->zero1, r->rank, r->world);

@@ -116,6 +116,9 @@ static dt_status check_replicas(mg_run *r, int step, bool quiet)
             fprintf(stderr, " %d:%016llx", q, (unsigned long long)hashes[q]);
         fprintf(stderr, "\n");
         st = DT_EPROTO;
+    } else if (st == DT_OK && !quiet && r->rank == 0 && r->world == 1) {
+        printf("replicas: 1 rank holds the parameters (hash %016llx)\n",
+               (unsigned long long)(hashes ? hashes[0] : hash0[0]));
     } else if (st == DT_OK && !quiet && r->rank == 0) {
         printf("replicas: all %d ranks hold bitwise identical parameters "
                "(hash %016llx)\n",

@@ -21,6 +21,10 @@
  * tensors are stored once per share, as in a tp checkpoint. Under
  * --parallel zero1 the saved piece is the rank's optimizer shard (master,
  * m, v: tp_zero1.c), so its state is saved and loaded where it lies.
+ *
+ * This file stands below three_d.c: three_d.c calls the layout at open,
+ * and the caller of mg_3d_ckpt_state hands it the stage (mg_3d_stage), so
+ * nothing here calls back up.
  */
 #include <stdlib.h>
 
@@ -37,9 +41,8 @@ dt_status mg_3d_ckpt_layout(mg_run *r, const int *blocks)
                                blocks);
 }
 
-dt_status mg_3d_ckpt_state(mg_run *r, dt_ckpt_state *s)
+dt_status mg_3d_ckpt_state(mg_run *r, dt_tp_stage *st, dt_ckpt_state *s)
 {
-    dt_tp_stage *st = mg_3d_stage(r);
     dt_tp_model *m = &st->core;
     size_t share = dt_tp_num_params(&r->o.cfg, m->tp), lo = (size_t)m->rank * share + st->lo;
     dt_status rc = r->tpz ? DT_OK : mg_tp_moments(m);

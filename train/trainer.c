@@ -433,22 +433,53 @@ static void put_token(FILE *f, int t)
         fprintf(f, "<%d>", t);
 }
 
+/* The task's prompt is an example up to its '='; otherwise T/2 tokens. */
+static int sample_prompt_len(const mg_run *r, int T)
+{
+    for (int i = 0; r->is_task && i < T; i++)
+        if (r->x[i] == '=')
+            return i + 1;
+    return T / 2;
+}
+
+/* Whether the digits before a task prompt's '=' read the same reversed:
+ * such a prompt's answer is itself and shows no reversal. */
+static bool prompt_is_palindrome(const int *x, int prompt)
+{
+    for (int i = 0, j = prompt - 2; i < j; i++, j--)
+        if (x[i] != x[j])
+            return false;
+    return true;
+}
+
+/* Loads a validation row to sample after into r->x: the first of a few
+ * rows whose task prompt is not a palindrome (so the sample shows the
+ * digits reversed), or row 0. Returns the prompt's length, 0 on failure. */
+static int load_sample_prompt(mg_run *r, int T)
+{
+    enum { ROWS_TRIED = 16 };
+    for (uint64_t row = 0; row < ROWS_TRIED; row++) {
+        if (dt_dataset_batch(r->x, r->y, r->data, DT_VAL, r->o.seed + 2, row, 1, T) != DT_OK)
+            return 0;
+        int prompt = sample_prompt_len(r, T);
+        if (!r->is_task || !prompt_is_palindrome(r->x, prompt))
+            return prompt;
+    }
+    return dt_dataset_batch(r->x, r->y, r->data, DT_VAL, r->o.seed + 2, 0, 1, T) == DT_OK
+               ? sample_prompt_len(r, T)
+               : 0;
+}
+
 void mg_sample(mg_run *r, FILE *f, int n)
 {
     const mg_options *o = &r->o;
     int T = o->cfg.T, total = T + n;
     int *tok = malloc((size_t)total * sizeof(int));
-    if (!tok || dt_dataset_batch(r->x, r->y, r->data, DT_VAL, o->seed + 2, 0, 1, T) != DT_OK) {
+    int prompt = tok ? load_sample_prompt(r, T) : 0;
+    if (prompt == 0) {
         free(tok);
         return;
     }
-    /* the task's prompt is an example up to its '='; otherwise T/2 tokens */
-    int prompt = T / 2;
-    for (int i = 0; r->is_task && i < T; i++)
-        if (r->x[i] == '=') {
-            prompt = i + 1;
-            break;
-        }
     memcpy(tok, r->x, (size_t)prompt * sizeof(int));
     dt_rng rng;
     dt_rng_seed(&rng, o->seed + 3);

@@ -110,9 +110,10 @@ struct dt_tp_stage *mg_3d_stage(mg_run *r);
 
 /* three_d_checkpoint.c: a 3-D run's checkpoints (its layout of shares x
  * stages x replicas from the stages' block bounds, set up at open; the
- * state of this rank's range) */
+ * state of this rank's range, st being its share of its stage: mg_3d_stage).
+ * It calls nothing of three_d.c, which calls it. */
 dt_status mg_3d_ckpt_layout(mg_run *r, const int *blocks);
-dt_status mg_3d_ckpt_state(mg_run *r, dt_ckpt_state *s);
+dt_status mg_3d_ckpt_state(mg_run *r, struct dt_tp_stage *st, dt_ckpt_state *s);
 
 /* trainer.c */
 /* This rank's GPU on its node: LOCAL_RANK (or Open MPI's, Slurm's), 0. */

@@ -28,9 +28,9 @@ typedef enum dt_status {
     DT_ENOMEM,
 } dt_status;
 
-/* "DT_ETIMEDOUT"; "?" for a value out of range. Defined in
- * collectives/dtypes/dtype.c beside the other names: link dt_collectives to call
- * it (every layer above the model does). */
+/* "DT_ETIMEDOUT"; "?" for a value out of range. Defined beside this
+ * header, in base/dt_status.c, which dt_collectives links: link it to call
+ * this (every layer above the model does). */
 const char *dt_status_name(dt_status s);
 
 #ifdef __cplusplus

@@ -1,7 +1,8 @@
 /*
  * dtype.c — names, sizes and parsing of the collectives' vocabulary:
- * status codes, element types, reductions, operation kinds; and the
- * exported f16/bf16 <-> f32 conversions.
+ * element types, reductions, operation kinds; and the exported f16/bf16
+ * <-> f32 conversions. (The status codes' names live with their type, in
+ * base/dt_status.c.)
  *
  * Every name lives in one table indexed by its enum (designated
  * initialisers, sized by the enum's count), so printing and parsing cannot
@@ -23,14 +24,6 @@
 #include "half.h"
 #include "reduce.h"
 
-#define COUNT_OF(a) (sizeof(a) / sizeof((a)[0]))
-
-static const char *const status_names[] = {
-    [DT_OK] = "DT_OK",         [DT_EINVAL] = "DT_EINVAL", [DT_ETIMEDOUT] = "DT_ETIMEDOUT",
-    [DT_EPEER] = "DT_EPEER",   [DT_EPROTO] = "DT_EPROTO", [DT_EABORTED] = "DT_EABORTED",
-    [DT_ESTORE] = "DT_ESTORE", [DT_ESYS] = "DT_ESYS",     [DT_ENOMEM] = "DT_ENOMEM",
-};
-_Static_assert(COUNT_OF(status_names) == DT_ENOMEM + 1, "a status lacks a name");
 
 static const char *const dtype_names[DT_NUM_DTYPES] = {
     [DT_F32] = "f32", [DT_F64] = "f64", [DT_F16] = "f16", [DT_BF16] = "bf16",
@@ -61,11 +54,6 @@ static const char *const op_names[DT_NUM_OP_KINDS] = {
 static const char *name_or_unknown(const char *const *names, size_t n, unsigned value)
 {
     return value < n && names[value] ? names[value] : "?";
-}
-
-const char *dt_status_name(dt_status s)
-{
-    return name_or_unknown(status_names, COUNT_OF(status_names), (unsigned)s);
 }
 
 size_t dt_dtype_size(dt_dtype t)

@@ -30,7 +30,47 @@ def footer(fig, note=""):
     fig.text(0.01, 0.005, MADE_BY + (f"; {note}" if note else ""), fontsize=7, color="gray")
 
 
+# Smallest type a reader of the docs is asked to read, in points, and the most
+# entries one legend may hold before it crowds the data it sits on.
+MIN_FONT_PT = 8
+MAX_LEGEND_ENTRIES = 4
+
+
+def numeric(labels):
+    texts = [t.get_text().replace("\u2212", "-") for t in labels if t.get_text()]
+    return bool(texts) and all(re.fullmatch(r"-?[0-9.]+", t) for t in texts)
+
+
+def legibility_problems(fig):
+    """What a reader cannot read in fig: a numeric axis with no label, tick
+    labels under MIN_FONT_PT, a legend with more than MAX_LEGEND_ENTRIES
+    entries or smaller type. make_figures refuses to write such a figure."""
+    found = []
+    for k, ax in enumerate(fig.axes):
+        where = f"panel {k + 1} ({ax.get_title(loc='left') or ax.get_title()[:40]!r})"
+        for axis, label in ((ax.yaxis, ax.get_ylabel()), (ax.xaxis, ax.get_xlabel())):
+            ticks = axis.get_ticklabels()
+            if axis is ax.yaxis and axis.get_visible() and numeric(ticks) and not label:
+                found.append(f"{where}: its numeric y axis has no label")
+            small = [t.get_fontsize() for t in ticks if t.get_text() and t.get_visible()]
+            if small and min(small) < MIN_FONT_PT:
+                found.append(f"{where}: tick labels of {min(small):g} pt, under {MIN_FONT_PT}")
+    for leg in [ax.get_legend() for ax in fig.axes] + list(fig.legends):
+        if leg is None:
+            continue
+        texts = leg.get_texts()
+        if len(texts) > MAX_LEGEND_ENTRIES:
+            found.append(f"a legend of {len(texts)} entries (at most {MAX_LEGEND_ENTRIES})")
+        if texts and min(t.get_fontsize() for t in texts) < MIN_FONT_PT:
+            found.append(f"a legend in type under {MIN_FONT_PT} pt")
+    return found
+
+
 def save(fig, outdir, name):
+    fig.canvas.draw()  # tick labels exist only once drawn
+    problems = legibility_problems(fig)
+    if problems:
+        sys.exit(f"make_figures: {name} would be hard to read: " + "; ".join(problems))
     path = os.path.join(outdir, name)
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -60,7 +100,7 @@ def curves(runs, outdir):
     acc.set_ylim(-2, 102)
     lines = ax.get_legend_handles_labels()
     more = acc.get_legend_handles_labels()
-    ax.legend(lines[0] + more[0], lines[1] + more[1], loc="center right")
+    ax.legend(lines[0] + more[0], lines[1] + more[1], loc="center right", fontsize=9)
     ax.set_title(f"MiniGPT ({cfg['params']:,} parameters), {cfg['world_size']} ranks, "
                  f"{cfg['parallel'].upper()}, digit reversal")
     footer(fig, "minigpt --metrics")
@@ -109,7 +149,7 @@ def busbw(runs, outdir):
     ax.set_xlabel("message size")
     ax.set_ylabel("busbw (GB/s), median of 3 runs")
     ax.set_title("all-reduce on 4 local ranks (loopback TCP)")
-    ax.legend(loc="upper left")
+    ax.legend(loc="upper left", fontsize=9)
     footer(fig, "dtrain-bench --ranks 4 --algo ring|rd; a shared 2-core VM, noisy")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     save(fig, outdir, "busbw.png")
@@ -136,16 +176,21 @@ def bubble(runs, outdir):
         measured = [statistics.mean(float(x.rstrip("%")) for x in r[k][1:]) for _, r in rows]
         ax.plot([m for m, _ in closed], [v for _, v in closed], "-", color=color,
                 lw=4 if name == "GPipe" else 1.5, alpha=0.45 if name == "GPipe" else 1,
-                label=f"{name}, closed form" + (" (= 1F1B's)" if name == "GPipe" else ""))
-        ax.plot(ms, measured, "o--", ms=4, color=color, alpha=0.7,
-                label=f"{name}, measured (mean of stages)")
+                label=name + (" (its closed form is 1F1B's)" if name == "GPipe" else ""))
+        ax.plot(ms, measured, "o--", ms=4, color=color, alpha=0.7)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("micro-batches per step (m)")
     ax.set_ylabel("bubble: idle share of the step (%)")
     ax.set_ylim(0, 100)
     ax.set_title(f"pipeline bubble, {p} stages: closed form (p-1)/(m+p-1) for GPipe and 1F1B, "
                  "and measured", fontsize=10)
-    ax.legend(fontsize=7, ncol=2)
+    # colour says which schedule, line style which curve: two legends of few
+    # entries, in the top of the plot, which the bubbles of 2 stages leave empty
+    schedules = ax.legend(loc="upper right", fontsize=9, title="schedule", title_fontsize=9)
+    ax.add_artist(schedules)
+    styles = [plt.Line2D([], [], color="gray", ls="-", lw=1.5),
+              plt.Line2D([], [], color="gray", ls="--", marker="o", ms=4)]
+    ax.legend(styles, ["closed form", "measured (mean of stages)"], loc="upper left", fontsize=9)
     footer(fig, "minigpt --pp 2 --bubble-table, V=256 C=128 L=4 T=64 B=8; a shared 2-core VM")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     save(fig, outdir, "bubble.png")
@@ -174,8 +219,16 @@ def stacked(ax, x, tables, parts, width):
         bottom = [b + v for b, v in zip(bottom, vals)]
 
 
+def group_labels(ax, x, groups, per_group):
+    """Each group's name centred under its bars, below the tick labels."""
+    for k, name in enumerate(groups):
+        centre = sum(x[k * per_group:(k + 1) * per_group]) / per_group
+        ax.text(centre, -0.08, name, transform=ax.get_xaxis_transform(), ha="center",
+                va="top", fontsize=9)
+
+
 def memory(runs, outdir):
-    fig, (a, b) = plt.subplots(1, 2, figsize=(14, 4.2), gridspec_kw={"width_ratios": [2, 1.4]})
+    fig, (a, b) = plt.subplots(1, 2, figsize=(14, 4.6), gridspec_kw={"width_ratios": [2, 1.4]})
     states = ("params", "grads", "optimizer")
     x, tables, ticks = [], [], []
     titles = {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3"}
@@ -184,25 +237,31 @@ def memory(runs, outdir):
         for r, t in rows:
             x.append(k * (len(rows) + 1) + r)
             tables.append(t)
-            ticks.append(f"{titles[mode]}\nrank {r}")
+            ticks.append(str(r))
     stacked(a, x, tables, states, 0.8)
-    a.set_xticks(x, ticks, fontsize=6)
+    a.set_xticks(x, ticks, fontsize=8)
+    group_labels(a, x, titles.values(), len(x) // len(titles))
+    a.set_xlabel("rank, by mode", fontsize=8, labelpad=18)
     a.set_ylabel("MB per rank")
     a.set_title("model states, 4 ranks: ZeRO-1 shards the optimizer, ZeRO-2 the gradients\n"
                 "too, ZeRO-3 the parameters too (activations alike, left out)", fontsize=9)
-    a.legend(fontsize=7)
+    a.legend(fontsize=8)
     x, tables, ticks = [], [], []
-    for k, s in enumerate(("gpipe", "1f1b", "zb")):
+    schedules = {"gpipe": "GPipe", "1f1b": "1F1B", "zb": "ZB-H1"}
+    for k, s in enumerate(schedules):
         rows = memory_table(os.path.join(runs, f"pipeline_{s}.txt"))
         for r, t in rows:
             x.append(k * (len(rows) + 1) + r)
             tables.append(t)
-            ticks.append(f"{ {'gpipe': 'GPipe', '1f1b': '1F1B', 'zb': 'ZB-H1'}[s]}\nstage {r}")
+            ticks.append(str(r))
     stacked(b, x, tables, states + ("activations",), 0.8)
-    b.set_xticks(x, ticks, fontsize=6)
+    b.set_xticks(x, ticks, fontsize=8)
+    group_labels(b, x, schedules.values(), len(x) // len(schedules))
+    b.set_xlabel("stage, by schedule", fontsize=8, labelpad=18)
+    b.set_ylabel("MB per stage's rank")
     b.set_title("per stage, 4 stages x 8 micro-batches:\nactivations alive at the peak",
                 fontsize=9)
-    b.legend(fontsize=7)
+    b.legend(fontsize=8)
     footer(fig, "minigpt's memory table (accounted from buffer sizes)")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     save(fig, outdir, "memory.png")
@@ -238,7 +297,7 @@ def gantt(runs, outdir):
     axes[-1].set_xlabel("ms since the step's first forward")
     handles = [plt.Rectangle((0, 0), 1, 1, color=COLORS[k]) for k in "FBW"]
     fig.legend(handles, ["F forward", "B backward (input grad)", "W weight grad"],
-               fontsize=7, ncol=3, loc="upper right")
+               fontsize=8, ncol=3, loc="upper right")
     footer(fig, "minigpt --pp 4 --microbatches 8 --trace; numbers are micro-batches; "
                 "4 ranks on a shared 2-core VM")
     fig.tight_layout(rect=(0, 0.03, 1, 1))

@@ -9,7 +9,7 @@ is deterministic in everything it computes: the losses, the evaluations, the
 parameter hash, the sample. Its timings (tokens/s, ms/step, comm ms, hidden,
 seconds) and the launcher's run id differ every run. --write copies a chosen
 set of the run's lines (stderr's banner, then stdout) between README's
-`readme-sample` markers; --check runs the demo again and compares the block
+`readme-sample` markers, with a line `…` wherever lines are left out; --check runs the demo again and compares the block
 with every timing and the run id masked, so it fails when a change to the
 model, the data, the optimizer or the output alters what README shows. On
 another CPU, whose BLAS kernels sum in another order (OpenBLAS picks its
@@ -42,6 +42,9 @@ KEEP = [
     (r"^\[0\] sample: ", None),
 ]
 
+# The line that stands for lines of the run the block leaves out.
+LEFT_OUT = "…"
+
 # What changes from run to run: masked before comparing.
 VARYING = [
     (re.compile(r"^(\[0\] +\d+ +[0-9.]+)( +[0-9.]+){3} +\d+%$"), r"\1 <timings>"),
@@ -62,15 +65,22 @@ def run_demo(build):
 
 
 def sample_block(lines):
-    out = []
+    """The kept lines, in order; where lines of the run are left out between
+    two kept ones, a line of its own says so (LEFT_OUT), never silently."""
+    out, dropped = [], False
     for line in lines:
         for pattern, cut in KEEP:
             if re.search(pattern, line):
                 if cut:
                     m = re.search(cut, line)
                     line = line[: m.end()] + " …" if m else line
+                if dropped and out:
+                    out.append(LEFT_OUT)
                 out.append(line.rstrip())
+                dropped = False
                 break
+        else:
+            dropped = dropped or bool(line.strip())
     return out
 
 
