@@ -9,7 +9,8 @@
  * warm-up steps it times n steps and prints one line:
  *   ms_per_step=… tok_per_s=… gflops=… params=… backend=… threads=…
  * and with -p 1 peak_gflops=… mfu=… (the step's FLOPs over sgemm's peak
- * on the same threads, timed after the steps).
+ * on the same threads, dt_cpu_gemm_peak on squares of 1024, timed after
+ * the steps).
  * ms_per_step is the median of the n step times (robust to a noisy, shared
  * machine); gflops counts matmul and attention flops
  * (dt_config_flops_per_step) per median step.
@@ -32,32 +33,6 @@ static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
-}
-
-/* The machine's sgemm peak on this team: the best of 7 square products
- * of 1024 (2.1 GFLOP each), cut and shared out as the model's are
- * (dt_cpu_gemm_par). MFU is the step's model FLOPs over this. */
-static double sgemm_peak_gflops(void)
-{
-    enum { S = 1024 };
-    float *a = malloc(sizeof(float) * S * S), *b = malloc(sizeof(float) * S * S);
-    float *c = malloc(sizeof(float) * S * S);
-    for (int i = 0; i < S * S; i++) {
-        a[i] = (float)(i % 17) / 17.0f;
-        b[i] = (float)(i % 13) / 13.0f;
-    }
-    double best = 1e30;
-    for (int rep = 0; rep < 8; rep++) {
-        double t0 = dt_now();
-        dt_cpu_gemm_par(c, S, a, S, 1, b, S, 1, S, S, S, 0);
-        double t = dt_now() - t0;
-        if (rep > 0 && t < best) /* the first warms the caches and pool */
-            best = t;
-    }
-    free(a);
-    free(b);
-    free(c);
-    return 2.0 * S * S * S / best * 1e-9;
 }
 
 int main(int argc, char **argv)
@@ -130,7 +105,7 @@ int main(int argc, char **argv)
            med * 1e3, (double)B * c.T / med, flops / med * 1e-9, m->num_params, be->name, threads,
            m->mean_loss);
     if (peak) {
-        double pk = sgemm_peak_gflops();
+        double pk = dt_cpu_gemm_peak(1024, 7);
         printf(" peak_gflops=%.2f mfu=%.3f", pk, flops / med * 1e-9 / pk);
     }
     printf("\n");

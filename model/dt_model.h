@@ -163,6 +163,10 @@ void dt_threads_use(int n);
  * (gemm_cpu.c). Host memory. */
 void dt_cpu_gemm_par(float *c, int ldc, const float *a, int a_rs, int a_cs, const float *b,
                      int b_rs, int b_cs, int M, int N, int K, int accumulate);
+/* The machine's sgemm rate on the calling thread's team, GFLOP/s: the
+ * best of reps products of n x n squares through dt_cpu_gemm_par (after
+ * one to warm up); 0 if it cannot allocate. MFU's denominator. */
+double dt_cpu_gemm_peak(int n, int reps);
 int dt_threads_current(void);
 int dt_threads_default(int local_ranks);
 

@@ -41,6 +41,8 @@
  */
 #include <cblas.h>
 #include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
 
 #include "dt_model.h"
 #include "model_internal.h"
@@ -105,4 +107,38 @@ void dt_cpu_gemm_par(float *c, int ldc, const float *a, int a_rs, int a_cs, cons
                             accumulate);
         }
     }
+}
+
+/* Wall seconds of one call of dt_cpu_gemm_par on square n x n operands. */
+static double time_square(float *c, const float *a, const float *b, int n)
+{
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    dt_cpu_gemm_par(c, n, a, n, 1, b, n, 1, n, n, n, 0);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+}
+
+double dt_cpu_gemm_peak(int n, int reps)
+{
+    size_t nn = (size_t)n * n;
+    float *a = malloc(nn * sizeof(float)), *b = malloc(nn * sizeof(float));
+    float *c = malloc(nn * sizeof(float));
+    double best = 0;
+    if (a && b && c) {
+        for (size_t i = 0; i < nn; i++) {
+            a[i] = (float)(i % 17) / 17.0f;
+            b[i] = (float)(i % 13) / 13.0f;
+        }
+        time_square(c, a, b, n); /* warms the caches and the team */
+        for (int r = 0; r < reps; r++) {
+            double t = time_square(c, a, b, n);
+            double g = 2.0 * n * n * (double)n / t * 1e-9;
+            best = g > best ? g : best;
+        }
+    }
+    free(a);
+    free(b);
+    free(c);
+    return best;
 }

@@ -171,7 +171,7 @@ static dt_status train(mg_run *r, mg_metrics *mx, double *mean_hidden, double *a
             if (tty)
                 mg_progress_clear(stdout);
             if ((s + 1) % o->log_every == 0 || s == r->start_step || s + 1 == o->steps)
-                mg_report_step(stdout, s, &st_info);
+                mg_report_step(stdout, s, &st_info, r);
             if (eval)
                 *acc = evaluate(r, mx, s + 1);
             if (tty)
@@ -306,6 +306,9 @@ int main(int argc, char **argv)
     if (st == DT_OK)
         st = mg_ckpt_resume(&r);
     if (st == DT_OK && r.rank == 0) {
+        /* MFU's denominator: sgemm on this rank's threads, ~0.1 s */
+        if (strcmp(r.o.device, "cpu") == 0)
+            r.peak_gflops = dt_cpu_gemm_peak(512, 5);
         mg_report_header(stdout, &r);
         if (r.o.metrics && !(mx = mg_metrics_open(r.o.metrics, &r)))
             fprintf(stderr, "minigpt: cannot write metrics to %s\n", r.o.metrics);

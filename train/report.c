@@ -61,13 +61,12 @@ void mg_report_header(FILE *f, const mg_run *r)
     fprintf(f,
             "minigpt: V=%d C=%d H=%d L=%d T=%d, %s parameters; %s x "
             "batch %d x accum %d x T %d = %d tokens/step; lr %g; %s%s%s; "
-            "data %s; %d thread%s per rank\n",
+            "data %s\n",
             o->cfg.V, o->cfg.C, o->cfg.H, o->cfg.L, o->cfg.T,
             commas(pc, sizeof pc, dt_config_num_params(&o->cfg)), who, o->batch, accum, o->cfg.T,
             replicas * o->batch * accum * o->cfg.T, (double)o->lr,
             r->pipe ? "pipeline" : mode_title(r), o->preset ? ", preset " : "",
-            o->preset ? o->preset : "", o->data ? o->data : "embedded task (reverse digits)",
-            o->threads, o->threads == 1 ? "" : "s");
+            o->preset ? o->preset : "", o->data ? o->data : "embedded task (reverse digits)");
     if (r->pipe) {
         int M = mg_microbatches(o);
         bool chosen = o->microbatches > 0 || o->grad_accum > 1;
@@ -101,17 +100,34 @@ void mg_report_header(FILE *f, const mg_run *r)
             fprintf(f, "zero3: parameters %zu bytes per rank (the shard and two gathered units)\n",
                     dt_zero1_param_bytes(r->zero1));
     }
-    fprintf(f, "%6s %9s %11s %9s %9s %7s\n", "step", "loss", "tokens/s", "ms/step", "comm ms",
-            "hidden");
+    if (r->peak_gflops > 0)
+        fprintf(f,
+                "compute: %d thread%s per rank; sgemm %.1f GFLOP/s on them at start, the MFU "
+                "column's 100%%\n",
+                o->threads, o->threads == 1 ? "" : "s", r->peak_gflops);
+    fprintf(f, "%6s %9s %11s %9s %9s %7s %8s %5s\n", "step", "loss", "tokens/s", "ms/step",
+            "comm ms", "hidden", "GFLOP/s", "MFU");
 }
 
-void mg_report_step(FILE *f, int step, const mg_step *s)
+/* A rank's model FLOPs per second: the step's FLOPs (the usual count,
+ * dt_config_flops_per_step) shared evenly among the ranks. */
+static double rank_gflops(const mg_run *r, const mg_step *s)
 {
-    char hidden[16] = "-";
+    const dt_config *c = &r->o.cfg;
+    double per_token = dt_config_flops_per_step(c, 1, c->T) / c->T;
+    return s->tokens_per_s * per_token / r->world * 1e-9;
+}
+
+void mg_report_step(FILE *f, int step, const mg_step *s, const mg_run *r)
+{
+    char hidden[16] = "-", mfu[16] = "-";
     if (s->comm.hidden >= 0)
         snprintf(hidden, sizeof hidden, "%.0f%%", 100 * s->comm.hidden);
-    fprintf(f, "%6d %9.4f %11.0f %9.2f %9.2f %7s\n", step + 1, (double)s->loss, s->tokens_per_s,
-            s->ms, s->comm.comm_ms, hidden);
+    double g = rank_gflops(r, s);
+    if (r->peak_gflops > 0)
+        snprintf(mfu, sizeof mfu, "%.0f%%", 100 * g / r->peak_gflops);
+    fprintf(f, "%6d %9.4f %11.0f %9.2f %9.2f %7s %8.1f %5s\n", step + 1, (double)s->loss,
+            s->tokens_per_s, s->ms, s->comm.comm_ms, hidden, g, mfu);
 }
 
 /*

@@ -57,6 +57,7 @@ typedef struct mg_run {
     struct mg_3d *three_d;              /* --tp with --pp: stage share, executor (three_d.c) */
     mg_tp_zero1 *tpz;                   /* --tp --parallel zero1: this rank's piece */
     uint64_t last_bytes_sent;           /* the last step's mg_step.bytes_sent */
+    double peak_gflops;                 /* rank 0's sgemm rate at start; 0: none (cuda) */
     uint64_t *bytes_sent_by_rank;       /* [world], rank 0 after the run: each rank's */
     char err[768];
 } mg_run;
@@ -231,7 +232,7 @@ void mg_metrics_close(mg_metrics *mx);
 
 /* report.c */
 void mg_report_header(FILE *f, const mg_run *r);
-void mg_report_step(FILE *f, int step, const mg_step *s);
+void mg_report_step(FILE *f, int step, const mg_step *s, const mg_run *r);
 /* Whether this rank draws a progress bar: rank 0 only, and only when the
  * output really ends on a terminal (see report.c). */
 bool mg_progress_wanted(int rank);

@@ -47,7 +47,9 @@ LEFT_OUT = "…"
 
 # What changes from run to run: masked before comparing.
 VARYING = [
-    (re.compile(r"^(\[0\] +\d+ +[0-9.]+)( +[0-9.]+){3} +\d+%$"), r"\1 <timings>"),
+    # tokens/s, ms/step, comm ms, hidden, GFLOP/s, MFU
+    (re.compile(r"^(\[0\] +\d+ +[0-9.]+)( +[0-9.]+){3} +(\d+%|-) +[0-9.]+ +(\d+%|-)$"),
+     r"\1 <timings>"),
     (re.compile(r"run id [0-9a-f]+"), "run id <id>"),
     (re.compile(r"dtrain-[0-9a-f]{8,}"), "dtrain-<id>"),
     (re.compile(r"in [0-9.]+ s,"), "in <s> s,"),
