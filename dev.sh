@@ -36,7 +36,8 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 PACKAGES="gcc clang libclang-rt-dev pkg-config meson ninja-build libuv1-dev libsodium-dev
-          libssl-dev libjansson-dev libcriterion-dev libopenblas-dev python3 openmpi-bin"
+          libssl-dev libjansson-dev libcriterion-dev libopenblas-dev libomp-dev python3
+          openmpi-bin"
 
 install_missing() {
     local missing=()
