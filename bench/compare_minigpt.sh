@@ -6,7 +6,7 @@
 # build before it, B = after.
 #
 # Each run starts WORLD ranks with the launcher's variables (RANK,
-# WORLD_SIZE, DT_INIT_URL), one OpenBLAS thread each, and reads rank 0's
+# WORLD_SIZE, DT_INIT_URL), the cores shared among them (minigpt's default --threads: cores / ranks), and reads rank 0's
 # JSONL metrics: per setup, the medians over the steps after the 5th of
 # every run pooled over the repeats of ms/step, of the time collectives ran
 # (comm_ms), of the part of it rank 0 sat waiting (exposed_ms) and of the
@@ -36,7 +36,7 @@ run() { # run SETUP REP
     r=0
     while [ "$r" -lt "$world" ]; do
         # shellcheck disable=SC2046,SC2086 # a setup and the flags, word by word
-        RANK=$r WORLD_SIZE=$world DT_INIT_URL="file://$tmp/store$1.$2" OPENBLAS_NUM_THREADS=1 \
+        RANK=$r WORLD_SIZE=$world DT_INIT_URL="file://$tmp/store$1.$2" \
             $(cat "$tmp/setup$1") $flags --log-every 1000 --metrics "$tmp/m$1.$2.$r.jsonl" \
             >"$tmp/out$1.$2.$r" 2>&1 &
         pids="$pids $!"

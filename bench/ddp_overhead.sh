@@ -39,7 +39,7 @@
 # rank), and the measured saving beside the formula.
 #
 # Ranks are started with the launcher's variables (RANK, WORLD_SIZE,
-# DT_INIT_URL), each with one OpenBLAS thread.
+# DT_INIT_URL), each with one compute thread (--threads 1).
 #
 # usage: bench/ddp_overhead.sh [BUILD_DIR] [STEPS] [REPEATS] [extra minigpt flags]
 set -eu
@@ -62,11 +62,11 @@ run() { # run SETUP REP: metrics of rank 0 in $tmp/m<SETUP>.<REP>.jsonl
     for r in $(seq 0 $((n - 1))); do
         m="$tmp/m$setup.$rep.jsonl"; [ "$r" = 0 ] || m="$tmp/ignored.$setup.$r.jsonl"
         if [ "$n" = 1 ] || [ "$setup" = "${n}s" ]; then
-            env -u RANK -u WORLD_SIZE "$minigpt" --preset 865k --steps "$steps" \
+            env -u RANK -u WORLD_SIZE "$minigpt" --preset 865k --steps "$steps" --threads 1 \
                 --metrics "$m" "$@" >"$tmp/out$setup.$r" 2>&1 &
         else
             RANK=$r WORLD_SIZE=$n DT_INIT_URL="file://$tmp/store$setup.$rep" \
-                "$minigpt" --preset 865k --steps "$steps" --parallel $mode $extra \
+                "$minigpt" --preset 865k --steps "$steps" --threads 1 --parallel $mode $extra \
                 --metrics "$m" "$@" >"$tmp/out$setup.$r" 2>&1 &
         fi
         pids="$pids $!"

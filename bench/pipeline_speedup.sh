@@ -23,7 +23,7 @@
 # unequal stages cost.
 #
 # Ranks are started with the launcher's variables (RANK, WORLD_SIZE,
-# DT_INIT_URL), each with one OpenBLAS thread.
+# DT_INIT_URL), each with one compute thread (--threads 1).
 #
 # usage: bench/pipeline_speedup.sh [BUILD_DIR] [STEPS] [REPEATS] [M] [L]
 set -eu
@@ -32,7 +32,7 @@ minigpt=$build/train/minigpt
 [ -x "$minigpt" ] || { echo "no $minigpt: build first (ninja -C $build)" >&2; exit 1; }
 tmp=$(mktemp -d /tmp/dtrain-pipe-bench-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-common="--preset 865k --layers $layers --steps $steps --log-every 1000"
+common="--preset 865k --layers $layers --steps $steps --log-every 1000 --threads 1"
 
 run() { # run SETUP REP
     setup=$1; rep=$2
