@@ -13,7 +13,7 @@
 #include "model_internal.h"
 
 /* Big enough that every parallel kernel cuts its work: N*C = 49152
- * activations per layer, products cut into 2 and 4 pieces, 64x64
+ * activations per layer, the MLP's products cut in 2 pieces, 64x64
  * attention. */
 static const dt_config cfg = {.V = 64, .T = 64, .L = 2, .H = 4, .C = 96};
 enum { B = 8, STEPS = 2 };
@@ -69,8 +69,8 @@ Test(threads, a_training_step_gives_the_same_bits_on_one_two_and_three_threads, 
 Test(threads, a_cut_product_gives_the_same_bits_on_one_and_three_threads, .timeout = 60)
 {
     /* every transpose combination; cut by rows (M > N) and by columns,
-     * into 4 pieces, the last one shorter */
-    enum { M = 803, N = 197, K = 130 };
+     * into 4 pieces (82 MFLOP), the last one shorter */
+    enum { M = 1603, N = 197, K = 130 };
     float *a = malloc(sizeof(float) * M * K), *b = malloc(sizeof(float) * K * N);
     float *c1 = malloc(sizeof(float) * M * N), *c3 = malloc(sizeof(float) * M * N);
     for (int i = 0; i < M * K; i++)
