@@ -49,13 +49,19 @@ def flops_per_step(V, C, H, L, T, B):
 
 
 def cpu_name():
+    """The model name, family and model (which tell Zen 3 from Zen 4 where the
+    name does not), and the widest vector unit."""
+    info = {}
     try:
         for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            k, _, v = line.partition(":")
+            info.setdefault(k.strip(), v.strip())
     except OSError:
-        pass
-    return "unknown CPU"
+        return "unknown CPU"
+    flags = info.get("flags", "").split()
+    vec = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "SSE"
+    return (f"{info.get('model name', '?')} (family {info.get('cpu family', '?')} "
+            f"model {info.get('model', '?')}, {vec})")
 
 
 def run(cmd, env):
@@ -76,7 +82,8 @@ def thread_env(n):
 
 
 def spread(xs):
-    return f"{statistics.median(xs):9.1f} [{min(xs):.1f}-{max(xs):.1f}]"
+    d = 3 if statistics.median(xs) < 10 else 1
+    return f"{statistics.median(xs):9.{d}f} [{min(xs):.{d}f}-{max(xs):.{d}f}]"
 
 
 def main():
