@@ -29,7 +29,9 @@
  * order, and divides once by k·N.
  *
  * Every rank starts from the same weights because the optimizer wrappers
- * broadcast rank 0's at creation.
+ * broadcast rank 0's at creation; under ZeRO-3 the model is created
+ * sharded and each rank draws its own shard of the same initial weights
+ * (dt_zero3_init_shard), so no rank holds the whole model at start-up.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -174,11 +176,14 @@ dt_status mg_run_open(mg_run *r)
     const dt_backend *be;
     if ((st = open_backend(r, &be)) != DT_OK)
         return st;
-    st = o->recompute ? dt_model_create_recompute(&r->m, &o->cfg, be, o->batch)
-                      : dt_model_create(&r->m, &o->cfg, be, o->batch);
+    bool sharded = o->parallel == MG_ZERO3; /* ZeRO-3: no whole model, even at start-up */
+    st = sharded        ? dt_model_create_sharded(&r->m, &o->cfg, be, o->batch, o->recompute)
+         : o->recompute ? dt_model_create_recompute(&r->m, &o->cfg, be, o->batch)
+                        : dt_model_create(&r->m, &o->cfg, be, o->batch);
     if (st != DT_OK)
         return run_fail(r, st, "model", r->m ? dt_model_error(r->m) : NULL);
-    dt_model_init(r->m, o->seed);
+    if (!sharded)
+        dt_model_init(r->m, o->seed);
     size_t n = (size_t)o->batch * (size_t)o->cfg.T;
     r->x = malloc(n * sizeof(int));
     r->y = malloc(n * sizeof(int));
@@ -198,6 +203,8 @@ dt_status mg_run_open(mg_run *r)
         st = o->parallel == MG_ZERO3   ? dt_zero3_create(&r->zero1, r->m, r->comm, bytes)
              : o->parallel == MG_ZERO2 ? dt_zero2_create(&r->zero1, r->m, r->comm, bytes)
                                        : dt_zero1_create_bucketed(&r->zero1, r->m, r->comm, bytes);
+        if (st == DT_OK && sharded) /* each rank draws its own shard */
+            st = dt_zero3_init_shard(r->zero1, o->seed);
         if (st == DT_OK && o->deterministic)
             st = dt_zero1_set_deterministic(r->zero1);
         if (st != DT_OK)
