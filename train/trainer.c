@@ -18,9 +18,12 @@
  * parameters as it reaches them, and anything else that reads the
  * parameters (evaluation, the replica check) calls mg_settle_params first
  * (a checkpoint's dt_zero1_state waits by itself). ZeRO-3 keeps no whole
- * model: every rank holds it (mg_params_hold, one all-gather) around
- * what reads it — evaluation, the replica check, a checkpoint, the
- * sample — and lets it go before training goes on. The logged loss's
+ * model, in any phase: evaluation and the sample run on every rank
+ * through the units (mg_eval_params: each forward gathers one unit at a
+ * time, so every rank runs the same forwards; rank 0 prints), the
+ * replica check streams its hash through them and a checkpoint saves
+ * and loads the shard itself (checkpointing.c). A pipeline's ZeRO-3
+ * still holds its stage whole around them (mg_params_hold). The logged loss's
  * all-reduce is launched before the optimizer step, so it does not queue
  * behind the gather.
  *
@@ -386,12 +389,27 @@ dt_status mg_params_hold(mg_run *r, bool hold)
     return DT_OK;
 }
 
+bool mg_eval_collective(const mg_run *r)
+{
+    return is_zero3(r) && !r->pipe;
+}
+
+dt_status mg_eval_params(mg_run *r, bool on)
+{
+    if (!mg_eval_collective(r))
+        return mg_params_hold(r, on);
+    dt_zero1_arm_inference(r->zero1, on);
+    dt_status st = dt_zero1_hold_params(r->zero1, false); /* reports a failure */
+    return st == DT_OK ? DT_OK : run_fail(r, st, "zero3: evaluation", dt_zero1_error(r->zero1));
+}
+
 dt_status mg_settle_params(mg_run *r)
 {
-    if (is_zero3(r)) /* a hold is collective: the caller made it */
-        return r->m->params_memory
+    if (is_zero3(r)) /* a hold or the units are collective: the caller made them */
+        return r->m->params_memory || r->m->params_needed
                    ? DT_OK
-                   : run_fail(r, DT_EINVAL, "zero3", "the parameters are read without a hold");
+                   : run_fail(r, DT_EINVAL, "zero3",
+                              "the parameters are read without a hold or the units");
     dt_status st = r->zero1 ? dt_zero1_wait_params(r->zero1) : DT_OK;
     if (st != DT_OK)
         return run_fail(r, st, "parameter all-gather", dt_zero1_error(r->zero1));
@@ -448,6 +466,10 @@ void mg_sample(mg_run *r, FILE *f, int n)
     dt_rng_seed(&rng, o->seed + 3);
     int len = dt_generate(r->m, tok, prompt, n, r->is_task ? 0.0f : 1.0f, 0, r->is_task ? '\n' : -1,
                           &rng);
+    if (!f) { /* a ZeRO-3 rank that only takes part in the forwards */
+        free(tok);
+        return;
+    }
     fputs("sample: ", f);
     for (int i = 0; i < prompt; i++)
         put_token(f, tok[i]);
