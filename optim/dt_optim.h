@@ -173,8 +173,10 @@ dt_status dt_zero2_create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t buc
  * unit (embeddings, each block, ln_f + head) is all-gathered into one of
  * two unit buffers just before dt_zero1_forward or dt_zero1_backward
  * reads it, the next unit's gather launched meanwhile. Forward and
- * backward must be dt_zero1_forward and dt_zero1_backward; anything else
- * that reads the parameters holds them first (dt_zero1_hold_params).
+ * backward must be dt_zero1_forward and dt_zero1_backward; forwards with
+ * no backward run through the units too (dt_zero1_arm_inference), the
+ * replica hash streams through them (dt_zero1_check_replicas), and a
+ * caller that needs the whole model holds it (dt_zero1_hold_params).
  * Gradients as ZeRO-2's (bucket_bytes likewise). Bitwise ZeRO-1 and -2;
  * its checkpoints are ZeRO-1's. On a pipeline stage (m holds blocks
  * [l0, l1) of L), whose executor runs forward and backward itself over
