@@ -156,7 +156,8 @@ static dt_status load_part(dt_ckpt *ck, const char *dir, dt_ckpt_state *s, int r
         st = read_shards(ck, dir, &m, s, rank, world);
     if (st == DT_OK && s) {
         /* a DDP checkpoint has no master: fp32 master = the parameters */
-        if (s->master && m.mode != DT_CKPT_ZERO1 && s->opt_n > 0)
+        if (s->master && m.mode != DT_CKPT_ZERO1 && s->opt_n > 0 &&
+            s->master != s->params + (s->opt_lo - s->held_lo)) /* ZeRO-3: the same array */
             memcpy(s->master, s->params + (s->opt_lo - s->held_lo), s->opt_n * sizeof(float));
         s->step = m.step;
         s->seed = m.seed;

@@ -397,6 +397,15 @@ dt_status dt_model_create(dt_model **out, const dt_config *cfg, const dt_backend
  */
 dt_status dt_model_create_recompute(dt_model **out, const dt_config *cfg, const dt_backend *be,
                                     int max_B);
+/*
+ * The whole model with no parameter and no gradient buffer: both start
+ * windowed (dt_model_window_params, dt_model_window_grads), as ZeRO-3
+ * (optim/param_units.c) keeps them, so no rank ever holds the whole
+ * model, not even at start-up. Its owner initialises its shard
+ * (dt_model_init_range); dt_model_init refuses (message on m).
+ */
+dt_status dt_model_create_sharded(dt_model **out, const dt_config *cfg, const dt_backend *be,
+                                  int max_B, bool recompute);
 /* A pipeline stage of cfg (see dt_stage_spec); the same contract. */
 dt_status dt_model_create_stage(dt_model **out, const dt_config *cfg, const dt_backend *be,
                                 int max_B, const dt_stage_spec *spec);
@@ -409,6 +418,15 @@ const char *dt_model_error(const dt_model *m);
 void dt_model_init(dt_model *m, uint64_t seed);
 /* (A stage gets its slice of what the full model gets from this seed,
  * bitwise.) */
+/*
+ * Elements [lo, lo + n) of the full model's flat buffer as dt_model_init
+ * gives them from seed, bitwise, into host (n floats), without the rest:
+ * the random stream jumps to each tensor's draws in O(1). How a ZeRO-3
+ * rank initialises its shard with no whole model. DT_EINVAL if the range
+ * is not inside dt_config_num_params(cfg); DT_ENOMEM.
+ */
+dt_status dt_model_init_range(float *host, const dt_config *cfg, size_t lo, size_t n,
+                              uint64_t seed);
 /* Host copies of the whole flat buffer (num_params floats). */
 void dt_model_get_params(const dt_model *m, float *host);
 void dt_model_set_params(dt_model *m, const float *host);
@@ -553,6 +571,8 @@ typedef struct dt_rng {
 void dt_rng_seed(dt_rng *r, uint64_t seed);
 uint64_t dt_rng_next(dt_rng *r);
 float dt_rng_uniform(dt_rng *r); /* [0, 1) */
+/* Advances r as `draws` calls of dt_rng_next would, in O(1). */
+void dt_rng_skip(dt_rng *r, uint64_t draws);
 
 /* Sample a token from one row of logits (V). temperature <= 0 means greedy
  * (argmax); top_k <= 0 or >= V keeps all tokens. */

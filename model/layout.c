@@ -21,7 +21,10 @@
  * stage, ln_f and the head on the last): one contiguous [lo, hi) slice of
  * the flat layout. dt_layout_build_stage gives its table, offsets local to
  * its own buffer; dt_layout_init_stage gives its slice of the full
- * model's initial values, bitwise, without building the full model.
+ * model's initial values, bitwise, without building the full model, and
+ * dt_model_init_range any range of them (a ZeRO-3 shard): splitmix64 is
+ * a counter, so the stream jumps to a tensor's first draw in one step
+ * (dt_rng_skip) and only the range's own values are computed.
  */
 #include <math.h>
 #include <stdio.h>
@@ -265,21 +268,40 @@ static void fill_uniform(float *x, size_t n, float bound, dt_rng *r)
     }
 }
 
-/* Tensor i of tab into x (or, x NULL, only its draws): the role of each
- * tensor is read from its name, so the rule lives in one place. */
-static void init_tensor(float *x, const dt_tensor_info *tab, int i, dt_rng *r)
+enum init_rule { INIT_NORMAL, INIT_CONST, INIT_UNIFORM };
+
+/* How tensor i of tab starts, and its std, value or bound: the role of
+ * each tensor is read from its name, so the rule lives in one place. */
+static enum init_rule tensor_rule(const dt_tensor_info *tab, int i, float *scale)
 {
     const dt_tensor_info *t = &tab[i];
     const char *s = t->name;
     if (strstr(s, "wte") == s || strstr(s, "wpe") == s) {
-        fill_normal(x, t->numel, 1.0f, r);
-    } else if (strstr(s, "ln")) { /* ln1, ln2, ln_f: no draws */
-        float v = strstr(s, ".weight") ? 1.0f : 0.0f;
-        for (size_t k = 0; x && k < t->numel; k++)
-            x[k] = v;
-    } else { /* Linear: weight (out, in); bias has the weight's fan_in */
-        int fan_in = t->ndim == 2 ? t->shape[1] : tab[i - 1].shape[1];
-        fill_uniform(x, t->numel, 1.0f / sqrtf((float)fan_in), r);
+        *scale = 1.0f;
+        return INIT_NORMAL;
+    }
+    if (strstr(s, "ln")) { /* ln1, ln2, ln_f: no draws */
+        *scale = strstr(s, ".weight") ? 1.0f : 0.0f;
+        return INIT_CONST;
+    }
+    /* Linear: weight (out, in); bias has the weight's fan_in */
+    int fan_in = t->ndim == 2 ? t->shape[1] : tab[i - 1].shape[1];
+    *scale = 1.0f / sqrtf((float)fan_in);
+    return INIT_UNIFORM;
+}
+
+/* Tensor i of tab into x (or, x NULL, only its draws). */
+static void init_tensor(float *x, const dt_tensor_info *tab, int i, dt_rng *r)
+{
+    float scale;
+    size_t n = tab[i].numel;
+    switch (tensor_rule(tab, i, &scale)) {
+    case INIT_NORMAL: fill_normal(x, n, scale, r); break;
+    case INIT_CONST:
+        for (size_t k = 0; x && k < n; k++)
+            x[k] = scale;
+        break;
+    case INIT_UNIFORM: fill_uniform(x, n, scale, r); break;
     }
 }
 
@@ -312,4 +334,73 @@ int dt_layout_init_stage(float *host, const dt_config *c, int l0, int l1, uint64
         init_tensor(i < i0 ? NULL : host + full[i].offset - full[i0].offset, full, i, &r);
     free(full);
     return 0;
+}
+
+/* ---- any range, drawn directly ------------------------------------------- */
+
+/* Draws tensor i makes in dt_layout_init: Box-Muller two per pair of
+ * elements (an odd tensor's last pair too), Linear one per element,
+ * LayerNorm none. */
+static uint64_t tensor_draws(const dt_tensor_info *tab, int i)
+{
+    float scale;
+    enum init_rule rule = tensor_rule(tab, i, &scale);
+    size_t n = tab[i].numel;
+    return rule == INIT_NORMAL ? (uint64_t)(n + 1) / 2 * 2 : rule == INIT_UNIFORM ? n : 0;
+}
+
+/* Elements [from, from + n) of tensor i into x, r at the tensor's first
+ * draw. The stream skips to the first draw the range needs; a range that
+ * starts on the second element of a Box-Muller pair computes the pair
+ * and keeps its second value, so every value is the one the full fill
+ * computes, by the same arithmetic. */
+static void init_tensor_part(float *x, const dt_tensor_info *tab, int i, size_t from, size_t n,
+                             dt_rng *r)
+{
+    float scale;
+    switch (tensor_rule(tab, i, &scale)) {
+    case INIT_CONST:
+        for (size_t k = 0; k < n; k++)
+            x[k] = scale;
+        return;
+    case INIT_UNIFORM:
+        dt_rng_skip(r, from);
+        fill_uniform(x, n, scale, r);
+        return;
+    case INIT_NORMAL:
+        dt_rng_skip(r, from & ~(size_t)1);
+        if (from & 1) {
+            float pair[2];
+            fill_normal(pair, 2, scale, r);
+            *x++ = pair[1];
+            n--;
+        }
+        fill_normal(x, n, scale, r);
+        return;
+    }
+}
+
+dt_status dt_model_init_range(float *host, const dt_config *c, size_t lo, size_t n, uint64_t seed)
+{
+    if (lo > dt_config_num_params(c) || n > dt_config_num_params(c) - lo)
+        return DT_EINVAL;
+    int nt = dt_layout_num_tensors(c);
+    dt_tensor_info *tab = calloc((size_t)nt, sizeof *tab);
+    if (!tab)
+        return DT_ENOMEM;
+    dt_layout_build(tab, NULL, NULL, c);
+    uint64_t drawn = 0; /* by the tensors before tensor i */
+    for (int i = 0; i < nt; i++) {
+        size_t a = tab[i].offset > lo ? tab[i].offset : lo;
+        size_t end = tab[i].offset + tab[i].numel, b = end < lo + n ? end : lo + n;
+        if (a < b) {
+            dt_rng r;
+            dt_rng_seed(&r, seed);
+            dt_rng_skip(&r, drawn);
+            init_tensor_part(host + (a - lo), tab, i, a - tab[i].offset, b - a, &r);
+        }
+        drawn += tensor_draws(tab, i);
+    }
+    free(tab);
+    return DT_OK;
 }

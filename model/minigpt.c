@@ -195,12 +195,15 @@ static dt_status alloc_tables(dt_model *m)
     return DT_OK;
 }
 
-/* The device allocations of create; false if one failed. */
+/* The device allocations of create (a sharded model's parameters and
+ * gradients: none); false if one failed. */
 static bool alloc_memory(dt_model *m, size_t bytes_p, size_t tok)
 {
     const dt_backend *be = m->be;
-    m->params_memory = be->alloc(bytes_p);
-    m->grads_memory = be->alloc(bytes_p);
+    if (!m->params_windowed) {
+        m->params_memory = be->alloc(bytes_p);
+        m->grads_memory = be->alloc(bytes_p);
+    }
     m->acts_memory = be->alloc(m->num_acts * sizeof(float) * (size_t)m->act_slots);
     m->grad_acts_memory = be->alloc(m->num_grad_acts * sizeof(float) * (size_t)m->grad_slots);
     if (m->num_ws) {
@@ -209,13 +212,14 @@ static bool alloc_memory(dt_model *m, size_t bytes_p, size_t tok)
     }
     int *tokens = be->alloc(2 * tok * (size_t)m->act_slots * sizeof(int));
     m->slots[0].inputs = tokens; /* owns the allocation */
-    return m->params_memory && m->grads_memory && m->acts_memory && m->grad_acts_memory && tokens &&
-           (!m->num_ws || (m->ws_memory && m->grad_ws_memory));
+    return (m->params_windowed || (m->params_memory && m->grads_memory)) && m->acts_memory &&
+           m->grad_acts_memory && tokens && (!m->num_ws || (m->ws_memory && m->grad_ws_memory));
 }
 
-/* dt_model_create_stage, with or without recomputation. */
+/* dt_model_create_stage, with or without recomputation, with or without
+ * (sharded) parameter and gradient buffers. */
 static dt_status create(dt_model **out, const dt_config *cfg, const dt_backend *be, int max_B,
-                        const dt_stage_spec *spec, bool recompute)
+                        const dt_stage_spec *spec, bool recompute, bool sharded)
 {
     dt_model *m = calloc(1, sizeof *m);
     *out = m;
@@ -237,6 +241,7 @@ static dt_status create(dt_model **out, const dt_config *cfg, const dt_backend *
     m->act_slots = spec->act_slots;
     m->recompute = recompute;
     m->grad_slots = spec->grad_slots;
+    m->params_windowed = m->grads_windowed = sharded;
     if (alloc_tables(m) != DT_OK)
         return DT_ENOMEM;
     m->num_tensors = dt_layout_build_stage(m->tensors, NULL, NULL, cfg, m->l0, m->l1, &m->param_lo,
@@ -253,7 +258,7 @@ static dt_status create(dt_model **out, const dt_config *cfg, const dt_backend *
     size_t tok = (size_t)max_B * T;
     if (!alloc_memory(m, bytes_p, tok)) {
         snprintf(m->err, sizeof m->err, "minigpt: create: %s backend could not allocate %zu MiB",
-                 be->name, (2 * bytes_p + dt_model_activation_bytes(m)) >> 20);
+                 be->name, ((sharded ? 0 : 2 * bytes_p) + dt_model_activation_bytes(m)) >> 20);
         return DT_ENOMEM;
     }
     int *tokens = m->slots[0].inputs;
@@ -272,14 +277,21 @@ static dt_status create(dt_model **out, const dt_config *cfg, const dt_backend *
 dt_status dt_model_create_stage(dt_model **out, const dt_config *cfg, const dt_backend *be,
                                 int max_B, const dt_stage_spec *spec)
 {
-    return create(out, cfg, be, max_B, spec, spec->recompute);
+    return create(out, cfg, be, max_B, spec, spec->recompute, false);
 }
 
 dt_status dt_model_create_recompute(dt_model **out, const dt_config *cfg, const dt_backend *be,
                                     int max_B)
 {
     dt_stage_spec whole = {0, cfg->L, 1, 1, false};
-    return create(out, cfg, be, max_B, &whole, true);
+    return create(out, cfg, be, max_B, &whole, true, false);
+}
+
+dt_status dt_model_create_sharded(dt_model **out, const dt_config *cfg, const dt_backend *be,
+                                  int max_B, bool recompute)
+{
+    dt_stage_spec whole = {0, cfg->L, 1, 1, false};
+    return create(out, cfg, be, max_B, &whole, recompute, true);
 }
 
 dt_status dt_model_create(dt_model **out, const dt_config *cfg, const dt_backend *be, int max_B)
@@ -323,6 +335,11 @@ const char *dt_model_error(const dt_model *m)
 
 void dt_model_init(dt_model *m, uint64_t seed)
 {
+    if (!m->params_memory) { /* sharded: its owner initialises the shards */
+        snprintf(m->err, sizeof m->err,
+                 "minigpt: init: the parameters are sharded (dt_model_init_range)");
+        return;
+    }
     float *host = malloc(m->num_params * sizeof(float));
     if (!host) { /* parameters stay as they were; the message says why */
         snprintf(m->err, sizeof m->err, "minigpt: init: out of memory");

@@ -27,6 +27,12 @@ uint64_t dt_rng_next(dt_rng *r)
     return z ^ (z >> 31);
 }
 
+/* splitmix64's state is a counter: k draws add k times the increment. */
+void dt_rng_skip(dt_rng *r, uint64_t draws)
+{
+    r->state += draws * 0x9E3779B97F4A7C15ull;
+}
+
 float dt_rng_uniform(dt_rng *r)
 {
     return (float)(dt_rng_next(r) >> 40) * (1.0f / 16777216.0f); /* 24 bits */

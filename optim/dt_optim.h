@@ -173,8 +173,10 @@ dt_status dt_zero2_create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t buc
  * unit (embeddings, each block, ln_f + head) is all-gathered into one of
  * two unit buffers just before dt_zero1_forward or dt_zero1_backward
  * reads it, the next unit's gather launched meanwhile. Forward and
- * backward must be dt_zero1_forward and dt_zero1_backward; anything else
- * that reads the parameters holds them first (dt_zero1_hold_params).
+ * backward must be dt_zero1_forward and dt_zero1_backward; forwards with
+ * no backward run through the units too (dt_zero1_arm_inference), the
+ * replica hash streams through them (dt_zero1_check_replicas), and a
+ * caller that needs the whole model holds it (dt_zero1_hold_params).
  * Gradients as ZeRO-2's (bucket_bytes likewise). Bitwise ZeRO-1 and -2;
  * its checkpoints are ZeRO-1's. On a pipeline stage (m holds blocks
  * [l0, l1) of L), whose executor runs forward and backward itself over
@@ -184,6 +186,16 @@ dt_status dt_zero2_create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t buc
  * caller installs the parameter hooks with dt_zero1_arm_params.
  */
 dt_status dt_zero3_create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucket_bytes);
+/*
+ * ZeRO-3 of a model created sharded (dt_model_create_sharded), which has
+ * no whole buffer to broadcast: dt_zero3_create leaves the shard zero and
+ * this fills it with this rank's range of the initial weights of seed
+ * (dt_model_init_range: bitwise what dt_model_init on the whole model
+ * and dt_zero3_create on it give), through a 1 MiB host buffer. Local:
+ * no communication, so no rank ever holds more than its shard. DT_EINVAL
+ * when z is not ZeRO-3 of a whole model.
+ */
+dt_status dt_zero3_init_shard(dt_zero1 *z, uint64_t seed);
 /*
  * For a caller that runs the final backward itself (a pipeline stage,
  * whose last B or W finishes its gradient sum): prepares the reduces as a
@@ -211,6 +223,17 @@ dt_status dt_zero1_set_deterministic(dt_zero1 *z);
  * nothing.
  */
 dt_status dt_zero1_hold_params(dt_zero1 *z, bool hold);
+/*
+ * ZeRO-3 for forwards with no backward (evaluation, sampling) run by the
+ * caller through dt_model_forward: on installs forward's parameter hook,
+ * so each unit is all-gathered just before it is read (the next one in
+ * flight; after the head, the next forward's embeddings) and no rank
+ * holds the whole model; off removes it. Each forward is collective:
+ * every rank must run the same forwards in the same order (the same
+ * number of them, whatever their inputs). Ends a hold. Nothing under
+ * ZeRO-1 and -2 (their parameters are whole).
+ */
+void dt_zero1_arm_inference(dt_zero1 *z, bool on);
 /* Bytes of parameters this rank holds between uses: the model's 4Ψ under
  * ZeRO-1 and -2; the shard and the two unit buffers under ZeRO-3. */
 size_t dt_zero1_param_bytes(const dt_zero1 *z);
@@ -277,6 +300,12 @@ dt_status dt_zero1_wait_params(dt_zero1 *z);
 /* 64-bit FNV-1a of the bytes of n floats: equal hashes <=> (almost surely)
  * bitwise equal parameters. */
 uint64_t dt_params_hash(const float *params, size_t n);
+/* The same hash continued over n more floats: dt_params_hash(p, a + b) ==
+ * dt_params_hash_more(dt_params_hash(p, a), p + a, b), and
+ * dt_params_hash(p, 0) == DT_PARAMS_HASH_BASIS. A model held in pieces
+ * is hashed piece by piece. */
+#define DT_PARAMS_HASH_BASIS 14695981039346656037ULL /* FNV-1a's offset basis */
+uint64_t dt_params_hash_more(uint64_t h, const float *params, size_t n);
 /*
  * All-gathers every rank's parameter hash and sets *same to whether they
  * are all equal (a bitwise check that the replicas have not drifted);
@@ -284,6 +313,15 @@ uint64_t dt_params_hash(const float *params, size_t n);
  * true.
  */
 dt_status dt_check_replicas(dt_comm *comm, const dt_model *m, bool *same, uint64_t *hashes);
+/*
+ * dt_check_replicas of the model z trains. Under ZeRO-3 no rank holds the
+ * whole model: each unit is all-gathered in turn (the next one in flight)
+ * and the hash streamed through it, so a rank holds its shard and two
+ * units, and the hash is the whole model's, as under ZeRO-1 (every rank
+ * must call it). Under ZeRO-1 and -2 it waits for the parameter gather,
+ * then hashes the model's buffer.
+ */
+dt_status dt_zero1_check_replicas(dt_zero1 *z, bool *same, uint64_t *hashes);
 
 #ifdef __cplusplus
 }

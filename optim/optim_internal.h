@@ -132,6 +132,15 @@ void optim_param_units_prefetch(optim_param_units *u);
 /* hold: the whole model gathered into a full buffer (blocking, every
  * rank); release: that buffer freed. */
 dt_status optim_param_units_hold(optim_param_units *u, bool hold);
+/* Forwards with no backward after them (evaluation, sampling): after the
+ * head the next forward's first unit is prefetched. Forgets the buffers. */
+void optim_param_units_inference(optim_param_units *u, bool on);
+/* replicas.c: all-gathers mine, sets *same to whether every rank's is
+ * equal, hashes (may be NULL) gets them (dt_check_replicas' comparison). */
+dt_status optim_compare_hashes(dt_comm *comm, uint64_t mine, bool *same, uint64_t *hashes);
+/* dt_params_hash of the whole model, streamed one unit gathered at a time
+ * (ends a hold). Collective: every rank calls it. */
+dt_status optim_param_units_hash(optim_param_units *u, uint64_t *hash);
 /* Adds the gathers' timing since the last call to *into. */
 void optim_param_units_take_clock(optim_param_units *u, optim_overlap_clock *into);
 

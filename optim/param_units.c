@@ -28,9 +28,11 @@
  * bytes where ZeRO-1/2 gather 4Ψ once — with the gradient reduces that is
  * 1.5x DDP's traffic, the ZeRO paper's figure. Memory: the shard (4Ψ/p)
  * plus two units (2·4·max unit); with the gradient and optimizer shards,
- * 16Ψ/p + the units + ZeRO-2's gradient buckets. The model is built whole
- * at start-up (rank 0's weights broadcast) before it is sharded: the
- * ZeRO-3 saving holds from the first step on.
+ * 16Ψ/p + the units + ZeRO-2's gradient buckets. A model created sharded
+ * (dt_model_create_sharded) never has a whole buffer: each rank draws its
+ * own shard of the initial weights (dt_zero3_init_shard, the same bits as
+ * the whole model's init), so the saving holds from start-up on. A model
+ * created whole is sharded here, after rank 0's weights are broadcast.
  *
  * Ordering: every rank launches the same gathers in the same order
  * (forward's, then backward's), as the collectives require; whether a
@@ -44,9 +46,15 @@
  * micro-batches interleave forwards and backwards: a unit not in a
  * buffer when it is needed is gathered then, and waited for.
  *
- * Whatever reads the whole model outside training (evaluation, sampling,
- * checkpoints, the replica hash) holds it: one all-gather of every shard
- * into a full buffer (dt_model_hold_params), freed again afterwards.
+ * Outside training nothing needs the whole model at once either.
+ * Evaluation and sampling run their forwards through the same units
+ * (optim_param_units_inference: after the head the next forward's
+ * embeddings are prefetched, as no backward follows), every rank running
+ * the same forwards; the replica hash streams the units in order through
+ * FNV-1a (optim_param_units_hash), which is the hash of the whole buffer;
+ * checkpoints save and load the shard itself. A hold (one all-gather of
+ * every shard into a full buffer, dt_model_hold_params) remains for a
+ * caller that must have the whole model in one place.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,7 +86,9 @@ struct optim_param_units {
     dt_work *work[BUFS];
     bool done[BUFS];
     double t_submit[BUFS], t_done[BUFS];
-    int mapped; /* unit mapped as the model's window, -1: none */
+    int mapped;     /* unit mapped as the model's window, -1: none */
+    bool inference; /* forwards without backward: the head is followed by
+                       the next forward's embeddings, not backward's block */
     optim_overlap_clock clock;
     dt_status st;
     char err[512];
@@ -288,8 +298,12 @@ void optim_param_units_forward_hook(void *user, size_t hi)
     optim_param_units *u = user;
     for (int k = 0; k < u->nu; k++)
         if (u->units[k].lo + u->units[k].n == hi) {
-            /* after the head, backward's first block */
-            int next = k + 1 < u->nu ? k + 1 : u->nu - 2 >= u->first_bwd ? u->nu - 2 : -1;
+            /* after the head, backward's first block (or, in inference,
+             * the next forward's first unit) */
+            int next = k + 1 < u->nu               ? k + 1
+                       : u->inference              ? 0
+                       : u->nu - 2 >= u->first_bwd ? u->nu - 2
+                                                   : -1;
             need(u, k, next);
             return;
         }
@@ -356,4 +370,51 @@ void optim_param_units_take_clock(optim_param_units *u, optim_overlap_clock *int
     into->ops += u->clock.ops;
     u->clock.busy_s = u->clock.exposed_s = 0;
     u->clock.ops = 0;
+}
+
+void optim_param_units_inference(optim_param_units *u, bool on)
+{
+    optim_param_units_forget(u);
+    u->inference = on;
+}
+
+/* Continues h over unit k's gathered bytes, staged to the host in chunks
+ * of `cap` floats through host (a device's buffer cannot be read here). */
+static uint64_t hash_unit(const optim_param_units *u, int i, int k, uint64_t h, float *host,
+                          size_t cap)
+{
+    const punit *p = &u->units[k];
+    for (size_t at = 0; at < p->n; at += cap) {
+        size_t c = p->n - at < cap ? p->n - at : cap;
+        u->m->be->to_host(host, u->buf[i] + at, c * sizeof(float));
+        h = dt_params_hash_more(h, host, c);
+    }
+    return h;
+}
+
+dt_status optim_param_units_hash(optim_param_units *u, uint64_t *hash)
+{
+    enum { CAP = 1 << 18 }; /* floats staged at a time: 1 MiB */
+    *hash = 0;
+    dt_status st = optim_param_units_hold(u, false); /* forgets the buffers too */
+    float *host = malloc(CAP * sizeof(float));
+    if (st != DT_OK || !host) {
+        free(host);
+        return st != DT_OK ? st : pu_fail(u, DT_ENOMEM, "hash: out of memory", -1);
+    }
+    uint64_t h = DT_PARAMS_HASH_BASIS;
+    for (int k = 0; k < BUFS && k < u->nu; k++)
+        gather(u, k, k);
+    for (int k = 0; k < u->nu && u->st == DT_OK; k++) {
+        int i = find(u, k);
+        wait_buf(u, i);
+        if (u->st == DT_OK)
+            h = hash_unit(u, i, k, h, host, CAP);
+        if (k + BUFS < u->nu)
+            gather(u, k + BUFS, i); /* the one after next, into this buffer */
+    }
+    optim_param_units_forget(u);
+    free(host);
+    *hash = h;
+    return u->st;
 }

@@ -127,6 +127,8 @@ static dt_status create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucke
                                     z->counts, z->world);
     if (z->nreduce < 0 || z->ngather < 0)
         return zero1_fail(z, DT_ENOMEM, "create: out of memory for buckets");
+    if (!m->params_memory) /* sharded (ZeRO-3): each rank fills its own shard */
+        return DT_OK;
     if (z->world > 1) {
         dt_status st = dt_broadcast(comm, m->params_memory, P, DT_F32, 0);
         if (st != DT_OK)
@@ -183,6 +185,47 @@ dt_status dt_zero3_create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t buc
     if (st != DT_OK && !z->pu)
         return zero1_fail(z, st, "create: out of memory");
     return pu_check(z);
+}
+
+dt_status dt_zero3_init_shard(dt_zero1 *z, uint64_t seed)
+{
+    if (!z->pu || z->m->l0 != 0 || z->m->l1 != z->m->cfg.L)
+        return zero1_fail(z, DT_EINVAL, "init: not ZeRO-3 of a whole model");
+    enum { CHUNK = 1 << 18 }; /* floats staged at a time: 1 MiB */
+    size_t k = z->n < CHUNK ? z->n : CHUNK;
+    float *host = malloc((k ? k : 1) * sizeof(float));
+    if (!host)
+        return zero1_fail(z, DT_ENOMEM, "init: out of memory");
+    dt_status st = DT_OK;
+    for (size_t at = 0; at < z->n && st == DT_OK; at += k) {
+        size_t c = z->n - at < k ? z->n - at : k;
+        st = dt_model_init_range(host, &z->m->cfg, z->lo + at, c, seed);
+        if (st == DT_OK)
+            z->m->be->from_host(z->master + at, host, c * sizeof(float));
+    }
+    free(host);
+    return st == DT_OK ? DT_OK : zero1_fail(z, st, "init: drawing the shard");
+}
+
+dt_status dt_zero1_check_replicas(dt_zero1 *z, bool *same, uint64_t *hashes)
+{
+    *same = true;
+    if (!z->pu) {
+        dt_status st = dt_zero1_wait_params(z);
+        return st != DT_OK ? st : dt_check_replicas(z->comm, z->m, same, hashes);
+    }
+    uint64_t mine;
+    dt_status st = optim_param_units_hash(z->pu, &mine);
+    if (st != DT_OK) {
+        snprintf(z->err, sizeof z->err, "%s", optim_param_units_error(z->pu));
+        return st;
+    }
+    st = optim_compare_hashes(z->comm, mine, same, hashes);
+    if (st != DT_OK)
+        snprintf(z->err, sizeof z->err,
+                 "zero3 (rank %d): replica check: all-gather of the hashes: %s", z->rank,
+                 z->comm && *dt_comm_error(z->comm) ? dt_comm_error(z->comm) : dt_status_name(st));
+    return st;
 }
 
 /* Waits for a launched piece, noting its timing; the first failure is
@@ -385,6 +428,17 @@ void dt_zero1_arm_params(dt_zero1 *z, bool on)
         dt_zero1_hold_params(z, false);
     dt_model_set_params_hook(z->m, on ? optim_param_units_forward_hook : NULL, z->pu);
     dt_model_set_params_back_hook(z->m, on ? optim_param_units_backward_hook : NULL, z->pu);
+}
+
+void dt_zero1_arm_inference(dt_zero1 *z, bool on)
+{
+    if (!z->pu)
+        return;
+    if (z->m->params_memory)
+        dt_zero1_hold_params(z, false);
+    optim_param_units_inference(z->pu, on);
+    dt_model_set_params_hook(z->m, on ? optim_param_units_forward_hook : NULL, z->pu);
+    dt_model_set_params_back_hook(z->m, NULL, NULL);
 }
 
 dt_status dt_zero1_hold_params(dt_zero1 *z, bool hold)

@@ -65,13 +65,14 @@ int optim_zero_gathers(optim_zero_piece **out, size_t **counts_out, const dt_mod
     int nstages = 0, ng = 0;
     size_t bound[m->l1 - m->l0 + 3];
     bound[0] = 0;
+    /* offsets from the tensor table: a sharded model has no buffer */
     for (int l = m->l0; l < m->l1; l++) {
-        size_t at = (size_t)(m->params.blocks[l].ln1w - m->params_memory);
+        size_t at = m->tensors[(m->l0 == 0 ? 2 : 0) + 10 * (l - m->l0)].offset; /* ln1 */
         if (at > bound[nstages])
             bound[++nstages] = at;
     }
     if (m->l1 == m->cfg.L)
-        bound[++nstages] = (size_t)(m->params.lnfw - m->params_memory);
+        bound[++nstages] = m->tensors[m->num_tensors - 3].offset; /* ln_f */
     if (m->num_params > bound[nstages])
         bound[++nstages] = m->num_params;
     optim_zero_piece *gathers = *out = calloc((size_t)nstages, sizeof *gathers);

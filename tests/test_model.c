@@ -326,3 +326,49 @@ Test(model, strided_gemm_matches_plain_loops_on_odd_and_large_shapes, .timeout =
         for (int t = 0; t < 8; t++)
             gemm_case(shapes[s][0], shapes[s][1], shapes[s][2], t & 1, (t >> 1) & 1, (t >> 2) & 1);
 }
+
+/* ---- initialisation of a range (a ZeRO-3 shard) --------------------------- */
+
+/* Odd sizes everywhere: wte (19 x 13) and wpe (11 x 13) have an odd count,
+ * so ranges start and end inside Box-Muller pairs. */
+static const dt_config odd_cfg = {.V = 19, .T = 11, .L = 2, .H = 1, .C = 13};
+
+Test(model, init_range_gives_the_whole_inits_values_bitwise_for_any_range, .timeout = 30)
+{
+    size_t P = dt_config_num_params(&odd_cfg);
+    dt_model *m;
+    cr_assert_eq(dt_model_create(&m, &odd_cfg, dt_backend_cpu(), 1), DT_OK);
+    dt_model_init(m, 2024);
+    float *part = malloc(P * sizeof(float));
+    cr_assert(part);
+    for (size_t lo = 0; lo < P; lo += 37)
+        for (size_t n = 1; lo + n <= P; n = n * 3 + 1) {
+            cr_assert_eq(dt_model_init_range(part, &odd_cfg, lo, n, 2024), DT_OK);
+            cr_assert_eq(memcmp(part, m->params_memory + lo, n * sizeof(float)), 0,
+                         "range [%zu, %zu) of %zu differs from the whole init", lo, lo + n, P);
+        }
+    for (int p = 1; p <= 7; p++) { /* every ZeRO shard of 1..7 ranks */
+        size_t s = (P + (size_t)p - 1) / (size_t)p;
+        for (size_t lo = 0; lo < P; lo += s) {
+            size_t n = P - lo < s ? P - lo : s;
+            cr_assert_eq(dt_model_init_range(part, &odd_cfg, lo, n, 2024), DT_OK);
+            cr_assert_eq(memcmp(part, m->params_memory + lo, n * sizeof(float)), 0,
+                         "shard at %zu of %d ranks differs", lo, p);
+        }
+    }
+    cr_expect_eq(dt_model_init_range(part, &odd_cfg, P - 1, 2, 2024), DT_EINVAL);
+    free(part);
+    dt_model_destroy(m);
+}
+
+Test(model, sharded_model_has_no_parameter_or_gradient_buffer_and_refuses_init, .timeout = 10)
+{
+    dt_model *m;
+    cr_assert_eq(dt_model_create_sharded(&m, &odd_cfg, dt_backend_cpu(), 1, false), DT_OK);
+    cr_expect_null(m->params_memory);
+    cr_expect_null(m->grads_memory);
+    cr_expect(m->params_windowed && m->grads_windowed);
+    dt_model_init(m, 1);
+    cr_expect(strstr(dt_model_error(m), "sharded"), "init's message: %s", dt_model_error(m));
+    dt_model_destroy(m);
+}

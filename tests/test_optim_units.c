@@ -244,3 +244,108 @@ Test(replicas, a_one_bit_drift_on_one_rank_is_caught, .timeout = 30)
         cr_expect(!job.ranks[r].failed, "rank %d: %s", r, job.ranks[r].msg);
     cr_assert_eq(failed, 0);
 }
+
+/* ---- ZeRO-3 with no whole model: start-up, hash, evaluation ---------------- */
+
+/* A rank of a ZeRO-3 model created sharded, beside a whole model from the
+ * same seed (the reference every rank builds for itself). */
+typedef struct sharded_rank {
+    dt_model *whole, *m;
+    dt_zero1 *z;
+} sharded_rank;
+
+static const dt_config sharded_cfg = {.V = 11, .T = 5, .L = 2, .H = 1, .C = 7};
+
+static bool sharded_open(rank_ctx *rc, sharded_rank *s)
+{
+    *s = (sharded_rank){0};
+    if (dt_model_create(&s->whole, &sharded_cfg, dt_backend_cpu(), 2) != DT_OK ||
+        dt_model_create_sharded(&s->m, &sharded_cfg, dt_backend_cpu(), 2, false) != DT_OK)
+        return rank_fail(rc, "models");
+    dt_model_init(s->whole, 5);
+    if (dt_zero3_create(&s->z, s->m, rc->comm, 0) != DT_OK || dt_zero3_init_shard(s->z, 5) != DT_OK)
+        return rank_fail(rc, "zero3: %s", s->z ? dt_zero1_error(s->z) : "out of memory");
+    return true;
+}
+
+static void sharded_close(sharded_rank *s)
+{
+    dt_zero1_destroy(s->z);
+    dt_model_destroy(s->m);
+    dt_model_destroy(s->whole);
+}
+
+static void sharded_hash_rank(rank_ctx *rc)
+{
+    sharded_rank s;
+    if (sharded_open(rc, &s)) {
+        size_t lo, n;
+        float *master, *mv, *vv;
+        dt_zero1_shard(s.z, &lo, &n);
+        dt_zero1_state(s.z, &master, &mv, &vv);
+        bool same = false;
+        uint64_t h[RANK_THREADS_MAX];
+        uint64_t want = dt_params_hash(s.whole->params_memory, s.whole->num_params);
+        if (memcmp(master, s.whole->params_memory + lo, n * sizeof(float)) != 0)
+            rank_fail(rc, "the shard [%zu, %zu) is not the whole init's", lo, lo + n);
+        else if (dt_zero1_check_replicas(s.z, &same, h) != DT_OK || !same)
+            rank_fail(rc, "check: %s", dt_zero1_error(s.z));
+        else if (h[rc->rank] != want)
+            rank_fail(rc, "hash %016llx, the whole model's %016llx",
+                      (unsigned long long)h[rc->rank], (unsigned long long)want);
+        else if (s.m->params_memory)
+            rank_fail(rc, "the model was held whole");
+    }
+    sharded_close(&s);
+}
+
+Test(zero3_sharded, starts_from_its_shard_of_the_whole_init_and_hashes_as_the_whole_model,
+     .timeout = 30)
+{
+    rank_job job;
+    int failed = rank_threads_run(&job, 3, sharded_hash_rank, NULL);
+    for (int r = 0; r < 3; r++)
+        cr_expect(!job.ranks[r].failed, "rank %d: %s", r, job.ranks[r].msg);
+    cr_assert_eq(failed, 0);
+}
+
+static void sharded_eval_rank(rank_ctx *rc)
+{
+    sharded_rank s;
+    if (sharded_open(rc, &s)) {
+        dt_zero1_arm_inference(s.z, true);
+        float a[11], b[11];
+        for (int k = 0; k < 3 && !rc->failed; k++) { /* the head, then the next forward */
+            int x[10];
+            for (int i = 0; i < 10; i++)
+                x[i] = (i * (k + 3)) % 11;
+            if (dt_model_forward(s.m, x, NULL, 2, 5) != DT_OK ||
+                dt_model_forward(s.whole, x, NULL, 2, 5) != DT_OK) {
+                rank_fail(rc, "forward %d: %s", k, dt_model_error(s.m));
+                break;
+            }
+            for (int t = 0; t < 10; t++) {
+                dt_model_get_logits(s.m, a, t / 5, t % 5);
+                dt_model_get_logits(s.whole, b, t / 5, t % 5);
+                if (memcmp(a, b, sizeof a) != 0)
+                    rank_fail(rc, "forward %d: logits at %d differ from the whole model's", k, t);
+            }
+            if (s.m->params_memory)
+                rank_fail(rc, "forward %d held the model whole", k);
+        }
+        dt_zero1_arm_inference(s.z, false);
+        if (dt_zero1_hold_params(s.z, false) != DT_OK)
+            rank_fail(rc, "units: %s", dt_zero1_error(s.z));
+    }
+    sharded_close(&s);
+}
+
+Test(zero3_sharded, forwards_armed_for_inference_give_the_whole_models_logits_unit_by_unit,
+     .timeout = 30)
+{
+    rank_job job;
+    int failed = rank_threads_run(&job, 3, sharded_eval_rank, NULL);
+    for (int r = 0; r < 3; r++)
+        cr_expect(!job.ranks[r].failed, "rank %d: %s", r, job.ranks[r].msg);
+    cr_assert_eq(failed, 0);
+}

@@ -212,15 +212,20 @@ static dt_status agree_range(mg_run *r, int32_t code, int32_t *lo, int32_t *hi)
  */
 static dt_status resume_held(mg_run *r);
 
-/* ZeRO-3's whole model, held for a save or a load; a 3-D run saves and
- * loads its ranges, not the assembled copy: nothing to hold. */
+/* A pipeline stage's ZeRO-3 holds its stage whole for a save or a load;
+ * ZeRO-3 of the whole model saves and loads its shard (dt_ckpt_state_of:
+ * the master is its parameters), and a 3-D run its ranges: nothing to
+ * hold. A shard that is empty (Ψ < ranks) is held as before. */
 static dt_status hold(mg_run *r, bool on)
 {
-    return r->three_d ? DT_OK : mg_params_hold(r, on);
+    size_t lo = 0, n = 0;
+    if (mg_eval_collective(r))
+        dt_zero1_shard(r->zero1, &lo, &n);
+    return r->three_d || n > 0 ? DT_OK : mg_params_hold(r, on);
 }
 
-/* ZeRO-3 loads into its whole model, held for the load (the master
- * shard, loaded too, is what it keeps). */
+/* ZeRO-3 of the whole model loads into its shard; a stage's, into its
+ * stage held whole (the master shard, loaded too, is what it keeps). */
 dt_status mg_ckpt_resume(mg_run *r)
 {
     if (!r->o.resume)
@@ -349,7 +354,7 @@ dt_status mg_ckpt_after_step(mg_run *r, int done)
     if (!r->ck || o->ckpt_every <= 0 || done % o->ckpt_every != 0)
         return DT_OK;
     dt_ckpt_state dev, s;
-    dt_status st = hold(r, true); /* ZeRO-3: saves its whole model's slice */
+    dt_status st = hold(r, true); /* a stage's ZeRO-3: saves its stage's slice */
     if (st != DT_OK)
         return st;
     if ((st = state_of(r, &dev)) != DT_OK)

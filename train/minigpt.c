@@ -76,13 +76,17 @@ static int join_job(mg_run *r)
 }
 
 /* Validation loss and (for the task) exact-match accuracy, rank 0 only:
- * the replicas are identical, so one rank's answer is everyone's. */
+ * the replicas are identical, so one rank's answer is everyone's. Under
+ * ZeRO-3 every rank runs it (each forward gathers the units from all of
+ * them: mg_eval_collective) and rank 0 prints. */
 static double evaluate(mg_run *r, mg_metrics *mx, int step)
 {
-    if (r->rank != 0 || r->pipe) /* a stage cannot evaluate alone */
+    if ((r->rank != 0 && !mg_eval_collective(r)) || r->pipe) /* a stage cannot evaluate alone */
         return -1;
     float val = mg_val_loss(r);
     double acc = r->is_task ? dt_task_accuracy(r->m, r->data, 200) : -1;
+    if (r->rank != 0)
+        return acc;
     printf("eval @ step %d: val loss %.4f", step, (double)val);
     if (acc >= 0)
         printf(", exact-match accuracy %.1f%% (200 held-out prompts)", 100 * acc);
@@ -91,22 +95,29 @@ static double evaluate(mg_run *r, mg_metrics *mx, int step)
     return acc;
 }
 
+/* Hashes every rank's parameters and compares. ZeRO-3 (not on a pipeline)
+ * streams the hash through its units: no rank holds the whole model. */
 static dt_status check_replicas(mg_run *r, int step, bool quiet)
 {
-    dt_status st = mg_params_hold(r, true); /* ZeRO-3: the gathered whole */
+    bool units = mg_eval_collective(r);
+    dt_status st = units ? DT_OK : mg_params_hold(r, true); /* a stage's ZeRO-3, 3-D */
     if (st == DT_OK && r->pipe) {
         st = mg_pipe_check_replicas(r, step, quiet);
         dt_status released = mg_params_hold(r, false);
         return st != DT_OK ? st : released;
     }
-    if (st == DT_OK)
+    if (st == DT_OK && !units)
         st = mg_settle_params(r);
     if (st != DT_OK)
         return st;
     bool same = false;
     uint64_t hash0[1];
     uint64_t *hashes = calloc((size_t)r->world, sizeof *hashes);
-    st = dt_check_replicas(r->comm, r->m, &same, hashes ? hashes : hash0);
+    st = units ? dt_zero1_check_replicas(r->zero1, &same, hashes ? hashes : hash0)
+               : dt_check_replicas(r->comm, r->m, &same, hashes ? hashes : hash0);
+    if (st != DT_OK && units)
+        snprintf(r->err, sizeof r->err, "rank %d: replica check after step %d: %s", r->rank, step,
+                 dt_zero1_error(r->zero1));
     if (st == DT_OK && !same) {
         fprintf(stderr,
                 "minigpt: rank %d: after step %d the ranks' "
@@ -125,7 +136,7 @@ static dt_status check_replicas(mg_run *r, int step, bool quiet)
                r->world, (unsigned long long)(hashes ? hashes[0] : hash0[0]));
     }
     free(hashes);
-    dt_status released = mg_params_hold(r, false);
+    dt_status released = units ? DT_OK : mg_params_hold(r, false);
     return st != DT_OK ? st : released;
 }
 
@@ -164,7 +175,7 @@ static dt_status train(mg_run *r, mg_metrics *mx, double *mean_hidden, double *a
         if ((st = mg_ckpt_after_step(r, s + 1)) != DT_OK)
             return st;
         bool eval = o->eval_every > 0 && (s + 1) % o->eval_every == 0 && s + 1 < o->steps;
-        if (eval && (st = mg_params_hold(r, true)) != DT_OK) /* every rank: ZeRO-3 */
+        if (eval && (st = mg_eval_params(r, true)) != DT_OK) /* every rank: ZeRO-3 */
             return st;
         if (r->rank == 0) {
             mg_metrics_step(mx, s, &st_info);
@@ -176,8 +187,10 @@ static dt_status train(mg_run *r, mg_metrics *mx, double *mean_hidden, double *a
                 *acc = evaluate(r, mx, s + 1);
             if (tty)
                 mg_progress(stdout, s + 1, o->steps, st_info.loss);
+        } else if (eval) {
+            evaluate(r, mx, s + 1); /* ZeRO-3: this rank's part of the forwards */
         }
-        if (eval && (st = mg_params_hold(r, false)) != DT_OK)
+        if (eval && (st = mg_eval_params(r, false)) != DT_OK)
             return st;
     }
     if (tty)
@@ -215,9 +228,11 @@ static dt_status finish(mg_run *r, mg_metrics *mx, double secs, double mean_hidd
     if (st == DT_OK)
         st = mg_gather_traffic(r);
     if (st == DT_OK)
-        st = mg_params_hold(r, true); /* ZeRO-3: the final evaluation's */
+        st = mg_eval_params(r, true); /* ZeRO-3: the units, on every rank */
     if (st != DT_OK)
         return st;
+    if (r->rank != 0)
+        evaluate(r, mx, o->steps); /* ZeRO-3: this rank's part of the forwards */
     if (r->rank == 0) {
         acc = evaluate(r, mx, o->steps);
         print_summary(r, secs, mean_hidden);
@@ -238,7 +253,7 @@ static dt_status finish(mg_run *r, mg_metrics *mx, double secs, double mean_hidd
     fflush(stdout);
     if (r->pipe && o->bubble_table && (st = mg_lesson_bubbles(stdout, r)) != DT_OK)
         return st;
-    if ((st = mg_params_hold(r, false)) != DT_OK) /* what a rank holds while training */
+    if ((st = mg_eval_params(r, false)) != DT_OK) /* what a rank holds while training */
         return st;
     /* r->m is not what a tp (or 3-D) rank holds */
     st = r->tp || r->three_d ? DT_OK : mg_report_memory(stdout, r);
@@ -246,11 +261,11 @@ static dt_status finish(mg_run *r, mg_metrics *mx, double secs, double mean_hidd
         st = mg_trace_write(r->trace, r, o->trace);
     bool sample = o->sample > 0 && !r->pipe;
     if (st == DT_OK && sample)
-        st = mg_params_hold(r, true);
-    if (st == DT_OK && r->rank == 0 && sample)
-        mg_sample(r, stdout, o->sample);
+        st = mg_eval_params(r, true);
+    if (st == DT_OK && sample && (r->rank == 0 || mg_eval_collective(r)))
+        mg_sample(r, r->rank == 0 ? stdout : NULL, o->sample);
     if (st == DT_OK && sample)
-        st = mg_params_hold(r, false);
+        st = mg_eval_params(r, false);
     return st;
 }
 

@@ -18,9 +18,12 @@
  * parameters as it reaches them, and anything else that reads the
  * parameters (evaluation, the replica check) calls mg_settle_params first
  * (a checkpoint's dt_zero1_state waits by itself). ZeRO-3 keeps no whole
- * model: every rank holds it (mg_params_hold, one all-gather) around
- * what reads it — evaluation, the replica check, a checkpoint, the
- * sample — and lets it go before training goes on. The logged loss's
+ * model, in any phase: evaluation and the sample run on every rank
+ * through the units (mg_eval_params: each forward gathers one unit at a
+ * time, so every rank runs the same forwards; rank 0 prints), the
+ * replica check streams its hash through them and a checkpoint saves
+ * and loads the shard itself (checkpointing.c). A pipeline's ZeRO-3
+ * still holds its stage whole around them (mg_params_hold). The logged loss's
  * all-reduce is launched before the optimizer step, so it does not queue
  * behind the gather.
  *
@@ -29,7 +32,9 @@
  * order, and divides once by k·N.
  *
  * Every rank starts from the same weights because the optimizer wrappers
- * broadcast rank 0's at creation.
+ * broadcast rank 0's at creation; under ZeRO-3 the model is created
+ * sharded and each rank draws its own shard of the same initial weights
+ * (dt_zero3_init_shard), so no rank holds the whole model at start-up.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -187,11 +192,14 @@ dt_status mg_run_open(mg_run *r)
     const dt_backend *be;
     if ((st = open_backend(r, &be)) != DT_OK)
         return st;
-    st = o->recompute ? dt_model_create_recompute(&r->m, &o->cfg, be, o->batch)
-                      : dt_model_create(&r->m, &o->cfg, be, o->batch);
+    bool sharded = o->parallel == MG_ZERO3; /* ZeRO-3: no whole model, even at start-up */
+    st = sharded        ? dt_model_create_sharded(&r->m, &o->cfg, be, o->batch, o->recompute)
+         : o->recompute ? dt_model_create_recompute(&r->m, &o->cfg, be, o->batch)
+                        : dt_model_create(&r->m, &o->cfg, be, o->batch);
     if (st != DT_OK)
         return run_fail(r, st, "model", r->m ? dt_model_error(r->m) : NULL);
-    dt_model_init(r->m, o->seed);
+    if (!sharded)
+        dt_model_init(r->m, o->seed);
     size_t n = (size_t)o->batch * (size_t)o->cfg.T;
     r->x = malloc(n * sizeof(int));
     r->y = malloc(n * sizeof(int));
@@ -211,6 +219,8 @@ dt_status mg_run_open(mg_run *r)
         st = o->parallel == MG_ZERO3   ? dt_zero3_create(&r->zero1, r->m, r->comm, bytes)
              : o->parallel == MG_ZERO2 ? dt_zero2_create(&r->zero1, r->m, r->comm, bytes)
                                        : dt_zero1_create_bucketed(&r->zero1, r->m, r->comm, bytes);
+        if (st == DT_OK && sharded) /* each rank draws its own shard */
+            st = dt_zero3_init_shard(r->zero1, o->seed);
         if (st == DT_OK && o->deterministic)
             st = dt_zero1_set_deterministic(r->zero1);
         if (st != DT_OK)
@@ -392,12 +402,27 @@ dt_status mg_params_hold(mg_run *r, bool hold)
     return DT_OK;
 }
 
+bool mg_eval_collective(const mg_run *r)
+{
+    return is_zero3(r) && !r->pipe;
+}
+
+dt_status mg_eval_params(mg_run *r, bool on)
+{
+    if (!mg_eval_collective(r))
+        return mg_params_hold(r, on);
+    dt_zero1_arm_inference(r->zero1, on);
+    dt_status st = dt_zero1_hold_params(r->zero1, false); /* reports a failure */
+    return st == DT_OK ? DT_OK : run_fail(r, st, "zero3: evaluation", dt_zero1_error(r->zero1));
+}
+
 dt_status mg_settle_params(mg_run *r)
 {
-    if (is_zero3(r)) /* a hold is collective: the caller made it */
-        return r->m->params_memory
+    if (is_zero3(r)) /* a hold or the units are collective: the caller made them */
+        return r->m->params_memory || r->m->params_needed
                    ? DT_OK
-                   : run_fail(r, DT_EINVAL, "zero3", "the parameters are read without a hold");
+                   : run_fail(r, DT_EINVAL, "zero3",
+                              "the parameters are read without a hold or the units");
     dt_status st = r->zero1 ? dt_zero1_wait_params(r->zero1) : DT_OK;
     if (st != DT_OK)
         return run_fail(r, st, "parameter all-gather", dt_zero1_error(r->zero1));
@@ -485,6 +510,10 @@ void mg_sample(mg_run *r, FILE *f, int n)
     dt_rng_seed(&rng, o->seed + 3);
     int len = dt_generate(r->m, tok, prompt, n, r->is_task ? 0.0f : 1.0f, 0, r->is_task ? '\n' : -1,
                           &rng);
+    if (!f) { /* a ZeRO-3 rank that only takes part in the forwards */
+        free(tok);
+        return;
+    }
     fputs("sample: ", f);
     for (int i = 0; i < prompt; i++)
         put_token(f, tok[i]);

@@ -137,9 +137,18 @@ dt_status mg_settle_params(mg_run *r);
 /* ZeRO-3: hold gathers the whole model on every rank (collective), for
  * what reads it outside training; release frees it. Nothing otherwise. */
 dt_status mg_params_hold(mg_run *r, bool hold);
+/* Whether evaluation and sampling are collective: ZeRO-3 (not on a
+ * pipeline), whose forwards gather each unit from every rank, so every
+ * rank runs them (rank 0 prints). */
+bool mg_eval_collective(const mg_run *r);
+/* Makes the parameters readable by evaluation's and sampling's forwards
+ * (on) and goes back to training (off): ZeRO-3 arms its units
+ * (dt_zero1_arm_inference), no whole model; otherwise mg_params_hold. */
+dt_status mg_eval_params(mg_run *r, bool on);
 /* Mean loss over the validation split's first batches (this rank only). */
 float mg_val_loss(mg_run *r);
-/* Writes a sample of n tokens after a prompt from the validation split. */
+/* Writes a sample of n tokens after a prompt from the validation split
+ * (f NULL: runs its forwards only, for a ZeRO-3 rank that does not print). */
 void mg_sample(mg_run *r, FILE *f, int n);
 
 /* pipelined.c: --pp (every rank calls each) */
