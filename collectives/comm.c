@@ -30,6 +30,7 @@
 #include "store_internal.h"
 
 #define DEFAULT_TIMEOUT_S 30.0
+#define DEFAULT_PROGRESS_TIMEOUT_S 1800.0 /* torch's gloo default */
 #define DEFAULT_INIT_TIMEOUT_S 60.0
 
 static char *dup_or(const char *s, const char *fallback)
@@ -80,6 +81,8 @@ dt_status comm_setup(dt_comm *c, const dt_comm_options *o)
         return DT_EINVAL;
     }
     c->timeout_s = o->timeout_s > 0 ? o->timeout_s : DEFAULT_TIMEOUT_S;
+    c->progress_timeout_s = o->progress_timeout_s > 0 ? o->progress_timeout_s
+                                                      : DEFAULT_PROGRESS_TIMEOUT_S;
     c->init_timeout_s = o->init_timeout_s > 0 ? o->init_timeout_s : DEFAULT_INIT_TIMEOUT_S;
     c->socket_buffer = o->socket_buffer;
     c->gloo_wire = o->wire == DT_WIRE_GLOO;

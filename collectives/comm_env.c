@@ -9,7 +9,10 @@
  * still need DT_INIT_URL (e.g. `mpirun -x DT_INIT_URL=file:///tmp/job`).
  * Optional: DT_HOST (address to listen on) or DT_IFNAME (an interface whose
  * IPv4 address to use, for multi-node jobs; without either, host_address.c
- * picks one), DT_TIMEOUT (seconds per op),
+ * picks one), DT_TIMEOUT (the liveness limit: seconds a peer an op waits on
+ * may stay silent, heartbeats included), DT_PROGRESS_TIMEOUT (the progress
+ * limit: seconds an op waits for live peers to join it; dtrain-launch
+ * --progress-timeout sets it),
  * DT_INIT_TIMEOUT (seconds for the whole start-up: rendezvous + connecting;
  * dtrain-launch --init-timeout sets it), DT_WIRE (dtrain, the default, or
  * gloo: torch 1.13's wire). Without DT_JOB_ID the job id comes
@@ -42,6 +45,7 @@ void comm_env_child_options(dt_comm_options *o, const dt_comm *parent, int rank,
     o->job_id = job_id;
     o->host = parent->host;
     o->timeout_s = parent->timeout_s;
+    o->progress_timeout_s = parent->progress_timeout_s;
     o->init_timeout_s = parent->init_timeout_s;
     o->log = parent->log;
     o->log_user = parent->log_user;
@@ -169,6 +173,7 @@ dt_status dt_comm_options_from_env(dt_comm_options *o, uint8_t *scratch, size_t 
     }
     o->wire = wire && strcmp(wire, "gloo") == 0 ? DT_WIRE_GLOO : DT_WIRE_DTRAIN;
     if ((st = env_seconds("DT_TIMEOUT", &o->timeout_s, err, errlen)) != DT_OK ||
+        (st = env_seconds("DT_PROGRESS_TIMEOUT", &o->progress_timeout_s, err, errlen)) != DT_OK ||
         (st = env_seconds("DT_INIT_TIMEOUT", &o->init_timeout_s, err, errlen)) != DT_OK)
         return st;
     return env_secret(o, scratch, scratch_len, err, errlen);

@@ -67,6 +67,7 @@ typedef struct dt_conn {
     bool bye;        /* peer said it is leaving */
     bool lost;       /* EOF or error seen */
     bool has_handle; /* tcp was initialised */
+    bool shut_down;  /* our side is shut down (FIN queued): close once acknowledged */
     int hs_phase;    /* handshake step */
     char addr[64];   /* "host:port" of the peer */
     double deadline; /* handshake must finish by then */
@@ -93,6 +94,13 @@ typedef struct dt_conn {
     uv_write_t hs_write;
     char notice[DT_ERROR_MAX + 8]; /* ABORT frame: u32 status, text */
     uint32_t notice_status;
+
+    /* liveness and progress (heartbeat.c) */
+    double heard_at;  /* when bytes from the peer last arrived (or reading resumed) */
+    double beat_at;   /* when we last sent it a heartbeat */
+    bool peer_beat;   /* a heartbeat from it has arrived: the two below are known */
+    bool peer_in_op;  /* it is running collective peer_at ... */
+    uint64_t peer_at; /* ... or has not started it: the first it has not finished */
 } dt_conn;
 
 struct dt_work {
@@ -122,7 +130,9 @@ typedef struct reject_log {
 struct dt_comm {
     const comm_report *report; /* how the rooms below report up (report.h); set first */
     int rank, size;
-    double timeout_s, init_timeout_s;
+    double timeout_s;          /* liveness: a waited-on peer's longest silence */
+    double progress_timeout_s; /* progress: an op's longest wait for live peers */
+    double init_timeout_s;
     size_t socket_buffer;
     char *job_id, *host, *init_url;
     dt_log_fn log;
@@ -280,6 +290,8 @@ void comm_handshake_lost(dt_conn *cn, ssize_t err);
  * RX_WAIT_MATCH), matched again now that one was posted. */
 void comm_transport_read_set(dt_conn *cn, bool on);
 void comm_transport_read_header(dt_conn *cn);
+/* Does anything posted still wait for data from this peer? */
+bool comm_transport_expects_from(dt_comm *c, dt_conn *cn);
 
 /* transport.c: frames out, and transfers posted (run on the loop, except
  * comm_transport_post, which any thread may call) */
@@ -288,6 +300,14 @@ void comm_transport_post_here(dt_comm *c, dt_xfer *x); /* by the loop owner */
 void comm_transport_io_post(dt_comm *c, dt_xfer *x);   /* send or match a receive */
 void comm_transport_send_control(dt_conn *cn, uint8_t kind, uint64_t seq, const void *payload,
                                  size_t len);
+
+/* heartbeat.c, run on the loop: the ticker's turn (a heartbeat out to every
+ * peer once a beat; a peer something posted waits on that has been silent
+ * past the liveness limit fails the communicator); and, for an op that
+ * reached its progress limit, which ranks have not joined it, as their
+ * heartbeats tell ("rank 1 (ADDR) is alive but has not joined it: ..."). */
+void comm_heartbeat_tick(dt_comm *c, double now);
+void comm_heartbeat_absent(dt_comm *c, uint64_t seq, int waited_on, char *out, size_t n);
 
 /* mesh.c: connections and the loop */
 dt_status comm_mesh_start(dt_comm *c); /* the loop and the listener */

@@ -184,26 +184,30 @@ typedef void (*dt_log_fn)(void *user, const char *line);
 typedef enum dt_wire { DT_WIRE_DTRAIN, DT_WIRE_GLOO } dt_wire;
 
 typedef struct dt_comm_options {
-    int rank;              /* 0 .. world_size-1 */
-    int world_size;        /* >= 1 */
-    const char *init_url;  /* "file:///tmp/NAME", "tcp://HOST:PORT", "env://"; for the
+    int rank;                  /* 0 .. world_size-1 */
+    int world_size;            /* >= 1 */
+    const char *init_url;      /* "file:///tmp/NAME", "tcp://HOST:PORT", "env://"; for the
                               last two rank 0 hosts the store while the job starts
                               when HOST is its machine and nobody serves PORT */
-    const char *job_id;    /* scopes store keys and handshakes; NULL = the job id
+    const char *job_id;        /* scopes store keys and handshakes; NULL = the job id
                                  of mpirun/srun's environment, else "dtrain" */
-    const uint8_t *secret; /* per-job key for the handshake ...          */
-    size_t secret_len;     /* ... NULL/0: rank 0 makes one, shares it via a file://
+    const uint8_t *secret;     /* per-job key for the handshake ...          */
+    size_t secret_len;         /* ... NULL/0: rank 0 makes one, shares it via a file://
                                  store (a tcp:// or env:// store refuses: DT_EINVAL) */
-    const char *host;      /* address to listen on and advertise; NULL (and no
+    const char *host;          /* address to listen on and advertise; NULL (and no
                               ifname) = the one the route to a tcp:// or env://
                               server leaves by, else 127.0.0.1 */
-    const char *ifname;    /* or: the network interface whose IPv4 address to use */
-    double timeout_s;      /* default per-op timeout; 0 = 30 s */
-    double init_timeout_s; /* rendezvous + connecting; 0 = 60 s */
-    bool keep_init_file;   /* a file:// store's file stays when the job ends (it was
+    const char *ifname;        /* or: the network interface whose IPv4 address to use */
+    double timeout_s;          /* liveness: a peer an op waits on that sends nothing, not
+                              even a heartbeat, for this long is stopped, dead or cut
+                              off; 0 = 30 s (DT_TIMEOUT) */
+    double progress_timeout_s; /* progress: how long an op waits for live peers to
+                                  join it and finish; 0 = 1800 s (DT_PROGRESS_TIMEOUT) */
+    double init_timeout_s;     /* rendezvous + connecting; 0 = 60 s */
+    bool keep_init_file;       /* a file:// store's file stays when the job ends (it was
                               there before: DT_KEEP_INIT_FILE=1 from dtrain-launch) */
-    size_t socket_buffer;  /* SO_SNDBUF/SO_RCVBUF; 0 = the kernel's autotuning */
-    dt_log_fn log;         /* rejected strangers etc.; NULL = stderr */
+    size_t socket_buffer;      /* SO_SNDBUF/SO_RCVBUF; 0 = the kernel's autotuning */
+    dt_log_fn log;             /* rejected strangers etc.; NULL = stderr */
     void *log_user;
     struct dt_device *device; /* dt_device.h: ops on buffers this device owns are
                                  staged through pinned host memory; NULL = host
@@ -217,7 +221,8 @@ void dt_comm_options_default(dt_comm_options *o);
  * Fills all of *o: first the defaults (as dt_comm_options_default), then
  * rank, world size, init_url, job_id and secret from the environment the
  * launcher sets (RANK, WORLD_SIZE, DT_INIT_URL, DT_JOB_ID, DT_SECRET as
- * hex, DT_HOST or DT_IFNAME, DT_TIMEOUT, DT_INIT_TIMEOUT, DT_KEEP_INIT_FILE,
+ * hex, DT_HOST or DT_IFNAME, DT_TIMEOUT, DT_PROGRESS_TIMEOUT, DT_INIT_TIMEOUT,
+ * DT_KEEP_INIT_FILE,
  * DT_WIRE = dtrain or gloo), falling back to OMPI_COMM_WORLD_* and SLURM_*
  * for rank and size. *o need not be filled before, and what it held is
  * overwritten: set the fields the environment does not name (device, log,
@@ -370,7 +375,7 @@ typedef struct dt_op {
     int peer;         /* send: destination; recv: source or DT_ANY_SOURCE */
     uint32_t tag;     /* send/recv */
     int *source;      /* recv: where the message came from (may be NULL) */
-    double timeout_s; /* 0 = the communicator's default */
+    double timeout_s; /* this op's progress limit; 0 = the communicator's */
     dt_algo algo;     /* DT_ALGO_AUTO unless forcing one */
 } dt_op;
 

@@ -17,9 +17,11 @@
  * while a segment is being reduced; the kernel's socket buffers (autotuned,
  * several MiB on loopback) keep the bytes flowing meanwhile.
  *
- * Timeouts: the waiter owns the deadline. A collective gets op->timeout_s
- * (or the communicator's default) checked between loop iterations (the
- * loop's 20 ms ticker bounds how late). A missed deadline, or any local
+ * Timeouts: two clocks (transport/heartbeat.c). The waiter owns the progress
+ * deadline: a collective gets op->timeout_s (or the communicator's
+ * progress_timeout_s) checked between loop iterations (the loop's 20 ms
+ * ticker bounds how late); the ticker itself fails the op sooner when a
+ * peer it waits on is silent past timeout_s. A missed deadline, or any local
  * failure, fails the communicator, because after a partial op the byte
  * streams between ranks no longer line up.
  */
@@ -63,7 +65,7 @@ dt_status comm_executor_run(dt_comm *c, dt_work *w)
         .wire_count = wire_count(c, &w->op),
         .rank = c->rank,
         .size = c->size,
-        .deadline = dt_now() + (w->op.timeout_s > 0 ? w->op.timeout_s : c->timeout_s),
+        .deadline = dt_now() + (w->op.timeout_s > 0 ? w->op.timeout_s : c->progress_timeout_s),
         .sent_index = c->sent_index,
         .recv_index = c->recv_index,
     };

@@ -27,6 +27,16 @@
 #include "comm_internal.h"
 #include "staging.h"
 
+/* How long a send or receive may wait: the op's own timeout, else the
+ * progress limit (a stopped peer is named sooner, by the liveness clock);
+ * the gloo wire has no heartbeat and so one clock only, DT_TIMEOUT. */
+static double p2p_limit(const dt_comm *c, const dt_op *op)
+{
+    if (op->timeout_s > 0)
+        return op->timeout_s;
+    return c->gloo_wire ? c->timeout_s : c->progress_timeout_s;
+}
+
 static void post_p2p(dt_comm *c, dt_work *w)
 {
     dt_xfer *x = &w->xfer;
@@ -93,7 +103,7 @@ dt_status dt_submit(dt_comm *c, const dt_op *op, dt_work **work)
     }
     *work = w;
     if (op->kind == DT_OP_SEND || op->kind == DT_OP_RECV) {
-        w->deadline = dt_now() + (op->timeout_s > 0 ? op->timeout_s : c->timeout_s);
+        w->deadline = dt_now() + p2p_limit(c, op);
         pthread_mutex_lock(&c->mu);
         w->seq = c->p2p_seq++;
         c->p2p_outstanding++;
@@ -111,27 +121,33 @@ dt_status dt_submit(dt_comm *c, const dt_op *op, dt_work **work)
     return DT_OK;
 }
 
+/* A send or receive reached its progress limit. A peer that is stopped or
+ * gone is named sooner, at the liveness limit (transport/heartbeat.c), so
+ * the one named here was alive and did not post its side. */
 static void p2p_timed_out(dt_comm *c, dt_work *w)
 {
     const dt_op *op = &w->op;
-    double t = op->timeout_s > 0 ? op->timeout_s : c->timeout_s;
+    double t = p2p_limit(c, op);
+    const char *limit = op->timeout_s > 0 ? "the op's timeout"
+                        : c->gloo_wire    ? "DT_TIMEOUT: the gloo wire's one clock"
+                                          : "progress limit: DT_PROGRESS_TIMEOUT";
     if (op->kind == DT_OP_SEND)
         comm_fail(c, DT_ETIMEDOUT,
-                  "rank %d: send #%llu with tag %u to rank %d (%s) timed out "
-                  "after %.1f s",
-                  c->rank, (unsigned long long)w->seq, op->tag, op->peer, c->peer_addr[op->peer],
-                  t);
+                  "rank %d: send #%llu with tag %u to rank %d (%s) timed out after %.1f s (%s): "
+                  "rank %d never posted the matching receive",
+                  c->rank, (unsigned long long)w->seq, op->tag, op->peer, c->peer_addr[op->peer], t,
+                  limit, op->peer);
     else if (op->peer == DT_ANY_SOURCE)
         comm_fail(c, DT_ETIMEDOUT,
-                  "rank %d: recv #%llu with tag %u from any rank timed out "
-                  "after %.1f s",
-                  c->rank, (unsigned long long)w->seq, op->tag, t);
+                  "rank %d: recv #%llu with tag %u from any rank timed out after %.1f s (%s): "
+                  "no rank sent it",
+                  c->rank, (unsigned long long)w->seq, op->tag, t, limit);
     else
         comm_fail(c, DT_ETIMEDOUT,
-                  "rank %d: recv #%llu with tag %u from rank %d (%s) timed "
-                  "out after %.1f s",
-                  c->rank, (unsigned long long)w->seq, op->tag, op->peer, c->peer_addr[op->peer],
-                  t);
+                  "rank %d: recv #%llu with tag %u from rank %d (%s) timed out after %.1f s "
+                  "(%s): rank %d never sent it",
+                  c->rank, (unsigned long long)w->seq, op->tag, op->peer, c->peer_addr[op->peer], t,
+                  limit, op->peer);
 }
 
 dt_status dt_work_wait(dt_work *w)

@@ -49,6 +49,8 @@ typedef struct launch_options {
     const char *log_dir;       /* NULL = no per-rank log files */
     double grace_s;            /* SIGTERM -> SIGKILL delay */
     double init_timeout_s;     /* DT_INIT_TIMEOUT for the workers; 0 = not set */
+    double timeout_s;          /* DT_TIMEOUT (liveness) for the workers; 0 = not set */
+    double progress_timeout_s; /* DT_PROGRESS_TIMEOUT for the workers; 0 = not set */
     const char *wire;          /* DT_WIRE for the workers ("dtrain", "gloo"); NULL = not set */
     bool help;
     /* torchrun's flags with nothing or little to do here (launch_options.c) */

@@ -86,6 +86,14 @@ static const flag_spec flags[] = {
     {0, "init-timeout", NULL, "SECONDS", FLAG_SECONDS, FIELD(init_timeout_s), 1, 86400,
      "start-up deadline of each worker (rendezvous + connecting), passed\n"
      "as DT_INIT_TIMEOUT (default: the workers' own, 60 s for dtrain's)"},
+    {0, "timeout", NULL, "SECONDS", FLAG_SECONDS, FIELD(timeout_s), 0.001, 86400,
+     "liveness limit: a peer an op waits on that sends nothing (not even\n"
+     "a heartbeat) this long is named as stopped, dead or cut off; passed\n"
+     "as DT_TIMEOUT (default: the workers' own, 30 s for dtrain's)"},
+    {0, "progress-timeout", NULL, "SECONDS", FLAG_SECONDS, FIELD(progress_timeout_s), 0.001, 1e8,
+     "progress limit: how long an op waits for live ranks that have not\n"
+     "joined it (a rank busy alone: evaluation, a slow save); passed as\n"
+     "DT_PROGRESS_TIMEOUT (default: the workers' own, 1800 s for dtrain's)"},
     {0, "standalone", NULL, NULL, FLAG_SWITCH, FIELD(standalone), 0, 0,
      "one node with a fresh rendezvous of its own (torchrun's;\n"
      "the default here): no --rdzv, --master-addr or --nnodes > 1"},

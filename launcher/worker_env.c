@@ -19,6 +19,8 @@
  *   DT_INIT_URL        the rendezvous URL
  *   DT_SECRET          the job secret, 64 hex digits
  *   DT_INIT_TIMEOUT    --init-timeout, when given (else inherited, if set)
+ *   DT_TIMEOUT         --timeout, when given (else inherited, if set)
+ *   DT_PROGRESS_TIMEOUT  --progress-timeout, when given (else inherited)
  *   DT_KEEP_INIT_FILE  1 if the --rdzv file was there before the launch: the
  *                      ranks leave it in place (the launcher removes only what
  *                      the run created), else 0
@@ -55,7 +57,7 @@
 
 extern char **environ;
 
-enum { ENV_SET = 24 };
+enum { ENV_SET = 28 };
 
 static bool is_contract_name(const char *entry, char *const *ours, int n)
 {
@@ -108,6 +110,10 @@ char **launch_env_build(const launch_options *o, const launch_job *job, int loca
     ours[n++] = entry("DT_KEEP_INIT_FILE", "%d", !job->owns_rendezvous_file);
     if (o->init_timeout_s > 0)
         ours[n++] = entry("DT_INIT_TIMEOUT", "%g", o->init_timeout_s);
+    if (o->timeout_s > 0)
+        ours[n++] = entry("DT_TIMEOUT", "%g", o->timeout_s);
+    if (o->progress_timeout_s > 0)
+        ours[n++] = entry("DT_PROGRESS_TIMEOUT", "%g", o->progress_timeout_s);
     if (job->master_port > 0) {
         ours[n++] = entry("MASTER_ADDR", "%s", job->master_addr);
         ours[n++] = entry("MASTER_PORT", "%d", job->master_port);

@@ -49,7 +49,10 @@ static inline void say(FILE *report, dt_status st, double seconds, const char *m
     fflush(report);
 }
 
-static inline dt_comm *child_join(job *j, int rank, double timeout_s, FILE *report)
+/* Joins as `rank` with liveness limit timeout_s and progress limit
+ * progress_s (0: the default). */
+static inline dt_comm *child_join_clocks(job *j, int rank, double timeout_s, double progress_s,
+                                         FILE *report)
 {
     dt_comm_options o;
     dt_comm_options_default(&o);
@@ -60,6 +63,7 @@ static inline dt_comm *child_join(job *j, int rank, double timeout_s, FILE *repo
     o.secret = SECRET;
     o.secret_len = sizeof SECRET;
     o.timeout_s = timeout_s;
+    o.progress_timeout_s = progress_s;
     o.init_timeout_s = 20;
     o.log = NULL;
     dt_comm *c;
@@ -69,6 +73,11 @@ static inline dt_comm *child_join(job *j, int rank, double timeout_s, FILE *repo
         _exit(1);
     }
     return c;
+}
+
+static inline dt_comm *child_join(job *j, int rank, double timeout_s, FILE *report)
+{
+    return child_join_clocks(j, rank, timeout_s, 0, report);
 }
 
 static inline void start(job *j, int n, const char *name, child_fn fn)

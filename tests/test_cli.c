@@ -202,6 +202,18 @@ Test(cli, launcher_init_timeout_reaches_the_workers_as_dt_init_timeout, .timeout
     free(out);
 }
 
+Test(cli, launcher_timeouts_reach_the_workers_as_dt_timeout_and_dt_progress_timeout, .timeout = 30)
+{
+    int code;
+    char *out =
+        run((const char *[]){LAUNCH_BIN, "--timeout", "12", "--progress-timeout", "600", "/bin/sh",
+                             "-c", "echo liveness=$DT_TIMEOUT progress=$DT_PROGRESS_TIMEOUT", NULL},
+            &code);
+    cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
+    cr_expect(strstr(out, "liveness=12 progress=600"), "the timeouts not passed on:\n%s", out);
+    free(out);
+}
+
 Test(cli, launcher_wire_reaches_the_workers_as_dt_wire_and_refuses_other_wires, .timeout = 30)
 {
     int code;

@@ -174,11 +174,12 @@ Test(launcher_blame, the_rank_whose_connection_dropped_first_is_the_root_cause, 
 }
 
 /* Rank 1 hangs (not stopped: asleep, ignoring SIGTERM) and prints nothing;
- * the others time out waiting for it. It is the one that outlives SIGTERM. */
+ * its communicator still answers, so the others time out at the progress
+ * limit. It is the one that outlives SIGTERM. */
 Test(launcher_blame, a_hung_rank_that_ignores_sigterm_is_named_as_the_root_cause, .timeout = 60)
 {
     launch_run r;
-    launch_start_env(&r, (const char *[]){"DT_TIMEOUT=1", NULL},
+    launch_start_env(&r, (const char *[]){"DT_TIMEOUT=1", "DT_PROGRESS_TIMEOUT=1", NULL},
                      (const char *[]){"-n", "3", "--grace", "1", W, "allreduce-loop", "DIR", "1",
                                       NULL});
     launch_wait(&r);

@@ -126,6 +126,9 @@ static dt_status check_replicas(mg_run *r, int step, bool quiet)
         for (int q = 0; hashes && q < r->world; q++)
             fprintf(stderr, " %d:%016llx", q, (unsigned long long)hashes[q]);
         fprintf(stderr, "\n");
+        snprintf(r->err, sizeof r->err,
+                 "rank %d: replica check after step %d: the ranks' parameters differ", r->rank,
+                 step);
         st = DT_EPROTO;
     } else if (st == DT_OK && !quiet && r->rank == 0 && r->world == 1) {
         printf("replicas: 1 rank holds the parameters (hash %016llx)\n",
@@ -152,6 +155,19 @@ static void maybe_die(const mg_run *r, int done)
     }
 }
 
+/* MINIGPT_TEST_PAUSE=RANK:STEP:SECONDS, a test hook: rank RANK sleeps SECONDS
+ * after step STEP, as a rank busy alone would (its communicator still
+ * answers: tests/test_minigpt_clocks.c). */
+static void maybe_pause(const mg_run *r, int done)
+{
+    const char *hook = getenv("MINIGPT_TEST_PAUSE");
+    int rank, step;
+    unsigned seconds;
+    if (hook && sscanf(hook, "%d:%d:%u", &rank, &step, &seconds) == 3 && rank == r->rank &&
+        step == done)
+        sleep(seconds);
+}
+
 /* The step loop; returns the mean hidden share over steps that
  * communicated (-1 if none) through *mean_hidden. */
 static dt_status train(mg_run *r, mg_metrics *mx, double *mean_hidden, double *acc)
@@ -172,6 +188,7 @@ static dt_status train(mg_run *r, mg_metrics *mx, double *mean_hidden, double *a
         if (o->check_replicas && (st = check_replicas(r, s + 1, true)) != DT_OK)
             return st;
         maybe_die(r, s + 1);
+        maybe_pause(r, s + 1);
         if ((st = mg_ckpt_after_step(r, s + 1)) != DT_OK)
             return st;
         bool eval = o->eval_every > 0 && (s + 1) % o->eval_every == 0 && s + 1 < o->steps;
@@ -224,11 +241,16 @@ static void print_summary(const mg_run *r, double secs, double mean_hidden)
 static dt_status finish(mg_run *r, mg_metrics *mx, double secs, double mean_hidden, double acc)
 {
     const mg_options *o = &r->o;
+    r->phase = "end of run: replica check";
     dt_status st = check_replicas(r, o->steps, false);
-    if (st == DT_OK)
+    if (st == DT_OK) {
+        r->phase = "end of run: traffic totals";
         st = mg_gather_traffic(r);
-    if (st == DT_OK)
+    }
+    if (st == DT_OK) {
+        r->phase = "final evaluation";
         st = mg_eval_params(r, true); /* ZeRO-3: the units, on every rank */
+    }
     if (st != DT_OK)
         return st;
     if (r->rank != 0)
@@ -245,6 +267,7 @@ static dt_status finish(mg_run *r, mg_metrics *mx, double secs, double mean_hidd
             mg_report_memory_model(stdout, r);
     }
     fflush(stdout);
+    r->phase = "end of run: reports";
     if (r->pipe && (st = mg_report_pipeline(stdout, r)) != DT_OK)
         return st;
     fflush(stdout);
@@ -255,11 +278,16 @@ static dt_status finish(mg_run *r, mg_metrics *mx, double secs, double mean_hidd
         return st;
     if ((st = mg_eval_params(r, false)) != DT_OK) /* what a rank holds while training */
         return st;
+    r->phase = "end of run: memory report";
     /* r->m is not what a tp (or 3-D) rank holds */
     st = r->tp || r->three_d ? DT_OK : mg_report_memory(stdout, r);
     if (st == DT_OK && r->trace)
+        r->phase = "end of run: trace";
+    if (st == DT_OK && r->trace)
         st = mg_trace_write(r->trace, r, o->trace);
     bool sample = o->sample > 0 && !r->pipe;
+    if (st == DT_OK && sample)
+        r->phase = "sampling";
     if (st == DT_OK && sample)
         st = mg_eval_params(r, true);
     if (st == DT_OK && sample && (r->rank == 0 || mg_eval_collective(r)))
@@ -275,9 +303,10 @@ static dt_status finish(mg_run *r, mg_metrics *mx, double secs, double mean_hidd
  * so the rank prefix of our own message is dropped. */
 static void abort_job(mg_run *r, dt_status st)
 {
-    char prefix[32];
+    char prefix[32], line[sizeof r->err + 128];
     int n = snprintf(prefix, sizeof prefix, "rank %d: ", r->rank);
-    const char *why = r->err[0] ? r->err : dt_status_name(st);
+    mg_failure_line(r, st, line, sizeof line);
+    const char *why = line;
     if (!strncmp(why, prefix, (size_t)n))
         why += n;
     dt_comm_abort(r->comm, why);
@@ -311,6 +340,7 @@ int main(int argc, char **argv)
         printf("note: preset %s expects %d ranks, running on %d\n", r.o.preset, r.o.expect_ranks,
                r.world);
     mg_metrics *mx = NULL;
+    r.phase = "start-up";
     dt_status st = mg_check_modes(&r);
     if (st == DT_OK && r.o.trace && !(r.trace = mg_trace_open())) /* before --tp's hook */
         st = DT_ENOMEM;
@@ -329,12 +359,15 @@ int main(int argc, char **argv)
             fprintf(stderr, "minigpt: cannot write metrics to %s\n", r.o.metrics);
     }
     double t0 = dt_now(), hidden = -1, acc = -1;
+    r.phase = "training";
     if (st == DT_OK)
         st = train(&r, mx, &hidden, &acc);
     if (st == DT_OK)
         st = finish(&r, mx, dt_now() - t0, hidden, acc);
     if (st != DT_OK) {
-        fprintf(stderr, "minigpt: %s\n", r.err[0] ? r.err : dt_status_name(st));
+        char line[sizeof r.err + 128];
+        mg_failure_line(&r, st, line, sizeof line);
+        fprintf(stderr, "minigpt: %s\n", line);
         if (r.comm)
             abort_job(&r, st);
     }

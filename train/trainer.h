@@ -59,8 +59,14 @@ typedef struct mg_run {
     uint64_t last_bytes_sent;           /* the last step's mg_step.bytes_sent */
     double peak_gflops;                 /* rank 0's sgemm rate at start; 0: none (cuda) */
     uint64_t *bytes_sent_by_rank;       /* [world], rank 0 after the run: each rank's */
+    const char *phase;                  /* what the run is doing, for the failure line */
     char err[768];
 } mg_run;
+
+/* failure_line.c: the one line a failed rank prints ("rank 1: final
+ * evaluation: <op, peer, cause>"): r->err, else built from r->phase and
+ * the communicators' errors; never a bare status name. */
+void mg_failure_line(const mg_run *r, dt_status st, char *out, size_t n);
 
 /* What one optimizer step took. */
 typedef struct mg_step {

@@ -24,14 +24,18 @@ dt_status comm_staging_pieces_wait(stage_op *so, dt_device_event *e, const char 
 {
     dt_comm *c = so->comm;
     const dt_opctx *o = so->o;
-    dt_status st = dt_device_event_wait(c->device, e, o->deadline);
+    /* A copy is local work: the liveness limit bounds it, as it bounds a
+     * silent peer (peers hear no heartbeat from a loop that waits here). */
+    double now = dt_now(), until = now + c->timeout_s;
+    if (o->deadline < until)
+        until = o->deadline;
+    dt_status st = dt_device_event_wait(c->device, e, until);
     if (st == DT_ETIMEDOUT) {
         c->report->fail(c, DT_ETIMEDOUT,
-                        "rank %d: %s #%llu: %s: %s did not complete within the "
-                        "op's %.1f s; is the device hung?",
+                        "rank %d: %s #%llu: %s: %s did not complete within %.1f s; "
+                        "is the device hung?",
                         c->rank, dt_op_name(o->op->kind), (unsigned long long)o->seq,
-                        dt_device_name(c->device), what,
-                        o->op->timeout_s > 0 ? o->op->timeout_s : c->timeout_s);
+                        dt_device_name(c->device), what, until - now);
         return st;
     }
     return st == DT_OK ? DT_OK : comm_staging_pieces_fail(c, st, what);

@@ -16,21 +16,27 @@
  * reason, and closes every connection after FAIL_GRACE_S, which also
  * cancels sends still in flight (their write callbacks release them).
  * Shutdown: BYE to every peer, a TCP shutdown (FIN after the last byte), and
- * a forced close after SHUTDOWN_GRACE_S if a peer does not read.
+ * a close once the peer has acknowledged every byte (the ticker asks the
+ * kernel, SIOCOUTQ), or a forced one after SHUTDOWN_GRACE_S if a peer does
+ * not read. Not at once: a peer's heartbeat may be unread in our socket,
+ * and closing a socket with unread data resets the connection, which would
+ * throw away what the peer has not read of ours yet.
  *
  * comm_mesh_start makes the loop, its timers and the listener (none on
  * the gloo wire, whose connections are gloo's own); comm_thread.c then
  * starts the thread that runs it.
  *
- * The ticker (every TICK_MS) drives handshake deadlines, redials and the
- * forced closes, and bounds how long the communicator thread sleeps in the
+ * The ticker (every TICK_MS) drives handshake deadlines, redials, the
+ * forced closes, heartbeats and the liveness check (heartbeat.c), and bounds how long the communicator thread sleeps in the
  * loop before it checks an op's deadline again.
  *
  * Cost: p-1 connections per rank, one handshake each, once.
  */
+#include <linux/sockios.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 
 #include "comm_internal.h"
 
@@ -88,10 +94,28 @@ static void close_pending(dt_comm *c)
 
 static void on_shutdown_done(uv_shutdown_t *req, int status)
 {
-    (void)status;
     dt_conn *cn = req->data;
     free(req);
-    comm_conn_close(cn);
+    if (status < 0)
+        comm_conn_close(cn);
+    else
+        cn->shut_down = true; /* closed once the peer has it all (close_shut_down) */
+}
+
+/* Close each shut-down connection whose bytes, FIN included, the peer has
+ * acknowledged: a reset from here can then cost it nothing. */
+static void close_shut_down(dt_comm *c)
+{
+    for (int p = 0; p < c->size && c->peers; p++) {
+        dt_conn *cn = c->peers[p];
+        uv_os_fd_t fd;
+        int unacked = 0;
+        if (!cn || !cn->shut_down || cn->closing)
+            continue;
+        if (uv_fileno((uv_handle_t *)&cn->tcp, &fd) != 0 || ioctl(fd, SIOCOUTQ, &unacked) != 0 ||
+            unacked == 0)
+            comm_conn_close(cn);
+    }
 }
 
 static void io_shutdown(dt_comm *c)
@@ -317,6 +341,8 @@ static void on_tick(uv_timer_t *t)
     }
     if (c->close_at > 0 && now >= c->close_at)
         close_all_conns(c);
+    comm_heartbeat_tick(c, now);
+    close_shut_down(c);
     comm_reject_log_tick(c);
     comm_conn_maybe_finish(c);
 }

@@ -52,11 +52,14 @@ typedef struct dt_frame_hdr {
 _Static_assert(sizeof(dt_frame_hdr) == DT_FRAME_HEADER_BYTES, "dt_comm.h's header size");
 
 enum {
-    FRAME_COLL = 1,  /* part of a collective */
-    FRAME_P2P = 2,   /* tagged send/recv */
-    FRAME_ABORT = 3, /* payload: u32 status + text; the sender has failed. seq:
+    FRAME_COLL = 1,      /* part of a collective */
+    FRAME_P2P = 2,       /* tagged send/recv */
+    FRAME_ABORT = 3,     /* payload: u32 status + text; the sender has failed. seq:
                         the first collective the sender has not finished */
-    FRAME_BYE = 4,   /* the sender is destroying its communicator */
+    FRAME_BYE = 4,       /* the sender is destroying its communicator */
+    FRAME_HEARTBEAT = 5, /* the sender is alive (heartbeat.c). seq: the first
+                            collective it has not finished; index: 1 if it is
+                            running that one, 0 if it has not started it */
 };
 
 enum { XFER_POSTED = 0, XFER_DONE = 1, XFER_FAILED = 2 };

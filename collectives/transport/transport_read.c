@@ -35,6 +35,9 @@
  * handshake says the peer proved who it is, the connection becomes
  * comm->peers[rank] here and its next unit is a frame header.
  *
+ * A HEARTBEAT frame (heartbeat.c) says the peer is alive and where it is;
+ * any byte read stamps heard_at, the liveness clock's reading.
+ *
  * Failure: EOF, a reset or a protocol error ends in comm_fail (mesh.c then
  * lets go of everything and tells the peers). A peer's ABORT carries its
  * root cause, which becomes ours. A peer that said BYE (destroyed its
@@ -66,6 +69,8 @@ void comm_transport_read_set(dt_conn *cn, bool on)
     if (cn->closing || cn->reading)
         return;
     cn->reading = true;
+    cn->heard_at = dt_now(); /* its silence counts from now: while we did not
+                                read, the peer could not have reached us */
     uv_read_start((uv_stream_t *)&cn->tcp, on_alloc, on_read);
 }
 
@@ -232,6 +237,12 @@ void comm_transport_read_header(dt_conn *cn)
         cn->bye = true;
         next_header(cn);
         break;
+    case FRAME_HEARTBEAT: /* the peer is alive, and where it is (heartbeat.c) */
+        cn->peer_beat = true;
+        cn->peer_at = h->seq;
+        cn->peer_in_op = h->index & 1;
+        next_header(cn);
+        break;
     default:
         cn->rx_state = RX_STOPPED;
         comm_transport_read_set(cn, false);
@@ -286,8 +297,7 @@ static void rx_on_notice(dt_conn *cn)
                     cn->peer, cn->addr, cn->notice + 4);
 }
 
-/* Does anything posted still wait for data from this peer? */
-static bool expects_from(dt_comm *c, dt_conn *cn)
+bool comm_transport_expects_from(dt_comm *c, dt_conn *cn)
 {
     if (cn->coll_head || cn->rx_cur)
         return true;
@@ -307,7 +317,7 @@ static void conn_lost(dt_conn *cn, ssize_t err)
     cn->lost = true;
     cn->rx_state = RX_STOPPED;
     comm_transport_read_set(cn, false);
-    if (cn->bye && !expects_from(c, cn)) {
+    if (cn->bye && !comm_transport_expects_from(c, cn)) {
         comm_conn_close(cn);
         return;
     }
@@ -483,6 +493,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     dt_conn *cn = s->data;
     if (nread == 0 || nread == UV_ENOBUFS)
         return;
+    if (nread > 0)
+        cn->heard_at = dt_now(); /* liveness: any byte will do (heartbeat.c) */
     if (nread < 0 && cn->rx_state == RX_WAIT_MATCH) {
         cn->rx_deferred = (int)nread; /* after the frames staged before it */
         comm_transport_read_set(cn, false);

@@ -6,8 +6,10 @@
  * message index for that peer, then hands the transfer to the transport
  * (transport.c) on this thread: no queue, no wake-up. Waiting runs the libuv
  * loop one iteration at a time until the transfer is done or failed, and
- * owns the op's deadline: a transfer still pending at it fails the
- * communicator (after a partial op the byte streams no longer line up).
+ * owns the op's progress deadline: a transfer still pending at it fails the
+ * communicator (after a partial op the byte streams no longer line up). A
+ * peer that went silent fails it sooner, at the liveness limit: the loop's
+ * ticker checks that (heartbeat.c).
  * Cost: a post is a header fill plus, usually, one writev or nothing (a
  * receive waits in the read-ahead or for its frame); a wait is one
  * uv_run(UV_RUN_ONCE), an epoll_wait, per wake-up.
@@ -52,15 +54,20 @@ void comm_xfer_recv(dt_opctx *o, dt_xfer *x, int peer, void *buf, size_t len)
     comm_transport_post_here(o->comm, x);
 }
 
+/* The op reached its progress limit: name the ranks that have not joined
+ * it (heartbeat.c knows where each peer is), not merely the one waited on. */
 static void op_timed_out(dt_opctx *o, dt_xfer *x)
 {
     dt_comm *c = o->comm;
+    char who[DT_ERROR_MAX / 2];
+    comm_heartbeat_absent(c, o->seq, x->peer, who, sizeof who);
     c->report->fail(c, DT_ETIMEDOUT,
-                    "rank %d: timed out after %.1f s waiting to %s %zu B %s rank "
-                    "%d (%s)",
-                    c->rank, o->op->timeout_s > 0 ? o->op->timeout_s : c->timeout_s,
+                    "rank %d: %s #%llu timed out after %.1f s (progress limit: "
+                    "DT_PROGRESS_TIMEOUT or the op's timeout) waiting to %s %zu B %s rank %d: %s",
+                    c->rank, dt_op_name(o->op->kind), (unsigned long long)o->seq,
+                    o->op->timeout_s > 0 ? o->op->timeout_s : c->progress_timeout_s,
                     x->is_send ? "send" : "receive", x->len, x->is_send ? "to" : "from", x->peer,
-                    c->peer_addr[x->peer]);
+                    who);
 }
 
 dt_status comm_xfer_wait(dt_opctx *o, dt_xfer *x)

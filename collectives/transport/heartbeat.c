@@ -1,0 +1,192 @@
+/*
+ * heartbeat.c — the two clocks an op waits by: liveness and progress.
+ *
+ * A peer an op waits for may be late for two different reasons, and they
+ * deserve different patience:
+ *
+ *   liveness  its process is stopped, dead, or cut off from us. Nothing will
+ *             ever come; the sooner it is named, the better. The limit is
+ *             the communicator's timeout_s (DT_TIMEOUT, 30 s by default).
+ *   progress  it is alive but busy elsewhere (rank 0 evaluating alone while
+ *             the others wait in the next all-reduce, a slow checkpoint, a
+ *             debugger). It will come; killing the job would be wrong. The
+ *             limit is progress_timeout_s (DT_PROGRESS_TIMEOUT, 30 min by
+ *             default, the default of torch's gloo timeout), checked by the
+ *             op's waiter (xfer.c, work.c), which then asks this file who
+ *             has not joined.
+ *
+ * Telling them apart needs a signal that a busy rank still gives and a
+ * stopped one does not: every communicator's loop sends each peer a
+ * HEARTBEAT frame once a beat (a tenth of the liveness limit, at most 1 s).
+ * The loop runs while the rank computes — the communicator thread polls it
+ * when no op runs — so a rank deep in its own work still beats. Any byte
+ * read from a peer counts as hearing from it (transport_read.c stamps
+ * heard_at), so a peer streaming a long payload needs no beat to be alive.
+ * A heartbeat carries where its sender is — the first collective it has not
+ * finished, and whether it is running it — so that a progress timeout can
+ * name the ranks that have not joined the op instead of the neighbour the
+ * waiter happened to wait on.
+ *
+ * Which silences count: only a peer something posted here waits on (a
+ * receive from it, a send it has not taken) and whose connection is being
+ * read. A peer we are not reading is a peer we are behind (its frames wait
+ * for our receives, TCP holds the rest), and whatever it said since is
+ * queued behind them; its silence counts again from when reading resumes.
+ * An idle communicator waits on nobody, so idle ranks never fail each
+ * other.
+ *
+ * The kernel's keepalive (conn.c) still names a peer whose host stopped
+ * answering; it needs no process on the other side, and a stopped process's
+ * kernel answers it, which is why this file exists.
+ *
+ * Cost: one 40-byte frame per peer per beat (at most one a second with the
+ * default limit), a clock read per read(2); nothing on an op's path.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_internal.h"
+
+#define MAX_BEAT_S 1.0
+/* Heartbeats are not queued behind this much unsent data: the peer is not
+ * reading, and more of them would only grow the queue. */
+#define BEAT_QUEUE_LIMIT (64u << 10)
+
+static double beat_interval(const dt_comm *c)
+{
+    double t = c->timeout_s / 10;
+    return t < MAX_BEAT_S ? t : MAX_BEAT_S;
+}
+
+static void on_beat_written(uv_write_t *req, int status)
+{
+    (void)status; /* a broken connection is the reader's to report */
+    free(req->data);
+}
+
+typedef struct beat_write {
+    uv_write_t req;
+    dt_frame_hdr hdr;
+} beat_write;
+
+static void send_beat(dt_conn *cn, uint64_t at, bool in_op)
+{
+    if (uv_stream_get_write_queue_size((uv_stream_t *)&cn->tcp) > BEAT_QUEUE_LIMIT)
+        return;
+    beat_write *w = calloc(1, sizeof *w);
+    if (!w)
+        return;
+    w->hdr.kind = FRAME_HEARTBEAT;
+    w->hdr.root = -1;
+    w->hdr.seq = at;
+    w->hdr.index = in_op ? 1 : 0;
+    w->req.data = w;
+    uv_buf_t buf = uv_buf_init((char *)&w->hdr, sizeof w->hdr);
+    if (uv_write(&w->req, (uv_stream_t *)&cn->tcp, &buf, 1, on_beat_written) < 0)
+        free(w);
+}
+
+static bool usable(const dt_conn *cn)
+{
+    return cn && cn->authenticated && !cn->closing && !cn->lost && !cn->bye;
+}
+
+/* Is something posted here waiting on this peer, while we read it? */
+static bool waits_on(dt_comm *c, dt_conn *cn)
+{
+    bool read_now = cn->reading && (cn->rx_state == RX_HEADER || cn->rx_state == RX_PAYLOAD ||
+                                    cn->rx_state == RX_NOTICE);
+    if (!read_now)
+        return false;
+    return comm_transport_expects_from(c, cn) ||
+           uv_stream_get_write_queue_size((uv_stream_t *)&cn->tcp) > 0;
+}
+
+/* launcher/root_cause.c looks for "timed out" to suspect a stopped rank. */
+static void silent_peer(dt_comm *c, dt_conn *cn, double silent_s)
+{
+    c->report->fail(c, DT_ETIMEDOUT,
+                    "rank %d: timed out waiting on rank %d (%s): it has sent nothing, not even "
+                    "a heartbeat, for %.1f s; its process is stopped, hung or cut off "
+                    "(liveness limit: DT_TIMEOUT, %.1f s)",
+                    c->rank, cn->peer, cn->addr, silent_s, c->timeout_s);
+}
+
+void comm_heartbeat_tick(dt_comm *c, double now)
+{
+    if (!c->peers || c->io_failed_done || c->io_shutdown)
+        return;
+    bool beat = false;
+    uint64_t at = 0;
+    bool in_op = false;
+    for (int p = 0; p < c->size && !beat; p++)
+        beat = usable(c->peers[p]) && now - c->peers[p]->beat_at >= beat_interval(c);
+    if (beat) {
+        pthread_mutex_lock(&c->mu);
+        at = c->report->first_unfinished_locked(c);
+        in_op = c->in_op;
+        pthread_mutex_unlock(&c->mu);
+    }
+    for (int p = 0; p < c->size; p++) {
+        dt_conn *cn = c->peers[p];
+        if (!usable(cn))
+            continue;
+        if (beat && now - cn->beat_at >= beat_interval(c)) {
+            cn->beat_at = now;
+            send_beat(cn, at, in_op);
+        }
+        if (now - cn->heard_at > c->timeout_s && waits_on(c, cn)) {
+            silent_peer(c, cn, now - cn->heard_at);
+            return; /* the first failure is the one that counts */
+        }
+    }
+}
+
+/* Has the peer joined collective seq, as its last heartbeat tells? */
+static bool joined(const dt_conn *cn, uint64_t seq)
+{
+    return cn->peer_beat && (cn->peer_at > seq || (cn->peer_at == seq && cn->peer_in_op));
+}
+
+static void describe_absent(const dt_conn *cn, uint64_t seq, double now, char *out, size_t n)
+{
+    if (!cn->peer_beat) {
+        snprintf(out, n, "rank %d (%s) has sent no heartbeat yet", cn->peer, cn->addr);
+        return;
+    }
+    char where[96];
+    if (cn->peer_in_op)
+        snprintf(where, sizeof where, "it is still running collective #%llu",
+                 (unsigned long long)cn->peer_at);
+    else if (cn->peer_at == seq)
+        snprintf(where, sizeof where, "it has not started it yet");
+    else
+        snprintf(where, sizeof where, "collective #%llu is its next",
+                 (unsigned long long)cn->peer_at);
+    snprintf(out, n, "rank %d (%s) is alive (heard %.1f s ago) but has not joined #%llu: %s",
+             cn->peer, cn->addr, now - cn->heard_at, (unsigned long long)seq, where);
+}
+
+void comm_heartbeat_absent(dt_comm *c, uint64_t seq, int waited_on, char *out, size_t n)
+{
+    double now = dt_now();
+    size_t used = 0;
+    int absent = 0;
+    out[0] = '\0';
+    for (int p = 0; p < c->size && used + 1 < n; p++) {
+        dt_conn *cn = c->peers ? c->peers[p] : NULL;
+        if (p == c->rank || !cn || joined(cn, seq))
+            continue;
+        char one[320];
+        describe_absent(cn, seq, now, one, sizeof one);
+        int k = snprintf(out + used, n - used, "%s%s", absent ? "; " : "", one);
+        used += k > 0 ? (size_t)k : 0;
+        absent++;
+    }
+    if (absent == 0 && waited_on >= 0)
+        snprintf(out, n,
+                 "every rank has joined it, and rank %d (%s), which rank %d waits on, is alive "
+                 "but has not sent what it owes (do the ranks post matching sends and receives?)",
+                 waited_on, c->peer_addr[waited_on], c->rank);
+}
