@@ -444,6 +444,31 @@ Test(launcher, an_unknown_flag_exits_2_naming_it, .timeout = 10)
     assert_usage_error((const char *[]){"--nproc", "2", W, "env", NULL}, "unknown flag '--nproc'");
 }
 
+Test(launcher, an_unknown_flag_is_answered_with_the_closest_known_spelling, .timeout = 10)
+{
+    assert_usage_error((const char *[]){"--nproc_per_nod", "2", W, "env", NULL},
+                       "unknown flag '--nproc_per_nod' (did you mean --nproc-per-node?)");
+    assert_usage_error((const char *[]){"--max-restart", "1", W, "env", NULL},
+                       "unknown flag '--max-restart' (did you mean --max-restarts?)");
+    assert_usage_error((const char *[]){"--rdzv_i=x", W, "env", NULL}, "(did you mean --rdzv-id?)");
+}
+
+/* `--log_dir -n 2 ./prog` once made a directory named -n and ran `2`. */
+Test(launcher, a_value_that_looks_like_a_flag_is_refused_and_nothing_is_made, .timeout = 10)
+{
+    char cwd[] = "/tmp/dt-launch-cwd-XXXXXX", dir[64];
+    cr_assert(mkdtemp(cwd) && chdir(cwd) == 0); /* this test's process only */
+    snprintf(dir, sizeof dir, "%s/-n", cwd);
+    assert_usage_error((const char *[]){"--log_dir", "-n", "2", W, "env", NULL},
+                       "--log-dir needs a value (D), and the next argument '-n' is a flag");
+    bool made = access(dir, F_OK) == 0;
+    rmdir(dir);
+    rmdir(cwd);
+    cr_assert_not(made, "the launcher made a directory named -n");
+    assert_usage_error((const char *[]){"--run-id", "--nnodes", "1", W, "env", NULL},
+                       "write --run-id=--nnodes");
+}
+
 Test(launcher, a_bad_number_exits_2_with_the_range, .timeout = 10)
 {
     assert_usage_error((const char *[]){"-n", "0", W, "env", NULL}, "--nproc-per-node: '0'");
