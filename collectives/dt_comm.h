@@ -118,6 +118,12 @@ void dt_store_close(dt_store *s);
  * job is its owner's, not the job's, to remove). */
 void dt_store_keep_file(dt_store *s);
 const char *dt_store_error(const dt_store *s);
+/* Removes the file of a file:// store whose job is gone: no live handle
+ * holds it, and it is all store records PyTorch has not used. A live
+ * job's file, or anything else at the path, is left as it is and nothing
+ * is written to it. *removed says whether it went; DT_OK also when it is
+ * live or absent, DT_ESTORE when the path holds something not ours. */
+dt_status dt_store_remove_if_dead(const char *url, bool *removed);
 
 dt_status dt_store_set(dt_store *s, const char *key, const void *val, size_t len);
 /* Waits until `key` exists or timeout_s passes (DT_ETIMEDOUT). *val is

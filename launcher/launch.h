@@ -100,6 +100,13 @@ void launch_job_cleanup(const launch_job *job);
  * outright left, once no live process holds them. */
 void launch_job_sweep(const launch_job *job);
 
+/* ---- rdzv_watch.c ---------------------------------------------------------- */
+
+/* Starts the watcher that removes the rendezvous file this run made once
+ * the launcher is gone by any means (SIGKILL included) and no live process
+ * holds the file. Call before any worker starts. */
+void launch_rdzv_watch(const launch_job *job);
+
 /* ---- worker_env.c ---------------------------------------------------------- */
 
 /* The environment of local worker `local_rank` in group attempt `restart`:

@@ -12,7 +12,8 @@
  *     The launcher removes the file when it exits if the run created it: the
  *     default name always, a --rdzv file only if nothing was at that path
  *     when the launcher started (a file that was there is the user's). A
- *     launcher killed outright cannot; the next launch sweeps its file.
+ *     launcher killed outright cannot: its watcher does (rdzv_watch.c), and
+ *     the next launch sweeps the default names as well.
  *   - the secret (32 random bytes, hex in DT_SECRET) keys the challenge-
  *     response every connection runs, so only this job's ranks can join.
  *

@@ -12,6 +12,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include "dt_comm.h"
 #include "launch_run.h"
 #include "proc_state.h"
 
@@ -350,6 +351,58 @@ Test(launcher, the_next_launch_removes_the_file_a_sigkilled_launcher_left, .time
     unlink(path);
     launch_cleanup(&r);
     launch_cleanup(&next);
+}
+
+/* Without a next launch, and under a --run-id name no sweep knows: the
+ * launcher's watcher (rdzv_watch.c) removes the file once the workers the
+ * SIGKILL took with it have let go. Polled for up to 10 s. */
+Test(launcher, a_sigkilled_launchers_rendezvous_file_goes_without_another_launch, .timeout = 30)
+{
+    char id[64], path[96];
+    snprintf(id, sizeof id, "killed_%d", (int)getpid());
+    snprintf(path, sizeof path, "/tmp/dtrain-%s", id);
+    launch_run r;
+    launch_start(&r, (const char *[]){"-n", "2", "--run-id", id, W, "join-sleep", "DIR", NULL});
+    for (int i = 0; i < 2; i++)
+        wait_pid_file(&r, i);
+    cr_assert(exists(path), "the ranks met elsewhere than %s:\n%s", path, r.err);
+    kill(r.pid, SIGKILL);
+    launch_wait(&r);
+    bool gone = false;
+    for (int i = 0; i < 1000 && !gone; i++) {
+        gone = !exists(path);
+        nanosleep(&(struct timespec){0, 10000000}, NULL);
+    }
+    unlink(path);
+    cr_assert(gone, "%s outlived its SIGKILLed launcher by 10 s", path);
+    launch_cleanup(&r);
+}
+
+/* The watcher never removes a file a live process still holds: here the
+ * test itself joins the store before the launcher is killed. */
+Test(launcher, a_sigkilled_launchers_file_stays_while_someone_still_holds_it, .timeout = 30)
+{
+    char id[64], url[96];
+    snprintf(id, sizeof id, "held_%d", (int)getpid());
+    snprintf(url, sizeof url, "file:///tmp/dtrain-%s", id);
+    launch_run r;
+    launch_start(&r, (const char *[]){"-n", "2", "--run-id", id, W, "join-sleep", "DIR", NULL});
+    pid_t pid[2];
+    for (int i = 0; i < 2; i++)
+        pid[i] = wait_pid_file(&r, i);
+    dt_store *s = NULL;
+    cr_assert_eq(dt_store_open(&s, url, "holder"), DT_OK, "%s", dt_store_error(s));
+    kill(r.pid, SIGKILL);
+    launch_wait(&r);
+    for (int i = 0; i < 2; i++)
+        while (still_runs(pid[i]))
+            nanosleep(&(struct timespec){0, 10000000}, NULL);
+    nanosleep(&(struct timespec){1, 0}, NULL); /* 50 of the watcher's tries */
+    bool stayed = exists(url + 7);
+    dt_store_close(s); /* the last holder: removes it */
+    cr_assert(stayed, "a file still held was removed");
+    cr_assert(!exists(url + 7), "the last holder's close left %s", url + 7);
+    launch_cleanup(&r);
 }
 
 Test(launcher, an_rdzv_file_that_existed_before_the_launch_is_left_alone, .timeout = 30)
