@@ -85,6 +85,7 @@ typedef struct launch_job {
     char run_id[72];                              /* hex, or the user's --run-id */
     char init_url[LAUNCH_URL_MAX];                /* file:///... */
     char secret_hex[2 * LAUNCH_SECRET_BYTES + 1]; /* handed to workers as DT_SECRET */
+    char job_marker[33];                          /* DT_JOB_MARKER: hex, or "" (launch_job.c) */
     bool owns_rendezvous_file;                    /* this run made the file: remove it */
     char master_addr[256];                        /* MASTER_ADDR for the workers, or "" */
     int master_port;                              /* MASTER_PORT, or 0 */

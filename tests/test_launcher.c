@@ -601,6 +601,38 @@ Test(launcher, two_launchers_as_two_nodes_form_one_job, .timeout = 60)
         launch_cleanup(&node[k]);
 }
 
+/* docs/12's command with a different DT_SECRET on node 1 and no --run-id:
+ * each node derives another run id from its secret, so without the job
+ * marker they never met and both waited out the 60 s start-up deadline. */
+Test(launcher, nodes_with_different_secrets_are_told_so_within_10_s, .timeout = 60)
+{
+    static const char *const secrets[2] = {
+        "DT_SECRET=00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
+        "DT_SECRET=ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100"};
+    char url[128];
+    snprintf(url, sizeof url, "file:///tmp/dt-launch-test-secrets-%d", (int)getpid());
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    launch_run node[2];
+    for (int k = 0; k < 2; k++)
+        launch_start_env(&node[k], (const char *[]){secrets[k], NULL},
+                         (const char *[]){"-n", "2", "--nnodes", "2", "--node-rank", k ? "1" : "0",
+                                          "--rdzv", url, W, "allreduce", NULL});
+    for (int k = 0; k < 2; k++)
+        launch_wait(&node[k]);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    for (int k = 0; k < 2; k++) {
+        cr_assert_neq(node[k].code, 0, "node %d started a job with another secret", k);
+        cr_assert(strstr(node[k].err, "DT_SECRET differs"), "node %d does not name the secret:\n%s",
+                  k, node[k].err);
+    }
+    cr_assert_lt(took, 10.0, "the nodes took %.1f s to fail", took);
+    unlink(url + 7);
+    for (int k = 0; k < 2; k++)
+        launch_cleanup(&node[k]);
+}
+
 /* A port nobody listens on now (the kernel's pick for a closed socket). */
 static int free_port(void)
 {
