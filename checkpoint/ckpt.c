@@ -5,8 +5,11 @@
  * Save, on every rank (comm NULL = world 1):
  *   1. rank 0 makes root/step_N/ and removes a stale manifest there (a
  *      crashed earlier attempt at the same step must not vouch for the new
- *      shards); broadcast of its verdict = "directory ready" barrier. If
- *      rank 0 could not, no rank writes anything.
+ *      shards), and the shards of ranks this world does not have (a save
+ *      at another world size must not leave strays); broadcast of its
+ *      verdict = "directory ready" barrier. If rank 0 could not, no rank
+ *      writes anything. A handle opened new_step_only (dtrain-ckpt) instead
+ *      refuses a step directory that exists.
  *   2. each rank writes its shard (shard_file.c): tmp, SHA-256, fsync,
  *      rename. A rank that fails keeps going through the collectives with
  *      ok = 0, so nobody hangs and nothing is committed.
@@ -21,6 +24,7 @@
  * Cost: one broadcast, one gather of 72 B per rank, one 4-byte all-reduce;
  * disk work in parallel on all ranks.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,20 +71,52 @@ const char *dt_ckpt_root(const dt_ckpt *ck)
 
 /* ---- save ---------------------------------------------------------------- */
 
+/* Removes dir's rankNNNNN.bin (and .bin.tmp) for NNNNN >= world: shards of
+ * an earlier save of this step at a larger world size. */
+static void remove_stray_shards(const char *dir, int world)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    bool removed = false;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        int r, end = 0;
+        if (sscanf(e->d_name, "rank%5d.bin%n", &r, &end) == 1 && end == 13 && r >= world &&
+            (e->d_name[end] == '\0' || strcmp(e->d_name + end, ".tmp") == 0))
+            removed |= unlinkat(dirfd(d), e->d_name, 0) == 0;
+    }
+    closedir(d);
+    if (removed)
+        ckpt_fsync_dir(dir);
+}
+
 /*
  * Saving a step again (a run resumed from an older checkpoint) must first
  * unmake the old commit of that step: its manifest would vouch for shards
  * being replaced. If `latest` names that step, it is moved first to the
  * newest other committed step, or removed when there is none, so that
  * `latest` never names a directory without a manifest, even for an instant.
+ * The shards of ranks >= world go too: the manifest would not list them,
+ * and a directory that holds more shards than its manifest misleads anyone
+ * who reads it (and verify would not notice).
  */
-static dt_status prepare_dir(dt_ckpt *ck, const char *dir, const char *name, long step)
+static dt_status prepare_dir(dt_ckpt *ck, const char *dir, const char *name, long step, int world)
 {
-    if ((mkdir(ck->root, 0755) != 0 && errno != EEXIST) ||
-        (mkdir(dir, 0755) != 0 && errno != EEXIST))
+    if (mkdir(ck->root, 0755) != 0 && errno != EEXIST)
+        return ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "creating %s: %s", ck->root,
+                         strerror(errno));
+    bool made = mkdir(dir, 0755) == 0;
+    if (!made && errno != EEXIST)
         return ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "creating %s: %s", dir, strerror(errno));
+    if (!made && ck->opts.new_step_only) /* mkdir is the atomic test */
+        return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_IO,
+                         "%s already exists, and this save never replaces a step: "
+                         "write to another root",
+                         dir);
     if (ckpt_check_dir(ck, dir) != DT_OK) /* a symlink would lead outside */
         return ck->status;
+    remove_stray_shards(dir, world);
     char man[CKPT_PATH_MAX], latest[CKPT_PATH_MAX], other[64];
     ckpt_join(man, dir, "manifest.json", "");
     if (access(man, F_OK) != 0)
@@ -249,7 +285,7 @@ dt_status dt_ckpt_save(dt_ckpt *ck, dt_comm *comm, const dt_ckpt_state *s)
                            "save of %s: out "
                            "of memory",
                            dir) == DT_OK;
-        ready = ok && prepare_dir(ck, dir, name, s->step) == DT_OK;
+        ready = ok && prepare_dir(ck, dir, name, s->step, world) == DT_OK;
     }
     dt_status st = DT_OK;
     if (comm && (st = dt_broadcast(comm, &ready, 1, DT_I32, 0)) != DT_OK)
@@ -280,7 +316,7 @@ dt_status dt_ckpt_save_all(dt_ckpt *ck, const dt_ckpt_state *full, int world)
         return st;
     char name[64], dir[CKPT_PATH_MAX];
     step_dir(ck, full->step, name, dir);
-    if ((st = prepare_dir(ck, dir, name, full->step)) != DT_OK)
+    if ((st = prepare_dir(ck, dir, name, full->step, world)) != DT_OK)
         return st;
     ckpt_shard *recs = calloc((size_t)world, sizeof *recs);
     if (!recs)

@@ -200,6 +200,8 @@ typedef struct dt_ckpt dt_ckpt;
 typedef struct dt_ckpt_options {
     int keep;           /* keep the K newest steps (0 = all) */
     bool allow_reshard; /* load accepts another world size or mode */
+    bool new_step_only; /* save refuses a step directory that exists, in any
+                           state (dtrain-ckpt: a tool never replaces one) */
 } dt_ckpt_options;
 
 /* Opens the checkpoint root dir (created by save if missing). Always sets
@@ -237,7 +239,9 @@ dt_status dt_ckpt_save(dt_ckpt *ck, dt_comm *comm, const dt_ckpt_state *s);
 
 /*
  * One process writes all `world` shards of a full state (params, and every
- * optimizer array over [0, Ψ)) and commits: the offline reshard.
+ * optimizer array over [0, Ψ)) and commits: the offline reshard. Like
+ * dt_ckpt_save, saving a step that exists replaces it (its shards beyond
+ * `world` removed), unless the handle was opened with new_step_only.
  */
 dt_status dt_ckpt_save_all(dt_ckpt *ck, const dt_ckpt_state *full, int world);
 

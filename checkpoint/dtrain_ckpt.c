@@ -24,12 +24,18 @@
  * intersection with every shard is the whole of it), then write it out;
  * a tp checkpoint's shares are joined into the model's layout first
  * (tp_share.c), or cut for another T.
- * Exit codes: 0 success, 1 a checkpoint failed its checks or a write
- * failed, 2 usage (one line saying what was wrong and a pointer to --help,
+ * The tool never changes a checkpoint that exists: reshard refuses an
+ * OUTROOT that already holds the step (the library's new_step_only, an
+ * atomic mkdir) or whose `latest` names a newer step (moving it back would
+ * rewind a run), and neither reshard nor export writes anything inside a
+ * step directory (inside_step_dir); export replaces only a safetensors file.
+ * Exit codes: 0 success, 1 a checkpoint failed its checks, a write failed
+ * or was refused, 2 usage (one line saying what was wrong and a pointer to --help,
  * dt_flags.h; --pp_partition is --pp-partition).
  */
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,6 +85,57 @@ static int resolve(dt_ckpt *ck, const char *path, char *dir, size_t len)
     if (dt_ckpt_latest(ck, dir, len) != DT_OK) {
         fprintf(stderr, "dtrain-ckpt: %s\n", dt_ckpt_error(ck));
         return 1;
+    }
+    return 0;
+}
+
+/* Whether dir is a step directory: it holds a manifest.json, or its name
+ * is step_ and digits (one being written has no manifest yet). */
+static bool is_step_dir(const char *dir)
+{
+    char man[PATH_MAX + 16];
+    snprintf(man, sizeof man, "%s/manifest.json", dir);
+    const char *base = strrchr(dir, '/');
+    base = base ? base + 1 : dir;
+    bool named = strncmp(base, "step_", 5) == 0 && base[5] &&
+                 strspn(base + 5, "0123456789") == strlen(base + 5);
+    return named || access(man, F_OK) == 0;
+}
+
+/* Refuses (1, after saying so) when dir or a directory above it is a step
+ * directory: a step holds its shards and manifest, nothing else. dir need
+ * not exist: the nearest part of it that does is resolved (symlinks, "..")
+ * and walked up to /. what: "export: OUT" or "reshard: OUTROOT". */
+static int inside_step_dir(const char *what, const char *out, const char *dir)
+{
+    char probe[PATH_MAX], real[PATH_MAX], shown[PATH_MAX + 64], step[PATH_MAX + 64];
+    snprintf(probe, sizeof probe, "%s", dir);
+    while (!realpath(probe, real)) {
+        char *slash = strrchr(probe, '/');
+        if (slash == probe)
+            snprintf(real, sizeof real, "/");
+        else if (!slash && !getcwd(real, sizeof real))
+            return 0;
+        if (!slash || slash == probe)
+            break;
+        *slash = '\0';
+    }
+    for (char *up = real; up;) {
+        if (is_step_dir(real)) {
+            fprintf(stderr,
+                    "dtrain-ckpt: %s %s lies in the step directory %s, and a step holds "
+                    "only its own shards and manifest: write elsewhere\n",
+                    what, dt_ckpt_printable(shown, sizeof shown, out),
+                    dt_ckpt_printable(step, sizeof step, real));
+            return 1;
+        }
+        up = strrchr(real, '/');
+        if (up == real && real[1])
+            real[1] = '\0';
+        else if (up && up != real)
+            *up = '\0';
+        else
+            up = NULL;
     }
     return 0;
 }
@@ -287,6 +344,23 @@ static int layout(dt_ckpt_state *s, int pp, int tp, int m, dt_pipe_partition_kin
                   : tp_layout(s, tp, m, slices, order);
 }
 
+/* Refuses (1, after saying so) when out's `latest` names a step newer than
+ * step: committing step there would move `latest` back, and the next
+ * --resume auto would rewind the run. */
+static int newer_latest(dt_ckpt *out, long step)
+{
+    char dir[4200], shown[4200];
+    dt_ckpt_info info;
+    if (dt_ckpt_latest(out, dir, sizeof dir) != DT_OK ||
+        dt_ckpt_inspect(out, dir, &info) != DT_OK || info.step <= step)
+        return 0;
+    fprintf(stderr,
+            "dtrain-ckpt: reshard: %s names step %ld, newer than step %ld: committing it there "
+            "would move latest back; write to another root\n",
+            dt_ckpt_printable(shown, sizeof shown, dir), info.step, step);
+    return 1;
+}
+
 /* Writes the full state s as m shards under outroot (pp > 0: the
  * pipeline layout; tp > 1: the tp layout; both: the 3-D grid's). */
 static int cmd_reshard(dt_ckpt_state *s, const char *outroot, int m, int pp, int tp,
@@ -308,10 +382,14 @@ static int cmd_reshard(dt_ckpt_state *s, const char *outroot, int m, int pp, int
         s->slices = slices;
     }
     dt_ckpt *out;
-    int rc = dt_ckpt_open(&out, outroot, NULL) != DT_OK || dt_ckpt_save_all(out, s, m) != DT_OK;
-    if (rc)
-        fprintf(stderr, "dtrain-ckpt: %s\n", dt_ckpt_error(out));
-    else if (pp > 0 && tp > 1)
+    dt_ckpt_options o = {.new_step_only = true};
+    int refused = 0, rc = dt_ckpt_open(&out, outroot, &o) != DT_OK;
+    if (!rc)
+        rc = (refused = newer_latest(out, s->step)) || dt_ckpt_save_all(out, s, m) != DT_OK;
+    if (rc) {
+        if (!refused) /* newer_latest said why */
+            fprintf(stderr, "dtrain-ckpt: reshard: %s\n", dt_ckpt_error(out));
+    } else if (pp > 0 && tp > 1)
         printf("%s: step %ld as %d shards: %d stages x %d replicas x %d tp shares\n",
                dt_ckpt_printable(shown, sizeof shown, outroot), s->step, m, pp, m / (pp * tp), tp);
     else if (pp > 0)
@@ -348,6 +426,21 @@ static int parse_export_names(int argc, char **argv, dt_ckpt_names *names)
     return 0;
 }
 
+/* export's OUT and reshard's OUTROOT must not lie inside a step directory. */
+static int refuse_inside_step(bool export, const char *out)
+{
+    if (!export)
+        return inside_step_dir("reshard: OUTROOT", out, out);
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", out);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else
+        slash[slash == dir] = '\0'; /* "/x" -> "/" */
+    return inside_step_dir("export: OUT", out, dir);
+}
+
 int main(int argc, char **argv)
 {
     if (dt_flag_help_asked(argc, argv))
@@ -369,6 +462,8 @@ int main(int argc, char **argv)
         return DT_FLAGS_USAGE_ERROR;
     if (!verify && !export && !reshard)
         return wrong_arguments(cmd);
+    if ((export || reshard) && refuse_inside_step(export, argv[3]))
+        return 1;
     dt_ckpt_options o = {.allow_reshard = true};
     dt_ckpt *ck;
     char dir[4200], shown[4200];

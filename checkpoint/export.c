@@ -15,6 +15,12 @@
  * carries the model config, "V", "C", "H", "L", "T", so a reader can build
  * the model without the checkpoint's manifest.
  *
+ * Writing: OUT.tmp, fsync, rename over OUT, as every checkpoint file is
+ * written (fsutil.c), so a failed export leaves no half file and a symlink
+ * at OUT is replaced, never written through. Only a safetensors file is
+ * ever replaced: a shard, a manifest or `latest` given as OUT by mistake is
+ * refused by name, not overwritten.
+ *
  * Names: dtrain's own, or the seed curriculum's MiniGPT module's. The two
  * modules are the same network with the same shapes, registered in the
  * same order; only five names differ, renamed one by one (seed_name).
@@ -23,6 +29,8 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "ckpt_internal.h"
 
@@ -97,6 +105,56 @@ static char *build_header(const dt_model *m, const dt_config *cfg, dt_ckpt_names
     return out;
 }
 
+/* Whether export may write path: nothing is there, or a regular file of
+ * this kind (a u64 header length, then the JSON's '{'). */
+static dt_status replaceable(dt_ckpt *ck, const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0 && errno == ENOENT)
+        return DT_OK;
+    int fd = ckpt_open_regular(ck, path, &st);
+    if (fd < 0)
+        return ck->status;
+    unsigned char head[9];
+    bool ours = read(fd, head, sizeof head) == (ssize_t)sizeof head && head[8] == '{';
+    close(fd);
+    if (ours)
+        return DT_OK;
+    return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_UNSAFE_NAME,
+                     "export: %s exists and is not a safetensors file: export replaces "
+                     "nothing else (a shard, a manifest, `latest`); give another OUT",
+                     path);
+}
+
+/* path.tmp = u64 hlen, header, params; fsync; rename over path. */
+static dt_status write_replacing(dt_ckpt *ck, const char *path, const char *header, size_t hlen,
+                                 const float *params, size_t nbytes)
+{
+    char tmp[CKPT_PATH_MAX];
+    if (strlen(path) + 5 > sizeof tmp)
+        return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_IO, "export: too long a path");
+    if (replaceable(ck, path) != DT_OK)
+        return ck->status;
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int fd = ckpt_create_tmp(ck, tmp);
+    if (fd < 0)
+        return ck->status;
+    unsigned char lenbuf[8];
+    put_le64(lenbuf, hlen);
+    bool ok = ckpt_write_all(fd, lenbuf, 8) && ckpt_write_all(fd, header, hlen) &&
+              ckpt_write_all(fd, params, nbytes) && fsync(fd) == 0;
+    int e = errno;
+    ok = close(fd) == 0 && ok;
+    if (ok && rename(tmp, path) != 0)
+        ok = false, e = errno;
+    if (!ok) {
+        unlink(tmp);
+        return ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "export: writing %s: %s", path,
+                         strerror(e));
+    }
+    return DT_OK;
+}
+
 dt_status dt_ckpt_export_safetensors(dt_ckpt *ck, const char *path, const dt_config *cfg,
                                      const float *params)
 {
@@ -120,16 +178,7 @@ dt_status dt_ckpt_export_safetensors_named(dt_ckpt *ck, const char *path, const 
     dt_model_destroy(m);
     if (!header)
         return ckpt_fail(ck, DT_ENOMEM, DT_CKPT_FAULT_IO, "export: out of memory");
-    FILE *f = fopen(path, "wb");
-    unsigned char lenbuf[8];
-    put_le64(lenbuf, hlen);
-    bool ok = f && fwrite(lenbuf, 1, 8, f) == 8 && fwrite(header, 1, hlen, f) == hlen &&
-              fwrite(params, 1, nbytes, f) == nbytes;
-    int e = errno;
-    ok = (f && fclose(f) == 0) && ok;
+    st = write_replacing(ck, path, header, hlen, params, nbytes);
     free(header);
-    if (!ok)
-        return ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "export: writing %s: %s", path,
-                         strerror(e));
-    return DT_OK;
+    return st;
 }

@@ -6,8 +6,9 @@
  *   2. agree on the handshake key: the job secret the launcher handed us,
  *      or one rank 0 makes and publishes in the store (a 0600 file);
  *   3. start the communicator thread, listen on host:0, publish "addr/<rank>";
- *   4. read every rank's address; dial the lower ranks, accept the higher
- *      ones (handshake.c); wait until all world_size-1 peers are
+ *   4. read every rank's address (with a job marker, naming at once a rank
+ *      that joined with another secret: job_marker.c); dial the lower ranks,
+ *      accept the higher ones (handshake.c); wait until all world_size-1 peers are
  *      authenticated, or the init deadline passes.
  * Cost: O(p) store reads and p-1 handshakes per rank, once.
  * dt_comm_split (group.c) makes a communicator the same way, with the
@@ -188,6 +189,27 @@ static dt_status parse_address(dt_comm *c, int r, const char *val)
 }
 
 /* Publish our address and learn everyone else's. */
+/* Waits for rank r's address under key until the deadline; with a job
+ * marker, in slices of COMM_MARKER_POLL_S, looking between them whether r joined
+ * with another secret (job_marker.c: DT_EINVAL, c failed). */
+static dt_status wait_for_address(dt_comm *c, int r, const char *key, void **got, size_t *len,
+                                  double deadline, bool *named)
+{
+    *named = true; /* a first look before any wait: the peer may be long there */
+    if (comm_marker_check(c, r) != DT_OK)
+        return DT_EINVAL;
+    *named = false;
+    for (;;) {
+        double left = deadline - dt_now();
+        double slice = c->marker_store && left > COMM_MARKER_POLL_S ? COMM_MARKER_POLL_S : left;
+        dt_status st = dt_store_get(c->store, key, got, len, slice > 0 ? slice : 0);
+        if (st != DT_ETIMEDOUT || slice >= left)
+            return st;
+        if (comm_marker_check(c, r) != DT_OK)
+            return *named = true, DT_EINVAL;
+    }
+}
+
 static dt_status exchange_addresses(dt_comm *c, double deadline)
 {
     char key[32], val[96];
@@ -203,8 +225,10 @@ static dt_status exchange_addresses(dt_comm *c, double deadline)
         void *got = NULL;
         size_t len = 0;
         snprintf(key, sizeof key, "addr/%d", r);
-        double left = deadline - dt_now();
-        st = dt_store_get(c->store, key, &got, &len, left > 0 ? left : 0);
+        bool named;
+        st = wait_for_address(c, r, key, &got, &len, deadline, &named);
+        if (named) /* job_marker.c said why */
+            return st;
         if (st == DT_ETIMEDOUT) {
             /* The store only knows the slice it was given; the person
              * needs the time since start-up began, and what sets it. */
@@ -406,14 +430,15 @@ dt_status dt_comm_init(dt_comm **out, const dt_comm_options *o)
         return store_failed(c, st, "opening the rendezvous store");
     if (o->keep_init_file)
         dt_store_keep_file(c->store);
-    if ((st = agree_on_key(c, o)) != DT_OK)
+    if ((st = agree_on_key(c, o)) != DT_OK || (st = comm_marker_publish(c, o->job_marker)) != DT_OK)
         return st;
     if ((st = comm_thread_start(c)) != DT_OK)
         return st;
     if ((st = exchange_addresses(c, deadline)) != DT_OK)
         return st;
     st = comm_connect_mesh(c, deadline);
-    if (st == DT_OK) /* every rank has dialled, so none needs the store */
+    comm_marker_close(c); /* every address is in: nobody is missing any more */
+    if (st == DT_OK)      /* every rank has dialled, so none needs the store */
         unhost_store(c);
     return st;
 }
@@ -428,6 +453,7 @@ void dt_comm_destroy(dt_comm *c)
     comm_reject_log_flush(c);  /* the loop thread is gone: its state is ours */
     if (c->store && c->store_server && c->failed)
         linger_for_startup_readers(c);
+    comm_marker_close(c);
     if (c->store)
         dt_store_close(c->store);
     unhost_store(c);

@@ -161,6 +161,9 @@ dt_status dt_comm_options_from_env(dt_comm_options *o, uint8_t *scratch, size_t 
     const char *host = getenv("DT_HOST");
     if (host && *host)
         o->host = host;
+    const char *marker = getenv("DT_JOB_MARKER");
+    if (marker && *marker)
+        o->job_marker = marker;
     const char *keep = getenv("DT_KEEP_INIT_FILE");
     o->keep_init_file = keep && strcmp(keep, "1") == 0;
     const char *ifname = getenv("DT_IFNAME");

@@ -140,6 +140,7 @@ struct dt_comm {
     uint8_t key[crypto_auth_KEYBYTES]; /* handshake key, from the job secret */
     uint8_t job_hash[16];
     dt_store *store;
+    dt_store *marker_store;        /* the job marker's key space (job_marker.c), or NULL */
     bool gloo_wire;                /* options.wire is gloo's: no listener of dtrain's (mesh.c) */
     struct gloo_ctx *gloo;         /* the gloo wire's group (comm_gloo.c); NULL on dtrain's */
     int gloo_group;                /* its torch group: 0 the world, k the k-th new_group */
@@ -371,5 +372,19 @@ dt_status comm_gloo_wire_join(dt_comm *c, dt_store *store, const struct gloo_con
 dt_status comm_group_gloo_split(dt_comm *parent, int color, int key, dt_comm **child);
 
 void comm_gloo_wire_destroy(dt_comm *c);
+
+/* ---- job_marker.c: "another secret" told apart from "not started yet" ---- */
+
+#define COMM_MARKER_POLL_S 0.25 /* between looks at a missing peer's fingerprint */
+
+/* With a marker (DT_JOB_MARKER): publishes this rank's key fingerprint in
+ * the marker's key space. DT_OK and nothing done without one. */
+dt_status comm_marker_publish(dt_comm *c, const char *marker);
+/* DT_EINVAL, failing c naming "DT_SECRET differs", when peer's fingerprint
+ * is there and is not ours (after lingering 2·COMM_MARKER_POLL_S, so that
+ * the peer has looked too before this rank's end can take the store away);
+ * DT_OK otherwise (also while it is absent). */
+dt_status comm_marker_check(dt_comm *c, int peer);
+void comm_marker_close(dt_comm *c);
 
 #endif /* DT_COMM_INTERNAL_H */

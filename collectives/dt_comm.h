@@ -118,6 +118,12 @@ void dt_store_close(dt_store *s);
  * job is its owner's, not the job's, to remove). */
 void dt_store_keep_file(dt_store *s);
 const char *dt_store_error(const dt_store *s);
+/* Removes the file of a file:// store whose job is gone: no live handle
+ * holds it, and it is all store records PyTorch has not used. A live
+ * job's file, or anything else at the path, is left as it is and nothing
+ * is written to it. *removed says whether it went; DT_OK also when it is
+ * live or absent, DT_ESTORE when the path holds something not ours. */
+dt_status dt_store_remove_if_dead(const char *url, bool *removed);
 
 dt_status dt_store_set(dt_store *s, const char *key, const void *val, size_t len);
 /* Waits until `key` exists or timeout_s passes (DT_ETIMEDOUT). *val is
@@ -213,6 +219,10 @@ typedef struct dt_comm_options {
                                  staged through pinned host memory; NULL = host
                                  buffers only. Must outlive the communicator. */
     dt_wire wire;             /* DT_WIRE_DTRAIN (0, the default) or DT_WIRE_GLOO */
+    const char *job_marker;   /* hex, the same on every rank whatever its secret
+                                 (DT_JOB_MARKER from a multi-node dtrain-launch):
+                                 a rank that joined it with another secret is named
+                                 at once ("DT_SECRET differs"), not waited for */
 } dt_comm_options;
 
 void dt_comm_options_default(dt_comm_options *o);
@@ -222,8 +232,8 @@ void dt_comm_options_default(dt_comm_options *o);
  * rank, world size, init_url, job_id and secret from the environment the
  * launcher sets (RANK, WORLD_SIZE, DT_INIT_URL, DT_JOB_ID, DT_SECRET as
  * hex, DT_HOST or DT_IFNAME, DT_TIMEOUT, DT_PROGRESS_TIMEOUT, DT_INIT_TIMEOUT,
- * DT_KEEP_INIT_FILE,
- * DT_WIRE = dtrain or gloo), falling back to OMPI_COMM_WORLD_* and SLURM_*
+ * DT_KEEP_INIT_FILE, DT_WIRE = dtrain or gloo, DT_JOB_MARKER), falling back
+ * to OMPI_COMM_WORLD_* and SLURM_*
  * for rank and size. *o need not be filled before, and what it held is
  * overwritten: set the fields the environment does not name (device, log,
  * ...) after this call.

@@ -87,6 +87,7 @@ typedef struct launch_job {
     char run_id[72];                              /* hex, or the user's --run-id */
     char init_url[LAUNCH_URL_MAX];                /* file:///... */
     char secret_hex[2 * LAUNCH_SECRET_BYTES + 1]; /* handed to workers as DT_SECRET */
+    char job_marker[33];                          /* DT_JOB_MARKER: hex, or "" (launch_job.c) */
     bool owns_rendezvous_file;                    /* this run made the file: remove it */
     char master_addr[256];                        /* MASTER_ADDR for the workers, or "" */
     int master_port;                              /* MASTER_PORT, or 0 */
@@ -101,6 +102,13 @@ void launch_job_cleanup(const launch_job *job);
 /* Removes the rendezvous files of /tmp/dtrain-<run id> that launches killed
  * outright left, once no live process holds them. */
 void launch_job_sweep(const launch_job *job);
+
+/* ---- rdzv_watch.c ---------------------------------------------------------- */
+
+/* Starts the watcher that removes the rendezvous file this run made once
+ * the launcher is gone by any means (SIGKILL included) and no live process
+ * holds the file. Call before any worker starts. */
+void launch_rdzv_watch(const launch_job *job);
 
 /* ---- worker_env.c ---------------------------------------------------------- */
 

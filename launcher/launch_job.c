@@ -12,7 +12,8 @@
  *     The launcher removes the file when it exits if the run created it: the
  *     default name always, a --rdzv file only if nothing was at that path
  *     when the launcher started (a file that was there is the user's). A
- *     launcher killed outright cannot; the next launch sweeps its file.
+ *     launcher killed outright cannot: its watcher does (rdzv_watch.c), and
+ *     the next launch sweeps the default names as well.
  *   - the secret (32 random bytes, hex in DT_SECRET) keys the challenge-
  *     response every connection runs, so only this job's ranks can join.
  *
@@ -22,7 +23,12 @@
  * launcher's own DT_SECRET (the user generates it once and exports it on
  * every node), and the run id is derived from the secret (a BLAKE2b hash)
  * unless --run-id names it. The derived id is the same on every node and
- * reveals nothing about the secret.
+ * reveals nothing about the secret. But a node given another DT_SECRET
+ * derives another id, and would wait out the start-up deadline for peers
+ * it can never see; so such a job also gets a job marker that does not
+ * depend on the secret (a hash of the rendezvous URL and the node count),
+ * under which the ranks compare fingerprints of their secrets and name a
+ * mismatch at once: "DT_SECRET differs" (collectives/job_marker.c).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -72,6 +78,23 @@ static int run_id_from_user(launch_job *job, const char *id, char *err, size_t e
     return 0;
 }
 
+/* The job's name whatever its secret: BLAKE2b of the rendezvous URL and
+ * the node count, as every node's launcher is given them. */
+static void job_marker(launch_job *job, const launch_options *o)
+{
+    static const uint8_t context[] = "dtrain-launch job marker";
+    char shape[32];
+    uint8_t h[16];
+    crypto_generichash_state st;
+    snprintf(shape, sizeof shape, " %d nodes", o->nnodes);
+    crypto_generichash_init(&st, NULL, 0, sizeof h);
+    crypto_generichash_update(&st, context, sizeof context - 1);
+    crypto_generichash_update(&st, (const uint8_t *)o->rdzv, strlen(o->rdzv));
+    crypto_generichash_update(&st, (const uint8_t *)shape, strlen(shape));
+    crypto_generichash_final(&st, h, sizeof h);
+    sodium_bin2hex(job->job_marker, sizeof job->job_marker, h, sizeof h);
+}
+
 int launch_job_init(launch_job *job, const launch_options *o, char *err, size_t errlen)
 {
     uint8_t secret[LAUNCH_SECRET_BYTES], id[RUN_ID_BYTES];
@@ -97,6 +120,8 @@ int launch_job_init(launch_job *job, const launch_options *o, char *err, size_t 
         sodium_bin2hex(job->run_id, sizeof job->run_id, id, sizeof id);
     }
     int n;
+    if (o->nnodes > 1 && !o->run_id && o->rdzv)
+        job_marker(job, o);
     if (o->rdzv) {
         n = snprintf(job->init_url, sizeof job->init_url, "%s", o->rdzv);
         struct stat st;

@@ -209,6 +209,7 @@ int main(int argc, char **argv)
         return 1;
     }
     launch_job_sweep(&job);
+    launch_rdzv_watch(&job);
     if (o.log_dir && make_dir(o.log_dir) != 0) {
         fprintf(stderr, "dtrain-launch: cannot create --log-dir %s: %s\n", o.log_dir,
                 strerror(errno));

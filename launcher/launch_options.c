@@ -5,7 +5,11 @@
  * Grammar: flags come first, then PROGRAM and its ARGS, which are passed on
  * untouched (so `dtrain-launch -n 4 ./minigpt -n 8` gives -n 8 to minigpt).
  * A flag takes its value as the next argument or after '=' (`--nnodes=2`,
- * and `-n4` for the one-letter form); `--` ends the flags explicitly. Words
+ * and `-n4` for the one-letter form); `--` ends the flags explicitly. A
+ * next argument that looks like a flag is refused as a value (`--log-dir
+ * -n 2 ./prog` is a missing value, not a directory named -n); after '='
+ * anything is a value. An unknown flag is named with the closest known
+ * spelling ("did you mean --max-restarts?"). Words
  * join with '-' or '_' (dt_flags.h: --nproc_per_node is --nproc-per-node).
  * torchrun's names are used where they exist (--nproc-per-node, --nnodes,
  * --node-rank, --max-restarts; --rdzv-id as an alias of --run-id) so
@@ -239,6 +243,39 @@ static bool set_value(launch_options *o, const flag_spec *s, const char *value, 
     return true;
 }
 
+/* A flag's value given as the next argument must not look like a flag:
+ * `--log-dir -n 2 ./prog` would take -n as the directory and run 2. A
+ * negative number ("-1") is a value, and so is "-" alone. */
+static bool looks_like_flag(const char *value)
+{
+    return value[0] == '-' && value[1] && !(value[1] >= '0' && value[1] <= '9') && value[1] != '.';
+}
+
+/* "unknown flag '--max-restart' (did you mean --max-restarts?)": the
+ * closest spelling in the table (dt_flag_closeness), names and aliases. */
+static bool unknown_flag(const char *arg, char *err, size_t errlen)
+{
+    const char *best = NULL;
+    int best_score = 0;
+    if (arg[1] == '-') {
+        const char *name = arg + 2;
+        size_t len = strcspn(name, "=");
+        for (size_t i = 0; i < NUM_FLAGS; i++) {
+            const char *names[2] = {flags[i].name, flags[i].alias};
+            for (int k = 0; k < 2; k++) {
+                int score = names[k] ? dt_flag_closeness(name, len, names[k]) : 0;
+                if (score > best_score)
+                    best_score = score, best = names[k];
+            }
+        }
+    }
+    if (best)
+        snprintf(err, errlen, "unknown flag '%s' (did you mean --%s?)", arg, best);
+    else
+        snprintf(err, errlen, "unknown flag '%s'", arg);
+    return false;
+}
+
 /* Parses argv[*i] (and maybe argv[*i+1]); advances *i past what it used. */
 static bool parse_one(launch_options *o, int argc, char **argv, int *i, char *err, size_t errlen)
 {
@@ -255,10 +292,8 @@ static bool parse_one(launch_options *o, int argc, char **argv, int *i, char *er
         if (s && arg[2])
             value = arg + 2;
     }
-    if (!s) {
-        snprintf(err, errlen, "unknown flag '%s'", arg);
-        return false;
-    }
+    if (!s)
+        return unknown_flag(arg, err, errlen);
     if (s->kind == FLAG_SWITCH) {
         if (value) {
             snprintf(err, errlen, "--%s takes no value", s->name);
@@ -274,6 +309,13 @@ static bool parse_one(launch_options *o, int argc, char **argv, int *i, char *er
             return false;
         }
         value = argv[++*i];
+        if (looks_like_flag(value)) {
+            snprintf(err, errlen,
+                     "--%s needs a value (%s), and the next argument '%s' is a flag; if it is "
+                     "the value, write --%s=%s",
+                     s->name, s->metavar, value, s->name, value);
+            return false;
+        }
     }
     return set_value(o, s, value, err, errlen);
 }

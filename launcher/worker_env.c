@@ -18,6 +18,10 @@
  *   DT_JOB_ID          <run id>-r<restart>: scopes rendezvous keys per attempt
  *   DT_INIT_URL        the rendezvous URL
  *   DT_SECRET          the job secret, 64 hex digits
+ *   DT_JOB_MARKER      several nodes and a run id derived from the secret:
+ *                      hex naming the job whatever the secret, so a node with
+ *                      another DT_SECRET is named at once (job_marker.c in
+ *                      collectives/); else empty
  *   DT_INIT_TIMEOUT    --init-timeout, when given (else inherited, if set)
  *   DT_TIMEOUT         --timeout, when given (else inherited, if set)
  *   DT_PROGRESS_TIMEOUT  --progress-timeout, when given (else inherited)
@@ -106,6 +110,7 @@ char **launch_env_build(const launch_options *o, const launch_job *job, int loca
     ours[n++] = entry("DT_JOB_ID", "%s-r%d", job->run_id, restart);
     ours[n++] = entry("DT_INIT_URL", "%s", job->init_url);
     ours[n++] = entry("DT_SECRET", "%s", job->secret_hex);
+    ours[n++] = entry("DT_JOB_MARKER", "%s", job->job_marker);
     ours[n++] = entry("DT_PROGRESS", "%d", isatty(STDOUT_FILENO) == 1);
     ours[n++] = entry("DT_KEEP_INIT_FILE", "%d", !job->owns_rendezvous_file);
     if (o->init_timeout_s > 0)

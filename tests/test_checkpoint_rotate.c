@@ -138,3 +138,24 @@ Test(checkpoint_rotate, leftover_of_an_interrupted_removal_goes_even_when_all_st
 {
     leftover_goes(0, "latest step_00000001 step_00000002");
 }
+
+/* A step saved again at a smaller world (a run resumed on fewer ranks
+ * that reaches the same step) holds exactly its new shards: the larger
+ * world's rank files would sit beside a manifest that does not list them. */
+Test(checkpoint_rotate, saving_a_step_again_on_fewer_ranks_leaves_no_stray_shards, .timeout = 30)
+{
+    char root[128], step[256], names[1024];
+    fixture_mkroot(root, sizeof root);
+    dt_ckpt *ck;
+    cr_assert_eq(dt_ckpt_open(&ck, root, NULL), DT_OK);
+    full_state f;
+    full_state_init(&f, DT_CKPT_DDP, 3);
+    cr_assert_eq(dt_ckpt_save_all(ck, &f.s, 4), DT_OK, "%s", dt_ckpt_error(ck));
+    cr_assert_eq(dt_ckpt_save_all(ck, &f.s, 2), DT_OK, "%s", dt_ckpt_error(ck));
+    full_state_free(&f);
+    dt_ckpt_close(ck);
+    snprintf(step, sizeof step, "%s/step_00000003", root);
+    list_root(step, names, sizeof names);
+    cr_assert_str_eq(names, "manifest.json rank00000.bin rank00001.bin");
+    fixture_rmtree(root);
+}

@@ -2,17 +2,23 @@
  * test_ckpt_tool.c — the dtrain-ckpt program as a user runs it: ls, verify
  * (exit 0 on a good checkpoint, 1 on a corrupt one), export (a safetensors
  * file whose header parses and whose data is exactly the parameters) and
- * reshard N -> M (the result loads and holds the same values).
+ * reshard N -> M (the result loads and holds the same values); and that no
+ * command line changes a checkpoint that exists: reshard into the input's
+ * own root, into a step directory or behind a newer `latest`, and export
+ * over a shard or `latest`, are refused by name and leave every byte as it
+ * was.
  *
  * Checkpoints come from the library (dt_ckpt_save_all of the fixture's
  * synthetic state, 3 shards of 805 parameters), so every expected byte is
  * known; the tool runs as a separate process, found through DT_CKPT_BIN.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ckpt_fixture.h"
 #include "run_program.h"
@@ -279,4 +285,126 @@ Test(ckpt_tool, reshard_three_to_two_loads_with_every_value_kept, .timeout = 30)
     dt_ckpt_close(ck);
     full_state_free(&g);
     cleanup(root, &f, out);
+}
+
+/* Everything a step directory holds, as "name:size name:size ..." and the
+ * manifest's bytes: what "left as it was" compares. */
+static char *step_snapshot(const char *root, const char *step)
+{
+    char dir[256], path[512], *snap = calloc(1, 1 << 16);
+    snprintf(dir, sizeof dir, "%s/%s", root, step);
+    struct dirent **names;
+    int n = scandir(dir, &names, NULL, alphasort);
+    cr_assert_geq(n, 0, "scandir %s", dir);
+    for (int i = 0; i < n; i++) {
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]->d_name);
+        if (names[i]->d_name[0] != '.' && stat(path, &st) == 0)
+            snprintf(snap + strlen(snap), (1 << 16) - strlen(snap), "%s:%lld ", names[i]->d_name,
+                     (long long)st.st_size);
+        free(names[i]);
+    }
+    free(names);
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    char *man = run_slurp(path);
+    snprintf(snap + strlen(snap), (1 << 16) - strlen(snap), "%s", man);
+    free(man);
+    return snap;
+}
+
+/* Runs dtrain-ckpt argv[1..], expects exit 1 and a message holding each
+ * of the words, and step_00000020 of root exactly as before. */
+static void expect_refused(const char *root, const char *const *argv, const char *word1,
+                           const char *word2)
+{
+    char log[128], *out = NULL;
+    char *before = step_snapshot(root, "step_00000020");
+    snprintf(log, sizeof log, "%s.log", root);
+    int rc = run_program(argv, log, &out);
+    cr_assert_eq(rc, 1, "%s %s %s exited %d, not 1 (refused):\n%s", argv[1], argv[2], argv[3], rc,
+                 out);
+    cr_assert(strstr(out, word1) && strstr(out, word2),
+              "the refusal does not say '%s' and '%s':\n%s", word1, word2, out);
+    char *after = step_snapshot(root, "step_00000020");
+    cr_assert_str_eq(after, before, "the committed step changed");
+    free(before);
+    free(after);
+    free(out);
+    const char *verify[] = {DT_CKPT_BIN, "verify", root, NULL};
+    rc = run_program(verify, log, &out);
+    cr_assert_eq(rc, 0, "the committed step no longer verifies:\n%s", out);
+    free(out);
+}
+
+Test(ckpt_tool, reshard_into_the_inputs_own_root_is_refused_naming_the_step, .timeout = 30)
+{
+    char root[64], step[128];
+    full_state f;
+    make_root(root, sizeof root, &f);
+    snprintf(step, sizeof step, "%s/step_00000020", root);
+    const char *argv[] = {DT_CKPT_BIN, "reshard", step, root, "2", "--tp", "1", NULL};
+    expect_refused(root, argv, "step_00000020 already exists", "never replaces");
+    cleanup(root, &f, NULL);
+}
+
+Test(ckpt_tool, reshard_into_a_step_directory_is_refused_and_writes_nothing_there, .timeout = 30)
+{
+    char root[64], step[128], below[160];
+    full_state f;
+    make_root(root, sizeof root, &f);
+    snprintf(step, sizeof step, "%s/step_00000020", root);
+    snprintf(below, sizeof below, "%s/step_00000020/new", root);
+    const char *into[] = {DT_CKPT_BIN, "reshard", root, step, "2", NULL};
+    expect_refused(root, into, "lies in the step directory", "step_00000020");
+    const char *under[] = {DT_CKPT_BIN, "reshard", root, below, "2", NULL};
+    expect_refused(root, under, "lies in the step directory", "step_00000020");
+    cleanup(root, &f, NULL);
+}
+
+Test(ckpt_tool, reshard_behind_a_newer_latest_is_refused, .timeout = 30)
+{
+    char root[64], dst[128], older[128], log[128], *out = NULL;
+    full_state f;
+    make_root(root, sizeof root, &f);
+    snprintf(dst, sizeof dst, "%s/two", root);
+    snprintf(older, sizeof older, "%s/step_00000010", root);
+    snprintf(log, sizeof log, "%s.log", root);
+    const char *newer[] = {DT_CKPT_BIN, "reshard", root, dst, "2", NULL};
+    cr_assert_eq(run_program(newer, log, &out), 0, "%s", out);
+    free(out);
+    const char *back[] = {DT_CKPT_BIN, "reshard", older, dst, "2", NULL};
+    int rc = run_program(back, log, &out);
+    cr_assert_eq(rc, 1, "reshard of step 10 behind step 20 exited %d:\n%s", rc, out);
+    cr_assert(strstr(out, "move latest back"), "the refusal does not say why:\n%s", out);
+    char latest[256];
+    snprintf(latest, sizeof latest, "%s/latest", dst);
+    char *text = run_slurp(latest);
+    cr_assert_str_eq(text, "step_00000020\n");
+    free(text);
+    cleanup(root, &f, out);
+}
+
+Test(ckpt_tool, export_over_a_shard_is_refused_and_the_shard_kept, .timeout = 30)
+{
+    char root[64], shard[128];
+    full_state f;
+    make_root(root, sizeof root, &f);
+    snprintf(shard, sizeof shard, "%s/step_00000020/rank00000.bin", root);
+    const char *argv[] = {DT_CKPT_BIN, "export", root, shard, NULL};
+    expect_refused(root, argv, "lies in the step directory", "rank00000.bin");
+    cleanup(root, &f, NULL);
+}
+
+Test(ckpt_tool, export_over_latest_is_refused_since_it_is_no_safetensors_file, .timeout = 30)
+{
+    char root[64], latest[128];
+    full_state f;
+    make_root(root, sizeof root, &f);
+    snprintf(latest, sizeof latest, "%s/latest", root);
+    const char *argv[] = {DT_CKPT_BIN, "export", root, latest, NULL};
+    expect_refused(root, argv, "not a safetensors file", "latest");
+    char *text = run_slurp(latest);
+    cr_assert_str_eq(text, "step_00000020\n");
+    free(text);
+    cleanup(root, &f, NULL);
 }

@@ -418,9 +418,8 @@ Test(ckpt_untrusted, reshard_refuses_a_symlinked_tmp_in_its_output, .timeout = 3
     char base[64], dir[128], out_root[64], link[160], victim[128], *out = NULL;
     make_ckpt(base, sizeof base, dir, sizeof dir, 3);
     fixture_mkroot(out_root, sizeof out_root);
-    snprintf(link, sizeof link, "%s/step_%08d", out_root, STEP);
-    cr_assert_eq(mkdir(link, 0755), 0);
-    snprintf(link, sizeof link, "%s/step_%08d/rank00000.bin.tmp", out_root, STEP);
+    /* not in the step directory: reshard refuses one that exists at all */
+    snprintf(link, sizeof link, "%s/latest.tmp", out_root);
     make_victim(victim, sizeof victim, "precious\n");
     cr_assert_eq(symlink(victim, link), 0);
     const char *argv[] = {DT_CKPT_BIN, "reshard", base, out_root, "2", NULL};

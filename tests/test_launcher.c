@@ -12,6 +12,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include "dt_comm.h"
 #include "launch_run.h"
 #include "proc_state.h"
 
@@ -352,6 +353,58 @@ Test(launcher, the_next_launch_removes_the_file_a_sigkilled_launcher_left, .time
     launch_cleanup(&next);
 }
 
+/* Without a next launch, and under a --run-id name no sweep knows: the
+ * launcher's watcher (rdzv_watch.c) removes the file once the workers the
+ * SIGKILL took with it have let go. Polled for up to 10 s. */
+Test(launcher, a_sigkilled_launchers_rendezvous_file_goes_without_another_launch, .timeout = 30)
+{
+    char id[64], path[96];
+    snprintf(id, sizeof id, "killed_%d", (int)getpid());
+    snprintf(path, sizeof path, "/tmp/dtrain-%s", id);
+    launch_run r;
+    launch_start(&r, (const char *[]){"-n", "2", "--run-id", id, W, "join-sleep", "DIR", NULL});
+    for (int i = 0; i < 2; i++)
+        wait_pid_file(&r, i);
+    cr_assert(exists(path), "the ranks met elsewhere than %s:\n%s", path, r.err);
+    kill(r.pid, SIGKILL);
+    launch_wait(&r);
+    bool gone = false;
+    for (int i = 0; i < 1000 && !gone; i++) {
+        gone = !exists(path);
+        nanosleep(&(struct timespec){0, 10000000}, NULL);
+    }
+    unlink(path);
+    cr_assert(gone, "%s outlived its SIGKILLed launcher by 10 s", path);
+    launch_cleanup(&r);
+}
+
+/* The watcher never removes a file a live process still holds: here the
+ * test itself joins the store before the launcher is killed. */
+Test(launcher, a_sigkilled_launchers_file_stays_while_someone_still_holds_it, .timeout = 30)
+{
+    char id[64], url[96];
+    snprintf(id, sizeof id, "held_%d", (int)getpid());
+    snprintf(url, sizeof url, "file:///tmp/dtrain-%s", id);
+    launch_run r;
+    launch_start(&r, (const char *[]){"-n", "2", "--run-id", id, W, "join-sleep", "DIR", NULL});
+    pid_t pid[2];
+    for (int i = 0; i < 2; i++)
+        pid[i] = wait_pid_file(&r, i);
+    dt_store *s = NULL;
+    cr_assert_eq(dt_store_open(&s, url, "holder"), DT_OK, "%s", dt_store_error(s));
+    kill(r.pid, SIGKILL);
+    launch_wait(&r);
+    for (int i = 0; i < 2; i++)
+        while (still_runs(pid[i]))
+            nanosleep(&(struct timespec){0, 10000000}, NULL);
+    nanosleep(&(struct timespec){1, 0}, NULL); /* 50 of the watcher's tries */
+    bool stayed = exists(url + 7);
+    dt_store_close(s); /* the last holder: removes it */
+    cr_assert(stayed, "a file still held was removed");
+    cr_assert(!exists(url + 7), "the last holder's close left %s", url + 7);
+    launch_cleanup(&r);
+}
+
 Test(launcher, an_rdzv_file_that_existed_before_the_launch_is_left_alone, .timeout = 30)
 {
     char url[128];
@@ -444,6 +497,31 @@ Test(launcher, an_unknown_flag_exits_2_naming_it, .timeout = 10)
     assert_usage_error((const char *[]){"--nproc", "2", W, "env", NULL}, "unknown flag '--nproc'");
 }
 
+Test(launcher, an_unknown_flag_is_answered_with_the_closest_known_spelling, .timeout = 10)
+{
+    assert_usage_error((const char *[]){"--nproc_per_nod", "2", W, "env", NULL},
+                       "unknown flag '--nproc_per_nod' (did you mean --nproc-per-node?)");
+    assert_usage_error((const char *[]){"--max-restart", "1", W, "env", NULL},
+                       "unknown flag '--max-restart' (did you mean --max-restarts?)");
+    assert_usage_error((const char *[]){"--rdzv_i=x", W, "env", NULL}, "(did you mean --rdzv-id?)");
+}
+
+/* `--log_dir -n 2 ./prog` once made a directory named -n and ran `2`. */
+Test(launcher, a_value_that_looks_like_a_flag_is_refused_and_nothing_is_made, .timeout = 10)
+{
+    char cwd[] = "/tmp/dt-launch-cwd-XXXXXX", dir[64];
+    cr_assert(mkdtemp(cwd) && chdir(cwd) == 0); /* this test's process only */
+    snprintf(dir, sizeof dir, "%s/-n", cwd);
+    assert_usage_error((const char *[]){"--log_dir", "-n", "2", W, "env", NULL},
+                       "--log-dir needs a value (D), and the next argument '-n' is a flag");
+    bool made = access(dir, F_OK) == 0;
+    rmdir(dir);
+    rmdir(cwd);
+    cr_assert_not(made, "the launcher made a directory named -n");
+    assert_usage_error((const char *[]){"--run-id", "--nnodes", "1", W, "env", NULL},
+                       "write --run-id=--nnodes");
+}
+
 Test(launcher, a_bad_number_exits_2_with_the_range, .timeout = 10)
 {
     assert_usage_error((const char *[]){"-n", "0", W, "env", NULL}, "--nproc-per-node: '0'");
@@ -519,6 +597,38 @@ Test(launcher, two_launchers_as_two_nodes_form_one_job, .timeout = 60)
             cr_assert(strstr(node[k].out, want), "'%s' missing from:\n%s", want, node[k].out);
         }
     }
+    for (int k = 0; k < 2; k++)
+        launch_cleanup(&node[k]);
+}
+
+/* docs/12's command with a different DT_SECRET on node 1 and no --run-id:
+ * each node derives another run id from its secret, so without the job
+ * marker they never met and both waited out the 60 s start-up deadline. */
+Test(launcher, nodes_with_different_secrets_are_told_so_within_10_s, .timeout = 60)
+{
+    static const char *const secrets[2] = {
+        "DT_SECRET=00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
+        "DT_SECRET=ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100"};
+    char url[128];
+    snprintf(url, sizeof url, "file:///tmp/dt-launch-test-secrets-%d", (int)getpid());
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    launch_run node[2];
+    for (int k = 0; k < 2; k++)
+        launch_start_env(&node[k], (const char *[]){secrets[k], NULL},
+                         (const char *[]){"-n", "2", "--nnodes", "2", "--node-rank", k ? "1" : "0",
+                                          "--rdzv", url, W, "allreduce", NULL});
+    for (int k = 0; k < 2; k++)
+        launch_wait(&node[k]);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    for (int k = 0; k < 2; k++) {
+        cr_assert_neq(node[k].code, 0, "node %d started a job with another secret", k);
+        cr_assert(strstr(node[k].err, "DT_SECRET differs"), "node %d does not name the secret:\n%s",
+                  k, node[k].err);
+    }
+    cr_assert_lt(took, 10.0, "the nodes took %.1f s to fail", took);
+    unlink(url + 7);
     for (int k = 0; k < 2; k++)
         launch_cleanup(&node[k]);
 }

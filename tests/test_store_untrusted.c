@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,6 +22,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "dt_comm.h"
@@ -281,4 +283,76 @@ Test(store_untrusted, a_pytorch_filestore_with_a_counted_handle_is_joined_never_
     cr_assert_eq(access(f.path, F_OK), 0, "a file PyTorch may use was removed");
     cr_assert(starts_with(f.path, buf, n), "PyTorch's records were changed");
     unlink(f.path);
+}
+
+/* ---- removing a dead job's file (dt_store_remove_if_dead) -------------------- */
+
+/* The whole content of path, and its size, for "left exactly as it was". */
+static size_t snapshot(const char *path, uint8_t *buf, size_t cap)
+{
+    int fd = open(path, O_RDONLY);
+    cr_assert(fd >= 0, "open %s: %s", path, strerror(errno));
+    ssize_t n = read(fd, buf, cap);
+    close(fd);
+    cr_assert(n >= 0 && (size_t)n < cap);
+    return (size_t)n;
+}
+
+Test(store_untrusted, remove_if_dead_leaves_a_live_jobs_file_and_writes_nothing, .timeout = 10)
+{
+    test_file f = unique_file("live");
+    dt_store *s = NULL;
+    cr_assert_eq(dt_store_open(&s, f.url, "job"), DT_OK, "%s", dt_store_error(s));
+    cr_assert_eq(dt_store_set(s, "addr", "10.0.0.1", 8), DT_OK, "%s", dt_store_error(s));
+    uint8_t before[4096];
+    size_t n = snapshot(f.path, before, sizeof before);
+    bool removed = true;
+    cr_assert_eq(dt_store_remove_if_dead(f.url, &removed), DT_OK);
+    cr_assert_not(removed, "a live job's file was removed");
+    cr_assert(holds(f.path, before, n), "a live job's file was changed");
+    dt_store_close(s); /* the last holder removes it, as always */
+    cr_assert_neq(access(f.path, F_OK), 0);
+}
+
+Test(store_untrusted, remove_if_dead_removes_the_file_of_a_killed_job, .timeout = 10)
+{
+    test_file f = unique_file("killed");
+    int ready[2];
+    cr_assert_eq(pipe(ready), 0);
+    pid_t pid = fork();
+    if (pid == 0) { /* a rank killed while it holds the store */
+        dt_store *s = NULL;
+        if (dt_store_open(&s, f.url, "job") != DT_OK || dt_store_set(s, "a", "1", 1) != DT_OK)
+            _exit(1);
+        (void)!write(ready[1], "r", 1);
+        pause();
+    }
+    char c;
+    cr_assert_eq(read(ready[0], &c, 1), 1, "the rank never opened the store");
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    cr_assert_eq(access(f.path, F_OK), 0, "the killed rank's file is not there to remove");
+    bool removed = false;
+    cr_assert_eq(dt_store_remove_if_dead(f.url, &removed), DT_OK);
+    cr_assert(removed && access(f.path, F_OK) != 0, "a dead job's file stayed");
+}
+
+Test(store_untrusted, remove_if_dead_leaves_what_is_not_a_store_untouched, .timeout = 10)
+{
+    test_file zeros = unique_file("zeros"), victim = unique_file("victim"),
+              link = unique_file("link");
+    uint8_t z[4096] = {0};
+    write_file(zeros.path, z, sizeof z, 0600);
+    write_file(victim.path, "notes\n", 6, 0600);
+    cr_assert_eq(symlink(victim.path, link.path), 0);
+    bool removed = true;
+    cr_assert_eq(dt_store_remove_if_dead(zeros.url, &removed), DT_OK);
+    cr_assert(!removed && holds(zeros.path, z, sizeof z), "a file of zeros was touched");
+    cr_assert_eq(dt_store_remove_if_dead(link.url, &removed), DT_ESTORE);
+    cr_assert(!removed && holds(victim.path, "notes\n", 6), "the link's target was touched");
+    struct stat st;
+    cr_assert_eq(lstat(link.path, &st), 0, "the symlink was removed");
+    unlink(zeros.path);
+    unlink(link.path);
+    unlink(victim.path);
 }

@@ -63,6 +63,52 @@ static inline bool dt_flag_is(const char *arg, const char *name, const char **va
     return arg[2 + len] == '\0' || value != NULL;
 }
 
+/* The edit distance (insertions, deletions, substitutions, and swaps of
+ * two neighbours) between the first `len` bytes of `given` and `name`, '_'
+ * read as '-'; names longer than 63 bytes count as far from everything. */
+static inline int dt_flag_distance(const char *given, size_t len, const char *name)
+{
+    size_t m = strlen(name);
+    if (len > 63 || m > 63)
+        return 64;
+    int d[64][64];
+    for (size_t i = 0; i <= len; i++)
+        d[i][0] = (int)i;
+    for (size_t j = 0; j <= m; j++)
+        d[0][j] = (int)j;
+    for (size_t i = 1; i <= len; i++)
+        for (size_t j = 1; j <= m; j++) {
+            char g = given[i - 1] == '_' ? '-' : given[i - 1];
+            char n = name[j - 1] == '_' ? '-' : name[j - 1];
+            int best = d[i - 1][j - 1] + (g != n);
+            best = d[i - 1][j] + 1 < best ? d[i - 1][j] + 1 : best;
+            best = d[i][j - 1] + 1 < best ? d[i][j - 1] + 1 : best;
+            if (i > 1 && j > 1 && given[i - 1] == name[j - 2] && given[i - 2] == name[j - 1] &&
+                d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    return d[len][m];
+}
+
+/* How close `given` (len bytes, no leading dashes) is to `name`: 0 = not
+ * close, else higher is closer. Close means a typo away (an edit distance
+ * of at most 2, and less than a third of the name) or the start of the
+ * name (--nproc for --nproc-per-node, at least 3 bytes). */
+static inline int dt_flag_closeness(const char *given, size_t len, const char *name)
+{
+    size_t m = strlen(name);
+    int d = dt_flag_distance(given, len, name);
+    if (d <= 2 && (size_t)d * 3 < m)
+        return 100 - d;
+    if (len < 3 || len >= m)
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        if ((given[i] == '_' ? '-' : given[i]) != (name[i] == '_' ? '-' : name[i]))
+            return 0;
+    return 50;
+}
+
 /* Is any argument before a "--" a request for help (-h, --help)? */
 static inline bool dt_flag_help_asked(int argc, char **argv)
 {

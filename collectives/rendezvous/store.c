@@ -100,7 +100,7 @@ void comm_store_funlock(dt_store *s)
 }
 
 /* Sets the liveness lock to `type` (F_RDLCK, F_WRLCK). Returns 0 or errno. */
-static int liveness_lock(int fd, short type, bool wait)
+int comm_store_liveness_lock(int fd, short type, bool wait)
 {
     struct flock fl = {.l_type = type,
                        .l_whence = SEEK_SET,
@@ -114,7 +114,7 @@ static int liveness_lock(int fd, short type, bool wait)
 }
 
 /* True if `path` still names the inode open as fd (nobody unlinked it). */
-static bool still_named(int fd, const char *path)
+bool comm_store_still_named(int fd, const char *path)
 {
     struct stat a, b;
     return fstat(fd, &a) == 0 && lstat(path, &b) == 0 && a.st_dev == b.st_dev &&
@@ -166,16 +166,16 @@ static dt_status open_attempt(dt_store *s, bool *again)
         return comm_store_path_open_failed(s, errno);
     if ((st = comm_store_path_check_opened(s)) != DT_OK)
         return st;
-    int rc = liveness_lock(s->fd, F_WRLCK, false);
+    int rc = comm_store_liveness_lock(s->fd, F_WRLCK, false);
     bool exclusive = rc == 0;
     if (rc == EAGAIN || rc == EACCES)
-        rc = liveness_lock(s->fd, F_RDLCK, true);
+        rc = comm_store_liveness_lock(s->fd, F_RDLCK, true);
     if (rc != 0)
         return comm_store_log_fail(s, DT_ESYS,
                                    "OFD lock on %s: %s (the filesystem must "
                                    "support flock and OFD locks)",
                                    s->path, strerror(rc));
-    if (!still_named(s->fd, s->path)) {
+    if (!comm_store_still_named(s->fd, s->path)) {
         close(s->fd);
         s->fd = -1;
         *again = true;
@@ -183,7 +183,7 @@ static dt_status open_attempt(dt_store *s, bool *again)
     }
     if (exclusive && (st = reset_if_stale(s)) != DT_OK)
         return st;
-    if (exclusive && (rc = liveness_lock(s->fd, F_RDLCK, true)) != 0)
+    if (exclusive && (rc = comm_store_liveness_lock(s->fd, F_RDLCK, true)) != 0)
         return comm_store_log_fail(s, DT_ESYS, "OFD lock on %s: %s", s->path, strerror(rc));
     s->alive_locked = true;
     return DT_OK;
@@ -351,9 +351,9 @@ void dt_store_close(dt_store *s)
                 (void)comm_store_torch_leave(s, &torch);
             comm_store_funlock(s);
         }
-        (void)liveness_lock(s->fd, F_UNLCK, false);
-        if (!torch && !s->keep_file && liveness_lock(s->fd, F_WRLCK, false) == 0 &&
-            still_named(s->fd, s->path))
+        (void)comm_store_liveness_lock(s->fd, F_UNLCK, false);
+        if (!torch && !s->keep_file && comm_store_liveness_lock(s->fd, F_WRLCK, false) == 0 &&
+            comm_store_still_named(s->fd, s->path))
             (void)unlink(s->path);
     }
     if (s->fd >= 0)

@@ -1,8 +1,8 @@
 /*
  * store_internal.h — internal: the rendezvous store's handle, shared by
  * store.c (open, close, locks, the operations), store_log.c (the file's
- * records: replaying them, appending one) and store_torch.c (PyTorch's
- * holder count).
+ * records: replaying them, appending one), store_torch.c (PyTorch's
+ * holder count) and store_reap.c (removing a dead job's file).
  */
 #ifndef DT_STORE_INTERNAL_H
 #define DT_STORE_INTERNAL_H
@@ -55,6 +55,12 @@ struct dt_store {
     store_tcp_client *tcp; /* tcp:// and env:// stores; NULL for file:// */
     char err[STORE_ERR_LEN];
 };
+
+/* The liveness lock (store.c): set it to `type` (F_RDLCK, F_WRLCK,
+ * F_UNLCK), waiting or not; 0 or errno. And whether path still names the
+ * inode open as fd. */
+int comm_store_liveness_lock(int fd, short type, bool wait);
+bool comm_store_still_named(int fd, const char *path);
 
 /* Sets the handle's message, "URL (job J): what", and returns st. */
 __attribute__((format(printf, 3, 4))) dt_status comm_store_log_fail(dt_store *s, dt_status st,
