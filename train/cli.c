@@ -70,6 +70,9 @@ static const flag flags[] = {
     {"--log-every", NULL, K_POS, OPT(log_every), "N", "print a step line every N steps"},
     {"--eval-every", NULL, K_INT, OPT(eval_every), "N",
      "task accuracy every N steps (0 = at the end only)"},
+    {"--eval-prompts", NULL, K_INT, OPT(eval_prompts), "N",
+     "held-out prompts the task's accuracy grades, dealt out to the ranks "
+     "(0 = the validation loss only)"},
     {"--sample", NULL, K_INT, OPT(sample), "N", "tokens to generate at the end"},
     {"--metrics", NULL, K_STR, OPT(metrics), "FILE", "JSONL metrics (rank 0)"},
     {"--loss-table", NULL, K_BOOL, OPT(loss_table), NULL, "print every step's loss at the end"},
@@ -146,6 +149,7 @@ void mg_options_default(mg_options *o)
                       .parallel = MG_DDP,
                       .log_every = 50,
                       .eval_every = 200,
+                      .eval_prompts = 200,
                       .sample = 48,
                       .threads = 1,
                       .schedule = "1f1b",

@@ -134,8 +134,17 @@ dt_status mg_settle_params(mg_run *r);
 /* ZeRO-3: hold gathers the whole model on every rank (collective), for
  * what reads it outside training; release frees it. Nothing otherwise. */
 dt_status mg_params_hold(mg_run *r, bool hold);
-/* Mean loss over the validation split's first batches (this rank only). */
-float mg_val_loss(mg_run *r);
+/* evaluation.c: what the held-out evaluation found. */
+typedef struct mg_eval {
+    float val_loss;  /* mean over the validation split's first batches; -1: none */
+    double accuracy; /* the task's exact-match accuracy; -1: none */
+    size_t prompts;  /* the held-out prompts it graded */
+} mg_eval;
+/* Collective over the world (every rank holds the whole model: make the
+ * hold first): each rank evaluates its share, one all-reduce sums them;
+ * the same result on every rank, equal to one rank's evaluation alone. A
+ * pipeline stage's run returns -1s without communicating. */
+dt_status mg_evaluate(mg_run *r, mg_eval *out);
 /* Writes a sample of n tokens after a prompt from the validation split. */
 void mg_sample(mg_run *r, FILE *f, int n);
 

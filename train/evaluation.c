@@ -1,0 +1,90 @@
+/*
+ * evaluation.c — the held-out evaluation, dealt out to every rank.
+ *
+ * Two numbers: the validation loss, the mean of MG_VAL_BATCHES forward
+ * passes over --batch validation rows each, and for the embedded task the
+ * exact-match accuracy on the first --eval-prompts held-out prompts, each
+ * answer decoded greedily (a KV cache makes a token one row of work).
+ *
+ * Every rank holds the whole model when this runs (the replicas are
+ * bitwise identical; ZeRO-3, --tp and the 3-D grid assemble it first), so
+ * the work is split instead of repeated: rank p of N takes the loss
+ * batches k = p, p + N, ... and the prompts i = p, p + N, ... (strided,
+ * so long and short prompts spread evenly), and one all-reduce of
+ * 2 · MG_VAL_BATCHES + 1 doubles brings the pieces together: each batch's
+ * loss in its own slot (the others add 0, exactly), whether it ran, and
+ * the count of exact answers. Every rank then sums the batch losses in
+ * batch order, as one rank alone would: the same loss bit for bit and the
+ * same accuracy as a single-rank evaluation, at 1/N of its time. No rank
+ * waits alone in a collective while another evaluates.
+ *
+ * A pipeline stage (--pp without --tp) holds a slice of the model: it
+ * cannot evaluate, and every rank of such a run skips this alike.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "trainer.h"
+
+#define MG_VAL_BATCHES 4
+
+static dt_status eval_fail(mg_run *r, dt_status st, const char *what, const char *detail)
+{
+    snprintf(r->err, sizeof r->err, "rank %d: evaluation: %s: %s", r->rank, what,
+             detail && *detail ? detail : dt_status_name(st));
+    return st;
+}
+
+/* This rank's validation batches: their losses into loss[k], 1 into
+ * ran[k] for each that ran. */
+static void val_loss_share(mg_run *r, int part, int parts, double *loss, double *ran)
+{
+    const mg_options *o = &r->o;
+    for (int k = part; k < MG_VAL_BATCHES; k += parts) {
+        if (dt_dataset_batch(r->x, r->y, r->data, DT_VAL, o->seed + 1,
+                             (uint64_t)k * (uint64_t)o->batch, o->batch, o->cfg.T) != DT_OK ||
+            dt_model_forward(r->m, r->x, r->y, o->batch, o->cfg.T) != DT_OK)
+            continue;
+        loss[k] = (double)r->m->mean_loss;
+        ran[k] = 1;
+    }
+}
+
+/* The mean over the leading batches that ran (a batch that cannot be cut
+ * from the split ends the series, as it always did); -1 if none ran. */
+static float mean_of_leading(const double *loss, const double *ran)
+{
+    double sum = 0;
+    int n = 0;
+    while (n < MG_VAL_BATCHES && ran[n] > 0)
+        sum += loss[n++]; /* a float's value: what one rank alone added */
+    return n ? (float)(sum / n) : -1.0f;
+}
+
+dt_status mg_evaluate(mg_run *r, mg_eval *out)
+{
+    *out = (mg_eval){.val_loss = -1, .accuracy = -1, .prompts = 0};
+    if (r->pipe) /* a stage cannot evaluate alone */
+        return DT_OK;
+    dt_status st = mg_settle_params(r);
+    if (st != DT_OK)
+        return st;
+    int parts = r->comm ? r->world : 1, part = r->comm ? r->rank : 0;
+    /* loss[0..B), ran[0..B), right */
+    double sums[2 * MG_VAL_BATCHES + 1] = {0};
+    val_loss_share(r, part, parts, sums, sums + MG_VAL_BATCHES);
+    long right = -1;
+    size_t graded = 0;
+    if (r->is_task && r->o.eval_prompts > 0)
+        right = dt_task_count_exact(r->m, r->data, (size_t)r->o.eval_prompts, part, parts, &graded);
+    sums[2 * MG_VAL_BATCHES] = right > 0 ? (double)right : 0;
+    if (r->comm &&
+        (st = dt_allreduce(r->comm, sums, 2 * MG_VAL_BATCHES + 1, DT_F64, DT_SUM)) != DT_OK)
+        return eval_fail(r, st, "all-reduce of the losses and counts", dt_comm_error(r->comm));
+    out->val_loss = mean_of_leading(sums, sums + MG_VAL_BATCHES);
+    if (right >= 0 && graded > 0) { /* -1 on one rank is -1 on all: same data */
+        out->accuracy = sums[2 * MG_VAL_BATCHES] / (double)graded;
+        out->prompts = graded;
+    }
+    return DT_OK;
+}
