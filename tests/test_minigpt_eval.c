@@ -124,3 +124,50 @@ Test(minigpt_eval, eval_prompts_sets_how_many_prompts_are_graded, .timeout = 120
     free(out);
     remove_dir(dir);
 }
+
+/*
+ * A model of real size, 23,113,728 parameters (V 4096, C 512, H 8, L 6,
+ * T 32), on two ranks with every timeout at its default: two steps, the
+ * replica check, the evaluation (20 prompts, to keep the test short) and
+ * a sample, then exit 0. When rank 0 evaluated alone, the other rank
+ * waited for it in the next collective until the op timeout (30 s) ran
+ * out and the job failed; a model this size took longer than that.
+ */
+Test(minigpt_eval, a_23m_parameter_model_runs_to_its_end_on_two_ranks, .timeout = 300)
+{
+    char dir[64], log[96];
+    temp_dir(dir, sizeof dir);
+    snprintf(log, sizeof log, "%s/log", dir);
+    char *out;
+    int code = run_program((const char *[]){LAUNCH_BIN,
+                                            "-n",
+                                            "2",
+                                            MINIGPT_BIN,
+                                            "-V",
+                                            "4096",
+                                            "-C",
+                                            "512",
+                                            "-H",
+                                            "8",
+                                            "-L",
+                                            "6",
+                                            "-T",
+                                            "32",
+                                            "-B",
+                                            "1",
+                                            "--steps",
+                                            "2",
+                                            "--eval-prompts",
+                                            "20",
+                                            NULL},
+                           log, &out);
+    cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
+    cr_expect(strstr(out, "23,113,728 parameters"), "not the 23M model:\n%s", out);
+    cr_expect(strstr(out, "replicas: all 2 ranks hold bitwise identical parameters"),
+              "no replica check:\n%s", out);
+    cr_expect(strstr(out, "eval @ step 2: val loss ") && strstr(out, "(20 held-out prompts)"),
+              "no evaluation:\n%s", out);
+    cr_expect(strstr(out, "sample: "), "no sample:\n%s", out);
+    free(out);
+    remove_dir(dir);
+}
