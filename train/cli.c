@@ -235,6 +235,22 @@ static void preset_3d(mg_options *o)
     o->sample = 0;
 }
 
+/* GPT-2 small's shapes (V 50257, C 768, H 12, L 12: 124M parameters in
+ * GPT-2, whose head is tied to wte; MiniGPT's untied head makes it
+ * 163M) with T and B cut for a CPU: a short context, one sequence per
+ * rank, three steps on GPT-2-sized random tokens, and the paper's lr. */
+static void preset_gpt2_small(mg_options *o)
+{
+    o->cfg = (dt_config){.V = 50257, .T = 64, .L = 12, .H = 12, .C = 768};
+    o->batch = 1;
+    o->steps = 3;
+    o->lr = 6e-4f;
+    o->data = "random";
+    o->log_every = 1;
+    o->eval_every = 0;
+    o->sample = 16;
+}
+
 static const preset presets[] = {
     {"seed",
      "4 ranks, 20 steps, batch 4, lr 5e-3, ZeRO-1, random tokens, "
@@ -249,6 +265,10 @@ static const preset presets[] = {
      "the 3-D lesson: 8 ranks = 2 replicas x 2 tp ranks x 2 stages, 1F1B over 8 "
      "micro-batches, 300 steps of the embedded task",
      preset_3d},
+    {"gpt2-small",
+     "GPT-2 small's shapes: V=50257 C=768 H=12 L=12, with T=64 and batch 1 for a CPU "
+     "(163M parameters, the head untied), 3 steps on random tokens, lr 6e-4",
+     preset_gpt2_small},
 };
 #define NPRESETS (sizeof presets / sizeof presets[0])
 

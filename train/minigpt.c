@@ -83,7 +83,7 @@ static dt_status evaluate(mg_run *r, mg_metrics *mx, int step, double *acc)
 {
     mg_eval e;
     dt_status st = mg_evaluate(r, &e);
-    if (st != DT_OK || r->rank != 0 || r->pipe)
+    if (st != DT_OK || r->rank != 0)
         return st;
     *acc = e.accuracy;
     printf("eval @ step %d: val loss %.4f", step, (double)e.val_loss);

@@ -142,8 +142,9 @@ typedef struct mg_eval {
 } mg_eval;
 /* Collective over the world (every rank holds the whole model: make the
  * hold first): each rank evaluates its share, one all-reduce sums them;
- * the same result on every rank, equal to one rank's evaluation alone. A
- * pipeline stage's run returns -1s without communicating. */
+ * the same result on every rank, equal to one rank's evaluation alone.
+ * Under --pp each pipeline group first gathers its stages into a whole
+ * model, freed after. */
 dt_status mg_evaluate(mg_run *r, mg_eval *out);
 /* Writes a sample of n tokens after a prompt from the validation split. */
 void mg_sample(mg_run *r, FILE *f, int n);
