@@ -20,13 +20,13 @@
  * The cache holds positions 0..T-1 only: MiniGPT's position embedding is
  * learned and absolute, so once a sequence outgrows the context the plain
  * path slides its window and every position changes; the caller
- * (sample.c) falls back to it then. The row kernels are the backend's own
- * (layernorm, matmul with N = 1, GELU, residual); the attention of one
- * query is a plain loop here, on host memory, so the cache runs on the CPU
- * backends only (dt_kv_cache_supported). Its logits agree with the plain
- * path's to rounding (the matmul of one row may sum in another order than
- * the same row inside a batch), not always bitwise; tests check the
- * generated tokens are the same.
+ * (sample.c) falls back to it then. The element-wise kernels are the
+ * backend's own (layernorm, GELU, residual); the matmul of one row
+ * (matvec) and the attention of one query are loops here, on host memory,
+ * so the cache runs on the CPU backends only (dt_kv_cache_supported). Its
+ * logits agree with the plain path's to rounding (a row's dot products
+ * sum in another order than the GEMM's), not bitwise; tests check that
+ * the generated tokens are the same.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -145,6 +145,30 @@ dt_status dt_kv_cache_prefill(dt_kv_cache *kv, const int *tokens, int n)
     return DT_OK;
 }
 
+/* out (OC) = w (OC, C) . x (C) + bias (OC, or NULL): a matmul of one row.
+ * The GEMM kernel works in tiles of several rows and packs its operands
+ * first, which for one row costs more than the arithmetic; this reads
+ * each weight once, straight from the layout. Each output keeps eight
+ * partial sums over interleaved columns (one vector register; a fixed
+ * order, so every vector width gives the same bits), added at the end. */
+DT_VECTORIZE
+static void matvec(float *out, const float *x, const float *w, const float *bias, int C, int OC)
+{
+    for (int o = 0; o < OC; o++) {
+        const float *row = w + (size_t)o * C;
+        float acc[8] = {0};
+        int i = 0;
+        for (; i + 8 <= C; i += 8)
+            for (int j = 0; j < 8; j++)
+                acc[j] += x[i + j] * row[i + j];
+        float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
+                    ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+        for (; i < C; i++)
+            sum += x[i] * row[i];
+        out[o] = bias ? bias[o] + sum : sum;
+    }
+}
+
 /* Causal attention of one query row (qkv's q) at position t against the
  * cached keys and values 0..t of block l, head by head, into out (C):
  * the kernel's arithmetic (scale, max-shifted exp, normalise) on one row. */
@@ -191,16 +215,16 @@ static void block_one(dt_kv_cache *kv, int l, int t)
     const dt_block_params *w = &m->params.blocks[l];
     size_t row = ((size_t)l * m->cfg.T + t) * C;
     be->layernorm_forward(kv->ln, kv->stats, kv->stats + 1, kv->x, w->ln1w, w->ln1b, 1, C);
-    be->matmul_forward(kv->qkv, kv->ln, w->qkvw, NULL, 1, C, 3 * C);
+    matvec(kv->qkv, kv->ln, w->qkvw, NULL, C, 3 * C);
     memcpy(kv->k + row, kv->qkv + C, (size_t)C * sizeof(float));
     memcpy(kv->v + row, kv->qkv + 2 * C, (size_t)C * sizeof(float));
     attend_one(kv, kv->atty, kv->qkv, l, t);
-    be->matmul_forward(kv->proj, kv->atty, w->attprojw, NULL, 1, C, C);
+    matvec(kv->proj, kv->atty, w->attprojw, NULL, C, C);
     be->residual_forward(kv->x, kv->x, kv->proj, (size_t)C);
     be->layernorm_forward(kv->ln, kv->stats, kv->stats + 1, kv->x, w->ln2w, w->ln2b, 1, C);
-    be->matmul_forward(kv->fch, kv->ln, w->fcw, w->fcb, 1, C, 4 * C);
+    matvec(kv->fch, kv->ln, w->fcw, w->fcb, C, 4 * C);
     be->gelu_forward(kv->fch_g, kv->fch, (size_t)4 * C);
-    be->matmul_forward(kv->proj, kv->fch_g, w->fcprojw, w->fcprojb, 1, 4 * C, C);
+    matvec(kv->proj, kv->fch_g, w->fcprojw, w->fcprojb, 4 * C, C);
     be->residual_forward(kv->x, kv->x, kv->proj, (size_t)C);
 }
 
@@ -223,7 +247,7 @@ dt_status dt_kv_cache_append(dt_kv_cache *kv, int token)
         block_one(kv, l, t);
     m->be->layernorm_forward(kv->ln, kv->stats, kv->stats + 1, kv->x, m->params.lnfw,
                              m->params.lnfb, 1, c->C);
-    m->be->matmul_forward(kv->logits, kv->ln, m->params.lm_head, NULL, 1, c->C, c->V);
+    matvec(kv->logits, kv->ln, m->params.lm_head, NULL, c->C, c->V);
     kv->len = t + 1;
     return DT_OK;
 }
