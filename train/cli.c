@@ -237,11 +237,13 @@ static void preset_3d(mg_options *o)
 
 /* GPT-2 small's shapes (V 50257, C 768, H 12, L 12: 124M parameters in
  * GPT-2, whose head is tied to wte; MiniGPT's untied head makes it
- * 163M) with T and B cut for a CPU: a short context, one sequence per
- * rank, three steps on GPT-2-sized random tokens, and the paper's lr. */
+ * 162M) with T and B cut for a CPU: a short context, one sequence per
+ * rank on 2 ranks, three steps on random tokens of GPT-2's vocabulary,
+ * and GPT-2 small's lr. */
 static void preset_gpt2_small(mg_options *o)
 {
     o->cfg = (dt_config){.V = 50257, .T = 64, .L = 12, .H = 12, .C = 768};
+    o->expect_ranks = 2;
     o->batch = 1;
     o->steps = 3;
     o->lr = 6e-4f;
@@ -267,7 +269,7 @@ static const preset presets[] = {
      preset_3d},
     {"gpt2-small",
      "GPT-2 small's shapes: V=50257 C=768 H=12 L=12, with T=64 and batch 1 for a CPU "
-     "(163M parameters, the head untied), 3 steps on random tokens, lr 6e-4",
+     "(162M parameters, the head untied), 2 ranks, 3 steps on random tokens, lr 6e-4",
      preset_gpt2_small},
 };
 #define NPRESETS (sizeof presets / sizeof presets[0])
