@@ -89,6 +89,16 @@ dt_status dt_dataset_batch(int *inputs, int *targets, dt_dataset *d, dt_split sp
  * model's context cannot hold an example.
  */
 double dt_task_accuracy(dt_model *m, const dt_dataset *d, size_t n);
+/*
+ * One share of that evaluation, for splitting it over parts ranks: of the
+ * first n examples (all if n is 0 or more than there are), those with
+ * index i % parts == part are graded and the exact ones counted. The
+ * shares' counts sum to the whole's count; *graded (may be NULL) is set
+ * to the number of examples of all shares together. Returns the count,
+ * or -1 where dt_task_accuracy returns -1 (the same on every share).
+ */
+long dt_task_count_exact(dt_model *m, const dt_dataset *d, size_t n, int part, int parts,
+                         size_t *graded);
 
 #ifdef __cplusplus
 }

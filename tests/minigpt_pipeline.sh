@@ -6,7 +6,8 @@
 # must print a loss table identical, digit for digit, to `minigpt
 # --grad-accum 4` with the same flags, for every schedule (the stages add
 # the micro-batches' gradients in the same order, so the sums are
-# bitwise equal), also with --recompute; the bytes a step reports sending
+# bitwise equal), also with --recompute, and the same evaluation line (its
+# stages gathered into a whole model); the bytes a step reports sending
 # are each counted once (one replica: the pipeline group is the world).
 # Two pipelines of 2 stages,
 # data-parallel (a world of 4), print the loss table of `dtrain-launch -n 2 minigpt --grad-accum 4`,
@@ -27,7 +28,7 @@ launch=$1; minigpt=$2
 tmp=$(mktemp -d /tmp/dtrain-pipe-e2e-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 unset RANK WORLD_SIZE LOCAL_RANK DT_INIT_URL DT_SECRET DT_JOB_ID
-echo "1..21"
+echo "1..22"
 n=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
 not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
@@ -50,6 +51,17 @@ for s in gpipe 1f1b zb; do
             "$(tail -n 5 "$tmp/$s.out")"
     fi
 done
+
+# the evaluation runs on the stages gathered into a whole model: the
+# validation loss of the same training in one process
+name="2 stages print the evaluation line of one process with --grad-accum 4"
+want=$(grep "eval @ step 4: val loss" "$tmp/one.out")
+got=$(sed -n 's/^\[0\] \(eval @ step 4: val loss.*\)/\1/p' "$tmp/gpipe.out")
+if [ -n "$want" ] && [ "$want" = "$got" ]; then
+    ok "$name"
+else
+    not_ok "$name" "one process: $want" "2 stages: $got"
+fi
 
 # --recompute: every stage rebuilds its blocks in one workspace, same bits
 for s in gpipe 1f1b zb; do

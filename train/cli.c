@@ -70,6 +70,9 @@ static const flag flags[] = {
     {"--log-every", NULL, K_POS, OPT(log_every), "N", "print a step line every N steps"},
     {"--eval-every", NULL, K_INT, OPT(eval_every), "N",
      "task accuracy every N steps (0 = at the end only)"},
+    {"--eval-prompts", NULL, K_INT, OPT(eval_prompts), "N",
+     "held-out prompts the task's accuracy grades, dealt out to the ranks "
+     "(0 = the validation loss only)"},
     {"--sample", NULL, K_INT, OPT(sample), "N", "tokens to generate at the end"},
     {"--metrics", NULL, K_STR, OPT(metrics), "FILE", "JSONL metrics (rank 0)"},
     {"--loss-table", NULL, K_BOOL, OPT(loss_table), NULL, "print every step's loss at the end"},
@@ -147,6 +150,7 @@ void mg_options_default(mg_options *o)
                       .parallel = MG_DDP,
                       .log_every = 50,
                       .eval_every = 200,
+                      .eval_prompts = 200,
                       .sample = 48,
                       .threads = 0, /* 0: the default, chosen at start */
                       .schedule = "1f1b",
@@ -232,6 +236,24 @@ static void preset_3d(mg_options *o)
     o->sample = 0;
 }
 
+/* GPT-2 small's shapes (V 50257, C 768, H 12, L 12: 124M parameters in
+ * GPT-2, whose head is tied to wte; MiniGPT's untied head makes it
+ * 162M) with T and B cut for a CPU: a short context, one sequence per
+ * rank on 2 ranks, three steps on random tokens of GPT-2's vocabulary,
+ * and GPT-2 small's lr. */
+static void preset_gpt2_small(mg_options *o)
+{
+    o->cfg = (dt_config){.V = 50257, .T = 64, .L = 12, .H = 12, .C = 768};
+    o->expect_ranks = 2;
+    o->batch = 1;
+    o->steps = 3;
+    o->lr = 6e-4f;
+    o->data = "random";
+    o->log_every = 1;
+    o->eval_every = 0;
+    o->sample = 16;
+}
+
 static const preset presets[] = {
     {"seed",
      "4 ranks, 20 steps, batch 4, lr 5e-3, ZeRO-1, random tokens, "
@@ -246,6 +268,10 @@ static const preset presets[] = {
      "the 3-D lesson: 8 ranks = 2 replicas x 2 tp ranks x 2 stages, 1F1B over 8 "
      "micro-batches, 300 steps of the embedded task",
      preset_3d},
+    {"gpt2-small",
+     "GPT-2 small's shapes: V=50257 C=768 H=12 L=12, with T=64 and batch 1 for a CPU "
+     "(162M parameters, the head untied), 2 ranks, 3 steps on random tokens, lr 6e-4",
+     preset_gpt2_small},
 };
 #define NPRESETS (sizeof presets / sizeof presets[0])
 

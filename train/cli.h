@@ -32,6 +32,7 @@ typedef struct mg_options {
     double bucket_mb;         /* DDP bucket cap; 0 = 25 MB */
     int log_every;            /* print a step line every N steps */
     int eval_every;           /* task accuracy every N steps; 0 = end only */
+    int eval_prompts;         /* held-out prompts the accuracy grades; 0 = none */
     int sample;               /* tokens to generate at the end */
     const char *metrics;      /* JSONL file, or NULL */
     const char *preset;       /* the preset applied, or NULL */

@@ -75,24 +75,22 @@ static int join_job(mg_run *r)
     return 0;
 }
 
-/* Validation loss and (for the task) exact-match accuracy, rank 0 only:
- * the replicas are identical, so one rank's answer is everyone's. Under
- * ZeRO-3 every rank runs it (each forward gathers the units from all of
- * them: mg_eval_collective) and rank 0 prints. */
-static double evaluate(mg_run *r, mg_metrics *mx, int step)
+/* Validation loss and (for the task) exact-match accuracy: every rank
+ * evaluates its share (evaluation.c), rank 0 prints. *acc is set to the
+ * accuracy (-1 if none). */
+static dt_status evaluate(mg_run *r, mg_metrics *mx, int step, double *acc)
 {
-    if ((r->rank != 0 && !mg_eval_collective(r)) || r->pipe) /* a stage cannot evaluate alone */
-        return -1;
-    float val = mg_val_loss(r);
-    double acc = r->is_task ? dt_task_accuracy(r->m, r->data, 200) : -1;
-    if (r->rank != 0)
-        return acc;
-    printf("eval @ step %d: val loss %.4f", step, (double)val);
-    if (acc >= 0)
-        printf(", exact-match accuracy %.1f%% (200 held-out prompts)", 100 * acc);
+    mg_eval e;
+    dt_status st = mg_evaluate(r, &e);
+    if (st != DT_OK || r->rank != 0)
+        return st;
+    *acc = e.accuracy;
+    printf("eval @ step %d: val loss %.4f", step, (double)e.val_loss);
+    if (e.accuracy >= 0)
+        printf(", exact-match accuracy %.1f%% (%zu held-out prompts)", 100 * e.accuracy, e.prompts);
     printf("\n");
-    mg_metrics_eval(mx, step, val, acc);
-    return acc;
+    mg_metrics_eval(mx, step, e.val_loss, e.accuracy);
+    return DT_OK;
 }
 
 /* Hashes every rank's parameters and compares. ZeRO-3 (not on a pipeline)
@@ -200,13 +198,11 @@ static dt_status train(mg_run *r, mg_metrics *mx, double *mean_hidden, double *a
                 mg_progress_clear(stdout);
             if ((s + 1) % o->log_every == 0 || s == r->start_step || s + 1 == o->steps)
                 mg_report_step(stdout, s, &st_info, r);
-            if (eval)
-                *acc = evaluate(r, mx, s + 1);
-            if (tty)
-                mg_progress(stdout, s + 1, o->steps, st_info.loss);
-        } else if (eval) {
-            evaluate(r, mx, s + 1); /* ZeRO-3: this rank's part of the forwards */
         }
+        if (eval && (st = evaluate(r, mx, s + 1, acc)) != DT_OK)
+            return st;
+        if (r->rank == 0 && tty)
+            mg_progress(stdout, s + 1, o->steps, st_info.loss);
         if (eval && (st = mg_eval_params(r, false)) != DT_OK)
             return st;
     }
@@ -251,12 +247,11 @@ static dt_status finish(mg_run *r, mg_metrics *mx, double secs, double mean_hidd
         r->phase = "final evaluation";
         st = mg_eval_params(r, true); /* ZeRO-3: the units, on every rank */
     }
+    if (st == DT_OK)
+        st = evaluate(r, mx, o->steps, &acc);
     if (st != DT_OK)
         return st;
-    if (r->rank != 0)
-        evaluate(r, mx, o->steps); /* ZeRO-3: this rank's part of the forwards */
     if (r->rank == 0) {
-        acc = evaluate(r, mx, o->steps);
         print_summary(r, secs, mean_hidden);
         mg_metrics_summary(mx, r, secs, mean_hidden, acc);
         if (o->loss_table)

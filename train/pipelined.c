@@ -22,9 +22,10 @@
  * on its stage (or shard). The
  * last stages average their replicas' losses over their group, and the
  * last stage of each pipeline broadcasts that for the step line. The
- * validation loss, the task's accuracy and the sample need the whole
- * model on one rank, so a pipelined run skips them; it prints instead each
- * stage's blocks, memory and measured bubble beside the closed form.
+ * validation loss and the task's accuracy run on a whole model gathered
+ * from the stages for the purpose (evaluation.c); the sample is skipped.
+ * A pipelined run prints each stage's blocks, memory and measured bubble
+ * beside the closed form.
  * With --deterministic the stage's replicas are summed in rank order
  * and divided by D (the executor's 1/M scaling and its micro-batch sums
  * are the same in every mode): DDP, ZeRO-1, ZeRO-2 and ZeRO-3 end with the

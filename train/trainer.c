@@ -429,24 +429,6 @@ dt_status mg_settle_params(mg_run *r)
     return DT_OK;
 }
 
-float mg_val_loss(mg_run *r)
-{
-    const mg_options *o = &r->o;
-    if (mg_settle_params(r) != DT_OK)
-        return -1.0f;
-    double sum = 0;
-    int n = 0;
-    for (int k = 0; k < 4; k++) {
-        if (dt_dataset_batch(r->x, r->y, r->data, DT_VAL, o->seed + 1,
-                             (uint64_t)k * (uint64_t)o->batch, o->batch, o->cfg.T) != DT_OK ||
-            dt_model_forward(r->m, r->x, r->y, o->batch, o->cfg.T) != DT_OK)
-            break;
-        sum += r->m->mean_loss;
-        n++;
-    }
-    return n ? (float)(sum / n) : -1.0f;
-}
-
 /* Prints a token as text when it is printable ASCII, else as <id>. */
 static void put_token(FILE *f, int t)
 {

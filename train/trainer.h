@@ -145,14 +145,25 @@ dt_status mg_settle_params(mg_run *r);
 dt_status mg_params_hold(mg_run *r, bool hold);
 /* Whether evaluation and sampling are collective: ZeRO-3 (not on a
  * pipeline), whose forwards gather each unit from every rank, so every
- * rank runs them (rank 0 prints). */
+ * rank runs the same forwards in step (rank 0 prints). */
 bool mg_eval_collective(const mg_run *r);
 /* Makes the parameters readable by evaluation's and sampling's forwards
  * (on) and goes back to training (off): ZeRO-3 arms its units
  * (dt_zero1_arm_inference), no whole model; otherwise mg_params_hold. */
 dt_status mg_eval_params(mg_run *r, bool on);
-/* Mean loss over the validation split's first batches (this rank only). */
-float mg_val_loss(mg_run *r);
+/* evaluation.c: what the held-out evaluation found. */
+typedef struct mg_eval {
+    float val_loss;  /* mean over the validation split's first batches; -1: none */
+    double accuracy; /* the task's exact-match accuracy; -1: none */
+    size_t prompts;  /* the held-out prompts it graded */
+} mg_eval;
+/* Collective over the world, after mg_eval_params(r, true): each rank
+ * evaluates its share, one all-reduce sums them; the same result on every
+ * rank, equal to one rank's evaluation alone. Under ZeRO-3 every forward
+ * is itself collective, so every rank runs the whole evaluation in step
+ * instead (mg_eval_collective). Under --pp each pipeline group first
+ * gathers its stages into a whole model, freed after. */
+dt_status mg_evaluate(mg_run *r, mg_eval *out);
 /* Writes a sample of n tokens after a prompt from the validation split
  * (f NULL: runs its forwards only, for a ZeRO-3 rank that does not print). */
 void mg_sample(mg_run *r, FILE *f, int n);

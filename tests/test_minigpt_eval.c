@@ -1,0 +1,173 @@
+/*
+ * test_minigpt_eval.c — minigpt's held-out evaluation as a program: dealt
+ * out to the ranks, it finds what one rank alone finds; --eval-prompts
+ * bounds it; and a model of real size (over 20M parameters) runs to its
+ * end on two ranks with the default timeouts, evaluation printed.
+ *
+ * The programs run with the environment's DT_* variables removed
+ * (run_program.h), so every timeout is the default. Waiting is bounded by
+ * each test's Criterion timeout; no assertion is about time.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "run_program.h"
+
+#ifndef LAUNCH_BIN
+#error "LAUNCH_BIN must name the built dtrain-launch"
+#endif
+#ifndef MINIGPT_BIN
+#error "MINIGPT_BIN must name the built minigpt"
+#endif
+
+/* A temporary directory for a test's logs and checkpoints. */
+static void temp_dir(char *path, size_t len)
+{
+    snprintf(path, len, "/tmp/dt-minigpt-eval-XXXXXX");
+    cr_assert(mkdtemp(path), "mkdtemp: %s", strerror(errno));
+}
+
+static void remove_dir(const char *dir)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_expect_eq(system(cmd), 0);
+}
+
+/* The line of out that starts with (or, after a "[r] " prefix, holds)
+ * prefix, up to its newline, malloc'ed; NULL if none. */
+static char *line_with(const char *out, const char *prefix)
+{
+    const char *p = strstr(out, prefix);
+    if (!p)
+        return NULL;
+    const char *eol = strchr(p, '\n');
+    size_t n = eol ? (size_t)(eol - p) : strlen(p);
+    char *line = malloc(n + 1);
+    memcpy(line, p, n);
+    line[n] = '\0';
+    return line;
+}
+
+/*
+ * One process trains the task's model 200 steps (its accuracy is then
+ * between 0 and 100%), evaluates it alone and saves it; three ranks
+ * resume that checkpoint with no steps left and evaluate it dealt out
+ * (four loss batches over three ranks, 200 prompts in strides of three).
+ * The metrics file's eval event holds the loss and the accuracy to 8
+ * digits, the printed line to 4: the events must be the same text.
+ */
+Test(minigpt_eval, three_ranks_evaluate_a_model_as_one_rank_does, .timeout = 300)
+{
+    char dir[64], log[96], ckpt[96], m1[96], m3[96];
+    temp_dir(dir, sizeof dir);
+    snprintf(log, sizeof log, "%s/log", dir);
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
+    snprintf(m1, sizeof m1, "%s/alone.jsonl", dir);
+    snprintf(m3, sizeof m3, "%s/three.jsonl", dir);
+    char *out;
+    int code = run_program((const char *[]){MINIGPT_BIN, "--steps", "200", "--eval-every", "0",
+                                            "--sample", "0", "--log-every", "100", "--ckpt-dir",
+                                            ckpt, "--ckpt-every", "200", "--metrics", m1, NULL},
+                           log, &out);
+    cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
+    free(out);
+    code = run_program((const char *[]){LAUNCH_BIN, "-n", "3", MINIGPT_BIN, "--steps", "200",
+                                        "--sample", "0", "--ckpt-dir", ckpt, "--resume", "auto",
+                                        "--metrics", m3, NULL},
+                       log, &out);
+    cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
+    free(out);
+    char *alone = run_slurp(m1), *three = run_slurp(m3);
+    char *want = line_with(alone, "{\"event\":\"eval\""),
+         *got = line_with(three, "{\"event\":\"eval\"");
+    cr_assert(want && got, "no eval event:\n%s\n---\n%s", alone, three);
+    cr_assert(strstr(want, "\"accuracy\"") && !strstr(want, "\"accuracy\":0.0,") &&
+                  !strstr(want, "\"accuracy\":0.0}"),
+              "a model that answers nothing right proves little: %s", want);
+    cr_expect_str_eq(got, want, "three ranks: %s\none rank: %s", got, want);
+    free(want);
+    free(got);
+    free(alone);
+    free(three);
+    remove_dir(dir);
+}
+
+Test(minigpt_eval, eval_prompts_sets_how_many_prompts_are_graded, .timeout = 120)
+{
+    char dir[64], log[96];
+    temp_dir(dir, sizeof dir);
+    snprintf(log, sizeof log, "%s/log", dir);
+    char *out;
+    int code = run_program((const char *[]){LAUNCH_BIN, "-n", "2", MINIGPT_BIN, "--steps", "2",
+                                            "--sample", "0", "--eval-prompts", "7", NULL},
+                           log, &out);
+    cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
+    cr_expect(strstr(out, "(7 held-out prompts)"), "no accuracy over 7 prompts:\n%s", out);
+    free(out);
+    code = run_program((const char *[]){MINIGPT_BIN, "--steps", "2", "--sample", "0",
+                                        "--eval-prompts", "0", NULL},
+                       log, &out);
+    cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
+    char *eval = line_with(out, "eval @ step 2: val loss ");
+    cr_assert(eval, "no evaluation line:\n%s", out);
+    cr_expect(!strstr(eval, "accuracy"), "--eval-prompts 0 still graded prompts: %s", eval);
+    free(eval);
+    free(out);
+    remove_dir(dir);
+}
+
+/*
+ * A model of real size, 23,113,728 parameters (V 4096, C 512, H 8, L 6,
+ * T 32), on two ranks with every timeout at its default: two steps, the
+ * replica check, the evaluation (20 prompts, to keep the test short) and
+ * a sample, then exit 0. When rank 0 evaluated alone, the other rank
+ * waited for it in the next collective until the op timeout (30 s) ran
+ * out and the job failed; a model this size took longer than that.
+ */
+Test(minigpt_eval, a_23m_parameter_model_runs_to_its_end_on_two_ranks, .timeout = 300)
+{
+    char dir[64], log[96];
+    temp_dir(dir, sizeof dir);
+    snprintf(log, sizeof log, "%s/log", dir);
+    char *out;
+    int code = run_program((const char *[]){LAUNCH_BIN,
+                                            "-n",
+                                            "2",
+                                            MINIGPT_BIN,
+                                            "-V",
+                                            "4096",
+                                            "-C",
+                                            "512",
+                                            "-H",
+                                            "8",
+                                            "-L",
+                                            "6",
+                                            "-T",
+                                            "32",
+                                            "-B",
+                                            "1",
+                                            "--steps",
+                                            "2",
+                                            "--eval-prompts",
+                                            "20",
+                                            NULL},
+                           log, &out);
+    cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
+    cr_expect(strstr(out, "23,113,728 parameters"), "not the 23M model:\n%s", out);
+    cr_expect(strstr(out, "replicas: all 2 ranks hold bitwise identical parameters"),
+              "no replica check:\n%s", out);
+    cr_expect(strstr(out, "eval @ step 2: val loss ") && strstr(out, "(20 held-out prompts)"),
+              "no evaluation:\n%s", out);
+    cr_expect(strstr(out, "sample: "), "no sample:\n%s", out);
+    free(out);
+    remove_dir(dir);
+}

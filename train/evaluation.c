@@ -1,0 +1,155 @@
+/*
+ * evaluation.c — the held-out evaluation, dealt out to every rank.
+ *
+ * Two numbers: the validation loss, the mean of MG_VAL_BATCHES forward
+ * passes over --batch validation rows each, and for the embedded task the
+ * exact-match accuracy on the first --eval-prompts held-out prompts, each
+ * answer decoded greedily (a KV cache makes a token one row of work).
+ *
+ * Every rank holds the whole model when this runs (the replicas are
+ * bitwise identical; --tp and the 3-D grid assemble it first), so the
+ * work is split instead of repeated: rank p of N takes the loss
+ * batches k = p, p + N, ... and the prompts i = p, p + N, ... (strided,
+ * so long and short prompts spread evenly), and one all-reduce of
+ * 2 · MG_VAL_BATCHES + 1 doubles brings the pieces together: each batch's
+ * loss in its own slot (the others add 0, exactly), whether it ran, and
+ * the count of exact answers. Every rank then sums the batch losses in
+ * batch order, as one rank alone would: the same loss bit for bit and the
+ * same accuracy as a single-rank evaluation, at 1/N of its time. No rank
+ * waits alone in a collective while another evaluates.
+ *
+ * ZeRO-3 (not on a pipeline) holds no whole model: its forwards gather
+ * each unit from every rank as they reach it (mg_eval_params), so each
+ * forward is a collective and every rank must run the same ones. There
+ * every rank runs the whole evaluation in step and nothing is summed:
+ * the same numbers, N times the work of a split, and one gather of the
+ * model per forward, which a batched, lockstep split would cut.
+ *
+ * A pipeline stage (--pp without --tp) holds a slice of the model. For
+ * the evaluation each pipeline group all-gathers its stages' slices (the
+ * flat layout puts them end to end in stage order) into a whole model
+ * built for the purpose, without gradients, and frees it after: P·4 bytes
+ * per parameter moved once per evaluation, the whole model's weights and
+ * one batch's activations held meanwhile. (The 3-D grid assembles its
+ * whole model the same way, in mg_params_hold.) A forward streamed
+ * through the stages would hold less; generation, one token at a time,
+ * would cross every stage per token.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "trainer.h"
+
+#define MG_VAL_BATCHES 4
+
+static dt_status eval_fail(mg_run *r, dt_status st, const char *what, const char *detail)
+{
+    snprintf(r->err, sizeof r->err, "rank %d: evaluation: %s: %s", r->rank, what,
+             detail && *detail ? detail : dt_status_name(st));
+    return st;
+}
+
+/* This rank's validation batches on m: their losses into loss[k], 1
+ * into ran[k] for each that ran. */
+static void val_loss_share(mg_run *r, dt_model *m, int part, int parts, double *loss, double *ran)
+{
+    const mg_options *o = &r->o;
+    for (int k = part; k < MG_VAL_BATCHES; k += parts) {
+        if (dt_dataset_batch(r->x, r->y, r->data, DT_VAL, o->seed + 1,
+                             (uint64_t)k * (uint64_t)o->batch, o->batch, o->cfg.T) != DT_OK ||
+            dt_model_forward(m, r->x, r->y, o->batch, o->cfg.T) != DT_OK)
+            continue;
+        loss[k] = (double)m->mean_loss;
+        ran[k] = 1;
+    }
+}
+
+/* The mean over the leading batches that ran (a batch that cannot be cut
+ * from the split ends the series, as it always did); -1 if none ran. */
+static float mean_of_leading(const double *loss, const double *ran)
+{
+    double sum = 0;
+    int n = 0;
+    while (n < MG_VAL_BATCHES && ran[n] > 0)
+        sum += loss[n++]; /* a float's value: what one rank alone added */
+    return n ? (float)(sum / n) : -1.0f;
+}
+
+/* --pp: the pipeline group's stage slices, gathered into *whole (a model
+ * without gradients, for forward passes only; the caller destroys it). */
+static dt_status gather_stages(mg_run *r, dt_model **whole)
+{
+    dt_model *stage = r->m;
+    int P = dt_comm_size(r->pipe_comm);
+    size_t n = stage->param_hi - stage->param_lo;
+    int64_t mine = (int64_t)n, *sizes = calloc((size_t)P, sizeof *sizes);
+    size_t *counts = calloc((size_t)P, sizeof *counts);
+    float *part = malloc(n * sizeof(float));
+    float *full = malloc(dt_config_num_params(&r->o.cfg) * sizeof(float));
+    dt_status st = DT_ENOMEM;
+    const char *what = "out of memory for the whole model";
+    if (sizes && counts && part && full) {
+        what = "all-gather of the stages' sizes";
+        st = dt_allgather(r->pipe_comm, &mine, sizes, 1, DT_I64);
+    }
+    for (int q = 0; st == DT_OK && q < P; q++)
+        counts[q] = (size_t)sizes[q];
+    if (st == DT_OK) {
+        stage->be->to_host(part, stage->params_memory, n * sizeof(float));
+        what = "all-gather of the stages' parameters";
+        st = dt_allgatherv(r->pipe_comm, part, full, counts, DT_F32);
+    }
+    if (st == DT_OK) {
+        what = "the whole model";
+        st = dt_model_create(whole, &r->o.cfg, stage->be, r->o.batch);
+    }
+    if (st == DT_OK) {
+        dt_model_window_grads(*whole, NULL, 0, 0); /* forward only: no gradients */
+        dt_model_set_params(*whole, full);
+    }
+    const char *detail = st == DT_OK || st == DT_ENOMEM ? ""
+                         : *whole                       ? dt_model_error(*whole)
+                                                        : dt_comm_error(r->pipe_comm);
+    free(sizes);
+    free(counts);
+    free(part);
+    free(full);
+    return st == DT_OK ? DT_OK : eval_fail(r, st, what, detail);
+}
+
+dt_status mg_evaluate(mg_run *r, mg_eval *out)
+{
+    *out = (mg_eval){.val_loss = -1, .accuracy = -1, .prompts = 0};
+    dt_status st = mg_settle_params(r);
+    if (st != DT_OK)
+        return st;
+    dt_model *m = r->m, *whole = NULL;
+    if (r->pipe && r->pipe_comm && (st = gather_stages(r, &whole)) != DT_OK) {
+        dt_model_destroy(whole);
+        return st;
+    }
+    if (whole)
+        m = whole;
+    /* ZeRO-3's forwards gather each unit from every rank: all run the
+     * same forwards in step, each the whole evaluation, and no sum */
+    bool split = r->comm && !mg_eval_collective(r);
+    int parts = split ? r->world : 1, part = split ? r->rank : 0;
+    /* loss[0..B), ran[0..B), right */
+    double sums[2 * MG_VAL_BATCHES + 1] = {0};
+    val_loss_share(r, m, part, parts, sums, sums + MG_VAL_BATCHES);
+    long right = -1;
+    size_t graded = 0;
+    if (r->is_task && r->o.eval_prompts > 0)
+        right = dt_task_count_exact(m, r->data, (size_t)r->o.eval_prompts, part, parts, &graded);
+    dt_model_destroy(whole);
+    sums[2 * MG_VAL_BATCHES] = right > 0 ? (double)right : 0;
+    if (split &&
+        (st = dt_allreduce(r->comm, sums, 2 * MG_VAL_BATCHES + 1, DT_F64, DT_SUM)) != DT_OK)
+        return eval_fail(r, st, "all-reduce of the losses and counts", dt_comm_error(r->comm));
+    out->val_loss = mean_of_leading(sums, sums + MG_VAL_BATCHES);
+    if (right >= 0 && graded > 0) { /* -1 on one rank is -1 on all: same data */
+        out->accuracy = sums[2 * MG_VAL_BATCHES] / (double)graded;
+        out->prompts = graded;
+    }
+    return DT_OK;
+}
