@@ -42,27 +42,16 @@
  * few and above 16 MFLOP. 4 pieces keep 2 and 4 threads balanced.
  */
 #include <cblas.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
 
 #include "dt_model.h"
 #include "model_internal.h"
 
-/* OpenBLAS's own pool would start every core's worth of threads under
- * each caller; the team does the cutting, so the process's first product
- * sets it to one thread, once (OpenBLAS's setting is process-wide; every
- * rank wants the same value). */
-static void blas_one_thread(void)
-{
-    openblas_set_num_threads(1);
-}
-
 void dt_cpu_gemm(float *c, int ldc, const float *a, int a_rs, int a_cs, const float *b, int b_rs,
                  int b_cs, int M, int N, int K, int accumulate)
 {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, blas_one_thread);
+    dt_blas_start();
     if (M <= 0 || N <= 0)
         return;
     int ta = a_cs != 1, tb = b_cs != 1;

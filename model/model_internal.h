@@ -131,6 +131,9 @@ void dt_cpu_gemm(float *c, int ldc, const float *a, int a_rs, int a_cs, const fl
  * [lo, hi) of n units, cut at multiples of align (the last share takes the
  * rest); shares are contiguous and in thread order. */
 void dt_team_share(size_t n, size_t align, size_t *lo, size_t *hi);
+/* threads.c — once per process: OpenBLAS at one thread of its own, and its
+ * work buffer mapped (dt_threads_use and every product call it). */
+void dt_blas_start(void);
 /* Element-wise work below this many elements runs on one thread. */
 #define DT_PAR_ELEMS ((size_t)1 << 15)
 

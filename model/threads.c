@@ -11,7 +11,7 @@
  * that never set one computes alone (not OpenMP's default of every core,
  * which would put 4 ranks-as-threads x 2 teams on 2 cores: measured 25x
  * slower on a busy machine, each barrier waiting on a preempted thread).
- * OpenBLAS is told to use one thread of its own (gemm_cpu.c: a
+ * OpenBLAS is told to use one thread of its own (dt_blas_start: a
  * process-wide setting, the same value for every rank), and the GEMMs are
  * cut into pieces by gemm_cpu.c instead: one pool, not two competing for
  * the same cores.
@@ -26,7 +26,9 @@
  * the kernels run pieces smaller than a few thousand flops on the
  * calling thread alone (each kernel's `if` clause).
  */
+#include <cblas.h>
 #include <omp.h>
+#include <pthread.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -46,8 +48,31 @@ int dt_threads_default(int local_ranks)
  * like OpenMP's own per-thread settings. */
 static _Thread_local int team_size = 1;
 
+/* OpenBLAS's own pool would start every core's worth of threads under
+ * each caller: the team does the cutting, so it is set to one thread
+ * (a process-wide setting; every rank wants the same). And OpenBLAS maps
+ * its work buffer (~128 MB of address space, little of it touched) at its
+ * first product, where a failed mmap makes it retry forever instead of
+ * failing: one product of 128^3, which takes the buffered path, maps it
+ * here, before the model allocates, so that a process short of memory
+ * (RLIMIT_DATA, RLIMIT_AS) fails in dtrain's own allocation, by name. */
+static void blas_start_once(void)
+{
+    enum { S = 128 };
+    float a[S * S] = {0}, c[S * S];
+    openblas_set_num_threads(1);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, S, S, 1.0f, a, S, a, S, 0.0f, c, S);
+}
+
+void dt_blas_start(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, blas_start_once);
+}
+
 void dt_threads_use(int n)
 {
+    dt_blas_start();
     team_size = n > 0 ? n : 1;
 }
 

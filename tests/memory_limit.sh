@@ -42,8 +42,11 @@ export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 # no idle BLAS threads' stacks i
 # DDP 629 MB; over 600 MB (its states alone are 471 MB), ZeRO-3 216 MB;
 # 217 MB, and ZeRO-3 before issue 34 (the whole model at start-up and
 # around evaluation) 456 MB; 391 MB or more.
+# RLIMIT_DATA also counts the work buffer OpenBLAS maps at start (~128 MB
+# of address space, little of it touched: model/threads.c), which a
+# cgroup, counting pages used, does not.
 cg_limit_mb=1200 # the 4 ranks together: DDP's states alone are 4 x 471 MB
-rl_limit_mb=320  # one rank
+rl_limit_mb=480  # one rank: ZeRO-3's 217 MB + the buffer fit, DDP's 471 + it do not
 
 # A cgroup v2 of our own, under the one this shell is in, if we may.
 make_cgroup() {
