@@ -74,7 +74,12 @@ static void *rank1_main(void *p)
     o.job_id = JOB;
     o.secret = secret;
     o.secret_len = sizeof secret;
-    o.timeout_s = 0.05; /* rank 0 sent all it ever will before any op waits */
+    /* rank 0 sent all it ever will before any op waits: both clocks short.
+     * The progress limit is the one that ends an op whose peer went quiet
+     * while its reader sat parked on a frame no posted receive matches
+     * (no heartbeat is read then, so liveness cannot judge). */
+    o.timeout_s = 0.05;
+    o.progress_timeout_s = 0.05;
     o.init_timeout_s = 10;
     o.log = quiet;
     dt_comm *c = NULL;
