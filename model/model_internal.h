@@ -147,6 +147,16 @@ void dt_cpu_attention_forward(float *out, float *att, const float *qkv, int B, i
 void dt_cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                                const float *att, int B, int T, int C, int NH);
 
+/* attention_tiles.c — the same attention as register tiles, where the head
+ * size is a multiple of 8 and the CPU has AVX2 and FMA (usable says so);
+ * the two run return -1, having done nothing, when their scratch cannot be
+ * had. kernels_cpu.c's attention calls them first. */
+int dt_attention_tiles_usable(int T, int C, int NH);
+int dt_tiles_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+                               int NH);
+int dt_tiles_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                                const float *att, int B, int T, int C, int NH);
+
 /* kernels_rows.c — the element-wise and row-wise layers, threaded */
 void dt_cpu_gelu_forward(float *out, const float *inp, size_t n);
 void dt_cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n);

@@ -191,9 +191,11 @@ Test(kernels, sgemm_matmul_matches_plain_loops, .timeout = 10)
     cr_expect(rel_inf(db1, db2, OC) < 1e-6, "dbias");
 }
 
+/* Head size 4, not a multiple of 8: the sgemm path. */
 Test(kernels, sgemm_attention_matches_plain_loops, .timeout = 10)
 {
     enum { B = 2, T = 9, C = 12, NH = 3 };
+    cr_assert(!dt_attention_tiles_usable(T, C, NH));
     dt_rng r;
     dt_rng_seed(&r, 6);
     static float qkv[B * T * 3 * C], dout[B * T * C];
@@ -208,6 +210,38 @@ Test(kernels, sgemm_attention_matches_plain_loops, .timeout = 10)
     cr_expect(rel_inf(o1, o2, B * T * C) < 1e-6, "out");
     cr_expect(rel_inf(a1, a2, B * NH * T * T) < 1e-6, "att");
     cr_expect(rel_inf(d1, d2, B * T * 3 * C) < 1e-6, "dqkv");
+}
+
+/* One shape through the register tiles (attention_tiles.c) against the
+ * plain loops: T not a multiple of the tile's 4 rows nor of 8 columns. */
+static void expect_tiles_match_plain_loops(int B, int T, int C, int NH)
+{
+    if (!dt_attention_tiles_usable(T, C, NH))
+        cr_skip_test("this CPU lacks AVX2 or FMA: attention takes the sgemm path");
+    dt_rng r;
+    dt_rng_seed(&r, 7);
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+    float *buf = calloc(3 * nq + 3 * no + 3 * na, sizeof(float));
+    cr_assert(buf);
+    float *qkv = buf, *d1 = qkv + nq, *d2 = d1 + nq, *dout = d2 + nq, *o1 = dout + no;
+    float *o2 = o1 + no, *a1 = o2 + no, *a2 = a1 + na, *s = a2 + na;
+    fill(qkv, nq, &r);
+    fill(dout, no, &r);
+    cr_assert_eq(dt_tiles_attention_forward(o1, a1, qkv, B, T, C, NH), 0);
+    dt_ref_attention_forward(o2, a2, qkv, B, T, C, NH);
+    cr_assert_eq(dt_tiles_attention_backward(d1, s, dout, qkv, a1, B, T, C, NH), 0);
+    dt_ref_attention_backward(d2, s, dout, qkv, a2, B, T, C, NH);
+    cr_expect(rel_inf(o1, o2, no) < 1e-6, "out, T %d hs %d", T, C / NH);
+    cr_expect(rel_inf(a1, a2, na) < 1e-6, "att, T %d hs %d", T, C / NH);
+    cr_expect(rel_inf(d1, d2, nq) < 1e-6, "dqkv, T %d hs %d", T, C / NH);
+    free(buf);
+}
+
+Test(kernels, register_tile_attention_matches_plain_loops, .timeout = 10)
+{
+    expect_tiles_match_plain_loops(2, 19, 48, 3); /* hs 16: tiles of 16 columns */
+    expect_tiles_match_plain_loops(3, 37, 48, 2); /* hs 24: one tile of 8 as well */
+    expect_tiles_match_plain_loops(2, 1, 16, 2);  /* a single position */
 }
 
 Test(kernels, fast_gelu_and_softmax_match_libm, .timeout = 10)
