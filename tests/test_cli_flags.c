@@ -16,6 +16,7 @@
 #include <netinet/in.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -92,6 +93,37 @@ Test(cli_flags, minigpt_refuses_more_threads_than_its_cap, .timeout = 30)
 {
     assert_one_line_and_a_hint((const char *[]){MINIGPT_BIN, "--threads", "100000", NULL},
                                "--threads: at most 256");
+}
+
+/* The CPUs this test may run on, as minigpt counts them. */
+static int usable_cores(void)
+{
+    cpu_set_t set;
+    return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+}
+
+Test(cli_flags, minigpt_warns_when_its_threads_outnumber_the_cores, .timeout = 60)
+{
+    char threads[16];
+    snprintf(threads, sizeof threads, "%d", usable_cores() + 1);
+    int code;
+    char *out = run((const char *[]){MINIGPT_BIN, "--threads", threads, "--steps", "1",
+                                     "--eval-every", "0", "--sample", "0", NULL},
+                    &code);
+    cr_assert_eq(code, 0, "%s", out);
+    cr_expect(strstr(out, "oversubscribed, every step will crawl"), "%s", out);
+    free(out);
+}
+
+Test(cli_flags, minigpt_does_not_warn_when_its_threads_fit, .timeout = 60)
+{
+    int code;
+    char *out = run((const char *[]){MINIGPT_BIN, "--threads", "1", "--steps", "1", "--eval-every",
+                                     "0", "--sample", "0", NULL},
+                    &code);
+    cr_assert_eq(code, 0, "%s", out);
+    cr_expect(!strstr(out, "oversubscribed"), "%s", out);
+    free(out);
 }
 
 Test(cli_flags, minigpt_reports_a_bad_pipeline_combination_without_the_usage, .timeout = 30)

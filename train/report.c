@@ -44,6 +44,21 @@ static const char *mode_title(const mg_run *r)
     return names[r->zero1 ? dt_zero1_stage(r->zero1) : 0];
 }
 
+/* More threads on the node than it has cores: an OpenMP team spins while
+ * it waits for its members, so a step slows by far more than the ratio.
+ * Said only where --threads chose it (one thread per rank is the
+ * launcher's own warning, with more ranks than cores). */
+static void warn_if_oversubscribed(FILE *f, int threads)
+{
+    int cores = dt_threads_default(1), local = mg_local_world_size();
+    if (threads > 1 && threads * local > cores)
+        fprintf(f,
+                "compute: warning: %d rank%s x %d threads on %d core%s: oversubscribed, every "
+                "step will crawl; --threads %d fits\n",
+                local, local == 1 ? "" : "s", threads, cores, cores == 1 ? "" : "s",
+                cores / local > 0 ? cores / local : 1);
+}
+
 void mg_report_header(FILE *f, const mg_run *r)
 {
     const mg_options *o = &r->o;
@@ -105,6 +120,7 @@ void mg_report_header(FILE *f, const mg_run *r)
                 "compute: %d thread%s per rank; sgemm %.1f GFLOP/s on them at start, the MFU "
                 "column's 100%%\n",
                 o->threads, o->threads == 1 ? "" : "s", r->peak_gflops);
+    warn_if_oversubscribed(f, o->threads);
     fprintf(f, "%6s %9s %11s %9s %9s %7s %8s %5s\n", "step", "loss", "tokens/s", "ms/step",
             "comm ms", "hidden", "GFLOP/s", "MFU");
 }
