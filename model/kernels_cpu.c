@@ -125,11 +125,9 @@ static void softmax_backward(float *d, const float *a, int r0, int r1, int T, fl
 
 enum { RB = 32 }; /* query rows per attention block (see the top) */
 
-void dt_cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
+void dt_sgemm_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+                                int NH)
 {
-    if (dt_attention_tiles_usable(T, C, NH) &&
-        dt_tiles_attention_forward(out, att, qkv, B, T, C, NH) == 0)
-        return;
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for collapse(2) schedule(static) \
@@ -180,12 +178,9 @@ static void attention_backward_head(float *dq, float *d, const float *dy, const 
     }
 }
 
-void dt_cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                               const float *att, int B, int T, int C, int NH)
+void dt_sgemm_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                                 const float *att, int B, int T, int C, int NH)
 {
-    if (dt_attention_tiles_usable(T, C, NH) &&
-        dt_tiles_attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH) == 0)
-        return;
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
     /* each (b, h) owns its columns of dqkv, so writing, not adding, is
@@ -199,4 +194,21 @@ void dt_cpu_attention_backward(float *dqkv, float *scratch, const float *dout, c
             attention_backward_head(dqkv + qoff, scratch + hoff, dout + (size_t)b * T * C + h * hs,
                                     qkv + qoff, att + hoff, T, C, hs, scale);
         }
+}
+
+/* Attention in register tiles where they run (attention_tiles.c), else on
+ * sgemm. */
+void dt_cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
+{
+    if (!dt_attention_tiles_usable(T, C, NH) ||
+        dt_tiles_attention_forward(out, att, qkv, B, T, C, NH) != 0)
+        dt_sgemm_attention_forward(out, att, qkv, B, T, C, NH);
+}
+
+void dt_cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                               const float *att, int B, int T, int C, int NH)
+{
+    if (!dt_attention_tiles_usable(T, C, NH) ||
+        dt_tiles_attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH) != 0)
+        dt_sgemm_attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
 }

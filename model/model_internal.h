@@ -146,6 +146,12 @@ void dt_cpu_attention_forward(float *out, float *att, const float *qkv, int B, i
                               int NH);
 void dt_cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                                const float *att, int B, int T, int C, int NH);
+/* the sgemm attention alone, whatever the head size and CPU (the fallback
+ * the two above take where the register tiles cannot run) */
+void dt_sgemm_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+                                int NH);
+void dt_sgemm_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                                 const float *att, int B, int T, int C, int NH);
 
 /* attention_tiles.c — the same attention as register tiles, where the head
  * size is a multiple of 8 and the CPU has AVX2 and FMA (usable says so);

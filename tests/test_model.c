@@ -191,33 +191,14 @@ Test(kernels, sgemm_matmul_matches_plain_loops, .timeout = 10)
     cr_expect(rel_inf(db1, db2, OC) < 1e-6, "dbias");
 }
 
-/* Head size 4, not a multiple of 8: the sgemm path. */
-Test(kernels, sgemm_attention_matches_plain_loops, .timeout = 10)
-{
-    enum { B = 2, T = 9, C = 12, NH = 3 };
-    cr_assert(!dt_attention_tiles_usable(T, C, NH));
-    dt_rng r;
-    dt_rng_seed(&r, 6);
-    static float qkv[B * T * 3 * C], dout[B * T * C];
-    static float o1[B * T * C], o2[B * T * C], a1[B * NH * T * T], a2[B * NH * T * T],
-        s[B * NH * T * T], d1[B * T * 3 * C], d2[B * T * 3 * C];
-    fill(qkv, B * T * 3 * C, &r);
-    fill(dout, B * T * C, &r);
-    dt_cpu_attention_forward(o1, a1, qkv, B, T, C, NH);
-    dt_ref_attention_forward(o2, a2, qkv, B, T, C, NH);
-    dt_cpu_attention_backward(d1, s, dout, qkv, a1, B, T, C, NH);
-    dt_ref_attention_backward(d2, s, dout, qkv, a2, B, T, C, NH);
-    cr_expect(rel_inf(o1, o2, B * T * C) < 1e-6, "out");
-    cr_expect(rel_inf(a1, a2, B * NH * T * T) < 1e-6, "att");
-    cr_expect(rel_inf(d1, d2, B * T * 3 * C) < 1e-6, "dqkv");
-}
+/* One attention implementation against the plain loops on one shape. */
+typedef void (*attention_fwd)(float *, float *, const float *, int, int, int, int);
+typedef void (*attention_bwd)(float *, float *, const float *, const float *, const float *, int,
+                              int, int, int);
 
-/* One shape through the register tiles (attention_tiles.c) against the
- * plain loops: T not a multiple of the tile's 4 rows nor of 8 columns. */
-static void expect_tiles_match_plain_loops(int B, int T, int C, int NH)
+static void expect_attention_matches_plain_loops(attention_fwd fwd, attention_bwd bwd, int B, int T,
+                                                 int C, int NH)
 {
-    if (!dt_attention_tiles_usable(T, C, NH))
-        cr_skip_test("this CPU lacks AVX2 or FMA: attention takes the sgemm path");
     dt_rng r;
     dt_rng_seed(&r, 7);
     size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
@@ -227,9 +208,9 @@ static void expect_tiles_match_plain_loops(int B, int T, int C, int NH)
     float *o2 = o1 + no, *a1 = o2 + no, *a2 = a1 + na, *s = a2 + na;
     fill(qkv, nq, &r);
     fill(dout, no, &r);
-    cr_assert_eq(dt_tiles_attention_forward(o1, a1, qkv, B, T, C, NH), 0);
+    fwd(o1, a1, qkv, B, T, C, NH);
     dt_ref_attention_forward(o2, a2, qkv, B, T, C, NH);
-    cr_assert_eq(dt_tiles_attention_backward(d1, s, dout, qkv, a1, B, T, C, NH), 0);
+    bwd(d1, s, dout, qkv, a1, B, T, C, NH);
     dt_ref_attention_backward(d2, s, dout, qkv, a2, B, T, C, NH);
     cr_expect(rel_inf(o1, o2, no) < 1e-6, "out, T %d hs %d", T, C / NH);
     cr_expect(rel_inf(a1, a2, na) < 1e-6, "att, T %d hs %d", T, C / NH);
@@ -237,11 +218,42 @@ static void expect_tiles_match_plain_loops(int B, int T, int C, int NH)
     free(buf);
 }
 
+Test(kernels, sgemm_attention_matches_plain_loops, .timeout = 10)
+{
+    expect_attention_matches_plain_loops(dt_sgemm_attention_forward, dt_sgemm_attention_backward, 2,
+                                         9, 12, 3); /* hs 4 */
+    expect_attention_matches_plain_loops(dt_sgemm_attention_forward, dt_sgemm_attention_backward, 2,
+                                         37, 48, 3); /* hs 16, two row blocks of 32 */
+}
+
+/* The register tiles (attention_tiles.c): T not a multiple of the tile's
+ * 4 rows nor of 8 columns. */
+static void tile_fwd(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
+{
+    cr_assert_eq(dt_tiles_attention_forward(out, att, qkv, B, T, C, NH), 0);
+}
+
+static void tile_bwd(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                     const float *att, int B, int T, int C, int NH)
+{
+    cr_assert_eq(dt_tiles_attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH), 0);
+}
+
 Test(kernels, register_tile_attention_matches_plain_loops, .timeout = 10)
 {
-    expect_tiles_match_plain_loops(2, 19, 48, 3); /* hs 16: tiles of 16 columns */
-    expect_tiles_match_plain_loops(3, 37, 48, 2); /* hs 24: one tile of 8 as well */
-    expect_tiles_match_plain_loops(2, 1, 16, 2);  /* a single position */
+    if (!dt_attention_tiles_usable(19, 48, 3))
+        cr_skip_test("this CPU lacks AVX2 or FMA: attention takes the sgemm path");
+    expect_attention_matches_plain_loops(tile_fwd, tile_bwd, 2, 19, 48, 3); /* hs 16 */
+    expect_attention_matches_plain_loops(tile_fwd, tile_bwd, 3, 37, 48, 2); /* hs 24 */
+    expect_attention_matches_plain_loops(tile_fwd, tile_bwd, 2, 1, 16, 2);  /* one position */
+}
+
+/* Where the tiles cannot run (head size 4), the layer takes sgemm. */
+Test(kernels, attention_with_a_head_size_off_the_tiles_takes_sgemm, .timeout = 10)
+{
+    cr_assert(!dt_attention_tiles_usable(9, 12, 3));
+    expect_attention_matches_plain_loops(dt_cpu_attention_forward, dt_cpu_attention_backward, 2, 9,
+                                         12, 3);
 }
 
 Test(kernels, fast_gelu_and_softmax_match_libm, .timeout = 10)
