@@ -25,7 +25,7 @@
  * ZeRO-2 and 3).
  *
  * Off by default, and off for a world of one (nothing is sent, so
- * nothing is rounded). Host memory only: the CPU backend.
+ * nothing is rounded). Host memory only: the CPU backends, not CUDA's.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,8 +36,10 @@
 dt_status optim_grad_comm_enable(optim_grad_comm *gc, const dt_model *m, const dt_comm *comm,
                                  size_t n, char *err, size_t errlen)
 {
-    if (strcmp(m->be->name, "cpu") != 0) {
-        snprintf(err, errlen, "bf16 gradient communication converts on the host: CPU backend only");
+    if (strncmp(m->be->name, "cuda", 4) == 0) {
+        snprintf(err, errlen,
+                 "bf16 gradients are converted on host memory: the %s backend is not supported",
+                 m->be->name);
         return DT_EINVAL;
     }
     if (!comm || dt_comm_size(comm) < 2 || gc->on)
