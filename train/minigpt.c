@@ -50,6 +50,7 @@ static int join_job(mg_run *r)
         co.wire = strcmp(r->o.wire, "gloo") == 0 ? DT_WIRE_GLOO : DT_WIRE_DTRAIN;
     r->rank = co.rank;
     r->world = co.world_size;
+    r->gloo_wire = co.wire == DT_WIRE_GLOO;
     if (r->world == 1)
         return 0;
     if (strcmp(r->o.device, "cuda") == 0) { /* stage device buffers */

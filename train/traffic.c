@@ -36,6 +36,9 @@
  * exactly 2(N-1)/N of a buffer that N divides; a rank's shard of the rest
  * shifts the figures by a few elements.
  *
+ * On the gloo wire (torch 1.13's) the measurement is printed alone: torch
+ * runs every all-reduce on its ring and cuts its own messages.
+ *
  * Cost: arithmetic, at the end of the run.
  */
 #include <stdio.h>
@@ -119,6 +122,13 @@ void mg_report_traffic(FILE *f, const mg_run *r)
     if (r->world < 2 || r->pipe || r->tp || r->three_d || r->traffic_steps < 1)
         return;
     double grads, params, measured = (double)r->traffic_sent / r->traffic_steps / r->world;
+    if (r->gloo_wire) { /* torch's ring always, and its own message sizes */
+        fprintf(f,
+                "traffic per step and rank (mean of %d steps, dtrain's counters): %.0f B sent "
+                "(the gloo wire: no closed form here)\n",
+                r->traffic_steps, measured);
+        return;
+    }
     const char *params_how;
     closed_form(r, &grads, &params, &params_how);
     const char *g = strcmp(r->o.grad_comm, "bf16") == 0 ? "bf16" : "fp32";

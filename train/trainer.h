@@ -60,6 +60,7 @@ typedef struct mg_run {
     uint64_t traffic_sent_first;        /* sent when the run's first step began */
     uint64_t traffic_sent;              /* every rank's, from then to the end of the last step */
     int traffic_steps;                  /* the steps in between */
+    bool gloo_wire;                     /* torch's gloo wire: its own messages */
     double peak_gflops;                 /* rank 0's sgemm rate at start; 0: none (cuda) */
     uint64_t *bytes_sent_by_rank;       /* [world], rank 0 after the run: each rank's */
     const char *phase;                  /* what the run is doing, for the failure line */
