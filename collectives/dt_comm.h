@@ -87,6 +87,11 @@ bool dt_redop_supports(dt_redop op, dt_dtype t); /* band/bor/bxor: integers */
 /* Parse "f32"/"bf16"/... and "sum"/"max"/...; false if not a name. */
 bool dt_dtype_parse(const char *name, dt_dtype *out);
 bool dt_redop_parse(const char *name, dt_redop *out);
+/* n f32 values to bf16, rounded to nearest even as the collectives round
+ * (NaN stays NaN, overflow is ±inf), and back (exact): for callers that
+ * send f32 data as bf16 (minigpt --grad-comm bf16). Vectorised; O(n). */
+void dt_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n);
+void dt_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n);
 
 /* ---- rendezvous store ----------------------------------------------------- */
 

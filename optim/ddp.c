@@ -32,6 +32,11 @@
  * micro-steps is added into each bucket just before it is launched, the
  * all-reduce sums in rank order, and dt_ddp_wait divides by k·N.
  *
+ * --grad-comm bf16 (dt_ddp_set_grad_bf16, grad_comm.c): each bucket is
+ * rounded to bf16 just before it is launched and the all-reduce runs on
+ * that copy; dt_ddp_wait widens the mean back into the gradients. Half
+ * the bytes on the wire.
+ *
  * Measuring "hidden". Ops of one communicator run one after another in
  * submission order, so bucket i is on the wire from max(submit_i,
  * done_{i-1}) to done_i; the sum of those spans is the communication time.
@@ -63,6 +68,7 @@ struct dt_ddp {
     int next;            /* first bucket not yet launched this backward */
     bool syncing;        /* the current backward launches buckets */
     optim_rank_order ro; /* --deterministic */
+    optim_grad_comm gc;  /* --grad-comm bf16: a bf16 copy of the flat buffer */
     dt_status st;        /* first failure of a launch */
     char err[512];
 };
@@ -129,6 +135,7 @@ void dt_ddp_destroy(dt_ddp *d)
     if (!d)
         return;
     optim_rank_order_free(&d->ro);
+    optim_grad_comm_free(&d->gc);
     free(d->buckets);
     free(d);
 }
@@ -183,6 +190,7 @@ static void on_grads_ready(void *user, size_t lo)
                     .dtype = DT_F32,
                     .redop = DT_AVG};
         optim_rank_order_op(&d->ro, &op);
+        optim_grad_comm_pack(&d->gc, &op, b->lo);
         dt_status st = dt_submit(d->comm, &op, &b->work);
         if (st != DT_OK) {
             ddp_fail(d, st, "backward: launching a bucket's all-reduce");
@@ -263,6 +271,8 @@ dt_status dt_ddp_wait(dt_ddp *d, dt_comm_stats *stats)
         }
         if (st != DT_OK)
             ddp_fail(d, st, "wait: a bucket's all-reduce");
+        else
+            optim_grad_comm_unpack(&d->gc, d->m->grads_memory + b->lo, b->lo, b->n);
     }
     double t1 = dt_now();
     if (stats) {
@@ -283,9 +293,20 @@ dt_status dt_ddp_wait(dt_ddp *d, dt_comm_stats *stats)
     return d->st;
 }
 
+dt_status dt_ddp_set_grad_bf16(dt_ddp *d)
+{
+    char err[160];
+    if (d->ro.on)
+        return ddp_fail(d, DT_EINVAL, "bf16 gradients round: not with --deterministic");
+    dt_status st = optim_grad_comm_enable(&d->gc, d->m, d->comm, d->m->num_params, err, sizeof err);
+    return st == DT_OK ? DT_OK : ddp_fail(d, st, err);
+}
+
 dt_status dt_ddp_set_deterministic(dt_ddp *d)
 {
     char err[160];
+    if (d->gc.on)
+        return ddp_fail(d, DT_EINVAL, "--deterministic sums fp32 gradients: not with bf16 ones");
     dt_status st = optim_rank_order_enable(&d->ro, d->m, err, sizeof err);
     return st == DT_OK ? DT_OK : ddp_fail(d, st, err);
 }

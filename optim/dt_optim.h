@@ -122,6 +122,15 @@ dt_status dt_ddp_arm(dt_ddp *d, dt_grad_ready_fn *fn, void **user);
  * memory only: DT_EINVAL for a CUDA backend.
  */
 dt_status dt_ddp_set_deterministic(dt_ddp *d);
+/*
+ * --grad-comm bf16 (grad_comm.c), before the first backward: each bucket
+ * is rounded to bf16 and all-reduced (avg) as bf16, summed in f32 and
+ * rounded once by the collectives; dt_ddp_wait widens the mean back into
+ * the fp32 gradients. Half the gradient bytes; PyTorch DDP's bf16
+ * compression hook. Host memory (the CPU backend) only; not with
+ * --deterministic. A world of one sends nothing and rounds nothing.
+ */
+dt_status dt_ddp_set_grad_bf16(dt_ddp *d);
 /* Waits for every bucket launched by the last synced backward; on return
  * m's gradients are the mean over ranks. stats (may be NULL) gets the
  * timing. The first failed all-reduce's status is returned. */
@@ -214,6 +223,10 @@ int dt_zero1_stage(const dt_zero1 *z); /* 1, 2 or 3 */
 /* --deterministic, as dt_ddp_set_deterministic: the step divides this
  * rank's shard of the sum by k·N. Any stage. */
 dt_status dt_zero1_set_deterministic(dt_zero1 *z);
+/* --grad-comm bf16, as dt_ddp_set_grad_bf16, for every stage: each
+ * gradient piece is reduced to its owner as bf16, and the owner widens
+ * the mean back into fp32 before AdamW. Parameters travel in fp32. */
+dt_status dt_zero1_set_grad_bf16(dt_zero1 *z);
 /*
  * ZeRO-3: hold (true) all-gathers the whole model into a full buffer that
  * m's parameters then point at, for evaluation, sampling, a checkpoint or

@@ -37,6 +37,10 @@
  * backward finishes it; pieces are summed in rank order, and the shard is
  * divided by k·N after the last one.
  *
+ * --grad-comm bf16 (grad_comm.c): each piece leaves as a bf16 copy (a
+ * bf16 buffer beside each pool buffer), and the owner widens the mean
+ * into its shard instead of copying it.
+ *
  * Ordering: every rank builds the same buckets and pieces and launches
  * them in the same order (backward's), as the collectives require.
  * Timing as in zero1.c: busy = wire spans, exposed = time waited.
@@ -75,9 +79,10 @@ struct optim_grad_shards {
     size_t max_bucket;
     float *accum; /* (Ψ) k > 1 only: the no-sync micro-steps' local sum */
     bool accum_dirty;
-    gbucket *buckets; /* [nb], tail first */
-    int nb, next;     /* next: first bucket not launched this backward */
-    gpiece *pieces;   /* [npieces] */
+    gbucket *buckets;   /* [nb], tail first */
+    int nb, next;       /* next: first bucket not launched this backward */
+    gpiece *pieces;     /* [npieces] */
+    optim_grad_comm gc; /* --grad-comm bf16: POOL × max_bucket bf16 copies */
     int npieces;
     optim_overlap_clock clock;
     optim_rank_order ro; /* --deterministic: only its on and micro */
@@ -174,6 +179,7 @@ void optim_grad_shards_destroy(optim_grad_shards *g)
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i])
             be->free(dev[i]);
+    optim_grad_comm_free(&g->gc);
     free(g->buckets);
     free(g->pieces);
     free(g);
@@ -188,7 +194,7 @@ size_t optim_grad_shards_bytes(const optim_grad_shards *g)
 {
     size_t pool = g->max_bucket * (size_t)(g->nb < POOL ? g->nb : POOL);
     size_t n = g->s + pool + (g->accum ? g->m->num_params : 0);
-    return n * sizeof(float);
+    return n * sizeof(float) + g->gc.n * sizeof *g->gc.buf;
 }
 
 int optim_grad_shards_num_buckets(const optim_grad_shards *g)
@@ -201,6 +207,13 @@ const float *optim_grad_shards_mean(const optim_grad_shards *g)
     return g->shard;
 }
 
+/* Where piece pc of bucket b travels in the bf16 buffer: beside its pool
+ * buffer's place. */
+static size_t wire_at(const optim_grad_shards *g, const gbucket *b, const gpiece *pc)
+{
+    return (size_t)b->buf * g->max_bucket + (pc->lo - b->lo);
+}
+
 /* Waits for piece pc of bucket b, then keeps this rank's part of it. */
 static void settle_piece(optim_grad_shards *g, const gbucket *b, gpiece *pc)
 {
@@ -210,7 +223,11 @@ static void settle_piece(optim_grad_shards *g, const gbucket *b, gpiece *pc)
         if (st != DT_OK)
             gs_fail(g, st, "reduce of a gradient piece to its owner");
     }
-    if (pc->owner == g->rank && g->st == DT_OK)
+    if (pc->owner != g->rank || g->st != DT_OK)
+        return;
+    if (g->gc.on) /* the mean arrived as bf16 */
+        optim_grad_comm_unpack(&g->gc, g->shard + (pc->lo - g->my_lo), wire_at(g, b, pc), pc->n);
+    else
         g->m->be->copy(g->shard + (pc->lo - g->my_lo), g->pool[b->buf] + (pc->lo - b->lo),
                        pc->n * sizeof(float));
 }
@@ -257,6 +274,7 @@ static void launch_bucket(optim_grad_shards *g, gbucket *b)
                     .redop = DT_AVG,
                     .root = pc->owner};
         optim_rank_order_op(&g->ro, &op);
+        optim_grad_comm_pack(&g->gc, &op, wire_at(g, b, pc));
         pc->done = false;
         pc->t_submit = dt_now();
         dt_status st = dt_submit(g->comm, &op, &pc->work);
@@ -356,6 +374,14 @@ dt_status optim_grad_shards_wait(optim_grad_shards *g, double *busy_s, double *e
     g->clock.ops = 0;
     g->next = 0;
     return g->st;
+}
+
+dt_status optim_grad_shards_bf16(optim_grad_shards *g)
+{
+    char err[160];
+    dt_status st = optim_grad_comm_enable(&g->gc, g->m, g->comm, POOL * g->max_bucket, err,
+                                          sizeof err);
+    return st == DT_OK ? DT_OK : gs_fail(g, st, err);
 }
 
 dt_status optim_grad_shards_deterministic(optim_grad_shards *g)

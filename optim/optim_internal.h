@@ -81,6 +81,25 @@ void optim_rank_order_after(optim_rank_order *ro, float *grads, size_t n, bool s
  * new step begins. Nothing when off. */
 void optim_rank_order_divide(optim_rank_order *ro, float *x, size_t n, int world);
 
+/* ---- grad_comm.c: gradients sent as bf16 (--grad-comm bf16) -------------- */
+
+typedef struct optim_grad_comm {
+    bool on;
+    uint16_t *buf; /* (n) bf16 copies of the ranges in flight */
+    size_t n;
+} optim_grad_comm;
+/* Turns it on with room for n elements, when comm has two ranks or more
+ * (DT_EINVAL with a message for a CUDA backend). */
+dt_status optim_grad_comm_enable(optim_grad_comm *gc, const dt_model *m, const dt_comm *comm,
+                                 size_t n, char *err, size_t errlen);
+void optim_grad_comm_free(optim_grad_comm *gc);
+/* When on: rounds op's f32 range (recv, count) into buf + at, and points
+ * op at it as DT_BF16. The caller keeps buf + at alone until the op is
+ * done. */
+void optim_grad_comm_pack(const optim_grad_comm *gc, dt_op *op, size_t at);
+/* When on: g[0..n) = buf[at..at+n) widened (after the op). */
+void optim_grad_comm_unpack(const optim_grad_comm *gc, float *g, size_t at, size_t n);
+
 /* ---- grad_shards.c: ZeRO-2's gradient path, used by zero1.c ---------------- */
 
 typedef struct optim_grad_shards optim_grad_shards;
@@ -103,6 +122,8 @@ dt_status optim_grad_shards_wait(optim_grad_shards *g, double *busy_s, double *e
 const float *optim_grad_shards_mean(const optim_grad_shards *g);
 /* --deterministic (rank_order.c): sums in one order, divides by k·N. */
 dt_status optim_grad_shards_deterministic(optim_grad_shards *g);
+/* --grad-comm bf16 (grad_comm.c): every piece travels as bf16. */
+dt_status optim_grad_shards_bf16(optim_grad_shards *g);
 
 /* ---- param_units.c: ZeRO-3's parameter path, used by zero1.c ------------- */
 
@@ -168,6 +189,8 @@ struct dt_zero1 {
     int stage;                      /* 1, 2 or 3 */
     optim_overlap_clock clock;      /* since the last stats */
     optim_rank_order ro;            /* --deterministic (rank_order.c) */
+    optim_grad_comm gc;             /* ZeRO-1's --grad-comm bf16 (Ψ); ZeRO-2, 3: gs's */
+    bool grad_bf16;                 /* --grad-comm bf16, any stage */
     dt_status st;
     char err[512];
 };

@@ -39,6 +39,10 @@
  * the step's earlier micro-steps added into each just before it leaves,
  * and the owner divides its shard by k·N before AdamW.
  *
+ * --grad-comm bf16 (grad_comm.c): each piece is rounded to bf16 just
+ * before it leaves and reduced as bf16; its owner widens the mean back
+ * into the gradient buffer at the step. ZeRO-2 and 3: grad_shards.c.
+ *
  * Ordering: every rank builds the same pieces and launches them in the
  * same order (reduces as backward reaches them, gathers in forward order).
  * Memory: master, m, v: 12·s bytes; the tree reduce borrows 2·(piece)
@@ -272,6 +276,7 @@ static void launch_reduces(dt_zero1 *z, size_t lo)
                     .redop = DT_AVG,
                     .root = pc->owner};
         optim_rank_order_op(&z->ro, &op);
+        optim_grad_comm_pack(&z->gc, &op, pc->lo);
         launch(z, pc, &op, "backward: launching a gradient piece's reduce");
         z->reduced++;
     }
@@ -398,6 +403,7 @@ void dt_zero1_destroy(dt_zero1 *z)
     optim_grad_shards_destroy(z->gs);
     optim_param_units_destroy(z->pu);
     optim_rank_order_free(&z->ro);
+    optim_grad_comm_free(&z->gc);
     free(z->reduces);
     free(z->gathers);
     free(z->gather_counts);
@@ -458,9 +464,13 @@ static void reduce_gradients(dt_zero1 *z)
     if (!z->syncing)
         z->reduced = 0; /* a plain backward: nothing launched yet */
     launch_reduces(z, 0);
-    for (int i = 0; i < z->reduced; i++)
-        if (z->reduces[i].work)
-            settle(z, &z->reduces[i], "step: reduce of a gradient piece");
+    for (int i = 0; i < z->reduced; i++) {
+        piece *pc = &z->reduces[i];
+        if (pc->work)
+            settle(z, pc, "step: reduce of a gradient piece");
+        if (pc->owner == z->rank && z->st == DT_OK) /* the mean, back to f32 */
+            optim_grad_comm_unpack(&z->gc, z->m->grads_memory + pc->lo, pc->lo, pc->n);
+    }
     if (z->st == DT_OK && z->reduced != z->nreduce)
         zero1_fail(z, DT_EPROTO, "step: a gradient piece was never reduced");
     z->syncing = false;
@@ -557,9 +567,25 @@ dt_status dt_zero1_step(dt_zero1 *z, const dt_adamw_hparams *h, long step, dt_co
     return st;
 }
 
+dt_status dt_zero1_set_grad_bf16(dt_zero1 *z)
+{
+    char err[160];
+    if (z->ro.on)
+        return zero1_fail(z, DT_EINVAL, "bf16 gradients round: not with --deterministic");
+    z->grad_bf16 = true;
+    if (z->gs) {
+        dt_status st = optim_grad_shards_bf16(z->gs);
+        return st == DT_OK ? DT_OK : gs_failed(z, st);
+    }
+    dt_status st = optim_grad_comm_enable(&z->gc, z->m, z->comm, z->m->num_params, err, sizeof err);
+    return st == DT_OK ? DT_OK : zero1_fail(z, st, err);
+}
+
 dt_status dt_zero1_set_deterministic(dt_zero1 *z)
 {
     char err[160];
+    if (z->grad_bf16)
+        return zero1_fail(z, DT_EINVAL, "--deterministic sums fp32 gradients: not with bf16 ones");
     dt_status st = optim_rank_order_enable(&z->ro, z->m, err, sizeof err);
     if (st != DT_OK)
         return zero1_fail(z, st, err);

@@ -1,7 +1,9 @@
 #!/bin/sh
 # launch_minigpt.sh — minigpt's threaded paths end to end under dtrain-launch:
 # DDP and ZeRO-1 on 4 ranks, checkpoints, a rank SIGKILLed mid-run and the
-# group restarted from the latest checkpoint. Written for the ThreadSanitizer
+# group restarted from the latest checkpoint; ZeRO-2 and DDP with bf16
+# gradients (their buffers change hands between the trainer and the
+# communicator's thread). Written for the ThreadSanitizer
 # build (./dev.sh test-tsan), where the runtime reports any race it sees;
 # it checks outcomes too, so it is an ordinary test in every build.
 # Output is TAP.
@@ -13,7 +15,7 @@ minigpt=$2
 tmp=$(mktemp -d /tmp/dtrain-launch-minigpt-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 unset RANK WORLD_SIZE LOCAL_RANK DT_INIT_URL DT_SECRET DT_JOB_ID
-echo "1..3"
+echo "1..5"
 n=0
 failed=0
 
@@ -44,6 +46,12 @@ run "ZeRO-1: a rank killed at step 15 restarts from step 10 with identical repli
     "resume: .*step_00000010" \
     $common --parallel zero1 --ckpt-dir "$tmp/zero1" --ckpt-every 10 --keep 2 \
     --die-at-step 15 --resume auto
+# shellcheck disable=SC2086
+run "ZeRO-2 with bf16 gradients: identical replicas" "bitwise identical" \
+    $common --parallel zero2 --bucket-mb 0.01 --grad-comm bf16
+# shellcheck disable=SC2086
+run "DDP with bf16 gradients: identical replicas" "bitwise identical" \
+    $common --parallel ddp --bucket-mb 0.01 --grad-comm bf16
 run "seed preset: ZeRO-1 with a checkpoint reloaded and verified" \
     "RESUME VERIFIED" --preset seed --ckpt-dir "$tmp/seed"
 [ $failed -eq 0 ]

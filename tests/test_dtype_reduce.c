@@ -532,3 +532,71 @@ Test(finish, other_ops_and_a_world_of_one_leave_the_buffer_alone, .timeout = 10)
     dt_reduce_finish(i, 1, DT_I32, DT_AVG, 1);
     cr_assert_eq(i[0], -9);
 }
+
+/* ---- widened sums --------------------------------------------------------- */
+
+Test(widened, only_16_bit_float_sums_and_averages_widen, .timeout = 10)
+{
+    cr_assert(dt_reduce_widens(DT_BF16, DT_SUM) && dt_reduce_widens(DT_BF16, DT_AVG));
+    cr_assert(dt_reduce_widens(DT_F16, DT_SUM) && dt_reduce_widens(DT_F16, DT_AVG));
+    cr_assert(!dt_reduce_widens(DT_BF16, DT_MAX) && !dt_reduce_widens(DT_BF16, DT_PROD));
+    cr_assert(!dt_reduce_widens(DT_F32, DT_SUM) && !dt_reduce_widens(DT_I32, DT_SUM));
+}
+
+Test(widened, bf16_sum_rounds_once_at_the_end, .timeout = 10)
+{
+    /* 256 + 1 + 1 + 1: per step each +1 ties back to 256; once, 259 ties to 260. */
+    uint16_t x[4][2] = {{dt_f32_to_bf16(256), dt_f32_to_bf16(1)},
+                        {dt_f32_to_bf16(1), dt_f32_to_bf16(1)},
+                        {dt_f32_to_bf16(1), dt_f32_to_bf16(1)},
+                        {dt_f32_to_bf16(1), dt_f32_to_bf16(256)}};
+    float acc[2];
+    uint16_t got[2];
+    dt_reduce_widened_start(acc, x[0], 2, DT_BF16);
+    for (int q = 1; q < 4; q++)
+        dt_reduce_widened_add(acc, x[q], 2, DT_BF16);
+    dt_reduce_widened_finish(got, acc, 2, DT_BF16, DT_SUM, 4);
+    cr_assert_eq(got[0], dt_f32_to_bf16(260), "got %g", (double)dt_bf16_to_f32(got[0]));
+    cr_assert_eq(got[1], dt_f32_to_bf16(260), "got %g", (double)dt_bf16_to_f32(got[1]));
+}
+
+Test(widened, an_average_divides_the_f32_sum_then_rounds, .timeout = 10)
+{
+    /* The f32 sum divided by p, then one rounding: 769 / 3 = 256.33 is
+     * 256 in bf16; 772 / 3 = 257.33 is 257.25 in f16. */
+    uint16_t b[3] = {dt_f32_to_bf16(255), dt_f32_to_bf16(256), dt_f32_to_bf16(258)};
+    uint16_t h[3] = {dt_f32_to_f16(257), dt_f32_to_f16(257), dt_f32_to_f16(258)};
+    float acc[1];
+    uint16_t got;
+    dt_reduce_widened_start(acc, &b[0], 1, DT_BF16);
+    dt_reduce_widened_add(acc, &b[1], 1, DT_BF16);
+    dt_reduce_widened_add(acc, &b[2], 1, DT_BF16);
+    dt_reduce_widened_finish(&got, acc, 1, DT_BF16, DT_AVG, 3);
+    cr_assert_eq(got, dt_f32_to_bf16((255.0f + 256.0f + 258.0f) / 3.0f));
+    dt_reduce_widened_start(acc, &h[0], 1, DT_F16);
+    dt_reduce_widened_add(acc, &h[1], 1, DT_F16);
+    dt_reduce_widened_add(acc, &h[2], 1, DT_F16);
+    dt_reduce_widened_finish(&got, acc, 1, DT_F16, DT_AVG, 3);
+    cr_assert_eq(got, dt_f32_to_f16(772.0f / 3.0f), "got %g", (double)dt_f16_to_f32(got));
+}
+
+Test(widened, random_bf16_sums_are_the_f32_sum_rounded_once, .timeout = 30)
+{
+    enum { N = 4099, P = 5 };
+    static uint16_t x[P][N], got[N];
+    static float acc[N];
+    rng r = {0x5eed};
+    for (int q = 0; q < P; q++)
+        for (size_t i = 0; i < N; i++)
+            x[q][i] = dt_f32_to_bf16((float)((int64_t)(rng_next(&r) % 20001) - 10000) / 37.0f);
+    dt_reduce_widened_start(acc, x[0], N, DT_BF16);
+    for (int q = 1; q < P; q++)
+        dt_reduce_widened_add(acc, x[q], N, DT_BF16);
+    dt_reduce_widened_finish(got, acc, N, DT_BF16, DT_SUM, P);
+    for (size_t i = 0; i < N; i++) {
+        float s = dt_bf16_to_f32(x[0][i]);
+        for (int q = 1; q < P; q++)
+            s += dt_bf16_to_f32(x[q][i]);
+        cr_assert_eq(got[i], dt_f32_to_bf16(s), "element %zu", i);
+    }
+}

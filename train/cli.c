@@ -126,6 +126,9 @@ static const flag flags[] = {
      "the world is D x T ranks (D x T x P with --pp), DDP across the D replicas; 0 = none"},
     {"--wire", NULL, K_STR, OPT(wire), "W",
      "the communicator's wire: dtrain (its own) or gloo (torch 1.13's); default: DT_WIRE's"},
+    {"--grad-comm", NULL, K_STR, OPT(grad_comm), "TYPE",
+     "the gradients' type on the wire: fp32, or bf16 (rounded to bf16, summed in fp32 and "
+     "rounded once; half the bytes; training stays fp32), DDP and ZeRO-1/2/3"},
     {"--deterministic", NULL, K_BOOL, OPT(deterministic), NULL,
      "one summation order for the gradient (micro-steps left to right, ranks in rank "
      "order, one division by k x N): DDP and ZeRO-1/2/3 end with bitwise the same "
@@ -155,6 +158,7 @@ void mg_options_default(mg_options *o)
                       .threads = 0, /* 0: the default, chosen at start */
                       .schedule = "1f1b",
                       .pp_partition = "params",
+                      .grad_comm = "fp32",
                       .device = "cpu"};
 }
 
@@ -466,6 +470,29 @@ static bool env_chooses_gloo(void)
     return wire && strcmp(wire, "gloo") == 0;
 }
 
+/* --grad-comm bf16 rounds the gradients dtrain's collectives sum on the
+ * host, in the data-parallel modes (the others send activations and
+ * shares that this flag does not cover yet). */
+static int check_grad_comm(const mg_options *o, const char *prog)
+{
+    if (strcmp(o->grad_comm, "fp32") && strcmp(o->grad_comm, "bf16"))
+        return bad(prog, "--grad-comm is fp32 or bf16, not", o->grad_comm);
+    if (strcmp(o->grad_comm, "bf16"))
+        return 0;
+    if (o->deterministic)
+        return bad(prog, "--grad-comm bf16 rounds the gradients; drop", "--deterministic");
+    if (o->pp > 0 || o->tp > 0)
+        return bad(prog, "--grad-comm bf16 covers DDP and ZeRO-1/2/3 for now; drop",
+                   o->pp > 0 ? "--pp" : "--tp");
+    if (strcmp(o->device, "cpu"))
+        return bad(prog, "--grad-comm bf16 converts on the host: the CPU backend only; drop",
+                   "--device");
+    if ((o->wire && strcmp(o->wire, "gloo") == 0) || (!o->wire && env_chooses_gloo()))
+        return bad(prog, "--grad-comm bf16: torch 1.13's gloo has no bfloat16; use",
+                   "--wire dtrain");
+    return 0;
+}
+
 static int check(const mg_options *o, const char *prog)
 {
     char err[256];
@@ -504,7 +531,8 @@ static int check(const mg_options *o, const char *prog)
     if (o->deterministic && strcmp(o->device, "cpu"))
         return bad(prog, "--deterministic sums on host memory: the CPU backend only; drop",
                    "--device");
-    return check_pipeline(o, prog);
+    int rc = check_grad_comm(o, prog);
+    return rc ? rc : check_pipeline(o, prog);
 }
 
 int mg_options_parse(mg_options *o, int argc, char **argv)

@@ -50,6 +50,7 @@ static int join_job(mg_run *r)
         co.wire = strcmp(r->o.wire, "gloo") == 0 ? DT_WIRE_GLOO : DT_WIRE_DTRAIN;
     r->rank = co.rank;
     r->world = co.world_size;
+    r->gloo_wire = co.wire == DT_WIRE_GLOO;
     if (r->world == 1)
         return 0;
     if (strcmp(r->o.device, "cuda") == 0) { /* stage device buffers */
@@ -237,8 +238,11 @@ static void print_summary(const mg_run *r, double secs, double mean_hidden)
 static dt_status finish(mg_run *r, mg_metrics *mx, double secs, double mean_hidden, double acc)
 {
     const mg_options *o = &r->o;
+    r->phase = "end of run: traffic";
+    dt_status st = r->start_step < o->steps ? mg_close_traffic(r) : DT_OK;
     r->phase = "end of run: replica check";
-    dt_status st = check_replicas(r, o->steps, false);
+    if (st == DT_OK)
+        st = check_replicas(r, o->steps, false);
     if (st == DT_OK) {
         r->phase = "end of run: traffic totals";
         st = mg_gather_traffic(r);
@@ -260,6 +264,7 @@ static dt_status finish(mg_run *r, mg_metrics *mx, double secs, double mean_hidd
             printf("optimizer shard bytes per rank: %zu\n", dt_zero1_optimizer_bytes(r->zero1));
         if (!r->pipe && !r->tp && !r->three_d)
             mg_report_memory_model(stdout, r);
+        mg_report_traffic(stdout, r);
     }
     fflush(stdout);
     r->phase = "end of run: reports";

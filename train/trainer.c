@@ -94,12 +94,21 @@ static dt_status open_data(mg_run *r)
     return DT_OK;
 }
 
-enum { DETERMINISTIC_BIT = 1 << 8 }; /* beside the mode in the check below */
+enum { DETERMINISTIC_BIT = 1 << 8, GRAD_BF16_BIT = 1 << 9 }; /* beside the mode, below */
+#define MODE_FLAGS (DETERMINISTIC_BIT | GRAD_BF16_BIT)
+
+/* " --deterministic --grad-comm bf16" as far as a mode word says so. */
+static const char *mode_flags(int32_t mode)
+{
+    static const char *const text[] = {"", " --deterministic", " --grad-comm bf16",
+                                       " --deterministic --grad-comm bf16"};
+    return text[((mode & DETERMINISTIC_BIT) ? 1 : 0) + ((mode & GRAD_BF16_BIT) ? 2 : 0)];
+}
 
 /*
  * Every rank must run the same data-parallel mode (and --deterministic or
  * not: its rank-order sums and the other reductions would pair the wrong
- * messages): a DDP rank's bucket
+ * messages; --grad-comm bf16 or not: half the bytes): a DDP rank's bucket
  * all-reduces and a ZeRO rank's reduces and gathers would meet as
  * collectives of other kinds and sizes, and fail far from the cause (or,
  * between ZeRO-1 and ZeRO-2, whose collectives agree, silently hold other
@@ -111,7 +120,8 @@ dt_status mg_check_modes(mg_run *r)
 {
     if (!r->comm)
         return DT_OK;
-    int32_t mine = (int32_t)r->o.parallel | (r->o.deterministic ? DETERMINISTIC_BIT : 0),
+    int32_t mine = (int32_t)r->o.parallel | (r->o.deterministic ? DETERMINISTIC_BIT : 0) |
+                   (strcmp(r->o.grad_comm, "bf16") == 0 ? GRAD_BF16_BIT : 0),
             *all = calloc((size_t)r->world, sizeof *all);
     if (!all)
         return run_fail(r, DT_ENOMEM, "mode check", "out of memory");
@@ -126,10 +136,8 @@ dt_status mg_check_modes(mg_run *r)
             snprintf(msg, sizeof msg,
                      "rank 0 runs --parallel %s%s, rank %d --parallel %s%s: every rank must run "
                      "the same mode",
-                     mg_parallel_name((mg_parallel)(all[0] & ~DETERMINISTIC_BIT)),
-                     all[0] & DETERMINISTIC_BIT ? " --deterministic" : "", q,
-                     mg_parallel_name((mg_parallel)(all[q] & ~DETERMINISTIC_BIT)),
-                     all[q] & DETERMINISTIC_BIT ? " --deterministic" : "");
+                     mg_parallel_name((mg_parallel)(all[0] & ~MODE_FLAGS)), mode_flags(all[0]), q,
+                     mg_parallel_name((mg_parallel)(all[q] & ~MODE_FLAGS)), mode_flags(all[q]));
             free(all);
             return run_fail(r, DT_EINVAL, "start-up", msg);
         }
@@ -212,6 +220,8 @@ dt_status mg_run_open(mg_run *r)
         st = dt_ddp_create(&r->ddp, r->m, r->comm, bytes);
         if (st == DT_OK && o->deterministic)
             st = dt_ddp_set_deterministic(r->ddp);
+        if (st == DT_OK && strcmp(o->grad_comm, "bf16") == 0)
+            st = dt_ddp_set_grad_bf16(r->ddp);
         if (st != DT_OK)
             return run_fail(r, st, "ddp", r->ddp ? dt_ddp_error(r->ddp) : NULL);
     } else {
@@ -223,6 +233,8 @@ dt_status mg_run_open(mg_run *r)
             st = dt_zero3_init_shard(r->zero1, o->seed);
         if (st == DT_OK && o->deterministic)
             st = dt_zero1_set_deterministic(r->zero1);
+        if (st == DT_OK && strcmp(o->grad_comm, "bf16") == 0)
+            st = dt_zero1_set_grad_bf16(r->zero1);
         if (st != DT_OK)
             return run_fail(r, st, mg_parallel_name(o->parallel),
                             r->zero1 ? dt_zero1_error(r->zero1) : NULL);
@@ -311,6 +323,8 @@ dt_status mg_train_step(mg_run *r, int step, mg_step *out)
 {
     dt_traffic before, after;
     rank_traffic(r, &before);
+    if (step == r->start_step) /* the run's traffic from here (traffic.c) */
+        r->traffic_sent_first = before.sent_bytes;
     mg_trace_set_step(r->trace, step);
     dt_status st = r->three_d ? mg_3d_step(r, step, out)
                    : r->pipe  ? mg_pipe_step(r, step, out)
@@ -321,6 +335,26 @@ dt_status mg_train_step(mg_run *r, int step, mg_step *out)
     out->bytes_recv = after.recv_bytes - before.recv_bytes;
     r->last_bytes_sent = out->bytes_sent;
     return st;
+}
+
+dt_status mg_close_traffic(mg_run *r)
+{
+    dt_traffic now;
+    if (r->comm && !r->pipe && !r->tp && !r->three_d) {
+        dt_status st = dt_barrier(r->comm); /* after every op the steps queued */
+        if (st != DT_OK)
+            return run_fail(r, st, "traffic barrier", dt_comm_error(r->comm));
+    }
+    rank_traffic(r, &now);
+    int64_t sum = (int64_t)(now.sent_bytes - r->traffic_sent_first); /* then every rank's */
+    r->traffic_steps = r->o.steps - r->start_step;
+    if (r->comm && !r->pipe && !r->tp && !r->three_d) {
+        dt_status st = dt_allreduce(r->comm, &sum, 1, DT_I64, DT_SUM);
+        if (st != DT_OK)
+            return run_fail(r, st, "traffic sum", dt_comm_error(r->comm));
+    }
+    r->traffic_sent = (uint64_t)sum;
+    return DT_OK;
 }
 
 dt_status mg_gather_traffic(mg_run *r)

@@ -57,6 +57,10 @@ typedef struct mg_run {
     struct mg_3d *three_d;              /* --tp with --pp: stage share, executor (three_d.c) */
     mg_tp_zero1 *tpz;                   /* --tp --parallel zero1: this rank's piece */
     uint64_t last_bytes_sent;           /* the last step's mg_step.bytes_sent */
+    uint64_t traffic_sent_first;        /* sent when the run's first step began */
+    uint64_t traffic_sent;              /* every rank's, from then to the end of the last step */
+    int traffic_steps;                  /* the steps in between */
+    bool gloo_wire;                     /* torch's gloo wire: its own messages */
     double peak_gflops;                 /* rank 0's sgemm rate at start; 0: none (cuda) */
     uint64_t *bytes_sent_by_rank;       /* [world], rank 0 after the run: each rank's */
     const char *phase;                  /* what the run is doing, for the failure line */
@@ -137,6 +141,9 @@ dt_status mg_train_step(mg_run *r, int step, mg_step *out);
 /* Collective over the world: each rank's last_bytes_sent into rank 0's
  * bytes_sent_by_rank. */
 dt_status mg_gather_traffic(mg_run *r);
+/* After the last step: waits (a barrier) for every op the steps queued, a
+ * ZeRO gather in flight, then notes the run's bytes sent (traffic.c). */
+dt_status mg_close_traffic(mg_run *r);
 /* Waits for ZeRO-1's parameter all-gather left in flight by the last step:
  * call before reading the parameters outside a training forward. */
 dt_status mg_settle_params(mg_run *r);
@@ -266,6 +273,8 @@ void mg_progress(FILE *f, int done, int total, float loss);
 void mg_progress_clear(FILE *f);
 void mg_report_loss_table(FILE *f, const mg_run *r);
 void mg_report_memory_model(FILE *f, const mg_run *r);
+/* traffic.c: rank 0's bytes sent per step beside the closed form (DDP, ZeRO). */
+void mg_report_traffic(FILE *f, const mg_run *r);
 /* Every rank's memory, gathered to rank 0 (collective: all ranks call). */
 dt_status mg_report_memory(FILE *f, const mg_run *r);
 

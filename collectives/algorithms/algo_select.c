@@ -8,17 +8,23 @@
  * (a chain all-reduce, say) is DT_EINVAL, not a silent substitution.
  *
  *   kind             algorithms                     AUTO
- *   allreduce        ring, recursive doubling,      RD if small, else ring
- *                    rank order
- *   reduce_scatter   ring, rank order               ring
+ *   allreduce        ring, recursive doubling,      RD if small, else ring;
+ *                    rank order                     f16/bf16 sum: rank order
+ *   reduce_scatter   ring, rank order               ring; f16/bf16 sum: r. o.
  *   allgather(v)     ring                           ring
  *   broadcast        binomial tree, chain           tree if small, else chain
- *   reduce           binomial tree, rank order      tree
+ *   reduce           binomial tree, rank order      tree; f16/bf16 sum: r. o.
  *   barrier, gather, scatter, alltoall: one algorithm each, AUTO only
  *
- * Rank order (rank_order.c) is never AUTO's choice: it is for callers
- * that need x0 + x1 + ... + x(p-1) summed in that order (minigpt
- * --deterministic), and costs them the ring's overlap of sums and wire.
+ * Rank order (rank_order.c) is AUTO's choice for one case only: sums and
+ * averages of f16/bf16 (all-reduce, reduce-scatter, reduce), which it adds
+ * in an f32 accumulator and rounds once, where the ring, recursive
+ * doubling and the tree round every partial sum to 16 bits on its way
+ * (reduce.h; docs/15-mixed-precision.md has the error bound). It moves the
+ * ring's bytes; it gives up the ring's overlap of sums and wire. For every
+ * other (dtype, op) it is for callers that need x0 + x1 + ... + x(p-1)
+ * summed in that order (minigpt --deterministic). Forcing the ring on a
+ * bf16 sum still runs the ring, rounding per hop.
  *
  * Whatever the algorithm, a rooted op (broadcast, reduce, gather, scatter)
  * first runs the root agreement (root_agreement.c).
@@ -29,6 +35,7 @@
  * (Send and receive are not collectives; the transport runs them.)
  */
 #include "algorithms.h"
+#include "reduce.h"
 
 /*
  * All-reduce: recursive doubling costs log2(p)(α + nβ), the ring
@@ -62,12 +69,16 @@
 #define BROADCAST_TREE_MAX_BYTES ((size_t)1024 * 1024)
 
 /* The algorithm AUTO stands for, for an all-reduce or a broadcast of
- * `bytes`; the forced one otherwise. */
+ * `bytes`, or for a 16-bit float sum; the forced one otherwise. */
 dt_algo comm_algo_chosen(const dt_op *op, int p)
 {
     const size_t bytes = op->count * dt_dtype_size(op->dtype);
     if (op->algo != DT_ALGO_AUTO)
         return op->algo;
+    if (dt_reduce_widens(op->dtype, op->redop) &&
+        (op->kind == DT_OP_ALLREDUCE || op->kind == DT_OP_REDUCE_SCATTER ||
+         op->kind == DT_OP_REDUCE))
+        return DT_ALGO_RANK_ORDER; /* f32 accumulator, one rounding */
     switch (op->kind) {
     case DT_OP_ALLREDUCE:
         return bytes <= ALLREDUCE_RECURSIVE_DOUBLING_MAX_BYTES || op->count < (size_t)p
@@ -132,13 +143,15 @@ dt_status comm_algo_run(dt_opctx *o)
     switch (op->kind) {
     case DT_OP_ALLREDUCE: return run_allreduce(o);
     case DT_OP_REDUCE_SCATTER:
-        return op->algo == DT_ALGO_RANK_ORDER ? comm_reduce_scatter_rank_order(o)
-                                              : comm_reduce_scatter_ring(o);
+        return comm_algo_chosen(op, o->size) == DT_ALGO_RANK_ORDER
+                   ? comm_reduce_scatter_rank_order(o)
+                   : comm_reduce_scatter_ring(o);
     case DT_OP_ALLGATHER:
     case DT_OP_ALLGATHERV: return comm_allgather_ring(o);
     case DT_OP_BROADCAST: return run_broadcast(o);
     case DT_OP_REDUCE:
-        return op->algo == DT_ALGO_RANK_ORDER ? comm_reduce_rank_order(o) : comm_reduce_tree(o);
+        return comm_algo_chosen(op, o->size) == DT_ALGO_RANK_ORDER ? comm_reduce_rank_order(o)
+                                                                   : comm_reduce_tree(o);
     case DT_OP_BARRIER: return comm_barrier_dissemination(o);
     case DT_OP_GATHER: return comm_gather_linear(o);
     case DT_OP_SCATTER: return comm_scatter_linear(o);

@@ -12,6 +12,14 @@
  * which one process adds micro-steps 0, 1, ..., p-1, makes them agree
  * bit for bit (minigpt --deterministic; optim/rank_order.c).
  *
+ * 16-bit floats. Because the owner holds every contribution unreduced,
+ * it can add f16/bf16 pieces in an f32 accumulator and round once (after
+ * an AVG's division): RNE(fl32(x0 + ... + x(p-1))), where a ring rounds
+ * each partial sum to 16 bits on each of its p-1 hops. So AUTO picks this
+ * algorithm for every f16/bf16 sum and average (algo_select.c). The pieces
+ * travel in 16 bits: the wire carries the 16-bit type's bytes. Scratch:
+ * one f32 per element of the chunk more, slot 1.
+ *
  * The idea: a direct reduce-scatter. Cut the buffer into p chunks; every
  * rank sends chunk q of its buffer straight to rank q, which receives the
  * p-1 pieces of its chunk into scratch and, once all have arrived, sums
@@ -49,8 +57,45 @@
 #include "ring.h"
 #include "stage_hooks.h"
 
+/* The p pieces of this rank's chunk, summed x0 op x1 op ... into result:
+ * `own` is this rank's piece, scratch holds the others' in rank order.
+ * Finishes an AVG. f16/bf16 sums and averages add in an f32 accumulator
+ * (scratch slot 1) and round once (reduce.h); everything else reduces in
+ * its own type. */
+static dt_status sum_in_rank_order(dt_opctx *o, void *result, const char *own, char *scratch,
+                                   size_t mine)
+{
+    const int p = o->size, me = o->rank;
+    const dt_op *op = o->op;
+    const size_t bytes = mine * dt_dtype_size(op->dtype);
+    if (dt_reduce_widens(op->dtype, op->redop)) {
+        float *acc = comm_xfer_scratch(o, 1, mine * sizeof(float));
+        if (!acc)
+            return DT_ENOMEM;
+        dt_reduce_widened_start(acc, me == 0 ? own : scratch, mine, op->dtype);
+        for (int q = 1, slot = me == 0 ? 0 : 1; q < p; q++)
+            dt_reduce_widened_add(acc, q == me ? own : scratch + (size_t)slot++ * bytes, mine,
+                                  op->dtype);
+        dt_reduce_widened_finish(result, acc, mine, op->dtype, op->redop, p);
+        return DT_OK;
+    }
+    /* the running sum lives in x0's place (our own result on rank 0, x0's
+     * scratch slot elsewhere) */
+    char *acc = me == 0 ? result : scratch;
+    if (me == 0 && acc != own)
+        memmove(acc, own, bytes);
+    for (int q = 1, slot = me == 0 ? 0 : 1; q < p; q++)
+        dt_reduce_into(acc, q == me ? own : scratch + (size_t)slot++ * bytes, mine, op->dtype,
+                       op->redop);
+    if (acc != result)
+        memcpy(result, acc, bytes);
+    dt_reduce_finish(result, mine, op->dtype, op->redop, p);
+    return DT_OK;
+}
+
 /* This rank's chunk of the reduction of every rank's `contrib` into
- * `result` (contrib's own chunk or apart from contrib), in rank order. */
+ * `result` (contrib's own chunk or apart from contrib), in rank order,
+ * an AVG finished. */
 static dt_status rank_order_phase(dt_opctx *o, void *result, const void *contrib,
                                   const ring_chunks *k)
 {
@@ -82,18 +127,8 @@ static dt_status rank_order_phase(dt_opctx *o, void *result, const void *contrib
             st = comm_xfer_wait(o, &xs[q]);
     if (st == DT_OK && bytes)
         st = stage_need(o, own, bytes);
-    if (st == DT_OK && bytes) {
-        /* x0 + x1 + ... : the running sum lives in x0's place (our own
-         * result on rank 0, x0's scratch slot elsewhere) */
-        char *acc = me == 0 ? result : scratch;
-        if (me == 0 && acc != own)
-            memmove(acc, own, bytes);
-        for (int q = 1, slot = me == 0 ? 0 : 1; q < p; q++)
-            dt_reduce_into(acc, q == me ? own : scratch + (size_t)slot++ * bytes, mine, op->dtype,
-                           op->redop);
-        if (acc != result)
-            memcpy(result, acc, bytes);
-    }
+    if (st == DT_OK && bytes)
+        st = sum_in_rank_order(o, result, own, scratch, mine);
     for (int q = 0; q < p && st == DT_OK; q++)
         if (q != me && ring_chunk_count(k, q))
             st = comm_xfer_wait(o, &xs[p + q]);
@@ -117,7 +152,6 @@ dt_status comm_allreduce_rank_order(dt_opctx *o)
     dt_status st = rank_order_phase(o, owned, buf, &k);
     if (st != DT_OK)
         return st;
-    dt_reduce_finish(owned, owned_count, op->dtype, op->redop, o->size);
     stage_ready(o, owned, owned_count * esize);
     return comm_allgather_ring_phase(o, buf, &k);
 }
@@ -137,10 +171,8 @@ dt_status comm_reduce_scatter_rank_order(dt_opctx *o)
     } else {
         st = rank_order_phase(o, op->recv, op->send, &k);
     }
-    if (st == DT_OK) {
-        dt_reduce_finish(op->recv, op->count, op->dtype, op->redop, o->size);
+    if (st == DT_OK)
         stage_ready(o, op->recv, bytes);
-    }
     return st;
 }
 
@@ -158,8 +190,6 @@ dt_status comm_reduce_rank_order(dt_opctx *o)
     ring_chunks k = ring_chunks_given(counts);
     /* the root's chunk is the whole buffer: offset 0 */
     dt_status st = rank_order_phase(o, op->recv, op->recv, &k);
-    if (st == DT_OK && o->rank == op->root)
-        dt_reduce_finish(op->recv, op->count, op->dtype, op->redop, p);
     free(counts);
     return st;
 }

@@ -9,6 +9,10 @@
  *                             a table; no branches inside, `restrict`
  *                             pointers, so the compiler emits SIMD.
  *
+ * Beside them, the widened sums of f16/bf16 (dt_reduce_widened_*): an f32
+ * accumulator that takes every contribution and is rounded once at the
+ * end, for the algorithms that see every contribution unreduced.
+ *
  * Both must agree bit for bit (up to which NaN payload survives a NaN op
  * NaN: the compiler may swap the operands of a commutative float op). That
  * holds because they evaluate the same expression per element in the same
@@ -149,6 +153,81 @@ void dt_reduce_into(void *dst, const void *src, size_t count, dt_dtype t, dt_red
     assert(k && "unsupported (dtype, op): check dt_redop_supports first");
     if (k)
         k(dst, src, count);
+}
+
+/* ---- widened sums: f32 accumulator, one rounding ---------------------------- */
+
+/* Why. A ring reduces each chunk in p-1 hops and each hop's partial sum
+ * travels in the 16-bit type, so a bf16 sum is rounded p-1 times: with
+ * bf16's 8 significant bits, 1 + 2^-9 + 2^-9 + 2^-9 rounds back to 1 at
+ * every hop (each 2^-9 is a tie, and 1 is even), where the sum rounded
+ * once is 1 + 2^-7. An algorithm whose owner receives every contribution
+ * unreduced (rank_order.c) can add them all in f32 and round once; these
+ * are its kernels. The pieces stay 16-bit on the wire: the bytes moved
+ * are the 16-bit type's. */
+
+bool dt_reduce_widens(dt_dtype t, dt_redop op)
+{
+    return (t == DT_F16 || t == DT_BF16) && (op == DT_SUM || op == DT_AVG);
+}
+
+#define DEFINE_WIDEN_KERNELS(tag, TO_F32)                                                    \
+    VECTORISE static void tag##_widen(float *restrict acc, const uint16_t *restrict src,     \
+                                      size_t count)                                          \
+    {                                                                                        \
+        for (size_t i = 0; i < count; i++)                                                   \
+            acc[i] = TO_F32(src[i]);                                                         \
+    }                                                                                        \
+    VECTORISE static void tag##_widen_add(float *restrict acc, const uint16_t *restrict src, \
+                                          size_t count)                                      \
+    {                                                                                        \
+        for (size_t i = 0; i < count; i++)                                                   \
+            acc[i] += TO_F32(src[i]);                                                        \
+    }
+
+#define DEFINE_NARROW_KERNEL(tag, FROM_F32)                                               \
+    VECTORISE static void tag##_narrow(uint16_t *restrict dst, const float *restrict acc, \
+                                       size_t count, float divisor)                       \
+    {                                                                                     \
+        for (size_t i = 0; i < count; i++)                                                \
+            dst[i] = FROM_F32(acc[i] / divisor);                                          \
+    }
+
+DEFINE_WIDEN_KERNELS(f16, half_f16_to_f32)
+DEFINE_WIDEN_KERNELS(bf16, half_bf16_to_f32)
+DEFINE_NARROW_KERNEL(f16, half_f32_to_f16)
+DEFINE_NARROW_KERNEL(bf16, half_f32_to_bf16)
+
+void dt_reduce_widened_start(float *acc, const void *src, size_t count, dt_dtype t)
+{
+    assert(t == DT_F16 || t == DT_BF16);
+    (t == DT_F16 ? f16_widen : bf16_widen)(acc, src, count);
+}
+
+void dt_reduce_widened_add(float *acc, const void *src, size_t count, dt_dtype t)
+{
+    assert(t == DT_F16 || t == DT_BF16);
+    (t == DT_F16 ? f16_widen_add : bf16_widen_add)(acc, src, count);
+}
+
+/* A sum divides by 1, which is exact: one loop serves both ops. */
+void dt_reduce_widened_finish(void *dst, const float *acc, size_t count, dt_dtype t, dt_redop op,
+                              int world_size)
+{
+    assert(dt_reduce_widens(t, op));
+    float divisor = op == DT_AVG && world_size > 1 ? (float)world_size : 1.0f;
+    (t == DT_F16 ? f16_narrow : bf16_narrow)(dst, acc, count, divisor);
+}
+
+/* The same kernels, exported as array conversions (dt_comm.h). */
+void dt_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n)
+{
+    bf16_narrow(dst, src, n, 1.0f);
+}
+
+void dt_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n)
+{
+    bf16_widen(dst, src, n);
 }
 
 /* ---- reference ------------------------------------------------------------ */
