@@ -434,7 +434,8 @@ void dt_model_get_grads(const dt_model *m, float *host);
 const dt_tensor_info *dt_model_find_tensor(const dt_model *m, const char *name);
 
 /*
- * Forward on host token ids inputs (B, T), B <= max_B, 1 <= T <= cfg.T.
+ * Forward on host token ids inputs (B, T), 1 <= T <= cfg.T, B >= 1 and
+ * B·T <= max_B·cfg.T (more rows than max_B when they are shorter).
  * targets (B, T) or NULL; with targets, sets m->mean_loss. Ids must be in
  * [0, V): an id out of range is DT_EINVAL, naming its position.
  */
