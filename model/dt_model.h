@@ -229,6 +229,12 @@ typedef struct dt_tensor_info {
     int shape[2];
 } dt_tensor_info;
 
+/* The whole model's tensor table for cfg (names, offsets, shapes, in
+ * offset order), malloc'ed into *tab (the caller frees it), its length in
+ * *n; no model is allocated (a checkpoint tool's header needs no more).
+ * DT_EINVAL if cfg is unusable, DT_ENOMEM. */
+dt_status dt_config_tensors(const dt_config *cfg, dt_tensor_info **tab, int *n);
+
 /* ---- activations ---------------------------------------------------------- */
 
 typedef struct dt_block_acts {
