@@ -305,6 +305,14 @@ typedef enum dt_ckpt_names { DT_CKPT_NAMES_DTRAIN, DT_CKPT_NAMES_SEED } dt_ckpt_
 /* dt_ckpt_export_safetensors under the given names. */
 dt_status dt_ckpt_export_safetensors_named(dt_ckpt *ck, const char *path, const dt_config *cfg,
                                            const float *params, dt_ckpt_names names);
+/*
+ * The parameters of a step directory as a safetensors file, streamed:
+ * every shard verified (SHA-256), then the data written a 4 MiB window at
+ * a time, read from the shards; never the whole model in memory. Not for
+ * a --tp checkpoint (DT_EINVAL: its shares must be joined in memory).
+ */
+dt_status dt_ckpt_export_dir(dt_ckpt *ck, const char *step_dir, const char *path,
+                             dt_ckpt_names names);
 
 #ifdef __cplusplus
 }

@@ -477,17 +477,24 @@ int main(int argc, char **argv)
             printf("%s: ok\n", dt_ckpt_printable(shown, sizeof shown, dir));
     }
     dt_ckpt_state s = {0};
-    if (!rc && (export || reshard))
+    dt_ckpt_info info = {0};
+    if (!rc && export && (rc = dt_ckpt_inspect(ck, dir, &info) != DT_OK))
+        fprintf(stderr, "dtrain-ckpt: %s\n", dt_ckpt_error(ck));
+    bool streamed = export && info.tp <= 1; /* a tp checkpoint's shares: joined whole */
+    if (!rc && (reshard || (export && !streamed)))
         rc = load_full(ck, dir, &s);
-    if (!rc && export)
-        rc = to_tp(&s, 1); /* a tp checkpoint's shares joined */
+    if (!rc && export && !streamed)
+        rc = to_tp(&s, 1);
     if (!rc && export) {
-        rc = dt_ckpt_export_safetensors_named(ck, argv[3], &s.cfg, s.params, names) != DT_OK;
+        rc = (streamed ? dt_ckpt_export_dir(ck, dir, argv[3], names)
+                       : dt_ckpt_export_safetensors_named(ck, argv[3], &s.cfg, s.params, names)) !=
+             DT_OK;
         if (rc)
             fprintf(stderr, "dtrain-ckpt: %s\n", dt_ckpt_error(ck));
         else
             printf("%s: %zu parameters of step %ld\n",
-                   dt_ckpt_printable(shown, sizeof shown, argv[3]), s.num_params, s.step);
+                   dt_ckpt_printable(shown, sizeof shown, argv[3]),
+                   streamed ? info.num_params : s.num_params, info.step);
     }
     if (!rc && reshard) {
         int m;

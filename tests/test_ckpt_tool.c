@@ -408,3 +408,63 @@ Test(ckpt_tool, export_over_latest_is_refused_since_it_is_no_safetensors_file, .
     free(text);
     cleanup(root, &f, NULL);
 }
+
+/*
+ * export streams: a checkpoint of 5,281,536 parameters (V 4096, C 256,
+ * L 4, T 32; 21 MB of parameters, 84 MB with its ZeRO-1 master, m and v,
+ * in 3 shards) exports under an RLIMIT_DATA of 16 MB, less than the
+ * parameters alone, so no whole-model buffer can be allocated; the data
+ * section is still exactly the parameters, across the tool's windows.
+ * (A tool that loads the model whole fails, or spins in an allocator's
+ * retries: `timeout` bounds it.)
+ */
+Test(ckpt_tool, export_streams_a_checkpoint_larger_than_its_memory_limit, .timeout = 120)
+{
+    char root[64], path[128], cmd[512], *out = NULL;
+    fixture_mkroot(root, sizeof root);
+    dt_config cfg = {.V = 4096, .T = 32, .L = 4, .H = 4, .C = 256};
+    size_t n = dt_config_num_params(&cfg);
+    cr_assert_gt(n * sizeof(float), (size_t)16 << 20);
+    full_state f = {.params = malloc(n * sizeof(float)),
+                    .master = malloc(n * sizeof(float)),
+                    .m = calloc(n, sizeof(float)),
+                    .v = calloc(n, sizeof(float))};
+    cr_assert(f.params && f.master && f.m && f.v);
+    for (size_t i = 0; i < n; i++)
+        f.params[i] = fixture_value(7, 0, i);
+    memcpy(f.master, f.params, n * sizeof(float));
+    f.s = (dt_ckpt_state){.cfg = cfg,
+                          .mode = DT_CKPT_ZERO1,
+                          .world = 1,
+                          .step = 7,
+                          .num_params = n,
+                          .params = f.params,
+                          .opt_n = n,
+                          .master = f.master,
+                          .adam_m = f.m,
+                          .adam_v = f.v};
+    dt_ckpt *ck = NULL;
+    cr_assert_eq(dt_ckpt_open(&ck, root, NULL), DT_OK);
+    cr_assert_eq(dt_ckpt_save_all(ck, &f.s, 3), DT_OK, "%s", dt_ckpt_error(ck));
+    dt_ckpt_close(ck);
+    snprintf(path, sizeof path, "%s/model.safetensors", root);
+    snprintf(cmd, sizeof cmd, "ulimit -d 16384 && exec timeout 60 '%s' export '%s' '%s'",
+             DT_CKPT_BIN, root, path);
+    char log[128];
+    snprintf(log, sizeof log, "%s.log", root);
+    int rc = run_program((const char *[]){"/bin/sh", "-c", cmd, NULL}, log, &out);
+    cr_assert_eq(rc, 0, "export under a 16 MB RLIMIT_DATA exited %d:\n%s", rc, out);
+    FILE *fp = fopen(path, "rb");
+    cr_assert(fp);
+    unsigned char lenb[8];
+    cr_assert_eq(fread(lenb, 1, 8, fp), 8u);
+    cr_assert_eq(fseek(fp, (long)get_le64(lenb), SEEK_CUR), 0);
+    float *data = malloc(n * sizeof(float) + 1);
+    cr_assert_eq(fread(data, 1, n * sizeof(float) + 1, fp), n * sizeof(float),
+                 "data section is not exactly 4Ψ bytes");
+    cr_expect(memcmp(data, f.params, n * sizeof(float)) == 0,
+              "exported data differs from the parameters");
+    fclose(fp);
+    free(data);
+    cleanup(root, &f, out);
+}
