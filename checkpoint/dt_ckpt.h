@@ -289,6 +289,18 @@ dt_status dt_ckpt_load_collective(dt_ckpt *ck, dt_comm *comm, const char *step_d
                                   dt_ckpt_state *s);
 
 /*
+ * The offline reshard without the whole state in memory: verifies every
+ * shard of in's step_dir, then writes it into out's root as `world`
+ * shards (laid out by slices and slice_order, as a state's; NULL: the
+ * even partition) one at a time, each read from the input shards that
+ * hold its slice, and commits; the same bytes as dt_ckpt_load +
+ * dt_ckpt_save_all. Holds 16 bytes per parameter of the largest output
+ * slice. Not for a --tp checkpoint (DT_EINVAL). Failures on out.
+ */
+dt_status dt_ckpt_reshard_streamed(dt_ckpt *out, dt_ckpt *in, const char *step_dir, int world,
+                                   const size_t *slices, const int *slice_order);
+
+/*
  * Writes the parameters of a full state as a safetensors file: 8-byte
  * little-endian header length, a JSON header naming each tensor of the
  * model's table (dtype F32, shape, data_offsets), then the raw data.
