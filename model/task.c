@@ -143,6 +143,7 @@ typedef struct grading {
     size_t n;             /* examples graded */
     int rows;             /* examples per forward */
     int *in;              /* (rows, longest - 1) */
+    int *len;             /* (rows) each row's line length */
     float *logits;        /* (V) */
 } grading;
 
@@ -152,7 +153,7 @@ typedef struct grading {
  * greedy token (dt_sample_logits' argmax) must be the expected one. */
 static long grade_batch(grading *g, size_t first, int B)
 {
-    int T = 0, len[B];
+    int T = 0, *len = g->len;
     for (int b = 0; b < B; b++) {
         len[b] = line_length(g->val + g->starts[first + (size_t)b]);
         T = len[b] - 1 > T ? len[b] - 1 : T;
@@ -232,9 +233,11 @@ long dt_task_count_exact(dt_model *m, const dt_dataset *d, size_t n, int part, i
     size_t rows = (size_t)m->max_B * (size_t)m->cfg.T / (size_t)(longest - 1);
     g.rows = rows > n ? (int)n : (int)rows;
     g.in = malloc((size_t)g.rows * (size_t)(longest - 1) * sizeof(int));
+    g.len = malloc((size_t)g.rows * sizeof(int));
     g.logits = malloc((size_t)m->cfg.V * sizeof(float));
-    long right = g.in && g.logits ? grade_share(&g, part, parts, lockstep) : -1;
+    long right = g.in && g.len && g.logits ? grade_share(&g, part, parts, lockstep) : -1;
     free(g.in);
+    free(g.len);
     free(g.logits);
     if (graded && right >= 0)
         *graded = n;
