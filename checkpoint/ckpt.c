@@ -301,7 +301,8 @@ dt_status dt_ckpt_save(dt_ckpt *ck, dt_comm *comm, const dt_ckpt_state *s)
     return st != DT_OK ? st : ckpt_agree(ck, comm, "save");
 }
 
-dt_status dt_ckpt_save_all(dt_ckpt *ck, const dt_ckpt_state *full, int world)
+dt_status ckpt_save_each(dt_ckpt *ck, const dt_ckpt_state *full, int world, ckpt_slice_fn fill,
+                         void *user)
 {
     ckpt_reset(ck);
     if (world < 1 || world > DT_CKPT_MAX_WORLD || full->opt_lo != 0 ||
@@ -321,10 +322,19 @@ dt_status dt_ckpt_save_all(dt_ckpt *ck, const dt_ckpt_state *full, int world)
     ckpt_shard *recs = calloc((size_t)world, sizeof *recs);
     if (!recs)
         return ckpt_fail(ck, DT_ENOMEM, DT_CKPT_FAULT_IO, "out of memory");
-    for (int r = 0; r < world && st == DT_OK; r++)
-        st = ckpt_write_shard(ck, dir, full, r, world, &recs[r]);
+    for (int r = 0; r < world && st == DT_OK; r++) {
+        dt_ckpt_state slice = *full;
+        if (fill && (st = fill(user, full, r, world, &slice)) != DT_OK)
+            break;
+        st = ckpt_write_shard(ck, dir, &slice, r, world, &recs[r]);
+    }
     if (st == DT_OK)
         st = commit(ck, dir, name, full, world, recs);
     free(recs);
     return st;
+}
+
+dt_status dt_ckpt_save_all(dt_ckpt *ck, const dt_ckpt_state *full, int world)
+{
+    return ckpt_save_each(ck, full, world, NULL, NULL);
 }

@@ -137,6 +137,18 @@ dt_status ckpt_write_shard(dt_ckpt *ck, const char *dir, const dt_ckpt_state *s,
 /* The record of rank r's shard (all but its sha256), as every rank can
  * compute it from the partition. */
 void ckpt_describe_shard(const dt_ckpt_state *s, int r, int world, ckpt_shard *rec);
+/* Rank r's slice [lo, lo + n) of full's layout (its slices, or the even
+ * partition). */
+void ckpt_slice_of(const dt_ckpt_state *s, int r, int world, size_t *lo, size_t *n);
+
+/* ckpt.c: dt_ckpt_save_all's shards one at a time, each from what
+ * fill(user, full, r, world, slice) puts in *slice (a copy of full to
+ * start with): a state holding at least rank r's slice, so that full
+ * itself need hold no data (reshard_stream.c). fill NULL: full's arrays. */
+typedef dt_status (*ckpt_slice_fn)(void *user, const dt_ckpt_state *full, int r, int world,
+                                   dt_ckpt_state *slice);
+dt_status ckpt_save_each(dt_ckpt *ck, const dt_ckpt_state *full, int world, ckpt_slice_fn fill,
+                         void *user);
 
 /* shard_read.c */
 /* Reads shard r's file, checking it against m->shards[r] and copying its

@@ -289,6 +289,18 @@ dt_status dt_ckpt_load_collective(dt_ckpt *ck, dt_comm *comm, const char *step_d
                                   dt_ckpt_state *s);
 
 /*
+ * The offline reshard without the whole state in memory: verifies every
+ * shard of in's step_dir, then writes it into out's root as `world`
+ * shards (laid out by slices and slice_order, as a state's; NULL: the
+ * even partition) one at a time, each read from the input shards that
+ * hold its slice, and commits; the same bytes as dt_ckpt_load +
+ * dt_ckpt_save_all. Holds 16 bytes per parameter of the largest output
+ * slice. Not for a --tp checkpoint (DT_EINVAL). Failures on out.
+ */
+dt_status dt_ckpt_reshard_streamed(dt_ckpt *out, dt_ckpt *in, const char *step_dir, int world,
+                                   const size_t *slices, const int *slice_order);
+
+/*
  * Writes the parameters of a full state as a safetensors file: 8-byte
  * little-endian header length, a JSON header naming each tensor of the
  * model's table (dtype F32, shape, data_offsets), then the raw data.
@@ -305,6 +317,14 @@ typedef enum dt_ckpt_names { DT_CKPT_NAMES_DTRAIN, DT_CKPT_NAMES_SEED } dt_ckpt_
 /* dt_ckpt_export_safetensors under the given names. */
 dt_status dt_ckpt_export_safetensors_named(dt_ckpt *ck, const char *path, const dt_config *cfg,
                                            const float *params, dt_ckpt_names names);
+/*
+ * The parameters of a step directory as a safetensors file, streamed:
+ * every shard verified (SHA-256), then the data written a 4 MiB window at
+ * a time, read from the shards; never the whole model in memory. Not for
+ * a --tp checkpoint (DT_EINVAL: its shares must be joined in memory).
+ */
+dt_status dt_ckpt_export_dir(dt_ckpt *ck, const char *step_dir, const char *path,
+                             dt_ckpt_names names);
 
 #ifdef __cplusplus
 }

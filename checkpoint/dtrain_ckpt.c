@@ -363,13 +363,14 @@ static int newer_latest(dt_ckpt *out, long step)
 
 /* Writes the full state s as m shards under outroot (pp > 0: the
  * pipeline layout; tp > 1: the tp layout; both: the 3-D grid's). */
-static int cmd_reshard(dt_ckpt_state *s, const char *outroot, int m, int pp, int tp,
-                       dt_pipe_partition_kind kind)
+static int cmd_reshard(dt_ckpt *in, const char *dir, dt_ckpt_state *s, const char *outroot, int m,
+                       int pp, int tp, dt_pipe_partition_kind kind)
 {
     char shown[4200];
     size_t *slices = NULL;
     int *order = NULL;
-    if (to_tp(s, tp))
+    bool streamed = !s->params; /* no --tp on either side: slice by slice */
+    if (!streamed && to_tp(s, tp))
         return 1;
     if (pp > 0 || tp > 1) {
         slices = malloc(((size_t)m + 1) * sizeof *slices);
@@ -385,7 +386,9 @@ static int cmd_reshard(dt_ckpt_state *s, const char *outroot, int m, int pp, int
     dt_ckpt_options o = {.new_step_only = true};
     int refused = 0, rc = dt_ckpt_open(&out, outroot, &o) != DT_OK;
     if (!rc)
-        rc = (refused = newer_latest(out, s->step)) || dt_ckpt_save_all(out, s, m) != DT_OK;
+        rc = (refused = newer_latest(out, s->step)) ||
+             (streamed ? dt_ckpt_reshard_streamed(out, in, dir, m, s->slices, s->slice_order)
+                       : dt_ckpt_save_all(out, s, m)) != DT_OK;
     if (rc) {
         if (!refused) /* newer_latest said why */
             fprintf(stderr, "dtrain-ckpt: reshard: %s\n", dt_ckpt_error(out));
@@ -477,17 +480,29 @@ int main(int argc, char **argv)
             printf("%s: ok\n", dt_ckpt_printable(shown, sizeof shown, dir));
     }
     dt_ckpt_state s = {0};
-    if (!rc && (export || reshard))
+    dt_ckpt_info info = {0};
+    if (!rc && export && (rc = dt_ckpt_inspect(ck, dir, &info) != DT_OK))
+        fprintf(stderr, "dtrain-ckpt: %s\n", dt_ckpt_error(ck));
+    if (!rc && reshard && (rc = dt_ckpt_inspect(ck, dir, &info) != DT_OK))
+        fprintf(stderr, "dtrain-ckpt: %s\n", dt_ckpt_error(ck));
+    /* streamed unless a tp checkpoint's shares are joined or made: whole */
+    bool streamed = info.tp <= 1 && (export || tp == 1);
+    if (!rc && !streamed)
         rc = load_full(ck, dir, &s);
-    if (!rc && export)
-        rc = to_tp(&s, 1); /* a tp checkpoint's shares joined */
+    if (!rc && reshard && streamed) /* what the layout and the messages read */
+        s = (dt_ckpt_state){.cfg = info.cfg, .step = info.step, .num_params = info.num_params};
+    if (!rc && export && !streamed)
+        rc = to_tp(&s, 1);
     if (!rc && export) {
-        rc = dt_ckpt_export_safetensors_named(ck, argv[3], &s.cfg, s.params, names) != DT_OK;
+        rc = (streamed ? dt_ckpt_export_dir(ck, dir, argv[3], names)
+                       : dt_ckpt_export_safetensors_named(ck, argv[3], &s.cfg, s.params, names)) !=
+             DT_OK;
         if (rc)
             fprintf(stderr, "dtrain-ckpt: %s\n", dt_ckpt_error(ck));
         else
             printf("%s: %zu parameters of step %ld\n",
-                   dt_ckpt_printable(shown, sizeof shown, argv[3]), s.num_params, s.step);
+                   dt_ckpt_printable(shown, sizeof shown, argv[3]),
+                   streamed ? info.num_params : s.num_params, info.step);
     }
     if (!rc && reshard) {
         int m;
@@ -497,7 +512,7 @@ int main(int argc, char **argv)
             return dt_flag_error("dtrain-ckpt", "reshard: M must be an integer in 1..%d, got '%s'",
                                  DT_CKPT_MAX_WORLD, argv[4]);
         }
-        rc = cmd_reshard(&s, argv[3], m, pp, tp, kind);
+        rc = cmd_reshard(ck, dir, &s, argv[3], m, pp, tp, kind);
     }
     dt_ckpt_tp_free(&s);
     dt_ckpt_close(ck);

@@ -21,6 +21,18 @@
  * ever replaced: a shard, a manifest or `latest` given as OUT by mistake is
  * refused by name, not overwritten.
  *
+ * Memory. From a step directory (dt_ckpt_export_dir, what `dtrain-ckpt
+ * export` runs) the export is streamed: every shard is verified first
+ * (its SHA-256, through the reader's 1 MiB scratch), then the data
+ * section is written a window of EXPORT_WINDOW parameters at a time,
+ * each read from the shards whose ranges meet it (checking reads, no
+ * second hash). It holds 4 MiB and the manifest, never the model: a
+ * 162M-parameter checkpoint (2.6 GB with its optimizer state) exports in
+ * the memory of a small one. The header's tensor table comes from the
+ * config (dt_config_tensors), not from a model. A --tp checkpoint's
+ * shares are laid out per share, not as windows of the flat buffer; its
+ * export still joins them in memory (dtrain-ckpt: dt_ckpt_tp_convert).
+ *
  * Names: dtrain's own, or the seed curriculum's MiniGPT module's. The two
  * modules are the same network with the same shapes, registered in the
  * same order; only five names differ, renamed one by one (seed_name).
@@ -33,6 +45,9 @@
 #include <unistd.h>
 
 #include "ckpt_internal.h"
+
+/* Parameters a streamed export holds at once: 4 MiB. */
+#define EXPORT_WINDOW ((size_t)1 << 20)
 
 /* {"format": "pt", "V": "256", "C": "128", ...}: the config as strings. */
 static json_t *config_metadata(const dt_config *cfg)
@@ -68,13 +83,17 @@ static void seed_name(char *out, size_t len, const char *name)
 }
 
 /* The JSON header, padded to a multiple of 8 bytes; NULL on ENOMEM. */
-static char *build_header(const dt_model *m, const dt_config *cfg, dt_ckpt_names names, size_t *len)
+static char *build_header(const dt_config *cfg, dt_ckpt_names names, size_t *len)
 {
+    dt_tensor_info *tab;
+    int nt;
+    if (dt_config_tensors(cfg, &tab, &nt) != DT_OK)
+        return NULL;
     json_t *root = json_object();
     if (root)
         json_object_set_new(root, "__metadata__", config_metadata(cfg));
-    for (int i = 0; root && i < m->num_tensors; i++) {
-        const dt_tensor_info *t = &m->tensors[i];
+    for (int i = 0; root && i < nt; i++) {
+        const dt_tensor_info *t = &tab[i];
         json_t *shape = json_array();
         for (int d = 0; d < t->ndim; d++)
             json_array_append_new(shape, json_integer(t->shape[d]));
@@ -91,6 +110,7 @@ static char *build_header(const dt_model *m, const dt_config *cfg, dt_ckpt_names
     }
     char *text = root ? json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(root);
+    free(tab);
     if (!text)
         return NULL;
     size_t n = strlen(text), padded = (n + 7) / 8 * 8;
@@ -126,9 +146,43 @@ static dt_status replaceable(dt_ckpt *ck, const char *path)
                      path);
 }
 
-/* path.tmp = u64 hlen, header, params; fsync; rename over path. */
+/* Where the data section comes from: one buffer, or a step directory's
+ * shards read a window at a time. */
+typedef struct body {
+    const float *params;    /* the whole buffer, or NULL */
+    const char *dir;        /* else: the step directory */
+    const ckpt_manifest *m; /* its manifest */
+    size_t n;               /* parameters */
+} body;
+
+/* The shards' parameters, WINDOW elements at a time, onto fd: each
+ * window is read from every shard whose ranges meet it (checking reads:
+ * the caller verified the hashes first), then written. */
+static dt_status write_streamed(dt_ckpt *ck, int fd, const body *b)
+{
+    float *win = malloc(EXPORT_WINDOW * sizeof(float));
+    if (!win)
+        return ckpt_fail(ck, DT_ENOMEM, DT_CKPT_FAULT_IO, "export: out of memory");
+    dt_status st = DT_OK;
+    for (size_t lo = 0; lo < b->n && st == DT_OK; lo += EXPORT_WINDOW) {
+        size_t w = b->n - lo < EXPORT_WINDOW ? b->n - lo : EXPORT_WINDOW;
+        dt_ckpt_state s = {.cfg = b->m->cfg,
+                           .num_params = b->n,
+                           .params = win,
+                           .held_lo = lo,
+                           .held_n = w};
+        for (int r = 0; r < b->m->world && st == DT_OK; r++)
+            st = ckpt_read_shard(ck, b->dir, b->m, r, &s, false);
+        if (st == DT_OK && !ckpt_write_all(fd, win, w * sizeof(float)))
+            st = ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "export: writing: %s", strerror(errno));
+    }
+    free(win);
+    return st;
+}
+
+/* path.tmp = u64 hlen, header, the parameters; fsync; rename over path. */
 static dt_status write_replacing(dt_ckpt *ck, const char *path, const char *header, size_t hlen,
-                                 const float *params, size_t nbytes)
+                                 const body *b)
 {
     char tmp[CKPT_PATH_MAX];
     if (strlen(path) + 5 > sizeof tmp)
@@ -141,8 +195,15 @@ static dt_status write_replacing(dt_ckpt *ck, const char *path, const char *head
         return ck->status;
     unsigned char lenbuf[8];
     put_le64(lenbuf, hlen);
-    bool ok = ckpt_write_all(fd, lenbuf, 8) && ckpt_write_all(fd, header, hlen) &&
-              ckpt_write_all(fd, params, nbytes) && fsync(fd) == 0;
+    bool ok = ckpt_write_all(fd, lenbuf, 8) && ckpt_write_all(fd, header, hlen);
+    if (ok && b->params)
+        ok = ckpt_write_all(fd, b->params, b->n * sizeof(float));
+    else if (ok && write_streamed(ck, fd, b) != DT_OK) {
+        close(fd);
+        unlink(tmp);
+        return ck->status;
+    }
+    ok = ok && fsync(fd) == 0;
     int e = errno;
     ok = close(fd) == 0 && ok;
     if (ok && rename(tmp, path) != 0)
@@ -155,6 +216,22 @@ static dt_status write_replacing(dt_ckpt *ck, const char *path, const char *head
     return DT_OK;
 }
 
+/* The header for cfg, then the body, into path. */
+static dt_status export_body(dt_ckpt *ck, const char *path, const dt_config *cfg,
+                             dt_ckpt_names names, const body *b)
+{
+    char err[160];
+    if (dt_config_check(cfg, err, sizeof err) != DT_OK)
+        return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_CONFIG, "export: %s", err);
+    size_t hlen = 0;
+    char *header = build_header(cfg, names, &hlen);
+    if (!header)
+        return ckpt_fail(ck, DT_ENOMEM, DT_CKPT_FAULT_IO, "export: out of memory");
+    dt_status st = write_replacing(ck, path, header, hlen, b);
+    free(header);
+    return st;
+}
+
 dt_status dt_ckpt_export_safetensors(dt_ckpt *ck, const char *path, const dt_config *cfg,
                                      const float *params)
 {
@@ -164,21 +241,27 @@ dt_status dt_ckpt_export_safetensors(dt_ckpt *ck, const char *path, const dt_con
 dt_status dt_ckpt_export_safetensors_named(dt_ckpt *ck, const char *path, const dt_config *cfg,
                                            const float *params, dt_ckpt_names names)
 {
-    dt_model *m = NULL;
-    dt_status st = dt_model_create(&m, cfg, dt_backend_cpu_reference(), 1);
-    if (st != DT_OK) {
-        ckpt_fail(ck, st, DT_CKPT_FAULT_CONFIG, "export: %s",
-                  m ? dt_model_error(m) : "out of memory");
-        dt_model_destroy(m);
+    body b = {.params = params, .n = dt_config_num_params(cfg)};
+    return export_body(ck, path, cfg, names, &b);
+}
+
+dt_status dt_ckpt_export_dir(dt_ckpt *ck, const char *step_dir, const char *path,
+                             dt_ckpt_names names)
+{
+    dt_status st = dt_ckpt_verify(ck, step_dir); /* every hash, through 1 MiB */
+    if (st != DT_OK)
         return st;
-    }
-    size_t hlen = 0;
-    char *header = build_header(m, cfg, names, &hlen);
-    size_t nbytes = m->num_params * sizeof(float);
-    dt_model_destroy(m);
-    if (!header)
-        return ckpt_fail(ck, DT_ENOMEM, DT_CKPT_FAULT_IO, "export: out of memory");
-    st = write_replacing(ck, path, header, hlen, params, nbytes);
-    free(header);
+    ckpt_manifest m;
+    if ((st = ckpt_manifest_read(ck, step_dir, &m)) != DT_OK)
+        return st;
+    if (m.tp > 1)
+        st = ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_CONFIG,
+                       "export: %s holds --tp %d shares, which a window of the flat buffer "
+                       "does not join: load it whole (dt_ckpt_tp_convert)",
+                       step_dir, m.tp);
+    body b = {.dir = step_dir, .m = &m, .n = (size_t)m.num_params};
+    if (st == DT_OK)
+        st = export_body(ck, path, &m.cfg, names, &b);
+    ckpt_manifest_free(&m);
     return st;
 }

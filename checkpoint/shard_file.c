@@ -80,7 +80,7 @@ static size_t build_header(unsigned char *hdr, ckpt_shard *rec, const dt_ckpt_st
 
 /* Rank r's slice: the state's own layout (in its order), or the even
  * partition. */
-static void slice_of(const dt_ckpt_state *s, int r, int world, size_t *lo, size_t *n)
+void ckpt_slice_of(const dt_ckpt_state *s, int r, int world, size_t *lo, size_t *n)
 {
     if (s->slices) {
         int k = s->slice_order ? s->slice_order[r] : r;
@@ -95,7 +95,7 @@ void ckpt_describe_shard(const dt_ckpt_state *s, int r, int world, ckpt_shard *r
 {
     unsigned char hdr[SHARD_HEADER_BYTES + MAX_SECTIONS * SECTION_BYTES];
     size_t lo, n;
-    slice_of(s, r, world, &lo, &n);
+    ckpt_slice_of(s, r, world, &lo, &n);
     build_header(hdr, rec, s, r, world, lo, n);
 }
 
@@ -103,7 +103,7 @@ dt_status ckpt_write_shard(dt_ckpt *ck, const char *dir, const dt_ckpt_state *s,
                            ckpt_shard *rec)
 {
     size_t lo, n;
-    slice_of(s, r, world, &lo, &n);
+    ckpt_slice_of(s, r, world, &lo, &n);
     size_t held_n = s->held_n ? s->held_n : s->num_params;
     if (n > 0 && (lo < s->opt_lo || lo + n > s->opt_lo + s->opt_n))
         return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_FIELD,

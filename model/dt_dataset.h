@@ -83,22 +83,31 @@ dt_status dt_dataset_batch(int *inputs, int *targets, dt_dataset *d, dt_split sp
 
 /*
  * Exact-match accuracy on the task's validation examples (the first n, or
- * all if n is 0): the prompt up to '=' is fed, the answer is decoded
+ * all if n is 0): the prompt up to '=' is given, the answer is decoded
  * greedily until '\n', and it counts only if every character is right.
+ * Graded by teacher forcing, the same test in one forward: greedy
+ * decoding reproduces the answer exactly iff at every answer position,
+ * fed the right characters before it, the argmax is the right one. Each
+ * forward grades a batch of examples, as many as max_B·T tokens hold.
  * Returns a fraction in [0, 1], or -1 if d is not a task dataset or the
  * model's context cannot hold an example.
  */
 double dt_task_accuracy(dt_model *m, const dt_dataset *d, size_t n);
 /*
- * One share of that evaluation, for splitting it over parts ranks: of the
- * first n examples (all if n is 0 or more than there are), those with
- * index i % parts == part are graded and the exact ones counted. The
- * shares' counts sum to the whole's count; *graded (may be NULL) is set
- * to the number of examples of all shares together. Returns the count,
- * or -1 where dt_task_accuracy returns -1 (the same on every share).
+ * One share of that evaluation, for splitting it over parts ranks: the
+ * first n examples (all if n is 0 or more than there are) are cut into
+ * batches of consecutive examples, the same cut for every share and for
+ * one rank alone, and the batches with index j % parts == part are graded
+ * and the exact ones counted. The shares' counts sum to the whole's
+ * count, bit for bit the same forwards; *graded (may be NULL) is set to
+ * the number of examples of all shares together. lockstep: every share
+ * runs the same number of forwards, the longest share's, a share with
+ * fewer running forwards of one token that grade nothing (a sharded
+ * model's forwards are collectives: ZeRO-3). Returns the count, or -1
+ * where dt_task_accuracy returns -1 (the same on every share).
  */
 long dt_task_count_exact(dt_model *m, const dt_dataset *d, size_t n, int part, int parts,
-                         size_t *graded);
+                         bool lockstep, size_t *graded);
 
 #ifdef __cplusplus
 }

@@ -229,6 +229,12 @@ typedef struct dt_tensor_info {
     int shape[2];
 } dt_tensor_info;
 
+/* The whole model's tensor table for cfg (names, offsets, shapes, in
+ * offset order), malloc'ed into *tab (the caller frees it), its length in
+ * *n; no model is allocated (a checkpoint tool's header needs no more).
+ * DT_EINVAL if cfg is unusable, DT_ENOMEM. */
+dt_status dt_config_tensors(const dt_config *cfg, dt_tensor_info **tab, int *n);
+
 /* ---- activations ---------------------------------------------------------- */
 
 typedef struct dt_block_acts {
@@ -434,7 +440,8 @@ void dt_model_get_grads(const dt_model *m, float *host);
 const dt_tensor_info *dt_model_find_tensor(const dt_model *m, const char *name);
 
 /*
- * Forward on host token ids inputs (B, T), B <= max_B, 1 <= T <= cfg.T.
+ * Forward on host token ids inputs (B, T), 1 <= T <= cfg.T, B >= 1 and
+ * B·T <= max_B·cfg.T (more rows than max_B when they are shorter).
  * targets (B, T) or NULL; with targets, sets m->mean_loss. Ids must be in
  * [0, V): an id out of range is DT_EINVAL, naming its position.
  */

@@ -74,6 +74,21 @@ size_t dt_config_num_params(const dt_config *c)
     return V * C + T * C + (size_t)c->L * block_params(C) + 2 * C + V * C;
 }
 
+dt_status dt_config_tensors(const dt_config *cfg, dt_tensor_info **tab, int *n)
+{
+    char err[160];
+    *tab = NULL;
+    *n = 0;
+    if (dt_config_check(cfg, err, sizeof err) != DT_OK)
+        return DT_EINVAL;
+    int count = dt_layout_num_tensors(cfg);
+    if (!(*tab = calloc((size_t)count, sizeof **tab)))
+        return DT_ENOMEM;
+    dt_layout_build(*tab, NULL, NULL, cfg);
+    *n = count;
+    return DT_OK;
+}
+
 void dt_config_stage_range(const dt_config *c, int l0, int l1, size_t *lo, size_t *hi)
 {
     size_t emb = ((size_t)c->V + (size_t)c->T) * (size_t)c->C;

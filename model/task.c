@@ -19,10 +19,22 @@
  *
  * Metric: exact-match accuracy. The validation prompt up to '=' is given,
  * the answer is decoded greedily until '\n', and counts only if every
- * character (and the newline) is right. Each example is graded on its
- * own, so the examples can be dealt out to ranks (dt_task_count_exact:
- * rank p of N grades examples p, p + N, ...) and the counts summed: the
- * same accuracy as one rank grading all.
+ * character (and the newline) is right. Greedy decoding stays on the
+ * right answer iff each answer position, fed the right characters before
+ * it, has the right argmax; so the grading feeds each whole line (less
+ * its '\n') and reads the argmax at every answer position: teacher
+ * forcing, one forward for what decoding does in one per character. The
+ * lines are short (a 5-digit task's are 12 tokens), so one forward takes
+ * a batch of them, as many as the training batch's max_B·T tokens hold
+ * (rows of the batch's longest line, shorter ones padded after their end,
+ * which the causal mask keeps out of every graded position): activation
+ * memory never exceeds training's. Each batch is graded on its own, so
+ * the batches can be dealt out to ranks (dt_task_count_exact: rank p of
+ * N grades batches p, p + N, ...) and the counts summed: the same cut
+ * and the same forwards as one rank grading all, so the same count. A
+ * ZeRO-3 model gathers every unit in each forward, so there every rank
+ * runs as many forwards as the longest share (lockstep), idle ones of
+ * one token where its share has run out.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,54 +125,121 @@ dt_status dt_dataset_task(dt_dataset **out, dt_task_kind kind, int max_digits, s
     return DT_OK;
 }
 
-/* One validation example at offset off: is the greedy answer exact? */
-static int answer_is_exact(dt_model *m, const uint16_t *ex, int *buf)
+/* Tokens of the example line at ex, through its '\n'. */
+static int line_length(const uint16_t *ex)
 {
-    int n = 0;
-    while (ex[n] != '=')
-        buf[n] = ex[n], n++;
-    buf[n] = '=';
-    int prompt = n + 1, answer = n + 1; /* n digits + '\n' */
+    int k = 0;
+    while (ex[k] != '\n')
+        k++;
+    return k + 1;
+}
+
+/* Where a grading pass stands: the examples, the batches they are cut
+ * into, and one batch's host buffers. */
+typedef struct grading {
+    dt_model *m;
+    const uint16_t *val;  /* the validation tokens */
+    const size_t *starts; /* [n] each example's offset in val */
+    size_t n;             /* examples graded */
+    int rows;             /* examples per forward */
+    int *in;              /* (rows, longest - 1) */
+    int *len;             /* (rows) each row's line length */
+    float *logits;        /* (V) */
+} grading;
+
+/* Rows 0..B of g->in (a batch of B examples from first, each fed without
+ * its final '\n', padded with token 0 to the batch's longest, T) and one
+ * forward over them; then each row's answer, position by position: the
+ * greedy token (dt_sample_logits' argmax) must be the expected one. */
+static long grade_batch(grading *g, size_t first, int B)
+{
+    int T = 0, *len = g->len;
+    for (int b = 0; b < B; b++) {
+        len[b] = line_length(g->val + g->starts[first + (size_t)b]);
+        T = len[b] - 1 > T ? len[b] - 1 : T;
+    }
+    for (int b = 0; b < B; b++) {
+        const uint16_t *ex = g->val + g->starts[first + (size_t)b];
+        for (int t = 0; t < T; t++)
+            g->in[b * T + t] = t < len[b] - 1 ? ex[t] : 0;
+    }
+    if (dt_model_forward(g->m, g->in, NULL, B, T) != DT_OK)
+        return 0;
+    long right = 0;
     dt_rng unused;
     dt_rng_seed(&unused, 0);
-    int got = dt_generate(m, buf, prompt, answer, 0.0f, 0, '\n', &unused);
-    if (got != prompt + answer)
-        return 0;
-    for (int i = 0; i < answer; i++)
-        if (buf[prompt + i] != ex[prompt + i])
-            return 0;
-    return 1;
+    for (int b = 0; b < B; b++) {
+        const uint16_t *ex = g->val + g->starts[first + (size_t)b];
+        int eq = 0;
+        while (ex[eq] != '=')
+            eq++;
+        bool exact = true; /* the logits at t predict the token at t + 1 */
+        for (int t = eq; exact && t < len[b] - 1; t++) {
+            dt_model_get_logits(g->m, g->logits, b, t);
+            exact = dt_sample_logits(g->logits, g->m->cfg.V, 0.0f, 0, &unused) == ex[t + 1];
+        }
+        right += exact;
+    }
+    return right;
+}
+
+/* A forward that grades nothing (one token), for a lockstep share with
+ * fewer batches than the longest share: its parameter hooks still run. */
+static void idle_forward(grading *g)
+{
+    g->in[0] = 0;
+    dt_model_forward(g->m, g->in, NULL, 1, 1);
+}
+
+/* Batches j = part, part + parts, ... of ceil(n / rows); with lockstep,
+ * idle forwards up to the longest share's count. */
+static long grade_share(grading *g, int part, int parts, bool lockstep)
+{
+    size_t batches = (g->n + (size_t)g->rows - 1) / (size_t)g->rows;
+    size_t rounds = (batches + (size_t)parts - 1) / (size_t)parts;
+    long right = 0;
+    for (size_t k = 0; k < rounds; k++) {
+        size_t j = k * (size_t)parts + (size_t)part;
+        if (j >= batches) {
+            if (lockstep)
+                idle_forward(g);
+            continue;
+        }
+        size_t first = j * (size_t)g->rows, left = g->n - first;
+        right += grade_batch(g, first, left < (size_t)g->rows ? (int)left : g->rows);
+    }
+    return right;
 }
 
 long dt_task_count_exact(dt_model *m, const dt_dataset *d, size_t n, int part, int parts,
-                         size_t *graded)
+                         bool lockstep, size_t *graded)
 {
     if (graded)
         *graded = 0;
     if (!d->is_task || d->n_starts[DT_VAL] == 0 || parts < 1 || part < 0 || part >= parts)
         return -1;
-    const uint16_t *val = d->tokens + d->n_train;
     size_t total = d->n_starts[DT_VAL];
     if (n == 0 || n > total)
         n = total;
+    grading g = {.m = m, .val = d->tokens + d->n_train, .starts = d->starts[DT_VAL], .n = n};
     int longest = 0; /* the longest line must fit the context */
     for (size_t i = 0; i < n; i++) {
-        const uint16_t *ex = val + d->starts[DT_VAL][i];
-        int k = 0;
-        while (ex[k] != '\n')
-            k++;
-        longest = k + 1 > longest ? k + 1 : longest;
+        int k = line_length(g.val + g.starts[i]);
+        longest = k > longest ? k : longest;
     }
     if (longest - 1 > m->cfg.T)
         return -1; /* the last token ('\n') is predicted, never fed */
-    int *buf = malloc((size_t)(longest + 1) * sizeof(int));
-    if (!buf)
-        return -1;
-    long right = 0;
-    for (size_t i = (size_t)part; i < n; i += (size_t)parts)
-        right += answer_is_exact(m, val + d->starts[DT_VAL][i], buf);
-    free(buf);
-    if (graded)
+    /* as many examples per forward as the allocation's tokens hold */
+    size_t rows = (size_t)m->max_B * (size_t)m->cfg.T / (size_t)(longest - 1);
+    g.rows = rows > n ? (int)n : (int)rows;
+    g.in = malloc((size_t)g.rows * (size_t)(longest - 1) * sizeof(int));
+    g.len = malloc((size_t)g.rows * sizeof(int));
+    g.logits = malloc((size_t)m->cfg.V * sizeof(float));
+    long right = g.in && g.len && g.logits ? grade_share(&g, part, parts, lockstep) : -1;
+    free(g.in);
+    free(g.len);
+    free(g.logits);
+    if (graded && right >= 0)
         *graded = n;
     return right;
 }
@@ -168,6 +247,6 @@ long dt_task_count_exact(dt_model *m, const dt_dataset *d, size_t n, int part, i
 double dt_task_accuracy(dt_model *m, const dt_dataset *d, size_t n)
 {
     size_t graded;
-    long right = dt_task_count_exact(m, d, n, 0, 1, &graded);
+    long right = dt_task_count_exact(m, d, n, 0, 1, false, &graded);
     return right < 0 ? -1.0 : (double)right / (double)graded;
 }

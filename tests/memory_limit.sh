@@ -3,9 +3,9 @@
 # memory limit (issue 34).
 #
 # The 29M-parameter model (V 4096, C 512, H 8, L 8, T 32) on 4 ranks, on
-# random tokens (the task's 200-prompt accuracy generates token by token,
-# each forward under ZeRO-3 an all-gather of the model: minutes on a CPU
-# box; the held-out loss's forwards gather the same units):
+# random tokens (the task's 200-prompt accuracy would add 25 forwards a
+# rank, each under ZeRO-3 an all-gather of the model, and no memory; the
+# held-out loss's forwards gather the same units):
 # DDP's model states are 16Ψ = 471 MB per rank, ZeRO-3's 16Ψ/4 plus two
 # gathered units and its buckets, about 160 MB, and no phase of a ZeRO-3
 # run (start-up, the replica check, evaluation, checkpoints) assembles

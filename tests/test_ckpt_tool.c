@@ -408,3 +408,121 @@ Test(ckpt_tool, export_over_latest_is_refused_since_it_is_no_safetensors_file, .
     free(text);
     cleanup(root, &f, NULL);
 }
+
+/* root with step 7 of a state of 5,281,536 parameters (V 4096, C 256,
+ * L 4, T 32: 21 MB of parameters, 84 MB with its ZeRO-1 master, m and
+ * v) in 3 shards: larger than the limits the streaming tests set. */
+static void make_big_root(char *root, size_t len, full_state *f)
+{
+    fixture_mkroot(root, len);
+    dt_config cfg = {.V = 4096, .T = 32, .L = 4, .H = 4, .C = 256};
+    size_t n = dt_config_num_params(&cfg);
+    *f = (full_state){.params = malloc(n * sizeof(float)),
+                      .master = malloc(n * sizeof(float)),
+                      .m = malloc(n * sizeof(float)),
+                      .v = malloc(n * sizeof(float))};
+    cr_assert(f->params && f->master && f->m && f->v);
+    for (size_t i = 0; i < n; i++) {
+        f->params[i] = fixture_value(7, 0, i);
+        f->m[i] = fixture_value(7, 2, i);
+        f->v[i] = fixture_value(7, 3, i);
+    }
+    memcpy(f->master, f->params, n * sizeof(float));
+    f->s = (dt_ckpt_state){.cfg = cfg,
+                           .mode = DT_CKPT_ZERO1,
+                           .world = 1,
+                           .step = 7,
+                           .num_params = n,
+                           .params = f->params,
+                           .opt_n = n,
+                           .master = f->master,
+                           .adam_m = f->m,
+                           .adam_v = f->v};
+    dt_ckpt *ck = NULL;
+    cr_assert_eq(dt_ckpt_open(&ck, root, NULL), DT_OK);
+    cr_assert_eq(dt_ckpt_save_all(ck, &f->s, 3), DT_OK, "%s", dt_ckpt_error(ck));
+    dt_ckpt_close(ck);
+}
+
+/* The tool under an RLIMIT_DATA of limit_mb (bounded by `timeout`: a tool
+ * that loads the whole state fails, or spins in an allocator's retries). */
+static int tool_limited(const char *root, int limit_mb, const char *args, char **out)
+{
+    char cmd[768], log[128];
+    snprintf(cmd, sizeof cmd, "ulimit -d %d && exec timeout 60 '%s' %s", limit_mb * 1024,
+             DT_CKPT_BIN, args);
+    snprintf(log, sizeof log, "%s.log", root);
+    return run_program((const char *[]){"/bin/sh", "-c", cmd, NULL}, log, out);
+}
+
+/*
+ * export streams: the big checkpoint exports under an RLIMIT_DATA of
+ * 16 MB, less than its parameters alone, so no whole-model buffer can be
+ * allocated; the data section is still exactly the parameters, across
+ * the tool's windows.
+ */
+Test(ckpt_tool, export_streams_a_checkpoint_larger_than_its_memory_limit, .timeout = 120)
+{
+    char root[64], path[128], args[400], *out = NULL;
+    full_state f;
+    make_big_root(root, sizeof root, &f);
+    size_t n = f.s.num_params;
+    cr_assert_gt(n * sizeof(float), (size_t)16 << 20);
+    snprintf(path, sizeof path, "%s/model.safetensors", root);
+    snprintf(args, sizeof args, "export '%s' '%s'", root, path);
+    int rc = tool_limited(root, 16, args, &out);
+    cr_assert_eq(rc, 0, "export under a 16 MB RLIMIT_DATA exited %d:\n%s", rc, out);
+    FILE *fp = fopen(path, "rb");
+    cr_assert(fp);
+    unsigned char lenb[8];
+    cr_assert_eq(fread(lenb, 1, 8, fp), 8u);
+    cr_assert_eq(fseek(fp, (long)get_le64(lenb), SEEK_CUR), 0);
+    float *data = malloc(n * sizeof(float) + 1);
+    cr_assert_eq(fread(data, 1, n * sizeof(float) + 1, fp), n * sizeof(float),
+                 "data section is not exactly 4Ψ bytes");
+    cr_expect(memcmp(data, f.params, n * sizeof(float)) == 0,
+              "exported data differs from the parameters");
+    fclose(fp);
+    free(data);
+    cleanup(root, &f, out);
+}
+
+/*
+ * reshard streams: 3 shards of the big checkpoint (84 MB of state) to 8
+ * under an RLIMIT_DATA of 48 MB, which the whole state exceeds and one
+ * output shard's slice (10.6 MB) fits; the result loads with every
+ * array's every value kept.
+ */
+Test(ckpt_tool, reshard_streams_one_output_shard_at_a_time, .timeout = 120)
+{
+    char root[64], outroot[96], args[400], *out = NULL;
+    full_state f;
+    make_big_root(root, sizeof root, &f);
+    size_t n = f.s.num_params;
+    snprintf(outroot, sizeof outroot, "%s-eight", root);
+    snprintf(args, sizeof args, "reshard '%s' '%s' 8", root, outroot);
+    int rc = tool_limited(root, 48, args, &out);
+    cr_assert_eq(rc, 0, "reshard under a 48 MB RLIMIT_DATA exited %d:\n%s", rc, out);
+    full_state g = {.params = calloc(n, sizeof(float)),
+                    .master = calloc(n, sizeof(float)),
+                    .m = calloc(n, sizeof(float)),
+                    .v = calloc(n, sizeof(float))};
+    cr_assert(g.params && g.master && g.m && g.v);
+    g.s = f.s;
+    g.s.params = g.params, g.s.master = g.master, g.s.adam_m = g.m, g.s.adam_v = g.v;
+    dt_ckpt *ck = NULL;
+    dt_ckpt_options o = {.allow_reshard = true};
+    cr_assert_eq(dt_ckpt_open(&ck, outroot, &o), DT_OK);
+    char dir[160];
+    snprintf(dir, sizeof dir, "%s/step_00000007", outroot);
+    cr_assert_eq(dt_ckpt_load(ck, dir, &g.s), DT_OK, "%s", dt_ckpt_error(ck));
+    dt_ckpt_close(ck);
+    cr_expect_eq(g.s.step, 7);
+    cr_expect(memcmp(g.params, f.params, n * sizeof(float)) == 0, "parameters differ");
+    cr_expect(memcmp(g.master, f.master, n * sizeof(float)) == 0, "master differs");
+    cr_expect(memcmp(g.m, f.m, n * sizeof(float)) == 0, "m differs");
+    cr_expect(memcmp(g.v, f.v, n * sizeof(float)) == 0, "v differs");
+    full_state_free(&g);
+    fixture_rmtree(outroot);
+    cleanup(root, &f, out);
+}

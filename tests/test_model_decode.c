@@ -1,7 +1,8 @@
 /*
  * test_model_decode.c — decoding: the KV cache (kv_cache.c) against the
  * plain path that runs a forward pass per token (sample.c), and the task's
- * evaluation dealt out in shares (task.c).
+ * evaluation (task.c): teacher-forced in batches of prompts, dealt out in
+ * shares, in lockstep where the forwards are collectives.
  *
  * The cache's logits come from one-row matmuls and its own attention loop,
  * so they agree with a full forward to rounding, not bitwise: they are
@@ -15,6 +16,7 @@
 #include <string.h>
 
 #include "dt_model.h"
+#include "model_internal.h" /* the task's validation examples */
 
 /* A model wider and deeper than the seed's, so that every kernel sums
  * over more than one vector of terms; random weights from seed. */
@@ -169,40 +171,125 @@ Test(kv_cache, appending_past_the_context_is_refused, .timeout = 30)
 
 /* ---- the task's evaluation in shares -------------------------------------- */
 
-Test(task_shares, counts_of_every_share_sum_to_the_whole_evaluations, .timeout = 120)
+/* The seed's model (max_B 16, T 16) trained 200 steps on a 3-digit
+ * reversal task, so that some answers are right and some wrong. */
+static dt_model *trained_task_model(dt_dataset **d)
 {
     dt_config c = dt_config_seed();
     dt_model *m;
-    dt_dataset *d;
     cr_assert_eq(dt_model_create(&m, &c, dt_backend_cpu(), 16), DT_OK);
-    cr_assert_eq(dt_dataset_task(&d, DT_TASK_REVERSE, 3, 500, 60, 7), DT_OK);
+    cr_assert_eq(dt_dataset_task(d, DT_TASK_REVERSE, 3, 500, 60, 7), DT_OK);
     dt_model_init(m, 1);
-    /* trained a little, so that some answers are right and some wrong */
     enum { B = 16 };
     int in[B * 16], tg[B * 16];
     dt_adamw_hparams h = dt_adamw_defaults(3e-3f);
     for (int s = 1; s <= 200; s++) {
-        dt_dataset_batch(in, tg, d, DT_TRAIN, 3, (uint64_t)s * B, B, c.T);
+        dt_dataset_batch(in, tg, *d, DT_TRAIN, 3, (uint64_t)s * B, B, c.T);
         cr_assert_eq(dt_model_forward(m, in, tg, B, c.T), DT_OK);
         dt_model_zero_grad(m);
         dt_model_backward(m, 1.0f);
         dt_model_update(m, &h, s);
     }
+    return m;
+}
+
+/* Counts forwards: the parameter hook's last call of each has hi = Ψ. */
+static void count_forward(void *user, size_t hi)
+{
+    int *counter = user;
+    counter[0] += hi == (size_t)counter[1];
+}
+
+Test(task_shares, counts_of_every_share_sum_to_the_whole_evaluations, .timeout = 120)
+{
+    dt_dataset *d;
+    dt_model *m = trained_task_model(&d);
     size_t graded;
-    long whole = dt_task_count_exact(m, d, 40, 0, 1, &graded);
+    long whole = dt_task_count_exact(m, d, 40, 0, 1, false, &graded);
     cr_assert_eq(graded, 40);
     cr_assert(whole > 0, "no prompt answered right: the shares' sum would prove nothing");
     for (int parts = 2; parts <= 3; parts++) {
         long sum = 0;
         for (int p = 0; p < parts; p++) {
             size_t g;
-            long got = dt_task_count_exact(m, d, 40, p, parts, &g);
+            long got = dt_task_count_exact(m, d, 40, p, parts, false, &g);
             cr_assert(got >= 0 && g == 40, "share %d of %d: %ld, graded %zu", p, parts, got, g);
             sum += got;
         }
         cr_expect_eq(sum, whole, "%d shares: %ld right, the whole: %ld", parts, sum, whole);
     }
     cr_expect_eq(dt_task_accuracy(m, d, 40), (double)whole / 40);
+    dt_dataset_close(d);
+    dt_model_destroy(m);
+}
+
+/* Teacher forcing is greedy decoding's test in one forward: the count is
+ * the one that decoding each answer token by token (the plain path) and
+ * comparing finds. */
+Test(task_shares, grading_counts_what_greedy_decoding_gets_right, .timeout = 120)
+{
+    dt_dataset *d;
+    dt_model *m = trained_task_model(&d);
+    enum { N = 60 };
+    const uint16_t *val = d->tokens + d->n_train;
+    long decoded = 0;
+    for (size_t i = 0; i < N; i++) {
+        const uint16_t *ex = val + d->starts[DT_VAL][i];
+        int buf[32], n = 0;
+        while (ex[n] != '=')
+            buf[n] = ex[n], n++;
+        buf[n] = '=';
+        dt_rng unused;
+        dt_rng_seed(&unused, 0);
+        int got = dt_generate_plain(m, buf, n + 1, n + 1, 0.0f, 0, '\n', &unused);
+        bool exact = got == 2 * n + 2;
+        for (int k = n + 1; exact && k < got; k++)
+            exact = buf[k] == ex[k];
+        decoded += exact;
+    }
+    size_t graded;
+    long right = dt_task_count_exact(m, d, N, 0, 1, false, &graded);
+    cr_assert(decoded > 0 && decoded < N, "%ld of %d right: a test of nothing", decoded, N);
+    cr_expect_eq(right, decoded, "graded %ld right, greedy decoding %ld", right, decoded);
+    dt_dataset_close(d);
+    dt_model_destroy(m);
+}
+
+/* 40 prompts of at most 8 tokens (7 fed) and the allocation's 16 x 16
+ * tokens: 36 prompts a forward, so two forwards, not one per prompt. */
+Test(task_shares, one_forward_grades_a_batch_of_prompts, .timeout = 120)
+{
+    dt_dataset *d;
+    dt_model *m = trained_task_model(&d);
+    int counter[2] = {0, (int)m->num_params};
+    dt_model_set_params_hook(m, count_forward, counter);
+    size_t graded;
+    cr_assert_geq(dt_task_count_exact(m, d, 40, 0, 1, false, &graded), 0);
+    cr_expect_eq(counter[0], 2, "%d forwards for 40 prompts", counter[0]);
+    dt_model_set_params_hook(m, NULL, NULL);
+    dt_dataset_close(d);
+    dt_model_destroy(m);
+}
+
+/* ZeRO-3's forwards are collectives: in lockstep every share runs the
+ * longest share's forwards (two batches over three shares: one each, the
+ * third idle), and the counts still sum to the whole's. */
+Test(task_shares, lockstep_shares_run_as_many_forwards_each, .timeout = 120)
+{
+    dt_dataset *d;
+    dt_model *m = trained_task_model(&d);
+    size_t graded;
+    long whole = dt_task_count_exact(m, d, 40, 0, 1, false, &graded), sum = 0;
+    for (int p = 0; p < 3; p++) {
+        int counter[2] = {0, (int)m->num_params};
+        dt_model_set_params_hook(m, count_forward, counter);
+        long got = dt_task_count_exact(m, d, 40, p, 3, true, &graded);
+        dt_model_set_params_hook(m, NULL, NULL);
+        cr_expect_eq(counter[0], 1, "share %d of 3 ran %d forwards", p, counter[0]);
+        cr_assert_geq(got, 0);
+        sum += got;
+    }
+    cr_expect_eq(sum, whole, "lockstep shares: %ld right, the whole: %ld", sum, whole);
     dt_dataset_close(d);
     dt_model_destroy(m);
 }
