@@ -268,7 +268,9 @@ typedef struct dt_comm_options {
                                  init_url (dt_store_open_ops); borrowed: it must stay
                                  open until dt_comm_init returns. With no secret, rank
                                  0 shares one through it, so it is as private as the
-                                 caller's store. dtrain's wire only. */
+                                 caller's store. init_url, if set, then only picks
+                                 the address to advertise (see host). dtrain's wire
+                                 only. */
     const char *job_marker;   /* hex, the same on every rank whatever its secret
                                  (DT_JOB_MARKER from a multi-node dtrain-launch):
                                  a rank that joined it with another secret is named

@@ -70,6 +70,11 @@ ProcessGroupDtrain::ProcessGroupDtrain(const c10::intrusive_ptr<c10d::Store> &st
     o.job_id = "torch";
     o.host = getenv("DT_HOST");
     o.ifname = getenv("DT_IFNAME");
+    /* with neither, the address this rank advertises is the one its route
+     * to MASTER_ADDR leaves by (env://, torchrun, dtrain-launch), else
+     * 127.0.0.1: init_url only picks it, the store is torch's */
+    if (getenv("MASTER_ADDR") && getenv("MASTER_PORT"))
+        o.init_url = "env://";
     o.timeout_s = env_seconds("DT_TIMEOUT", 0);
     o.progress_timeout_s = env_seconds("DT_PROGRESS_TIMEOUT", seconds(timeout));
     o.init_timeout_s = env_seconds("DT_INIT_TIMEOUT", seconds(timeout));
