@@ -40,8 +40,18 @@ namespace dtrain_torch
 c10::intrusive_ptr<WorkDtrain> ProcessGroupDtrain::launch(Launch &l)
 {
     std::vector<dt_work *> handles;
+    bool defer = l.ops.size() == 1 && l.ops[0].kind != DT_OP_SEND && l.ops[0].kind != DT_OP_RECV;
+    std::lock_guard<std::mutex> g(submit_mu_);
+    flush_locked(); /* ops go to dtrain in the order torch gave them */
+    if (defer) {
+        auto w = c10::make_intrusive<WorkDtrain>(comm_, getRank(), l.type, l.name, handles,
+                                                 std::move(l.keep), std::move(l.after),
+                                                 std::move(l.outputs), std::move(l.source), this);
+        w->deferred = l.ops[0];
+        pending_ = w.get();
+        return w;
+    }
     {
-        std::lock_guard<std::mutex> g(submit_mu_);
         for (dt_op &op : l.ops) {
             dt_work *w = nullptr;
             if (dt_submit(comm_, &op, &w) != DT_OK) {
@@ -55,8 +65,7 @@ c10::intrusive_ptr<WorkDtrain> ProcessGroupDtrain::launch(Launch &l)
     }
     return c10::make_intrusive<WorkDtrain>(comm_, getRank(), l.type, l.name, std::move(handles),
                                            std::move(l.keep), std::move(l.after),
-                                           std::move(l.outputs), std::move(l.source),
-                                           completer_.get());
+                                           std::move(l.outputs), std::move(l.source), this);
 }
 
 ProcessGroupDtrain::ProcessGroupDtrain(const c10::intrusive_ptr<c10d::Store> &store, int rank,
@@ -122,6 +131,7 @@ ProcessGroupDtrain::create(const c10::intrusive_ptr<c10d::Store> &store, int ran
 int64_t ProcessGroupDtrain::agree_max(int64_t mine, const char *op)
 {
     std::lock_guard<std::mutex> g(submit_mu_);
+    flush_locked();
     if (dt_allreduce(comm_, &mine, 1, DT_I64, DT_MAX) != DT_OK)
         refuse(op, dt_comm_error(comm_));
     return mine;

@@ -21,6 +21,7 @@ namespace dtrain_torch
 {
 
 class Completer;
+class ProcessGroupDtrain;
 struct Blocks;
 
 // One torch op's handle: the dtrain work handles it submitted, the tensors
@@ -34,7 +35,7 @@ class WorkDtrain : public c10d::Work
     WorkDtrain(dt_comm *comm, int rank, c10d::OpType type, const char *name,
                std::vector<dt_work *> handles, std::vector<at::Tensor> keep,
                std::function<void()> after, std::vector<at::Tensor> outputs,
-               std::shared_ptr<int> source, Completer *completer);
+               std::shared_ptr<int> source, ProcessGroupDtrain *pg);
     ~WorkDtrain() override;
     bool isCompleted() override;
     bool wait(std::chrono::milliseconds timeout) override;
@@ -43,15 +44,21 @@ class WorkDtrain : public c10d::Work
     c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
     void settle(); // waits for the handles; no-op if already settled
 
+    // A lone collective is not submitted at once but deferred (its op
+    // here), so that the wait() that usually follows runs it on the
+    // caller's thread (process_group.cpp); the group's lock guards these.
+    dt_op deferred{};
+    dt_status ran = DT_OK;           // the deferred op's status, once run inline
+    std::vector<dt_work *> handles_; // what it submitted (the deferred op's, once flushed)
+
   private:
     dt_comm *comm_;
     const char *name_;
-    std::vector<dt_work *> handles_;
     std::vector<at::Tensor> keep_;
     std::function<void()> after_;
     std::vector<at::Tensor> outputs_;
     std::shared_ptr<int> source_; // a receive's sender, written by dtrain
-    Completer *completer_;
+    ProcessGroupDtrain *pg_;
     std::mutex claim_mu_;
     bool claimed_ = false, settled_ = false, future_marked_ = false;
     std::exception_ptr error_;
@@ -117,10 +124,20 @@ class ProcessGroupDtrain : public c10d::ProcessGroup
     WorkPtr recvAnysource(Tensors &t, int tag) override;
     WorkPtr barrier(const c10d::BarrierOptions &o) override;
 
+    // The deferred op of w, if it still is: run here and now (inline), or
+    // submitted (for a future, or a look without waiting). work.cpp.
+    void run_deferred(WorkDtrain *w, bool inline_ok);
+    Completer *completer()
+    {
+        return completer_.get();
+    }
+
   private:
     dt_comm *comm_ = nullptr;
     std::mutex submit_mu_; // dt_comm's API: one thread at a time
     std::unique_ptr<Completer> completer_;
+    WorkDtrain *pending_ = nullptr; // the deferred lone collective, if any
+    void flush_locked();            // submits pending_; holds submit_mu_
 
     struct Launch; // ops_common.hpp
     c10::intrusive_ptr<WorkDtrain> launch(Launch &l);

@@ -15,6 +15,13 @@
 // communicator's message (rank, peer, op, sequence number, cause), which
 // Python sees as RuntimeError. Cost: one mutex per settle, and for a
 // future one hand-off to the completer thread.
+//
+// Deferral. A torch op waited at once (every call without async_op) would
+// pay two thread hand-offs if submitted at once: to the communicator's
+// thread and back. So a lone collective is deferred (process_group.cpp
+// keeps at most one, pending_): if its own wait() comes first it runs
+// inline on the waiting thread (dt_run, no hand-off); anything else —
+// the next op, a future, isCompleted — submits it first, in order.
 #include <stdexcept>
 #include <string>
 
@@ -26,10 +33,10 @@ namespace dtrain_torch
 WorkDtrain::WorkDtrain(dt_comm *comm, int rank, c10d::OpType type, const char *name,
                        std::vector<dt_work *> handles, std::vector<at::Tensor> keep,
                        std::function<void()> after, std::vector<at::Tensor> outputs,
-                       std::shared_ptr<int> source, Completer *completer)
-    : c10d::Work(rank, type), comm_(comm), name_(name), handles_(std::move(handles)),
+                       std::shared_ptr<int> source, ProcessGroupDtrain *pg)
+    : c10d::Work(rank, type), handles_(std::move(handles)), comm_(comm), name_(name),
       keep_(std::move(keep)), after_(std::move(after)), outputs_(std::move(outputs)),
-      source_(std::move(source)), completer_(completer)
+      source_(std::move(source)), pg_(pg)
 {
 }
 
@@ -48,7 +55,8 @@ void WorkDtrain::settle()
             return;
         claimed_ = true;
     }
-    dt_status first = DT_OK;
+    pg_->run_deferred(this, true);
+    dt_status first = ran;
     for (dt_work *h : handles_) {
         dt_status st = dt_work_wait(h);
         if (first == DT_OK)
@@ -101,6 +109,7 @@ void WorkDtrain::mark_future()
 
 bool WorkDtrain::isCompleted()
 {
+    pg_->run_deferred(this, false);
     {
         std::lock_guard<std::mutex> g(claim_mu_);
         if (claimed_)
@@ -143,8 +152,10 @@ c10::intrusive_ptr<c10::ivalue::Future> WorkDtrain::getFuture()
             queue = !claimed_;
         }
     }
+    pg_->run_deferred(this, false); /* submitted now: the op overlaps what follows */
     if (queue)
-        completer_->enqueue(c10::intrusive_ptr<WorkDtrain>::unsafe_reclaim_from_nonowning(this));
+        pg_->completer()->enqueue(
+            c10::intrusive_ptr<WorkDtrain>::unsafe_reclaim_from_nonowning(this));
     else
         mark_future(); /* settled already, or being settled: whoever ends marks it */
     return future_;
@@ -187,6 +198,34 @@ void Completer::run()
         }
         w->settle();
     }
+}
+
+} // namespace dtrain_torch
+
+namespace dtrain_torch
+{
+
+void ProcessGroupDtrain::flush_locked()
+{
+    WorkDtrain *w = pending_;
+    if (!w)
+        return;
+    pending_ = nullptr;
+    dt_work *h = nullptr;
+    w->ran = dt_submit(comm_, &w->deferred, &h);
+    if (w->ran == DT_OK)
+        w->handles_.push_back(h);
+}
+
+void ProcessGroupDtrain::run_deferred(WorkDtrain *w, bool inline_ok)
+{
+    std::lock_guard<std::mutex> g(submit_mu_);
+    if (pending_ != w)
+        return; /* never deferred, or submitted already */
+    if (!inline_ok)
+        return flush_locked();
+    pending_ = nullptr;
+    w->ran = dt_run(comm_, &w->deferred); /* holding the lock: in order */
 }
 
 } // namespace dtrain_torch
