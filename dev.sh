@@ -14,8 +14,10 @@
 #                            each (default 60); any finding fails it
 #   ./dev.sh test-torch      PyTorch 1.13's TCPStore and FileStore beside dtrain's store,
 #                            an `export --names seed` in the seed's MiniGPT, and
-#                            dtrain ranks in torch gloo groups (tests/torch_gloo.py)
-#                            (installs Debian's python3-torch, which is large)
+#                            dtrain ranks in torch gloo groups (tests/torch_gloo.py),
+#                            torch on backend "dtrain" against "gloo", ops and DDP
+#                            (tests/torch_backend.py, tests/torch_ddp.py)
+#                            (installs Debian's python3-torch and libtorch-dev, large)
 #   ./dev.sh test-netns      2 hosts made of network namespaces: a job across
 #                            them, through rate-limited links, and a link cut
 #                            (needs root; tests/netns/multihost.sh)
@@ -186,7 +188,7 @@ figures)
     exec bash docs/figures/make_figures.sh build
     ;;
 test-torch)
-    PACKAGES="$PACKAGES python3-torch"
+    PACKAGES="$PACKAGES python3-torch libtorch-dev python3-dev pybind11-dev"
     install_missing
     build build
     rc=0
@@ -210,6 +212,24 @@ test-torch)
     failed=$((failed + (rc4 != 0)))
     out=$(printf '%s\n%s' "$out" "$out4")
     [ $rc4 = 0 ] || rc=$rc4
+    # torch.distributed's "dtrain" backend against "gloo": one ok/not ok
+    # line per op and world, then the failures (tests/torch_backend.py);
+    # torch DDP (AdamW, ZeroRedundancyOptimizer) training the 865k MiniGPT
+    # on both (tests/torch_ddp.py)
+    rc5=0
+    if ls build/torch_backend/dtrain_torch*.so >/dev/null 2>&1; then
+        out5=$(/usr/bin/python3 tests/torch_backend.py build/torch_backend \
+            build/launcher/dtrain-launch 2>&1) || rc5=$?
+        out6=$(/usr/bin/python3 tests/torch_ddp.py build/torch_backend 2>&1) || rc5=$?
+        out5=$(printf '%s\n%s' "$out5" "$out6")
+    else
+        out5="not ok - the dtrain_torch module was not built (libtorch-dev missing?)"
+        rc5=1
+    fi
+    notok5=$(printf '%s\n' "$out5" | grep -c '^not ok ' || true)
+    failed=$((failed + (notok5 > 0 ? notok5 : (rc5 != 0))))
+    out=$(printf '%s\n%s' "$out" "$out5")
+    [ $rc5 = 0 ] || rc=$rc5
     [ $rc3 = 0 ] || rc=$rc3
     printf '%s\n' "$out"
     echo "$(printf '%s\n' "$out" | grep -c '^ok ') passed, $failed failed"

@@ -74,7 +74,7 @@ dt_status comm_setup(dt_comm *c, const dt_comm_options *o)
                   o->rank, o->world_size);
         return DT_EINVAL;
     }
-    if (o->world_size > 1 && !o->init_url) {
+    if (o->world_size > 1 && !o->init_url && !o->store) {
         comm_fail(c, DT_EINVAL,
                   "rank %d: no init_url: set it to file:///tmp/NAME (or run "
                   "under dtrain-launch, which sets DT_INIT_URL)",
@@ -143,7 +143,8 @@ static dt_status agree_on_key(dt_comm *c, const dt_comm_options *o)
     void *got = NULL;
     if (!secret || len == 0) {
         dt_status st;
-        if (strncmp(c->init_url, "file://", 7) != 0) { /* a server anyone may read */
+        /* a server anyone may read; the caller's store is the caller's call */
+        if (!c->store_borrowed && strncmp(c->init_url, "file://", 7) != 0) {
             comm_fail(c, DT_EINVAL,
                       "rank %d: the %s store has no authentication, so the "
                       "job secret is not shared through it: give every rank the same "
@@ -406,6 +407,24 @@ static void unhost_store(dt_comm *c)
     c->store_server = NULL;
 }
 
+/* The rendezvous store: the caller's (options.store), or the one init_url
+ * names, hosted by rank 0 when it is a tcp:// one nobody serves. */
+static dt_status open_store(dt_comm *c, const dt_comm_options *o)
+{
+    if (o->store) {
+        c->store = o->store;
+        c->store_borrowed = true;
+        return DT_OK;
+    }
+    host_store(c);
+    dt_status st = dt_store_open_within(&c->store, c->init_url, c->job_id, c->init_timeout_s);
+    if (st != DT_OK)
+        return store_failed(c, st, "opening the rendezvous store");
+    if (o->keep_init_file)
+        dt_store_keep_file(c->store);
+    return DT_OK;
+}
+
 dt_status dt_comm_init(dt_comm **out, const dt_comm_options *o)
 {
     dt_comm *c = calloc(1, sizeof *c);
@@ -415,6 +434,11 @@ dt_status dt_comm_init(dt_comm **out, const dt_comm_options *o)
     dt_status st = comm_setup(c, o);
     if (st != DT_OK)
         return st;
+    if (o->wire == DT_WIRE_GLOO && o->store) {
+        comm_fail(c, DT_EINVAL,
+                  "rank %d: the gloo wire opens its own store: leave options.store NULL", c->rank);
+        return DT_EINVAL;
+    }
     if (o->wire == DT_WIRE_GLOO) {
         host_store(c); /* served for the job's life, as torch's rank 0 does */
         return comm_gloo_wire_init(c, o);
@@ -424,12 +448,8 @@ dt_status dt_comm_init(dt_comm **out, const dt_comm_options *o)
         return st == DT_OK ? comm_connect_mesh(c, 0) : st;
     }
     double deadline = dt_now() + c->init_timeout_s;
-    host_store(c);
-    st = dt_store_open_within(&c->store, c->init_url, c->job_id, c->init_timeout_s);
-    if (st != DT_OK)
-        return store_failed(c, st, "opening the rendezvous store");
-    if (o->keep_init_file)
-        dt_store_keep_file(c->store);
+    if ((st = open_store(c, o)) != DT_OK)
+        return st;
     if ((st = agree_on_key(c, o)) != DT_OK || (st = comm_marker_publish(c, o->job_marker)) != DT_OK)
         return st;
     if ((st = comm_thread_start(c)) != DT_OK)
@@ -440,6 +460,8 @@ dt_status dt_comm_init(dt_comm **out, const dt_comm_options *o)
     comm_marker_close(c); /* every address is in: nobody is missing any more */
     if (st == DT_OK)      /* every rank has dialled, so none needs the store */
         unhost_store(c);
+    if (c->store_borrowed) /* the caller's again */
+        c->store = NULL;
     return st;
 }
 
@@ -454,7 +476,7 @@ void dt_comm_destroy(dt_comm *c)
     if (c->store && c->store_server && c->failed)
         linger_for_startup_readers(c);
     comm_marker_close(c);
-    if (c->store)
+    if (c->store && !c->store_borrowed)
         dt_store_close(c->store);
     unhost_store(c);
     for (int i = 0; i < 2; i++)

@@ -140,6 +140,7 @@ struct dt_comm {
     uint8_t key[crypto_auth_KEYBYTES]; /* handshake key, from the job secret */
     uint8_t job_hash[16];
     dt_store *store;
+    bool store_borrowed;           /* options.store: the caller's, used only in dt_comm_init */
     dt_store *marker_store;        /* the job marker's key space (job_marker.c), or NULL */
     bool gloo_wire;                /* options.wire is gloo's: no listener of dtrain's (mesh.c) */
     struct gloo_ctx *gloo;         /* the gloo wire's group (comm_gloo.c); NULL on dtrain's */

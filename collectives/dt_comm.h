@@ -154,6 +154,46 @@ dt_status dt_store_compare_set(dt_store *s, const char *key, const void *expecte
                                const void *desired, size_t dlen, void **now, size_t *nlen);
 
 /*
+ * A store whose operations are the caller's: how a program that has a
+ * key-value store of its own (PyTorch's c10d::Store, handed to a
+ * torch.distributed backend) lets a communicator rendezvous through it
+ * (dt_comm_options.store). Keys reach the functions scoped by job_id
+ * ("<job_id>/<key>"). Each function returns DT_OK, or a failure with a
+ * one-line message in err[0..errlen): DT_ETIMEDOUT when a wait ran out,
+ * DT_ESTORE (or any other status) when the store failed. Values handed
+ * back (*val, *now) are malloc'd and NUL-terminated past their length; the
+ * store frees them. get and wait wait up to timeout_s; 0 means look once.
+ * delete_key and num_keys may be NULL (those calls then fail, DT_EINVAL).
+ * The functions are called from the thread that calls dt_store_* (for a
+ * communicator: the thread in dt_comm_init), one call at a time per store.
+ * Cost: whatever the caller's store costs; nothing is cached here.
+ */
+typedef struct dt_store_ops {
+    dt_status (*set)(void *user, const char *key, const void *val, size_t len, char *err,
+                     size_t errlen);
+    dt_status (*get)(void *user, const char *key, double timeout_s, void **val, size_t *len,
+                     char *err, size_t errlen);
+    dt_status (*wait)(void *user, const char *const *keys, int n, double timeout_s, char *err,
+                      size_t errlen);
+    dt_status (*check)(void *user, const char *const *keys, int n, bool *all, char *err,
+                       size_t errlen);
+    dt_status (*add)(void *user, const char *key, int64_t delta, int64_t *result, char *err,
+                     size_t errlen);
+    dt_status (*compare_set)(void *user, const char *key, const void *expected, size_t elen,
+                             const void *desired, size_t dlen, void **now, size_t *nlen, char *err,
+                             size_t errlen);
+    dt_status (*delete_key)(void *user, const char *key, bool *deleted, char *err, size_t errlen);
+    dt_status (*num_keys)(void *user, int64_t *n, char *err, size_t errlen);
+} dt_store_ops;
+
+/* Opens a store over `ops` (copied) and `user` (borrowed: it must outlive
+ * the store). `name` names the store in messages ("torch store"). Always
+ * sets *out (NULL only on DT_ENOMEM); dt_store_close frees the handle and
+ * calls nothing. */
+dt_status dt_store_open_ops(dt_store **out, const dt_store_ops *ops, void *user, const char *name,
+                            const char *job_id);
+
+/*
  * The TCP store's server: a key-value table in memory on a libuv loop in its
  * own thread, speaking PyTorch c10d TCPStore's protocol (docs/store-tcp.md),
  * so "tcp://HOST:PORT" stores and torch's TCPStore clients can use it.
@@ -224,6 +264,13 @@ typedef struct dt_comm_options {
                                  staged through pinned host memory; NULL = host
                                  buffers only. Must outlive the communicator. */
     dt_wire wire;             /* DT_WIRE_DTRAIN (0, the default) or DT_WIRE_GLOO */
+    dt_store *store;          /* a store to rendezvous through instead of opening
+                                 init_url (dt_store_open_ops); borrowed: it must stay
+                                 open until dt_comm_init returns. With no secret, rank
+                                 0 shares one through it, so it is as private as the
+                                 caller's store. init_url, if set, then only picks
+                                 the address to advertise (see host). dtrain's wire
+                                 only. */
     const char *job_marker;   /* hex, the same on every rank whatever its secret
                                  (DT_JOB_MARKER from a multi-node dtrain-launch):
                                  a rank that joined it with another secret is named

@@ -360,6 +360,7 @@ void dt_store_close(dt_store *s)
         close(s->fd);
     comm_tcp_client_close(s->tcp);
     comm_store_map_free(&s->map);
+    free(s->ops);
     free(s->url);
     free(s->path);
     free(s->job_id);
@@ -394,6 +395,8 @@ dt_status dt_store_set(dt_store *s, const char *key, const void *val, size_t len
     if (len > STORE_MAX_VALUE || (!val && len))
         return comm_store_log_fail(s, DT_EINVAL, "set '%s': a %zu-byte value%s", key, len,
                                    val ? " is over the 64 MiB limit" : " from NULL");
+    if (s->ops)
+        return comm_store_ops_set(s, key, val, len);
     if (s->tcp) {
         char *k = comm_store_scoped(s, key), err[STORE_ERR_LEN] = "out of memory";
         st = k ? comm_tcp_client_set(s->tcp, k, val, len, err, sizeof err) : DT_ENOMEM;
@@ -495,6 +498,8 @@ dt_status dt_store_get(dt_store *s, const char *key, void **val, size_t *len, do
         return st;
     if (!val || !len)
         return comm_store_log_fail(s, DT_EINVAL, "get '%s': val and len must not be NULL", key);
+    if (s->ops)
+        return comm_store_ops_get(s, key, val, len, timeout_s);
     if ((st = wait_for_keys(s, "get", &key, 1, timeout_s)) != DT_OK)
         return st;
     if (s->tcp) {
@@ -522,6 +527,8 @@ dt_status dt_store_wait(dt_store *s, const char *const *keys, int n, double time
         if (st != DT_OK)
             return st;
     }
+    if (s->healthy && s->ops)
+        return comm_store_ops_wait(s, keys, n, timeout_s);
     return s->healthy ? wait_for_keys(s, "wait", keys, n, timeout_s) : DT_ESTORE;
 }
 
@@ -547,6 +554,8 @@ dt_status dt_store_add(dt_store *s, const char *key, int64_t delta, int64_t *res
     dt_status st = comm_store_check_usable(s, "add", key);
     if (st != DT_OK)
         return st;
+    if (s->ops)
+        return comm_store_ops_add(s, key, delta, result);
     if (s->tcp) {
         char *k = comm_store_scoped(s, key), err[STORE_ERR_LEN] = "out of memory";
         st = k ? comm_tcp_client_add(s->tcp, k, delta, result, err, sizeof err) : DT_ENOMEM;

@@ -1,6 +1,7 @@
 /*
  * store_internal.h — internal: the rendezvous store's handle, shared by
- * store.c (open, close, locks, the operations), store_log.c (the file's
+ * store.c (open, close, locks, the operations), store_ops.c (a store of
+ * the caller's functions), store_log.c (the file's
  * records: replaying them, appending one), store_torch.c (PyTorch's
  * holder count) and store_reap.c (removing a dead job's file).
  */
@@ -53,6 +54,8 @@ struct dt_store {
     size_t prefix_len;
     store_map map;
     store_tcp_client *tcp; /* tcp:// and env:// stores; NULL for file:// */
+    dt_store_ops *ops;     /* a store of the caller's functions (store_ops.c), or NULL */
+    void *ops_user;
     char err[STORE_ERR_LEN];
 };
 
@@ -125,5 +128,19 @@ char *comm_host_address_toward_store(const char *url);
  * else's, or the URL not a TCP store's. Rank 0 asks, and stops the server
  * (dt_store_server_stop) once the job has started. */
 dt_store_server *comm_store_host_start(const char *url, char *where, size_t n);
+
+/* store_ops.c: each operation on a store of the caller's functions
+ * (s->ops), its arguments already checked. */
+dt_status comm_store_ops_set(dt_store *s, const char *key, const void *val, size_t len);
+dt_status comm_store_ops_get(dt_store *s, const char *key, void **val, size_t *len,
+                             double timeout_s);
+dt_status comm_store_ops_wait(dt_store *s, const char *const *keys, int n, double timeout_s);
+dt_status comm_store_ops_check(dt_store *s, const char *const *keys, int n, bool *all);
+dt_status comm_store_ops_add(dt_store *s, const char *key, int64_t delta, int64_t *result);
+dt_status comm_store_ops_compare_set(dt_store *s, const char *key, const void *expected,
+                                     size_t elen, const void *desired, size_t dlen, void **now,
+                                     size_t *nlen);
+dt_status comm_store_ops_delete(dt_store *s, const char *key, bool *deleted);
+dt_status comm_store_ops_num_keys(dt_store *s, int64_t *n);
 
 #endif /* DT_STORE_INTERNAL_H */

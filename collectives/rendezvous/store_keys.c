@@ -2,7 +2,7 @@
  * store_keys.c — the store's operations on its set of keys: check that keys
  * exist (without waiting), delete one, count them, and compare-and-set —
  * PyTorch c10d Store's check, delete_key, num_keys and compare_set, on
- * both kinds of store.
+ * both kinds of store (a store of the caller's functions: store_ops.c).
  *
  * On a file:// store each is one flock, a replay of the bytes appended
  * since the last call, and at most one appended record: a delete is a
@@ -44,6 +44,8 @@ dt_status dt_store_check(dt_store *s, const char *const *keys, int n, bool *all)
         st = comm_store_check_usable(s, "check", keys[i]);
     if (st != DT_OK)
         return st;
+    if (s->ops)
+        return comm_store_ops_check(s, keys, n, all);
     if (s->tcp) {
         char **k = calloc((size_t)n + 1, sizeof *k), err[STORE_ERR_LEN] = "out of memory";
         st = k ? DT_OK : DT_ENOMEM;
@@ -72,6 +74,8 @@ dt_status dt_store_delete(dt_store *s, const char *key, bool *deleted)
     dt_status st = comm_store_check_usable(s, "delete", key);
     if (st != DT_OK)
         return st;
+    if (s->ops)
+        return comm_store_ops_delete(s, key, deleted);
     if (s->tcp) {
         char *k = comm_store_scoped(s, key), err[STORE_ERR_LEN] = "out of memory";
         st = k ? comm_tcp_client_delete(s->tcp, k, &was, err, sizeof err) : DT_ENOMEM;
@@ -107,6 +111,8 @@ dt_status dt_store_num_keys(dt_store *s, int64_t *n)
 {
     if (!s->healthy)
         return DT_ESTORE;
+    if (s->ops)
+        return comm_store_ops_num_keys(s, n);
     if (s->tcp) {
         char err[STORE_ERR_LEN];
         return tcp_done(s, comm_tcp_client_num_keys(s->tcp, n, err, sizeof err), err);
@@ -145,6 +151,8 @@ dt_status dt_store_compare_set(dt_store *s, const char *key, const void *expecte
                                    "compare_set '%s': a value over 64 MiB or "
                                    "from NULL",
                                    key);
+    if (s->ops)
+        return comm_store_ops_compare_set(s, key, expected, elen, desired, dlen, now, nlen);
     if (s->tcp) {
         char *k = comm_store_scoped(s, key), err[STORE_ERR_LEN] = "out of memory";
         void *v = NULL;
