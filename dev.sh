@@ -190,6 +190,11 @@ figures)
 test-torch)
     PACKAGES="$PACKAGES python3-torch libtorch-dev python3-dev pybind11-dev"
     install_missing
+    # a build/ configured before those packages were here skipped the
+    # dtrain_torch module (meson keeps its answers): configure it afresh
+    if [ -f build/build.ninja ] && ! ls build/torch_backend/dtrain_torch*.so >/dev/null 2>&1; then
+        meson setup --wipe build >/dev/null
+    fi
     build build
     rc=0
     out=$(/usr/bin/python3 tests/torch_tcpstore.py build/launcher/dtrain-launch 2>&1) || rc=$?

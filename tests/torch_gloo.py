@@ -230,12 +230,13 @@ def start_group(peer, tmp, size, dtrain, kind, plans, timeout=TIMEOUT_S, modes=N
     procs = []
     for r in range(size):
         plan = plans[r] if isinstance(plans, list) else plans
+        t = timeout[r] if isinstance(timeout, list) else timeout
         if r in dtrain:
-            cmd = [peer, url, str(r), str(size), plan, str(timeout)]
+            cmd = [peer, url, str(r), str(size), plan, str(t)]
         else:
             mode = (modes or {}).get(r, "run")
             cmd = [sys.executable, __file__, "--torch-rank", url, str(r), str(size), plan,
-                   str(timeout), mode]
+                   str(t), mode]
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       text=True, env=env))
     return procs
@@ -371,7 +372,11 @@ def failures(peer, tmp):
            f"DT_EABORTED, both torch ranks' receives fail at once ({time.time() - t0:.1f} s)",
            "\n".join(f"{rc}: {e}" for rc, _, e in outs))
 
-    outs = finish(start_group(peer, tmp, 2, {0}, "file", [one, bcast], timeout=5), 40)
+    # dtrain's op limit is the shorter, so that it is dtrain's own timeout
+    # that names the slot: with equal limits torch's could end first, close
+    # its connection and have dtrain report the lost peer instead (a race
+    # that load decided)
+    outs = finish(start_group(peer, tmp, 2, {0}, "file", [one, bcast], timeout=[5, 20]), 40)
     want = "slot 0x0400000000000000 (allreduce, tag 0)"
     ok = outs[0][0] == 1 and want in outs[0][2] and outs[1][0] != "hung"
     report(ok, "a mismatched collective (allreduce vs broadcast): dtrain names the slot and "
