@@ -293,6 +293,8 @@ void comm_transport_read_set(dt_conn *cn, bool on);
 void comm_transport_read_header(dt_conn *cn);
 /* Does anything posted still wait for data from this peer? */
 bool comm_transport_expects_from(dt_comm *c, dt_conn *cn);
+/* "send #3 with tag 7 (...)": a frame header, for messages. */
+void comm_transport_describe_hdr(char *out, size_t n, const dt_frame_hdr *h);
 
 /* transport.c: frames out, and transfers posted (run on the loop, except
  * comm_transport_post, which any thread may call) */
