@@ -36,7 +36,7 @@
 
 /* The wire protocol's handshake (collectives/transport/handshake.c). */
 #define HS_MAGIC 0x4e525444u
-#define HS_VERSION 1u
+#define HS_VERSION 2u
 #define HELLO_BYTES 48
 #define CHALLENGE_BYTES 64
 #define RESPONSE_BYTES 32
