@@ -35,6 +35,15 @@
 #include "comm_internal.h"
 #include "gloo/gloo.h"
 
+/* A stranger on one of gloo's listeners, dropped (gloo/held.c): logged and
+ * counted as dtrain's wire counts a failed handshake. */
+void comm_gloo_note_stranger(void *arg, const char *line)
+{
+    dt_comm *c = arg;
+    atomic_fetch_add(&c->rejected, 1);
+    comm_log(c, "%s", line);
+}
+
 dt_status comm_gloo_wire_init(dt_comm *c, const dt_comm_options *o)
 {
     if (o->device) {
@@ -43,9 +52,9 @@ dt_status comm_gloo_wire_init(dt_comm *c, const dt_comm_options *o)
         return DT_EINVAL;
     }
     if (c->rank == 0)
-        comm_log(c, "rank 0: the gloo wire (torch 1.13's) has no authentication: whoever connects "
-                    "first to a rank's port is taken for the peer, as in torch; use it on loopback "
-                    "or a trusted network");
+        comm_log(c, "rank 0: the gloo wire (torch 1.13's) has no authentication: whoever first "
+                    "sends a well-formed gloo message on a rank's port is taken for the peer; use "
+                    "it on loopback or a trusted network");
     dt_status st = DT_OK;
     if (c->size > 1)
         st = dt_store_open_within(&c->store, c->init_url, "", c->init_timeout_s);
@@ -64,7 +73,9 @@ dt_status comm_gloo_wire_init(dt_comm *c, const dt_comm_options *o)
                        .group = 0,
                        .host = c->host,
                        .timeout_s = c->timeout_s,
-                       .init_timeout_s = c->init_timeout_s};
+                       .init_timeout_s = c->init_timeout_s,
+                       .note = comm_gloo_note_stranger,
+                       .note_arg = c};
     return comm_gloo_wire_join(c, c->store, &cfg);
 }
 

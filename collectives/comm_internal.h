@@ -294,6 +294,8 @@ void comm_transport_read_set(dt_conn *cn, bool on);
 void comm_transport_read_header(dt_conn *cn);
 /* Does anything posted still wait for data from this peer? */
 bool comm_transport_expects_from(dt_comm *c, dt_conn *cn);
+/* "send #3 with tag 7 (...)": a frame header, for messages. */
+void comm_transport_describe_hdr(char *out, size_t n, const dt_frame_hdr *h);
 
 /* transport.c: frames out, and transfers posted (run on the loop, except
  * comm_transport_post, which any thread may call) */
@@ -354,6 +356,8 @@ dt_status comm_connect_mesh(dt_comm *c, double deadline);
 /* comm_gloo.c: the gloo wire. Joins (after comm_setup) and leaves; the
  * executor runs its ops (comm_gloo_run, gloo/gloo.h). */
 dt_status comm_gloo_wire_init(dt_comm *c, const dt_comm_options *o);
+/* gloo_config's note: a stranger dropped, logged and counted on arg (a dt_comm). */
+void comm_gloo_note_stranger(void *arg, const char *line);
 /* dt_comm_traffic on this wire: the gloo group's counts (dt_traffic's
  * fields in order). */
 void comm_gloo_wire_traffic(dt_comm *c, uint64_t out[4]);

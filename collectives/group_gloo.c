@@ -79,7 +79,9 @@ static dt_status join(dt_comm *parent, int group, int color, const int *members,
                        .barrier_size = parent->size,
                        .host = parent->host,
                        .timeout_s = parent->timeout_s,
-                       .init_timeout_s = parent->init_timeout_s};
+                       .init_timeout_s = parent->init_timeout_s,
+                       .note = comm_gloo_note_stranger,
+                       .note_arg = parent};
     if (my < 0) {
         char err[GLOO_ERR_LEN];
         gloo_ctx *g = NULL;
@@ -104,6 +106,7 @@ static dt_status join(dt_comm *parent, int group, int color, const int *members,
         comm_fail(c, st, "rank %d: out of memory", c->rank);
     if (st == DT_OK)
         st = comm_thread_start(c);
+    cfg.note_arg = c; /* the child's log and count: c->log is the parent's */
     if (st == DT_OK)
         st = comm_gloo_wire_join(c, parent->store, &cfg);
     if (st != DT_OK)

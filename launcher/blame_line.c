@@ -1,10 +1,13 @@
 /*
  * blame_line.c — the rank one line of a worker's output says failed first.
  *
- * Two wordings name it (both from collectives/transport/transport_read.c):
- * the ABORT frame a rank got, "rank K (ADDR) failed and reported: <K's
- * error>", and a connection the other side dropped, "connection to rank K
- * (ADDR) lost: ...; rank K died or its process was killed". Reports nest
+ * Three wordings name it (from collectives/transport/transport_read.c and
+ * heartbeat.c): the ABORT frame a rank got, "rank K (ADDR) failed and
+ * reported: <K's error>"; a connection the other side dropped, "connection
+ * to rank K (ADDR) lost: ...; rank K died or its process was killed"; and
+ * an op's progress limit, "rank K (ADDR) is alive (heard ...) but has not
+ * joined #N": K is alive but elsewhere, and the others timed out waiting
+ * for it, so K is the cause, not the rank that timed out. Reports nest
  * outward-in (K's error is quoted whole), so the last such phrase in a line
  * is the innermost: the rank that failed first.
  *
@@ -26,6 +29,7 @@
 #include "launch.h"
 
 #define REPORTED " failed and reported:"
+#define ABSENT " is alive ("
 #define DIED " died or its process was killed"
 #define WORLD "world rank "
 
@@ -68,7 +72,8 @@ int launch_blamed_rank(const char *line)
         if (close) {
             named = k;
             named_world = world_rank_in(end + 2, close, k);
-            if (!strncmp(close + 1, REPORTED, strlen(REPORTED)))
+            if (!strncmp(close + 1, REPORTED, strlen(REPORTED)) ||
+                !strncmp(close + 1, ABSENT, strlen(ABSENT)))
                 blamed = named_world;
         } else if (!strncmp(end, DIED, strlen(DIED))) {
             blamed = k == named ? named_world : k;

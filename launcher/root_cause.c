@@ -7,7 +7,9 @@
  * its communicator, and its peers' ops fail with "rank K (ADDR) failed and
  * reported: <K's error>" (the ABORT frame carries K's status and error), or,
  * where no ABORT got through, "connection to rank K lost ...; rank K died
- * or its process was killed"; whichever of them exits first reaches the
+ * or its process was killed", or, when K was alive but never joined the
+ * collective they waited in, their progress limit's "rank K (ADDR) is
+ * alive ... but has not joined #N"; whichever of them exits first reaches the
  * launcher first, while K may still be closing its connections. So the
  * verdict follows the blame: from the first failure's last lines to the
  * rank they say failed first (the innermost report, when reports nest; by
@@ -132,15 +134,22 @@ static void report_silent_cause(const worker_group *g, const worker *w)
         print_last_lines(w);
 }
 
-static void report_own_failure(const worker_group *g, const worker *w)
+/* w's failure is its own; or, when the reporter's progress limit named it
+ * absent (heartbeat.c: "is alive ... but has not joined"), it was alive
+ * but elsewhere while the others waited for it in a collective. */
+static void report_own_failure(const worker_group *g, const worker *w, const worker *reporter)
 {
     char what[128];
     launch_worker_describe_exit(w, what, sizeof what);
+    bool absent = reporter && launch_output_tail_mentions(&reporter->tail, "but has not joined");
     fprintf(stderr,
-            "dtrain-launch: ROOT CAUSE: rank %d (local rank %d on node %d, pid %d) "
-            "failed on its own, and its peers failed because it did; it %s after rank %d "
-            "failed first\n",
-            w->rank, w->local_rank, g->opts->node_rank, w->proc.pid, what, g->first_failure->rank);
+            "dtrain-launch: ROOT CAUSE: rank %d (local rank %d on node %d, pid %d) %s; it %s "
+            "after rank %d failed first\n",
+            w->rank, w->local_rank, g->opts->node_rank, w->proc.pid,
+            absent ? "had not joined the collective its peers waited in when their progress "
+                     "limit ran out (it was alive, elsewhere)"
+                   : "failed on its own, and its peers failed because it did",
+            what, g->first_failure->rank);
     print_last_lines(w);
 }
 
@@ -195,7 +204,7 @@ void launch_root_cause_report(const worker_group *g)
     if (silent)
         report_silent_cause(g, silent);
     else if (own != g->first_failure)
-        report_own_failure(g, own);
+        report_own_failure(g, own, reporter);
     report_first_failure(g, cause);
     if (remote >= 0)
         fprintf(stderr,

@@ -167,13 +167,13 @@ static int mode_allreduce(void)
 
 /* All-reduces until an op fails, as a training loop would; the test stops
  * one rank (SIGSTOP) once every pid file is there, or rank `hung` hangs on
- * its own, so the others time out. */
-static int mode_allreduce_loop(const char *dir, int hung)
+ * its own (ignoring SIGTERM unless `term`), so the others time out. */
+static int mode_allreduce_loop(const char *dir, int hung, bool term)
 {
     dt_comm *c = join_from_env();
     if (!c)
         return 93;
-    if (dt_comm_rank(c) == hung)
+    if (dt_comm_rank(c) == hung && !term)
         signal(SIGTERM, SIG_IGN);
     write_pid_file(dir);
     if (dt_comm_rank(c) == hung)
@@ -304,7 +304,8 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "allreduce"))
         return mode_allreduce();
     if (!strcmp(mode, "allreduce-loop") && argc > 2)
-        return mode_allreduce_loop(argv[2], argc > 3 ? atoi(argv[3]) : -1);
+        return mode_allreduce_loop(argv[2], argc > 3 ? atoi(argv[3]) : -1,
+                                   argc > 4 && !strcmp(argv[4], "term"));
     if (!strcmp(mode, "join-sleep") && argc > 2)
         return mode_join_sleep(argv[2]);
     if (!strcmp(mode, "abort-one") && argc > 4)

@@ -113,3 +113,64 @@ Test(clocks, a_rank_that_skips_a_collective_is_named_at_the_progress_limit_with_
     }
     finish(&j);
 }
+
+/* ---- a peer that dies behind a frame no receive matches --------------------- */
+
+/* Rank 1 sends a tagged message rank 0 has posted no receive for (tag 7),
+ * of `bytes`, then dies without a word; rank 0 waits for tag 3 from it.
+ * Rank 0's reader has parked on the tag-7 frame (the peer is ahead of
+ * it), so it reads no heartbeats; the peer's end must still be named at
+ * the liveness limit, not the progress limit (30 min by default). */
+static void die_behind_an_unmatched_frame(int rank, job *j, FILE *report, size_t bytes)
+{
+    dt_comm *c = child_join_clocks(j, rank, LIVENESS_S, 0, report);
+    static uint8_t payload[1 << 20];
+    if (rank == 1) {
+        dt_work *w = NULL;
+        dt_send_async(c, payload, bytes, DT_U8, 0, 7, &w);
+        sleep(1); /* what the kernels take is in their buffers */
+        _exit(0); /* dies: no BYE, no ABORT */
+    }
+    double t0 = dt_now();
+    dt_status st = dt_recv(c, payload, 4, DT_U8, 1, 3, NULL);
+    say(report, st, dt_now() - t0, dt_comm_error(c));
+    dt_comm_destroy(c);
+}
+
+static void dies_behind_a_small_frame(int rank, job *j, FILE *report)
+{
+    die_behind_an_unmatched_frame(rank, j, report, 64); /* staged whole, the EOF read behind it */
+}
+
+static void dies_behind_a_large_frame(int rank, job *j, FILE *report)
+{
+    die_behind_an_unmatched_frame(rank, j, report, 1 << 20); /* fills the stage: reading stops */
+}
+
+static void expect_named_at_the_liveness_limit(job *j)
+{
+    verdict v;
+    verdict_of(j, 0, 30, &v);
+    cr_expect_eq(v.status, DT_EPEER, "status %d: %s", v.status, v.msg);
+    cr_expect(strstr(v.msg, "rank 1 ("), "%s", v.msg);
+    cr_expect(strstr(v.msg, "died or its process was killed"), "%s", v.msg);
+    cr_expect(strstr(v.msg, "tag 7"), "names the frame that waits: %s", v.msg);
+    cr_expect(v.seconds < 3 * LIVENESS_S + 2, "took %.2f s", v.seconds);
+    finish(j);
+}
+
+Test(clocks, a_peer_that_dies_behind_a_small_unmatched_frame_is_named_at_the_liveness_limit,
+     .timeout = 60)
+{
+    job j;
+    start(&j, 2, "parked-small", dies_behind_a_small_frame);
+    expect_named_at_the_liveness_limit(&j);
+}
+
+Test(clocks, a_peer_that_dies_behind_a_large_unmatched_frame_is_named_at_the_liveness_limit,
+     .timeout = 60)
+{
+    job j;
+    start(&j, 2, "parked-large", dies_behind_a_large_frame);
+    expect_named_at_the_liveness_limit(&j);
+}

@@ -254,7 +254,7 @@ static void *fake_rank0_sends_a_bad_abort(void *arg)
     crypto_generichash(key, sizeof key, SECRET, sizeof SECRET, NULL, 0);
     int fd = accept(f->listen_fd, NULL, NULL);
     read_exactly(fd, hello, sizeof hello);
-    uint32_t head[4] = {0x4e525444u, 1, 2, 0}; /* magic, version, world 2, rank 0 */
+    uint32_t head[4] = {0x4e525444u, 2, 2, 0}; /* magic, version (handshake.c), world, rank */
     memcpy(challenge, head, sizeof head);
     randombytes_buf(challenge + 16, 16);
     msg[0] = 'A';

@@ -251,15 +251,18 @@ Test(gloo, a_peer_that_leaves_fails_the_op_naming_it, .timeout = 60)
 
 /* ---- writes leave in batches --------------------------------------------------- */
 
-/* Rank 0 writes two announcements to rank 1 and holds them; rank 1 reads
- * its socket directly (its loop does not run): nothing until rank 0
- * flushes, then both preambles, in the order written. */
+/* The side that connected writes two announcements and holds them; the
+ * side that accepted reads the connection it holds directly (its loop does
+ * not run, so the connection is not yet proven to be its peer's, held.c):
+ * nothing until the writer flushes, then both preambles, in the order
+ * written. */
 static void two_notices_then_a_flush(rank *r)
 {
     atomic_int *step = r->j->arg;
-    if (r->rank == 0) {
-        comm_gloo_wire_notify(&r->ctx->pairs[1], GLOO_RECV_READY, 0x11, 4);
-        comm_gloo_wire_notify(&r->ctx->pairs[1], GLOO_SEND_READY, 0x12, 8);
+    gloo_pair *p = &r->ctx->pairs[1 - r->rank];
+    if (p->connected) {
+        comm_gloo_wire_notify(p, GLOO_RECV_READY, 0x11, 4);
+        comm_gloo_wire_notify(p, GLOO_SEND_READY, 0x12, 8);
         atomic_store(step, 1);
         while (atomic_load(step) != 2)
             usleep(1000);
@@ -271,7 +274,9 @@ static void two_notices_then_a_flush(rank *r)
     while (atomic_load(step) != 1)
         usleep(1000);
     int fd = -1;
-    uv_fileno((uv_handle_t *)&r->ctx->pairs[0].tcp, &fd);
+    for (int i = 0; i < GLOO_HELD_MAX; i++) /* the one connection held, not yet proven */
+        if (p->held[i].state == GLOO_HELD_READING)
+            uv_fileno((uv_handle_t *)&p->held[i].tcp, &fd);
     struct pollfd pf = {.fd = fd, .events = POLLIN};
     int early = poll(&pf, 1, 100);
     atomic_store(step, 2);

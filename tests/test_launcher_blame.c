@@ -64,6 +64,18 @@ Test(launcher_blame, a_world_message_blames_the_rank_it_names)
                  2);
 }
 
+/* An op's progress limit names the rank that has not joined it: that
+ * rank, alive but elsewhere, is the cause, not the one that timed out. */
+Test(launcher_blame, a_progress_timeout_blames_the_rank_that_has_not_joined)
+{
+    cr_expect_eq(launch_blamed_rank("rank 0: allreduce #0 timed out after 3.0 s (progress limit: "
+                                    "DT_PROGRESS_TIMEOUT or the op's timeout) waiting to receive "
+                                    "8 B from rank 1: rank 2 (127.0.0.1:40095) is alive (heard "
+                                    "0.1 s ago) but has not joined #0: it has not started it yet "
+                                    "[rank 0 was running allreduce #0]"),
+                 2);
+}
+
 /* A rank's own failure, even one that names its group, blames nobody. */
 Test(launcher_blame, a_line_naming_no_failed_peer_blames_nobody)
 {
@@ -186,6 +198,26 @@ Test(launcher_blame, a_hung_rank_that_ignores_sigterm_is_named_as_the_root_cause
     cr_assert(strstr(r.err, "ROOT CAUSE: rank 1 (local rank 1 on node 0"),
               "rank 1 is not the root cause:\n%s", r.err);
     cr_assert(strstr(r.err, "ignored SIGTERM"), "%s", r.err);
+    cr_assert_eq(r.code, 94, "exit %d, not the first failure's:\n%s", r.code, r.err);
+    assert_all_gone(&r, 3);
+    launch_cleanup(&r);
+}
+
+/* Rank 1 sleeps instead of joining the all-reduce (alive: its communicator
+ * beats) and ends on SIGTERM like any rank; the others reach the progress
+ * limit, which names it. The launcher names it too, as absent, not the
+ * rank that timed out first. */
+Test(launcher_blame, a_rank_absent_from_the_collective_is_the_root_cause_not_those_that_waited,
+     .timeout = 60)
+{
+    launch_run r;
+    launch_start_env(&r, (const char *[]){"DT_TIMEOUT=1", "DT_PROGRESS_TIMEOUT=2", NULL},
+                     (const char *[]){"-n", "3", "--grace", "5", W, "allreduce-loop", "DIR", "1",
+                                      "term", NULL});
+    launch_wait(&r);
+    cr_assert(strstr(r.err, "ROOT CAUSE: rank 1 (local rank 1 on node 0"),
+              "rank 1 is not the root cause:\n%s", r.err);
+    cr_assert(strstr(r.err, "had not joined the collective its peers waited in"), "%s", r.err);
     cr_assert_eq(r.code, 94, "exit %d, not the first failure's:\n%s", r.code, r.err);
     assert_all_gone(&r, 3);
     launch_cleanup(&r);

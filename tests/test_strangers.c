@@ -12,6 +12,8 @@
 
 #include "fork_job.h"
 
+#define PROTOCOL_VERSION 2 /* collectives/transport/handshake.c's HS_VERSION */
+
 /* ---- strangers on the port ------------------------------------------------------ */
 
 /* The children report their port, wait for "go" (the stranger has been
@@ -109,7 +111,7 @@ static void wrong_secret(int port)
     cr_assert_geq(sodium_init(), 0);
     int fd = connect_to(port);
     uint8_t hello[48] = {0}, challenge[64], msg[1 + 48 + 64], mac[32], key[32];
-    uint32_t head[4] = {0x4e525444u, 1, 3, 2}; /* magic, version, world 3, "rank 2" */
+    uint32_t head[4] = {0x4e525444u, PROTOCOL_VERSION, 3, 2}; /* magic, version, world, rank */
     memcpy(hello, head, sizeof head);
     crypto_generichash(hello + 16, 16, (const uint8_t *)"failures", 8, NULL, 0);
     randombytes_buf(hello + 32, 16);
@@ -135,6 +137,29 @@ Test(strangers, stranger_with_the_wrong_secret_is_rejected_while_the_job_goes_on
     stranger_test(wrong_secret);
 }
 
+/* A rank of this job built before HEARTBEAT frames (protocol version 1):
+ * its HELLO is refused at once, before any challenge, by name. */
+static void version_1_hello(int port)
+{
+    int fd = connect_to(port);
+    uint8_t hello[48] = {0};
+    uint32_t head[4] = {0x4e525444u, 1, 3, 2}; /* magic, version 1, world 3, rank 2 */
+    memcpy(hello, head, sizeof head);
+    crypto_generichash(hello + 16, 16, (const uint8_t *)"failures", 8, NULL, 0);
+    cr_assert_eq(write(fd, hello, sizeof hello), (ssize_t)sizeof hello);
+    uint8_t challenge[64];
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    ssize_t k = poll(&pfd, 1, 5000) == 1 ? read(fd, challenge, sizeof challenge) : -1;
+    cr_expect_eq(k, 0, "rank 0 answered a version-1 HELLO (%zd bytes) instead of closing", k);
+    close(fd);
+}
+
+Test(strangers, a_rank_of_protocol_version_1_is_refused_at_its_hello_while_the_job_goes_on,
+     .timeout = 90)
+{
+    stranger_test(version_1_hello);
+}
+
 /* ---- a stranger that resets in the middle of the handshake ---------------------- */
 
 /* A well-formed HELLO (the job hash is public: a hash of the job id), then
@@ -142,7 +167,7 @@ Test(strangers, stranger_with_the_wrong_secret_is_rejected_while_the_job_goes_on
 static void hello_then_reset(int port)
 {
     uint8_t hello[48] = {0};
-    uint32_t head[4] = {0x4e525444u, 1, 2, 1}; /* magic, version, world 2, "rank 1" */
+    uint32_t head[4] = {0x4e525444u, PROTOCOL_VERSION, 2, 1}; /* magic, version, world, rank */
     memcpy(hello, head, sizeof head);
     crypto_generichash(hello + 16, 16, (const uint8_t *)"failures", 8, NULL, 0);
     int fd = socket(AF_INET, SOCK_STREAM, 0);

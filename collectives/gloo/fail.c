@@ -27,6 +27,26 @@ static void close_handle(uv_tcp_t *h, bool *open)
     *open = false;
 }
 
+void comm_gloo_close_listener(gloo_pair *p)
+{
+    close_handle(&p->listener, &p->listener_open);
+}
+
+static void held_closed(uv_handle_t *h)
+{
+    gloo_held *k = h->data;
+    k->state = GLOO_HELD_FREE;
+}
+
+void comm_gloo_held_drop(gloo_held *k)
+{
+    if (k->state == GLOO_HELD_READING)
+        k->pair->nheld--;
+    k->state = GLOO_HELD_CLOSING;
+    k->tcp.data = k;
+    uv_close((uv_handle_t *)&k->tcp, held_closed);
+}
+
 void comm_gloo_close_all(gloo_ctx *c)
 {
     if (!c->pairs)
@@ -34,7 +54,11 @@ void comm_gloo_close_all(gloo_ctx *c)
     for (int r = 0; r < c->size; r++) {
         gloo_pair *p = &c->pairs[r];
         close_handle(&p->listener, &p->listener_open);
-        close_handle(&p->tcp, &p->tcp_open);
+        if (p->conn)
+            close_handle(p->conn, &p->tcp_open);
+        for (int i = 0; i < GLOO_HELD_MAX; i++)
+            if (p->held[i].state == GLOO_HELD_READING)
+                comm_gloo_held_drop(&p->held[i]);
         p->connected = false;
     }
 }
@@ -45,7 +69,8 @@ void comm_gloo_pair_gone(gloo_pair *p, const char *why)
         p->gone = why;
     if (p->ctx->first_gone < 0)
         p->ctx->first_gone = p->peer;
-    close_handle(&p->tcp, &p->tcp_open);
+    if (p->conn)
+        close_handle(p->conn, &p->tcp_open);
     p->connected = false;
 }
 

@@ -15,7 +15,9 @@
  * (torch's CPU collectives never set them), and — in match.c — that a
  * receive was posted and is large enough. A message that fails is a
  * protocol error naming the peer, the slot and its tag; gloo itself would
- * abort the process there.
+ * abort the process there. A connection's first message, while the
+ * accepting side cannot yet tell its peer from a stranger, is vetted
+ * byte by byte (comm_gloo_frame_first_bad, for held.c).
  *
  * Cost: one read(2) per preamble and one or more per payload.
  */
@@ -65,8 +67,32 @@ static void payload_done(gloo_pair *p)
     p->rx_dest = NULL;
 }
 
+/* A connection's first message is a notification: data moves only after
+ * the receiver's RECV_READY, which this side sends only to a proven peer.
+ * So byte by byte: nbytes 48, opcode 2 or 3, any slot, offset 0, a length
+ * under 2^48, roffset 0. */
+int comm_gloo_frame_first_bad(const uint8_t *b, size_t n)
+{
+    for (size_t i = 0; i < n && i < GLOO_PREAMBLE_BYTES; i++) {
+        bool ok;
+        if (i == 0)
+            ok = b[i] == GLOO_PREAMBLE_BYTES;
+        else if (i == 8)
+            ok = b[i] == GLOO_SEND_READY || b[i] == GLOO_RECV_READY;
+        else if (i >= 16 && i < 24)
+            ok = true; /* the slot */
+        else if (i >= 32 && i < 38)
+            ok = true; /* the announced length's low bytes */
+        else
+            ok = b[i] == 0;
+        if (!ok)
+            return (int)i;
+    }
+    return -1;
+}
+
 /* A whole preamble is in p->head: act on it. */
-static void preamble_done(gloo_pair *p)
+void comm_gloo_frame_preamble(gloo_pair *p)
 {
     const uint64_t nbytes = get_u64(p->head), opcode = get_u64(p->head + 8);
     const uint64_t slot = get_u64(p->head + 16), offset = get_u64(p->head + 24);
@@ -129,5 +155,16 @@ void comm_gloo_frame_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
     }
     p->head_got += (size_t)nread;
     if (p->head_got == GLOO_PREAMBLE_BYTES)
-        preamble_done(p);
+        comm_gloo_frame_preamble(p);
+}
+
+void comm_gloo_frame_start(gloo_pair *p)
+{
+    uv_tcp_nodelay(p->conn, 1);
+    p->conn->data = p;
+    p->connected = true;
+    int rc = uv_read_start((uv_stream_t *)p->conn, comm_gloo_frame_alloc, comm_gloo_frame_read);
+    if (rc != 0)
+        comm_gloo_fail(p->ctx, DT_EPEER, "gloo rank %d: cannot read from peer %d: %s", p->ctx->rank,
+                       p->peer, uv_strerror(rc));
 }

@@ -104,14 +104,33 @@ typedef struct gloo_any_recv {
 } gloo_any_recv;
 
 typedef struct gloo_ctx gloo_ctx;
+typedef struct gloo_pair gloo_pair;
+
+/* A connection to a pair's listener, held until it proves itself the peer
+ * by its first message (held.c). */
+#define GLOO_HELD_MAX 4
+typedef struct gloo_held {
+    gloo_pair *pair;
+    uv_tcp_t tcp;
+    enum { GLOO_HELD_FREE, GLOO_HELD_READING, GLOO_HELD_CLOSING, GLOO_HELD_PEER } state;
+    uint8_t head[GLOO_PREAMBLE_BYTES]; /* its first bytes, at most one preamble */
+    size_t got;
+    char addr[64]; /* "ip:port", for messages */
+} gloo_held;
 
 /* One connection to one peer (pair.c), and its read side (frame.c). */
-typedef struct gloo_pair {
+struct gloo_pair {
     gloo_ctx *ctx;
     int peer;
     uv_tcp_t listener; /* this pair's own listening socket */
-    uv_tcp_t tcp;      /* the connection, once made */
+    uv_tcp_t tcp;      /* the connection this side makes (the connecting side) */
+    uv_tcp_t *conn;    /* the peer's connection: &tcp, or a held one that proved itself */
     uv_connect_t connect_req;
+    gloo_held held[GLOO_HELD_MAX]; /* the accepting side's candidates (held.c) */
+    int nheld;                     /* of them reading, not yet proven */
+    const char *held_lost;         /* the last held one ended, unproven, in the rendezvous: why */
+    uint8_t *early;                /* preambles written before the peer was proven (held.c) */
+    size_t early_len, early_cap;
     bool listener_open, tcp_open, connected;
     const char *gone;             /* why the connection ended (EOF, reset), else NULL */
     struct sockaddr_storage self; /* the listener's address, as published */
@@ -126,7 +145,7 @@ typedef struct gloo_pair {
     /* matching */
     gloo_slot_state *slots;
     size_t nslots, slots_cap;
-} gloo_pair;
+};
 
 struct gloo_ctx {
     int rank, size;
@@ -139,8 +158,11 @@ struct gloo_ctx {
     atomic_int interrupt; /* any thread: the dt_status to fail with, DT_OK if none */
     gloo_pair *pairs;     /* [size]; pairs[rank] unused */
     uint32_t next_tag;    /* torch's per-group collective counter */
-    const char *op;       /* the collective running, for messages */
-    size_t batched;       /* messages in the pairs' batches (wire.c) */
+    bool joined; /* the rendezvous is over (held.c: a lone candidate's end is the peer's) */
+    void (*note)(void *arg, const char *line); /* a stranger dropped (held.c); may be NULL */
+    void *note_arg;
+    const char *op; /* the collective running, for messages */
+    size_t batched; /* messages in the pairs' batches (wire.c) */
     uint32_t op_tag;
     uint64_t op_slot;
     gloo_any_recv *any; /* receives from any source, not yet bound */
@@ -164,6 +186,8 @@ typedef struct gloo_config {
     double timeout_s;      /* each wait of a collective (torch: the group's timeout);
                               0 = torch's 30 min */
     double init_timeout_s; /* store waits, connecting, the store barrier; 0 = timeout_s */
+    void (*note)(void *arg, const char *line); /* each stranger dropped, one line; NULL: none */
+    void *note_arg;
 } gloo_config;
 
 /* ---- slot.c: slots, tags and their names ---------------------------------- */
@@ -182,6 +206,9 @@ void comm_gloo_sigpipe_restore(const sigset_t *old);
 __attribute__((format(printf, 3, 4))) dt_status comm_gloo_fail(gloo_ctx *c, dt_status st,
                                                                const char *fmt, ...);
 void comm_gloo_close_all(gloo_ctx *c);
+void comm_gloo_close_listener(gloo_pair *p);
+/* Closes a held connection (held.c) that will not be the peer. */
+void comm_gloo_held_drop(gloo_held *k);
 /* The connection to p ended (why: a static string); ops waiting for p fail. */
 void comm_gloo_pair_gone(gloo_pair *p, const char *why);
 
@@ -193,6 +220,11 @@ void comm_gloo_wire_data(gloo_pair *p, uint64_t slot, gloo_buf *buf, size_t offs
 void comm_gloo_wire_flush(gloo_ctx *c);
 /* Forget p's batch (a closed connection, or destroy). */
 void comm_gloo_wire_drop(gloo_pair *p);
+/* Before p's peer is proven, a flush writes p's notifications to every
+ * connection held for p and keeps them; a connection held later gets
+ * them first (replay); the proven one has had them all (free; destroy). */
+void comm_gloo_wire_early_replay(gloo_pair *p, gloo_held *k);
+void comm_gloo_wire_early_free(gloo_pair *p);
 
 /* ---- match.c: the receiver-driven matching per (peer, slot) --------------- */
 void comm_gloo_post_send(gloo_ctx *c, int peer, uint64_t slot, gloo_buf *buf, size_t offset,
@@ -212,6 +244,24 @@ void comm_gloo_match_free(gloo_pair *p);
 /* ---- frame.c: reading messages (libuv callbacks) -------------------------- */
 void comm_gloo_frame_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b);
 void comm_gloo_frame_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b);
+/* A whole preamble is in p->head (read elsewhere: held.c): act on it. */
+void comm_gloo_frame_preamble(gloo_pair *p);
+/* p->conn is the peer's connection: TCP_NODELAY, and reading it. */
+void comm_gloo_frame_start(gloo_pair *p);
+/* -1 if the n first bytes of b may begin a preamble this side accepts as
+ * a connection's first message (a notification), else the first byte that
+ * cannot. */
+int comm_gloo_frame_first_bad(const uint8_t *b, size_t n);
+
+/* ---- held.c: connections to a listener, held until one proves itself ------ */
+/* The listener has a connection: hold it (or refuse it, named, when full). */
+void comm_gloo_held_accept(gloo_pair *p);
+/* Is some connection held for p, unproven, or has the last one ended so
+ * (the rendezvous counts the pair made; comm_gloo_held_joined judges)? */
+bool comm_gloo_held_any(const gloo_pair *p);
+/* The rendezvous is over (every peer has connected by now): a pair whose
+ * only connection ended before it spoke has lost its peer. */
+void comm_gloo_held_joined(gloo_ctx *c);
 
 /* ---- pair.c: listening, gloo's rule for who connects, connecting ---------- */
 dt_status comm_gloo_pair_listen(gloo_pair *p, const char *host);
@@ -235,6 +285,9 @@ dt_status comm_gloo_wait_recv(gloo_ctx *c, gloo_buf *b, int peer);
 dt_status comm_gloo_wait_send(gloo_ctx *c, gloo_buf *b, int peer);
 /* Runs the loop until every pair is connected (rendezvous). */
 dt_status comm_gloo_wait_connected(gloo_ctx *c);
+/* Runs the loop for `seconds` (the store barrier's polls): connections to
+ * the listeners are accepted and vetted meanwhile. */
+void comm_gloo_idle(gloo_ctx *c, double seconds);
 
 /* ---- kernels.c: gloo's reductions ----------------------------------------- */
 /* True if torch's gloo reduces t with op (sum prod min max on every dtype

@@ -8,13 +8,14 @@
  * network order); on a tie the two ports compare as their network-order
  * bytes read as a little-endian u16 — the byte-swapped port number, which
  * is what gloo computes, so a plain numeric comparison would deadlock
- * against torch. The listener is closed after its one accept, or at once
- * on the connecting side.
+ * against torch. The listener is closed once a connection it accepted has
+ * proven itself the peer (held.c), or at once on the connecting side.
  *
- * There is no handshake: the first connection to a listener is the peer.
- * This wire therefore has no authentication (dtrain's own wire has one),
- * exactly as torch's gloo. After connecting: TCP_NODELAY, non-blocking
- * (libuv), and reading starts (frame.c).
+ * There is no handshake: the first connection whose first message is a
+ * gloo announcement is the peer. This wire therefore has no
+ * authentication (dtrain's own wire has one), as torch's gloo. After
+ * connecting: TCP_NODELAY, non-blocking (libuv), and reading starts
+ * (frame.c).
  *
  * Cost: per rank p-1 listening ports and p-1 connections, once.
  */
@@ -32,44 +33,16 @@ void comm_gloo_pair_address(const gloo_pair *p, uint8_t out[GLOO_ADDRESS_BYTES])
     memset(out + sizeof(struct sockaddr_storage), 0xff, 8);
 }
 
-static void connected(gloo_pair *p)
-{
-    uv_tcp_nodelay(&p->tcp, 1);
-    p->tcp.data = p;
-    p->connected = true;
-    int rc = uv_read_start((uv_stream_t *)&p->tcp, comm_gloo_frame_alloc, comm_gloo_frame_read);
-    if (rc != 0)
-        comm_gloo_fail(p->ctx, DT_EPEER, "gloo rank %d: cannot read from peer %d: %s", p->ctx->rank,
-                       p->peer, uv_strerror(rc));
-}
-
-static void close_listener(gloo_pair *p)
-{
-    if (p->listener_open && !uv_is_closing((uv_handle_t *)&p->listener))
-        uv_close((uv_handle_t *)&p->listener, NULL);
-    p->listener_open = false;
-}
-
 static void on_accept(uv_stream_t *server, int status)
 {
     gloo_pair *p = server->data;
     gloo_ctx *c = p->ctx;
-    if (status != 0 || p->tcp_open) {
-        if (status != 0)
-            comm_gloo_fail(c, DT_EPEER, "gloo rank %d: accepting peer %d: %s", c->rank, p->peer,
-                           uv_strerror(status));
-        return;
-    }
-    uv_tcp_init(&c->loop, &p->tcp);
-    p->tcp_open = true;
-    int rc = uv_accept(server, (uv_stream_t *)&p->tcp);
-    close_listener(p);
-    if (rc != 0) {
+    if (status != 0) {
         comm_gloo_fail(c, DT_EPEER, "gloo rank %d: accepting peer %d: %s", c->rank, p->peer,
-                       uv_strerror(rc));
+                       uv_strerror(status));
         return;
     }
-    connected(p);
+    comm_gloo_held_accept(p); /* held until its first message proves it the peer */
 }
 
 static void on_connect(uv_connect_t *req, int status)
@@ -82,7 +55,7 @@ static void on_connect(uv_connect_t *req, int status)
                        p->peer, uv_strerror(status));
         return;
     }
-    connected(p);
+    comm_gloo_frame_start(p);
 }
 
 dt_status comm_gloo_pair_listen(gloo_pair *p, const char *host)
@@ -116,7 +89,13 @@ void comm_gloo_peer_name(const gloo_ctx *c, int peer, char *out, size_t n)
     int port = 0;
     const gloo_pair *p = &c->pairs[peer];
     snprintf(out, n, "?");
-    if (!p->tcp_open || uv_tcp_getpeername(&p->tcp, (struct sockaddr *)&sa, &len) != 0)
+    if (!p->connected && p->nheld == 1) { /* not proven yet, but the only one */
+        for (int i = 0; i < GLOO_HELD_MAX; i++)
+            if (p->held[i].state == GLOO_HELD_READING)
+                snprintf(out, n, "%s", p->held[i].addr);
+        return;
+    }
+    if (!p->tcp_open || !p->conn || uv_tcp_getpeername(p->conn, (struct sockaddr *)&sa, &len) != 0)
         return;
     if (sa.ss_family == AF_INET) {
         uv_ip4_name((const struct sockaddr_in *)&sa, ip, sizeof ip);
@@ -157,10 +136,11 @@ dt_status comm_gloo_pair_connect(gloo_pair *p, const uint8_t addr[GLOO_ADDRESS_B
                               p->peer);
     if (order < 0)
         return DT_OK; /* the listener accepts (on_accept) */
-    close_listener(p);
+    comm_gloo_close_listener(p);
     struct sockaddr_storage to;
     memcpy(&to, addr, sizeof to);
     uv_tcp_init(&c->loop, &p->tcp);
+    p->conn = &p->tcp;
     p->tcp_open = true;
     p->connect_req.data = p;
     int rc = uv_tcp_connect(&p->connect_req, &p->tcp, (struct sockaddr *)&to, on_connect);

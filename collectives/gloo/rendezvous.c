@@ -26,7 +26,9 @@
  * count: dtrain does the same. Here every peer's address is read first
  * and every connection then made at once (torch makes them one by one);
  * the connections are the same, and no wait can form a cycle because
- * every rank publishes before it reads.
+ * every rank publishes before it reads. From the moment it listens until
+ * the rendezvous ends, a rank runs its loop while it waits on the store,
+ * so its listeners accept and vet connections meanwhile (held.c).
  *
  * Cost: O(p) store operations, p-1 connections per rank, and a barrier
  * that polls the store every 10 ms.
@@ -92,6 +94,28 @@ static dt_status publish(gloo_ctx *c, dt_store *s, const gloo_config *cfg)
     return st == DT_OK ? DT_OK : store_fail(c, s, st, "publishing the addresses");
 }
 
+/* A store get that keeps the listeners accepting and vetting connections
+ * (held.c) while it waits, so a stranger is named at once, not when the
+ * last peer has published. */
+static dt_status get_listening(gloo_ctx *c, dt_store *s, const char *k, uint8_t **v, size_t *n)
+{
+    double deadline = dt_now() + c->init_timeout_s;
+    for (;;) {
+        bool there = false;
+        dt_status st = dt_store_check(s, &k, 1, &there);
+        if (st != DT_OK || there)
+            return st != DT_OK ? st : dt_store_get(s, k, (void **)v, n, c->init_timeout_s);
+        if (dt_now() > deadline)
+            return comm_gloo_fail(c, DT_ETIMEDOUT,
+                                  "gloo rank %d: timed out after %g s waiting for the store key "
+                                  "%s: that rank has not published its addresses",
+                                  c->rank, c->init_timeout_s, k);
+        comm_gloo_idle(c, BARRIER_POLL_S);
+        if (c->failed != DT_OK)
+            return c->failed;
+    }
+}
+
 /* Step 3: every peer's address for this rank, then connect or accept. */
 static dt_status connect_all(gloo_ctx *c, dt_store *s, const gloo_config *cfg)
 {
@@ -103,7 +127,7 @@ static dt_status connect_all(gloo_ctx *c, dt_store *s, const gloo_config *cfg)
         key(k, sizeof k, cfg, name);
         uint8_t *v = NULL;
         size_t n = 0;
-        dt_status st = dt_store_get(s, k, (void **)&v, &n, c->init_timeout_s);
+        dt_status st = get_listening(c, s, k, &v, &n);
         if (st != DT_OK)
             return store_fail(c, s, st, "reading a peer's addresses");
         if (n != (size_t)(c->size - 1) * GLOO_ADDRESS_BYTES) {
@@ -143,8 +167,14 @@ static dt_status barrier_and_seq(gloo_ctx *c, dt_store *s, const gloo_config *cf
                                   "gloo rank %d: timed out after %g s in the store barrier %s: "
                                   "%lld of %d ranks arrived",
                                   c->rank, c->init_timeout_s, k, (long long)count, want);
-        struct timespec pause = {0, (long)(BARRIER_POLL_S * 1e9)};
-        nanosleep(&pause, NULL);
+        if (c->pairs) { /* meanwhile the listeners accept and vet (held.c) */
+            comm_gloo_idle(c, BARRIER_POLL_S);
+            if (c->failed != DT_OK)
+                return c->failed;
+        } else {
+            struct timespec pause = {0, (long)(BARRIER_POLL_S * 1e9)};
+            nanosleep(&pause, NULL);
+        }
         if (dt_store_add(s, k, 0, &count) != DT_OK)
             return store_fail(c, s, DT_ESTORE, "polling the store barrier");
     }
@@ -185,6 +215,8 @@ static dt_status setup(gloo_ctx *c, const gloo_config *cfg)
     c->first_gone = -1;
     c->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 1800.0; /* torch's default */
     c->init_timeout_s = cfg->init_timeout_s > 0 ? cfg->init_timeout_s : c->timeout_s;
+    c->note = cfg->note;
+    c->note_arg = cfg->note_arg;
     if (cfg->rank == -1 && cfg->group > 0)
         return DT_OK; /* not a member: no pairs, only the barrier */
     if (cfg->size < 1 || cfg->rank < 0 || cfg->rank >= cfg->size)
@@ -221,6 +253,7 @@ dt_status comm_gloo_connect(gloo_ctx **out, dt_store *store, const gloo_config *
         st = connect_all(c, store, cfg);
     if (st == DT_OK && store) /* a world of one has no store, and no one to wait for */
         st = barrier_and_seq(c, store, cfg);
+    comm_gloo_held_joined(c);
     if (st != DT_OK)
         snprintf(err, errlen, "%s", c->err);
     return st;
@@ -245,6 +278,7 @@ void comm_gloo_destroy(gloo_ctx *c)
         for (int i = 0; i < c->size; i++) {
             comm_gloo_match_free(&c->pairs[i]);
             comm_gloo_wire_drop(&c->pairs[i]);
+            comm_gloo_wire_early_free(&c->pairs[i]);
         }
         free(c->pairs);
     }

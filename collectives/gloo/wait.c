@@ -26,10 +26,16 @@
 
 #include "gloo.h"
 
+/* The timer also stops the loop: libuv runs due timers at the start of a
+ * UV_RUN_ONCE pass and then polls, with no timeout once no timer is left,
+ * so a timer that was already due when the pass began (the loop's clock
+ * is stale after time spent outside it, e.g. on the store) would leave the
+ * pass blocked until some byte arrives. uv_stop makes that poll return. */
 static void fired(uv_timer_t *t)
 {
     gloo_ctx *c = t->data;
     c->timer_fired = true;
+    uv_stop(t->loop);
 }
 
 /* One pass of the loop, with the messages posted before it, and those its
@@ -143,7 +149,7 @@ dt_status comm_gloo_wait_send(gloo_ctx *c, gloo_buf *b, int peer)
 static int unconnected(const gloo_ctx *c)
 {
     for (int r = 0; r < c->size; r++)
-        if (r != c->rank && !c->pairs[r].connected)
+        if (r != c->rank && !c->pairs[r].connected && !comm_gloo_held_any(&c->pairs[r]))
             return r;
     return -1;
 }
@@ -161,6 +167,21 @@ dt_status comm_gloo_wait_connected(gloo_ctx *c)
     return comm_gloo_fail(c, DT_ETIMEDOUT,
                           "gloo rank %d: timed out after %g s connecting to peer %d", c->rank,
                           c->init_timeout_s, r);
+}
+
+void comm_gloo_idle(gloo_ctx *c, double seconds)
+{
+    if (!c->pairs || c->failed != DT_OK)
+        return;
+    c->timer_fired = false;
+    uv_update_time(&c->loop); /* from now, not from the last pass */
+    uv_timer_start(&c->timer, fired, (uint64_t)ceil(seconds * 1000.0), 0);
+    sigset_t old;
+    comm_gloo_sigpipe_block(&old);
+    while (c->failed == DT_OK && !c->timer_fired)
+        pass(c);
+    comm_gloo_sigpipe_restore(&old);
+    uv_timer_stop(&c->timer);
 }
 
 void comm_gloo_progress(gloo_ctx *c)

@@ -22,6 +22,10 @@
  * dt_comm_traffic counts a data message's payload when the kernel has
  * taken it (notifications carry none and are not counted).
  *
+ * A pair whose peer has not proven itself yet among the connections its
+ * listener holds (held.c) has its batch, notifications only, written to
+ * every one of them (flush_early).
+ *
  * Cost: α + (48 + n)β per message; one write(2), two allocations and a
  * wake-up of the peer per batch instead of per message.
  */
@@ -78,11 +82,20 @@ static void written(uv_write_t *req, int status)
     free(w);
 }
 
+/* The accepting side holds connections none of which has yet proven to
+ * be the peer (held.c): its messages go to all of them (held.c keeps them
+ * for one held later too). */
+static bool awaits_proof(const gloo_pair *p)
+{
+    return p->ctx->failed == DT_OK && !p->connected && !p->gone &&
+           (p->listener_open || p->nheld > 0);
+}
+
 static void write_message(gloo_pair *p, enum gloo_opcode op, uint64_t slot, size_t length,
                           gloo_buf *buf, const uint8_t *payload, size_t payload_len)
 {
     gloo_ctx *c = p->ctx;
-    if (c->failed != DT_OK || !p->connected)
+    if (c->failed != DT_OK || (!p->connected && !awaits_proof(p)))
         return; /* the op sees the failure when it waits */
     if (payload_len > MAX_PIECES * PIECE_BYTES) {
         comm_gloo_fail(c, DT_EINVAL,
@@ -155,7 +168,7 @@ static void flush_pair(gloo_pair *p)
     }
     sigset_t old;
     comm_gloo_sigpipe_block(&old);
-    int rc = uv_write(&w->req, (uv_stream_t *)&p->tcp, parts, (unsigned)k, written);
+    int rc = uv_write(&w->req, (uv_stream_t *)p->conn, parts, (unsigned)k, written);
     comm_gloo_sigpipe_restore(&old);
     free(parts); /* libuv keeps its own copy of the list */
     if (rc != 0) {
@@ -164,14 +177,102 @@ static void flush_pair(gloo_pair *p)
     }
 }
 
+/* ---- before the peer is proven: to every held connection (held.c) ---- */
+
+typedef struct early_write {
+    uv_write_t req;
+    uint8_t bytes[];
+} early_write;
+
+static void early_written(uv_write_t *req, int status)
+{
+    (void)status; /* a held connection's failure is its reader's to see */
+    free(req->data);
+}
+
+static void write_to(gloo_held *k, const uint8_t *bytes, size_t n)
+{
+    early_write *w = malloc(sizeof *w + n);
+    if (!w)
+        return; /* it will not prove itself: nothing it reads makes sense */
+    memcpy(w->bytes, bytes, n);
+    w->req.data = w;
+    uv_buf_t buf = uv_buf_init((char *)w->bytes, (unsigned)n);
+    sigset_t old;
+    comm_gloo_sigpipe_block(&old);
+    if (uv_write(&w->req, (uv_stream_t *)&k->tcp, &buf, 1, early_written) != 0)
+        free(w);
+    comm_gloo_sigpipe_restore(&old);
+}
+
+static void write_early(gloo_pair *p, const uint8_t *bytes, size_t n)
+{
+    if (p->early_len + n > p->early_cap) {
+        size_t cap = 2 * (p->early_len + n);
+        uint8_t *grown = realloc(p->early, cap);
+        if (!grown) {
+            comm_gloo_fail(p->ctx, DT_ENOMEM, "gloo rank %d: out of memory writing to peer %d",
+                           p->ctx->rank, p->peer);
+            return;
+        }
+        p->early = grown;
+        p->early_cap = cap;
+    }
+    memcpy(p->early + p->early_len, bytes, n);
+    p->early_len += n;
+    for (int i = 0; i < GLOO_HELD_MAX; i++)
+        if (p->held[i].state == GLOO_HELD_READING)
+            write_to(&p->held[i], bytes, n);
+}
+
+void comm_gloo_wire_early_free(gloo_pair *p)
+{
+    free(p->early);
+    p->early = NULL;
+    p->early_len = p->early_cap = 0;
+}
+
+void comm_gloo_wire_early_replay(gloo_pair *p, gloo_held *k)
+{
+    if (p->early_len > 0)
+        write_to(k, p->early, p->early_len);
+}
+
+/* p's batch, to every connection held for p. Only notifications can be
+ * due before the peer is proven: data follows the peer's RECV_READY, and
+ * any message of the peer's proves it. */
+static void flush_early(gloo_pair *p)
+{
+    struct gloo_batch *b = p->out;
+    p->out = NULL;
+    uint8_t *heads = malloc(b->n * GLOO_PREAMBLE_BYTES);
+    bool data = false;
+    for (size_t i = 0; heads && i < b->n; i++) {
+        memcpy(heads + i * GLOO_PREAMBLE_BYTES, b->msg[i].head, GLOO_PREAMBLE_BYTES);
+        data = data || b->msg[i].buf;
+    }
+    if (!heads || data)
+        comm_gloo_fail(p->ctx, heads ? DT_EPROTO : DT_ENOMEM,
+                       "gloo rank %d: %s writing to peer %d before it proved itself", p->ctx->rank,
+                       heads ? "data (an internal error)" : "out of memory", p->peer);
+    else
+        write_early(p, heads, b->n * GLOO_PREAMBLE_BYTES);
+    free(heads);
+    free(b);
+}
+
 void comm_gloo_wire_flush(gloo_ctx *c)
 {
     if (c->batched == 0 || !c->pairs)
         return;
     c->batched = 0;
-    for (int r = 0; r < c->size; r++)
-        if (c->pairs[r].out)
-            flush_pair(&c->pairs[r]);
+    for (int r = 0; r < c->size; r++) {
+        gloo_pair *p = &c->pairs[r];
+        if (p->out && awaits_proof(p))
+            flush_early(p);
+        else if (p->out)
+            flush_pair(p);
+    }
 }
 
 void comm_gloo_wire_drop(gloo_pair *p)

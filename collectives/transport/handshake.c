@@ -39,7 +39,9 @@
 #include "comm_internal.h"
 
 #define HS_MAGIC 0x4e525444u /* "DTRN" little-endian */
-#define HS_VERSION 1u
+/* 2: HEARTBEAT frames (kind 5), which a version-1 rank calls a frame of
+ * unknown kind; a mixed mesh fails here instead, naming both versions. */
+#define HS_VERSION 2u
 #define HELLO_BYTES 48
 #define CHALLENGE_BYTES 64
 #define RESPONSE_BYTES 32
@@ -158,11 +160,15 @@ static bool on_challenge(dt_conn *cn)
     uint32_t magic = get_host_u32(m), version = get_host_u32(m + 4);
     uint32_t world = get_host_u32(m + 8), rank = get_host_u32(m + 12);
     const char *why = NULL;
+    char other[96];
     if (magic != HS_MAGIC)
         why = "it does not speak dtrain's protocol";
-    else if (version != HS_VERSION)
-        why = "it speaks another protocol version";
-    else if (world != (uint32_t)c->size || rank != (uint32_t)cn->expect_peer)
+    else if (version != HS_VERSION) {
+        snprintf(other, sizeof other,
+                 "it speaks protocol version %u, this rank %u (run one dtrain build on every rank)",
+                 version, HS_VERSION);
+        why = other;
+    } else if (world != (uint32_t)c->size || rank != (uint32_t)cn->expect_peer)
         why = "it is another rank or another job";
     if (!why && mac_ok(c, m + 32, 'A', cn->hs_hello, m, 32)) {
         memcpy(cn->hs_challenge, m, CHALLENGE_BYTES);
@@ -195,8 +201,10 @@ static void on_hello(dt_conn *cn)
     if (magic != HS_MAGIC)
         return comm_handshake_reject(cn, "bad magic 0x%08x (not a dtrain peer)", magic);
     if (version != HS_VERSION)
-        return comm_handshake_reject(cn, "protocol version %u, this rank speaks %u", version,
-                                     HS_VERSION);
+        return comm_handshake_reject(cn,
+                                     "protocol version %u, this rank speaks %u (another dtrain "
+                                     "build?)",
+                                     version, HS_VERSION);
     if (sodium_memcmp(m + 16, c->job_hash, 16) != 0)
         return comm_handshake_reject(cn, "it belongs to another job");
     if (world != (uint32_t)c->size)

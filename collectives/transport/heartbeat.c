@@ -35,6 +35,17 @@
  * An idle communicator waits on nobody, so idle ranks never fail each
  * other.
  *
+ * Except a peer that has ended behind a parked frame: the reader stopped
+ * on a frame no receive matches yet (RX_WAIT_MATCH), and behind it came
+ * the connection's end — read into the stage (rx_deferred), or, when a
+ * full stage stopped reading, seen in the socket itself (a reset, which
+ * the dead peer's kernel sends when our next heartbeat reaches its closed
+ * socket; or its FIN). Its silence then is no backlog of ours: if
+ * something posted here waits on it, it is named at the liveness limit
+ * as dead, with the frame that waits. (A stopped peer behind a parked
+ * frame still meets only the progress limit: nothing tells it from a
+ * busy one while its bytes wait unread.)
+ *
  * The kernel's keepalive (conn.c) still names a peer whose host stopped
  * answering; it needs no process on the other side, and a stopped process's
  * kernel answers it, which is why this file exists.
@@ -42,9 +53,12 @@
  * Cost: one 40-byte frame per peer per beat (at most one a second with the
  * default limit), a clock read per read(2); nothing on an op's path.
  */
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "comm_internal.h"
 
@@ -103,6 +117,43 @@ static bool waits_on(dt_comm *c, dt_conn *cn)
            uv_stream_get_write_queue_size((uv_stream_t *)&cn->tcp) > 0;
 }
 
+/* A parked connection's end, as a libuv error (UV_EOF, UV_ECONNRESET...),
+ * or 0 while the peer's side is open (or the connection is not parked). */
+static int parked_end(const dt_conn *cn)
+{
+    if (cn->rx_state != RX_WAIT_MATCH)
+        return 0;
+    if (cn->rx_deferred)
+        return cn->rx_deferred;
+    int fd = -1, err = 0;
+    socklen_t len = sizeof err;
+    if (uv_fileno((const uv_handle_t *)&cn->tcp, &fd) != 0)
+        return 0;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err != 0)
+        return uv_translate_sys_error(err);
+#ifdef TCP_INFO
+    struct tcp_info ti;
+    len = sizeof ti;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
+        (ti.tcpi_state == TCP_CLOSE_WAIT || ti.tcpi_state == TCP_CLOSE))
+        return UV_EOF;
+#endif
+    return 0;
+}
+
+/* launcher/blame_line.c follows "died or its process was killed". */
+static void ended_behind_parked(dt_comm *c, dt_conn *cn, int end, double silent_s)
+{
+    char frame[160];
+    comm_transport_describe_hdr(frame, sizeof frame, &cn->rx_hdr);
+    c->report->fail(c, DT_EPEER,
+                    "rank %d: connection to rank %d (%s) lost: %s behind its %s, which no "
+                    "receive here has matched, and nothing heard for %.1f s while rank %d waits "
+                    "on it; rank %d died or its process was killed",
+                    c->rank, cn->peer, cn->addr, end == UV_EOF ? "end of file" : uv_strerror(end),
+                    frame, silent_s, c->rank, cn->peer);
+}
+
 /* launcher/root_cause.c looks for "timed out" to suspect a stopped rank. */
 static void silent_peer(dt_comm *c, dt_conn *cn, double silent_s)
 {
@@ -139,6 +190,12 @@ void comm_heartbeat_tick(dt_comm *c, double now)
         if (now - cn->heard_at > c->timeout_s && waits_on(c, cn)) {
             silent_peer(c, cn, now - cn->heard_at);
             return; /* the first failure is the one that counts */
+        }
+        int end = now - cn->heard_at > c->timeout_s ? parked_end(cn) : 0;
+        if (end && (comm_transport_expects_from(c, cn) ||
+                    uv_stream_get_write_queue_size((uv_stream_t *)&cn->tcp) > 0)) {
+            ended_behind_parked(c, cn, end, now - cn->heard_at);
+            return;
         }
     }
 }

@@ -85,7 +85,7 @@ static void next_header(dt_conn *cn)
     cn->rx_cur = NULL;
 }
 
-static void describe_hdr(char *out, size_t n, const dt_frame_hdr *h)
+void comm_transport_describe_hdr(char *out, size_t n, const dt_frame_hdr *h)
 {
     if (h->kind == FRAME_P2P) { /* seq: the sender's or receiver's own p2p count */
         snprintf(out, n, "%s #%llu with tag %u (%llu x %s; %llu B)",
@@ -112,8 +112,8 @@ static void protocol_error(dt_conn *cn, const dt_frame_hdr *expected)
 {
     dt_comm *c = cn->comm;
     char got[160], want[160];
-    describe_hdr(got, sizeof got, &cn->rx_hdr);
-    describe_hdr(want, sizeof want, expected);
+    comm_transport_describe_hdr(got, sizeof got, &cn->rx_hdr);
+    comm_transport_describe_hdr(want, sizeof want, expected);
     cn->rx_state = RX_STOPPED;
     comm_transport_read_set(cn, false);
     const char *rule = expected->kind == FRAME_P2P

@@ -79,7 +79,7 @@ static int published_port(void)
 static void write_seed(const char *path)
 {
     uint8_t hello[48] = {0};
-    uint32_t head[4] = {0x4e525444u, 1, 2, 1}; /* magic, version, world 2, "rank 1" */
+    uint32_t head[4] = {0x4e525444u, 2, 2, 1}; /* magic, version (handshake.c), world, rank */
     memcpy(hello, head, sizeof head);
     crypto_generichash(hello + 16, 16, (const uint8_t *)JOB, strlen(JOB), NULL, 0);
     fuzz_write_file(path, hello, sizeof hello);
