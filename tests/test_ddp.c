@@ -33,6 +33,13 @@
 
 #define MAX_STEPS 8
 #define TOL 1e-6
+/* Parameters after the steps against the serial run: N ranks sum the
+ * gradients in another order than one process does, and AdamW divides
+ * each by its own small root mean square, so rounding grows in the
+ * parameters more than in the losses: measured up to 1.07e-6 in a clang
+ * build (whose FMA contraction in the attention tiles' softmax differs
+ * from GCC's), 2e-6 allowed. */
+#define PARAM_TOL 2e-6
 
 /* ZeRO-1 overlapped: dt_zero1_forward / _backward / _step_async (reduces
  * from backward's hook, the gather prefetched stage by stage by the next
@@ -254,7 +261,7 @@ static void expect_serial_results(scenario *s, int world)
                       world, s->bucket_bytes, r, t, s->losses[r][t], ref_losses[t], e);
         }
         double e = rel_l2(s->params[r], ref, P);
-        cr_expect(e <= TOL, "N=%d bucket=%zu rank %d: parameters off by %.3g", world,
+        cr_expect(e <= PARAM_TOL, "N=%d bucket=%zu rank %d: parameters off by %.3g", world,
                   s->bucket_bytes, r, e);
         free(s->params[r]);
         s->params[r] = NULL;
