@@ -108,6 +108,21 @@ double dt_task_accuracy(dt_model *m, const dt_dataset *d, size_t n);
  */
 long dt_task_count_exact(dt_model *m, const dt_dataset *d, size_t n, int part, int parts,
                          bool lockstep, size_t *graded);
+/*
+ * How a grading forward runs where the model is one pipeline stage: fn
+ * runs the forward of inputs (B, T) on m, streaming it through the other
+ * stages, and sets *logits when m then holds the batch's logits (the last
+ * stage). Every stage grades the same batches; only the last counts.
+ */
+typedef struct dt_forward_fn {
+    dt_status (*fn)(void *user, dt_model *m, const int *inputs, const int *targets, int B, int T,
+                    bool *logits);
+    void *user;
+} dt_forward_fn;
+/* dt_task_count_exact with each forward run by fwd (NULL: the model's
+ * own); a share whose forwards hold no logits counts 0. */
+long dt_task_count_exact_with(dt_model *m, const dt_dataset *d, size_t n, int part, int parts,
+                              bool lockstep, const dt_forward_fn *fwd, size_t *graded);
 
 #ifdef __cplusplus
 }

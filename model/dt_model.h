@@ -361,6 +361,7 @@ typedef struct dt_model {
     int have_targets;            /* last forward computed the loss */
     float mean_loss;             /* of the last forward with targets */
     int l0, l1;                  /* blocks owned: [l0, l1) (all: [0, L)) */
+    bool pipeline_stage;         /* made by dt_model_create_stage, even of [0, L) */
     size_t param_lo, param_hi;   /* this slice of the full flat layout */
     int act_slots, grad_slots;   /* activation sets, activation-grad sets */
     int slot, grad_slot;         /* the sets the next call uses */

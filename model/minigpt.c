@@ -281,7 +281,10 @@ static dt_status create(dt_model **out, const dt_config *cfg, const dt_backend *
 dt_status dt_model_create_stage(dt_model **out, const dt_config *cfg, const dt_backend *be,
                                 int max_B, const dt_stage_spec *spec)
 {
-    return create(out, cfg, be, max_B, spec, spec->recompute, false);
+    dt_status st = create(out, cfg, be, max_B, spec, spec->recompute, false);
+    if (*out)
+        (*out)->pipeline_stage = true;
+    return st;
 }
 
 dt_status dt_model_create_recompute(dt_model **out, const dt_config *cfg, const dt_backend *be,

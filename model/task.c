@@ -138,14 +138,24 @@ static int line_length(const uint16_t *ex)
  * into, and one batch's host buffers. */
 typedef struct grading {
     dt_model *m;
-    const uint16_t *val;  /* the validation tokens */
-    const size_t *starts; /* [n] each example's offset in val */
-    size_t n;             /* examples graded */
-    int rows;             /* examples per forward */
-    int *in;              /* (rows, longest - 1) */
-    int *len;             /* (rows) each row's line length */
-    float *logits;        /* (V) */
+    const uint16_t *val;      /* the validation tokens */
+    const size_t *starts;     /* [n] each example's offset in val */
+    size_t n;                 /* examples graded */
+    int rows;                 /* examples per forward */
+    int *in;                  /* (rows, longest - 1) */
+    int *len;                 /* (rows) each row's line length */
+    float *logits;            /* (V) */
+    const dt_forward_fn *fwd; /* NULL: the model's own forward */
 } grading;
+
+/* One forward of in (B, T); *logits when m holds the batch's logits. */
+static dt_status grading_forward(grading *g, int B, int T, bool *logits)
+{
+    *logits = true;
+    if (g->fwd)
+        return g->fwd->fn(g->fwd->user, g->m, g->in, NULL, B, T, logits);
+    return dt_model_forward(g->m, g->in, NULL, B, T);
+}
 
 /* Rows 0..B of g->in (a batch of B examples from first, each fed without
  * its final '\n', padded with token 0 to the batch's longest, T) and one
@@ -163,7 +173,8 @@ static long grade_batch(grading *g, size_t first, int B)
         for (int t = 0; t < T; t++)
             g->in[b * T + t] = t < len[b] - 1 ? ex[t] : 0;
     }
-    if (dt_model_forward(g->m, g->in, NULL, B, T) != DT_OK)
+    bool logits;
+    if (grading_forward(g, B, T, &logits) != DT_OK || !logits)
         return 0;
     long right = 0;
     dt_rng unused;
@@ -187,8 +198,9 @@ static long grade_batch(grading *g, size_t first, int B)
  * fewer batches than the longest share: its parameter hooks still run. */
 static void idle_forward(grading *g)
 {
+    bool logits;
     g->in[0] = 0;
-    dt_model_forward(g->m, g->in, NULL, 1, 1);
+    grading_forward(g, 1, 1, &logits);
 }
 
 /* Batches j = part, part + parts, ... of ceil(n / rows); with lockstep,
@@ -214,6 +226,12 @@ static long grade_share(grading *g, int part, int parts, bool lockstep)
 long dt_task_count_exact(dt_model *m, const dt_dataset *d, size_t n, int part, int parts,
                          bool lockstep, size_t *graded)
 {
+    return dt_task_count_exact_with(m, d, n, part, parts, lockstep, NULL, graded);
+}
+
+long dt_task_count_exact_with(dt_model *m, const dt_dataset *d, size_t n, int part, int parts,
+                              bool lockstep, const dt_forward_fn *fwd, size_t *graded)
+{
     if (graded)
         *graded = 0;
     if (!d->is_task || d->n_starts[DT_VAL] == 0 || parts < 1 || part < 0 || part >= parts)
@@ -221,7 +239,11 @@ long dt_task_count_exact(dt_model *m, const dt_dataset *d, size_t n, int part, i
     size_t total = d->n_starts[DT_VAL];
     if (n == 0 || n > total)
         n = total;
-    grading g = {.m = m, .val = d->tokens + d->n_train, .starts = d->starts[DT_VAL], .n = n};
+    grading g = {.m = m,
+                 .val = d->tokens + d->n_train,
+                 .starts = d->starts[DT_VAL],
+                 .n = n,
+                 .fwd = fwd};
     int longest = 0; /* the longest line must fit the context */
     for (size_t i = 0; i < n; i++) {
         int k = line_length(g.val + g.starts[i]);

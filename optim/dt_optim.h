@@ -187,8 +187,8 @@ dt_status dt_zero2_create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t buc
  * replica hash streams through them (dt_zero1_check_replicas), and a
  * caller that needs the whole model holds it (dt_zero1_hold_params).
  * Gradients as ZeRO-2's (bucket_bytes likewise). Bitwise ZeRO-1 and -2;
- * its checkpoints are ZeRO-1's. On a pipeline stage (m holds blocks
- * [l0, l1) of L), whose executor runs forward and backward itself over
+ * its checkpoints are ZeRO-1's. On a pipeline stage (m made by
+ * dt_model_create_stage, even of all L blocks), whose executor runs forward and backward itself over
  * its micro-batches, the gradients stay whole (the stage accumulates its
  * micro-batches, where ZeRO-2 would hold a full local sum too) and the
  * step reduces them to the owners as ZeRO-1's plain step does; the

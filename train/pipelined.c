@@ -22,8 +22,9 @@
  * on its stage (or shard). The
  * last stages average their replicas' losses over their group, and the
  * last stage of each pipeline broadcasts that for the step line. The
- * validation loss and the task's accuracy run on a whole model gathered
- * from the stages for the purpose (evaluation.c); the sample is skipped.
+ * validation loss and the task's accuracy stream each forward through
+ * the stages, no rank holding the whole model (evaluation.c); the sample
+ * is skipped.
  * A pipelined run prints each stage's blocks, memory and measured bubble
  * beside the closed form.
  * With --deterministic the stage's replicas are summed in rank order

@@ -441,11 +441,18 @@ bool mg_eval_collective(const mg_run *r)
     return is_zero3(r) && !r->pipe;
 }
 
+bool mg_eval_units(const mg_run *r)
+{
+    return is_zero3(r) && !r->three_d;
+}
+
 dt_status mg_eval_params(mg_run *r, bool on)
 {
-    if (!mg_eval_collective(r))
+    if (!mg_eval_units(r))
         return mg_params_hold(r, on);
     dt_zero1_arm_inference(r->zero1, on);
+    if (!on && r->pipe) /* the executor's forwards and backwards gather again */
+        dt_zero1_arm_params(r->zero1, true);
     dt_status st = dt_zero1_hold_params(r->zero1, false); /* reports a failure */
     return st == DT_OK ? DT_OK : run_fail(r, st, "zero3: evaluation", dt_zero1_error(r->zero1));
 }
