@@ -88,7 +88,7 @@ const float *dt_model_matmul_weight(const dt_model *m, const float *w, size_t n)
 
 /* ---- the bf16 store of a block's activations ------------------------------ */
 
-#define NUM_STORED 8
+#define NUM_STORED 7
 
 /* The fields of block l (in the workspace) that backward reads, and their
  * element counts for (B, T); returns the block's store size. */
@@ -96,12 +96,11 @@ static size_t stored_fields(float *f[NUM_STORED], size_t n[NUM_STORED], dt_model
                             size_t B, size_t T)
 {
     size_t N = B * T, C = (size_t)m->cfg.C, att = B * (size_t)m->cfg.H * T * T;
-    size_t k[NUM_STORED] = {N * C, 3 * N * C, N * C, att, N * C, N * C, 4 * N * C, 4 * N * C};
+    size_t k[NUM_STORED] = {N * C, 3 * N * C, N * C, att, N * C, 4 * N * C, 4 * N * C};
     size_t total = 0;
     if (f) {
         dt_block_acts *x = &m->acts.blocks[l];
-        float *p[NUM_STORED] = {x->ln1,       x->qkv, x->atty, x->att,
-                                x->residual2, x->ln2, x->fch,  x->fch_gelu};
+        float *p[NUM_STORED] = {x->ln1, x->qkv, x->atty, x->att, x->ln2, x->fch, x->fch_gelu};
         memcpy(f, p, sizeof p);
     }
     for (int i = 0; i < NUM_STORED; i++)

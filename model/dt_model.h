@@ -519,10 +519,11 @@ void dt_model_window_params(dt_model *m, float *base, size_t lo, size_t n);
 dt_status dt_model_hold_params(dt_model *m, bool hold);
 /*
  * Mixed precision (precision.c; docs/15-mixed-precision.md): bf16 rounds
- * every matmul's weight (from the fp32 master, on use) and every stored
- * activation to bf16, round to nearest even, and keeps the activations
- * backward reads as bf16; parameters, gradients, AdamW state, LayerNorm's
- * statistics, the logits and the loss stay fp32. Call once after create,
+ * every matmul's weight (from the fp32 master, on use) and every layer's
+ * output to bf16, round to nearest even, and keeps the activations
+ * backward reads as bf16; parameters, gradients, AdamW state, the
+ * residual stream, LayerNorm's statistics, the logits and the loss stay
+ * fp32. Call once after create,
  * before the first forward, on a whole model without recomputation nor
  * windows, on a cpu backend (others: DT_EINVAL, message on m); DT_ENOMEM.
  */

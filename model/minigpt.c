@@ -86,13 +86,14 @@ static bool top_held(const dt_model *m, int i, bool grads)
 
 /* Is field i of a block in the recompute (or bf16) workspace (of the
  * activations, or with grads of their gradients)? All but residual3; of
- * the gradients only those backward writes; bf16 keeps LayerNorm's fp32
- * statistics in the set (the rest goes to its bf16 store, precision.c). */
+ * the gradients only those backward writes; bf16 keeps its fp32 fields,
+ * LayerNorm's statistics and residual2, in the set (the rest goes to its
+ * bf16 store, precision.c). */
 static bool in_workspace(const dt_model *m, int i, bool grads)
 {
-    bool stat = i == 1 || i == 2 || i == 9 || i == 10;
+    bool fp32 = i == 1 || i == 2 || i == 7 || i == 9 || i == 10;
     return (m->recompute || m->bf16) && i < NUM_BLOCK_ACTS - 1 &&
-           (grads ? has_grad[i] : m->recompute || !stat);
+           (grads ? has_grad[i] : m->recompute || !fp32);
 }
 
 /* Points every field of a at its range of base, in the order act_sizes
@@ -458,8 +459,9 @@ static dt_status check_forward(dt_model *m, const int *inputs, const int *target
 }
 
 /* One block forward: residual (N, C) in, x->residual3 out. In bf16 each
- * output is rounded as it is written and each matmul's weight as it is
- * read (precision.c), and the block is packed into its store. */
+ * output but the residual stream's is rounded as it is written and each
+ * matmul's weight as it is read (precision.c), and the block is packed
+ * into its store. */
 void dt_model_block_forward(dt_model *m, int l, const float *residual, int B, int T)
 {
     const dt_backend *be = m->be;
@@ -479,7 +481,6 @@ void dt_model_block_forward(dt_model *m, int l, const float *residual, int B, in
                        C);
     dt_model_round_acts(m, x->attproj, NC);
     be->residual_forward(x->residual2, residual, x->attproj, NC);
-    dt_model_round_acts(m, x->residual2, NC);
     be->layernorm_forward(x->ln2, x->ln2_mean, x->ln2_rstd, x->residual2, w->ln2w, w->ln2b, N, C);
     dt_model_round_acts(m, x->ln2, NC);
     be->matmul_forward(x->fch, x->ln2, dt_model_matmul_weight(m, w->fcw, 4 * CC), w->fcb, N, C,
@@ -491,7 +492,6 @@ void dt_model_block_forward(dt_model *m, int l, const float *residual, int B, in
                        w->fcprojb, N, 4 * C, C);
     dt_model_round_acts(m, x->fcproj, NC);
     be->residual_forward(x->residual3, x->residual2, x->fcproj, NC);
-    dt_model_round_acts(m, x->residual3, NC);
     dt_model_bf16_pack(m, l, B, T);
     m->ws_slot = m->slot; /* with recomputation, the workspace now holds it */
     m->ws_block = l;
@@ -537,7 +537,6 @@ dt_status dt_model_forward(dt_model *m, const int *inputs, const int *targets, i
         be->from_host(m->inputs, inputs, (size_t)N * sizeof(int));
         params_needed(m, dt_block_offset(m, m->l0, 0)); /* wte, wpe */
         be->encoder_forward(m->acts.encoded, m->inputs, m->params.wte, m->params.wpe, B, T, C);
-        dt_model_round_acts(m, m->acts.encoded, (size_t)N * C);
     }
     if (targets && last)
         be->from_host(m->targets, targets, (size_t)N * sizeof(int));

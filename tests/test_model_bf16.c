@@ -87,8 +87,7 @@ static float plain_bf16_forward(float *logits, const dt_params *p, const dt_conf
     float *probs = malloc((size_t)N * V * sizeof(float)), *losses = malloc(N * sizeof(float));
     cr_assert(res && ln && qkv && atty && a && proj && res2 && h && g && mean && rstd && probs &&
               losses);
-    dt_ref_encoder_forward(res, x, p->wte, p->wpe, B, T, C);
-    plain_round(res, NC);
+    dt_ref_encoder_forward(res, x, p->wte, p->wpe, B, T, C); /* the residual stream: fp32 */
     for (int l = 0; l < c->L; l++) {
         const dt_block_params *w = &p->blocks[l];
         dt_ref_layernorm_forward(ln, mean, rstd, res, w->ln1w, w->ln1b, N, C);
@@ -98,7 +97,6 @@ static float plain_bf16_forward(float *logits, const dt_params *p, const dt_conf
         plain_round(atty, NC);
         plain_matmul(proj, atty, w->attprojw, NULL, N, C, C);
         dt_ref_residual_forward(res2, res, proj, NC);
-        plain_round(res2, NC);
         dt_ref_layernorm_forward(ln, mean, rstd, res2, w->ln2w, w->ln2b, N, C);
         plain_round(ln, NC);
         plain_matmul(h, ln, w->fcw, w->fcb, N, C, 4 * C);
@@ -106,7 +104,6 @@ static float plain_bf16_forward(float *logits, const dt_params *p, const dt_conf
         plain_round(g, 4 * NC);
         plain_matmul(proj, g, w->fcprojw, w->fcprojb, N, 4 * C, C);
         dt_ref_residual_forward(res, res2, proj, NC);
-        plain_round(res, NC);
     }
     dt_ref_layernorm_forward(ln, mean, rstd, res, p->lnfw, p->lnfb, N, C);
     plain_round(ln, NC);
