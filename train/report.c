@@ -97,6 +97,11 @@ void mg_report_header(FILE *f, const mg_run *r)
         fprintf(f, "backend: %s%s%s\n", r->m->be->name,
                 strcmp(r->m->be->name, "cuda") == 0 ? " (one GPU per rank, by LOCAL_RANK)" : "",
                 r->dev ? "; collectives staged through pinned host memory" : "");
+    if (r->m && r->m->bf16)
+        fprintf(f,
+                "precision: bf16 compute, fp32 master weights, gradients and AdamW state; "
+                "path: %s\n",
+                dt_bf16_path());
     if (r->m && r->m->recompute)
         fprintf(f, "recompute: blocks keep only their input; backward runs each block's "
                    "forward again\n");
