@@ -7,7 +7,8 @@
  * - the replicas stay bitwise identical in every mode it covers;
  * - a run resumed from a checkpoint (fp32 masters and AdamW state) ends
  *   bitwise where the run without the interruption ends;
- * - the run says which path bf16 took;
+ * - the run says which path bf16 took, and its memory table gains the
+ *   mixed-precision rows;
  * - what it does not cover is refused by name, and ranks that disagree on
  *   it are refused at start-up.
  *
@@ -126,6 +127,21 @@ Test(precision, the_run_says_which_path_bf16_took, .timeout = 60)
     cr_expect(strstr(j.out[0], "precision: bf16 compute, fp32 master weights, gradients and "
                                "AdamW state; path: portable"),
               "no precision line in:\n%s", j.out[0]);
+    mg_ranks_free(&j);
+}
+
+/* Ψ = 29,824 on one rank: the mixed-precision accounting's bytes beside
+ * the fp32 rows this run holds. */
+Test(precision, the_memory_table_gains_the_mixed_precision_rows, .timeout = 60)
+{
+    const char *args[] = {FLAGS, "--precision", "bf16", NULL};
+    mg_ranks j = {0};
+    mg_ranks_dir(&j);
+    mg_ranks_run(&j, 1, args);
+    mg_ranks_assert_ok(&j, "one rank, --precision bf16");
+    cr_expect(strstr(j.out[0], "The ZeRO paper's mixed precision, 2Ψ + 2Ψ + 12Ψ: DDP 16Ψ 477,184, "
+                               "ZeRO-1 4Ψ + 12Ψ/N 477,184, ZeRO-2 2Ψ + 14Ψ/N 477,184"),
+              "no bf16 rows in:\n%s", j.out[0]);
     mg_ranks_free(&j);
 }
 
