@@ -29,7 +29,8 @@
  * only happens when no submitted op is queued or running.
  *
  * comm_thread_start makes the loop and the listener (mesh.c), then the
- * thread; comm_mesh_stop joins it.
+ * thread; comm_thread_stop joins it, and comm_mesh_stop then closes the
+ * loop.
  *
  * SIGPIPE: a write to a socket the peer has reset raises it, and its
  * default action kills the process. Both loop runners block it while they

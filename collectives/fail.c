@@ -186,11 +186,9 @@ bool comm_fail_in_op_locked(const dt_comm *c)
 
 dt_status comm_fail_status_locked(const dt_comm *c, char *why, size_t n)
 {
-    if (!c->failed)
-        return DT_OK;
     if (n > 0)
-        snprintf(why, n, "%s", c->error);
-    return c->fail_status;
+        snprintf(why, n, "%s", c->failed ? c->error : "");
+    return c->failed ? c->fail_status : DT_OK;
 }
 
 uint64_t comm_fail_first_unfinished_locked(const dt_comm *c)

@@ -11,7 +11,8 @@
  * refused is retried every 100 ms until the init deadline: a peer may have
  * published its address a moment before it listens on another interface.
  *
- * Failure: the first failure is recorded by comm_fail; the loop then lets go
+ * Failure: the first failure is recorded by the communicator (report.h's
+ * fail, which asks the loop for this through want_fail); the loop then lets go
  * of every posted receive, sends each peer an ABORT frame carrying the
  * reason, and closes every connection after FAIL_GRACE_S, which also
  * cancels sends still in flight (their write callbacks release them).

@@ -40,7 +40,8 @@ typedef struct comm_report {
      * running here has had its grace (comm_xfer_wait), becomes c's own. */
     void (*fail_deferred)(dt_comm *c);
     /* With the communicator's lock held: DT_OK while c has not failed,
-     * else its first failure's status, and its message into why[0..n). */
+     * else its first failure's status; its message ("" before a failure)
+     * into why[0..n) when n > 0. */
     dt_status (*failure_locked)(const dt_comm *c, char *why, size_t n);
     /* With the lock held: the first collective this rank has not finished,
      * and whether it is running it. */

@@ -13,10 +13,12 @@
  *
  * Posting: the op's runner holds the loop and posts here directly
  * (comm_transport_post_here); any other thread (dt_submit's p2p) appends to
- * the inbox under mu and wakes the loop (comm_transport_post).
+ * the inbox under the communicator's lock (*mu) and has the communicator
+ * thread woken (comm_transport_post, report.h's wake_thread).
  *
  * Failure (mesh.c does the work): a write error, a timeout noticed by the
- * op's runner, or dt_comm_abort all end in comm_fail. The first failure is
+ * op's runner, or dt_comm_abort all end in the communicator's comm_fail
+ * (the transport's through report.h's fail). The first failure is
  * recorded; the loop then lets go of every posted receive, sends each peer
  * an ABORT frame carrying the reason (comm_transport_send_control: so a
  * rank that only sees the cascade still learns the root cause), and closes

@@ -161,7 +161,7 @@ typedef struct dt_transport {
     bool io_shutdown;             /* shutdown started */
     double close_at;              /* after failure/shutdown: force-close time */
     int open_handles;             /* conns not yet closed */
-    reject_log reject_log;        /* (then destroy): reject_log.c */
+    reject_log reject_log;        /* then destroy's, the thread gone (reject_log.c) */
     void *scratch[2];             /* comm_xfer_scratch */
     size_t scratch_cap[2];
     uint32_t *sent_index, *recv_index; /* [size] each: the running op's */

@@ -38,7 +38,7 @@
  * A HEARTBEAT frame (heartbeat.c) says the peer is alive and where it is;
  * any byte read stamps heard_at, the liveness clock's reading.
  *
- * Failure: EOF, a reset or a protocol error ends in comm_fail (mesh.c then
+ * Failure: EOF, a reset or a protocol error ends in report.h's fail (mesh.c then
  * lets go of everything and tells the peers). A peer's ABORT carries its
  * root cause, which becomes ours. A peer that said BYE (destroyed its
  * communicator) and then closes is not a failure unless something was
