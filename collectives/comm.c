@@ -44,15 +44,39 @@ static char *dup_or(const char *s, const char *fallback)
 static const comm_report report = {
     .fail = comm_fail,
     .fail_deferred = comm_fail_deferred,
+    .failure_locked = comm_fail_status_locked,
     .first_unfinished_locked = comm_fail_first_unfinished_locked,
+    .in_op_locked = comm_fail_in_op_locked,
     .log = comm_log,
     .label_peer = comm_family_label_peer,
+    .wake_thread = comm_wake_thread,
+    .work_done_locked = comm_wake_work_done,
 };
+
+/* What the transport and the staging are handed, once the options are read
+ * (the table, the owner and the lock come first, in comm_setup): copies of
+ * what they read of the communicator, which never changes after this; then
+ * the transport's per-peer arrays. */
+static dt_status hand_down(dt_comm *c)
+{
+    dt_transport *t = &c->tp;
+    t->rank = c->rank;
+    t->size = c->size;
+    t->timeout_s = c->timeout_s;
+    t->progress_timeout_s = c->progress_timeout_s;
+    t->init_timeout_s = c->init_timeout_s;
+    t->socket_buffer = c->socket_buffer;
+    t->host = c->host;
+    dt_stager *s = &c->stager;
+    s->rank = c->rank;
+    s->size = c->size;
+    s->timeout_s = c->timeout_s;
+    return comm_transport_alloc(t);
+}
 
 /* Everything that cannot fail for reasons outside this process. */
 dt_status comm_setup(dt_comm *c, const dt_comm_options *o)
 {
-    c->report = &report;
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -60,11 +84,9 @@ dt_status comm_setup(dt_comm *c, const dt_comm_options *o)
     pthread_cond_init(&c->cv_api, &attr);
     pthread_cond_init(&c->cv_thread, &attr);
     pthread_condattr_destroy(&attr);
-    atomic_init(&c->io_running, false);
-    atomic_init(&c->rejected, 0);
+    comm_transport_init(&c->tp, c, &report, &c->mu, &c->cv_api);
+    c->stager = (dt_stager){.report = &report, .owner = c, .mu = &c->mu};
     atomic_init(&c->gloo_turn, false);
-    for (int i = 0; i < 4; i++)
-        atomic_init(&c->traffic[i], 0);
     c->rank = o->rank;
     c->size = o->world_size;
     if (o->world_size < 1 || o->rank < 0 || o->rank >= o->world_size) {
@@ -89,7 +111,7 @@ dt_status comm_setup(dt_comm *c, const dt_comm_options *o)
     c->gloo_wire = o->wire == DT_WIRE_GLOO;
     c->log = o->log;
     c->log_user = o->log_user;
-    c->device = o->device;
+    c->stager.device = o->device;
     c->job_id = o->job_id ? strdup(o->job_id) : comm_env_default_job_id();
     if (o->ifname) {
         c->host = comm_host_address_of_interface(o->ifname);
@@ -108,13 +130,7 @@ dt_status comm_setup(dt_comm *c, const dt_comm_options *o)
             c->host = strdup("127.0.0.1");
     }
     c->init_url = dup_or(o->init_url, "");
-    c->peers = calloc((size_t)c->size, sizeof *c->peers);
-    c->dial = calloc((size_t)c->size, sizeof *c->dial);
-    c->peer_addr = calloc((size_t)c->size, sizeof *c->peer_addr);
-    c->sent_index = calloc((size_t)c->size, sizeof *c->sent_index);
-    c->recv_index = calloc((size_t)c->size, sizeof *c->recv_index);
-    if (!c->job_id || !c->host || !c->init_url || !c->peers || !c->dial || !c->peer_addr ||
-        !c->sent_index || !c->recv_index) {
+    if (!c->job_id || !c->host || !c->init_url || hand_down(c) != DT_OK) {
         comm_fail(c, DT_ENOMEM, "rank %d: out of memory", c->rank);
         return DT_ENOMEM;
     }
@@ -122,7 +138,7 @@ dt_status comm_setup(dt_comm *c, const dt_comm_options *o)
         comm_fail(c, DT_ESYS, "rank %d: libsodium failed to initialise", c->rank);
         return DT_ESYS;
     }
-    crypto_generichash(c->job_hash, sizeof c->job_hash, (const uint8_t *)c->job_id,
+    crypto_generichash(c->tp.job_hash, sizeof c->tp.job_hash, (const uint8_t *)c->job_id,
                        strlen(c->job_id), NULL, 0);
     return DT_OK;
 }
@@ -164,7 +180,7 @@ static dt_status agree_on_key(dt_comm *c, const dt_comm_options *o)
         if (st != DT_OK)
             return store_failed(c, st, "sharing the job secret");
     }
-    crypto_generichash(c->key, sizeof c->key, secret, len, NULL, 0);
+    crypto_generichash(c->tp.key, sizeof c->tp.key, secret, len, NULL, 0);
     sodium_memzero(made, sizeof made);
     free(got);
     return DT_OK;
@@ -179,13 +195,13 @@ static dt_status parse_address(dt_comm *c, int r, const char *val)
                   val);
         return DT_ESTORE;
     }
-    if (uv_ip4_addr(host, port, (struct sockaddr_in *)&c->dial[r]) != 0 &&
-        uv_ip6_addr(host, port, (struct sockaddr_in6 *)&c->dial[r]) != 0) {
+    if (uv_ip4_addr(host, port, (struct sockaddr_in *)&c->tp.dial[r]) != 0 &&
+        uv_ip6_addr(host, port, (struct sockaddr_in6 *)&c->tp.dial[r]) != 0) {
         comm_fail(c, DT_ESTORE, "rank %d: rank %d published an unusable address '%s'", c->rank, r,
                   val);
         return DT_ESTORE;
     }
-    snprintf(c->peer_addr[r], sizeof c->peer_addr[r], "%s:%d", host, port);
+    snprintf(c->tp.peer_addr[r], sizeof c->tp.peer_addr[r], "%s:%d", host, port);
     return DT_OK;
 }
 
@@ -215,8 +231,9 @@ static dt_status exchange_addresses(dt_comm *c, double deadline)
 {
     char key[32], val[96];
     snprintf(key, sizeof key, "addr/%d", c->rank);
-    snprintf(val, sizeof val, "%d %s", c->port, c->host);
-    snprintf(c->peer_addr[c->rank], sizeof c->peer_addr[c->rank], "%s:%d", c->host, c->port);
+    snprintf(val, sizeof val, "%d %s", c->tp.port, c->host);
+    snprintf(c->tp.peer_addr[c->rank], sizeof c->tp.peer_addr[c->rank], "%s:%d", c->host,
+             c->tp.port);
     dt_status st = dt_store_set(c->store, key, val, strlen(val));
     if (st != DT_OK)
         return store_failed(c, st, "publishing this rank's address");
@@ -344,19 +361,19 @@ static dt_status wait_for_mesh(dt_comm *c, double deadline)
 {
     bool reported = false; /* the failure is another rank's, read from the store */
     pthread_mutex_lock(&c->mu);
-    while (!c->mesh_ready && !c->failed && !reported && dt_now() < deadline) {
+    while (!c->tp.mesh_ready && !c->failed && !reported && dt_now() < deadline) {
         double poll_at = dt_now() + STARTUP_POLL_S;
         comm_wake_wait_until(&c->cv_api, &c->mu, poll_at < deadline ? poll_at : deadline);
-        if (c->mesh_ready || c->failed)
+        if (c->tp.mesh_ready || c->failed)
             break;
         pthread_mutex_unlock(&c->mu);
         reported = c->store && peer_startup_failed(c, false); /* a split's group has no store */
         pthread_mutex_lock(&c->mu);
     }
-    bool ready = c->mesh_ready, failed = c->failed;
-    int connected = c->connected;
+    bool ready = c->tp.mesh_ready, failed = c->failed;
+    int connected = c->tp.connected;
     dt_status why = c->fail_status;
-    bool symptom = c->lost_at_startup;
+    bool symptom = c->tp.lost_at_startup;
     pthread_mutex_unlock(&c->mu);
     if (c->store && failed && !reported && symptom) /* the peer that left may have said why */
         reported = peer_startup_failed(c, true);
@@ -384,7 +401,7 @@ dt_status comm_connect_mesh(dt_comm *c, double deadline)
 {
     if (c->size == 1)
         return init_finished(c);
-    comm_mesh_connect(c);
+    comm_mesh_connect(&c->tp);
     dt_status st = wait_for_mesh(c, deadline);
     return st == DT_OK ? init_finished(c) : st;
 }
@@ -470,30 +487,24 @@ void dt_comm_destroy(dt_comm *c)
     if (!c)
         return;
     comm_family_detach(c); /* no failure reaches c through its groups any more */
-    comm_mesh_stop(c);
-    comm_gloo_wire_destroy(c); /* the thread that ran its ops is gone */
-    comm_reject_log_flush(c);  /* the loop thread is gone: its state is ours */
+    comm_thread_stop(c);
+    comm_mesh_stop(&c->tp);
+    comm_gloo_wire_destroy(c);     /* the thread that ran its ops is gone */
+    comm_reject_log_flush(&c->tp); /* the loop thread is gone: its state is ours */
     if (c->store && c->store_server && c->failed)
         linger_for_startup_readers(c);
     comm_marker_close(c);
     if (c->store && !c->store_borrowed)
         dt_store_close(c->store);
     unhost_store(c);
-    for (int i = 0; i < 2; i++)
-        free(c->scratch[i]);
-    comm_staging_destroy(c);
-    free(c->peers);
-    free(c->dial);
-    free(c->peer_addr);
-    free(c->sent_index);
-    free(c->recv_index);
+    comm_staging_destroy(&c->stager);
+    comm_transport_free(&c->tp);
     free(c->job_id);
     free(c->host);
     free(c->init_url);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv_api);
     pthread_cond_destroy(&c->cv_thread);
-    sodium_memzero(c->key, sizeof c->key);
     comm_family_free(c);
     free(c);
 }
@@ -513,12 +524,12 @@ int dt_comm_size(const dt_comm *c)
 }
 int dt_comm_port(const dt_comm *c)
 {
-    return c->port;
+    return c->tp.port;
 }
 
 uint64_t dt_comm_rejected_connections(const dt_comm *c)
 {
-    return atomic_load(&((dt_comm *)c)->rejected);
+    return atomic_load(&((dt_comm *)c)->tp.rejected);
 }
 
 void dt_comm_traffic(const dt_comm *c, dt_traffic *out)
@@ -529,7 +540,7 @@ void dt_comm_traffic(const dt_comm *c, dt_traffic *out)
         comm_gloo_wire_traffic(m, v);
     } else {
         for (int i = 0; i < 4; i++)
-            v[i] = atomic_load_explicit(&m->traffic[i], memory_order_relaxed);
+            v[i] = atomic_load_explicit(&m->tp.traffic[i], memory_order_relaxed);
     }
     *out = (dt_traffic){v[0], v[1], v[2], v[3]};
 }

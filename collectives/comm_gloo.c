@@ -40,7 +40,7 @@
 void comm_gloo_note_stranger(void *arg, const char *line)
 {
     dt_comm *c = arg;
-    atomic_fetch_add(&c->rejected, 1);
+    atomic_fetch_add(&c->tp.rejected, 1);
     comm_log(c, "%s", line);
 }
 
@@ -89,7 +89,7 @@ dt_status comm_gloo_wire_join(dt_comm *c, dt_store *store, const gloo_config *cf
     }
     for (int r = 0; r < c->size; r++) /* for messages that name a peer (work.c) */
         if (r != cfg->rank)
-            comm_gloo_peer_name(c->gloo, r, c->peer_addr[r], sizeof c->peer_addr[r]);
+            comm_gloo_peer_name(c->gloo, r, c->tp.peer_addr[r], sizeof c->tp.peer_addr[r]);
     pthread_mutex_lock(&c->mu);
     c->gloo_waker = &c->gloo->waker;
     c->init_done = true; /* from now on a blocking op may run on its caller's thread, and a

@@ -13,16 +13,21 @@
  *                        are done; runs the loop for p2p, init and failure
  *                        clean-up, and polls it while idle.
  *
- * Ownership rules (a reader of transport_read.c and transport.c must keep
- * these in mind):
+ * Ownership rules (the transport's own state, c->tp, keeps the same ones,
+ * written in transport.h, with c->mu as its lock):
  *   - Fields under "loop owner only" are touched only by the thread that
  *     holds the loop (`loop_busy`, taken and given back under `mu`): the
  *     communicator thread, or an API thread running an op inline.
- *   - Fields under "mutex" are read and written with `mu` held. The inbox is
- *     how other threads hand work to the loop: they append under `mu`, then
- *     uv_async_send(&wake), the only libuv call made off the loop thread.
+ *   - Fields under "mutex" are read and written with `mu` held. The
+ *     transport's inbox (c->tp) is how other threads hand work to the loop:
+ *     they append under `mu`, then wake the loop (uv_async_send, the only
+ *     libuv call made off the loop thread).
  *   - The first failure wins: `failed`, `fail_status` and `error` are set
- *     once and never change, so every later op reports the root cause.
+ *     once and never change, so every later op reports the root cause. The
+ *     rooms below read them only through report.h's failure_locked.
+ *
+ * The rooms below hold their own state (dt_transport, dt_stager) and never
+ * include this header: what they need of the communicator is handed down.
  */
 #ifndef DT_COMM_INTERNAL_H
 #define DT_COMM_INTERNAL_H
@@ -37,71 +42,8 @@
 
 #include "dt_comm.h"
 #include "report.h"
+#include "staging.h"
 #include "transport.h"
-
-#define DT_ERROR_MAX 1024
-
-/* Receive states of one connection. */
-enum {
-    RX_HANDSHAKE,  /* reading a fixed-size handshake message into hs_buf */
-    RX_HEADER,     /* reading a frame header */
-    RX_WAIT_MATCH, /* header read, no receive posted for it yet: paused */
-    RX_PAYLOAD,    /* reading the payload into rx_cur's buffer */
-    RX_NOTICE,     /* reading an ABORT frame's text */
-    RX_STOPPED,    /* failed or closing: nothing more is read */
-};
-
-/* Read-ahead per connection: a read at a frame boundary takes up to this
- * much, so a small frame (header + payload) costs one read(2). */
-#define RX_STAGE_BYTES 16384
-
-typedef struct dt_conn {
-    dt_comm *comm;
-    uv_tcp_t tcp;
-    uv_connect_t connect_req;
-    int peer;        /* rank once known, else -1 */
-    int expect_peer; /* outgoing connections: the rank we dialled */
-    bool outgoing;
-    bool authenticated;
-    bool closing;
-    bool bye;        /* peer said it is leaving */
-    bool lost;       /* EOF or error seen */
-    bool has_handle; /* tcp was initialised */
-    bool shut_down;  /* our side is shut down (FIN queued): close once acknowledged */
-    int hs_phase;    /* handshake step */
-    char addr[64];   /* "host:port" of the peer */
-    double deadline; /* handshake must finish by then */
-    double retry_at; /* outgoing: reconnect after a refusal */
-    struct sockaddr_storage dial_addr;
-    struct dt_conn *next; /* in comm->pending while handshaking */
-
-    int rx_state;
-    size_t rx_got;  /* bytes of the current unit read so far */
-    size_t rx_need; /* handshake/notice: bytes of the current unit */
-    dt_frame_hdr rx_hdr;
-    dt_xfer *rx_cur;                /* receive being filled */
-    bool reading;                   /* uv_read_start is in effect */
-    bool rx_into_stage;             /* the read in flight lands in rx_stage */
-    int rx_deferred;                /* EOF/error that came behind staged frames */
-    size_t stage_off, stage_len;    /* unconsumed read-ahead: [off, len) */
-    char rx_stage[RX_STAGE_BYTES];  /* read-ahead at frame boundaries */
-    dt_xfer *coll_head, *coll_tail; /* posted collective receives, in order */
-    dt_xfer *failed_sends;          /* sends the peer refused, awaiting the reader's verdict */
-    uint8_t hs_buf[128];            /* handshake messages in and out */
-    uint8_t hs_hello[48];           /* kept: both MACs cover it */
-    uint8_t hs_challenge[64];
-    uint8_t hs_out[64];
-    uv_write_t hs_write;
-    char notice[DT_ERROR_MAX + 8]; /* ABORT frame: u32 status, text */
-    uint32_t notice_status;
-
-    /* liveness and progress (heartbeat.c) */
-    double heard_at;  /* when bytes from the peer last arrived (or reading resumed) */
-    double beat_at;   /* when we last sent it a heartbeat */
-    bool peer_beat;   /* a heartbeat from it has arrived: the two below are known */
-    bool peer_in_op;  /* it is running collective peer_at ... */
-    uint64_t peer_at; /* ... or has not started it: the first it has not finished */
-} dt_conn;
 
 struct dt_work {
     dt_comm *comm;
@@ -117,18 +59,7 @@ struct dt_work {
     bool in_flight;       /* gloo wire p2p: posted by the executor, completed later */
 };
 
-/* Rejected connections, logged without flooding (reject_log.c). */
-#define REJECT_LOG_ADDRS 4
-typedef struct reject_log {
-    int full;            /* logged in full since the last quiet interval */
-    uint64_t suppressed; /* counted, not yet in a summary line */
-    double since, last;  /* the summary interval's start; the last rejection */
-    int n_addrs;         /* distinct hosts among the suppressed, at most 4 */
-    char addrs[REJECT_LOG_ADDRS][64];
-} reject_log;
-
 struct dt_comm {
-    const comm_report *report; /* how the rooms below report up (report.h); set first */
     int rank, size;
     double timeout_s;          /* liveness: a waited-on peer's longest silence */
     double progress_timeout_s; /* progress: an op's longest wait for live peers */
@@ -137,8 +68,6 @@ struct dt_comm {
     char *job_id, *host, *init_url;
     dt_log_fn log;
     void *log_user;
-    uint8_t key[crypto_auth_KEYBYTES]; /* handshake key, from the job secret */
-    uint8_t job_hash[16];
     dt_store *store;
     bool store_borrowed;           /* options.store: the caller's, used only in dt_comm_init */
     dt_store *marker_store;        /* the job marker's key space (job_marker.c), or NULL */
@@ -150,30 +79,15 @@ struct dt_comm {
     uv_async_t *gloo_waker;        /* the gloo context's (comm_gloo_wake's handle), once joined */
     atomic_bool gloo_turn;         /* the thread waits on the gloo wire: wake gloo_waker too */
     dt_store_server *store_server; /* rank 0's, while the job starts (store_host.c) */
-    int port;
-    char (*peer_addr)[64]; /* [size] "host:port", fixed after init */
-    atomic_uint_fast64_t rejected;
-    atomic_uint_fast64_t traffic[4]; /* dt_traffic's fields in order (conn.c counts) */
-    struct dt_device *device;        /* options.device: buffers it owns are staged; or NULL */
-    struct staging *staging;         /* staging.c: pinned buffers, stream; loop owner only */
-    reject_log reject_log;           /* loop owner only (then destroy): reject_log.c */
-    struct p2p_pool *p2p_pool;       /* staging_p2p.c: send/recv host buffers; made under mu */
+
+    /* The rooms' own state, which they touch under their own rules
+     * (transport.h, staging.h); the communicator sets both up (comm.c)
+     * and reads and writes their fields from above. */
+    dt_transport tp;  /* the loop, the connections, what is posted on them */
+    dt_stager stager; /* device buffers: pinned buffers, streams, the p2p pool */
 
     /* loop owner only */
-    uv_loop_t loop;
-    uv_async_t wake;
-    uv_tcp_t listener;
-    uv_timer_t ticker;  /* handshake deadlines, reconnects, grace close */
     uv_thread_t thread; /* runs the ops and the loop */
-    bool loop_ready, listener_open;
-    atomic_bool io_running;
-    dt_conn **peers;              /* [size] authenticated connections */
-    dt_conn *pending;             /* handshaking connections */
-    dt_xfer *p2p_head, *p2p_tail; /* posted p2p receives, in order */
-    bool io_failed_done;          /* failure cleanup ran */
-    bool io_shutdown;             /* shutdown started */
-    double close_at;              /* after failure/shutdown: force-close time */
-    int open_handles;             /* conns not yet closed */
 
     /* mutex */
     pthread_mutex_t mu;
@@ -182,13 +96,7 @@ struct dt_comm {
     bool loop_busy;           /* a thread is running the loop (or an op) */
     bool thread_awaits_loop;  /* the communicator thread waits for loop_busy to clear */
     bool init_done;           /* dt_comm_init succeeded */
-    bool lost_at_startup;     /* the failure: a peer left while the mesh formed */
     int p2p_outstanding;      /* p2p works posted and not yet complete */
-    dt_xfer *inbox_head, *inbox_tail;
-    bool want_connect, want_fail;
-    struct sockaddr_storage *dial; /* [size] addresses of lower ranks */
-    int connected;                 /* authenticated peers */
-    bool mesh_ready;
     bool failed;
     dt_status fail_status;
     char error[DT_ERROR_MAX];
@@ -200,22 +108,14 @@ struct dt_comm {
     uint64_t cur_seq;
     char arg_error[DT_ERROR_MAX]; /* the last rejected argument or failed split (not a failure) */
     struct dt_group *group; /* set once (family.c): this communicator's place among its groups */
-    bool fail_deferred;     /* a peer failed in an op after the one running here */
-    double deferred_until;  /* ... and the op running here gets until then */
-    dt_status deferred_status;
-    char deferred_error[DT_ERROR_MAX];
-    uint64_t p2p_seq; /* p2p ops submitted so far */
-
-    /* loop owner only */
-    void *scratch[2];
-    size_t scratch_cap[2];
-    uint32_t *sent_index, *recv_index; /* [size] each */
+    uint64_t p2p_seq;       /* p2p ops submitted so far */
 };
 
 /* The files below come bottom first: each calls only the ones above it
- * here (tests/check_file_calls.py holds the layer to that). Those of
- * transport/ call log.c, family.c and fail.c only through c->report
- * (report.h), as the rooms below the communicator must (README.md). */
+ * here (tests/check_file_calls.py holds the layer to that). The rooms
+ * below (transport/, staging/) call log.c, family.c, fail.c and wake.c only
+ * through the table comm.c hands them (report.h), as the rooms below the
+ * communicator must (README.md); they never include this header. */
 
 /* wake.c: waking the communicator thread (cond var, the loop's async
  * handle while it runs, the gloo wire's while it waits there), with mu
@@ -233,8 +133,9 @@ void comm_log(dt_comm *c, const char *fmt, ...) __attribute__((format(printf, 2,
  * for a split's child, "rank 0 (world rank 3) of group 'split 1 colour 1'
  * = world ranks 3,5" into out; true for a child; with c->mu held. */
 bool comm_family_who(const dt_comm *c, char *out, size_t n);
-/* Label an authenticated connection of a child with its peer's world rank. */
-void comm_family_label_peer(dt_conn *cn);
+/* Label the address of an authenticated connection of a child to `peer`
+ * with that peer's world rank (report.h's label_peer). */
+void comm_family_label_peer(dt_comm *c, int peer, char *addr, size_t n);
 /* dt_comm_destroy: leave the family first (nothing spreads to c after),
  * free c's group record last. */
 void comm_family_detach(dt_comm *c);
@@ -251,73 +152,18 @@ void comm_failv(dt_comm *c, dt_status st, const char *fmt, va_list ap);
 void comm_fail_member(dt_comm *c, dt_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* With mu held, as the op running on this rank ends: a failure a peer
- * reported from a later op (transport_read.c holds it back until then) becomes
- * this communicator's failure. True if it did: comm_wake_thread after unlocking. */
+ * reported from a later op (transport_read.c holds it back in c->tp until
+ * then) becomes this communicator's failure. True if it did: comm_wake_thread
+ * after unlocking. */
 bool comm_fail_deferred_locked(dt_comm *c);
 /* The same before the op ends, once it has had its grace (comm_xfer_wait). */
 void comm_fail_deferred(dt_comm *c);
-/* With mu held: the first collective this rank has not finished. */
+/* With mu held: the first collective this rank has not finished; whether
+ * it runs one; DT_OK or the first failure's status (its message into
+ * why[0..n)). */
 uint64_t comm_fail_first_unfinished_locked(const dt_comm *c);
-
-/* reject_log.c: a rejection to log or count (loop thread); the ticker's
- * summary once an interval has passed; the count left at destroy. */
-void comm_reject_log_note(dt_comm *c, const char *addr, const char *why);
-void comm_reject_log_tick(dt_comm *c);
-void comm_reject_log_flush(dt_comm *c);
-
-/* conn.c: what the layers of a connection share (run on the loop) */
-void comm_conn_release_xfer(dt_comm *c, dt_xfer *x, int state); /* hand back to owner */
-void comm_conn_release_list(dt_comm *c, dt_xfer *x);            /* fail a list of receives */
-void comm_conn_expect(dt_conn *cn, int state, size_t bytes);    /* the next unit to read */
-void comm_conn_stop_reading(dt_conn *cn);
-void comm_conn_watch_liveness(dt_conn *cn); /* the kernel watches the peer's host */
-void comm_conn_close(dt_conn *cn);
-void comm_conn_unlink_pending(dt_conn *cn); /* out of comm->pending */
-/* During a shutdown, once no connection is left open: close the loop's own
- * handles (the ticker, the wake-up), so that the loop ends. */
-void comm_conn_maybe_finish(dt_comm *c);
-
-/* handshake.c, run on the loop: the first message of a new connection
- * (the caller then starts reading it); the next one, in hs_buf (rx_need
- * bytes), true when it proved that rank cn->expect_peer is on the other
- * end; a stranger turned away; the connection lost (err) mid-handshake. */
-void comm_handshake_start_outgoing(dt_conn *cn);
-void comm_handshake_start_incoming(dt_conn *cn);
-bool comm_handshake_step(dt_conn *cn);
-void comm_handshake_reject(dt_conn *cn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void comm_handshake_lost(dt_conn *cn, ssize_t err);
-
-/* transport_read.c: the reader of every connection, run on the loop:
- * reading on or off; a header that waited for its receive (rx_state
- * RX_WAIT_MATCH), matched again now that one was posted. */
-void comm_transport_read_set(dt_conn *cn, bool on);
-void comm_transport_read_header(dt_conn *cn);
-/* Does anything posted still wait for data from this peer? */
-bool comm_transport_expects_from(dt_comm *c, dt_conn *cn);
-/* "send #3 with tag 7 (...)": a frame header, for messages. */
-void comm_transport_describe_hdr(char *out, size_t n, const dt_frame_hdr *h);
-
-/* transport.c: frames out, and transfers posted (run on the loop, except
- * comm_transport_post, which any thread may call) */
-void comm_transport_post(dt_comm *c, dt_xfer *x);      /* from another thread */
-void comm_transport_post_here(dt_comm *c, dt_xfer *x); /* by the loop owner */
-void comm_transport_io_post(dt_comm *c, dt_xfer *x);   /* send or match a receive */
-void comm_transport_send_control(dt_conn *cn, uint8_t kind, uint64_t seq, const void *payload,
-                                 size_t len);
-
-/* heartbeat.c, run on the loop: the ticker's turn (a heartbeat out to every
- * peer once a beat; a peer something posted waits on that has been silent
- * past the liveness limit fails the communicator); and, for an op that
- * reached its progress limit, which ranks have not joined it, as their
- * heartbeats tell ("rank 1 (ADDR) is alive but has not joined it: ..."). */
-void comm_heartbeat_tick(dt_comm *c, double now);
-void comm_heartbeat_absent(dt_comm *c, uint64_t seq, int waited_on, char *out, size_t n);
-
-/* mesh.c: connections and the loop */
-dt_status comm_mesh_start(dt_comm *c); /* the loop and the listener */
-void comm_mesh_connect(dt_comm *c);    /* dial c->dial[0..rank) */
-void comm_mesh_stop(dt_comm *c);       /* stop the thread, close the loop */
-void comm_mesh_shutdown(dt_comm *c);   /* on the thread: BYE, close all */
+bool comm_fail_in_op_locked(const dt_comm *c);
+dt_status comm_fail_status_locked(const dt_comm *c, char *why, size_t n);
 
 /* comm_env.c: the job id a launcher's environment implies (Open MPI, PMIx,
  * Slurm), or "dtrain"; malloc'd. */
@@ -337,8 +183,10 @@ dt_status comm_validate_op(dt_comm *c, const dt_op *op);
 dt_status comm_executor_run(dt_comm *c, dt_work *w);
 
 /* comm_thread.c: who runs the loop. Start the loop, the listener and the
- * communicator thread. */
+ * communicator thread; stop the thread (it says BYE and closes the mesh
+ * first), before comm_mesh_stop closes the loop. */
 dt_status comm_thread_start(dt_comm *c);
+void comm_thread_stop(dt_comm *c);
 /* Run a blocking collective on the caller's thread when the loop is free;
  * false (nothing done) when it must queue instead. */
 bool comm_thread_run_inline(dt_comm *c, dt_work *w, dt_status *st);

@@ -29,7 +29,8 @@
  * only happens when no submitted op is queued or running.
  *
  * comm_thread_start makes the loop and the listener (mesh.c), then the
- * thread; comm_mesh_stop joins it.
+ * thread; comm_thread_stop joins it, and comm_mesh_stop then closes the
+ * loop.
  *
  * SIGPIPE: a write to a socket the peer has reset raises it, and its
  * default action kills the process. Both loop runners block it while they
@@ -52,8 +53,8 @@
 /* Does the loop have to run now (with mu held)? */
 static bool loop_needed(const dt_comm *c)
 {
-    return c->q_head || c->p2p_outstanding > 0 || c->inbox_head || c->want_fail ||
-           c->want_connect || !c->init_done || c->failed;
+    return c->q_head || c->p2p_outstanding > 0 || c->tp.inbox_head || c->tp.want_fail ||
+           c->tp.want_connect || !c->init_done || c->failed;
 }
 
 static void block_sigpipe(sigset_t *old)
@@ -134,7 +135,7 @@ static void thread_main(void *arg)
         }
         c->thread_awaits_loop = false;
         /* a peer's failure held back (transport_read.c) while no op runs here */
-        if (c->fail_deferred && dt_now() >= c->deferred_until && comm_fail_deferred_locked(c))
+        if (c->tp.fail_deferred && dt_now() >= c->tp.deferred_until && comm_fail_deferred_locked(c))
             comm_wake_thread(c);
         if (c->stopping && !c->q_head)
             break;
@@ -157,14 +158,14 @@ static void thread_main(void *arg)
         else if (gloo_p2p)
             comm_gloo_p2p_progress(c);
         else
-            uv_run(&c->loop, needed ? UV_RUN_ONCE : UV_RUN_NOWAIT);
+            uv_run(&c->tp.loop, needed ? UV_RUN_ONCE : UV_RUN_NOWAIT);
         pthread_mutex_lock(&c->mu);
         atomic_store(&c->gloo_turn, false);
         c->loop_busy = false;
     }
     c->loop_busy = true;
     pthread_mutex_unlock(&c->mu);
-    comm_mesh_shutdown(c);
+    comm_mesh_shutdown(&c->tp);
 }
 
 /* A caller that ran the loop hands it back (c->mu held; released here): a
@@ -226,10 +227,10 @@ bool comm_thread_run_inline(dt_comm *c, dt_work *w, dt_status *st)
 void comm_thread_post_p2p(dt_comm *c, dt_xfer *x)
 {
     pthread_mutex_lock(&c->mu);
-    if (c->loop_busy || c->q_head || c->inbox_head || c->stopping || !c->init_done || c->failed ||
-        c->want_fail || c->want_connect) {
+    if (c->loop_busy || c->q_head || c->tp.inbox_head || c->stopping || !c->init_done ||
+        c->failed || c->tp.want_fail || c->tp.want_connect) {
         pthread_mutex_unlock(&c->mu);
-        comm_transport_post(c, x);
+        comm_transport_post(&c->tp, x);
         return;
     }
     c->loop_busy = true;
@@ -239,8 +240,8 @@ void comm_thread_post_p2p(dt_comm *c, dt_xfer *x)
     sigset_t old;
     if (!ignored)
         block_sigpipe(&old);
-    comm_transport_post_here(c, x);
-    uv_run(&c->loop, UV_RUN_NOWAIT);
+    comm_transport_post_here(&c->tp, x);
+    uv_run(&c->tp.loop, UV_RUN_NOWAIT);
     if (!ignored)
         restore_sigpipe(&old);
 
@@ -253,16 +254,34 @@ void comm_thread_post_p2p(dt_comm *c, dt_xfer *x)
  * so that dt_comm_destroy stops both the same way. */
 dt_status comm_thread_start(dt_comm *c)
 {
-    dt_status st = comm_mesh_start(c);
-    if (!c->loop_ready)
+    dt_status st = comm_mesh_start(&c->tp, !c->gloo_wire);
+    if (!c->tp.loop_ready)
         return st;
-    atomic_store(&c->io_running, true); /* before the thread can fail anything */
+    atomic_store(&c->tp.io_running, true); /* before the thread can fail anything */
     int rc = uv_thread_create(&c->thread, thread_main, c);
     if (rc < 0) {
-        atomic_store(&c->io_running, false);
+        atomic_store(&c->tp.io_running, false);
         comm_fail(c, DT_ESYS, "rank %d: cannot start the communicator thread: %s", c->rank,
                   uv_strerror(rc));
         return DT_ESYS;
     }
     return st;
+}
+
+/* dt_comm_destroy: the thread ends once the queue is empty, saying BYE and
+ * closing the mesh on its way out (thread_main). */
+void comm_thread_stop(dt_comm *c)
+{
+    if (!atomic_load(&c->tp.io_running))
+        return;
+    pthread_mutex_lock(&c->mu);
+    c->stopping = true;
+    pthread_mutex_unlock(&c->mu);
+    comm_wake_thread(c);
+    uv_thread_join(&c->thread);
+    /* under mu: a comm_wake_thread made under mu (a failure being recorded
+     * on another thread) then never wakes a loop that is closing */
+    pthread_mutex_lock(&c->mu);
+    atomic_store(&c->tp.io_running, false);
+    pthread_mutex_unlock(&c->mu);
 }

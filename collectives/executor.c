@@ -59,18 +59,19 @@ dt_status comm_executor_run(dt_comm *c, dt_work *w)
         return st;
     }
     dt_opctx o = {
-        .comm = c,
+        .tp = &c->tp,
+        .stager = &c->stager,
         .op = &w->op,
         .seq = w->seq,
         .wire_count = wire_count(c, &w->op),
         .rank = c->rank,
         .size = c->size,
         .deadline = dt_now() + (w->op.timeout_s > 0 ? w->op.timeout_s : c->progress_timeout_s),
-        .sent_index = c->sent_index,
-        .recv_index = c->recv_index,
+        .sent_index = c->tp.sent_index,
+        .recv_index = c->tp.recv_index,
     };
-    memset(c->sent_index, 0, sizeof *c->sent_index * (size_t)c->size);
-    memset(c->recv_index, 0, sizeof *c->recv_index * (size_t)c->size);
+    memset(c->tp.sent_index, 0, sizeof *c->tp.sent_index * (size_t)c->size);
+    memset(c->tp.recv_index, 0, sizeof *c->tp.recv_index * (size_t)c->size);
     dt_status st = w->staged ? comm_staging_run(&o) : comm_algo_run(&o);
     if (st != DT_OK) {
         /* Peers may be waiting on us mid-op: a local failure fails the job. */

@@ -64,7 +64,7 @@ static bool record_failure(dt_comm *c, dt_status st, const char *fmt, va_list ap
         if (n > 0 && (size_t)n < sizeof c->error)
             append_context(c, c->error + n, sizeof c->error - (size_t)n);
     }
-    c->want_fail = true;
+    c->tp.want_fail = true;
     pthread_cond_broadcast(&c->cv_api);
     /* The gloo wire: the op waiting there returns now, not at its timeout
      * (c->gloo is set before init_done, which mu publishes, and is cleared
@@ -158,15 +158,15 @@ void comm_fail_member(dt_comm *c, dt_status st, const char *fmt, ...)
 
 bool comm_fail_deferred_locked(dt_comm *c)
 {
-    if (!c->fail_deferred)
+    if (!c->tp.fail_deferred)
         return false;
-    c->fail_deferred = false;
+    c->tp.fail_deferred = false;
     if (c->failed)
         return false;
     c->failed = true;
-    c->fail_status = c->deferred_status;
-    snprintf(c->error, sizeof c->error, "%s", c->deferred_error);
-    c->want_fail = true;
+    c->fail_status = c->tp.deferred_status;
+    snprintf(c->error, sizeof c->error, "%s", c->tp.deferred_error);
+    c->tp.want_fail = true;
     pthread_cond_broadcast(&c->cv_api);
     return true;
 }
@@ -177,6 +177,18 @@ void comm_fail_deferred(dt_comm *c)
     if (comm_fail_deferred_locked(c))
         comm_wake_thread(c);
     pthread_mutex_unlock(&c->mu);
+}
+
+bool comm_fail_in_op_locked(const dt_comm *c)
+{
+    return c->in_op;
+}
+
+dt_status comm_fail_status_locked(const dt_comm *c, char *why, size_t n)
+{
+    if (n > 0)
+        snprintf(why, n, "%s", c->failed ? c->error : "");
+    return c->failed ? c->fail_status : DT_OK;
 }
 
 uint64_t comm_fail_first_unfinished_locked(const dt_comm *c)

@@ -72,13 +72,13 @@ bool comm_family_who(const dt_comm *c, char *out, size_t n)
     return true;
 }
 
-void comm_family_label_peer(dt_conn *cn)
+void comm_family_label_peer(dt_comm *c, int peer, char *addr, size_t n)
 {
-    const dt_group *g = comm_family_get(cn->comm);
+    const dt_group *g = comm_family_get(c);
     if (!g || !g->world_ranks)
         return;
-    size_t len = strlen(cn->addr);
-    snprintf(cn->addr + len, sizeof cn->addr - len, ", world rank %d", g->world_ranks[cn->peer]);
+    size_t len = strlen(addr);
+    snprintf(addr + len, n - len, ", world rank %d", g->world_ranks[peer]);
 }
 
 void comm_family_detach(dt_comm *c)

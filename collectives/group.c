@@ -98,8 +98,8 @@ static dt_status child_create(dt_comm *parent, unsigned split, int color, const 
         comm_fail(c, st, "rank %d: out of memory", c->rank);
     if (st != DT_OK)
         return st;
-    crypto_generichash(c->key, sizeof c->key, (const uint8_t *)job_id, strlen(job_id), parent->key,
-                       sizeof parent->key);
+    crypto_generichash(c->tp.key, sizeof c->tp.key, (const uint8_t *)job_id, strlen(job_id),
+                       parent->tp.key, sizeof parent->tp.key);
     return comm_thread_start(c);
 }
 
@@ -118,10 +118,10 @@ static dt_status child_connect(dt_comm *c, const listen_entry *where, const int 
         }
         char host[sizeof e->host];
         snprintf(host, sizeof host, "%s", e->host);
-        snprintf(c->peer_addr[i], sizeof c->peer_addr[i], "%.24s:%d, world rank %d", host,
+        snprintf(c->tp.peer_addr[i], sizeof c->tp.peer_addr[i], "%.24s:%d, world rank %d", host,
                  (int)e->port, g->world_ranks[i]);
-        if (uv_ip4_addr(host, e->port, (struct sockaddr_in *)&c->dial[i]) != 0 &&
-            uv_ip6_addr(host, e->port, (struct sockaddr_in6 *)&c->dial[i]) != 0) {
+        if (uv_ip4_addr(host, e->port, (struct sockaddr_in *)&c->tp.dial[i]) != 0 &&
+            uv_ip6_addr(host, e->port, (struct sockaddr_in6 *)&c->tp.dial[i]) != 0) {
             comm_fail_member(c, DT_EPROTO,
                              "rank %d: rank %d (world rank %d) listens on an "
                              "unusable address '%s'",
@@ -165,7 +165,7 @@ static dt_status split_run(dt_comm *parent, unsigned split, split_entry me, spli
         made = child_create(parent, split, me.color, members, n, my, &c);
         if (made == DT_OK) {
             mine.ready = 1;
-            mine.port = c->port;
+            mine.port = c->tp.port;
             snprintf(mine.host, sizeof mine.host, "%s", c->host);
         }
     }

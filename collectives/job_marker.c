@@ -40,7 +40,7 @@ static void fingerprint(const dt_comm *c, char *hex)
 {
     static const uint8_t context[] = "dtrain job marker fingerprint";
     uint8_t h[FINGERPRINT_BYTES];
-    crypto_generichash(h, sizeof h, c->key, sizeof c->key, context, sizeof context - 1);
+    crypto_generichash(h, sizeof h, c->tp.key, sizeof c->tp.key, context, sizeof context - 1);
     sodium_bin2hex(hex, 2 * FINGERPRINT_BYTES + 1, h, sizeof h);
 }
 

@@ -71,7 +71,7 @@ static void prepare(dt_comm *c, dt_work *w, const dt_op *op)
     if (op->kind != DT_OP_BROADCAST && op->kind != DT_OP_REDUCE && op->kind != DT_OP_GATHER &&
         op->kind != DT_OP_SCATTER)
         w->op.root = -1;
-    w->staged = comm_staging_wants(c, op);
+    w->staged = comm_staging_wants(&c->stager, op);
 }
 
 /* Appends w to the executor's queue; unlocks mu (held on entry). */
@@ -97,7 +97,7 @@ dt_status dt_submit(dt_comm *c, const dt_op *op, dt_work **work)
         return DT_ENOMEM;
     prepare(c, w, op);
     if (w->staged && (op->kind == DT_OP_SEND || op->kind == DT_OP_RECV) &&
-        (st = comm_staging_p2p_begin(c, w)) != DT_OK) {
+        (st = comm_staging_p2p_begin(&c->stager, &w->op, &w->staged, &w->p2p_device)) != DT_OK) {
         free(w);
         return st;
     }
@@ -135,8 +135,8 @@ static void p2p_timed_out(dt_comm *c, dt_work *w)
         comm_fail(c, DT_ETIMEDOUT,
                   "rank %d: send #%llu with tag %u to rank %d (%s) timed out after %.1f s (%s): "
                   "rank %d never posted the matching receive",
-                  c->rank, (unsigned long long)w->seq, op->tag, op->peer, c->peer_addr[op->peer], t,
-                  limit, op->peer);
+                  c->rank, (unsigned long long)w->seq, op->tag, op->peer, c->tp.peer_addr[op->peer],
+                  t, limit, op->peer);
     else if (op->peer == DT_ANY_SOURCE)
         comm_fail(c, DT_ETIMEDOUT,
                   "rank %d: recv #%llu with tag %u from any rank timed out after %.1f s (%s): "
@@ -146,8 +146,8 @@ static void p2p_timed_out(dt_comm *c, dt_work *w)
         comm_fail(c, DT_ETIMEDOUT,
                   "rank %d: recv #%llu with tag %u from rank %d (%s) timed out after %.1f s "
                   "(%s): rank %d never sent it",
-                  c->rank, (unsigned long long)w->seq, op->tag, op->peer, c->peer_addr[op->peer], t,
-                  limit, op->peer);
+                  c->rank, (unsigned long long)w->seq, op->tag, op->peer, c->tp.peer_addr[op->peer],
+                  t, limit, op->peer);
 }
 
 dt_status dt_work_wait(dt_work *w)
@@ -172,7 +172,7 @@ dt_status dt_work_wait(dt_work *w)
     pthread_mutex_unlock(&c->mu);
     if (w->op.kind == DT_OP_RECV && w->op.source)
         *w->op.source = w->xfer.source;
-    st = comm_staging_p2p_end(w, st);
+    st = comm_staging_p2p_end(&c->stager, &w->op, w->staged, w->p2p_device, st);
     free(w);
     return st;
 }

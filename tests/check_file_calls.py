@@ -24,7 +24,15 @@ in that room (the top folder's headers are the layer's API, declaring
 every room's functions) (a declaration in base/dt_status.h whose body sits in dtypes/
 makes every includer of the one depend, unseen, on the other).
 
-Prints TAP: one test, or four with --rooms.
+And a fifth, read from the sources: includes run one way, as calls do. No
+file of a room includes a header of the top folder other than its public
+ones (dt_*.h): a room that included the communicator's own header
+(comm_internal.h) could reach into its struct, and the floors would hold
+for calls only. Nor do the rooms include each other's headers around a
+loop. A header is found by its name, as the compiler finds it (every
+folder of the layer is on its include path).
+
+Prints TAP: one test, or five with --rooms.
 """
 import glob
 import os
@@ -87,6 +95,62 @@ def check_homes(layer, archive, rooms, top):
     for header, fn, source in away:
         print(f"#   {fn}: declared in {header}, defined in {source}")
     print("# move the definition beside its declaration (or the declaration beside it)")
+    return 1
+
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+
+
+def includes(top):
+    """[(room, source path, room of the header, header name)] for every
+    #include "..." of a header the layer's folders hold."""
+    home, found = {}, []
+    for folder, _, names in os.walk(top):
+        rel = os.path.relpath(folder, top)
+        for name in names:
+            if name.endswith((".h", ".cuh")):
+                home[name] = "." if rel == "." else rel.split(os.sep)[0]
+    for folder, _, names in sorted(os.walk(top)):
+        rel = os.path.relpath(folder, top)
+        room = "." if rel == "." else rel.split(os.sep)[0]
+        for name in sorted(names):
+            if not name.endswith((".c", ".h", ".cu", ".cuh", ".cc")):
+                continue
+            path = os.path.join(folder, name)
+            for line in open(path, encoding="utf-8", errors="replace"):
+                m = INCLUDE.match(line)
+                header = m and os.path.basename(m.group(1))
+                if header in home:
+                    found.append((room, os.path.relpath(path, top), home[header], header))
+    return found
+
+
+def check_includes(layer, top):
+    """Test 5: no room includes the top folder's private headers, and the
+    rooms' includes form no loop."""
+    found = includes(top)
+    up = [(src, h) for room, src, hroom, h in found
+          if room != "." and hroom == "." and not h.startswith("dt_")]
+    graph = {}
+    for room, src, hroom, h in found:
+        if room != "." and hroom not in (".", room):
+            graph.setdefault(room, set()).add(hroom)
+            graph.setdefault(hroom, set())
+    bad = loops(graph)
+    if not up and not bad:
+        print(f"ok 5 - {layer}: includes run one way: no room includes the top folder's "
+              f"own headers, the rooms' includes form no loop")
+        return 0
+    print(f"not ok 5 - {layer}: includes that run up or around:")
+    for src, h in up:
+        print(f"#   {src} includes {h}, a header of the top folder's own")
+    for comp in bad:
+        for r in comp:
+            for src, h in sorted((src, h) for room, src, hroom, h in found
+                                 if room == r and hroom in comp and hroom != r):
+                print(f"#   {src} includes {h} (rooms {', '.join(comp)} around a loop)")
+    print("# give the room a state of its own and hand it what it needs (plain fields, "
+          "a table of functions), as the transport's dt_transport does")
     return 1
 
 
@@ -275,11 +339,12 @@ def main():
         print("1..1")
         return check_files(1, layer, graph, pending, os.path.basename)
     rooms = rooms_of(top, archive, graph)
-    print("1..4")
+    print("1..5")
     rc = check_files(1, layer, graph, pending,
                      lambda o: rooms[o][1] if o in rooms else os.path.basename(o))
     rc |= check_rooms(layer, graph, rooms, top)
-    return check_homes(layer, archive, rooms, top) | rc
+    rc |= check_homes(layer, archive, rooms, top)
+    return check_includes(layer, top) | rc
 
 
 if __name__ == "__main__":

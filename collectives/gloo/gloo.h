@@ -190,6 +190,13 @@ typedef struct gloo_config {
     void *note_arg;
 } gloo_config;
 
+/* ---- peer_name.c: a connection's far end, for messages -------------------- */
+/* "ip:port" of tcp's peer, or "?" if the socket cannot say. */
+void comm_gloo_tcp_name(const uv_tcp_t *tcp, char *out, size_t n);
+/* "ip:port" of peer's end of its connection (the one held, while it is
+ * unproven and alone), or "?". */
+void comm_gloo_peer_name(const gloo_ctx *c, int peer, char *out, size_t n);
+
 /* ---- slot.c: slots, tags and their names ---------------------------------- */
 uint64_t comm_gloo_slot(enum gloo_prefix prefix, uint32_t tag);
 /* "allreduce tag 3" or "send/recv tag 5", into out. */
@@ -267,8 +274,6 @@ void comm_gloo_held_joined(gloo_ctx *c);
 dt_status comm_gloo_pair_listen(gloo_pair *p, const char *host);
 void comm_gloo_pair_address(const gloo_pair *p, uint8_t out[GLOO_ADDRESS_BYTES]);
 dt_status comm_gloo_pair_connect(gloo_pair *p, const uint8_t addr[GLOO_ADDRESS_BYTES]);
-/* "ip:port" of peer's end of its connection, or "?" (for messages). */
-void comm_gloo_peer_name(const gloo_ctx *c, int peer, char *out, size_t n);
 
 /* ---- wait.c: running the loop until a buffer completes -------------------- */
 /* The waker, on the context's new loop (rendezvous.c). */

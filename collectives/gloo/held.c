@@ -73,25 +73,6 @@ static const char *doing(const gloo_ctx *c, char *out, size_t n)
     return out;
 }
 
-static void name_address(gloo_held *k)
-{
-    struct sockaddr_storage sa;
-    int len = sizeof sa;
-    char ip[INET6_ADDRSTRLEN] = "?";
-    int port = 0;
-    snprintf(k->addr, sizeof k->addr, "?");
-    if (uv_tcp_getpeername(&k->tcp, (struct sockaddr *)&sa, &len) != 0)
-        return;
-    if (sa.ss_family == AF_INET) {
-        uv_ip4_name((const struct sockaddr_in *)&sa, ip, sizeof ip);
-        port = ntohs(((const struct sockaddr_in *)&sa)->sin_port);
-    } else if (sa.ss_family == AF_INET6) {
-        uv_ip6_name((const struct sockaddr_in6 *)&sa, ip, sizeof ip);
-        port = ntohs(((const struct sockaddr_in6 *)&sa)->sin6_port);
-    }
-    snprintf(k->addr, sizeof k->addr, "%s:%d", ip, port);
-}
-
 /* k's first message is a notification: k is the peer. */
 static void prove(gloo_held *k)
 {
@@ -220,7 +201,7 @@ void comm_gloo_held_accept(gloo_pair *p)
         comm_gloo_held_drop(k);
         return;
     }
-    name_address(k);
+    comm_gloo_tcp_name(&k->tcp, k->addr, sizeof k->addr);
     comm_gloo_wire_early_replay(p, k); /* what the peer must have read by now */
     if (uv_read_start((uv_stream_t *)&k->tcp, held_alloc, held_read) != 0)
         ended(k, "reading it failed");

@@ -19,7 +19,6 @@
  *
  * Cost: per rank p-1 listening ports and p-1 connections, once.
  */
-#include <stdio.h>
 #include <string.h>
 
 #include "gloo.h"
@@ -79,32 +78,6 @@ dt_status comm_gloo_pair_listen(gloo_pair *p, const char *host)
         return comm_gloo_fail(c, DT_ESYS, "gloo rank %d: cannot listen on %s for peer %d: %s",
                               c->rank, host, p->peer, uv_strerror(rc));
     return DT_OK;
-}
-
-void comm_gloo_peer_name(const gloo_ctx *c, int peer, char *out, size_t n)
-{
-    struct sockaddr_storage sa;
-    int len = sizeof sa;
-    char ip[INET6_ADDRSTRLEN] = "?";
-    int port = 0;
-    const gloo_pair *p = &c->pairs[peer];
-    snprintf(out, n, "?");
-    if (!p->connected && p->nheld == 1) { /* not proven yet, but the only one */
-        for (int i = 0; i < GLOO_HELD_MAX; i++)
-            if (p->held[i].state == GLOO_HELD_READING)
-                snprintf(out, n, "%s", p->held[i].addr);
-        return;
-    }
-    if (!p->tcp_open || !p->conn || uv_tcp_getpeername(p->conn, (struct sockaddr *)&sa, &len) != 0)
-        return;
-    if (sa.ss_family == AF_INET) {
-        uv_ip4_name((const struct sockaddr_in *)&sa, ip, sizeof ip);
-        port = ntohs(((const struct sockaddr_in *)&sa)->sin_port);
-    } else if (sa.ss_family == AF_INET6) {
-        uv_ip6_name((const struct sockaddr_in6 *)&sa, ip, sizeof ip);
-        port = ntohs(((const struct sockaddr_in6 *)&sa)->sin6_port);
-    }
-    snprintf(out, n, "%s:%d", ip, port);
 }
 
 /* gloo's comparison: > 0 this side connects, < 0 it accepts, 0 is itself. */

@@ -258,17 +258,6 @@ static dt_status store_open_tcp(dt_store *s, const char *url, double connect_s)
     return st == DT_OK ? DT_OK : comm_store_log_fail(s, st, "%s", err);
 }
 
-char *comm_store_scoped(const dt_store *s, const char *key)
-{
-    size_t n = strlen(key);
-    char *k = malloc(s->prefix_len + n + 1);
-    if (k) {
-        memcpy(k, s->prefix, s->prefix_len);
-        memcpy(k + s->prefix_len, key, n + 1);
-    }
-    return k;
-}
-
 /* Joins the live holders of the file, then reads what they wrote so far. */
 static dt_status store_open_file(dt_store *s)
 {
@@ -300,23 +289,18 @@ dt_status dt_store_open_within(dt_store **out, const char *url, const char *job_
 {
     if (!out)
         return DT_EINVAL;
-    const char *job = job_id ? job_id : "dtrain";
     dt_store *s = calloc(1, sizeof *s);
     *out = NULL;
     if (!s)
         return DT_ENOMEM;
     s->fd = -1;
     s->url = strdup(url ? url : "(null)");
-    s->job_id = strdup(job);
-    s->prefix_len = strlen(job) + 1;
-    s->prefix = malloc(s->prefix_len + 1);
-    if (!s->url || !s->job_id || !s->prefix) {
+    if (!comm_store_scope_set(s, job_id) || !s->url) {
         dt_store_close(s);
         return DT_ENOMEM;
     }
-    snprintf(s->prefix, s->prefix_len + 1, "%s/", job);
     *out = s;
-    dt_status st = check_url_and_job(s, url, job);
+    dt_status st = check_url_and_job(s, url, s->job_id);
     if (st == DT_OK)
         st = is_tcp_url(url) ? store_open_tcp(s, url, connect_s) : store_open_file(s);
     s->healthy = st == DT_OK;
@@ -434,17 +418,11 @@ static void list_missing(const dt_store *s, const char *const *keys, int n, char
 static dt_status wait_tcp(dt_store *s, const char *op, const char *const *keys, int n,
                           double timeout_s)
 {
-    char **k = calloc((size_t)n + 1, sizeof *k), err[STORE_ERR_LEN];
-    dt_status st = k ? DT_OK : DT_ENOMEM;
-    for (int i = 0; i < n && st == DT_OK; i++)
-        if (!(k[i] = comm_store_scoped(s, keys[i])))
-            st = DT_ENOMEM;
-    if (st == DT_OK)
-        st = comm_tcp_client_wait(s->tcp, (const char *const *)k, n, s->prefix_len, timeout_s, op,
-                                  err, sizeof err);
-    for (int i = 0; k && i < n; i++)
-        free(k[i]);
-    free(k);
+    char **k = comm_store_scoped_keys(s, keys, n), err[STORE_ERR_LEN];
+    dt_status st = k ? comm_tcp_client_wait(s->tcp, (const char *const *)k, n, s->prefix_len,
+                                            timeout_s, op, err, sizeof err)
+                     : DT_ENOMEM;
+    comm_store_scoped_free(k, n);
     if (st == DT_ENOMEM)
         snprintf(err, sizeof err, "%s: out of memory", op);
     return st == DT_OK ? DT_OK : comm_store_log_fail(s, st, "%s", err);

@@ -74,9 +74,16 @@ __attribute__((format(printf, 2, 3))) dt_status comm_store_log_corrupt(dt_store 
 
 dt_status comm_store_flock(dt_store *s, int op); /* flock(op), retried on EINTR */
 /* store.c: DT_OK if s is usable for `op` on `key` (else the reason in its
- * message); "<job>/<key>", malloc'd, for a TCP store's keys (NULL on ENOMEM). */
+ * message). */
 dt_status comm_store_check_usable(dt_store *s, const char *op, const char *key);
+/* store_scope.c: the handle's job id (NULL: "dtrain") and key prefix,
+ * false on ENOMEM; "<job>/<key>", malloc'd, for a shared store's keys
+ * (NULL on ENOMEM); the scoped forms of keys[0..n) (NULL on ENOMEM), freed
+ * with comm_store_scoped_free. */
+bool comm_store_scope_set(dt_store *s, const char *job_id);
 char *comm_store_scoped(const dt_store *s, const char *key);
+char **comm_store_scoped_keys(const dt_store *s, const char *const *keys, int n);
+void comm_store_scoped_free(char **k, int n);
 /* The server a "tcp://HOST:PORT" or "env://" (MASTER_ADDR, MASTER_PORT) URL
  * names, split into host and port. NULL, or why there is none: not such a
  * URL, the variable env:// lacks, or not HOST:PORT. */

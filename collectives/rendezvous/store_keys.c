@@ -47,16 +47,10 @@ dt_status dt_store_check(dt_store *s, const char *const *keys, int n, bool *all)
     if (s->ops)
         return comm_store_ops_check(s, keys, n, all);
     if (s->tcp) {
-        char **k = calloc((size_t)n + 1, sizeof *k), err[STORE_ERR_LEN] = "out of memory";
-        st = k ? DT_OK : DT_ENOMEM;
-        for (int i = 0; i < n && st == DT_OK; i++)
-            if (!(k[i] = comm_store_scoped(s, keys[i])))
-                st = DT_ENOMEM;
-        if (st == DT_OK)
-            st = comm_tcp_client_check(s->tcp, (const char *const *)k, n, all, err, sizeof err);
-        for (int i = 0; k && i < n; i++)
-            free(k[i]);
-        free(k);
+        char **k = comm_store_scoped_keys(s, keys, n), err[STORE_ERR_LEN] = "out of memory";
+        st = k ? comm_tcp_client_check(s->tcp, (const char *const *)k, n, all, err, sizeof err)
+               : DT_ENOMEM;
+        comm_store_scoped_free(k, n);
         return tcp_done(s, st, err);
     }
     if ((st = lock_and_replay(s, LOCK_SH)) != DT_OK)

@@ -8,12 +8,11 @@
  * — can put it behind the same handle: dt_store_open_ops takes a table of
  * functions (dt_store_ops, dt_comm.h), and each dt_store_* call on the
  * handle becomes one call of the table, with the key scoped by the job id
- * as a tcp:// store's are. Nothing is cached or retried here: timeouts,
+ * as a tcp:// store's are (store_scope.c). Nothing is cached or retried here: timeouts,
  * waiting and atomicity are the caller's store's. The cost is one call per
  * operation; the invariant is that the table is only called with checked
  * arguments (store.c and store_keys.c check them before dispatching here).
  */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,23 +23,18 @@ dt_status dt_store_open_ops(dt_store **out, const dt_store_ops *ops, void *user,
 {
     if (!out)
         return DT_EINVAL;
-    const char *job = job_id ? job_id : "dtrain";
     dt_store *s = calloc(1, sizeof *s);
     *out = s;
     if (!s)
         return DT_ENOMEM;
     s->fd = -1;
     s->url = strdup(name ? name : "caller's store");
-    s->job_id = strdup(job);
-    s->prefix_len = strlen(job) + 1;
-    s->prefix = malloc(s->prefix_len + 1);
     s->ops = malloc(sizeof *s->ops);
-    if (!s->url || !s->job_id || !s->prefix || !s->ops) {
+    if (!comm_store_scope_set(s, job_id) || !s->url || !s->ops) {
         free(s->url), free(s->job_id), free(s->prefix), free(s->ops), free(s);
         *out = NULL;
         return DT_ENOMEM;
     }
-    snprintf(s->prefix, s->prefix_len + 1, "%s/", job);
     s->ops_user = user;
     if (!ops || !ops->set || !ops->get || !ops->wait || !ops->check || !ops->add ||
         !ops->compare_set)
@@ -52,49 +46,15 @@ dt_status dt_store_open_ops(dt_store **out, const dt_store_ops *ops, void *user,
     return DT_OK;
 }
 
-/* "<job>/<key>", malloc'd (NULL on ENOMEM): store.c's comm_store_scoped,
- * which this file may not call (store.c calls this one). */
-static char *scoped(const dt_store *s, const char *key)
-{
-    size_t n = strlen(key);
-    char *k = malloc(s->prefix_len + n + 1);
-    if (k) {
-        memcpy(k, s->prefix, s->prefix_len);
-        memcpy(k + s->prefix_len, key, n + 1);
-    }
-    return k;
-}
-
 /* The caller's failure, in the handle's message. */
 static dt_status done(dt_store *s, dt_status st, const char *err)
 {
     return st == DT_OK ? DT_OK : comm_store_log_fail(s, st, "%s", err);
 }
 
-/* The scoped forms of keys[0..n); NULL on ENOMEM. Free with free_keys. */
-static char **scoped_keys(const dt_store *s, const char *const *keys, int n)
-{
-    char **k = calloc((size_t)n + 1, sizeof *k);
-    for (int i = 0; k && i < n; i++)
-        if (!(k[i] = scoped(s, keys[i]))) {
-            for (int j = 0; j < i; j++)
-                free(k[j]);
-            free(k);
-            return NULL;
-        }
-    return k;
-}
-
-static void free_keys(char **k, int n)
-{
-    for (int i = 0; k && i < n; i++)
-        free(k[i]);
-    free(k);
-}
-
 dt_status comm_store_ops_set(dt_store *s, const char *key, const void *val, size_t len)
 {
-    char *k = scoped(s, key), err[STORE_ERR_LEN] = "set: out of memory";
+    char *k = comm_store_scoped(s, key), err[STORE_ERR_LEN] = "set: out of memory";
     dt_status st = k ? s->ops->set(s->ops_user, k, val, len, err, sizeof err) : DT_ENOMEM;
     free(k);
     return done(s, st, err);
@@ -103,7 +63,7 @@ dt_status comm_store_ops_set(dt_store *s, const char *key, const void *val, size
 dt_status comm_store_ops_get(dt_store *s, const char *key, void **val, size_t *len,
                              double timeout_s)
 {
-    char *k = scoped(s, key), err[STORE_ERR_LEN] = "get: out of memory";
+    char *k = comm_store_scoped(s, key), err[STORE_ERR_LEN] = "get: out of memory";
     dt_status st = k ? s->ops->get(s->ops_user, k, timeout_s, val, len, err, sizeof err)
                      : DT_ENOMEM;
     free(k);
@@ -112,26 +72,26 @@ dt_status comm_store_ops_get(dt_store *s, const char *key, void **val, size_t *l
 
 dt_status comm_store_ops_wait(dt_store *s, const char *const *keys, int n, double timeout_s)
 {
-    char **k = scoped_keys(s, keys, n), err[STORE_ERR_LEN] = "wait: out of memory";
+    char **k = comm_store_scoped_keys(s, keys, n), err[STORE_ERR_LEN] = "wait: out of memory";
     dt_status st = k ? s->ops->wait(s->ops_user, (const char *const *)k, n, timeout_s, err,
                                     sizeof err)
                      : DT_ENOMEM;
-    free_keys(k, n);
+    comm_store_scoped_free(k, n);
     return done(s, st, err);
 }
 
 dt_status comm_store_ops_check(dt_store *s, const char *const *keys, int n, bool *all)
 {
-    char **k = scoped_keys(s, keys, n), err[STORE_ERR_LEN] = "check: out of memory";
+    char **k = comm_store_scoped_keys(s, keys, n), err[STORE_ERR_LEN] = "check: out of memory";
     dt_status st = k ? s->ops->check(s->ops_user, (const char *const *)k, n, all, err, sizeof err)
                      : DT_ENOMEM;
-    free_keys(k, n);
+    comm_store_scoped_free(k, n);
     return done(s, st, err);
 }
 
 dt_status comm_store_ops_add(dt_store *s, const char *key, int64_t delta, int64_t *result)
 {
-    char *k = scoped(s, key), err[STORE_ERR_LEN] = "add: out of memory";
+    char *k = comm_store_scoped(s, key), err[STORE_ERR_LEN] = "add: out of memory";
     int64_t r = 0;
     dt_status st = k ? s->ops->add(s->ops_user, k, delta, &r, err, sizeof err) : DT_ENOMEM;
     free(k);
@@ -144,7 +104,7 @@ dt_status comm_store_ops_compare_set(dt_store *s, const char *key, const void *e
                                      size_t elen, const void *desired, size_t dlen, void **now,
                                      size_t *nlen)
 {
-    char *k = scoped(s, key), err[STORE_ERR_LEN] = "compare_set: out of memory";
+    char *k = comm_store_scoped(s, key), err[STORE_ERR_LEN] = "compare_set: out of memory";
     void *v = NULL;
     size_t vn = 0;
     dt_status st = k ? s->ops->compare_set(s->ops_user, k, expected, elen, desired, dlen, &v, &vn,
@@ -164,7 +124,7 @@ dt_status comm_store_ops_delete(dt_store *s, const char *key, bool *deleted)
 {
     if (!s->ops->delete_key)
         return comm_store_log_fail(s, DT_EINVAL, "delete '%s': this store cannot delete", key);
-    char *k = scoped(s, key), err[STORE_ERR_LEN] = "delete: out of memory";
+    char *k = comm_store_scoped(s, key), err[STORE_ERR_LEN] = "delete: out of memory";
     bool was = false;
     dt_status st = k ? s->ops->delete_key(s->ops_user, k, &was, err, sizeof err) : DT_ENOMEM;
     free(k);

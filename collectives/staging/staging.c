@@ -95,10 +95,10 @@ static size_t sum_counts(const dt_op *op, int p)
 }
 
 /* Fill b[0] (send) and b[1] (recv): bytes and direction, host pointers. */
-static void describe(const dt_comm *c, const dt_op *op, stage_buf b[2])
+static void describe(const dt_stager *sg, const dt_op *op, stage_buf b[2])
 {
-    const size_t e = dt_dtype_size(op->dtype), n = op->count * e, p = (size_t)c->size;
-    const bool root = op->root == c->rank;
+    const size_t e = dt_dtype_size(op->dtype), n = op->count * e, p = (size_t)sg->size;
+    const bool root = op->root == sg->rank;
     memset(b, 0, 2 * sizeof *b);
     b[0].host = (char *)op->send;
     b[1].host = op->recv;
@@ -120,9 +120,9 @@ static void describe(const dt_comm *c, const dt_op *op, stage_buf b[2])
         b[1].out = true;
         break;
     case DT_OP_ALLGATHERV:
-        b[0].bytes = op->counts[c->rank] * e;
+        b[0].bytes = op->counts[sg->rank] * e;
         b[0].in = true;
-        b[1].bytes = sum_counts(op, c->size) * e;
+        b[1].bytes = sum_counts(op, sg->size) * e;
         b[1].out = true;
         break;
     case DT_OP_BROADCAST:
@@ -158,28 +158,28 @@ static void describe(const dt_comm *c, const dt_op *op, stage_buf b[2])
             b[i] = (stage_buf){0};
 }
 
-bool comm_staging_wants(dt_comm *c, const dt_op *op)
+bool comm_staging_wants(const dt_stager *sg, const dt_op *op)
 {
-    if (!c->device || op->kind == DT_OP_BARRIER)
+    if (!sg->device || op->kind == DT_OP_BARRIER)
         return false;
-    return dt_device_owns(c->device, op->send) || dt_device_owns(c->device, op->recv);
+    return dt_device_owns(sg->device, op->send) || dt_device_owns(sg->device, op->recv);
 }
 
 /* ---- the per-communicator state ----------------------------------------------- */
 
-static dt_status staging_get(dt_comm *c, staging **out)
+static dt_status staging_get(dt_stager *sg, staging **out)
 {
-    if (!c->staging) {
+    if (!sg->staging) {
         staging *s = calloc(1, sizeof *s);
         if (!s)
             return DT_ENOMEM;
-        s->dev = c->device;
-        c->staging = s;
+        s->dev = sg->device;
+        sg->staging = s;
         if (dt_device_stream_create(s->dev, &s->stream) != DT_OK ||
             dt_device_event_create(s->dev, &s->done) != DT_OK)
-            return comm_staging_pieces_fail(c, DT_ESYS, "cannot create the copy stream");
+            return comm_staging_pieces_fail(sg, DT_ESYS, "cannot create the copy stream");
     }
-    *out = c->staging;
+    *out = sg->staging;
     return DT_OK;
 }
 
@@ -196,7 +196,7 @@ static void arena_free(staging *s)
 /* At least `bytes` of host memory: pinned if the device gives it, else
  * pageable with a warning (copies from pageable memory are about half as
  * fast and not asynchronous on CUDA). */
-static dt_status arena_reserve(dt_comm *c, staging *s, size_t bytes)
+static dt_status arena_reserve(dt_stager *sg, staging *s, size_t bytes)
 {
     if (bytes <= s->cap)
         return DT_OK;
@@ -206,10 +206,10 @@ static dt_status arena_reserve(dt_comm *c, staging *s, size_t bytes)
     if (dt_device_pinned_alloc(s->dev, &p, want) == DT_OK) {
         s->pinned = true;
     } else {
-        c->report->log(c,
-                       "rank %d: warning: %s: no pinned host memory for staging (%s); using "
-                       "pageable memory, copies will be slower",
-                       c->rank, dt_device_name(s->dev), dt_device_error(s->dev));
+        sg->report->log(sg->owner,
+                        "rank %d: warning: %s: no pinned host memory for staging (%s); using "
+                        "pageable memory, copies will be slower",
+                        sg->rank, dt_device_name(s->dev), dt_device_error(s->dev));
         s->pinned = false;
         p = malloc(want);
         if (!p)
@@ -220,7 +220,7 @@ static dt_status arena_reserve(dt_comm *c, staging *s, size_t bytes)
     return DT_OK;
 }
 
-static dt_status pieces_reserve(dt_comm *c, staging *s, size_t n)
+static dt_status pieces_reserve(dt_stager *sg, staging *s, size_t n)
 {
     if (n <= s->cap_pieces)
         return DT_OK;
@@ -236,17 +236,17 @@ static dt_status pieces_reserve(dt_comm *c, staging *s, size_t n)
         s->events[i] = NULL;
         if (dt_device_event_create(s->dev, &s->events[i]) != DT_OK) {
             s->cap_pieces = i;
-            return comm_staging_pieces_fail(c, DT_ESYS, "cannot create an event");
+            return comm_staging_pieces_fail(sg, DT_ESYS, "cannot create an event");
         }
     }
     s->cap_pieces = n;
     return DT_OK;
 }
 
-void comm_staging_destroy(dt_comm *c)
+void comm_staging_destroy(dt_stager *sg)
 {
-    comm_staging_p2p_destroy(c);
-    staging *s = c->staging;
+    comm_staging_p2p_destroy(sg);
+    staging *s = sg->staging;
     if (!s)
         return;
     arena_free(s);
@@ -257,7 +257,7 @@ void comm_staging_destroy(dt_comm *c)
     dt_device_event_destroy(s->dev, s->done);
     dt_device_stream_destroy(s->dev, s->stream);
     free(s);
-    c->staging = NULL;
+    sg->staging = NULL;
 }
 
 /* ---- one op ------------------------------------------------------------------------ */
@@ -265,7 +265,7 @@ void comm_staging_destroy(dt_comm *c)
 /* Give each device buffer its host view: a place in the arena, or, when it
  * lies inside the other buffer (an in-place op), the same place in that
  * buffer's view. */
-static dt_status layout(dt_comm *c, stage_op *so)
+static dt_status layout(dt_stager *sg, stage_op *so)
 {
     stage_buf *b = so->b;
     bool alias[2] = {false, false};
@@ -280,7 +280,7 @@ static dt_status layout(dt_comm *c, stage_op *so)
             at[i] = need;
             need += round_up(b[i].bytes, ARENA_ALIGN);
         }
-    dt_status st = arena_reserve(c, so->s, need);
+    dt_status st = arena_reserve(sg, so->s, need);
     if (st != DT_OK)
         return st;
     for (int i = 0; i < 2; i++)
@@ -304,7 +304,7 @@ static dt_status issue_range(stage_op *so, stage_buf *b, size_t lo, size_t hi)
         size_t len = b->bytes - off < STAGE_PIECE_BYTES ? b->bytes - off : STAGE_PIECE_BYTES;
         if (dt_device_copy_d2h(s->dev, b->host + off, b->dev + off, len, s->stream) != DT_OK ||
             dt_device_event_record(s->dev, s->events[b->piece0 + i], s->stream) != DT_OK)
-            return comm_staging_pieces_fail(so->comm, DT_ESYS, "copying the input to the host");
+            return comm_staging_pieces_fail(so->stager, DT_ESYS, "copying the input to the host");
         s->piece[b->piece0 + i] = PIECE_ISSUED;
     }
     return DT_OK;
@@ -324,7 +324,7 @@ static dt_status issue_inputs(stage_op *so, const dt_op *op, int rank, int p)
         if (so->b[i].dev && so->b[i].in)
             npieces += round_up(so->b[i].bytes, STAGE_PIECE_BYTES) / STAGE_PIECE_BYTES;
     }
-    dt_status st = pieces_reserve(so->comm, so->s, npieces);
+    dt_status st = pieces_reserve(so->stager, so->s, npieces);
     if (st != DT_OK)
         return st;
     memset(so->s->piece, PIECE_IDLE, npieces);
@@ -370,9 +370,9 @@ static dt_status finish(stage_op *so, dt_status st)
     stage_buf *b = &so->b[1];
     if (st == DT_OK && so->err == DT_OK && b->dev && b->out && so->out_staged != b->bytes &&
         dt_device_copy_h2d(s->dev, b->dev, b->host, b->bytes, s->stream) != DT_OK)
-        so->err = comm_staging_pieces_fail(so->comm, DT_ESYS, "copying the result to the device");
+        so->err = comm_staging_pieces_fail(so->stager, DT_ESYS, "copying the result to the device");
     if (dt_device_event_record(s->dev, s->done, s->stream) != DT_OK)
-        return comm_staging_pieces_fail(so->comm, DT_ESYS, "waiting for the copies of this op");
+        return comm_staging_pieces_fail(so->stager, DT_ESYS, "waiting for the copies of this op");
     dt_status waited = comm_staging_pieces_wait(so, s->done, "the copies of this op");
     if (waited != DT_OK)
         return waited;
@@ -387,19 +387,20 @@ static const stage_hooks hooks = {
 
 dt_status comm_staging_run(dt_opctx *o)
 {
-    dt_comm *c = o->comm;
+    dt_stager *sg = o->stager;
     const dt_op *user = o->op;
-    stage_op so = {.comm = c, .o = o};
-    dt_status st = staging_get(c, &so.s);
+    stage_op so = {.stager = sg, .o = o};
+    dt_status st = staging_get(sg, &so.s);
     if (st != DT_OK)
         return st;
-    describe(c, user, so.b);
+    describe(sg, user, so.b);
     for (int i = 0; i < 2; i++)
-        if (so.b[i].host && dt_device_owns(c->device, so.b[i].host))
+        if (so.b[i].host && dt_device_owns(sg->device, so.b[i].host))
             so.b[i].dev = so.b[i].host;
-    if ((st = layout(c, &so)) != DT_OK || (st = issue_inputs(&so, user, c->rank, c->size)) != DT_OK)
+    if ((st = layout(sg, &so)) != DT_OK ||
+        (st = issue_inputs(&so, user, sg->rank, sg->size)) != DT_OK)
         return finish(&so, st);
-    if (!inputs_hooked(user, c->size))
+    if (!inputs_hooked(user, sg->size))
         for (int i = 0; i < 2 && st == DT_OK; i++)
             if (so.b[i].dev && so.b[i].in)
                 st = comm_staging_pieces_sync(&so, &so.b[i], 0, so.b[i].bytes);

@@ -47,29 +47,29 @@ typedef struct p2p_pool {
     bool warned;
 } p2p_pool;
 
-static dt_status p2p_fail(dt_comm *c, dt_status st, const char *what)
+static dt_status p2p_fail(dt_stager *sg, dt_status st, const char *what)
 {
-    c->report->fail(c, st, "rank %d: staging through %s: %s: %s", c->rank,
-                    dt_device_name(c->device), what, dt_device_error(c->device));
+    sg->report->fail(sg->owner, st, "rank %d: staging through %s: %s: %s", sg->rank,
+                     dt_device_name(sg->device), what, dt_device_error(sg->device));
     return st;
 }
 
 /* The pool, made on first use (under mu: any API thread may get here). */
-static p2p_pool *pool_of(dt_comm *c)
+static p2p_pool *pool_of(dt_stager *sg)
 {
-    pthread_mutex_lock(&c->mu);
-    p2p_pool *p = c->p2p_pool;
+    pthread_mutex_lock(sg->mu);
+    p2p_pool *p = sg->p2p_pool;
     if (!p && (p = calloc(1, sizeof *p)) != NULL) {
         pthread_mutex_init(&p->mu, NULL);
-        if (dt_device_stream_create(c->device, &p->stream) != DT_OK) {
+        if (dt_device_stream_create(sg->device, &p->stream) != DT_OK) {
             pthread_mutex_destroy(&p->mu);
             free(p);
             p = NULL;
         } else {
-            c->p2p_pool = p;
+            sg->p2p_pool = p;
         }
     }
-    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(sg->mu);
     return p;
 }
 
@@ -84,38 +84,38 @@ static void buf_free(dt_device *d, p2p_buf *b)
 }
 
 /* A new buffer of at least `bytes`: pinned if possible. */
-static p2p_buf *buf_new(dt_comm *c, p2p_pool *p, size_t bytes)
+static p2p_buf *buf_new(dt_stager *sg, p2p_pool *p, size_t bytes)
 {
     p2p_buf *b = calloc(1, sizeof *b);
     if (!b)
         return NULL;
     for (b->cap = P2P_MIN_BYTES; b->cap < bytes; b->cap *= 2) {}
-    if (dt_device_event_create(c->device, &b->event) != DT_OK) {
+    if (dt_device_event_create(sg->device, &b->event) != DT_OK) {
         free(b);
         return NULL;
     }
-    b->pinned = dt_device_pinned_alloc(c->device, (void **)&b->data, b->cap) == DT_OK;
+    b->pinned = dt_device_pinned_alloc(sg->device, (void **)&b->data, b->cap) == DT_OK;
     if (!b->pinned) {
         pthread_mutex_lock(&p->mu);
         bool warn = !p->warned;
         p->warned = true;
         pthread_mutex_unlock(&p->mu);
         if (warn)
-            c->report->log(c,
-                           "rank %d: warning: %s: no pinned host memory for send/recv (%s); "
-                           "using pageable memory",
-                           c->rank, dt_device_name(c->device), dt_device_error(c->device));
+            sg->report->log(sg->owner,
+                            "rank %d: warning: %s: no pinned host memory for send/recv (%s); "
+                            "using pageable memory",
+                            sg->rank, dt_device_name(sg->device), dt_device_error(sg->device));
         b->data = malloc(b->cap);
     }
     if (!b->data) {
-        buf_free(c->device, b);
+        buf_free(sg->device, b);
         return NULL;
     }
     return b;
 }
 
 /* An idle buffer of at least `bytes` (the smallest), or a new one; busy. */
-static p2p_buf *buf_take(dt_comm *c, p2p_pool *p, size_t bytes)
+static p2p_buf *buf_take(dt_stager *sg, p2p_pool *p, size_t bytes)
 {
     pthread_mutex_lock(&p->mu);
     p2p_buf **best = NULL;
@@ -126,7 +126,7 @@ static p2p_buf *buf_take(dt_comm *c, p2p_pool *p, size_t bytes)
     if (b)
         *best = b->next;
     pthread_mutex_unlock(&p->mu);
-    if (!b && !(b = buf_new(c, p, bytes)))
+    if (!b && !(b = buf_new(sg, p, bytes)))
         return NULL;
     pthread_mutex_lock(&p->mu);
     b->next = p->busy;
@@ -164,11 +164,11 @@ static p2p_buf *buf_busy(p2p_pool *p, const char *data)
 /* One synchronous copy through buffer b, for p2p op `op`: bounded by the
  * op's timeout, so a hung device fails the send or receive instead of
  * hanging it. */
-static dt_status copy_now(dt_comm *c, p2p_pool *p, p2p_buf *b, const dt_op *op, void *dev,
+static dt_status copy_now(dt_stager *sg, p2p_pool *p, p2p_buf *b, const dt_op *op, void *dev,
                           size_t bytes, bool to_host)
 {
-    dt_device *d = c->device;
-    double timeout = op->timeout_s > 0 ? op->timeout_s : c->timeout_s;
+    dt_device *d = sg->device;
+    double timeout = op->timeout_s > 0 ? op->timeout_s : sg->timeout_s;
     const char *what = to_host ? "send: copying to the host" : "recv: copying to the device";
     dt_status st = to_host ? dt_device_copy_d2h(d, b->data, dev, bytes, p->stream)
                            : dt_device_copy_h2d(d, dev, b->data, bytes, p->stream);
@@ -177,32 +177,31 @@ static dt_status copy_now(dt_comm *c, p2p_pool *p, p2p_buf *b, const dt_op *op, 
     if (st == DT_OK)
         st = dt_device_event_wait(d, b->event, dt_now() + timeout);
     if (st == DT_ETIMEDOUT) {
-        c->report->fail(c, st,
-                        "rank %d: %s with rank %d (tag %u): %s: %s did not complete within the "
-                        "op's %.1f s; is the device hung?",
-                        c->rank, dt_op_name(op->kind), op->peer, op->tag, dt_device_name(d), what,
-                        timeout);
+        sg->report->fail(sg->owner, st,
+                         "rank %d: %s with rank %d (tag %u): %s: %s did not complete within the "
+                         "op's %.1f s; is the device hung?",
+                         sg->rank, dt_op_name(op->kind), op->peer, op->tag, dt_device_name(d), what,
+                         timeout);
         return st;
     }
-    return st == DT_OK ? DT_OK : p2p_fail(c, st, what);
+    return st == DT_OK ? DT_OK : p2p_fail(sg, st, what);
 }
 
-dt_status comm_staging_p2p_begin(dt_comm *c, dt_work *w)
+dt_status comm_staging_p2p_begin(dt_stager *sg, dt_op *op, bool *staged, void **device_buf)
 {
-    dt_op *op = &w->op;
     size_t bytes = op->count * dt_dtype_size(op->dtype);
     bool send = op->kind == DT_OP_SEND;
     char *dev = send ? (char *)op->send : op->recv;
-    if (bytes == 0 || !dt_device_owns(c->device, dev)) {
-        w->staged = false;
+    if (bytes == 0 || !dt_device_owns(sg->device, dev)) {
+        *staged = false;
         return DT_OK;
     }
-    p2p_pool *p = pool_of(c);
-    p2p_buf *b = p ? buf_take(c, p, bytes) : NULL;
+    p2p_pool *p = pool_of(sg);
+    p2p_buf *b = p ? buf_take(sg, p, bytes) : NULL;
     if (!b)
         return DT_ENOMEM;
     if (send) {
-        dt_status st = copy_now(c, p, b, op, dev, bytes, true);
+        dt_status st = copy_now(sg, p, b, op, dev, bytes, true);
         if (st != DT_OK) {
             buf_give(p, b);
             return st;
@@ -211,29 +210,28 @@ dt_status comm_staging_p2p_begin(dt_comm *c, dt_work *w)
     } else {
         op->recv = b->data;
     }
-    w->p2p_device = dev;
+    *device_buf = dev;
     return DT_OK;
 }
 
-dt_status comm_staging_p2p_end(dt_work *w, dt_status st)
+dt_status comm_staging_p2p_end(dt_stager *sg, dt_op *op, bool staged, void *device_buf,
+                               dt_status st)
 {
-    dt_op *op = &w->op;
-    if (!w->staged || (op->kind != DT_OP_SEND && op->kind != DT_OP_RECV))
+    if (!staged || (op->kind != DT_OP_SEND && op->kind != DT_OP_RECV))
         return st;
-    dt_comm *c = w->comm;
-    p2p_pool *p = c->p2p_pool; /* made by comm_staging_p2p_begin */
+    p2p_pool *p = sg->p2p_pool; /* made by comm_staging_p2p_begin */
     p2p_buf *b = buf_busy(p, op->kind == DT_OP_SEND ? op->send : op->recv);
     if (!b)
         return st; /* not from the pool: cannot happen */
     if (op->kind == DT_OP_RECV && st == DT_OK)
-        st = copy_now(c, p, b, op, w->p2p_device, op->count * dt_dtype_size(op->dtype), false);
+        st = copy_now(sg, p, b, op, device_buf, op->count * dt_dtype_size(op->dtype), false);
     buf_give(p, b);
     return st;
 }
 
-void comm_staging_p2p_destroy(dt_comm *c)
+void comm_staging_p2p_destroy(dt_stager *sg)
 {
-    p2p_pool *p = c->p2p_pool;
+    p2p_pool *p = sg->p2p_pool;
     if (!p)
         return;
     p2p_buf *lists[2] = {p->idle, p->busy}; /* busy: works never waited */
@@ -241,10 +239,10 @@ void comm_staging_p2p_destroy(dt_comm *c)
         while (lists[i]) {
             p2p_buf *b = lists[i];
             lists[i] = b->next;
-            buf_free(c->device, b);
+            buf_free(sg->device, b);
         }
-    dt_device_stream_destroy(c->device, p->stream);
+    dt_device_stream_destroy(sg->device, p->stream);
     pthread_mutex_destroy(&p->mu);
     free(p);
-    c->p2p_pool = NULL;
+    sg->p2p_pool = NULL;
 }

@@ -13,32 +13,32 @@
  */
 #include "staging_pieces.h"
 
-dt_status comm_staging_pieces_fail(dt_comm *c, dt_status st, const char *what)
+dt_status comm_staging_pieces_fail(dt_stager *sg, dt_status st, const char *what)
 {
-    c->report->fail(c, st, "rank %d: staging through %s: %s: %s", c->rank,
-                    dt_device_name(c->device), what, dt_device_error(c->device));
+    sg->report->fail(sg->owner, st, "rank %d: staging through %s: %s: %s", sg->rank,
+                     dt_device_name(sg->device), what, dt_device_error(sg->device));
     return st;
 }
 
 dt_status comm_staging_pieces_wait(stage_op *so, dt_device_event *e, const char *what)
 {
-    dt_comm *c = so->comm;
+    dt_stager *sg = so->stager;
     const dt_opctx *o = so->o;
     /* A copy is local work: the liveness limit bounds it, as it bounds a
      * silent peer (peers hear no heartbeat from a loop that waits here). */
-    double now = dt_now(), until = now + c->timeout_s;
+    double now = dt_now(), until = now + sg->timeout_s;
     if (o->deadline < until)
         until = o->deadline;
-    dt_status st = dt_device_event_wait(c->device, e, until);
+    dt_status st = dt_device_event_wait(sg->device, e, until);
     if (st == DT_ETIMEDOUT) {
-        c->report->fail(c, DT_ETIMEDOUT,
-                        "rank %d: %s #%llu: %s: %s did not complete within %.1f s; "
-                        "is the device hung?",
-                        c->rank, dt_op_name(o->op->kind), (unsigned long long)o->seq,
-                        dt_device_name(c->device), what, until - now);
+        sg->report->fail(sg->owner, DT_ETIMEDOUT,
+                         "rank %d: %s #%llu: %s: %s did not complete within %.1f s; "
+                         "is the device hung?",
+                         sg->rank, dt_op_name(o->op->kind), (unsigned long long)o->seq,
+                         dt_device_name(sg->device), what, until - now);
         return st;
     }
-    return st == DT_OK ? DT_OK : comm_staging_pieces_fail(c, st, what);
+    return st == DT_OK ? DT_OK : comm_staging_pieces_fail(sg, st, what);
 }
 
 dt_status comm_staging_pieces_sync(stage_op *so, stage_buf *b, size_t lo, size_t hi)
@@ -80,7 +80,7 @@ void comm_staging_pieces_ready(dt_opctx *o, const void *p, size_t n)
         return;
     size_t off = (size_t)(q - b->host);
     if (dt_device_copy_h2d(so->s->dev, b->dev + off, q, n, so->s->stream) != DT_OK)
-        so->err = comm_staging_pieces_fail(so->comm, DT_ESYS, "copying the result to the device");
+        so->err = comm_staging_pieces_fail(so->stager, DT_ESYS, "copying the result to the device");
     else
         so->out_staged += n;
 }

@@ -36,7 +36,7 @@ typedef struct stage_buf {
 } stage_buf;
 
 struct stage_op {
-    dt_comm *comm;
+    dt_stager *stager;
     const dt_opctx *o; /* the op: its kind, sequence number and deadline */
     staging *s;
     stage_buf b[2];    /* send, recv */
@@ -46,7 +46,7 @@ struct stage_op {
 
 /* staging_pieces.c: fail the communicator with the device's message
  * (returns st); wait for the input pieces of b overlapping bytes [lo, hi). */
-dt_status comm_staging_pieces_fail(dt_comm *c, dt_status st, const char *what);
+dt_status comm_staging_pieces_fail(dt_stager *sg, dt_status st, const char *what);
 dt_status comm_staging_pieces_sync(stage_op *so, stage_buf *b, size_t lo, size_t hi);
 /* Waits for e until the op's deadline; fails the communicator with
  * DT_ETIMEDOUT naming the op, the device and `what` if it never completes

@@ -7,7 +7,7 @@
  * A connection is closed once (comm_conn_close): its handle goes through
  * uv_close, and only in the close callback, when the loop can no longer
  * touch it, are the sends a peer refused released, its place in
- * comm->peers or comm->pending cleared and its memory freed. The last
+ * tp->peers or tp->pending cleared and its memory freed. The last
  * handle closed during a shutdown closes the loop's own ticker and wake-up
  * handle, so the loop ends at once rather than at the next tick.
  *
@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <sys/socket.h>
 
-#include "comm_internal.h"
+#include "conn.h"
 
 /* A peer's host that stops answering (its link cut, its machine gone) is
  * declared dead by the kernel within about half the op timeout: keepalive
@@ -40,7 +40,7 @@ void comm_conn_watch_liveness(dt_conn *cn)
     uv_os_fd_t fd;
     if (uv_fileno((uv_handle_t *)&cn->tcp, &fd) != 0)
         return;
-    double half = cn->comm->timeout_s / 2;
+    double half = cn->tp->timeout_s / 2;
     int on = 1, idle = half >= 3 ? (int)(half / 3) : 1, probes = 2;
     unsigned user_ms = (unsigned)(half > 2 ? half * 1000 : 2000);
     setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
@@ -53,11 +53,11 @@ void comm_conn_watch_liveness(dt_conn *cn)
 /* Hand a transfer back to its owner. After this the loop never touches x.
  * A collective transfer's owner is the op running on this very thread; a
  * p2p transfer completes a work handle some API thread may be waiting on. */
-void comm_conn_release_xfer(dt_comm *c, dt_xfer *x, int state)
+void comm_conn_release_xfer(dt_transport *t, dt_xfer *x, int state)
 {
     if (state == XFER_DONE) { /* dt_comm_traffic: a frame written or read whole */
-        atomic_fetch_add_explicit(&c->traffic[x->is_send ? 0 : 1], x->len, memory_order_relaxed);
-        atomic_fetch_add_explicit(&c->traffic[x->is_send ? 2 : 3], 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&t->traffic[x->is_send ? 0 : 1], x->len, memory_order_relaxed);
+        atomic_fetch_add_explicit(&t->traffic[x->is_send ? 2 : 3], 1, memory_order_relaxed);
     }
     if (!x->work) {
         x->state = state;
@@ -65,20 +65,20 @@ void comm_conn_release_xfer(dt_comm *c, dt_xfer *x, int state)
             x->owner->outstanding--;
         return;
     }
-    pthread_mutex_lock(&c->mu);
+    pthread_mutex_lock(t->mu);
     x->state = state;
     dt_status st = DT_OK;
-    if (state != XFER_DONE)
-        st = c->failed ? c->fail_status : DT_EABORTED;
-    comm_wake_work_done(x->work, st);
-    pthread_mutex_unlock(&c->mu);
+    if (state != XFER_DONE && (st = t->report->failure_locked(t->owner, NULL, 0)) == DT_OK)
+        st = DT_EABORTED;
+    t->report->work_done_locked(x->work, st);
+    pthread_mutex_unlock(t->mu);
 }
 
-void comm_conn_release_list(dt_comm *c, dt_xfer *x)
+void comm_conn_release_list(dt_transport *t, dt_xfer *x)
 {
     while (x) {
         dt_xfer *next = x->next;
-        comm_conn_release_xfer(c, x, XFER_FAILED);
+        comm_conn_release_xfer(t, x, XFER_FAILED);
         x = next;
     }
 }
@@ -98,19 +98,19 @@ void comm_conn_stop_reading(dt_conn *cn)
     uv_read_stop((uv_stream_t *)&cn->tcp);
 }
 
-void comm_conn_maybe_finish(dt_comm *c)
+void comm_conn_maybe_finish(dt_transport *t)
 {
-    if (!c->io_shutdown || c->open_handles > 0)
+    if (!t->io_shutdown || t->open_handles > 0)
         return;
-    if (!uv_is_closing((uv_handle_t *)&c->ticker))
-        uv_close((uv_handle_t *)&c->ticker, NULL);
-    if (!uv_is_closing((uv_handle_t *)&c->wake))
-        uv_close((uv_handle_t *)&c->wake, NULL);
+    if (!uv_is_closing((uv_handle_t *)&t->ticker))
+        uv_close((uv_handle_t *)&t->ticker, NULL);
+    if (!uv_is_closing((uv_handle_t *)&t->wake))
+        uv_close((uv_handle_t *)&t->wake, NULL);
 }
 
 void comm_conn_unlink_pending(dt_conn *cn)
 {
-    for (dt_conn **pp = &cn->comm->pending; *pp; pp = &(*pp)->next)
+    for (dt_conn **pp = &cn->tp->pending; *pp; pp = &(*pp)->next)
         if (*pp == cn) {
             *pp = cn->next;
             break;
@@ -120,14 +120,14 @@ void comm_conn_unlink_pending(dt_conn *cn)
 static void on_conn_closed(uv_handle_t *h)
 {
     dt_conn *cn = h->data;
-    dt_comm *c = cn->comm;
-    comm_conn_release_list(c, cn->failed_sends);
-    if (cn->peer >= 0 && c->peers[cn->peer] == cn)
-        c->peers[cn->peer] = NULL;
+    dt_transport *t = cn->tp;
+    comm_conn_release_list(t, cn->failed_sends);
+    if (cn->peer >= 0 && t->peers[cn->peer] == cn)
+        t->peers[cn->peer] = NULL;
     comm_conn_unlink_pending(cn);
-    c->open_handles--;
+    t->open_handles--;
     free(cn);
-    comm_conn_maybe_finish(c); /* the last one closed: a shutdown ends now, not at the next tick */
+    comm_conn_maybe_finish(t); /* the last one closed: a shutdown ends now, not at the next tick */
 }
 
 void comm_conn_close(dt_conn *cn)

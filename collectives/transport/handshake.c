@@ -36,7 +36,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "comm_internal.h"
+#include "conn.h"
 
 #define HS_MAGIC 0x4e525444u /* "DTRN" little-endian */
 /* 2: HEARTBEAT frames (kind 5), which a version-1 rank calls a frame of
@@ -60,54 +60,54 @@ static uint32_t get_host_u32(const uint8_t *p)
 }
 
 /* HMAC over domain || hello || challenge[0..challenge_len). */
-static void mac(dt_comm *c, uint8_t out[32], char domain, const uint8_t *hello,
+static void mac(dt_transport *t, uint8_t out[32], char domain, const uint8_t *hello,
                 const uint8_t *challenge, size_t challenge_len)
 {
     uint8_t msg[1 + HELLO_BYTES + CHALLENGE_BYTES];
     msg[0] = (uint8_t)domain;
     memcpy(msg + 1, hello, HELLO_BYTES);
     memcpy(msg + 1 + HELLO_BYTES, challenge, challenge_len);
-    crypto_auth(out, msg, 1 + HELLO_BYTES + challenge_len, c->key);
+    crypto_auth(out, msg, 1 + HELLO_BYTES + challenge_len, t->key);
 }
 
-static bool mac_ok(dt_comm *c, const uint8_t theirs[32], char domain, const uint8_t *hello,
+static bool mac_ok(dt_transport *t, const uint8_t theirs[32], char domain, const uint8_t *hello,
                    const uint8_t *challenge, size_t challenge_len)
 {
     uint8_t ours[32];
-    mac(c, ours, domain, hello, challenge, challenge_len);
+    mac(t, ours, domain, hello, challenge, challenge_len);
     return sodium_memcmp(ours, theirs, 32) == 0;
 }
 
 void comm_handshake_reject(dt_conn *cn, const char *fmt, ...)
 {
-    dt_comm *c = cn->comm;
+    dt_transport *t = cn->tp;
     char why[256];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
-    atomic_fetch_add(&c->rejected, 1);
-    comm_reject_log_note(c, cn->addr[0] ? cn->addr : "?", why);
+    atomic_fetch_add(&t->rejected, 1);
+    comm_reject_log_note(t, cn->addr[0] ? cn->addr : "?", why);
     cn->lost = true;
     comm_conn_close(cn);
 }
 
 void comm_handshake_lost(dt_conn *cn, ssize_t err)
 {
-    dt_comm *c = cn->comm;
+    dt_transport *t = cn->tp;
     cn->lost = true;
     cn->rx_state = RX_STOPPED;
     comm_conn_stop_reading(cn);
     if (cn->outgoing) {
-        pthread_mutex_lock(&c->mu); /* comm.c then looks for why it left */
-        c->lost_at_startup = !c->failed;
-        pthread_mutex_unlock(&c->mu);
+        pthread_mutex_lock(t->mu); /* comm.c then looks for why it left */
+        t->lost_at_startup = t->report->failure_locked(t->owner, NULL, 0) == DT_OK;
+        pthread_mutex_unlock(t->mu);
     }
     if (cn->outgoing)
-        c->report->fail(c, DT_EPEER,
+        t->report->fail(t->owner, DT_EPEER,
                         "rank %d: rank %d (%s) closed the connection during the "
                         "handshake (%s): is it another job, or does it hold another secret?",
-                        c->rank, cn->expect_peer, cn->addr, uv_strerror((int)err));
+                        t->rank, cn->expect_peer, cn->addr, uv_strerror((int)err));
     else
         comm_handshake_reject(cn, "closed during the handshake (%s)", uv_strerror((int)err));
 }
@@ -132,13 +132,13 @@ static void hs_write(dt_conn *cn, uv_write_t *req, const void *buf, size_t len)
 
 void comm_handshake_start_outgoing(dt_conn *cn)
 {
-    dt_comm *c = cn->comm;
+    dt_transport *t = cn->tp;
     uint8_t *h = cn->hs_hello;
     put_host_u32(h, HS_MAGIC);
     put_host_u32(h + 4, HS_VERSION);
-    put_host_u32(h + 8, (uint32_t)c->size);
-    put_host_u32(h + 12, (uint32_t)c->rank);
-    memcpy(h + 16, c->job_hash, 16);
+    put_host_u32(h + 8, (uint32_t)t->size);
+    put_host_u32(h + 12, (uint32_t)t->rank);
+    memcpy(h + 16, t->job_hash, 16);
     randombytes_buf(h + 32, 16);
     cn->hs_phase = PHASE_WAIT_CHALLENGE;
     comm_conn_expect(cn, RX_HANDSHAKE, CHALLENGE_BYTES);
@@ -155,7 +155,7 @@ void comm_handshake_start_incoming(dt_conn *cn)
  * True: it is, and our reply is on its way. */
 static bool on_challenge(dt_conn *cn)
 {
-    dt_comm *c = cn->comm;
+    dt_transport *t = cn->tp;
     const uint8_t *m = cn->hs_buf;
     uint32_t magic = get_host_u32(m), version = get_host_u32(m + 4);
     uint32_t world = get_host_u32(m + 8), rank = get_host_u32(m + 12);
@@ -168,33 +168,33 @@ static bool on_challenge(dt_conn *cn)
                  "it speaks protocol version %u, this rank %u (run one dtrain build on every rank)",
                  version, HS_VERSION);
         why = other;
-    } else if (world != (uint32_t)c->size || rank != (uint32_t)cn->expect_peer)
+    } else if (world != (uint32_t)t->size || rank != (uint32_t)cn->expect_peer)
         why = "it is another rank or another job";
-    if (!why && mac_ok(c, m + 32, 'A', cn->hs_hello, m, 32)) {
+    if (!why && mac_ok(t, m + 32, 'A', cn->hs_hello, m, 32)) {
         memcpy(cn->hs_challenge, m, CHALLENGE_BYTES);
-        mac(c, cn->hs_out, 'D', cn->hs_hello, cn->hs_challenge, CHALLENGE_BYTES);
+        mac(t, cn->hs_out, 'D', cn->hs_hello, cn->hs_challenge, CHALLENGE_BYTES);
         hs_write(cn, &cn->hs_write, cn->hs_out, RESPONSE_BYTES);
         return true;
     }
     cn->rx_state = RX_STOPPED;
     comm_conn_stop_reading(cn);
     if (why)
-        c->report->fail(c, DT_EPEER,
+        t->report->fail(t->owner, DT_EPEER,
                         "rank %d: the process at %s, published as rank %d, is not a peer: %s",
-                        c->rank, cn->addr, cn->expect_peer, why);
+                        t->rank, cn->addr, cn->expect_peer, why);
     else /* both sides hold a secret; which one is odd, only the others can tell */
-        c->report->fail(
-            c, DT_EPEER,
+        t->report->fail(
+            t->owner, DT_EPEER,
             "rank %d: rank %d (%s) failed authentication in the handshake: rank %d and "
             "rank %d hold different job secrets (is DT_SECRET the same for every rank?)",
-            c->rank, cn->expect_peer, cn->addr, cn->expect_peer, c->rank);
+            t->rank, cn->expect_peer, cn->addr, cn->expect_peer, t->rank);
     return false;
 }
 
 /* Acceptor: a dialler introduced itself. */
 static void on_hello(dt_conn *cn)
 {
-    dt_comm *c = cn->comm;
+    dt_transport *t = cn->tp;
     const uint8_t *m = cn->hs_buf;
     uint32_t magic = get_host_u32(m), version = get_host_u32(m + 4);
     uint32_t world = get_host_u32(m + 8), rank = get_host_u32(m + 12);
@@ -205,23 +205,23 @@ static void on_hello(dt_conn *cn)
                                      "protocol version %u, this rank speaks %u (another dtrain "
                                      "build?)",
                                      version, HS_VERSION);
-    if (sodium_memcmp(m + 16, c->job_hash, 16) != 0)
+    if (sodium_memcmp(m + 16, t->job_hash, 16) != 0)
         return comm_handshake_reject(cn, "it belongs to another job");
-    if (world != (uint32_t)c->size)
-        return comm_handshake_reject(cn, "it says world size %u, this job has %d", world, c->size);
-    if (rank <= (uint32_t)c->rank || rank >= (uint32_t)c->size)
+    if (world != (uint32_t)t->size)
+        return comm_handshake_reject(cn, "it says world size %u, this job has %d", world, t->size);
+    if (rank <= (uint32_t)t->rank || rank >= (uint32_t)t->size)
         return comm_handshake_reject(cn, "it says rank %u; rank %d accepts ranks %d..%d", rank,
-                                     c->rank, c->rank + 1, c->size - 1);
+                                     t->rank, t->rank + 1, t->size - 1);
     /* "Already connected?" waits until the dialler has proved itself: a
      * stranger learns nothing about the job from a rejection. */
     memcpy(cn->hs_hello, m, HELLO_BYTES);
     uint8_t *ch = cn->hs_challenge;
     put_host_u32(ch, HS_MAGIC);
     put_host_u32(ch + 4, HS_VERSION);
-    put_host_u32(ch + 8, (uint32_t)c->size);
-    put_host_u32(ch + 12, (uint32_t)c->rank);
+    put_host_u32(ch + 8, (uint32_t)t->size);
+    put_host_u32(ch + 12, (uint32_t)t->rank);
     randombytes_buf(ch + 16, 16);
-    mac(c, ch + 32, 'A', cn->hs_hello, ch, 32);
+    mac(t, ch + 32, 'A', cn->hs_hello, ch, 32);
     cn->expect_peer = (int)rank;
     cn->hs_phase = PHASE_WAIT_RESPONSE;
     comm_conn_expect(cn, RX_HANDSHAKE, RESPONSE_BYTES);
@@ -231,15 +231,15 @@ static void on_hello(dt_conn *cn)
 /* Acceptor: the dialler answered the challenge. True: it proved itself. */
 static bool on_response(dt_conn *cn)
 {
-    dt_comm *c = cn->comm;
-    if (!mac_ok(c, cn->hs_buf, 'D', cn->hs_hello, cn->hs_challenge, CHALLENGE_BYTES)) {
+    dt_transport *t = cn->tp;
+    if (!mac_ok(t, cn->hs_buf, 'D', cn->hs_hello, cn->hs_challenge, CHALLENGE_BYTES)) {
         comm_handshake_reject(cn,
                               "it claims rank %d but failed authentication (wrong job "
                               "secret)",
                               cn->expect_peer);
         return false;
     }
-    if (c->peers[cn->expect_peer]) {
+    if (t->peers[cn->expect_peer]) {
         comm_handshake_reject(cn, "rank %d is already connected", cn->expect_peer);
         return false;
     }

@@ -60,17 +60,17 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "comm_internal.h"
+#include "conn.h"
 
 #define MAX_BEAT_S 1.0
 /* Heartbeats are not queued behind this much unsent data: the peer is not
  * reading, and more of them would only grow the queue. */
 #define BEAT_QUEUE_LIMIT (64u << 10)
 
-static double beat_interval(const dt_comm *c)
+static double beat_interval(const dt_transport *t)
 {
-    double t = c->timeout_s / 10;
-    return t < MAX_BEAT_S ? t : MAX_BEAT_S;
+    double beat = t->timeout_s / 10;
+    return beat < MAX_BEAT_S ? beat : MAX_BEAT_S;
 }
 
 static void on_beat_written(uv_write_t *req, int status)
@@ -107,13 +107,13 @@ static bool usable(const dt_conn *cn)
 }
 
 /* Is something posted here waiting on this peer, while we read it? */
-static bool waits_on(dt_comm *c, dt_conn *cn)
+static bool waits_on(dt_transport *t, dt_conn *cn)
 {
     bool read_now = cn->reading && (cn->rx_state == RX_HEADER || cn->rx_state == RX_PAYLOAD ||
                                     cn->rx_state == RX_NOTICE);
     if (!read_now)
         return false;
-    return comm_transport_expects_from(c, cn) ||
+    return comm_transport_expects_from(t, cn) ||
            uv_stream_get_write_queue_size((uv_stream_t *)&cn->tcp) > 0;
 }
 
@@ -142,59 +142,59 @@ static int parked_end(const dt_conn *cn)
 }
 
 /* launcher/blame_line.c follows "died or its process was killed". */
-static void ended_behind_parked(dt_comm *c, dt_conn *cn, int end, double silent_s)
+static void ended_behind_parked(dt_transport *t, dt_conn *cn, int end, double silent_s)
 {
     char frame[160];
     comm_transport_describe_hdr(frame, sizeof frame, &cn->rx_hdr);
-    c->report->fail(c, DT_EPEER,
+    t->report->fail(t->owner, DT_EPEER,
                     "rank %d: connection to rank %d (%s) lost: %s behind its %s, which no "
                     "receive here has matched, and nothing heard for %.1f s while rank %d waits "
                     "on it; rank %d died or its process was killed",
-                    c->rank, cn->peer, cn->addr, end == UV_EOF ? "end of file" : uv_strerror(end),
-                    frame, silent_s, c->rank, cn->peer);
+                    t->rank, cn->peer, cn->addr, end == UV_EOF ? "end of file" : uv_strerror(end),
+                    frame, silent_s, t->rank, cn->peer);
 }
 
 /* launcher/root_cause.c looks for "timed out" to suspect a stopped rank. */
-static void silent_peer(dt_comm *c, dt_conn *cn, double silent_s)
+static void silent_peer(dt_transport *t, dt_conn *cn, double silent_s)
 {
-    c->report->fail(c, DT_ETIMEDOUT,
+    t->report->fail(t->owner, DT_ETIMEDOUT,
                     "rank %d: timed out waiting on rank %d (%s): it has sent nothing, not even "
                     "a heartbeat, for %.1f s; its process is stopped, hung or cut off "
                     "(liveness limit: DT_TIMEOUT, %.1f s)",
-                    c->rank, cn->peer, cn->addr, silent_s, c->timeout_s);
+                    t->rank, cn->peer, cn->addr, silent_s, t->timeout_s);
 }
 
-void comm_heartbeat_tick(dt_comm *c, double now)
+void comm_heartbeat_tick(dt_transport *t, double now)
 {
-    if (!c->peers || c->io_failed_done || c->io_shutdown)
+    if (!t->peers || t->io_failed_done || t->io_shutdown)
         return;
     bool beat = false;
     uint64_t at = 0;
     bool in_op = false;
-    for (int p = 0; p < c->size && !beat; p++)
-        beat = usable(c->peers[p]) && now - c->peers[p]->beat_at >= beat_interval(c);
+    for (int p = 0; p < t->size && !beat; p++)
+        beat = usable(t->peers[p]) && now - t->peers[p]->beat_at >= beat_interval(t);
     if (beat) {
-        pthread_mutex_lock(&c->mu);
-        at = c->report->first_unfinished_locked(c);
-        in_op = c->in_op;
-        pthread_mutex_unlock(&c->mu);
+        pthread_mutex_lock(t->mu);
+        at = t->report->first_unfinished_locked(t->owner);
+        in_op = t->report->in_op_locked(t->owner);
+        pthread_mutex_unlock(t->mu);
     }
-    for (int p = 0; p < c->size; p++) {
-        dt_conn *cn = c->peers[p];
+    for (int p = 0; p < t->size; p++) {
+        dt_conn *cn = t->peers[p];
         if (!usable(cn))
             continue;
-        if (beat && now - cn->beat_at >= beat_interval(c)) {
+        if (beat && now - cn->beat_at >= beat_interval(t)) {
             cn->beat_at = now;
             send_beat(cn, at, in_op);
         }
-        if (now - cn->heard_at > c->timeout_s && waits_on(c, cn)) {
-            silent_peer(c, cn, now - cn->heard_at);
+        if (now - cn->heard_at > t->timeout_s && waits_on(t, cn)) {
+            silent_peer(t, cn, now - cn->heard_at);
             return; /* the first failure is the one that counts */
         }
-        int end = now - cn->heard_at > c->timeout_s ? parked_end(cn) : 0;
-        if (end && (comm_transport_expects_from(c, cn) ||
+        int end = now - cn->heard_at > t->timeout_s ? parked_end(cn) : 0;
+        if (end && (comm_transport_expects_from(t, cn) ||
                     uv_stream_get_write_queue_size((uv_stream_t *)&cn->tcp) > 0)) {
-            ended_behind_parked(c, cn, end, now - cn->heard_at);
+            ended_behind_parked(t, cn, end, now - cn->heard_at);
             return;
         }
     }
@@ -225,15 +225,15 @@ static void describe_absent(const dt_conn *cn, uint64_t seq, double now, char *o
              cn->peer, cn->addr, now - cn->heard_at, (unsigned long long)seq, where);
 }
 
-void comm_heartbeat_absent(dt_comm *c, uint64_t seq, int waited_on, char *out, size_t n)
+void comm_heartbeat_absent(dt_transport *t, uint64_t seq, int waited_on, char *out, size_t n)
 {
     double now = dt_now();
     size_t used = 0;
     int absent = 0;
     out[0] = '\0';
-    for (int p = 0; p < c->size && used + 1 < n; p++) {
-        dt_conn *cn = c->peers ? c->peers[p] : NULL;
-        if (p == c->rank || !cn || joined(cn, seq))
+    for (int p = 0; p < t->size && used + 1 < n; p++) {
+        dt_conn *cn = t->peers ? t->peers[p] : NULL;
+        if (p == t->rank || !cn || joined(cn, seq))
             continue;
         char one[320];
         describe_absent(cn, seq, now, one, sizeof one);
@@ -245,5 +245,5 @@ void comm_heartbeat_absent(dt_comm *c, uint64_t seq, int waited_on, char *out, s
         snprintf(out, n,
                  "every rank has joined it, and rank %d (%s), which rank %d waits on, is alive "
                  "but has not sent what it owes (do the ranks post matching sends and receives?)",
-                 waited_on, c->peer_addr[waited_on], c->rank);
+                 waited_on, t->peer_addr[waited_on], t->rank);
 }

@@ -5,13 +5,14 @@
  * Mesh rule: the higher rank dials, the lower rank accepts, so each pair
  * has exactly one connection. A connection is "pending" until its handshake
  * (handshake.c, fed by transport_read.c's reader) proves who is on the
- * other end; then the reader makes it comm->peers[rank] and it carries
+ * other end; then the reader makes it tp->peers[rank] and it carries
  * frames (transport.c writes them).
  * Closing one, and letting go of its transfers, is conn.c's. A dial that is
  * refused is retried every 100 ms until the init deadline: a peer may have
  * published its address a moment before it listens on another interface.
  *
- * Failure: the first failure is recorded by comm_fail; the loop then lets go
+ * Failure: the first failure is recorded by the communicator (report.h's
+ * fail, which asks the loop for this through want_fail); the loop then lets go
  * of every posted receive, sends each peer an ABORT frame carrying the
  * reason, and closes every connection after FAIL_GRACE_S, which also
  * cancels sends still in flight (their write callbacks release them).
@@ -23,8 +24,10 @@
  * throw away what the peer has not read of ours yet.
  *
  * comm_mesh_start makes the loop, its timers and the listener (none on
- * the gloo wire, whose connections are gloo's own); comm_thread.c then
- * starts the thread that runs it.
+ * the gloo wire, whose connections are gloo's own: the communicator says
+ * whether to listen); comm_thread.c then starts the thread that runs it,
+ * and joins it before comm_mesh_stop closes the loop. The transport's state
+ * (dt_transport, transport.h) is set up and freed here too.
  *
  * The ticker (every TICK_MS) drives handshake deadlines, redials, the
  * forced closes, heartbeats and the liveness check (heartbeat.c), and bounds how long the communicator thread sleeps in the
@@ -38,55 +41,54 @@
 #include <string.h>
 #include <sys/ioctl.h>
 
-#include "comm_internal.h"
+#include "conn.h"
 
 #define TICK_MS 20
 #define HANDSHAKE_TIMEOUT_S 10.0
 #define FAIL_GRACE_S 0.5
 #define SHUTDOWN_GRACE_S 2.0
 
-static void close_pending(dt_comm *c);
+static void close_pending(dt_transport *t);
 
 /* ---- failure and shutdown -------------------------------------------------- */
 
 /* Let go of every receive, tell the peers why, close after a grace period. */
-static void io_fail_cleanup(dt_comm *c)
+static void io_fail_cleanup(dt_transport *t)
 {
-    if (c->io_failed_done)
+    if (t->io_failed_done)
         return;
-    c->io_failed_done = true;
+    t->io_failed_done = true;
     char text[sizeof(((dt_conn *)0)->notice)];
     uint32_t st;
-    pthread_mutex_lock(&c->mu);
-    st = c->fail_status;
-    uint64_t unfinished = c->report->first_unfinished_locked(c);
-    snprintf(text + 4, sizeof text - 4, "%s", c->error);
-    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_lock(t->mu);
+    st = (uint32_t)t->report->failure_locked(t->owner, text + 4, sizeof text - 4);
+    uint64_t unfinished = t->report->first_unfinished_locked(t->owner);
+    pthread_mutex_unlock(t->mu);
     memcpy(text, &st, 4);
-    for (int p = 0; p < c->size; p++) {
-        dt_conn *cn = c->peers[p];
+    for (int p = 0; p < t->size; p++) {
+        dt_conn *cn = t->peers[p];
         if (!cn)
             continue;
         cn->rx_state = RX_STOPPED;
         comm_transport_read_set(cn, false);
         if (cn->rx_cur)
-            comm_conn_release_xfer(c, cn->rx_cur, XFER_FAILED);
+            comm_conn_release_xfer(t, cn->rx_cur, XFER_FAILED);
         cn->rx_cur = NULL;
-        comm_conn_release_list(c, cn->coll_head);
+        comm_conn_release_list(t, cn->coll_head);
         cn->coll_head = cn->coll_tail = NULL;
-        comm_conn_release_list(c, cn->failed_sends);
+        comm_conn_release_list(t, cn->failed_sends);
         cn->failed_sends = NULL;
         comm_transport_send_control(cn, FRAME_ABORT, unfinished, text, 4 + strlen(text + 4));
     }
-    comm_conn_release_list(c, c->p2p_head);
-    c->p2p_head = c->p2p_tail = NULL;
-    close_pending(c);
-    c->close_at = dt_now() + FAIL_GRACE_S;
+    comm_conn_release_list(t, t->p2p_head);
+    t->p2p_head = t->p2p_tail = NULL;
+    close_pending(t);
+    t->close_at = dt_now() + FAIL_GRACE_S;
 }
 
-static void close_pending(dt_comm *c)
+static void close_pending(dt_transport *t)
 {
-    for (dt_conn *cn = c->pending, *next; cn; cn = next) {
+    for (dt_conn *cn = t->pending, *next; cn; cn = next) {
         next = cn->next;
         comm_conn_close(cn);
     }
@@ -104,10 +106,10 @@ static void on_shutdown_done(uv_shutdown_t *req, int status)
 
 /* Close each shut-down connection whose bytes, FIN included, the peer has
  * acknowledged: a reset from here can then cost it nothing. */
-static void close_shut_down(dt_comm *c)
+static void close_shut_down(dt_transport *t)
 {
-    for (int p = 0; p < c->size && c->peers; p++) {
-        dt_conn *cn = c->peers[p];
+    for (int p = 0; p < t->size && t->peers; p++) {
+        dt_conn *cn = t->peers[p];
         uv_os_fd_t fd;
         int unacked = 0;
         if (!cn || !cn->shut_down || cn->closing)
@@ -118,23 +120,23 @@ static void close_shut_down(dt_comm *c)
     }
 }
 
-static void io_shutdown(dt_comm *c)
+static void io_shutdown(dt_transport *t)
 {
-    if (c->io_shutdown)
+    if (t->io_shutdown)
         return;
-    c->io_shutdown = true;
-    for (int p = 0; p < c->size; p++) {
-        dt_conn *cn = c->peers[p];
+    t->io_shutdown = true;
+    for (int p = 0; p < t->size; p++) {
+        dt_conn *cn = t->peers[p];
         if (!cn)
             continue;
         if (cn->rx_cur)
-            comm_conn_release_xfer(c, cn->rx_cur, XFER_FAILED);
+            comm_conn_release_xfer(t, cn->rx_cur, XFER_FAILED);
         cn->rx_cur = NULL;
         if (cn->rx_state == RX_PAYLOAD) { /* its buffer is gone: read no more */
             cn->rx_state = RX_STOPPED;
             comm_transport_read_set(cn, false);
         }
-        comm_conn_release_list(c, cn->coll_head);
+        comm_conn_release_list(t, cn->coll_head);
         cn->coll_head = cn->coll_tail = NULL;
         if (cn->closing)
             continue;
@@ -147,39 +149,39 @@ static void io_shutdown(dt_comm *c)
             comm_conn_close(cn);
         }
     }
-    comm_conn_release_list(c, c->p2p_head);
-    c->p2p_head = c->p2p_tail = NULL;
-    close_pending(c);
-    if (c->listener_open) {
-        c->listener_open = false;
-        uv_close((uv_handle_t *)&c->listener, NULL);
+    comm_conn_release_list(t, t->p2p_head);
+    t->p2p_head = t->p2p_tail = NULL;
+    close_pending(t);
+    if (t->listener_open) {
+        t->listener_open = false;
+        uv_close((uv_handle_t *)&t->listener, NULL);
     }
-    double t = dt_now() + SHUTDOWN_GRACE_S;
-    if (c->close_at == 0 || c->close_at > t)
-        c->close_at = t;
+    double by = dt_now() + SHUTDOWN_GRACE_S;
+    if (t->close_at == 0 || t->close_at > by)
+        t->close_at = by;
 }
 
-static void close_all_conns(dt_comm *c)
+static void close_all_conns(dt_transport *t)
 {
-    for (int p = 0; p < c->size; p++)
-        if (c->peers[p])
-            comm_conn_close(c->peers[p]);
-    close_pending(c);
+    for (int p = 0; p < t->size; p++)
+        if (t->peers[p])
+            comm_conn_close(t->peers[p]);
+    close_pending(t);
 }
 
 /* ---- connecting ------------------------------------------------------------ */
 
-static dt_conn *conn_new(dt_comm *c)
+static dt_conn *conn_new(dt_transport *t)
 {
     dt_conn *cn = calloc(1, sizeof *cn);
     if (!cn)
         return NULL;
-    cn->comm = c;
+    cn->tp = t;
     cn->peer = -1;
     cn->expect_peer = -1;
     cn->tcp.data = cn;
-    cn->next = c->pending;
-    c->pending = cn;
+    cn->next = t->pending;
+    t->pending = cn;
     return cn;
 }
 
@@ -189,15 +191,15 @@ static dt_conn *conn_new(dt_comm *c)
  * to net.ipv4.tcp_rmem's maximum) beat every fixed size on loopback: 64 MiB
  * all-reduce on 4 ranks, busbw 0.86-0.91 GB/s against 0.66-0.79 with 4 MiB
  * and 0.72-0.77 with 256 KiB, measured side by side. */
-static void tune_socket(dt_comm *c, dt_conn *cn)
+static void tune_socket(dt_transport *t, dt_conn *cn)
 {
     uv_tcp_nodelay(&cn->tcp, 1);
     uv_tcp_keepalive(&cn->tcp, 1, 10);
-    if (c->socket_buffer == 0)
+    if (t->socket_buffer == 0)
         return;
-    int size = (int)c->socket_buffer;
+    int size = (int)t->socket_buffer;
     uv_send_buffer_size((uv_handle_t *)&cn->tcp, &size);
-    size = (int)c->socket_buffer;
+    size = (int)t->socket_buffer;
     uv_recv_buffer_size((uv_handle_t *)&cn->tcp, &size);
 }
 
@@ -220,7 +222,7 @@ static void format_addr(const struct sockaddr *sa, char *out, size_t n)
 static void on_connected(uv_connect_t *req, int status)
 {
     dt_conn *cn = req->data;
-    dt_comm *c = cn->comm;
+    dt_transport *t = cn->tp;
     if (cn->closing)
         return;
     if (status < 0) {
@@ -228,9 +230,9 @@ static void on_connected(uv_connect_t *req, int status)
         cn->retry_at = dt_now() + 0.1;
         cn->rx_state = RX_STOPPED;
         comm_conn_close(cn);
-        dt_conn *again = conn_new(c);
+        dt_conn *again = conn_new(t);
         if (!again) {
-            c->report->fail(c, DT_ENOMEM, "rank %d: out of memory", c->rank);
+            t->report->fail(t->owner, DT_ENOMEM, "rank %d: out of memory", t->rank);
             return;
         }
         again->outgoing = true;
@@ -241,40 +243,40 @@ static void on_connected(uv_connect_t *req, int status)
         snprintf(again->addr, sizeof again->addr, "%s", cn->addr);
         return;
     }
-    tune_socket(c, cn);
+    tune_socket(t, cn);
     comm_handshake_start_outgoing(cn);
     comm_transport_read_set(cn, true); /* the reader hands it the replies */
 }
 
 static void io_dial(dt_conn *cn)
 {
-    dt_comm *c = cn->comm;
+    dt_transport *t = cn->tp;
     cn->retry_at = 0;
-    uv_tcp_init(&c->loop, &cn->tcp);
+    uv_tcp_init(&t->loop, &cn->tcp);
     cn->has_handle = true;
-    c->open_handles++;
+    t->open_handles++;
     cn->connect_req.data = cn;
     int rc = uv_tcp_connect(&cn->connect_req, &cn->tcp, (struct sockaddr *)&cn->dial_addr,
                             on_connected);
     if (rc < 0) {
-        c->report->fail(c, DT_ESYS, "rank %d: connecting to rank %d (%s): %s", c->rank,
+        t->report->fail(t->owner, DT_ESYS, "rank %d: connecting to rank %d (%s): %s", t->rank,
                         cn->expect_peer, cn->addr, uv_strerror(rc));
         comm_conn_close(cn);
     }
 }
 
-static void io_connect_all(dt_comm *c)
+static void io_connect_all(dt_transport *t)
 {
-    double deadline = dt_now() + c->init_timeout_s;
-    for (int j = 0; j < c->rank; j++) {
-        dt_conn *cn = conn_new(c);
+    double deadline = dt_now() + t->init_timeout_s;
+    for (int j = 0; j < t->rank; j++) {
+        dt_conn *cn = conn_new(t);
         if (!cn) {
-            c->report->fail(c, DT_ENOMEM, "rank %d: out of memory", c->rank);
+            t->report->fail(t->owner, DT_ENOMEM, "rank %d: out of memory", t->rank);
             return;
         }
         cn->outgoing = true;
         cn->expect_peer = j;
-        cn->dial_addr = c->dial[j];
+        cn->dial_addr = t->dial[j];
         cn->deadline = deadline;
         format_addr((struct sockaddr *)&cn->dial_addr, cn->addr, sizeof cn->addr);
         io_dial(cn);
@@ -283,15 +285,15 @@ static void io_connect_all(dt_comm *c)
 
 static void on_connection(uv_stream_t *server, int status)
 {
-    dt_comm *c = server->data;
+    dt_transport *t = server->data;
     if (status < 0)
         return;
-    dt_conn *cn = conn_new(c);
+    dt_conn *cn = conn_new(t);
     if (!cn)
         return;
-    uv_tcp_init(&c->loop, &cn->tcp);
+    uv_tcp_init(&t->loop, &cn->tcp);
     cn->has_handle = true;
-    c->open_handles++;
+    t->open_handles++;
     if (uv_accept(server, (uv_stream_t *)&cn->tcp) < 0) {
         comm_conn_close(cn);
         return;
@@ -300,11 +302,11 @@ static void on_connection(uv_stream_t *server, int status)
     int len = sizeof sa;
     if (uv_tcp_getpeername(&cn->tcp, (struct sockaddr *)&sa, &len) == 0)
         format_addr((struct sockaddr *)&sa, cn->addr, sizeof cn->addr);
-    if (c->io_shutdown || c->io_failed_done) {
+    if (t->io_shutdown || t->io_failed_done) {
         comm_conn_close(cn);
         return;
     }
-    tune_socket(c, cn);
+    tune_socket(t, cn);
     cn->deadline = dt_now() + HANDSHAKE_TIMEOUT_S;
     comm_handshake_start_incoming(cn);
     comm_transport_read_set(cn, true);
@@ -312,133 +314,133 @@ static void on_connection(uv_stream_t *server, int status)
 
 /* ---- the loop's wake-ups ----------------------------------------------------- */
 
-static void on_tick(uv_timer_t *t)
+static void on_tick(uv_timer_t *timer)
 {
-    dt_comm *c = t->data;
+    dt_transport *t = timer->data;
     double now = dt_now();
-    for (dt_conn *cn = c->pending, *next; cn; cn = next) {
+    for (dt_conn *cn = t->pending, *next; cn; cn = next) {
         next = cn->next;
         if (cn->closing)
             continue;
-        if (cn->retry_at > 0 && now >= cn->retry_at && !c->io_failed_done) {
+        if (cn->retry_at > 0 && now >= cn->retry_at && !t->io_failed_done) {
             if (now >= cn->deadline)
-                c->report->fail(c, DT_ETIMEDOUT,
+                t->report->fail(t->owner, DT_ETIMEDOUT,
                                 "rank %d: could not connect to rank %d at %s "
                                 "within %.1f s",
-                                c->rank, cn->expect_peer, cn->addr, c->init_timeout_s);
+                                t->rank, cn->expect_peer, cn->addr, t->init_timeout_s);
             else
                 io_dial(cn);
         } else if (cn->retry_at == 0 && now >= cn->deadline) {
             if (cn->outgoing)
-                c->report->fail(c, DT_ETIMEDOUT,
+                t->report->fail(t->owner, DT_ETIMEDOUT,
                                 "rank %d: handshake with rank %d at %s did not "
                                 "finish in time",
-                                c->rank, cn->expect_peer, cn->addr);
+                                t->rank, cn->expect_peer, cn->addr);
             else
                 comm_handshake_reject(cn, "handshake not completed within %.0f s",
                                       HANDSHAKE_TIMEOUT_S);
         }
     }
-    if (c->close_at > 0 && now >= c->close_at)
-        close_all_conns(c);
-    comm_heartbeat_tick(c, now);
-    close_shut_down(c);
-    comm_reject_log_tick(c);
-    comm_conn_maybe_finish(c);
+    if (t->close_at > 0 && now >= t->close_at)
+        close_all_conns(t);
+    comm_heartbeat_tick(t, now);
+    close_shut_down(t);
+    comm_reject_log_tick(t);
+    comm_conn_maybe_finish(t);
 }
 
 static void on_wake(uv_async_t *a)
 {
-    dt_comm *c = a->data;
-    pthread_mutex_lock(&c->mu);
-    dt_xfer *list = c->inbox_head;
-    c->inbox_head = c->inbox_tail = NULL;
-    bool connect = c->want_connect, fail = c->want_fail;
-    c->want_connect = false;
-    pthread_mutex_unlock(&c->mu);
-    if (connect && !c->io_failed_done)
-        io_connect_all(c);
+    dt_transport *t = a->data;
+    pthread_mutex_lock(t->mu);
+    dt_xfer *list = t->inbox_head;
+    t->inbox_head = t->inbox_tail = NULL;
+    bool connect = t->want_connect, fail = t->want_fail;
+    t->want_connect = false;
+    pthread_mutex_unlock(t->mu);
+    if (connect && !t->io_failed_done)
+        io_connect_all(t);
     if (fail)
-        io_fail_cleanup(c);
+        io_fail_cleanup(t);
     while (list) {
         dt_xfer *x = list;
         list = x->next;
-        comm_transport_io_post(c, x);
+        comm_transport_io_post(t, x);
     }
-    comm_conn_maybe_finish(c);
+    comm_conn_maybe_finish(t);
 }
 
 /* Called by the communicator thread as it exits: say BYE, close everything,
  * and run the loop until the last handle is closed. */
-void comm_mesh_shutdown(dt_comm *c)
+void comm_mesh_shutdown(dt_transport *t)
 {
-    pthread_mutex_lock(&c->mu);
-    bool failed = c->failed;
-    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_lock(t->mu);
+    bool failed = t->report->failure_locked(t->owner, NULL, 0) != DT_OK;
+    pthread_mutex_unlock(t->mu);
     /* A failure the loop has not acted on yet (dt_comm_abort, then at once
      * dt_comm_destroy): its ABORT frames go out before the BYEs, so peers
      * learn the reason rather than "destroyed its communicator". */
     if (failed)
-        io_fail_cleanup(c);
-    io_shutdown(c);
-    comm_conn_maybe_finish(c);
-    uv_run(&c->loop, UV_RUN_DEFAULT);
+        io_fail_cleanup(t);
+    io_shutdown(t);
+    comm_conn_maybe_finish(t);
+    uv_run(&t->loop, UV_RUN_DEFAULT);
 }
 
 /* ---- start and stop (API thread) ------------------------------------------- */
 
-static dt_status bind_listener(dt_comm *c)
+static dt_status bind_listener(dt_transport *t)
 {
     struct sockaddr_storage sa;
-    int rc = uv_ip4_addr(c->host, 0, (struct sockaddr_in *)&sa);
+    int rc = uv_ip4_addr(t->host, 0, (struct sockaddr_in *)&sa);
     if (rc < 0)
-        rc = uv_ip6_addr(c->host, 0, (struct sockaddr_in6 *)&sa);
+        rc = uv_ip6_addr(t->host, 0, (struct sockaddr_in6 *)&sa);
     if (rc < 0) {
-        c->report->fail(c, DT_EINVAL, "rank %d: host '%s' is not an IPv4 or IPv6 address", c->rank,
-                        c->host);
+        t->report->fail(t->owner, DT_EINVAL, "rank %d: host '%s' is not an IPv4 or IPv6 address",
+                        t->rank, t->host);
         return DT_EINVAL;
     }
-    uv_tcp_init(&c->loop, &c->listener);
-    c->listener.data = c;
-    c->listener_open = true;
-    rc = uv_tcp_bind(&c->listener, (struct sockaddr *)&sa, 0);
+    uv_tcp_init(&t->loop, &t->listener);
+    t->listener.data = t;
+    t->listener_open = true;
+    rc = uv_tcp_bind(&t->listener, (struct sockaddr *)&sa, 0);
     if (rc == 0)
-        rc = uv_listen((uv_stream_t *)&c->listener, 128, on_connection);
+        rc = uv_listen((uv_stream_t *)&t->listener, 128, on_connection);
     if (rc < 0) {
-        c->report->fail(c, DT_ESYS, "rank %d: cannot listen on %s: %s", c->rank, c->host,
+        t->report->fail(t->owner, DT_ESYS, "rank %d: cannot listen on %s: %s", t->rank, t->host,
                         uv_strerror(rc));
         return DT_ESYS;
     }
     int len = sizeof sa;
-    uv_tcp_getsockname(&c->listener, (struct sockaddr *)&sa, &len);
-    c->port = ntohs(sa.ss_family == AF_INET ? ((struct sockaddr_in *)&sa)->sin_port
+    uv_tcp_getsockname(&t->listener, (struct sockaddr *)&sa, &len);
+    t->port = ntohs(sa.ss_family == AF_INET ? ((struct sockaddr_in *)&sa)->sin_port
                                             : ((struct sockaddr_in6 *)&sa)->sin6_port);
     return DT_OK;
 }
 
-dt_status comm_mesh_start(dt_comm *c)
+dt_status comm_mesh_start(dt_transport *t, bool listen)
 {
-    int rc = uv_loop_init(&c->loop);
+    int rc = uv_loop_init(&t->loop);
     if (rc < 0) {
-        c->report->fail(c, DT_ESYS, "rank %d: uv_loop_init: %s", c->rank, uv_strerror(rc));
+        t->report->fail(t->owner, DT_ESYS, "rank %d: uv_loop_init: %s", t->rank, uv_strerror(rc));
         return DT_ESYS;
     }
-    c->loop_ready = true;
-    uv_async_init(&c->loop, &c->wake, on_wake);
-    c->wake.data = c;
-    uv_timer_init(&c->loop, &c->ticker);
-    c->ticker.data = c;
-    uv_timer_start(&c->ticker, on_tick, TICK_MS, TICK_MS);
+    t->loop_ready = true;
+    uv_async_init(&t->loop, &t->wake, on_wake);
+    t->wake.data = t;
+    uv_timer_init(&t->loop, &t->ticker);
+    t->ticker.data = t;
+    uv_timer_start(&t->ticker, on_tick, TICK_MS, TICK_MS);
     /* gloo's wire listens per pair (gloo/pair.c), and only there */
-    return c->size > 1 && !c->gloo_wire ? bind_listener(c) : DT_OK;
+    return t->size > 1 && listen ? bind_listener(t) : DT_OK;
 }
 
-void comm_mesh_connect(dt_comm *c)
+void comm_mesh_connect(dt_transport *t)
 {
-    pthread_mutex_lock(&c->mu);
-    c->want_connect = true;
-    pthread_mutex_unlock(&c->mu);
-    comm_wake_thread(c);
+    pthread_mutex_lock(t->mu);
+    t->want_connect = true;
+    pthread_mutex_unlock(t->mu);
+    t->report->wake_thread(t->owner);
 }
 
 static void close_any(uv_handle_t *h, void *arg)
@@ -448,26 +450,59 @@ static void close_any(uv_handle_t *h, void *arg)
         uv_close(h, NULL);
 }
 
-void comm_mesh_stop(dt_comm *c)
+/* The loop's thread has ended (comm_thread.c joined it). Normally every
+ * handle is closed by now; if the thread never ran, close what start
+ * created and let the loop finish the closes. */
+void comm_mesh_stop(dt_transport *t)
 {
-    if (atomic_load(&c->io_running)) {
-        pthread_mutex_lock(&c->mu);
-        c->stopping = true;
-        pthread_mutex_unlock(&c->mu);
-        comm_wake_thread(c);
-        uv_thread_join(&c->thread);
-        /* under mu: a comm_wake_thread made under mu (a failure being recorded
-         * on another thread) then never wakes a loop that is closing */
-        pthread_mutex_lock(&c->mu);
-        atomic_store(&c->io_running, false);
-        pthread_mutex_unlock(&c->mu);
-    }
-    if (c->loop_ready) {
-        /* Normally every handle is closed by now; if the thread never ran,
-         * close what start created and let the loop finish the closes. */
-        uv_walk(&c->loop, close_any, NULL);
-        uv_run(&c->loop, UV_RUN_DEFAULT);
-        uv_loop_close(&c->loop);
-        c->loop_ready = false;
-    }
+    if (!t->loop_ready)
+        return;
+    uv_walk(&t->loop, close_any, NULL);
+    uv_run(&t->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&t->loop);
+    t->loop_ready = false;
+}
+
+void comm_transport_wake_loop(dt_transport *t)
+{
+    if (atomic_load(&t->io_running))
+        uv_async_send(&t->wake);
+}
+
+/* ---- the transport's state (API thread) ------------------------------------ */
+
+void comm_transport_init(dt_transport *t, dt_comm *owner, const comm_report *report,
+                         pthread_mutex_t *mu, pthread_cond_t *cv_api)
+{
+    t->owner = owner;
+    t->report = report;
+    t->mu = mu;
+    t->cv_api = cv_api;
+    atomic_init(&t->io_running, false);
+    atomic_init(&t->rejected, 0);
+    for (int i = 0; i < 4; i++)
+        atomic_init(&t->traffic[i], 0);
+}
+
+dt_status comm_transport_alloc(dt_transport *t)
+{
+    t->peers = calloc((size_t)t->size, sizeof *t->peers);
+    t->dial = calloc((size_t)t->size, sizeof *t->dial);
+    t->peer_addr = calloc((size_t)t->size, sizeof *t->peer_addr);
+    t->sent_index = calloc((size_t)t->size, sizeof *t->sent_index);
+    t->recv_index = calloc((size_t)t->size, sizeof *t->recv_index);
+    return t->peers && t->dial && t->peer_addr && t->sent_index && t->recv_index ? DT_OK
+                                                                                 : DT_ENOMEM;
+}
+
+void comm_transport_free(dt_transport *t)
+{
+    for (int i = 0; i < 2; i++)
+        free(t->scratch[i]);
+    free(t->peers);
+    free(t->dial);
+    free(t->peer_addr);
+    free(t->sent_index);
+    free(t->recv_index);
+    sodium_memzero(t->key, sizeof t->key);
 }

@@ -14,15 +14,16 @@
  *     in full again;
  *   - at destroy, a count not yet reported gets its summary line.
  *
- * dt_comm_rejected_connections still counts every one. State lives on the
- * communicator and is touched only by the loop thread (then by destroy,
- * after the thread is joined). Cost: a compare per rejection, a few string
+ * dt_comm_rejected_connections still counts every one. State lives in the
+ * transport (dt_transport's reject_log) and is touched only by the loop
+ * thread (then by destroy, after the thread is joined); lines go up through
+ * report.h's log. Cost: a compare per rejection, a few string
  * copies for a new host, one line per interval.
  */
 #include <stdio.h>
 #include <string.h>
 
-#include "comm_internal.h"
+#include "conn.h"
 
 #define REJECT_LOG_FULL 5
 #define REJECT_LOG_INTERVAL_S 5.0
@@ -42,17 +43,17 @@ static void remember_host(reject_log *l, const char *addr)
         memcpy(l->addrs[l->n_addrs++], host, sizeof host);
 }
 
-static void summarize(dt_comm *c, double now, const char *why)
+static void summarize(dt_transport *t, double now, const char *why)
 {
-    reject_log *l = &c->reject_log;
+    reject_log *l = &t->reject_log;
     char hosts[REJECT_LOG_ADDRS * 66] = "";
     for (int i = 0; i < l->n_addrs; i++)
         snprintf(hosts + strlen(hosts), sizeof hosts - strlen(hosts), "%s%s", i ? ", " : "",
                  l->addrs[i]);
-    c->report->log(c,
+    t->report->log(t->owner,
                    "dtrain rank %d: rejected %llu more connection%s in the last %.1f s, from "
                    "%s%s%s%s",
-                   c->rank, (unsigned long long)l->suppressed, l->suppressed == 1 ? "" : "s",
+                   t->rank, (unsigned long long)l->suppressed, l->suppressed == 1 ? "" : "s",
                    now - l->since, hosts,
                    l->n_addrs == REJECT_LOG_ADDRS ? " (and maybe others)" : "",
                    why ? "; the last: " : "", why ? why : "");
@@ -61,14 +62,15 @@ static void summarize(dt_comm *c, double now, const char *why)
     l->since = now;
 }
 
-void comm_reject_log_note(dt_comm *c, const char *addr, const char *why)
+void comm_reject_log_note(dt_transport *t, const char *addr, const char *why)
 {
-    reject_log *l = &c->reject_log;
+    reject_log *l = &t->reject_log;
     double now = dt_now();
     l->last = now;
     if (l->full < REJECT_LOG_FULL) {
         l->full++;
-        c->report->log(c, "dtrain rank %d: rejected connection from %s: %s%s", c->rank, addr, why,
+        t->report->log(t->owner, "dtrain rank %d: rejected connection from %s: %s%s", t->rank, addr,
+                       why,
                        l->full == REJECT_LOG_FULL ? " (further rejections are summarized)" : "");
         l->since = now;
         return;
@@ -76,23 +78,23 @@ void comm_reject_log_note(dt_comm *c, const char *addr, const char *why)
     l->suppressed++;
     remember_host(l, addr);
     if (now - l->since >= REJECT_LOG_INTERVAL_S)
-        summarize(c, now, why);
+        summarize(t, now, why);
 }
 
-void comm_reject_log_tick(dt_comm *c)
+void comm_reject_log_tick(dt_transport *t)
 {
-    reject_log *l = &c->reject_log;
+    reject_log *l = &t->reject_log;
     if (l->full == 0)
         return;
     double now = dt_now();
     if (l->suppressed > 0 && now - l->since >= REJECT_LOG_INTERVAL_S)
-        summarize(c, now, NULL);
+        summarize(t, now, NULL);
     else if (l->suppressed == 0 && now - l->last >= REJECT_LOG_INTERVAL_S)
         l->full = 0; /* a quiet interval: the next burst is logged in full */
 }
 
-void comm_reject_log_flush(dt_comm *c)
+void comm_reject_log_flush(dt_transport *t)
 {
-    if (c->reject_log.suppressed > 0)
-        summarize(c, dt_now(), NULL);
+    if (t->reject_log.suppressed > 0)
+        summarize(t, dt_now(), NULL);
 }

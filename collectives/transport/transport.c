@@ -13,10 +13,12 @@
  *
  * Posting: the op's runner holds the loop and posts here directly
  * (comm_transport_post_here); any other thread (dt_submit's p2p) appends to
- * the inbox under mu and wakes the loop (comm_transport_post).
+ * the inbox under the communicator's lock (*mu) and has the communicator
+ * thread woken (comm_transport_post, report.h's wake_thread).
  *
  * Failure (mesh.c does the work): a write error, a timeout noticed by the
- * op's runner, or dt_comm_abort all end in comm_fail. The first failure is
+ * op's runner, or dt_comm_abort all end in the communicator's comm_fail
+ * (the transport's through report.h's fail). The first failure is
  * recorded; the loop then lets go of every posted receive, sends each peer
  * an ABORT frame carrying the reason (comm_transport_send_control: so a
  * rank that only sees the cascade still learns the root cause), and closes
@@ -31,7 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm_internal.h"
+#include "conn.h"
 
 /* ---- writing --------------------------------------------------------------- */
 
@@ -46,8 +48,8 @@ static bool reading_now(const dt_conn *cn)
 /* A send finished with status (0 or a libuv error): let go of it. */
 static void send_finished(dt_conn *cn, dt_xfer *x, int status)
 {
-    dt_comm *c = cn->comm;
-    if (status < 0 && status != UV_ECANCELED && !c->io_failed_done) {
+    dt_transport *t = cn->tp;
+    if (status < 0 && status != UV_ECANCELED && !t->io_failed_done) {
         if (reading_now(cn)) {
             /* The peer closed on us. If it failed first, its ABORT frame is
              * still in our receive queue: let the reader report that root
@@ -56,12 +58,12 @@ static void send_finished(dt_conn *cn, dt_xfer *x, int status)
             cn->failed_sends = x;
             return;
         }
-        c->report->fail(c, DT_EPEER,
+        t->report->fail(t->owner, DT_EPEER,
                         "rank %d: sending to rank %d (%s) failed: %s; rank %d died or "
                         "its process was killed",
-                        c->rank, cn->peer, cn->addr, uv_strerror(status), cn->peer);
+                        t->rank, cn->peer, cn->addr, uv_strerror(status), cn->peer);
     }
-    comm_conn_release_xfer(c, x, status == 0 ? XFER_DONE : XFER_FAILED);
+    comm_conn_release_xfer(t, x, status == 0 ? XFER_DONE : XFER_FAILED);
 }
 
 static void on_send_done(uv_write_t *req, int status)
@@ -106,21 +108,21 @@ void comm_transport_send_control(dt_conn *cn, uint8_t kind, uint64_t seq, const 
 
 /* ---- posting (loop side) ------------------------------------------------- */
 
-static dt_conn *peer_conn(dt_comm *c, dt_xfer *x, const char *what)
+static dt_conn *peer_conn(dt_transport *t, dt_xfer *x, const char *what)
 {
-    dt_conn *cn = c->peers[x->peer];
+    dt_conn *cn = t->peers[x->peer];
     if (cn && !cn->lost && !cn->closing && !cn->bye)
         return cn;
-    c->report->fail(c, DT_EPEER, "rank %d: cannot %s rank %d: %s", c->rank, what, x->peer,
+    t->report->fail(t->owner, DT_EPEER, "rank %d: cannot %s rank %d: %s", t->rank, what, x->peer,
                     cn && cn->bye ? "it destroyed its communicator" : "its connection is gone");
     return NULL;
 }
 
-static void io_send(dt_comm *c, dt_xfer *x)
+static void io_send(dt_transport *t, dt_xfer *x)
 {
-    dt_conn *cn = peer_conn(c, x, "send to");
+    dt_conn *cn = peer_conn(t, x, "send to");
     if (!cn) {
-        comm_conn_release_xfer(c, x, XFER_FAILED);
+        comm_conn_release_xfer(t, x, XFER_FAILED);
         return;
     }
     uv_buf_t bufs[2] = {uv_buf_init((char *)&x->hdr, sizeof x->hdr),
@@ -153,37 +155,37 @@ static void io_send(dt_comm *c, dt_xfer *x)
     x->write_req.data = x;
     int rc = uv_write(&x->write_req, (uv_stream_t *)&cn->tcp, b, (unsigned)nb, on_send_done);
     if (rc < 0) {
-        c->report->fail(c, DT_EPEER, "rank %d: writing to rank %d (%s) failed: %s", c->rank,
+        t->report->fail(t->owner, DT_EPEER, "rank %d: writing to rank %d (%s) failed: %s", t->rank,
                         cn->peer, cn->addr, uv_strerror(rc));
-        comm_conn_release_xfer(c, x, XFER_FAILED);
+        comm_conn_release_xfer(t, x, XFER_FAILED);
     }
 }
 
-static void io_recv(dt_comm *c, dt_xfer *x)
+static void io_recv(dt_transport *t, dt_xfer *x)
 {
     x->next = NULL;
     if (x->hdr.kind == FRAME_P2P) {
         /* A peer that said BYE or hung up has nothing parked here (frames
          * are parsed in order, BYE last), so nothing more can ever match. */
-        if (x->peer != DT_ANY_SOURCE && !peer_conn(c, x, "receive from")) {
-            comm_conn_release_xfer(c, x, XFER_FAILED);
+        if (x->peer != DT_ANY_SOURCE && !peer_conn(t, x, "receive from")) {
+            comm_conn_release_xfer(t, x, XFER_FAILED);
             return;
         }
-        if (c->p2p_tail)
-            c->p2p_tail->next = x;
+        if (t->p2p_tail)
+            t->p2p_tail->next = x;
         else
-            c->p2p_head = x;
-        c->p2p_tail = x;
-        for (int p = 0; p < c->size; p++) {
-            dt_conn *cn = c->peers[p];
+            t->p2p_head = x;
+        t->p2p_tail = x;
+        for (int p = 0; p < t->size; p++) {
+            dt_conn *cn = t->peers[p];
             if (cn && cn->rx_state == RX_WAIT_MATCH && cn->rx_hdr.kind == FRAME_P2P)
                 comm_transport_read_header(cn);
         }
         return;
     }
-    dt_conn *cn = peer_conn(c, x, "receive from");
+    dt_conn *cn = peer_conn(t, x, "receive from");
     if (!cn) {
-        comm_conn_release_xfer(c, x, XFER_FAILED);
+        comm_conn_release_xfer(t, x, XFER_FAILED);
         return;
     }
     if (cn->coll_tail)
@@ -195,37 +197,37 @@ static void io_recv(dt_comm *c, dt_xfer *x)
         comm_transport_read_header(cn);
 }
 
-void comm_transport_io_post(dt_comm *c, dt_xfer *x)
+void comm_transport_io_post(dt_transport *t, dt_xfer *x)
 {
     x->next = NULL;
-    if (c->io_failed_done || c->io_shutdown)
-        comm_conn_release_xfer(c, x, XFER_FAILED);
+    if (t->io_failed_done || t->io_shutdown)
+        comm_conn_release_xfer(t, x, XFER_FAILED);
     else if (x->is_send)
-        io_send(c, x);
+        io_send(t, x);
     else
-        io_recv(c, x);
+        io_recv(t, x);
 }
 
-void comm_transport_post_here(dt_comm *c, dt_xfer *x)
+void comm_transport_post_here(dt_transport *t, dt_xfer *x)
 {
     x->state = XFER_POSTED;
     x->done = 0;
     if (x->owner)
         x->owner->outstanding++;
-    comm_transport_io_post(c, x);
+    comm_transport_io_post(t, x);
 }
 
-void comm_transport_post(dt_comm *c, dt_xfer *x)
+void comm_transport_post(dt_transport *t, dt_xfer *x)
 {
     x->state = XFER_POSTED;
     x->done = 0;
     x->next = NULL;
-    pthread_mutex_lock(&c->mu);
-    if (c->inbox_tail)
-        c->inbox_tail->next = x;
+    pthread_mutex_lock(t->mu);
+    if (t->inbox_tail)
+        t->inbox_tail->next = x;
     else
-        c->inbox_head = x;
-    c->inbox_tail = x;
-    pthread_mutex_unlock(&c->mu);
-    comm_wake_thread(c);
+        t->inbox_head = x;
+    t->inbox_tail = x;
+    pthread_mutex_unlock(t->mu);
+    t->report->wake_thread(t->owner);
 }

@@ -33,12 +33,12 @@
  * The reader is every connection's: it reads a new connection's handshake
  * messages too, into hs_buf, and hands each to handshake.c; once the
  * handshake says the peer proved who it is, the connection becomes
- * comm->peers[rank] here and its next unit is a frame header.
+ * tp->peers[rank] here and its next unit is a frame header.
  *
  * A HEARTBEAT frame (heartbeat.c) says the peer is alive and where it is;
  * any byte read stamps heard_at, the liveness clock's reading.
  *
- * Failure: EOF, a reset or a protocol error ends in comm_fail (mesh.c then
+ * Failure: EOF, a reset or a protocol error ends in report.h's fail (mesh.c then
  * lets go of everything and tells the peers). A peer's ABORT carries its
  * root cause, which becomes ours. A peer that said BYE (destroyed its
  * communicator) and then closes is not a failure unless something was
@@ -51,7 +51,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "comm_internal.h"
+#include "conn.h"
 
 #define MAX_READ (1u << 30)
 
@@ -110,7 +110,7 @@ void comm_transport_describe_hdr(char *out, size_t n, const dt_frame_hdr *h)
 
 static void protocol_error(dt_conn *cn, const dt_frame_hdr *expected)
 {
-    dt_comm *c = cn->comm;
+    dt_transport *t = cn->tp;
     char got[160], want[160];
     comm_transport_describe_hdr(got, sizeof got, &cn->rx_hdr);
     comm_transport_describe_hdr(want, sizeof want, expected);
@@ -120,10 +120,10 @@ static void protocol_error(dt_conn *cn, const dt_frame_hdr *expected)
                            ? "a receive must name the dtype and count of the send it matches"
                            : "every rank must submit the same collectives in the same order "
                              "with the same arguments";
-    c->report->fail(c, DT_EPROTO,
+    t->report->fail(t->owner, DT_EPROTO,
                     "rank %d: protocol mismatch: rank %d (%s) sent %s, rank %d "
                     "expected %s; %s",
-                    c->rank, cn->peer, cn->addr, got, c->rank, want, rule);
+                    t->rank, cn->peer, cn->addr, got, t->rank, want, rule);
 }
 
 static bool hdr_matches(const dt_frame_hdr *a, const dt_frame_hdr *b)
@@ -145,7 +145,7 @@ static void rx_start_payload(dt_conn *cn, dt_xfer *x)
     x->source = cn->peer;
     x->next = NULL;
     if (cn->rx_hdr.length == 0) {
-        comm_conn_release_xfer(cn->comm, x, XFER_DONE);
+        comm_conn_release_xfer(cn->tp, x, XFER_DONE);
         next_header(cn);
     } else {
         cn->rx_cur = x;
@@ -155,14 +155,14 @@ static void rx_start_payload(dt_conn *cn, dt_xfer *x)
 }
 
 /* The oldest posted p2p receive that takes (peer, tag), unlinked. */
-static dt_xfer *p2p_take(dt_comm *c, int peer, uint32_t tag)
+static dt_xfer *p2p_take(dt_transport *t, int peer, uint32_t tag)
 {
-    dt_xfer **pp = &c->p2p_head, *prev = NULL;
-    for (dt_xfer *x = c->p2p_head; x; prev = x, pp = &x->next, x = x->next) {
+    dt_xfer **pp = &t->p2p_head, *prev = NULL;
+    for (dt_xfer *x = t->p2p_head; x; prev = x, pp = &x->next, x = x->next) {
         if ((x->peer == peer || x->peer == DT_ANY_SOURCE) && x->hdr.index == tag) {
             *pp = x->next;
-            if (c->p2p_tail == x)
-                c->p2p_tail = prev;
+            if (t->p2p_tail == x)
+                t->p2p_tail = prev;
             return x;
         }
     }
@@ -187,7 +187,7 @@ static void rx_pause(dt_conn *cn)
 /* A whole header is in cn->rx_hdr: find where its payload goes. */
 void comm_transport_read_header(dt_conn *cn)
 {
-    dt_comm *c = cn->comm;
+    dt_transport *t = cn->tp;
     dt_frame_hdr *h = &cn->rx_hdr;
     dt_xfer *x;
     bool was_paused = cn->rx_state == RX_WAIT_MATCH;
@@ -208,7 +208,7 @@ void comm_transport_read_header(dt_conn *cn)
         rx_start_payload(cn, x);
         break;
     case FRAME_P2P:
-        x = p2p_take(c, cn->peer, h->index);
+        x = p2p_take(t, cn->peer, h->index);
         if (!x) {
             rx_pause(cn);
             return;
@@ -218,7 +218,7 @@ void comm_transport_read_header(dt_conn *cn)
              * wakes on the release and must find the reason in place. */
             x->next = NULL;
             protocol_error(cn, &x->hdr);
-            comm_conn_release_xfer(c, x, XFER_FAILED);
+            comm_conn_release_xfer(t, x, XFER_FAILED);
             return;
         }
         rx_start_payload(cn, x);
@@ -227,8 +227,9 @@ void comm_transport_read_header(dt_conn *cn)
         if (h->length < 4 || h->length >= sizeof cn->notice) {
             cn->rx_state = RX_STOPPED; /* nothing after it can be parsed */
             comm_transport_read_set(cn, false);
-            c->report->fail(c, DT_EPROTO, "rank %d: rank %d (%s) sent an ABORT frame of %llu B",
-                            c->rank, cn->peer, cn->addr, (unsigned long long)h->length);
+            t->report->fail(t->owner, DT_EPROTO,
+                            "rank %d: rank %d (%s) sent an ABORT frame of %llu B", t->rank,
+                            cn->peer, cn->addr, (unsigned long long)h->length);
             return;
         }
         comm_conn_expect(cn, RX_NOTICE, h->length);
@@ -246,10 +247,10 @@ void comm_transport_read_header(dt_conn *cn)
     default:
         cn->rx_state = RX_STOPPED;
         comm_transport_read_set(cn, false);
-        c->report->fail(c, DT_EPROTO,
+        t->report->fail(t->owner, DT_EPROTO,
                         "rank %d: rank %d (%s) sent a frame of unknown kind %u "
                         "(another protocol version?)",
-                        c->rank, cn->peer, cn->addr, h->kind);
+                        t->rank, cn->peer, cn->addr, h->kind);
         return;
     }
     if (was_paused)
@@ -268,7 +269,7 @@ void comm_transport_read_header(dt_conn *cn)
 
 static void rx_on_notice(dt_conn *cn)
 {
-    dt_comm *c = cn->comm;
+    dt_transport *t = cn->tp;
     uint32_t st;
     memcpy(&st, cn->notice, 4);
     cn->notice[cn->rx_need] = '\0';
@@ -276,32 +277,33 @@ static void rx_on_notice(dt_conn *cn)
         st = DT_EPEER;
     cn->rx_state = RX_STOPPED;
     comm_transport_read_set(cn, false);
-    pthread_mutex_lock(&c->mu);
-    bool later = !c->failed && c->report->first_unfinished_locked(c) < cn->rx_hdr.seq;
-    if (later && !c->fail_deferred) {
-        c->fail_deferred = true;
-        c->deferred_until = dt_now() + DEFERRED_FAIL_GRACE_S;
-        c->deferred_status = (dt_status)st;
-        snprintf(c->deferred_error, sizeof c->deferred_error,
+    pthread_mutex_lock(t->mu);
+    bool later = t->report->failure_locked(t->owner, NULL, 0) == DT_OK &&
+                 t->report->first_unfinished_locked(t->owner) < cn->rx_hdr.seq;
+    if (later && !t->fail_deferred) {
+        t->fail_deferred = true;
+        t->deferred_until = dt_now() + DEFERRED_FAIL_GRACE_S;
+        t->deferred_status = (dt_status)st;
+        snprintf(t->deferred_error, sizeof t->deferred_error,
                  "rank %d: rank %d (%s) failed "
                  "and reported: %s",
-                 c->rank, cn->peer, cn->addr, cn->notice + 4);
+                 t->rank, cn->peer, cn->addr, cn->notice + 4);
     }
-    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(t->mu);
     if (later)
         return;
     /* launcher/blame_line.c follows this wording ("failed and reported:",
      * "died or its process was killed", and a group's ", world rank W" in
      * the address) to the rank that failed first. */
-    c->report->fail(c, (dt_status)st, "rank %d: rank %d (%s) failed and reported: %s", c->rank,
-                    cn->peer, cn->addr, cn->notice + 4);
+    t->report->fail(t->owner, (dt_status)st, "rank %d: rank %d (%s) failed and reported: %s",
+                    t->rank, cn->peer, cn->addr, cn->notice + 4);
 }
 
-bool comm_transport_expects_from(dt_comm *c, dt_conn *cn)
+bool comm_transport_expects_from(dt_transport *t, dt_conn *cn)
 {
     if (cn->coll_head || cn->rx_cur)
         return true;
-    for (dt_xfer *x = c->p2p_head; x; x = x->next)
+    for (dt_xfer *x = t->p2p_head; x; x = x->next)
         if (x->peer == cn->peer)
             return true;
     return false;
@@ -309,7 +311,7 @@ bool comm_transport_expects_from(dt_comm *c, dt_conn *cn)
 
 static void conn_lost(dt_conn *cn, ssize_t err)
 {
-    dt_comm *c = cn->comm;
+    dt_transport *t = cn->tp;
     if (!cn->authenticated) {
         comm_handshake_lost(cn, err);
         return;
@@ -317,34 +319,34 @@ static void conn_lost(dt_conn *cn, ssize_t err)
     cn->lost = true;
     cn->rx_state = RX_STOPPED;
     comm_transport_read_set(cn, false);
-    if (cn->bye && !comm_transport_expects_from(c, cn)) {
+    if (cn->bye && !comm_transport_expects_from(t, cn)) {
         comm_conn_close(cn);
         return;
     }
-    pthread_mutex_lock(&c->mu); /* comm.c then looks for why it left */
-    c->lost_at_startup = !c->failed && !c->mesh_ready;
-    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_lock(t->mu); /* comm.c then looks for why it left */
+    t->lost_at_startup = t->report->failure_locked(t->owner, NULL, 0) == DT_OK && !t->mesh_ready;
+    pthread_mutex_unlock(t->mu);
     if (cn->bye)
-        c->report->fail(c, DT_EPEER,
+        t->report->fail(t->owner, DT_EPEER,
                         "rank %d: rank %d (%s) destroyed its communicator while "
                         "rank %d still expected data from it",
-                        c->rank, cn->peer, cn->addr, c->rank);
+                        t->rank, cn->peer, cn->addr, t->rank);
     else if (err == UV_ETIMEDOUT)
-        c->report->fail(c, DT_EPEER,
+        t->report->fail(t->owner, DT_EPEER,
                         "rank %d: connection to rank %d (%s) lost: its host stopped "
                         "answering (no TCP acknowledgement within %.1f s); is its network link "
                         "up, is the machine alive?",
-                        c->rank, cn->peer, cn->addr, c->timeout_s / 2);
+                        t->rank, cn->peer, cn->addr, t->timeout_s / 2);
     else if (err == UV_EHOSTUNREACH || err == UV_ENETUNREACH || err == UV_EHOSTDOWN)
-        c->report->fail(c, DT_EPEER,
+        t->report->fail(t->owner, DT_EPEER,
                         "rank %d: connection to rank %d (%s) lost: its host cannot be reached "
                         "(%s); is its network link up, is the machine alive?",
-                        c->rank, cn->peer, cn->addr, uv_strerror((int)err));
+                        t->rank, cn->peer, cn->addr, uv_strerror((int)err));
     else
-        c->report->fail(c, DT_EPEER,
+        t->report->fail(t->owner, DT_EPEER,
                         "rank %d: connection to rank %d (%s) lost: %s; rank %d died "
                         "or its process was killed",
-                        c->rank, cn->peer, cn->addr,
+                        t->rank, cn->peer, cn->addr,
                         err == UV_EOF ? "end of file" : uv_strerror((int)err), cn->peer);
 }
 
@@ -357,32 +359,32 @@ static void rx_payload_got(dt_conn *cn, size_t n)
     if (x->done < x->len)
         return;
     cn->rx_cur = NULL;
-    comm_conn_release_xfer(cn->comm, x, XFER_DONE);
+    comm_conn_release_xfer(cn->tp, x, XFER_DONE);
     next_header(cn);
 }
 
 /* The handshake proved that rank cn->expect_peer is on the other end: from
- * now on cn is comm->peers[rank] and carries frames; the mesh is ready
+ * now on cn is tp->peers[rank] and carries frames; the mesh is ready
  * once every peer has come. */
 static void authenticated(dt_conn *cn)
 {
-    dt_comm *c = cn->comm;
+    dt_transport *t = cn->tp;
     int peer = cn->expect_peer;
     comm_conn_watch_liveness(cn);
     cn->authenticated = true;
     cn->peer = peer;
-    cn->comm->report->label_peer(cn);
+    t->report->label_peer(t->owner, peer, cn->addr, sizeof cn->addr);
     comm_conn_unlink_pending(cn);
     cn->next = NULL;
-    c->peers[peer] = cn;
+    t->peers[peer] = cn;
     next_header(cn);
     comm_transport_read_set(cn, true);
-    pthread_mutex_lock(&c->mu);
-    if (++c->connected == c->size - 1) {
-        c->mesh_ready = true;
-        pthread_cond_broadcast(&c->cv_api);
+    pthread_mutex_lock(t->mu);
+    if (++t->connected == t->size - 1) {
+        t->mesh_ready = true;
+        pthread_cond_broadcast(t->cv_api);
     }
-    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(t->mu);
 }
 
 /* The current fixed-size unit (header, handshake message, notice) is in. */

@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm_internal.h"
 #include "xfer.h"
 
 static void xfer_prepare(dt_opctx *o, dt_xfer *x, int peer, void *buf, size_t len, uint32_t index)
@@ -44,35 +43,35 @@ void comm_xfer_send(dt_opctx *o, dt_xfer *x, int peer, const void *buf, size_t l
 {
     xfer_prepare(o, x, peer, (void *)buf, len, o->sent_index[peer]++);
     x->is_send = 1;
-    comm_transport_post_here(o->comm, x);
+    comm_transport_post_here(o->tp, x);
 }
 
 void comm_xfer_recv(dt_opctx *o, dt_xfer *x, int peer, void *buf, size_t len)
 {
     xfer_prepare(o, x, peer, buf, len, o->recv_index[peer]++);
     x->is_send = 0;
-    comm_transport_post_here(o->comm, x);
+    comm_transport_post_here(o->tp, x);
 }
 
 /* The op reached its progress limit: name the ranks that have not joined
  * it (heartbeat.c knows where each peer is), not merely the one waited on. */
 static void op_timed_out(dt_opctx *o, dt_xfer *x)
 {
-    dt_comm *c = o->comm;
+    dt_transport *t = o->tp;
     char who[DT_ERROR_MAX / 2];
-    comm_heartbeat_absent(c, o->seq, x->peer, who, sizeof who);
-    c->report->fail(c, DT_ETIMEDOUT,
+    comm_heartbeat_absent(t, o->seq, x->peer, who, sizeof who);
+    t->report->fail(t->owner, DT_ETIMEDOUT,
                     "rank %d: %s #%llu timed out after %.1f s (progress limit: "
                     "DT_PROGRESS_TIMEOUT or the op's timeout) waiting to %s %zu B %s rank %d: %s",
-                    c->rank, dt_op_name(o->op->kind), (unsigned long long)o->seq,
-                    o->op->timeout_s > 0 ? o->op->timeout_s : c->progress_timeout_s,
+                    t->rank, dt_op_name(o->op->kind), (unsigned long long)o->seq,
+                    o->op->timeout_s > 0 ? o->op->timeout_s : t->progress_timeout_s,
                     x->is_send ? "send" : "receive", x->len, x->is_send ? "to" : "from", x->peer,
                     who);
 }
 
 dt_status comm_xfer_wait(dt_opctx *o, dt_xfer *x)
 {
-    dt_comm *c = o->comm;
+    dt_transport *t = o->tp;
     bool fired = false;
     while (x->state == XFER_POSTED) {
         double now = dt_now();
@@ -80,16 +79,16 @@ dt_status comm_xfer_wait(dt_opctx *o, dt_xfer *x)
             fired = true;
             op_timed_out(o, x); /* the loop then fails x along with the rest */
         }
-        if (c->fail_deferred && now >= c->deferred_until)
-            c->report->fail_deferred(c); /* a peer's failure, held back (transport_read.c) */
-        uv_run(&c->loop, UV_RUN_ONCE);
+        if (t->fail_deferred && now >= t->deferred_until)
+            t->report->fail_deferred(t->owner); /* a peer's failure, held back (transport_read.c) */
+        uv_run(&t->loop, UV_RUN_ONCE);
     }
     if (x->state == XFER_DONE)
         return DT_OK;
-    pthread_mutex_lock(&c->mu);
-    dt_status st = c->failed ? c->fail_status : DT_EABORTED;
-    pthread_mutex_unlock(&c->mu);
-    return st;
+    pthread_mutex_lock(t->mu);
+    dt_status st = t->report->failure_locked(t->owner, NULL, 0);
+    pthread_mutex_unlock(t->mu);
+    return st != DT_OK ? st : DT_EABORTED;
 }
 
 dt_status comm_xfer_wait_all(dt_opctx *o, dt_xfer *xs, int n)
@@ -106,18 +105,18 @@ dt_status comm_xfer_wait_all(dt_opctx *o, dt_xfer *xs, int n)
 void comm_xfer_drain(dt_opctx *o)
 {
     while (o->outstanding > 0)
-        uv_run(&o->comm->loop, UV_RUN_ONCE);
+        uv_run(&o->tp->loop, UV_RUN_ONCE);
 }
 
 void *comm_xfer_scratch(dt_opctx *o, int slot, size_t bytes)
 {
-    dt_comm *c = o->comm;
-    if (bytes > c->scratch_cap[slot]) {
-        void *p = realloc(c->scratch[slot], bytes);
+    dt_transport *t = o->tp;
+    if (bytes > t->scratch_cap[slot]) {
+        void *p = realloc(t->scratch[slot], bytes);
         if (!p)
             return NULL;
-        c->scratch[slot] = p;
-        c->scratch_cap[slot] = bytes;
+        t->scratch[slot] = p;
+        t->scratch_cap[slot] = bytes;
     }
-    return c->scratch[slot];
+    return t->scratch[slot];
 }

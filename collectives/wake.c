@@ -5,6 +5,10 @@
  * thread waits there for sends and receives in flight), the API threads
  * waiting on a work handle (cv_api), and waits with a deadline.
  *
+ * The loop's own wake-up is the transport's (comm_transport_wake_loop);
+ * the transport reaches the two it needs of this file, a thread woken and
+ * a work handle done, through report.h's table.
+ *
  * Every file that changes what another thread should do ends with one of
  * these calls; none of them takes a lock, so each may be made with `mu`
  * held (comm_failv does, so that nothing touches the communicator after a
@@ -18,8 +22,7 @@
 void comm_wake_thread(dt_comm *c)
 {
     pthread_cond_signal(&c->cv_thread);
-    if (atomic_load(&c->io_running))
-        uv_async_send(&c->wake);
+    comm_transport_wake_loop(&c->tp);
     /* set only while the thread holds the gloo context, which outlives it */
     if (atomic_load(&c->gloo_turn))
         uv_async_send(c->gloo_waker);
