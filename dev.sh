@@ -16,7 +16,8 @@
 #                            an `export --names seed` in the seed's MiniGPT, and
 #                            dtrain ranks in torch gloo groups (tests/torch_gloo.py),
 #                            torch on backend "dtrain" against "gloo", ops and DDP
-#                            (tests/torch_backend.py, tests/torch_ddp.py)
+#                            (tests/torch_backend.py, tests/torch_ddp.py,
+#                            tests/torch_work.py)
 #                            (installs Debian's python3-torch and libtorch-dev, large)
 #   ./dev.sh test-netns      2 hosts made of network namespaces: a job across
 #                            them, through rate-limited links, and a link cut
@@ -220,13 +221,15 @@ test-torch)
     # torch.distributed's "dtrain" backend against "gloo": one ok/not ok
     # line per op and world, then the failures (tests/torch_backend.py);
     # torch DDP (AdamW, ZeroRedundancyOptimizer) training the 865k MiniGPT
-    # on both (tests/torch_ddp.py)
+    # on both (tests/torch_ddp.py); the Work objects' timeouts and their
+    # life past their group (tests/torch_work.py)
     rc5=0
     if ls build/torch_backend/dtrain_torch*.so >/dev/null 2>&1; then
         out5=$(/usr/bin/python3 tests/torch_backend.py build/torch_backend \
             build/launcher/dtrain-launch 2>&1) || rc5=$?
         out6=$(/usr/bin/python3 tests/torch_ddp.py build/torch_backend 2>&1) || rc5=$?
-        out5=$(printf '%s\n%s' "$out5" "$out6")
+        out7=$(/usr/bin/python3 tests/torch_work.py build/torch_backend 2>&1) || rc5=$?
+        out5=$(printf '%s\n%s\n%s' "$out5" "$out6" "$out7")
     else
         out5="not ok - the dtrain_torch module was not built (libtorch-dev missing?)"
         rc5=1

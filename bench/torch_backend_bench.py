@@ -4,18 +4,23 @@
     bench/torch_backend_bench.py BUILD/torch_backend [--ranks 4] [--repeats 3]
         [--ddp-steps 20]
 
-Times, through torch.distributed's own all_reduce (float32, sum) on P ranks
-(processes, file:// rendezvous, one thread each):
-  - bus bandwidth at 64 MiB: 2(P-1)/P · bytes / time per op, the median of
-    5 timed ops after 2 warm-up ones;
-  - latency at 4 bytes (one float): time per op over 500 ops back to back
-    after 50 warm-up ones, each rank's, the slowest rank reported.
-The backends alternate (gloo, dtrain, gloo, dtrain, ...) for --repeats
-pairs, each in fresh processes, so that a busy machine slows both alike;
-the medians of the repeats are printed as one Markdown table, with the
-ratios. Then the torch DDP step of the 865k MiniGPT on both
-(tests/torch_ddp.py --time: the median step of each run, AdamW and
-ZeroRedundancyOptimizer).
+Times, through torch.distributed's own ops on P ranks (processes, file://
+rendezvous, one thread each):
+  - all_reduce (float32, sum) bus bandwidth at 64 MiB: 2(P-1)/P · bytes /
+    time per op, the median of 5 timed ops after 2 warm-up ones;
+  - all_reduce latency at 4 bytes (one float): time per op over 500 ops
+    back to back after 50 warm-up ones;
+  - ZeroRedundancyOptimizer's parameter broadcasts: what its step sends
+    after the local update on the 865k MiniGPT, one async broadcast per
+    parameter (45, 512 B to 256 KiB, 2.6 MB in all) from its owner, then
+    a wait on each; the median of 30 rounds after 5 warm-up ones;
+  - the torch DDP step of the 865k MiniGPT with AdamW and with
+    ZeroRedundancyOptimizer(AdamW) (tests/torch_ddp.py's ranks, --ddp-steps
+    steps): each rank's median step after 2 warm-up steps.
+Every figure is the slowest rank's. The backends alternate (gloo, dtrain,
+gloo, dtrain, ...) for --repeats pairs, each in fresh processes, so that a
+busy machine slows both alike; the medians of the repeats are printed as
+one Markdown table, with the ratios, and the load average over the run.
 """
 import argparse, datetime, json, os, statistics, subprocess, sys, tempfile, time
 
@@ -46,12 +51,31 @@ def rank_main(backend, url, rank, size):
     for _ in range(500):
         dist.all_reduce(small)
     lat = (time.perf_counter() - t0) / 500
-    worst = torch.tensor([statistics.median(times), lat], dtype=torch.float64)
+    bcast = zero_broadcasts(torch, dist, size)
+    worst = torch.tensor([statistics.median(times), lat, bcast], dtype=torch.float64)
     dist.all_reduce(worst, op=dist.ReduceOp.MAX)
     if rank == 0:
-        t, lat = worst.tolist()
-        print(json.dumps({"busbw": 2 * (size - 1) / size * BIG / t / 1e9, "lat_us": lat * 1e6}))
+        t, lat, bcast = worst.tolist()
+        print(json.dumps({"busbw": 2 * (size - 1) / size * BIG / t / 1e9, "lat_us": lat * 1e6,
+                          "bcast_ms": bcast * 1e3}))
     dist.destroy_process_group()
+
+
+def zero_broadcasts(torch, dist, size):
+    """ZeroRedundancyOptimizer._sync_params on the 865k MiniGPT, seconds a round."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "model"))
+    from minigpt_torch import MiniGPT
+    params = [p.data for p in MiniGPT(256, 64, 4, 4, 128).parameters()]
+    times = []
+    for i in range(35):
+        dist.barrier()
+        t0 = time.perf_counter()
+        works = [dist.broadcast(p, src=j % size, async_op=True) for j, p in enumerate(params)]
+        for w in works:
+            w.wait()
+        if i >= 5:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def one_run(backend, size, module_dir):
@@ -67,6 +91,15 @@ def one_run(backend, size, module_dir):
     return json.loads(outs[0].strip().splitlines()[-1])
 
 
+def ddp_step(backend, optimizer, size, steps, module_dir):
+    """The slowest rank's median DDP step (ms), tests/torch_ddp.py's ranks."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.join(here, "..", "tests"))
+    import torch_ddp
+    runs = torch_ddp.run(backend, optimizer, size, steps, module_dir)
+    return max(statistics.median(s["ms"] for s in r[2:]) for r in runs)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("module_dir")
@@ -76,24 +109,28 @@ def main():
     a = ap.parse_args()
     module_dir = os.path.abspath(a.module_dir)
     got = {"gloo": [], "dtrain": []}
+    loads = [os.getloadavg()[0]]
     for _ in range(a.repeats):
         for backend in ("gloo", "dtrain"):
-            got[backend].append(one_run(backend, a.ranks, module_dir))
-    med = {b: {k: statistics.median(r[k] for r in runs) for k in ("busbw", "lat_us")}
-           for b, runs in got.items()}
-    print(f"torch.distributed all_reduce, float32 sum, {a.ranks} ranks, "
-          f"medians of {a.repeats} interleaved runs\n")
+            r = one_run(backend, a.ranks, module_dir)
+            for opt in ("adamw", "zero"):
+                r["ddp_" + opt] = ddp_step(backend, opt, a.ranks, a.ddp_steps, module_dir)
+            got[backend].append(r)
+            loads.append(os.getloadavg()[0])
+    keys = ("busbw", "lat_us", "bcast_ms", "ddp_adamw", "ddp_zero")
+    med = {b: {k: statistics.median(r[k] for r in runs) for k in keys} for b, runs in got.items()}
+    print(f"torch.distributed on {a.ranks} ranks, medians of {a.repeats} interleaved runs, "
+          f"the slowest rank's; 1-minute load average {min(loads):.1f}-{max(loads):.1f}\n")
     print("| | gloo | dtrain | dtrain / gloo |")
     print("|---|---|---|---|")
+    rows = [("all_reduce busbw at 64 MiB (GB/s)", "busbw", "{:.2f}"),
+            ("all_reduce at 4 B (µs)", "lat_us", "{:.0f}"),
+            ("ZeroRedundancyOptimizer's 45 broadcasts, 865k (ms)", "bcast_ms", "{:.1f}"),
+            ("DDP step, 865k, AdamW (ms)", "ddp_adamw", "{:.1f}"),
+            ("DDP step, 865k, ZeroRedundancyOptimizer (ms)", "ddp_zero", "{:.1f}")]
     g, d = med["gloo"], med["dtrain"]
-    print(f"| busbw at 64 MiB (GB/s) | {g['busbw']:.2f} | {d['busbw']:.2f} | "
-          f"{d['busbw'] / g['busbw']:.2f}x |")
-    print(f"| latency at 4 B (us) | {g['lat_us']:.0f} | {d['lat_us']:.0f} | "
-          f"{d['lat_us'] / g['lat_us']:.2f}x |")
-    here = os.path.dirname(os.path.abspath(__file__))
-    sys.stdout.flush()
-    subprocess.run([sys.executable, os.path.join(here, "..", "tests", "torch_ddp.py"), module_dir,
-                    "--time", "--steps", str(a.ddp_steps), "--ranks", str(a.ranks)], check=False)
+    for title, k, f in rows:
+        print(f"| {title} | {f.format(g[k])} | {f.format(d[k])} | {d[k] / g[k]:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -41,36 +41,35 @@ c10::intrusive_ptr<WorkDtrain> ProcessGroupDtrain::launch(Launch &l)
 {
     std::vector<dt_work *> handles;
     bool defer = l.ops.size() == 1 && l.ops[0].kind != DT_OP_SEND && l.ops[0].kind != DT_OP_RECV;
-    std::lock_guard<std::mutex> g(submit_mu_);
-    flush_locked(); /* ops go to dtrain in the order torch gave them */
+    GroupState &g = *state_;
+    std::lock_guard<std::mutex> lock(g.submit_mu);
+    g.flush_locked(); /* ops go to dtrain in the order torch gave them */
     if (defer) {
-        auto w = c10::make_intrusive<WorkDtrain>(comm_, getRank(), l.type, l.name, handles,
+        auto w = c10::make_intrusive<WorkDtrain>(state_, getRank(), l.type, l.name, handles,
                                                  std::move(l.keep), std::move(l.after),
-                                                 std::move(l.outputs), std::move(l.source), this);
+                                                 std::move(l.outputs), std::move(l.source));
         w->deferred = l.ops[0];
-        pending_ = w.get();
+        g.pending = w.get();
         return w;
     }
-    {
-        for (dt_op &op : l.ops) {
-            dt_work *w = nullptr;
-            if (dt_submit(comm_, &op, &w) != DT_OK) {
-                std::string why = dt_comm_error(comm_);
-                for (dt_work *h : handles)
-                    (void)dt_work_wait(h);
-                refuse(l.name, why);
-            }
-            handles.push_back(w);
+    for (dt_op &op : l.ops) {
+        dt_work *w = nullptr;
+        if (dt_submit(g.comm, &op, &w) != DT_OK) {
+            std::string why = dt_comm_error(g.comm);
+            for (dt_work *h : handles)
+                (void)dt_work_wait(h);
+            refuse(l.name, why);
         }
+        handles.push_back(w);
     }
-    return c10::make_intrusive<WorkDtrain>(comm_, getRank(), l.type, l.name, std::move(handles),
+    return c10::make_intrusive<WorkDtrain>(state_, getRank(), l.type, l.name, std::move(handles),
                                            std::move(l.keep), std::move(l.after),
-                                           std::move(l.outputs), std::move(l.source), this);
+                                           std::move(l.outputs), std::move(l.source));
 }
 
 ProcessGroupDtrain::ProcessGroupDtrain(const c10::intrusive_ptr<c10d::Store> &store, int rank,
                                        int size, std::chrono::milliseconds timeout)
-    : c10d::ProcessGroup(rank, size), completer_(std::make_unique<Completer>())
+    : c10d::ProcessGroup(rank, size), state_(std::make_shared<GroupState>())
 {
     dt_comm_options o;
     dt_comm_options_default(&o);
@@ -102,21 +101,21 @@ ProcessGroupDtrain::ProcessGroupDtrain(const c10::intrusive_ptr<c10d::Store> &st
     dt_status st = dt_store_open_ops(&s, store_ops(), store.get(), "torch store", "dtrain");
     o.store = s;
     if (st == DT_OK)
-        st = dt_comm_init(&comm_, &o);
+        st = dt_comm_init(&state_->comm, &o);
     sodium_memzero(secret, sizeof secret);
-    std::string why = st == DT_OK ? "" : comm_ ? dt_comm_error(comm_) : dt_store_error(s);
+    dt_comm *c = state_->comm;
+    std::string why = st == DT_OK ? "" : c ? dt_comm_error(c) : dt_store_error(s);
     dt_store_close(s);
-    if (st != DT_OK) {
-        dt_comm_destroy(comm_);
-        comm_ = nullptr;
-        refuse("init", why);
-    }
+    if (st != DT_OK)
+        refuse("init", why); /* ~GroupState destroys the communicator */
+    state_->completer = std::make_unique<Completer>();
 }
 
+// The works torch still holds keep the state, and so the communicator,
+// alive (group_state.cpp).
 ProcessGroupDtrain::~ProcessGroupDtrain()
 {
-    completer_.reset(); /* the futures' works first: they wait on comm_ */
-    dt_comm_destroy(comm_);
+    state_->close();
 }
 
 c10::intrusive_ptr<c10d::ProcessGroup>
@@ -130,10 +129,10 @@ ProcessGroupDtrain::create(const c10::intrusive_ptr<c10d::Store> &store, int ran
 // The largest of every rank's `mine` (uneven all-to-alls: the block size).
 int64_t ProcessGroupDtrain::agree_max(int64_t mine, const char *op)
 {
-    std::lock_guard<std::mutex> g(submit_mu_);
-    flush_locked();
-    if (dt_allreduce(comm_, &mine, 1, DT_I64, DT_MAX) != DT_OK)
-        refuse(op, dt_comm_error(comm_));
+    std::lock_guard<std::mutex> g(state_->submit_mu);
+    state_->flush_locked();
+    if (dt_allreduce(state_->comm, &mine, 1, DT_I64, DT_MAX) != DT_OK)
+        refuse(op, dt_comm_error(state_->comm));
     return mine;
 }
 

@@ -1,7 +1,8 @@
 // process_group.hpp — torch.distributed's "dtrain" backend: a c10d
 // ProcessGroup whose collectives run on a dtrain communicator.
 //
-// process_group.cpp (the ops) and work.cpp (their handles) say how.
+// process_group.cpp (the ops) and work.cpp (their handles) say how;
+// group_state.cpp what the group and its works share.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -21,8 +22,31 @@ namespace dtrain_torch
 {
 
 class Completer;
-class ProcessGroupDtrain;
+class WorkDtrain;
 struct Blocks;
+
+// What a group and every work it made share: the communicator, the lock
+// that keeps submissions in torch's order, the deferred op and the
+// completer. Shared ownership (group_state.cpp): a work that outlives its
+// group — dist.destroy_process_group() with an op in flight — still waits
+// on a live communicator, destroyed with the last holder.
+struct GroupState {
+    dt_comm *comm = nullptr;
+    std::mutex submit_mu;                 // dt_comm's API: one thread at a time
+    WorkDtrain *pending = nullptr;        // the deferred lone collective, if any
+    std::unique_ptr<Completer> completer; // null once the group is gone
+    ~GroupState();                        // dt_comm_destroy
+    void flush_locked();                  // submits pending; holds submit_mu
+    // The deferred op of w, if it still is: run here and now (inline), or
+    // submitted (for a future, or a look without waiting).
+    void run_deferred(WorkDtrain *w, bool inline_ok);
+    // A deferred w, when run inline, gives up after at most `seconds`.
+    void limit_deferred(WorkDtrain *w, double seconds);
+    // Hands w to the completer; false once the group is gone (no completer).
+    bool complete_later(const c10::intrusive_ptr<WorkDtrain> &w);
+    // The group is gone: the deferred op submitted, the completer stopped.
+    void close();
+};
 
 // One torch op's handle: the dtrain work handles it submitted, the tensors
 // they read and write, and what runs once they are done (copies into the
@@ -32,10 +56,10 @@ struct Blocks;
 class WorkDtrain : public c10d::Work
 {
   public:
-    WorkDtrain(dt_comm *comm, int rank, c10d::OpType type, const char *name,
+    WorkDtrain(std::shared_ptr<GroupState> group, int rank, c10d::OpType type, const char *name,
                std::vector<dt_work *> handles, std::vector<at::Tensor> keep,
                std::function<void()> after, std::vector<at::Tensor> outputs,
-               std::shared_ptr<int> source, ProcessGroupDtrain *pg);
+               std::shared_ptr<int> source);
     ~WorkDtrain() override;
     bool isCompleted() override;
     bool wait(std::chrono::milliseconds timeout) override;
@@ -52,18 +76,18 @@ class WorkDtrain : public c10d::Work
     std::vector<dt_work *> handles_; // what it submitted (the deferred op's, once flushed)
 
   private:
-    dt_comm *comm_;
+    std::shared_ptr<GroupState> group_;
     const char *name_;
     std::vector<at::Tensor> keep_;
     std::function<void()> after_;
     std::vector<at::Tensor> outputs_;
     std::shared_ptr<int> source_; // a receive's sender, written by dtrain
-    ProcessGroupDtrain *pg_;
     std::mutex claim_mu_;
     bool claimed_ = false, settled_ = false, future_marked_ = false;
     std::exception_ptr error_;
     c10::intrusive_ptr<c10::ivalue::Future> future_;
     void mark_future();
+    bool done_within(std::chrono::milliseconds timeout);
 };
 
 // A thread that settles the works whose futures torch holds, in order.
@@ -124,20 +148,8 @@ class ProcessGroupDtrain : public c10d::ProcessGroup
     WorkPtr recvAnysource(Tensors &t, int tag) override;
     WorkPtr barrier(const c10d::BarrierOptions &o) override;
 
-    // The deferred op of w, if it still is: run here and now (inline), or
-    // submitted (for a future, or a look without waiting). work.cpp.
-    void run_deferred(WorkDtrain *w, bool inline_ok);
-    Completer *completer()
-    {
-        return completer_.get();
-    }
-
   private:
-    dt_comm *comm_ = nullptr;
-    std::mutex submit_mu_; // dt_comm's API: one thread at a time
-    std::unique_ptr<Completer> completer_;
-    WorkDtrain *pending_ = nullptr; // the deferred lone collective, if any
-    void flush_locked();            // submits pending_; holds submit_mu_
+    std::shared_ptr<GroupState> state_;
 
     struct Launch; // ops_common.hpp
     c10::intrusive_ptr<WorkDtrain> launch(Launch &l);

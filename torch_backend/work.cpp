@@ -19,9 +19,10 @@
 // Deferral. A torch op waited at once (every call without async_op) would
 // pay two thread hand-offs if submitted at once: to the communicator's
 // thread and back. So a lone collective is deferred (process_group.cpp
-// keeps at most one, pending_): if its own wait() comes first it runs
+// keeps at most one, GroupState::pending): if its own wait() comes first it runs
 // inline on the waiting thread (dt_run, no hand-off); anything else —
 // the next op, a future, isCompleted — submits it first, in order.
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -30,13 +31,13 @@
 namespace dtrain_torch
 {
 
-WorkDtrain::WorkDtrain(dt_comm *comm, int rank, c10d::OpType type, const char *name,
-                       std::vector<dt_work *> handles, std::vector<at::Tensor> keep,
-                       std::function<void()> after, std::vector<at::Tensor> outputs,
-                       std::shared_ptr<int> source, ProcessGroupDtrain *pg)
-    : c10d::Work(rank, type), handles_(std::move(handles)), comm_(comm), name_(name),
+WorkDtrain::WorkDtrain(std::shared_ptr<GroupState> group, int rank, c10d::OpType type,
+                       const char *name, std::vector<dt_work *> handles,
+                       std::vector<at::Tensor> keep, std::function<void()> after,
+                       std::vector<at::Tensor> outputs, std::shared_ptr<int> source)
+    : c10d::Work(rank, type), handles_(std::move(handles)), group_(std::move(group)), name_(name),
       keep_(std::move(keep)), after_(std::move(after)), outputs_(std::move(outputs)),
-      source_(std::move(source)), pg_(pg)
+      source_(std::move(source))
 {
 }
 
@@ -55,7 +56,7 @@ void WorkDtrain::settle()
             return;
         claimed_ = true;
     }
-    pg_->run_deferred(this, true);
+    group_->run_deferred(this, true);
     dt_status first = ran;
     for (dt_work *h : handles_) {
         dt_status st = dt_work_wait(h);
@@ -65,7 +66,7 @@ void WorkDtrain::settle()
     handles_.clear();
     std::exception_ptr err;
     if (first != DT_OK) {
-        std::string why = dt_comm_error(comm_);
+        std::string why = dt_comm_error(group_->comm);
         err = std::make_exception_ptr(std::runtime_error(
             std::string("dtrain ") + name_ + ": " + (why.empty() ? dt_status_name(first) : why)));
     } else {
@@ -109,7 +110,7 @@ void WorkDtrain::mark_future()
 
 bool WorkDtrain::isCompleted()
 {
-    pg_->run_deferred(this, false);
+    group_->run_deferred(this, false);
     {
         std::lock_guard<std::mutex> g(claim_mu_);
         if (claimed_)
@@ -122,10 +123,46 @@ bool WorkDtrain::isCompleted()
     return c10d::Work::isCompleted();
 }
 
+// wait(timeout), as torch passes it (work.wait(timeout=...)): a deferred op
+// runs inline under that limit, so dtrain's own timeout names the op; a
+// submitted one is watched until the limit, then the wait raises while the
+// op runs on (torch's Work::wait does the same), to the group's limit.
 bool WorkDtrain::wait(std::chrono::milliseconds timeout)
 {
+    if (timeout != ::kNoTimeout) {
+        group_->limit_deferred(this, timeout.count() / 1000.0);
+        if (!done_within(timeout))
+            throw std::runtime_error(std::string("dtrain ") + name_ + ": rank " +
+                                     std::to_string(rank_) + ": wait timed out after " +
+                                     std::to_string(timeout.count()) +
+                                     " ms; the op runs on until the group's timeout");
+    }
     settle();
     return c10d::Work::wait(timeout);
+}
+
+// True once every submitted handle is done, false if the limit passes
+// first; polls, sleeping from 50 µs up to 1 ms between looks.
+bool WorkDtrain::done_within(std::chrono::milliseconds timeout)
+{
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    auto nap = std::chrono::microseconds(50);
+    for (;;) {
+        {
+            std::lock_guard<std::mutex> g(claim_mu_);
+            if (claimed_)
+                return true; /* settled, or being settled: settle() waits for it */
+            bool done = true;
+            for (dt_work *h : handles_)
+                done = done && dt_work_test(h);
+            if (done)
+                return true;
+        }
+        if (std::chrono::steady_clock::now() >= deadline)
+            return false;
+        std::this_thread::sleep_for(nap);
+        nap = std::min(nap * 2, std::chrono::microseconds(1000));
+    }
 }
 
 int WorkDtrain::sourceRank() const
@@ -152,12 +189,11 @@ c10::intrusive_ptr<c10::ivalue::Future> WorkDtrain::getFuture()
             queue = !claimed_;
         }
     }
-    pg_->run_deferred(this, false); /* submitted now: the op overlaps what follows */
-    if (queue)
-        pg_->completer()->enqueue(
-            c10::intrusive_ptr<WorkDtrain>::unsafe_reclaim_from_nonowning(this));
-    else
-        mark_future(); /* settled already, or being settled: whoever ends marks it */
+    group_->run_deferred(this, false); /* submitted now: the op overlaps what follows */
+    if (!queue || !group_->complete_later(
+                      c10::intrusive_ptr<WorkDtrain>::unsafe_reclaim_from_nonowning(this)))
+        settle();  /* the group is gone, so is its completer: settled here, now */
+    mark_future(); /* whoever settles or asks last marks it, once */
     return future_;
 }
 
@@ -198,34 +234,6 @@ void Completer::run()
         }
         w->settle();
     }
-}
-
-} // namespace dtrain_torch
-
-namespace dtrain_torch
-{
-
-void ProcessGroupDtrain::flush_locked()
-{
-    WorkDtrain *w = pending_;
-    if (!w)
-        return;
-    pending_ = nullptr;
-    dt_work *h = nullptr;
-    w->ran = dt_submit(comm_, &w->deferred, &h);
-    if (w->ran == DT_OK)
-        w->handles_.push_back(h);
-}
-
-void ProcessGroupDtrain::run_deferred(WorkDtrain *w, bool inline_ok)
-{
-    std::lock_guard<std::mutex> g(submit_mu_);
-    if (pending_ != w)
-        return; /* never deferred, or submitted already */
-    if (!inline_ok)
-        return flush_locked();
-    pending_ = nullptr;
-    w->ran = dt_run(comm_, &w->deferred); /* holding the lock: in order */
 }
 
 } // namespace dtrain_torch
