@@ -15,6 +15,10 @@
  *   tp-1 result resumed by one process follows the tp 2 run within 1e-5
  *   relative; `dtrain-ckpt export` of a tp checkpoint is the unsplit
  *   model's export.
+ * - A vocabulary tp does not divide (V 13: padded to 14 rows) is saved
+ *   unpadded (2S - 2C elements), reshards tp 2 -> 1 -> 2 byte for byte,
+ *   resumes alone within 1e-5, resumes bitwise after a kill, and under
+ *   ZeRO-1 holds DDP's parameters, m and v bitwise and resumes bitwise.
  */
 #include <criterion/criterion.h>
 #include <math.h>

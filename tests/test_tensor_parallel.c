@@ -9,7 +9,9 @@
  * parameter after one AdamW step within 1e-5 (relative L2 per tensor,
  * numeric_compare.h), each rank's share put back into the full layout.
  * What every rank computes alike — LayerNorms, wpe, the MLP's output
- * bias — must stay bitwise identical across the group.
+ * bias — must stay bitwise identical across the group. A vocabulary tp
+ * does not divide (V 13) is padded: the same comparisons hold, and the
+ * padding rows get no probability and zero gradients.
  */
 #include <criterion/criterion.h>
 #include <stdlib.h>
