@@ -3,11 +3,13 @@
  *
  *   minigpt-bench [-V 64] [-C 32] [-H 4] [-L 2] [-T 16] [-B 4]
  *                 [-n steps] [-w warmup] [-t threads] [-b backend]
+ *                 [--precision fp32|bf16]
  *
  * One step is what a training loop does: forward with loss, zero grads,
  * backward, AdamW update — on random tokens (the seed's data). After w
  * warm-up steps it times n steps and prints one line:
  *   ms_per_step=… tok_per_s=… gflops=… params=… backend=… threads=…
+ *   loss=… precision=…
  * and with -p 1 peak_gflops=… mfu=… (the step's FLOPs over sgemm's peak
  * on the same threads, dt_cpu_gemm_peak on squares of 1024, timed after
  * the steps).
@@ -18,6 +20,9 @@
  * Threads: -t sizes the rank's compute team (dt_threads_use; default 1,
  * to compare with torch.set_num_threads(1); bench/torch_compare.py runs
  * both).
+ * --precision bf16 times the bf16 step (dt_model_set_precision: matmul
+ * weights and stored activations rounded to bf16 around the fp32 kernels,
+ * the portable path) for a run beside fp32's.
  * The usage text and the parser read the same table.
  */
 #include <stdio.h>
@@ -39,7 +44,7 @@ int main(int argc, char **argv)
 {
     dt_config c = dt_config_seed();
     int B = 4, steps = 200, warmup = 20, threads = 1, peak = 0;
-    const char *backend = "cpu";
+    const char *backend = "cpu", *precision = "fp32";
     const dt_flag flags[] = {
         {"-V", NULL, "N", &c.V, NULL, 1, 1000000, "vocabulary size"},
         {"-C", NULL, "N", &c.C, NULL, 1, 1000000, "embedding width"},
@@ -52,6 +57,7 @@ int main(int argc, char **argv)
         {"-t", NULL, "N", &threads, NULL, 1, 1024,
          "compute threads (one OpenMP team; OpenBLAS kept at 1)"},
         {"-b", NULL, "NAME", NULL, &backend, 0, 0, "backend: cpu or cpu-reference"},
+        {NULL, "--precision", "TYPE", NULL, &precision, 0, 0, "fp32 or bf16 (model/precision.c)"},
         {"-p", NULL, "0|1", &peak, NULL, 0, 1,
          "1: also time sgemm's peak on the same threads (peak_gflops=, mfu=)"},
     };
@@ -67,12 +73,16 @@ int main(int argc, char **argv)
     if (strcmp(backend, "cpu") && strcmp(backend, "cpu-reference"))
         return dt_flag_error("minigpt-bench", "-b: must be cpu or cpu-reference, got '%s'",
                              backend);
+    if (strcmp(precision, "fp32") && strcmp(precision, "bf16"))
+        return dt_flag_error("minigpt-bench", "--precision: must be fp32 or bf16, got '%s'",
+                             precision);
     const dt_backend *be = strcmp(backend, "cpu-reference") == 0 ? dt_backend_cpu_reference()
                                                                  : dt_backend_cpu();
     dt_threads_use(threads);
 
     dt_model *m;
-    if (dt_model_create(&m, &c, be, B) != DT_OK) {
+    if (dt_model_create(&m, &c, be, B) != DT_OK ||
+        (strcmp(precision, "bf16") == 0 && dt_model_set_precision(m, DT_PRECISION_BF16) != DT_OK)) {
         fprintf(stderr, "minigpt-bench: %s\n", dt_model_error(m));
         dt_model_destroy(m);
         return 1;
@@ -101,9 +111,9 @@ int main(int argc, char **argv)
     double med = times[steps / 2];
     double flops = dt_config_flops_per_step(&c, B, c.T);
     printf("ms_per_step=%.4f tok_per_s=%.0f gflops=%.2f params=%zu "
-           "backend=%s threads=%d loss=%.4f",
+           "backend=%s threads=%d loss=%.4f precision=%s",
            med * 1e3, (double)B * c.T / med, flops / med * 1e-9, m->num_params, be->name, threads,
-           m->mean_loss);
+           m->mean_loss, precision);
     if (peak) {
         double pk = dt_cpu_gemm_peak(1024, 7);
         printf(" peak_gflops=%.2f mfu=%.3f", pk, flops / med * 1e-9 / pk);

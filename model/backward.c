@@ -63,18 +63,19 @@ static void block_backward(dt_model *m, int l, const float *dres3, const float *
     const dt_backend *be = m->be;
     int B = m->last_B, T = m->last_T;
     int C = m->cfg.C, NH = m->cfg.H, N = B * T;
-    size_t NC = (size_t)N * C;
+    size_t NC = (size_t)N * C, CC = (size_t)C * C; /* weights: rounded in bf16 */
     dt_block_params *w = &m->params.blocks[l], *dw = &m->grads.blocks[l];
     dt_block_acts *x = &m->acts.blocks[l], *dx = &m->grad_acts.blocks[l];
     dt_block_params none = {0};
     dt_block_params *g = weights ? dw : &none;
     /* residual3 = residual2 + fcproj: fcproj's gradient is dres3 itself */
-    be->matmul_backward(dx->fch_gelu, g->fcprojw, g->fcprojb, dres3, x->fch_gelu, w->fcprojw, N,
-                        4 * C, C);
+    be->matmul_backward(dx->fch_gelu, g->fcprojw, g->fcprojb, dres3, x->fch_gelu,
+                        dt_model_matmul_weight(m, w->fcprojw, 4 * CC), N, 4 * C, C);
     if (weights)
         grad_ready(m, dt_block_offset(m, l, 8));
     be->gelu_backward(dx->fch, dx->fch_gelu, x->fch, 4 * NC);
-    be->matmul_backward(dx->ln2, g->fcw, g->fcb, dx->fch, x->ln2, w->fcw, N, C, 4 * C);
+    be->matmul_backward(dx->ln2, g->fcw, g->fcb, dx->fch, x->ln2,
+                        dt_model_matmul_weight(m, w->fcw, 4 * CC), N, C, 4 * C);
     if (weights)
         grad_ready(m, dt_block_offset(m, l, 6));
     /* dresidual2 = dres3 (skip path) + LN2's input gradient */
@@ -83,11 +84,13 @@ static void block_backward(dt_model *m, int l, const float *dres3, const float *
                            x->ln2_mean, x->ln2_rstd, N, C);
     if (weights)
         grad_ready(m, dt_block_offset(m, l, 4));
-    be->matmul_backward(dx->atty, g->attprojw, NULL, dx->residual2, x->atty, w->attprojw, N, C, C);
+    be->matmul_backward(dx->atty, g->attprojw, NULL, dx->residual2, x->atty,
+                        dt_model_matmul_weight(m, w->attprojw, CC), N, C, C);
     if (weights)
         grad_ready(m, dt_block_offset(m, l, 3));
     be->attention_backward(dx->qkv, m->grad_acts.scratch, dx->atty, x->qkv, x->att, B, T, C, NH);
-    be->matmul_backward(dx->ln1, g->qkvw, NULL, dx->qkv, x->ln1, w->qkvw, N, C, 3 * C);
+    be->matmul_backward(dx->ln1, g->qkvw, NULL, dx->qkv, x->ln1,
+                        dt_model_matmul_weight(m, w->qkvw, 3 * CC), N, C, 3 * C);
     if (weights)
         grad_ready(m, dt_block_offset(m, l, 2));
     /* dresidual_in = dresidual2 (skip path) + LN1's input gradient */
@@ -138,7 +141,7 @@ static void head_backward(dt_model *m, float dloss, dt_backward_part part)
         be->zero(dlast, (size_t)N * C * sizeof(float));
     }
     be->matmul_backward(in ? da->lnf : NULL, wt ? m->grads.lm_head : NULL, NULL, da->logits, a->lnf,
-                        m->params.lm_head, N, C, V);
+                        dt_model_matmul_weight(m, m->params.lm_head, (size_t)V * C), N, C, V);
     if (wt)
         grad_ready(m, dt_head_offset(m, 2));
     be->layernorm_backward(in ? dlast : NULL, wt ? m->grads.lnfw : NULL, wt ? m->grads.lnfb : NULL,
@@ -171,9 +174,13 @@ dt_status dt_model_backward_part(dt_model *m, float dloss, dt_backward_part part
         const float *in = l > m->l0 ? a->blocks[l - 1].residual3 : a->encoded;
         float *din = l > m->l0 ? da->blocks[l - 1].residual3 : da->encoded;
         params_back(m, dt_block_offset(m, l, 0));
-        if (m->recompute && (m->ws_slot != m->slot || m->ws_block != l))
-            dt_model_block_forward(m, l, in, m->last_B, m->last_T); /* into the workspace */
-        if (part == DT_BACKWARD_WEIGHT && m->recompute) /* the inner gradients again too */
+        if ((m->recompute || m->bf16) && (m->ws_slot != m->slot || m->ws_block != l)) {
+            if (m->bf16)
+                dt_model_bf16_unpack(m, l); /* widened from its bf16 store */
+            else
+                dt_model_block_forward(m, l, in, m->last_B, m->last_T); /* into the workspace */
+        }
+        if (part == DT_BACKWARD_WEIGHT && (m->recompute || m->bf16)) /* inner gradients again */
             block_backward(m, l, da->blocks[l].residual3, in, NULL, 1);
         else if (part == DT_BACKWARD_WEIGHT)
             block_weights(m, l, da->blocks[l].residual3, in);

@@ -108,16 +108,31 @@ double dt_task_accuracy(dt_model *m, const dt_dataset *d, size_t n);
  */
 long dt_task_count_exact(dt_model *m, const dt_dataset *d, size_t n, int part, int parts,
                          bool lockstep, size_t *graded);
+/*
+ * How a grading forward runs where the model is one pipeline stage: fn
+ * runs the forward of inputs (B, T) on m, streaming it through the other
+ * stages, and sets *logits when m then holds the batch's logits (the last
+ * stage). Every stage grades the same batches; only the last counts.
+ */
+typedef struct dt_forward_fn {
+    dt_status (*fn)(void *user, dt_model *m, const int *inputs, const int *targets, int B, int T,
+                    bool *logits);
+    void *user;
+} dt_forward_fn;
+/* dt_task_count_exact with each forward run by fwd (NULL: the model's
+ * own); a share whose forwards hold no logits counts 0. */
+long dt_task_count_exact_with(dt_model *m, const dt_dataset *d, size_t n, int part, int parts,
+                              bool lockstep, const dt_forward_fn *fwd, size_t *graded);
 /* The host scratch that evaluation allocates (bytes): one batch's token
  * ids and line lengths, one row of logits. 0 where it returns -1 without
  * grading. */
 size_t dt_task_scratch_bytes(dt_model *m, const dt_dataset *d, size_t n);
-/* dt_task_count_exact in the caller's scratch (dt_task_scratch_bytes of
- * it, aligned as malloc aligns): a caller whose shares run in lockstep
- * allocates it first, so that a rank without the memory can tell the
- * others before any share starts. -1 also for a NULL scratch. */
+/* dt_task_count_exact_with in the caller's scratch (dt_task_scratch_bytes
+ * of it, aligned as malloc aligns): a caller whose shares run in lockstep
+ * allocates it first, so that a rank without the memory fails before any
+ * share starts. -1 also for a NULL scratch. */
 long dt_task_count_exact_in(void *scratch, dt_model *m, const dt_dataset *d, size_t n, int part,
-                            int parts, bool lockstep, size_t *graded);
+                            int parts, bool lockstep, const dt_forward_fn *fwd, size_t *graded);
 
 #ifdef __cplusplus
 }

@@ -356,11 +356,16 @@ typedef struct dt_model {
     int *targets; /* device (max_B, T) */
 
     float *adam_m, *adam_v; /* device (num_params); NULL until update */
+    bool bf16;              /* dt_model_set_precision(BF16): precision.c */
+    uint16_t *bf16_memory;  /* device (num_bf16): the blocks' stored activations */
+    size_t num_bf16;        /* its elements: L blocks' stored fields at (max_B, T) */
+    float *weight_ws;       /* device (max(4C, V) * C): one matmul's rounded weight */
 
     int last_B, last_T;          /* shape of the last forward */
     int have_targets;            /* last forward computed the loss */
     float mean_loss;             /* of the last forward with targets */
     int l0, l1;                  /* blocks owned: [l0, l1) (all: [0, L)) */
+    bool pipeline_stage;         /* made by dt_model_create_stage, even of [0, L) */
     size_t param_lo, param_hi;   /* this slice of the full flat layout */
     int act_slots, grad_slots;   /* activation sets, activation-grad sets */
     int slot, grad_slot;         /* the sets the next call uses */
@@ -513,8 +518,22 @@ void dt_model_window_params(dt_model *m, float *base, size_t lo, size_t n);
  * sampling, checkpoints, hashes); release (false) frees it again.
  * DT_ENOMEM if it cannot; nothing on an unwindowed model. */
 dt_status dt_model_hold_params(dt_model *m, bool hold);
+/*
+ * Mixed precision (precision.c; docs/15-mixed-precision.md): bf16 rounds
+ * every matmul's weight (from the fp32 master, on use) and every layer's
+ * output to bf16, round to nearest even, and keeps the activations
+ * backward reads as bf16; parameters, gradients, AdamW state, the
+ * residual stream, LayerNorm's statistics, the logits and the loss stay
+ * fp32. Call once after create,
+ * before the first forward, on a whole model without recomputation nor
+ * windows, on a cpu backend (others: DT_EINVAL, message on m); DT_ENOMEM.
+ */
+typedef enum dt_precision { DT_PRECISION_FP32 = 0, DT_PRECISION_BF16 } dt_precision;
+dt_status dt_model_set_precision(dt_model *m, dt_precision p);
+/* The path bf16 compute takes on this build and CPU, in words. */
+const char *dt_bf16_path(void);
 /* Bytes of activations and their gradients this model holds: its sets
- * and, with recomputation, the workspace. */
+ * and, with recomputation or bf16, the workspace (and bf16's store). */
 size_t dt_model_activation_bytes(const dt_model *m);
 /* The offsets backward's progress hook reports, in the order it reports
  * them (the head's first, the embeddings' last): each is the start of one

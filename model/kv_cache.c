@@ -55,7 +55,7 @@ struct dt_kv_cache {
 
 bool dt_kv_cache_supported(const dt_model *m)
 {
-    return strncmp(m->be->name, "cpu", 3) == 0 && !m->recompute && m->l0 == 0 &&
+    return strncmp(m->be->name, "cpu", 3) == 0 && !m->recompute && !m->bf16 && m->l0 == 0 &&
            m->l1 == m->cfg.L && (!m->params_windowed || m->params_memory);
 }
 

@@ -81,15 +81,19 @@ static const bool grad_uses[NUM_TOP_ACTS] = {1, 1, 0, 0, 1, 0, 0, 1};
  * their gradients)? */
 static bool top_held(const dt_model *m, int i, bool grads)
 {
-    return !m->recompute || (grads ? grad_uses[i] : fwd_uses[i]);
+    return !(m->recompute || m->bf16) || (grads ? grad_uses[i] : fwd_uses[i]);
 }
 
-/* Is field i of a block in the recompute workspace (of the activations,
- * or with grads of their gradients)? All but residual3; of the gradients
- * only those backward writes. */
+/* Is field i of a block in the recompute (or bf16) workspace (of the
+ * activations, or with grads of their gradients)? All but residual3; of
+ * the gradients only those backward writes; bf16 keeps its fp32 fields,
+ * LayerNorm's statistics and residual2, in the set (the rest goes to its
+ * bf16 store, precision.c). */
 static bool in_workspace(const dt_model *m, int i, bool grads)
 {
-    return m->recompute && i < NUM_BLOCK_ACTS - 1 && (!grads || has_grad[i]);
+    bool fp32 = i == 1 || i == 2 || i == 7 || i == 9 || i == 10;
+    return (m->recompute || m->bf16) && i < NUM_BLOCK_ACTS - 1 &&
+           (grads ? has_grad[i] : m->recompute || !fp32);
 }
 
 /* Points every field of a at its range of base, in the order act_sizes
@@ -121,7 +125,7 @@ static size_t carve_acts(dt_acts *a, float *base, float *ws, const dt_model *m, 
             if (in_workspace(m, i, grads)) {
                 *bp[i] = ws ? ws + ws_off : NULL;
                 ws_off += blk[i];
-            } else if (m->recompute && i < NUM_BLOCK_ACTS - 1) {
+            } else if (grads && (m->recompute || m->bf16) && i < NUM_BLOCK_ACTS - 1) {
                 *bp[i] = NULL; /* a gradient backward never writes */
             } else {
                 *bp[i] = base ? base + off : NULL;
@@ -145,7 +149,7 @@ static size_t workspace_size(const dt_model *m, size_t B, size_t T, bool grads)
 size_t dt_model_activation_bytes(const dt_model *m)
 {
     size_t sets = (size_t)m->act_slots * m->num_acts + (size_t)m->grad_slots * m->num_grad_acts;
-    return (sets + m->num_ws + m->num_grad_ws) * sizeof(float);
+    return (sets + m->num_ws + m->num_grad_ws) * sizeof(float) + m->num_bf16 * sizeof(uint16_t);
 }
 
 /* Points m->acts and m->grad_acts at the selected sets, laid out for
@@ -199,6 +203,33 @@ static dt_status alloc_tables(dt_model *m)
     return DT_OK;
 }
 
+dt_status dt_model_alloc_acts(dt_model *m)
+{
+    const dt_backend *be = m->be;
+    size_t B = (size_t)m->max_B, T = (size_t)m->cfg.T;
+    void *old[] = {m->acts_memory, m->grad_acts_memory, m->ws_memory, m->grad_ws_memory,
+                   m->bf16_memory};
+    for (size_t i = 0; i < sizeof old / sizeof old[0]; i++)
+        if (old[i])
+            be->free(old[i]);
+    m->num_acts = carve_acts(&m->acts, NULL, NULL, m, B, T, false);
+    m->num_grad_acts = carve_acts(&m->grad_acts, NULL, NULL, m, B, T, true);
+    m->num_ws = workspace_size(m, B, T, false);
+    m->num_grad_ws = workspace_size(m, B, T, true);
+    m->num_bf16 = m->bf16 ? dt_bf16_store_size(m) : 0;
+    m->ws_slot = m->ws_block = -1;
+    m->acts_memory = be->alloc(m->num_acts * sizeof(float) * (size_t)m->act_slots);
+    m->grad_acts_memory = be->alloc(m->num_grad_acts * sizeof(float) * (size_t)m->grad_slots);
+    m->ws_memory = m->num_ws ? be->alloc(m->num_ws * sizeof(float)) : NULL;
+    m->grad_ws_memory = m->num_ws ? be->alloc(m->num_grad_ws * sizeof(float)) : NULL;
+    m->bf16_memory = m->num_bf16 ? be->alloc(m->num_bf16 * sizeof(uint16_t)) : NULL;
+    if (!m->acts_memory || !m->grad_acts_memory || (m->num_ws && !m->ws_memory) ||
+        (m->num_ws && !m->grad_ws_memory) || (m->num_bf16 && !m->bf16_memory))
+        return DT_ENOMEM;
+    dt_model_carve(m, m->max_B, m->cfg.T);
+    return DT_OK;
+}
+
 /* The device allocations of create (a sharded model's parameters and
  * gradients: none); false if one failed. */
 static bool alloc_memory(dt_model *m, size_t bytes_p, size_t tok)
@@ -208,16 +239,14 @@ static bool alloc_memory(dt_model *m, size_t bytes_p, size_t tok)
         m->params_memory = be->alloc(bytes_p);
         m->grads_memory = be->alloc(bytes_p);
     }
-    m->acts_memory = be->alloc(m->num_acts * sizeof(float) * (size_t)m->act_slots);
-    m->grad_acts_memory = be->alloc(m->num_grad_acts * sizeof(float) * (size_t)m->grad_slots);
-    if (m->num_ws) {
-        m->ws_memory = be->alloc(m->num_ws * sizeof(float));
-        m->grad_ws_memory = be->alloc(m->num_grad_ws * sizeof(float));
-    }
     int *tokens = be->alloc(2 * tok * (size_t)m->act_slots * sizeof(int));
     m->slots[0].inputs = tokens; /* owns the allocation */
-    return (m->params_windowed || (m->params_memory && m->grads_memory)) && m->acts_memory &&
-           m->grad_acts_memory && tokens && (!m->num_ws || (m->ws_memory && m->grad_ws_memory));
+    for (int k = 0; tokens && k < m->act_slots; k++) {
+        m->slots[k].inputs = tokens + 2 * (size_t)k * tok;
+        m->slots[k].targets = tokens + (2 * (size_t)k + 1) * tok;
+    }
+    return (m->params_windowed || (m->params_memory && m->grads_memory)) && tokens &&
+           dt_model_alloc_acts(m) == DT_OK;
 }
 
 /* dt_model_create_stage, with or without recomputation, with or without
@@ -253,22 +282,11 @@ static dt_status create(dt_model **out, const dt_config *cfg, const dt_backend *
     if (m->num_tensors < 0)
         return fail(m, DT_ENOMEM, "create: out of host memory");
     m->num_params = m->param_hi - m->param_lo;
-    size_t T = (size_t)cfg->T, bytes_p = m->num_params * sizeof(float);
-    m->num_acts = carve_acts(&m->acts, NULL, NULL, m, (size_t)max_B, T, false);
-    m->num_grad_acts = carve_acts(&m->grad_acts, NULL, NULL, m, (size_t)max_B, T, true);
-    m->num_ws = workspace_size(m, (size_t)max_B, T, false);
-    m->num_grad_ws = workspace_size(m, (size_t)max_B, T, true);
-    m->ws_slot = m->ws_block = -1;
-    size_t tok = (size_t)max_B * T;
-    if (!alloc_memory(m, bytes_p, tok)) {
+    size_t bytes_p = m->num_params * sizeof(float);
+    if (!alloc_memory(m, bytes_p, (size_t)max_B * (size_t)cfg->T)) {
         snprintf(m->err, sizeof m->err, "minigpt: create: %s backend could not allocate %zu MiB",
                  be->name, ((sharded ? 0 : 2 * bytes_p) + dt_model_activation_bytes(m)) >> 20);
         return DT_ENOMEM;
-    }
-    int *tokens = m->slots[0].inputs;
-    for (int k = 0; k < m->act_slots; k++) {
-        m->slots[k].inputs = tokens + 2 * (size_t)k * tok;
-        m->slots[k].targets = tokens + (2 * (size_t)k + 1) * tok;
     }
     dt_layout_build_stage(m->tensors, &m->params, m->params_memory, cfg, m->l0, m->l1, &m->param_lo,
                           &m->param_hi);
@@ -281,7 +299,10 @@ static dt_status create(dt_model **out, const dt_config *cfg, const dt_backend *
 dt_status dt_model_create_stage(dt_model **out, const dt_config *cfg, const dt_backend *be,
                                 int max_B, const dt_stage_spec *spec)
 {
-    return create(out, cfg, be, max_B, spec, spec->recompute, false);
+    dt_status st = create(out, cfg, be, max_B, spec, spec->recompute, false);
+    if (*out)
+        (*out)->pipeline_stage = true;
+    return st;
 }
 
 dt_status dt_model_create_recompute(dt_model **out, const dt_config *cfg, const dt_backend *be,
@@ -318,7 +339,9 @@ void dt_model_destroy(dt_model *m)
                        m->grad_ws_memory,
                        m->slots ? m->slots[0].inputs : NULL,
                        m->adam_m,
-                       m->adam_v};
+                       m->adam_v,
+                       m->bf16_memory,
+                       m->weight_ws};
         for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
             if (dev[i])
                 be->free(dev[i]);
@@ -438,23 +461,41 @@ static dt_status check_forward(dt_model *m, const int *inputs, const int *target
     return DT_OK;
 }
 
-/* One block forward: residual (N, C) in, x->residual3 out. */
+/* One block forward: residual (N, C) in, x->residual3 out. In bf16 each
+ * output but the residual stream's is rounded as it is written and each
+ * matmul's weight as it is read (precision.c), and the block is packed
+ * into its store. */
 void dt_model_block_forward(dt_model *m, int l, const float *residual, int B, int T)
 {
     const dt_backend *be = m->be;
     int C = m->cfg.C, NH = m->cfg.H, N = B * T;
+    size_t NC = (size_t)N * C, CC = (size_t)C * C;
     dt_block_params *w = &m->params.blocks[l];
     dt_block_acts *x = &m->acts.blocks[l];
     be->layernorm_forward(x->ln1, x->ln1_mean, x->ln1_rstd, residual, w->ln1w, w->ln1b, N, C);
-    be->matmul_forward(x->qkv, x->ln1, w->qkvw, NULL, N, C, 3 * C);
+    dt_model_round_acts(m, x->ln1, NC);
+    be->matmul_forward(x->qkv, x->ln1, dt_model_matmul_weight(m, w->qkvw, 3 * CC), NULL, N, C,
+                       3 * C);
+    dt_model_round_acts(m, x->qkv, 3 * NC);
     be->attention_forward(x->atty, x->att, x->qkv, B, T, C, NH);
-    be->matmul_forward(x->attproj, x->atty, w->attprojw, NULL, N, C, C);
-    be->residual_forward(x->residual2, residual, x->attproj, (size_t)N * C);
+    dt_model_round_acts(m, x->atty, NC);
+    dt_model_round_acts(m, x->att, (size_t)B * NH * T * T);
+    be->matmul_forward(x->attproj, x->atty, dt_model_matmul_weight(m, w->attprojw, CC), NULL, N, C,
+                       C);
+    dt_model_round_acts(m, x->attproj, NC);
+    be->residual_forward(x->residual2, residual, x->attproj, NC);
     be->layernorm_forward(x->ln2, x->ln2_mean, x->ln2_rstd, x->residual2, w->ln2w, w->ln2b, N, C);
-    be->matmul_forward(x->fch, x->ln2, w->fcw, w->fcb, N, C, 4 * C);
-    be->gelu_forward(x->fch_gelu, x->fch, (size_t)N * 4 * C);
-    be->matmul_forward(x->fcproj, x->fch_gelu, w->fcprojw, w->fcprojb, N, 4 * C, C);
-    be->residual_forward(x->residual3, x->residual2, x->fcproj, (size_t)N * C);
+    dt_model_round_acts(m, x->ln2, NC);
+    be->matmul_forward(x->fch, x->ln2, dt_model_matmul_weight(m, w->fcw, 4 * CC), w->fcb, N, C,
+                       4 * C);
+    dt_model_round_acts(m, x->fch, 4 * NC);
+    be->gelu_forward(x->fch_gelu, x->fch, 4 * NC);
+    dt_model_round_acts(m, x->fch_gelu, 4 * NC);
+    be->matmul_forward(x->fcproj, x->fch_gelu, dt_model_matmul_weight(m, w->fcprojw, 4 * CC),
+                       w->fcprojb, N, 4 * C, C);
+    dt_model_round_acts(m, x->fcproj, NC);
+    be->residual_forward(x->residual3, x->residual2, x->fcproj, NC);
+    dt_model_bf16_pack(m, l, B, T);
     m->ws_slot = m->slot; /* with recomputation, the workspace now holds it */
     m->ws_block = l;
 }
@@ -469,7 +510,9 @@ static dt_status head_forward(dt_model *m, int with_targets, int N)
     dt_acts *a = &m->acts;
     be->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->blocks[m->cfg.L - 1].residual3,
                           p->lnfw, p->lnfb, N, C);
-    be->matmul_forward(a->logits, a->lnf, p->lm_head, NULL, N, C, V);
+    dt_model_round_acts(m, a->lnf, (size_t)N * C);
+    be->matmul_forward(a->logits, a->lnf, dt_model_matmul_weight(m, p->lm_head, (size_t)V * C),
+                       NULL, N, C, V);
     be->crossentropy_forward(a->probs, a->losses, a->logits, with_targets ? m->targets : NULL, N,
                              V);
     if (!with_targets)
@@ -519,45 +562,6 @@ void dt_model_zero_grad(dt_model *m)
 {
     if (!m->grads_windowed) /* windows are zeroed by their owner */
         m->be->zero(m->grads_memory, m->num_params * sizeof(float));
-}
-
-void dt_model_window_grads(dt_model *m, float *base, size_t lo, size_t n)
-{
-    if (!m->grads_windowed) {
-        m->be->free(m->grads_memory);
-        m->grads_memory = NULL;
-        m->grads_windowed = true;
-    }
-    dt_layout_map_window(&m->grads, m->tensors, m->num_tensors, &m->cfg, m->l0, base, lo,
-                         base ? n : 0);
-    m->grads_window_n = base ? n : 0;
-}
-
-void dt_model_window_params(dt_model *m, float *base, size_t lo, size_t n)
-{
-    if (!m->params_windowed) {
-        m->be->free(m->params_memory);
-        m->params_memory = NULL;
-        m->params_windowed = true;
-    }
-    dt_layout_map_window(&m->params, m->tensors, m->num_tensors, &m->cfg, m->l0, base, lo,
-                         base ? n : 0);
-}
-
-dt_status dt_model_hold_params(dt_model *m, bool hold)
-{
-    if (!m->params_windowed)
-        return DT_OK; /* the full buffer is always there */
-    if (hold && !m->params_memory) {
-        if (!(m->params_memory = m->be->alloc(m->num_params * sizeof(float))))
-            return fail(m, DT_ENOMEM, "hold: out of memory for the full parameters");
-    } else if (!hold && m->params_memory) {
-        m->be->free(m->params_memory);
-        m->params_memory = NULL;
-    }
-    dt_layout_map_window(&m->params, m->tensors, m->num_tensors, &m->cfg, m->l0, m->params_memory,
-                         0, m->params_memory ? m->num_params : 0);
-    return DT_OK;
 }
 
 void dt_model_set_grad_hook(dt_model *m, dt_grad_ready_fn fn, void *user)

@@ -64,6 +64,19 @@ void dt_model_carve(dt_model *m, int B, int T);
 /* minigpt.c: block l's forward, residual (B, T, C) in, its residual3 out;
  * backward.c runs it again under recomputation. */
 void dt_model_block_forward(dt_model *m, int l, const float *residual, int B, int T);
+/* minigpt.c: sizes and (re)allocates the activation sets, the
+ * workspaces and bf16's store for m's layout, and carves them. */
+dt_status dt_model_alloc_acts(dt_model *m);
+/* bf16_kernels.c: x (n) rounded to bf16 in place if m computes in bf16;
+ * the matmul weight w (n) to multiply by (w itself, or its bf16 rounding
+ * in m->weight_ws); block l's fields moved to (pack) and from (unpack)
+ * its bf16 store; the store's elements; dst = src rounded to bf16. */
+void dt_model_round_acts(const dt_model *m, float *x, size_t n);
+const float *dt_model_matmul_weight(const dt_model *m, const float *w, size_t n);
+void dt_model_bf16_pack(dt_model *m, int l, int B, int T);
+void dt_model_bf16_unpack(dt_model *m, int l);
+size_t dt_bf16_store_size(const dt_model *m);
+void dt_bf16_round(float *dst, const float *src, size_t n);
 /* Offsets in m's flat layout, read from its tensor table (so that they
  * hold whatever buffers the pointers are windows of): tensor k of block
  * l in dt_layout_build's order (0 ln1.weight, 2 attn.qkv.weight,

@@ -138,14 +138,24 @@ static int line_length(const uint16_t *ex)
  * into, and one batch's host buffers. */
 typedef struct grading {
     dt_model *m;
-    const uint16_t *val;  /* the validation tokens */
-    const size_t *starts; /* [n] each example's offset in val */
-    size_t n;             /* examples graded */
-    int rows;             /* examples per forward */
-    int *in;              /* (rows, longest - 1) */
-    int *len;             /* (rows) each row's line length */
-    float *logits;        /* (V) */
+    const uint16_t *val;      /* the validation tokens */
+    const size_t *starts;     /* [n] each example's offset in val */
+    size_t n;                 /* examples graded */
+    int rows;                 /* examples per forward */
+    int *in;                  /* (rows, longest - 1) */
+    int *len;                 /* (rows) each row's line length */
+    float *logits;            /* (V) */
+    const dt_forward_fn *fwd; /* NULL: the model's own forward */
 } grading;
+
+/* One forward of in (B, T); *logits when m holds the batch's logits. */
+static dt_status grading_forward(grading *g, int B, int T, bool *logits)
+{
+    *logits = true;
+    if (g->fwd)
+        return g->fwd->fn(g->fwd->user, g->m, g->in, NULL, B, T, logits);
+    return dt_model_forward(g->m, g->in, NULL, B, T);
+}
 
 /* Rows 0..B of g->in (a batch of B examples from first, each fed without
  * its final '\n', padded with token 0 to the batch's longest, T) and one
@@ -163,7 +173,8 @@ static long grade_batch(grading *g, size_t first, int B)
         for (int t = 0; t < T; t++)
             g->in[b * T + t] = t < len[b] - 1 ? ex[t] : 0;
     }
-    if (dt_model_forward(g->m, g->in, NULL, B, T) != DT_OK)
+    bool logits;
+    if (grading_forward(g, B, T, &logits) != DT_OK || !logits)
         return 0;
     long right = 0;
     dt_rng unused;
@@ -187,8 +198,9 @@ static long grade_batch(grading *g, size_t first, int B)
  * fewer batches than the longest share: its parameter hooks still run. */
 static void idle_forward(grading *g)
 {
+    bool logits;
     g->in[0] = 0;
-    dt_model_forward(g->m, g->in, NULL, 1, 1);
+    grading_forward(g, 1, 1, &logits);
 }
 
 /* Batches j = part, part + parts, ... of ceil(n / rows); with lockstep,
@@ -253,7 +265,7 @@ size_t dt_task_scratch_bytes(dt_model *m, const dt_dataset *d, size_t n)
 }
 
 long dt_task_count_exact_in(void *scratch, dt_model *m, const dt_dataset *d, size_t n, int part,
-                            int parts, bool lockstep, size_t *graded)
+                            int parts, bool lockstep, const dt_forward_fn *fwd, size_t *graded)
 {
     grading g;
     int longest;
@@ -261,6 +273,7 @@ long dt_task_count_exact_in(void *scratch, dt_model *m, const dt_dataset *d, siz
         *graded = 0;
     if (!scratch || parts < 1 || part < 0 || part >= parts || !plan_grading(&g, &longest, m, d, n))
         return -1;
+    g.fwd = fwd;
     g.in = scratch;
     g.len = g.in + (size_t)g.rows * (size_t)(longest - 1);
     g.logits = (float *)(g.in + scratch_ints(&g, longest));
@@ -273,9 +286,15 @@ long dt_task_count_exact_in(void *scratch, dt_model *m, const dt_dataset *d, siz
 long dt_task_count_exact(dt_model *m, const dt_dataset *d, size_t n, int part, int parts,
                          bool lockstep, size_t *graded)
 {
+    return dt_task_count_exact_with(m, d, n, part, parts, lockstep, NULL, graded);
+}
+
+long dt_task_count_exact_with(dt_model *m, const dt_dataset *d, size_t n, int part, int parts,
+                              bool lockstep, const dt_forward_fn *fwd, size_t *graded)
+{
     size_t bytes = dt_task_scratch_bytes(m, d, n);
     void *scratch = bytes ? malloc(bytes) : NULL;
-    long right = dt_task_count_exact_in(scratch, m, d, n, part, parts, lockstep, graded);
+    long right = dt_task_count_exact_in(scratch, m, d, n, part, parts, lockstep, fwd, graded);
     free(scratch);
     return right;
 }

@@ -166,8 +166,8 @@ dt_status dt_zero1_create(dt_zero1 **out, dt_model *m, dt_comm *comm);
  * its own). It keeps no fp32 master beside the fp32 parameters (AdamW
  * updates the model's own slice, the gathers send from there): optimizer
  * state m, v: 8s bytes. dt_zero1_state's master is that slice. Its
- * checkpoints are ZeRO-1's, bit for bit. On a pipeline stage (m holds
- * blocks [l0, l1) of L) the gradients stay whole: the executor adds the
+ * checkpoints are ZeRO-1's, bit for bit. On a pipeline stage (m made by
+ * dt_model_create_stage, of any blocks) the gradients stay whole: the executor adds the
  * stage's micro-batches into them, a sum every rank must hold until the
  * last one is in, so stage 2 saves no gradient memory there (DeepSpeed
  * refuses ZeRO-2 with pipelines for this reason); the caller arms the
@@ -187,11 +187,11 @@ dt_status dt_zero2_create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t buc
  * replica hash streams through them (dt_zero1_check_replicas), and a
  * caller that needs the whole model holds it (dt_zero1_hold_params).
  * Gradients as ZeRO-2's (bucket_bytes likewise). Bitwise ZeRO-1 and -2;
- * its checkpoints are ZeRO-1's. On a pipeline stage (m holds blocks
- * [l0, l1) of L), whose executor runs forward and backward itself over
- * its micro-batches, the gradients stay whole (the stage accumulates its
- * micro-batches, where ZeRO-2 would hold a full local sum too) and the
- * step reduces them to the owners as ZeRO-1's plain step does; the
+ * its checkpoints are ZeRO-1's. On a pipeline stage (m made by
+ * dt_model_create_stage, even of all L blocks), whose executor runs
+ * forward and backward itself over its micro-batches, the gradients stay
+ * whole (the stage accumulates its micro-batches, where ZeRO-2 would hold
+ * a full local sum too) and the step reduces them to the owners as ZeRO-1's plain step does; the
  * caller installs the parameter hooks with dt_zero1_arm_params.
  */
 dt_status dt_zero3_create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucket_bytes);

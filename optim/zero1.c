@@ -158,7 +158,7 @@ dt_status dt_zero2_create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t buc
     /* a pipeline stage keeps its micro-batches' sum whole; its pieces
      * default to a quarter of a shard too, so several go out during the
      * last backward (dt_zero1_arm) */
-    bool stage = m->l0 > 0 || m->l1 < m->cfg.L;
+    bool stage = m->pipeline_stage;
     size_t world = comm ? (size_t)dt_comm_size(comm) : 1;
     size_t quarter = (m->num_params + world - 1) / world / 4 * sizeof(float);
     dt_status st = create(out, m, comm, bucket_bytes || !stage ? bucket_bytes : quarter, false);
@@ -181,7 +181,7 @@ dt_status dt_zero3_create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t buc
     z->stage = 3;
     z->ngather = 0; /* the units replace the step's gathers */
     size_t cap = bucket_bytes ? bucket_bytes / sizeof(float) : z->s / 4;
-    bool stage = m->l0 > 0 || m->l1 < m->cfg.L; /* a pipeline stage keeps its gradients */
+    bool stage = m->pipeline_stage; /* a pipeline stage keeps its gradients */
     st = stage ? DT_OK : optim_grad_shards_create(&z->gs, m, comm, cap ? cap : 1, z->s);
     if (st != DT_OK)
         return gs_failed(z, st);

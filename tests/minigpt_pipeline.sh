@@ -7,7 +7,7 @@
 # --grad-accum 4` with the same flags, for every schedule (the stages add
 # the micro-batches' gradients in the same order, so the sums are
 # bitwise equal), also with --recompute, and the same evaluation line (its
-# stages gathered into a whole model); the bytes a step reports sending
+# forwards streamed through the stages); the bytes a step reports sending
 # are each counted once (one replica: the pipeline group is the world).
 # Two pipelines of 2 stages,
 # data-parallel (a world of 4), print the loss table of `dtrain-launch -n 2 minigpt --grad-accum 4`,
@@ -16,7 +16,7 @@
 # stage's last backward under every schedule: ZeRO-1's table), and every
 # stage's replicas agree bitwise (--check-replicas), also on the gloo wire
 # (--wire gloo); ZeRO-2's and ZeRO-3's checkpoints are ZeRO-1's, byte for
-# byte. A --pp that
+# byte; so do one-stage pipelines (--pp 1) under ZeRO-2 and ZeRO-3. A --pp that
 # does not divide the world size is refused with a message saying what
 # to run instead. --preset pipeline
 # prints a measured Gantt chart of its 4 stages and the bubble table of
@@ -28,7 +28,7 @@ launch=$1; minigpt=$2
 tmp=$(mktemp -d /tmp/dtrain-pipe-e2e-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 unset RANK WORLD_SIZE LOCAL_RANK DT_INIT_URL DT_SECRET DT_JOB_ID
-echo "1..22"
+echo "1..24"
 n=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
 not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
@@ -52,8 +52,8 @@ for s in gpipe 1f1b zb; do
     fi
 done
 
-# the evaluation runs on the stages gathered into a whole model: the
-# validation loss of the same training in one process
+# the evaluation streams each forward through the stages, no rank holding
+# the whole model: the validation loss of the same training in one process
 name="2 stages print the evaluation line of one process with --grad-accum 4"
 want=$(grep "eval @ step 4: val loss" "$tmp/one.out")
 got=$(sed -n 's/^\[0\] \(eval @ step 4: val loss.*\)/\1/p' "$tmp/gpipe.out")
@@ -112,6 +112,22 @@ for run in gpipe:ddp 1f1b:ddp zb:zero1 1f1b:zero3 gpipe:zero2 1f1b:zero2 zb:zero
     else
         not_ok "$name" "$(paste "$tmp/dp-$ref.loss" "$tmp/2x2-$s-$par.loss" 2>&1)" \
             "$(tail -n 5 "$tmp/2x2-$s-$par.out")"
+    fi
+done
+
+# a pipeline of one stage holds the whole model yet accumulates its
+# micro-batches as a stage does: ZeRO-2 and ZeRO-3 keep its gradient whole
+for par in zero2 zero3; do
+    name="1 stage x 2 ranks with $par prints the loss table of zero1 on 2 ranks with --grad-accum 4"
+    if timeout 120 "$launch" -n 2 "$minigpt" $flags --pp 1 --microbatches 4 \
+            --parallel $par --check-replicas >"$tmp/1x2-$par.out" 2>&1 &&
+       losses "$tmp/1x2-$par.out" >"$tmp/1x2-$par.loss" &&
+       [ -s "$tmp/1x2-$par.loss" ] && cmp -s "$tmp/dp-zero1.loss" "$tmp/1x2-$par.loss" &&
+       grep -q "eval @ step 4: val loss" "$tmp/1x2-$par.out"; then
+        ok "$name"
+    else
+        not_ok "$name" "$(paste "$tmp/dp-zero1.loss" "$tmp/1x2-$par.loss" 2>&1)" \
+            "$(tail -n 5 "$tmp/1x2-$par.out")"
     fi
 done
 

@@ -59,15 +59,15 @@ static char *line_with(const char *out, const char *prefix)
 
 /*
  * One process trains the task's model 200 steps (its accuracy is then
- * between 0 and 100%), evaluates it alone and saves it; three ranks
- * resume that checkpoint with no steps left (in mode, --parallel's) and
- * evaluate it dealt out: four loss batches over three ranks, and 100
+ * between 0 and 100%), evaluates it alone and saves it; ranks resume
+ * that checkpoint with no steps left (in mode, --parallel's, on pp
+ * stages with --pp pp where pp is not NULL) and evaluate it dealt out. On three ranks and one stage: four loss batches over three ranks, and 100
  * prompts in 5 batches of up to 23 (the 16 x 16 tokens of a training
  * batch hold 23 lines of 11), two, two and one to a rank.
  * The metrics file's eval event holds the loss and the accuracy to 8
  * digits, the printed line to 4: the events must be the same text.
  */
-static void three_ranks_evaluate_as_one(const char *mode)
+static void ranks_evaluate_as_one(const char *ranks, const char *mode, const char *pp)
 {
     char dir[64], log[96], ckpt[96], m1[96], m3[96];
     temp_dir(dir, sizeof dir);
@@ -83,11 +83,12 @@ static void three_ranks_evaluate_as_one(const char *mode)
                            log, &out);
     cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
     free(out);
-    code = run_program((const char *[]){LAUNCH_BIN, "-n", "3", MINIGPT_BIN, "--steps", "200",
-                                        "--sample", "0", "--ckpt-dir", ckpt, "--resume", "auto",
-                                        "--eval-prompts", "100", "--parallel", mode, "--metrics",
-                                        m3, NULL},
-                       log, &out);
+    code = run_program(
+        (const char *[]){LAUNCH_BIN,         "-n",  ranks,        MINIGPT_BIN, "--steps",   "200",
+                         "--sample",         "0",   "--ckpt-dir", ckpt,        "--resume",  "auto",
+                         "--eval-prompts",   "100", "--parallel", mode,        "--metrics", m3,
+                         pp ? "--pp" : NULL, pp,    NULL},
+        log, &out);
     cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
     free(out);
     char *alone = run_slurp(m1), *three = run_slurp(m3);
@@ -97,7 +98,8 @@ static void three_ranks_evaluate_as_one(const char *mode)
     cr_assert(strstr(want, "\"accuracy\"") && !strstr(want, "\"accuracy\":0.0,") &&
                   !strstr(want, "\"accuracy\":0.0}"),
               "a model that answers nothing right proves little: %s", want);
-    cr_expect_str_eq(got, want, "three ranks (%s): %s\none rank: %s", mode, got, want);
+    cr_expect_str_eq(got, want, "%s ranks (%s, --pp %s): %s\none rank: %s", ranks, mode,
+                     pp ? pp : "none", got, want);
     free(want);
     free(got);
     free(alone);
@@ -107,7 +109,7 @@ static void three_ranks_evaluate_as_one(const char *mode)
 
 Test(minigpt_eval, three_ranks_evaluate_a_model_as_one_rank_does, .timeout = 300)
 {
-    three_ranks_evaluate_as_one("ddp");
+    ranks_evaluate_as_one("3", "ddp", NULL);
 }
 
 /* ZeRO-3 holds no whole model: its forwards gather the units, so the
@@ -116,7 +118,23 @@ Test(minigpt_eval, three_ranks_evaluate_a_model_as_one_rank_does, .timeout = 300
  * others have two: the short shares add forwards that count nothing). */
 Test(minigpt_eval, three_zero3_ranks_evaluate_a_model_as_one_rank_does, .timeout = 300)
 {
-    three_ranks_evaluate_as_one("zero3");
+    ranks_evaluate_as_one("3", "zero3", NULL);
+}
+
+/* Two pipelines of two stages: no rank holds the whole model, each
+ * forward streams through its pipeline's stages, and the two replicas
+ * split the batches (two loss batches and the 5 batches of prompts,
+ * three and two, each). */
+Test(minigpt_eval, two_pipelines_of_two_stages_evaluate_a_model_as_one_rank_does, .timeout = 300)
+{
+    ranks_evaluate_as_one("4", "ddp", "2");
+}
+
+/* The same under ZeRO-3 over each stage's two replicas: a stage's
+ * forwards gather its units, so the replicas run in lockstep. */
+Test(minigpt_eval, two_zero3_pipelines_evaluate_a_model_as_one_rank_does, .timeout = 300)
+{
+    ranks_evaluate_as_one("4", "zero3", "2");
 }
 
 Test(minigpt_eval, eval_prompts_sets_how_many_prompts_are_graded, .timeout = 120)

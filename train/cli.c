@@ -129,6 +129,9 @@ static const flag flags[] = {
     {"--grad-comm", NULL, K_STR, OPT(grad_comm), "TYPE",
      "the gradients' type on the wire: fp32, or bf16 (rounded to bf16, summed in fp32 and "
      "rounded once; half the bytes; training stays fp32), DDP and ZeRO-1/2/3"},
+    {"--precision", NULL, K_STR, OPT(precision), "TYPE",
+     "compute precision: fp32, or bf16 (matmul weights and stored activations rounded to "
+     "bf16; fp32 master weights, gradients and AdamW state), single rank, DDP and ZeRO-1/2"},
     {"--deterministic", NULL, K_BOOL, OPT(deterministic), NULL,
      "one summation order for the gradient (micro-steps left to right, ranks in rank "
      "order, one division by k x N): DDP and ZeRO-1/2/3 end with bitwise the same "
@@ -159,6 +162,7 @@ void mg_options_default(mg_options *o)
                       .schedule = "1f1b",
                       .pp_partition = "params",
                       .grad_comm = "fp32",
+                      .precision = "fp32",
                       .device = "cpu"};
 }
 
@@ -493,6 +497,28 @@ static int check_grad_comm(const mg_options *o, const char *prog)
     return 0;
 }
 
+/* --precision bf16 (model/precision.c) covers a whole model on the host,
+ * alone or replicated (DDP, ZeRO-1/2); the rest is refused by name. */
+static int check_precision(const mg_options *o, const char *prog)
+{
+    if (strcmp(o->precision, "fp32") && strcmp(o->precision, "bf16"))
+        return bad(prog, "--precision is fp32 or bf16, not", o->precision);
+    if (strcmp(o->precision, "bf16"))
+        return 0;
+    const char *drop = o->parallel == MG_ZERO3    ? "--parallel zero3"
+                       : o->pp > 0                ? "--pp"
+                       : o->tp > 0                ? "--tp"
+                       : o->recompute             ? "--recompute"
+                       : o->deterministic         ? "--deterministic"
+                       : strcmp(o->device, "cpu") ? "--device"
+                                                  : NULL;
+    if (drop)
+        return bad(prog,
+                   "--precision bf16 covers one rank, DDP and ZeRO-1/2 on the CPU for now; drop",
+                   drop);
+    return 0;
+}
+
 static int check(const mg_options *o, const char *prog)
 {
     char err[256];
@@ -532,6 +558,8 @@ static int check(const mg_options *o, const char *prog)
         return bad(prog, "--deterministic sums on host memory: the CPU backend only; drop",
                    "--device");
     int rc = check_grad_comm(o, prog);
+    if (!rc)
+        rc = check_precision(o, prog);
     return rc ? rc : check_pipeline(o, prog);
 }
 

@@ -60,6 +60,7 @@ typedef struct mg_options {
     int tp;                   /* tensor-parallel ranks per replica; 0 = none */
     const char *wire;         /* "dtrain" or "gloo": the communicator's wire; NULL = DT_WIRE's */
     const char *grad_comm;    /* "fp32" or "bf16": the gradients' type on the wire */
+    const char *precision;    /* "fp32" or "bf16": the model's compute (model/precision.c) */
     bool deterministic;       /* one summation order: every mode ends with the same bits */
 } mg_options;
 

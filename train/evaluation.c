@@ -33,23 +33,28 @@
  *
  * A rank that cannot allocate its grading scratch (dt_task_scratch_bytes)
  * cannot take its share. It used to skip it silently (a count of 0) and
- * go on to the all-reduce while, in lockstep, its peers waited for it in
- * the next gather until the progress limit. Now the scratch is allocated
+ * go on to the all-reduce while, in lockstep (ZeRO-3's gathers, a
+ * pipeline's streamed forwards), its peers waited for it in the next
+ * collective until the progress limit. Now the scratch is allocated
  * before any prompt is graded and a rank without it fails, naming the
  * bytes; minigpt's failure path aborts the communicator with that line
  * (abort_job), so every peer, in whatever collective it has reached,
  * fails at once with the same text (the ABORT frame, docs/02).
  * (MINIGPT_TEST_EVAL_NOMEM=RANK, a test hook, fails rank RANK's.)
  *
- * A pipeline stage (--pp without --tp) holds a slice of the model. For
- * the evaluation each pipeline group all-gathers its stages' slices (the
- * flat layout puts them end to end in stage order) into a whole model
- * built for the purpose, without gradients, and frees it after: P·4 bytes
- * per parameter moved once per evaluation, the whole model's weights and
- * one batch's activations held meanwhile. (The 3-D grid assembles its
- * whole model the same way, in mg_params_hold.) A forward streamed
- * through the stages would hold less; generation, one token at a time,
- * would cross every stage per token.
+ * A pipeline stage (--pp without --tp) holds a slice of the model, and
+ * no rank assembles the whole: each forward streams through the stages
+ * as training's do (eval_forward). Stage s receives the (B, T, C)
+ * activations of stage s - 1, runs its blocks and sends its output on;
+ * the last stage computes the loss and the logits, and only it counts.
+ * The work is split over the replicas (replica p of D takes batches
+ * p, p + D, ...), every stage of a replica running the same share, and
+ * the same all-reduce brings it together (the other stages add 0). Per
+ * forward, B·T·C floats cross each stage boundary once; a stage holds
+ * its own weights and one batch's activations, where gathering the whole
+ * model for the purpose held P times the weights. The stages run one
+ * after another, not overlapped: evaluation is a small share of a run.
+ * (The 3-D grid still assembles its whole model, in mg_params_hold.)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,6 +63,7 @@
 #include "trainer.h"
 
 #define MG_VAL_BATCHES 4
+#define MG_EVAL_TAG 0x6e000000u /* a pipeline's evaluation forwards */
 
 static dt_status eval_fail(mg_run *r, dt_status st, const char *what, const char *detail)
 {
@@ -66,15 +72,42 @@ static dt_status eval_fail(mg_run *r, dt_status st, const char *what, const char
     return st;
 }
 
+/* One evaluation forward of inputs (B, T) on this rank's model; *logits
+ * (and m->mean_loss, with targets) when m then holds the batch's output.
+ * A pipeline stage streams it: it receives the (B, T, C) activations of
+ * the stage before, runs its blocks and sends its output on; only the
+ * last stage holds logits. */
+static dt_status eval_forward(void *user, dt_model *m, const int *inputs, const int *targets, int B,
+                              int T, bool *logits)
+{
+    mg_run *r = user;
+    *logits = true;
+    if (!r->pipe || !r->pipe_comm)
+        return dt_model_forward(m, inputs, targets, B, T);
+    int P = dt_comm_size(r->pipe_comm), s = dt_comm_rank(r->pipe_comm);
+    size_t n = (size_t)B * (size_t)T * (size_t)r->o.cfg.C;
+    dt_status st = dt_model_select(m, 0, 0);
+    if (st == DT_OK && s > 0)
+        st = dt_recv(r->pipe_comm, dt_model_input(m, B, T), n, DT_F32, s - 1, MG_EVAL_TAG, NULL);
+    if (st == DT_OK)
+        st = dt_model_forward(m, s == 0 ? inputs : NULL, targets, B, T);
+    if (st == DT_OK && s < P - 1)
+        st = dt_send(r->pipe_comm, dt_model_output(m), n, DT_F32, s + 1, MG_EVAL_TAG);
+    *logits = s == P - 1;
+    return st;
+}
+
 /* This rank's validation batches on m: their losses into loss[k], 1
- * into ran[k] for each that ran. With lockstep, as many forwards as the
- * longest share (ZeRO-3: each is a gather): an idle one of one token for
- * a batch past the end or one the split is too short to cut. */
+ * into ran[k] for each that ran (on a pipeline, on the last stage). With
+ * lockstep, as many forwards as the longest share (ZeRO-3: each is a
+ * gather): an idle one of one token for a batch past the end or one the
+ * split is too short to cut. */
 static void val_loss_share(mg_run *r, dt_model *m, int part, int parts, bool lockstep, double *loss,
                            double *ran)
 {
     const mg_options *o = &r->o;
     int rounds = (MG_VAL_BATCHES + parts - 1) / parts;
+    bool logits;
     for (int i = 0; i < rounds; i++) {
         int k = part + i * parts;
         bool cut = k < MG_VAL_BATCHES &&
@@ -83,10 +116,10 @@ static void val_loss_share(mg_run *r, dt_model *m, int part, int parts, bool loc
         if (!cut) {
             r->x[0] = 0;
             if (lockstep)
-                dt_model_forward(m, r->x, NULL, 1, 1);
+                eval_forward(r, m, r->x, NULL, 1, 1, &logits);
             continue;
         }
-        if (dt_model_forward(m, r->x, r->y, o->batch, o->cfg.T) != DT_OK)
+        if (eval_forward(r, m, r->x, r->y, o->batch, o->cfg.T, &logits) != DT_OK || !logits)
             continue;
         loss[k] = (double)m->mean_loss;
         ran[k] = 1;
@@ -101,12 +134,13 @@ static bool scratch_fails_here(const mg_run *r)
     return hook && sscanf(hook, "%d", &rank) == 1 && rank == r->rank;
 }
 
-/* This rank's share of the held-out prompts on m: the exact answers into
+/* This rank's share of the held-out prompts on m, each forward run by
+ * fwd: the exact answers into
  * *right (-1: the data cannot be graded, the same on every rank), the
  * prompts of every share into *graded. A scratch this rank cannot
  * allocate fails the evaluation (the file comment). */
 static dt_status grade_prompts(mg_run *r, dt_model *m, int part, int parts, bool lockstep,
-                               long *right, size_t *graded)
+                               const dt_forward_fn *fwd, long *right, size_t *graded)
 {
     size_t n = (size_t)r->o.eval_prompts, bytes = dt_task_scratch_bytes(m, r->data, n);
     *right = -1;
@@ -121,7 +155,7 @@ static dt_status grade_prompts(mg_run *r, dt_model *m, int part, int parts, bool
                  r->rank, bytes);
         return DT_ENOMEM;
     }
-    *right = dt_task_count_exact_in(scratch, m, r->data, n, part, parts, lockstep, graded);
+    *right = dt_task_count_exact_in(scratch, m, r->data, n, part, parts, lockstep, fwd, graded);
     free(scratch);
     return DT_OK;
 }
@@ -137,73 +171,28 @@ static float mean_of_leading(const double *loss, const double *ran)
     return n ? (float)(sum / n) : -1.0f;
 }
 
-/* --pp: the pipeline group's stage slices, gathered into *whole (a model
- * without gradients, for forward passes only; the caller destroys it). */
-static dt_status gather_stages(mg_run *r, dt_model **whole)
-{
-    dt_model *stage = r->m;
-    int P = dt_comm_size(r->pipe_comm);
-    size_t n = stage->param_hi - stage->param_lo;
-    int64_t mine = (int64_t)n, *sizes = calloc((size_t)P, sizeof *sizes);
-    size_t *counts = calloc((size_t)P, sizeof *counts);
-    float *part = malloc(n * sizeof(float));
-    float *full = malloc(dt_config_num_params(&r->o.cfg) * sizeof(float));
-    dt_status st = DT_ENOMEM;
-    const char *what = "out of memory for the whole model";
-    if (sizes && counts && part && full) {
-        what = "all-gather of the stages' sizes";
-        st = dt_allgather(r->pipe_comm, &mine, sizes, 1, DT_I64);
-    }
-    for (int q = 0; st == DT_OK && q < P; q++)
-        counts[q] = (size_t)sizes[q];
-    if (st == DT_OK) {
-        stage->be->to_host(part, stage->params_memory, n * sizeof(float));
-        what = "all-gather of the stages' parameters";
-        st = dt_allgatherv(r->pipe_comm, part, full, counts, DT_F32);
-    }
-    if (st == DT_OK) {
-        what = "the whole model";
-        st = dt_model_create(whole, &r->o.cfg, stage->be, r->o.batch);
-    }
-    if (st == DT_OK) {
-        dt_model_window_grads(*whole, NULL, 0, 0); /* forward only: no gradients */
-        dt_model_set_params(*whole, full);
-    }
-    const char *detail = st == DT_OK || st == DT_ENOMEM ? ""
-                         : *whole                       ? dt_model_error(*whole)
-                                                        : dt_comm_error(r->pipe_comm);
-    free(sizes);
-    free(counts);
-    free(part);
-    free(full);
-    return st == DT_OK ? DT_OK : eval_fail(r, st, what, detail);
-}
-
 dt_status mg_evaluate(mg_run *r, mg_eval *out)
 {
     *out = (mg_eval){.val_loss = -1, .accuracy = -1, .prompts = 0};
     dt_status st = mg_settle_params(r);
     if (st != DT_OK)
         return st;
-    dt_model *m = r->m, *whole = NULL;
-    if (r->pipe && r->pipe_comm && (st = gather_stages(r, &whole)) != DT_OK) {
-        dt_model_destroy(whole);
-        return st;
-    }
-    if (whole)
-        m = whole;
+    dt_model *m = r->m;
     /* ZeRO-3's forwards gather each unit from every rank: the shares
-     * run in lockstep */
-    bool split = r->comm != NULL, lockstep = mg_eval_collective(r);
-    int parts = split ? r->world : 1, part = split ? r->rank : 0;
+     * run in lockstep. A pipeline's stages grade the same share, its
+     * replica's: the forwards stream through them. */
+    bool split = r->comm != NULL, lockstep = mg_eval_units(r);
+    bool piped = r->pipe && r->pipe_comm;
+    int parts = !split ? 1 : piped ? r->dp : r->world;
+    int part = !split ? 0 : piped ? r->replica : r->rank;
     /* loss[0..B), ran[0..B), right */
     double sums[2 * MG_VAL_BATCHES + 1] = {0};
     val_loss_share(r, m, part, parts, lockstep, sums, sums + MG_VAL_BATCHES);
     long right = -1;
     size_t graded = 0;
     if (r->is_task && r->o.eval_prompts > 0)
-        st = grade_prompts(r, m, part, parts, lockstep, &right, &graded);
-    dt_model_destroy(whole);
+        st = grade_prompts(r, m, part, parts, lockstep, &(dt_forward_fn){eval_forward, r}, &right,
+                           &graded);
     if (st != DT_OK)
         return st;
     sums[2 * MG_VAL_BATCHES] = right > 0 ? (double)right : 0;

@@ -94,15 +94,16 @@ static dt_status evaluate(mg_run *r, mg_metrics *mx, int step, double *acc)
     return DT_OK;
 }
 
-/* Hashes every rank's parameters and compares. ZeRO-3 (not on a pipeline)
- * streams the hash through its units: no rank holds the whole model. */
+/* Hashes every rank's parameters and compares. ZeRO-3 (a pipeline
+ * stage's too) streams the hash through its units: no rank holds the
+ * whole model, nor a whole stage. */
 static dt_status check_replicas(mg_run *r, int step, bool quiet)
 {
-    bool units = mg_eval_collective(r);
-    dt_status st = units ? DT_OK : mg_params_hold(r, true); /* a stage's ZeRO-3, 3-D */
+    bool units = mg_eval_units(r);
+    dt_status st = units ? DT_OK : mg_params_hold(r, true); /* 3-D */
     if (st == DT_OK && r->pipe) {
         st = mg_pipe_check_replicas(r, step, quiet);
-        dt_status released = mg_params_hold(r, false);
+        dt_status released = units ? DT_OK : mg_params_hold(r, false);
         return st != DT_OK ? st : released;
     }
     if (st == DT_OK && !units)

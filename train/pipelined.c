@@ -22,8 +22,9 @@
  * on its stage (or shard). The
  * last stages average their replicas' losses over their group, and the
  * last stage of each pipeline broadcasts that for the step line. The
- * validation loss and the task's accuracy run on a whole model gathered
- * from the stages for the purpose (evaluation.c); the sample is skipped.
+ * validation loss and the task's accuracy stream each forward through
+ * the stages, no rank holding the whole model (evaluation.c); the sample
+ * is skipped.
  * A pipelined run prints each stage's blocks, memory and measured bubble
  * beside the closed form.
  * With --deterministic the stage's replicas are summed in rank order
@@ -376,8 +377,13 @@ dt_status mg_pipe_check_replicas(mg_run *r, int step, bool quiet)
     if (!hashes)
         return pipe_fail(r, DT_ENOMEM, "replica check", "out of memory");
     dt_status st = DT_OK;
-    if (r->dp_comm)
+    if (r->dp_comm && mg_eval_units(r)) { /* ZeRO-3: through the stage's units */
+        st = dt_zero1_check_replicas(r->zero1, &same, hashes);
+        if (st != DT_OK)
+            return pipe_fail(r, st, "replica check", dt_zero1_error(r->zero1));
+    } else if (r->dp_comm) {
         st = dt_check_replicas(r->dp_comm, r->m, &same, hashes);
+    }
     int32_t v = same;
     if (st == DT_OK && r->comm)
         st = dt_allreduce(r->comm, &v, 1, DT_I32, DT_MIN);

@@ -97,6 +97,11 @@ void mg_report_header(FILE *f, const mg_run *r)
         fprintf(f, "backend: %s%s%s\n", r->m->be->name,
                 strcmp(r->m->be->name, "cuda") == 0 ? " (one GPU per rank, by LOCAL_RANK)" : "",
                 r->dev ? "; collectives staged through pinned host memory" : "");
+    if (r->m && r->m->bf16)
+        fprintf(f,
+                "precision: bf16 compute, fp32 master weights, gradients and AdamW state; "
+                "path: %s\n",
+                dt_bf16_path());
     if (r->m && r->m->recompute)
         fprintf(f, "recompute: blocks keep only their input; backward runs each block's "
                    "forward again\n");
@@ -196,6 +201,25 @@ void mg_report_loss_table(FILE *f, const mg_run *r)
 }
 
 /*
+ * --precision bf16's rows (model/precision.c): the ZeRO paper's
+ * mixed-precision accounting, 2Ψ bf16 weights + 2Ψ bf16 gradients + 12Ψ
+ * fp32 master, m and v, per mode, beside what this run holds: the fp32
+ * rows above, since the portable path rounds each matmul's weight from
+ * the fp32 master on use and keeps fp32 gradients (16Ψ either way; the
+ * split differs under ZeRO).
+ */
+static void memory_model_bf16(FILE *f, size_t P, size_t s)
+{
+    char a[32], b[32], c[32], d[32];
+    fprintf(f,
+            "  bf16 compute (this run): the fp32 rows above (fp32 masters read on use, no bf16 "
+            "copy; fp32 gradients). The ZeRO paper's mixed precision, 2Ψ + 2Ψ + 12Ψ: DDP 16Ψ "
+            "%s, ZeRO-1 4Ψ + 12Ψ/N %s, ZeRO-2 2Ψ + 14Ψ/N %s, ZeRO-3 16Ψ/N %s\n",
+            commas(a, sizeof a, 16 * P), commas(b, sizeof b, 4 * P + 12 * s),
+            commas(c, sizeof c, 2 * P + 14 * s), commas(d, sizeof d, 16 * s));
+}
+
+/*
  * The model states per rank in each mode, as formulas and bytes for this
  * run's Ψ and N: weights + gradients + optimizer state, every column
  * counted (activations are not model states: the table after this one has
@@ -244,6 +268,8 @@ void mg_report_memory_model(FILE *f, const mg_run *r)
     fprintf(f, "  (the ZeRO paper's fp32 Adam: 16Ψ, 8Ψ + 8Ψ/N, 4Ψ + 12Ψ/N, 16Ψ/N; dtrain's ZeRO-1 "
                "adds an fp32 master, 4Ψ/N; bk = the gradient buckets in flight, un = ZeRO-3's "
                "two gathered units. The table below shows what this run allocated.)\n");
+    if (r->m->bf16)
+        memory_model_bf16(f, P, s);
 }
 
 enum { MEM_PARAMS, MEM_GRADS, MEM_OPTIM, MEM_STAGING, MEM_ACTS, MEM_HEAP, MEM_RSS, MEM_FIELDS };

@@ -94,15 +94,23 @@ static dt_status open_data(mg_run *r)
     return DT_OK;
 }
 
-enum { DETERMINISTIC_BIT = 1 << 8, GRAD_BF16_BIT = 1 << 9 }; /* beside the mode, below */
-#define MODE_FLAGS (DETERMINISTIC_BIT | GRAD_BF16_BIT)
+enum { DETERMINISTIC_BIT = 1 << 8, GRAD_BF16_BIT = 1 << 9, PRECISION_BF16_BIT = 1 << 10 };
+#define MODE_FLAGS (DETERMINISTIC_BIT | GRAD_BF16_BIT | PRECISION_BF16_BIT)
 
-/* " --deterministic --grad-comm bf16" as far as a mode word says so. */
+/* " --deterministic --grad-comm bf16 --precision bf16" as far as a mode
+ * word says so. */
 static const char *mode_flags(int32_t mode)
 {
-    static const char *const text[] = {"", " --deterministic", " --grad-comm bf16",
-                                       " --deterministic --grad-comm bf16"};
-    return text[((mode & DETERMINISTIC_BIT) ? 1 : 0) + ((mode & GRAD_BF16_BIT) ? 2 : 0)];
+    static const char *const text[] = {"",
+                                       " --deterministic",
+                                       " --grad-comm bf16",
+                                       " --deterministic --grad-comm bf16",
+                                       " --precision bf16",
+                                       " --deterministic --precision bf16",
+                                       " --grad-comm bf16 --precision bf16",
+                                       " --deterministic --grad-comm bf16 --precision bf16"};
+    return text[((mode & DETERMINISTIC_BIT) ? 1 : 0) + ((mode & GRAD_BF16_BIT) ? 2 : 0) +
+                ((mode & PRECISION_BF16_BIT) ? 4 : 0)];
 }
 
 /*
@@ -121,7 +129,8 @@ dt_status mg_check_modes(mg_run *r)
     if (!r->comm)
         return DT_OK;
     int32_t mine = (int32_t)r->o.parallel | (r->o.deterministic ? DETERMINISTIC_BIT : 0) |
-                   (strcmp(r->o.grad_comm, "bf16") == 0 ? GRAD_BF16_BIT : 0),
+                   (strcmp(r->o.grad_comm, "bf16") == 0 ? GRAD_BF16_BIT : 0) |
+                   (strcmp(r->o.precision, "bf16") == 0 ? PRECISION_BF16_BIT : 0),
             *all = calloc((size_t)r->world, sizeof *all);
     if (!all)
         return run_fail(r, DT_ENOMEM, "mode check", "out of memory");
@@ -204,6 +213,8 @@ dt_status mg_run_open(mg_run *r)
     st = sharded        ? dt_model_create_sharded(&r->m, &o->cfg, be, o->batch, o->recompute)
          : o->recompute ? dt_model_create_recompute(&r->m, &o->cfg, be, o->batch)
                         : dt_model_create(&r->m, &o->cfg, be, o->batch);
+    if (st == DT_OK && strcmp(o->precision, "bf16") == 0)
+        st = dt_model_set_precision(r->m, DT_PRECISION_BF16);
     if (st != DT_OK)
         return run_fail(r, st, "model", r->m ? dt_model_error(r->m) : NULL);
     if (!sharded)
@@ -441,11 +452,18 @@ bool mg_eval_collective(const mg_run *r)
     return is_zero3(r) && !r->pipe;
 }
 
+bool mg_eval_units(const mg_run *r)
+{
+    return is_zero3(r) && !r->three_d;
+}
+
 dt_status mg_eval_params(mg_run *r, bool on)
 {
-    if (!mg_eval_collective(r))
+    if (!mg_eval_units(r))
         return mg_params_hold(r, on);
     dt_zero1_arm_inference(r->zero1, on);
+    if (!on && r->pipe) /* the executor's forwards and backwards gather again */
+        dt_zero1_arm_params(r->zero1, true);
     dt_status st = dt_zero1_hold_params(r->zero1, false); /* reports a failure */
     return st == DT_OK ? DT_OK : run_fail(r, st, "zero3: evaluation", dt_zero1_error(r->zero1));
 }

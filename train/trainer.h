@@ -154,6 +154,9 @@ dt_status mg_params_hold(mg_run *r, bool hold);
  * pipeline), whose forwards gather each unit from every rank, so every
  * rank runs the same forwards in step (rank 0 prints). */
 bool mg_eval_collective(const mg_run *r);
+/* Whether evaluation's forwards gather the units, so that every rank runs
+ * them in step: ZeRO-3, a pipeline stage's too (mg_eval_params). */
+bool mg_eval_units(const mg_run *r);
 /* Makes the parameters readable by evaluation's and sampling's forwards
  * (on) and goes back to training (off): ZeRO-3 arms its units
  * (dt_zero1_arm_inference), no whole model; otherwise mg_params_hold. */
@@ -168,8 +171,8 @@ typedef struct mg_eval {
  * evaluates its share, one all-reduce sums them; the same result on every
  * rank, equal to one rank's evaluation alone. Under ZeRO-3 every forward
  * is itself collective, so every rank runs the whole evaluation in step
- * instead (mg_eval_collective). Under --pp each pipeline group first
- * gathers its stages into a whole model, freed after. */
+ * instead (mg_eval_collective). Under --pp each forward streams through
+ * the pipeline's stages and its replicas split the work. */
 dt_status mg_evaluate(mg_run *r, mg_eval *out);
 /* Writes a sample of n tokens after a prompt from the validation split
  * (f NULL: runs its forwards only, for a ZeRO-3 rank that does not print). */

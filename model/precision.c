@@ -1,0 +1,100 @@
+/*
+ * precision.c — bf16 compute over the fp32 flat layout (--precision bf16).
+ *
+ * Mixed precision here is a precision of the same model, not a second
+ * model: the parameters (the fp32 masters), their gradients and AdamW's
+ * state stay fp32 and keep their layout, so DDP buckets, ZeRO shards and
+ * checkpoints see nothing new. What changes is what a layer reads:
+ *
+ *   - every matmul multiplies by its weight rounded to bf16 (round to
+ *     nearest, ties to even), one matrix at a time into a workspace of the
+ *     largest matrix (max(4C·C, V·C) floats), widened back to fp32 for the
+ *     fp32 sgemm; LayerNorm's scale and shift, the biases and the
+ *     embeddings are added, not multiplied, and are read as fp32, as
+ *     PyTorch's autocast reads them;
+ *   - every activation a layer writes is rounded to bf16 as it is written,
+ *     so the next layer, and backward, read the rounded value — except
+ *     the residual stream (the embeddings' sum, residual2, residual3),
+ *     LayerNorm's mean and rstd and the head's logits, probabilities and
+ *     losses, which stay fp32 (softmax and the loss in fp32). The residual
+ *     stream is fp32 as PyTorch's autocast keeps it (bf16 + fp32 adds in
+ *     fp32): rounded, it loses the small update each block adds (the
+ *     task's exact match fell to 99.5% with it rounded, 100% without);
+ *   - the activations backward needs of each block are STORED as bf16
+ *     (2 bytes): forward computes a block in an fp32 workspace sized for
+ *     one block (the recomputation workspace's layout, minigpt.c) and
+ *     packs it into the block's bf16 store; backward widens a block's store
+ *     back into the workspace just before that block's backward.
+ *   - activation gradients stay fp32 but live, as under recomputation, in
+ *     one block's gradient workspace (only the residual stream's gradient
+ *     is kept per block): nothing outside a block reads a block's inner
+ *     gradients unless a pipeline splits backward, which bf16 does not
+ *     cover yet. Activation bytes on the 865k config: 0.506x fp32's.
+ *
+ * Why no bf16 copy of the weights (2Ψ): on this portable path the rounded
+ * matrix has to be widened to fp32 for sgemm anyway, and rounding the fp32
+ * master on use gives the same bits as a copy refreshed after each step,
+ * with nothing to refresh (ZeRO-1's gather, a checkpoint load and
+ * dt_model_set_params write the masters directly). A kernel that
+ * multiplies bf16 natively (AVX512-BF16) would want the copy.
+ *
+ * The path: the fp32 kernels with round-to-nearest-even conversions around
+ * them, on every CPU (dt_bf16_path says so and whether the CPU could do
+ * better). Cost: one extra pass over each activation (rounding) and one
+ * pack and one unpack per block and step, plus a rounding pass over each
+ * weight matrix per matmul: a bf16 step is slower than fp32's here.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "model_internal.h"
+
+/* ---- switching a model to bf16 -------------------------------------------- */
+
+static dt_status refuse(dt_model *m, const char *why)
+{
+    snprintf(m->err, sizeof m->err, "minigpt: precision bf16: %s", why);
+    return DT_EINVAL;
+}
+
+dt_status dt_model_set_precision(dt_model *m, dt_precision p)
+{
+    if (p == DT_PRECISION_FP32 && !m->bf16)
+        return DT_OK;
+    if (p != DT_PRECISION_BF16 || m->bf16)
+        return refuse(m, "a model is switched once, from fp32 to bf16");
+    if (strncmp(m->be->name, "cpu", 3) != 0)
+        return refuse(m, "the conversions run on host memory: the cpu backends only");
+    if (m->recompute)
+        return refuse(m, "not built with recomputation (both use the block workspace)");
+    if (m->l0 != 0 || m->l1 != m->cfg.L || m->act_slots != 1 || m->grad_slots != 1)
+        return refuse(m, "not built for a pipeline stage");
+    if (m->params_windowed)
+        return refuse(m, "not built for windowed parameters (ZeRO-3)");
+    if (m->last_B)
+        return refuse(m, "switch before the first forward");
+    const dt_config *c = &m->cfg;
+    size_t mat = (size_t)c->C * (size_t)(c->V > 4 * c->C ? c->V : 4 * c->C);
+    m->bf16 = true;
+    m->weight_ws = m->be->alloc(mat * sizeof(float));
+    if (!m->weight_ws || dt_model_alloc_acts(m) != DT_OK) {
+        snprintf(m->err, sizeof m->err,
+                 "minigpt: precision bf16: out of memory for the activations (%zu MiB)",
+                 dt_model_activation_bytes(m) >> 20);
+        return DT_ENOMEM;
+    }
+    return DT_OK;
+}
+
+const char *dt_bf16_path(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    if (__builtin_cpu_supports("avx512bf16"))
+        return "portable (round-to-nearest-even conversions around the fp32 kernels; this CPU "
+               "has AVX512-BF16, which no kernel here uses yet)";
+    return "portable (round-to-nearest-even conversions around the fp32 kernels; this CPU has "
+           "no AVX512-BF16)";
+#else
+    return "portable (round-to-nearest-even conversions around the fp32 kernels)";
+#endif
+}

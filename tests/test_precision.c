@@ -1,0 +1,188 @@
+/*
+ * test_precision.c — minigpt --precision bf16 (model/precision.c): bf16
+ * compute with fp32 master weights, gradients and AdamW state, alone and
+ * under DDP and ZeRO-1/2:
+ *
+ * - the embedded task reaches 100% exact match on 4 ranks (DDP);
+ * - the replicas stay bitwise identical in every mode it covers;
+ * - a run resumed from a checkpoint (fp32 masters and AdamW state) ends
+ *   bitwise where the run without the interruption ends;
+ * - the run says which path bf16 took, and its memory table gains the
+ *   mixed-precision rows;
+ * - what it does not cover is refused by name, and ranks that disagree on
+ *   it are refused at start-up.
+ *
+ * minigpt runs as processes joined by hand (minigpt_ranks.h), real TCP.
+ */
+#include <criterion/criterion.h>
+
+#include "minigpt_ranks.h"
+
+#define FLAGS                                                                                   \
+    "--steps", "6", "--log-every", "6", "--eval-every", "0", "--sample", "0", "--threads", "1", \
+        "--bucket-mb", "0.02"
+
+Test(precision, the_task_reaches_full_exact_match_on_four_ranks, .timeout = 600)
+{
+    const char *args[] = {"--precision",  "bf16", "--log-every", "1000",
+                          "--eval-every", "0",    "--threads",   "1",
+                          "--sample",     "0",    NULL};
+    mg_ranks j = {0};
+    mg_ranks_dir(&j);
+    mg_ranks_run(&j, 4, args);
+    mg_ranks_assert_ok(&j, "the task, 4 ranks, --precision bf16");
+    const char *acc = strstr(j.out[0], "exact-match accuracy ");
+    cr_assert(acc, "no accuracy in:\n%s", j.out[0]);
+    double pct = atof(acc + strlen("exact-match accuracy "));
+    cr_expect_eq(pct, 100.0, "accuracy %.1f%% after 600 steps:\n%s", pct, j.out[0]);
+    mg_ranks_hash(&j, "the task, 4 ranks, --precision bf16"); /* replicas bitwise */
+    mg_ranks_free(&j);
+}
+
+/* mg_ranks_hash reads the line "all N ranks hold bitwise identical
+ * parameters": it fails the test when the replicas differ. */
+Test(precision, every_mode_it_covers_keeps_identical_replicas, .timeout = 300)
+{
+    const char *modes[] = {"ddp", "zero1", "zero2"};
+    for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
+        char what[48];
+        snprintf(what, sizeof what, "3 ranks --parallel %s", modes[m]);
+        const char *args[] = {FLAGS, "--parallel", modes[m], "--precision", "bf16", NULL};
+        mg_ranks j = {0};
+        mg_ranks_dir(&j);
+        mg_ranks_run(&j, 3, args);
+        mg_ranks_assert_ok(&j, what);
+        mg_ranks_hash(&j, what);
+        mg_ranks_free(&j);
+    }
+}
+
+/* The parameters after 6 steps, on 2 ranks, in precision p. */
+static unsigned long long hash_after_six(const char *p)
+{
+    const char *args[] = {FLAGS, "--precision", p, NULL};
+    mg_ranks j = {0};
+    mg_ranks_dir(&j);
+    mg_ranks_run(&j, 2, args);
+    mg_ranks_assert_ok(&j, p);
+    unsigned long long h = mg_ranks_hash(&j, p);
+    mg_ranks_free(&j);
+    return h;
+}
+
+/* The flag reaches the model: the same run in fp32 ends elsewhere. */
+Test(precision, bf16_ends_with_other_bits_than_fp32, .timeout = 120)
+{
+    cr_expect_neq(hash_after_six("bf16"), hash_after_six("fp32"));
+}
+
+/* 10 steps, checkpoints every 5; with stop_at, the first run ends there
+ * and a second resumes from its checkpoint. */
+static unsigned long long resumed_hash(const char *mode, int stop_at)
+{
+    mg_ranks j = {0};
+    mg_ranks_dir(&j);
+    char ckpt[96], steps[8], what[64];
+    snprintf(ckpt, sizeof ckpt, "%s/ck", j.dir);
+    snprintf(steps, sizeof steps, "%d", stop_at);
+    snprintf(what, sizeof what, "--parallel %s to step %d", mode, stop_at);
+    const char *first[] = {"--log-every", "10", "--eval-every", "0",    "--sample",   "0",
+                           "--threads",   "1",  "--precision",  "bf16", "--parallel", mode,
+                           "--ckpt-dir",  ckpt, "--ckpt-every", "5",    "--steps",    steps,
+                           NULL};
+    mg_ranks_run(&j, 2, first);
+    mg_ranks_assert_ok(&j, what);
+    if (stop_at < 10) {
+        const char *second[] = {"--log-every", "10",   "--eval-every", "0",
+                                "--sample",    "0",    "--threads",    "1",
+                                "--precision", "bf16", "--parallel",   mode,
+                                "--ckpt-dir",  ckpt,   "--ckpt-every", "5",
+                                "--steps",     "10",   "--resume",     "auto",
+                                NULL};
+        mg_ranks_run(&j, 2, second);
+        mg_ranks_assert_ok(&j, "the resumed run");
+    }
+    unsigned long long h = mg_ranks_hash(&j, what);
+    mg_ranks_free(&j);
+    return h;
+}
+
+Test(precision, a_resumed_run_ends_with_the_uninterrupted_runs_bits, .timeout = 300)
+{
+    const char *modes[] = {"ddp", "zero2"};
+    for (int m = 0; m < 2; m++) {
+        unsigned long long whole = resumed_hash(modes[m], 10), resumed = resumed_hash(modes[m], 5);
+        cr_expect_eq(resumed, whole, "--parallel %s: resumed %016llx, uninterrupted %016llx",
+                     modes[m], resumed, whole);
+    }
+}
+
+Test(precision, the_run_says_which_path_bf16_took, .timeout = 60)
+{
+    const char *args[] = {FLAGS, "--precision", "bf16", NULL};
+    mg_ranks j = {0};
+    mg_ranks_dir(&j);
+    mg_ranks_run(&j, 1, args);
+    mg_ranks_assert_ok(&j, "one rank, --precision bf16");
+    cr_expect(strstr(j.out[0], "precision: bf16 compute, fp32 master weights, gradients and "
+                               "AdamW state; path: portable"),
+              "no precision line in:\n%s", j.out[0]);
+    mg_ranks_free(&j);
+}
+
+/* Ψ = 29,824 on one rank: the mixed-precision accounting's bytes beside
+ * the fp32 rows this run holds. */
+Test(precision, the_memory_table_gains_the_mixed_precision_rows, .timeout = 60)
+{
+    const char *args[] = {FLAGS, "--precision", "bf16", NULL};
+    mg_ranks j = {0};
+    mg_ranks_dir(&j);
+    mg_ranks_run(&j, 1, args);
+    mg_ranks_assert_ok(&j, "one rank, --precision bf16");
+    cr_expect(strstr(j.out[0], "The ZeRO paper's mixed precision, 2Ψ + 2Ψ + 12Ψ: DDP 16Ψ 477,184, "
+                               "ZeRO-1 4Ψ + 12Ψ/N 477,184, ZeRO-2 2Ψ + 14Ψ/N 477,184"),
+              "no bf16 rows in:\n%s", j.out[0]);
+    mg_ranks_free(&j);
+}
+
+Test(precision, what_it_does_not_cover_is_refused_naming_the_flag, .timeout = 60)
+{
+    const char *const cases[][5] = {
+        {"--precision", "fp16", NULL, NULL, "--precision is fp32 or bf16, not 'fp16'"},
+        {"--parallel", "zero3", NULL, NULL, "drop '--parallel zero3'"},
+        {"--pp", "2", NULL, NULL, "drop '--pp'"},
+        {"--tp", "2", NULL, NULL, "drop '--tp'"},
+        {"--recompute", NULL, NULL, NULL, "drop '--recompute'"},
+        {"--deterministic", NULL, NULL, NULL, "drop '--deterministic'"},
+        {"--device", "cuda-host", NULL, NULL, "drop '--device'"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const char *args[] = {FLAGS,       "--precision", "bf16",      cases[c][0],
+                              cases[c][1], cases[c][2],   cases[c][3], NULL};
+        mg_ranks j = {0};
+        mg_ranks_dir(&j);
+        mg_ranks_run(&j, 1, args);
+        cr_expect_eq(j.code[0], 2, "case %zu: exit %d:\n%s", c, j.code[0], j.out[0]);
+        cr_expect(strstr(j.out[0], cases[c][4]), "case %zu: no \"%s\" in:\n%s", c, cases[c][4],
+                  j.out[0]);
+        mg_ranks_free(&j);
+    }
+}
+
+/* A bf16 rank beside an fp32 one would train another model: refused at
+ * start-up on every rank, naming both. */
+Test(precision, ranks_that_disagree_on_it_are_refused_at_start_up, .timeout = 120)
+{
+    const char *args[] = {FLAGS, "--precision", "bf16", NULL};
+    const char *last[] = {"--precision", "fp32", NULL};
+    mg_ranks j = {0};
+    mg_ranks_dir(&j);
+    mg_ranks_run_as(&j, 2, args, NULL, last);
+    for (int r = 0; r < 2; r++) {
+        cr_expect_neq(j.code[r], 0, "rank %d exited 0:\n%s", r, j.out[r]);
+        cr_expect(strstr(j.out[r], "rank 0 runs --parallel ddp --precision bf16, rank 1 "
+                                   "--parallel ddp: every rank must run the same mode"),
+                  "rank %d does not name both modes:\n%s", r, j.out[r]);
+    }
+    mg_ranks_free(&j);
+}
