@@ -128,8 +128,9 @@ typedef struct dt_ckpt_state {
     const int *slice_order;
     /* 0 or 1: the flat buffer is the model's (dt_config_num_params). T > 1:
      * it is the T tensor-parallel shares of the model end to end (share t
-     * = dt_tp_layout_slice's rank t, dt_tp_num_params each), num_params =
-     * T x share (dt_ckpt_flat_params). A load refuses another T. */
+     * = dt_tp_layout_slice's rank t without its vocabulary padding:
+     * dt_tp_share_kept), num_params = dt_ckpt_flat_params, where
+     * dt_ckpt_tp_range places a range of a share. A load refuses another T. */
     int tp;
     size_t opt_lo, opt_n;
     float *master; /* (opt_n) or NULL */
@@ -151,12 +152,21 @@ void dt_ckpt_pipeline_slices(size_t *slices, const size_t *stage_bounds, int P, 
 
 /* ---- tensor-parallel checkpoints (tp_share.c) ---- */
 /* The flat buffer's length for tp (0 or 1: the model's Ψ; T > 1: T shares
- * end to end); 0 if T does not divide the heads or the vocabulary. */
+ * end to end, without their vocabulary padding); 0 if dt_tp_config_check
+ * refuses T. */
 size_t dt_ckpt_flat_params(const dt_config *cfg, int tp);
+/*
+ * Range [lo, lo + n) of tp rank t's share (dt_tp_num_params, padded) in
+ * the flat buffer of a T checkpoint: its part that the checkpoint keeps
+ * (no padding) is *kept elements at *flat_lo, which are elements [*skip,
+ * *skip + *kept) of the range. *kept is 0 for a range of padding only.
+ */
+void dt_ckpt_tp_range(const dt_config *cfg, int T, int t, size_t lo, size_t n, size_t *flat_lo,
+                      size_t *skip, size_t *kept);
 /*
  * minigpt --tp T --dp D's layout (T·D + 1 slices, T·D orders): share t's
  * range of the flat buffer cut over the D replicas as dt_ckpt_partition
- * cuts, slice t·D + replica; world rank replica·T + t saves it
+ * cuts the (padded) share, the padding left out, slice t·D + replica; world rank replica·T + t saves it
  * (slice_order). Ranks of one replica save pieces of different shares.
  */
 void dt_ckpt_tp_slices(size_t *slices, int *order, const dt_config *cfg, int T, int D);
@@ -166,8 +176,8 @@ void dt_ckpt_tp_slices(size_t *slices, int *order, const dt_config *cfg, int T, 
  * joined into out's, malloc'ed (dt_ckpt_tp_free). To T = 1 the replicated
  * tensors (LayerNorms, wpe, mlp.proj.bias) are share 0's, which a tp run
  * keeps bitwise equal to the others'. Everything but the arrays, tp,
- * num_params and opt_n is in's. DT_EINVAL (T does not divide the heads or
- * the vocabulary) or DT_ENOMEM.
+ * num_params and opt_n is in's. DT_EINVAL (dt_tp_config_check refuses T)
+ * or DT_ENOMEM.
  */
 dt_status dt_ckpt_tp_convert(dt_ckpt_state *out, const dt_ckpt_state *in, int tp);
 void dt_ckpt_tp_free(dt_ckpt_state *s);
@@ -177,8 +187,9 @@ void dt_ckpt_tp_free(dt_ckpt_state *s);
  * [blocks[s], blocks[s + 1]), P + 1 bounds) cut over the D replicas as
  * dt_ckpt_partition cuts, slice (t·P + s)·D + replica; world rank
  * s·D·T + replica·T + t saves it (slice_order). T = 1 gives
- * dt_ckpt_pipeline_slices' slices, P = 1 dt_ckpt_tp_slices'. DT_EINVAL if
- * T does not divide the heads or the vocabulary, DT_ENOMEM.
+ * dt_ckpt_pipeline_slices' slices, P = 1 dt_ckpt_tp_slices' (the padding
+ * left out the same way). DT_EINVAL if dt_tp_config_check refuses T,
+ * DT_ENOMEM.
  */
 dt_status dt_ckpt_grid_slices(size_t *slices, int *order, const dt_config *cfg, int T, int P, int D,
                               const int *blocks);

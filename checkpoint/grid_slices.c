@@ -4,7 +4,7 @@
  * into its stages' ranges, each range cut over the replicas.
  *
  * The flat buffer is a tp checkpoint's (tp_share.c: the T shares end to
- * end, "tp": T in the manifest). A share keeps the model's tensor order,
+ * end without their vocabulary padding, "tp": T in the manifest). A share keeps the model's tensor order,
  * so stage s (blocks [l0, l1), with the embeddings when l0 = 0 and ln_f
  * and the head when l1 = L) holds one contiguous range of it, exactly as
  * a plain pipeline stage holds one of the model's buffer; its D replicas
@@ -43,8 +43,8 @@ dt_status dt_ckpt_grid_slices(size_t *slices, int *order, const dt_config *cfg, 
                               const int *blocks)
 {
     T = T > 1 ? T : 1;
-    size_t share = dt_ckpt_flat_params(cfg, T) / (size_t)T;
-    if (share == 0)
+    size_t flat = dt_ckpt_flat_params(cfg, T), share = T > 1 ? dt_tp_num_params(cfg, T) : flat;
+    if (flat == 0)
         return DT_EINVAL;
     int n = dt_tp_layout_num_tensors(cfg);
     dt_tp_tensor *tab = NULL;
@@ -63,11 +63,14 @@ dt_status dt_ckpt_grid_slices(size_t *slices, int *order, const dt_config *cfg, 
                 size_t plo, pn;
                 int k = (t * P + s) * D + rep;
                 dt_ckpt_partition(hi - lo, D, rep, &plo, &pn);
-                slices[k] = (size_t)t * share + lo + plo;
+                if (T > 1) /* the padding left out (tp_share.c) */
+                    dt_ckpt_tp_range(cfg, T, t, lo + plo, pn, &slices[k], &plo, &pn);
+                else
+                    slices[k] = (size_t)t * share + lo + plo;
                 order[s * D * T + rep * T + t] = k;
             }
         }
-    slices[T * P * D] = (size_t)T * share;
+    slices[T * P * D] = flat;
     free(tab);
     return DT_OK;
 }

@@ -10,6 +10,9 @@
  *
  *   flat buffer = share 0 | share 1 | ... | share T-1     (T x S elements)
  *
+ * (share t without its vocabulary padding, dt_tp_share_kept: the kept
+ * shares of a V that tp does not divide differ in length by a few rows,
+ * and the buffer holds the unpadded model's V rows of wte and lm_head)
  * and each rank holds one contiguous range of that, exactly like a
  * pipeline stage holds its range: the shard format, the manifest's ranges
  * and the loader's intersections need nothing new, only "tp": T in the
@@ -26,9 +29,10 @@
  * Converting T -> T' (dtrain-ckpt reshard --tp, export) goes through the
  * model's layout: join the shares (dt_tp_layout_unslice, share 0's copy of
  * the replicated tensors last, so it wins), then cut T' shares
- * (dt_tp_layout_slice). Every array the same way: parameters, master, m,
+ * (dt_tp_layout_slice), each through a scratch share that puts the
+ * padding back (zeros). Every array the same way: parameters, master, m,
  * v are laid out alike. Cost: one pass over each array per direction,
- * host memory for both layouts.
+ * host memory for both layouts and one share.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +45,31 @@ size_t dt_ckpt_flat_params(const dt_config *cfg, int tp)
         return dt_config_num_params(cfg);
     if (dt_tp_config_check(cfg, tp, NULL, 0) != DT_OK)
         return 0;
-    return (size_t)tp * dt_tp_num_params(cfg, tp);
+    size_t pad = (size_t)tp * (size_t)dt_tp_vocab_rows(cfg, tp) - (size_t)cfg->V;
+    return (size_t)tp * dt_tp_num_params(cfg, tp) - 2 * pad * (size_t)cfg->C;
+}
+
+/* Where share t's kept part starts in the flat buffer. */
+static size_t kept_offset(const dt_config *cfg, int T, int t)
+{
+    size_t off = 0, lo, n;
+    for (int q = 0; q < t; q++) {
+        dt_tp_share_kept(cfg, T, q, &lo, &n);
+        off += n;
+    }
+    return off;
+}
+
+void dt_ckpt_tp_range(const dt_config *cfg, int T, int t, size_t lo, size_t n, size_t *flat_lo,
+                      size_t *skip, size_t *kept)
+{
+    size_t klo, kn;
+    dt_tp_share_kept(cfg, T, t, &klo, &kn);
+    size_t khi = klo + kn, a = lo < klo ? klo : lo > khi ? khi : lo;
+    size_t b = lo + n < klo ? klo : lo + n > khi ? khi : lo + n;
+    *flat_lo = kept_offset(cfg, T, t) + (a - klo);
+    *skip = a >= lo ? a - lo : 0;
+    *kept = b - a;
 }
 
 void dt_ckpt_tp_slices(size_t *slices, int *order, const dt_config *cfg, int T, int D)
@@ -49,12 +77,12 @@ void dt_ckpt_tp_slices(size_t *slices, int *order, const dt_config *cfg, int T, 
     size_t share = dt_tp_num_params(cfg, T);
     for (int t = 0; t < T; t++)
         for (int rep = 0; rep < D; rep++) {
-            size_t lo, n;
-            dt_ckpt_partition(share, D, rep, &lo, &n);
-            slices[t * D + rep] = (size_t)t * share + lo;
+            size_t lo, n, skip, kept;
+            dt_ckpt_partition(share, D, rep, &lo, &n); /* ZeRO-1's piece of the share */
+            dt_ckpt_tp_range(cfg, T, t, lo, n, &slices[t * D + rep], &skip, &kept);
             order[rep * T + t] = t * D + rep;
         }
-    slices[T * D] = (size_t)T * share;
+    slices[T * D] = dt_ckpt_flat_params(cfg, T);
 }
 
 void dt_ckpt_tp_free(dt_ckpt_state *s)
@@ -67,22 +95,30 @@ void dt_ckpt_tp_free(dt_ckpt_state *s)
 }
 
 /* One array from the layout of tp `from` into that of `to` (each 1 or a
- * tp size); full: Ψ elements of scratch. */
-static void convert_array(float *dst, const float *src, float *full, const dt_tp_tensor *tf,
-                          const dt_tp_tensor *tt, int n, int from, int to, size_t sf, size_t st)
+ * tp size); full: Ψ elements of scratch, share: a share of the larger tp. */
+static void convert_array(float *dst, const float *src, float *full, float *share,
+                          const dt_config *cfg, const dt_tp_tensor *tf, const dt_tp_tensor *tt,
+                          int n, int from, int to)
 {
     const float *whole = src;
+    size_t lo, kn;
     if (from > 1) {
-        for (int q = from - 1; q >= 0; q--) /* share 0's replicated tensors last */
-            dt_tp_layout_unslice(full, src + (size_t)q * sf, tf, n, from, q);
+        for (int q = from - 1; q >= 0; q--) { /* share 0's replicated tensors last */
+            dt_tp_share_kept(cfg, from, q, &lo, &kn);
+            memcpy(share + lo, src + kept_offset(cfg, from, q), kn * sizeof(float));
+            dt_tp_layout_unslice(full, share, tf, n, from, q); /* reads no padding */
+        }
         whole = full;
     }
     if (to <= 1) {
-        memcpy(dst, whole, st * sizeof(float));
+        memcpy(dst, whole, dt_config_num_params(cfg) * sizeof(float));
         return;
     }
-    for (int q = 0; q < to; q++)
-        dt_tp_layout_slice(dst + (size_t)q * st, whole, tt, n, to, q);
+    for (int q = 0; q < to; q++) {
+        dt_tp_layout_slice(share, whole, tt, n, to, q);
+        dt_tp_share_kept(cfg, to, q, &lo, &kn);
+        memcpy(dst + kept_offset(cfg, to, q), share + lo, kn * sizeof(float));
+    }
 }
 
 /* The layout table of tp (NULL for 1); *ok false if it could not be made. */
@@ -117,19 +153,20 @@ dt_status dt_ckpt_tp_convert(dt_ckpt_state *out, const dt_ckpt_state *in, int tp
     int n = dt_tp_layout_num_tensors(&in->cfg);
     dt_tp_tensor *tf = table_of(&in->cfg, from, &ok), *tt = table_of(&in->cfg, to, &ok);
     float *full = malloc(dt_config_num_params(&in->cfg) * sizeof(float));
+    float *share = malloc(dt_tp_num_params(&in->cfg, from > to ? from : to) * sizeof(float));
     const float *src[4] = {in->params, in->master, in->adam_m, in->adam_v};
     float **dst[4] = {&out->params, &out->master, &out->adam_m, &out->adam_v};
-    for (int k = 0; k < 4 && ok && full; k++) {
+    for (int k = 0; k < 4 && ok && full && share; k++) {
         if (!src[k])
             continue;
         if (!(*dst[k] = malloc(st * sizeof(float))))
             ok = false;
         else
-            convert_array(*dst[k], src[k], full, tf, tt, n, from, to, sf / (size_t)from,
-                          st / (size_t)to);
+            convert_array(*dst[k], src[k], full, share, &in->cfg, tf, tt, n, from, to);
     }
-    ok = ok && full;
+    ok = ok && full && share;
     free(full);
+    free(share);
     free(tf);
     free(tt);
     if (!ok)

@@ -123,6 +123,16 @@ typedef struct dt_forward_fn {
  * own); a share whose forwards hold no logits counts 0. */
 long dt_task_count_exact_with(dt_model *m, const dt_dataset *d, size_t n, int part, int parts,
                               bool lockstep, const dt_forward_fn *fwd, size_t *graded);
+/* The host scratch that evaluation allocates (bytes): one batch's token
+ * ids and line lengths, one row of logits. 0 where it returns -1 without
+ * grading. */
+size_t dt_task_scratch_bytes(dt_model *m, const dt_dataset *d, size_t n);
+/* dt_task_count_exact_with in the caller's scratch (dt_task_scratch_bytes
+ * of it, aligned as malloc aligns): a caller whose shares run in lockstep
+ * allocates it first, so that a rank without the memory fails before any
+ * share starts. -1 also for a NULL scratch. */
+long dt_task_count_exact_in(void *scratch, dt_model *m, const dt_dataset *d, size_t n, int part,
+                            int parts, bool lockstep, const dt_forward_fn *fwd, size_t *graded);
 
 #ifdef __cplusplus
 }

@@ -223,6 +223,66 @@ static long grade_share(grading *g, int part, int parts, bool lockstep)
     return right;
 }
 
+/* The cut of a grading pass over the first n examples (g->n, g->rows and
+ * the longest line); false where dt_task_count_exact returns -1 without
+ * grading: not a task, no example, a line the context cannot hold. */
+static bool plan_grading(grading *g, int *longest, dt_model *m, const dt_dataset *d, size_t n)
+{
+    if (!d->is_task || d->n_starts[DT_VAL] == 0)
+        return false;
+    size_t total = d->n_starts[DT_VAL];
+    *g = (grading){.m = m,
+                   .val = d->tokens + d->n_train,
+                   .starts = d->starts[DT_VAL],
+                   .n = n == 0 || n > total ? total : n};
+    *longest = 0;
+    for (size_t i = 0; i < g->n; i++) {
+        int k = line_length(g->val + g->starts[i]);
+        *longest = k > *longest ? k : *longest;
+    }
+    if (*longest - 1 > m->cfg.T)
+        return false; /* the last token ('\n') is predicted, never fed */
+    /* as many examples per forward as the allocation's tokens hold */
+    size_t rows = (size_t)m->max_B * (size_t)m->cfg.T / (size_t)(*longest - 1);
+    g->rows = rows > g->n ? (int)g->n : (int)rows;
+    return true;
+}
+
+/* The scratch's parts, in order: in (rows, longest - 1) ints, len (rows)
+ * ints, logits (V) floats. */
+static size_t scratch_ints(const grading *g, int longest)
+{
+    return (size_t)g->rows * (size_t)(longest - 1) + (size_t)g->rows;
+}
+
+size_t dt_task_scratch_bytes(dt_model *m, const dt_dataset *d, size_t n)
+{
+    grading g;
+    int longest;
+    if (!plan_grading(&g, &longest, m, d, n))
+        return 0;
+    return scratch_ints(&g, longest) * sizeof(int) + (size_t)m->cfg.V * sizeof(float);
+}
+
+long dt_task_count_exact_in(void *scratch, dt_model *m, const dt_dataset *d, size_t n, int part,
+                            int parts, bool lockstep, const dt_forward_fn *fwd, size_t *graded)
+{
+    grading g;
+    int longest;
+    if (graded)
+        *graded = 0;
+    if (!scratch || parts < 1 || part < 0 || part >= parts || !plan_grading(&g, &longest, m, d, n))
+        return -1;
+    g.fwd = fwd;
+    g.in = scratch;
+    g.len = g.in + (size_t)g.rows * (size_t)(longest - 1);
+    g.logits = (float *)(g.in + scratch_ints(&g, longest));
+    long right = grade_share(&g, part, parts, lockstep);
+    if (graded)
+        *graded = g.n;
+    return right;
+}
+
 long dt_task_count_exact(dt_model *m, const dt_dataset *d, size_t n, int part, int parts,
                          bool lockstep, size_t *graded)
 {
@@ -232,37 +292,10 @@ long dt_task_count_exact(dt_model *m, const dt_dataset *d, size_t n, int part, i
 long dt_task_count_exact_with(dt_model *m, const dt_dataset *d, size_t n, int part, int parts,
                               bool lockstep, const dt_forward_fn *fwd, size_t *graded)
 {
-    if (graded)
-        *graded = 0;
-    if (!d->is_task || d->n_starts[DT_VAL] == 0 || parts < 1 || part < 0 || part >= parts)
-        return -1;
-    size_t total = d->n_starts[DT_VAL];
-    if (n == 0 || n > total)
-        n = total;
-    grading g = {.m = m,
-                 .val = d->tokens + d->n_train,
-                 .starts = d->starts[DT_VAL],
-                 .n = n,
-                 .fwd = fwd};
-    int longest = 0; /* the longest line must fit the context */
-    for (size_t i = 0; i < n; i++) {
-        int k = line_length(g.val + g.starts[i]);
-        longest = k > longest ? k : longest;
-    }
-    if (longest - 1 > m->cfg.T)
-        return -1; /* the last token ('\n') is predicted, never fed */
-    /* as many examples per forward as the allocation's tokens hold */
-    size_t rows = (size_t)m->max_B * (size_t)m->cfg.T / (size_t)(longest - 1);
-    g.rows = rows > n ? (int)n : (int)rows;
-    g.in = malloc((size_t)g.rows * (size_t)(longest - 1) * sizeof(int));
-    g.len = malloc((size_t)g.rows * sizeof(int));
-    g.logits = malloc((size_t)m->cfg.V * sizeof(float));
-    long right = g.in && g.len && g.logits ? grade_share(&g, part, parts, lockstep) : -1;
-    free(g.in);
-    free(g.len);
-    free(g.logits);
-    if (graded && right >= 0)
-        *graded = n;
+    size_t bytes = dt_task_scratch_bytes(m, d, n);
+    void *scratch = bytes ? malloc(bytes) : NULL;
+    long right = dt_task_count_exact_in(scratch, m, d, n, part, parts, lockstep, fwd, graded);
+    free(scratch);
     return right;
 }
 

@@ -16,7 +16,8 @@
  *   mlp.fc.bias      (4C)      its bias split the same way
  *   mlp.proj.weight  (C, 4C)   row-parallel: columns [r 4C/tp, ...)
  *   mlp.proj.bias    (C)       replicated, added once after the sum
- *   wte, lm_head     (V, C)    split by vocabulary: rows [r V/tp, ...)
+ *   wte, lm_head     (V, C)    split by vocabulary: Vt = ceil(V/tp) rows
+ *                              each, ids [r Vt, ...) (see "padding")
  *   wpe, ln*         replicated
  *
  * A rank's share is its own flat buffer, in the full model's tensor order
@@ -28,9 +29,27 @@
  * and dt_tp_layout_unslice (share -> full: the tests' comparisons and, later,
  * checkpoints). Cost: one pass over the parameters, host memory.
  *
- * A shape is refused, by name, unless tp divides the heads and the
- * vocabulary (heads divide C, so tp then divides C/H-sized head groups,
- * the width C and the MLP width 4C too).
+ * A shape is refused, by name, unless tp divides the heads (heads divide
+ * C, so tp then divides C/H-sized head groups, the width C and the MLP
+ * width 4C too).
+ *
+ * Padding. A vocabulary tp does not divide (GPT-2's 50257) is padded, as
+ * Megatron pads it (make-vocab-size-divisible-by): to Vt·tp rows, Vt =
+ * ceil(V/tp), so every rank holds Vt rows of wte and of lm_head and every
+ * share has the same size (the tp group all-gathers shares, the dp group
+ * all-reduces them). Rank r's rows are the ids [r Vt, min(V, (r+1) Vt)):
+ * its real rows, dt_tp_vocab_real of them; the rest, at most tp - 1 rows
+ * on the last ranks, are padding. Padding rows are zeros that nothing
+ * uses: the embedding never looks one up (ids are < V), the parallel
+ * cross-entropy leaves the head's padding logits out of every max, sum
+ * and loss (tensor/tp_vocab.c: a padding row is never a prediction, never
+ * sampled) and gives them a zero gradient, so their rows' gradients are
+ * zero and AdamW keeps them zero. Where they sit: after the real rows in lm_head's slice (the
+ * share's last tensor) and before them in wte's (its first), so a share
+ * is [wte padding | real part | lm_head padding] and its real part is one
+ * contiguous range (dt_tp_share_kept): what a checkpoint stores, so a
+ * checkpoint holds the unpadded model, V rows, whatever the tp.
+ * Cost: at most 2 (tp - 1) C idle floats per share.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,8 +68,14 @@ dt_status dt_tp_config_check(const dt_config *c, int tp, char *err, size_t errle
         what = "the tensor-parallel size", n = tp;
     else if (c->H % tp != 0)
         what = "heads H", n = c->H;
-    else if (c->V % tp != 0)
-        what = "vocabulary V", n = c->V;
+    if (!what && dt_tp_vocab_real(c, tp, tp - 1) < 1) {
+        if (err && errlen)
+            snprintf(err, errlen,
+                     "tensor parallel: tp = %d leaves rank %d no row of the vocabulary V = %d "
+                     "(%d rows each)",
+                     tp, tp - 1, c->V, dt_tp_vocab_rows(c, tp));
+        return DT_EINVAL;
+    }
     if (!what)
         return DT_OK;
     if (err && errlen) {
@@ -63,6 +88,22 @@ dt_status dt_tp_config_check(const dt_config *c, int tp, char *err, size_t errle
     return DT_EINVAL;
 }
 
+int dt_tp_vocab_rows(const dt_config *c, int tp)
+{
+    return (c->V + tp - 1) / tp;
+}
+
+int dt_tp_vocab_real(const dt_config *c, int tp, int rank)
+{
+    int Vt = dt_tp_vocab_rows(c, tp), left = c->V - rank * Vt;
+    return left < 0 ? 0 : left < Vt ? left : Vt;
+}
+
+static int is_vocab(dt_tp_split s)
+{
+    return s == DT_TP_VOCAB_IN || s == DT_TP_VOCAB_OUT;
+}
+
 /* How tensor i of the full table is split (see the file comment). */
 static dt_tp_split split_of(const dt_tensor_info *t)
 {
@@ -71,7 +112,11 @@ static dt_tp_split split_of(const dt_tensor_info *t)
         return DT_TP_ROWS_QKV;
     if (strstr(s, ".proj.weight"))
         return DT_TP_COLS;
-    if (strstr(s, "mlp.fc.") || strcmp(s, "wte.weight") == 0 || strcmp(s, "lm_head.weight") == 0)
+    if (strcmp(s, "wte.weight") == 0)
+        return DT_TP_VOCAB_IN;
+    if (strcmp(s, "lm_head.weight") == 0)
+        return DT_TP_VOCAB_OUT;
+    if (strstr(s, "mlp.fc."))
         return DT_TP_ROWS;
     return DT_TP_REPLICATED;
 }
@@ -96,9 +141,13 @@ int dt_tp_layout_build(dt_tp_tensor *tab, const dt_config *c, int tp)
         t->local = full[i];
         if (t->split == DT_TP_COLS)
             t->local.shape[1] /= tp;
+        else if (is_vocab(t->split))
+            t->local.shape[0] = dt_tp_vocab_rows(c, tp);
         else if (t->split != DT_TP_REPLICATED)
             t->local.shape[0] /= tp;
-        t->local.numel = t->full.numel / (t->split == DT_TP_REPLICATED ? 1 : (size_t)tp);
+        t->local.numel = is_vocab(t->split)
+                             ? (size_t)t->local.shape[0] * (size_t)c->C
+                             : t->full.numel / (t->split == DT_TP_REPLICATED ? 1 : (size_t)tp);
         t->local.offset = off;
         off += t->local.numel;
     }
@@ -109,8 +158,22 @@ int dt_tp_layout_build(dt_tp_tensor *tab, const dt_config *c, int tp)
 size_t dt_tp_num_params(const dt_config *c, int tp)
 {
     size_t whole = dt_config_num_params(c), C = (size_t)c->C, V = (size_t)c->V;
-    size_t split = 2 * V * C + (size_t)c->L * (12 * C * C + 4 * C);
-    return whole - split + split / (size_t)tp;
+    size_t split = (size_t)c->L * (12 * C * C + 4 * C), Vt = (size_t)dt_tp_vocab_rows(c, tp);
+    return whole - 2 * V * C - split + split / (size_t)tp + 2 * Vt * C;
+}
+
+void dt_tp_share_kept(const dt_config *c, int tp, int rank, size_t *lo, size_t *n)
+{
+    size_t pad = (size_t)(dt_tp_vocab_rows(c, tp) - dt_tp_vocab_real(c, tp, rank)) * (size_t)c->C;
+    *lo = pad;
+    *n = dt_tp_num_params(c, tp) - 2 * pad;
+}
+
+/* Real rows of rank's slice of vocabulary tensor t (local: Vt rows). */
+static size_t vocab_real(const dt_tp_tensor *t, int rank)
+{
+    long V = t->full.shape[0], Vt = t->local.shape[0], left = V - (long)rank * Vt;
+    return left < 0 ? 0 : (size_t)(left < Vt ? left : Vt);
 }
 
 /*
@@ -134,6 +197,12 @@ static size_t share_run(const dt_tp_tensor *t, int tp, int rank, size_t k, size_
         *local_off += k * lc;
         return k < rows ? lc : 0;
     }
+    if (is_vocab(t->split)) { /* the real rows; padding before them in wte */
+        size_t Vt = (size_t)t->local.shape[0], real = vocab_real(t, rank);
+        *full_off += r * Vt * cols;
+        *local_off += t->split == DT_TP_VOCAB_IN ? (Vt - real) * cols : 0;
+        return k == 0 ? real * cols : 0;
+    }
     size_t pieces = t->split == DT_TP_ROWS_QKV ? 3 : 1;
     size_t piece_rows = rows / pieces, lrows = piece_rows / utp;
     *full_off += (k * piece_rows + r * lrows) * cols;
@@ -145,9 +214,13 @@ void dt_tp_layout_slice(float *local, const float *full, const dt_tp_tensor *tab
                         int rank)
 {
     size_t fo, lo, len;
-    for (int i = 0; i < n; i++)
-        for (size_t k = 0; (len = share_run(&tab[i], tp, rank, k, &fo, &lo)) > 0; k++)
+    for (int i = 0; i < n; i++) {
+        const dt_tp_tensor *t = &tab[i];
+        if (is_vocab(t->split)) /* padding rows: zeros */
+            memset(local + t->local.offset, 0, t->local.numel * sizeof(float));
+        for (size_t k = 0; (len = share_run(t, tp, rank, k, &fo, &lo)) > 0; k++)
             memcpy(local + lo, full + fo, len * sizeof(float));
+    }
 }
 
 void dt_tp_layout_unslice(float *full, const float *local, const dt_tp_tensor *tab, int n, int tp,

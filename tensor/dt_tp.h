@@ -81,7 +81,7 @@ typedef struct dt_tp_model {
     size_t num_acts;
     float *acts_memory, *grad_acts_memory; /* (num_acts) each */
     dt_acts acts, grad_acts;               /* local shapes: qkv (B,T,3C/tp), fch (B,T,4C/tp),
-                                logits, probs (B,T,V/tp), att (B,H/tp,T,T) */
+                                logits, probs (B,T,Vt), Vt = ceil(V/tp), att (B,H/tp,T,T) */
     float *ce_stats;                       /* (3, B, T): row max, sum of exp, target logit */
     int *inputs, *targets;                 /* (max_B, T) host copies of the last batch */
     float *adam_m, *adam_v;                /* (num_params); NULL until the first update */
@@ -95,9 +95,9 @@ typedef struct dt_tp_model {
 
 /*
  * The share of this rank of tp_comm (size tp) of a MiniGPT of cfg, for
- * batches up to max_B. Refuses by name a cfg whose heads, vocabulary or
- * MLP width tp does not divide, and a backend whose memory the host cannot
- * read. Always sets *out (NULL only on ENOMEM); on failure read
+ * batches up to max_B. Refuses by name a cfg whose heads tp does not
+ * divide (a vocabulary it does not divide is padded: model/tp_layout.c),
+ * and a backend whose memory the host cannot read. Always sets *out (NULL only on ENOMEM); on failure read
  * dt_tp_error(*out), then dt_tp_destroy. Collective: none.
  */
 dt_status dt_tp_create(dt_tp_model **out, const dt_config *cfg, const dt_backend *be, int max_B,

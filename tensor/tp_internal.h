@@ -25,6 +25,14 @@ dt_status tp_block_forward(dt_tp_model *m, int l, const float *residual, int B, 
 dt_status tp_block_backward(dt_tp_model *m, int l, const float *dres3, const float *residual_in,
                             float *dresidual_in);
 
+/* tp_vocab.c: this rank's rows of the padded vocabulary: `rows` (Vt) of
+ * wte and lm_head, ids [v0, v0 + real) of them real, `pad` padding rows
+ * (model/tp_layout.c). The logits and probs are (N, real). */
+typedef struct tp_vocab {
+    int rows, real, v0, pad;
+} tp_vocab;
+tp_vocab tp_vocab_of(const dt_tp_model *m);
+
 /* tp_vocab.c: the vocabulary-split embedding and the parallel
  * cross-entropy over the share's logits (N, V/tp). */
 dt_status tp_vocab_embed_forward(dt_tp_model *m, int B, int T);

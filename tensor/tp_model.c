@@ -54,7 +54,8 @@ size_t tp_carve_blocks(dt_acts *a, float *base, size_t off, int l0, int l1, cons
 static size_t carve_acts(dt_acts *a, float *base, const dt_tp_model *m, size_t B, size_t T)
 {
     const dt_config *c = &m->cfg;
-    size_t tp = (size_t)m->tp, N = B * T, C = (size_t)c->C, Vl = (size_t)c->V / tp;
+    size_t tp = (size_t)m->tp, N = B * T, C = (size_t)c->C;
+    size_t Vl = (size_t)dt_tp_vocab_rows(c, m->tp);
     size_t att = B * ((size_t)c->H / tp) * T * T, off = 0;
     size_t top[8] = {N * C, N * C, N, N, N * Vl, N * Vl, N, att};
     float **top_ptr[8] = {&a->encoded, &a->lnf,   &a->lnf_mean, &a->lnf_rstd,
@@ -175,7 +176,7 @@ const char *dt_tp_error(const dt_tp_model *m)
 
 dt_status dt_tp_init(dt_tp_model *m, uint64_t seed)
 {
-    float *host = malloc(m->num_params * sizeof(float));
+    float *host = malloc(m->num_params * sizeof(float)); /* slice zeroes the padding */
     if (!host || dt_tp_layout_init(host, m->tensors, &m->cfg, m->tp, m->rank, seed) != 0) {
         free(host);
         return fail(m, DT_ENOMEM, "init: out of host memory");
@@ -209,7 +210,7 @@ static dt_status check_batch(dt_tp_model *m, const int *inputs, const int *targe
 dt_status dt_tp_forward(dt_tp_model *m, const int *inputs, const int *targets, int B, int T)
 {
     const dt_backend *be = m->be;
-    int C = m->cfg.C, L = m->cfg.L, N = B * T, Vl = m->cfg.V / m->tp;
+    int C = m->cfg.C, L = m->cfg.L, N = B * T, Vl = tp_vocab_of(m).rows;
     if (check_batch(m, inputs, targets, B, T) != DT_OK)
         return DT_EINVAL;
     carve_acts(&m->acts, m->acts_memory, m, (size_t)B, (size_t)T);
@@ -229,7 +230,8 @@ dt_status dt_tp_forward(dt_tp_model *m, const int *inputs, const int *targets, i
     dt_acts *a = &m->acts;
     be->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual, m->params.lnfw,
                           m->params.lnfb, N, C);
-    be->matmul_forward(a->logits, a->lnf, m->params.lm_head, NULL, N, C, Vl); /* after f */
+    /* after f; all Vt rows, padding included (tp_vocab.c leaves it out) */
+    be->matmul_forward(a->logits, a->lnf, m->params.lm_head, NULL, N, C, Vl);
     if ((st = tp_vocab_crossentropy_forward(m, targets != NULL, N)) != DT_OK)
         return st;
     m->last_B = B;
@@ -248,7 +250,7 @@ dt_status dt_tp_backward(dt_tp_model *m, float dloss)
     float *dlast = da->blocks[L - 1].residual3;
     tp_vocab_crossentropy_backward(m, dloss, N);
     be->matmul_backward(da->lnf, m->grads.lm_head, NULL, da->logits, a->lnf, m->params.lm_head, N,
-                        C, m->cfg.V / m->tp);
+                        C, tp_vocab_of(m).rows);
     dt_status st = tp_allreduce(m, da->lnf, (size_t)N * C, DT_SUM, DT_TP_HEAD_GRAD, -1);
     if (st != DT_OK)
         return st;

@@ -58,7 +58,7 @@ static size_t carve_set(dt_acts *a, float *base, const dt_tp_stage *s)
 {
     const dt_config *c = &s->core.cfg;
     size_t tp = (size_t)s->core.tp, N = (size_t)s->core.max_B * (size_t)c->T, C = (size_t)c->C;
-    size_t Vl = (size_t)c->V / tp, last = is_last(s);
+    size_t Vl = (size_t)dt_tp_vocab_rows(c, s->core.tp), last = is_last(s);
     size_t att = (size_t)s->core.max_B * ((size_t)c->H / tp) * (size_t)c->T * (size_t)c->T;
     size_t top[8] = {N * C,         last * N * C,  last * N, last * N,
                      last * N * Vl, last * N * Vl, last * N, att};
@@ -298,7 +298,7 @@ dt_status dt_tp_stage_forward(dt_tp_stage *s, const int *inputs, const int *targ
     dt_acts *a = &m->acts;
     be->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual, m->params.lnfw,
                           m->params.lnfb, N, C);
-    be->matmul_forward(a->logits, a->lnf, m->params.lm_head, NULL, N, C, m->cfg.V / m->tp);
+    be->matmul_forward(a->logits, a->lnf, m->params.lm_head, NULL, N, C, tp_vocab_of(m).rows);
     if ((st = tp_vocab_crossentropy_forward(m, 1, N)) != DT_OK)
         return st;
     if (loss)
@@ -317,7 +317,7 @@ static dt_status head_backward(dt_tp_stage *s, float dloss, int N)
     float *dlast = da->blocks[L - 1].residual3;
     tp_vocab_crossentropy_backward(m, dloss, N);
     be->matmul_backward(da->lnf, m->grads.lm_head, NULL, da->logits, a->lnf, m->params.lm_head, N,
-                        C, m->cfg.V / m->tp);
+                        C, tp_vocab_of(m).rows);
     dt_status st = tp_allreduce(m, da->lnf, (size_t)N * C, DT_SUM, DT_TP_HEAD_GRAD, -1);
     if (st != DT_OK)
         return st;

@@ -338,6 +338,50 @@ Test(ckpt_3d, the_grid_layout_with_one_stage_is_the_tp_layout_and_with_tp1_the_p
         cr_expect_eq(oc[g], g, "rank %d of a plain pipeline saves slice %d", g, oc[g]);
 }
 
+/* A vocabulary tp 2 does not divide (model/tp_layout.c pads it): the
+ * grid's slices leave the padding out exactly as the tp layout's do. */
+Test(ckpt_3d, the_grid_layout_with_one_stage_is_the_tp_layout_on_a_padded_vocabulary)
+{
+    enum { T = 2, D = 3 };
+    dt_config odd = cfg;
+    odd.V = 13;
+    size_t a[T * D + 1], b[T * D + 1];
+    int oa[T * D], ob[T * D], one[2] = {0, odd.L};
+    cr_assert_eq(dt_ckpt_grid_slices(a, oa, &odd, T, 1, D, one), DT_OK);
+    dt_ckpt_tp_slices(b, ob, &odd, T, D);
+    cr_expect(memcmp(a, b, sizeof a) == 0 && memcmp(oa, ob, sizeof oa) == 0,
+              "--tp 2 --dp 3 as a grid of one stage saves other slices");
+    cr_expect_eq(a[T * D], dt_ckpt_flat_params(&odd, T));
+    cr_expect_eq(a[T * D], 2 * dt_tp_num_params(&odd, T) - 2 * (size_t)odd.C,
+                 "the flat buffer keeps one padding row of wte and of lm_head");
+}
+
+/* --tp 2 --pp 2 on V 13 saves what --tp 2 alone loads and continues on
+ * the same bits: the stages' ranges of the padded shares land where the
+ * unpipelined shares' do. */
+Test(ckpt_3d, a_padded_vocabulary_tp2_pp2_checkpoint_resumed_as_tp2_ends_on_its_bits,
+     .timeout = 300)
+{
+    const char *const g[] = {"--tp", "2", "--pp", "2", "--microbatches", "2", "-V", "13", NULL};
+    const char *const flat[] = {"--tp", "2", "--grad-accum", "2", "-V", "13", NULL};
+    char root[128], a[200], b[200];
+    fixture_mkroot(root, sizeof root);
+    train(root, "a", "4", g, "6", NULL);
+    train(root, "b", "4", g, "3", NULL);
+    train(root, "b", "2", flat, "6", resume);
+    snprintf(a, sizeof a, "%s/a/step_00000006", root);
+    snprintf(b, sizeof b, "%s/b/step_00000006", root);
+    dt_ckpt_state x = load_whole(a), y = load_whole(b);
+    size_t bytes = x.num_params * sizeof(float);
+    cr_assert_eq(x.num_params, y.num_params);
+    cr_expect(memcmp(x.params, y.params, bytes) == 0, "the parameters differ");
+    cr_expect(memcmp(x.adam_m, y.adam_m, bytes) == 0, "AdamW's m differs");
+    cr_expect(memcmp(x.adam_v, y.adam_v, bytes) == 0, "AdamW's v differs");
+    dt_ckpt_tp_free(&x);
+    dt_ckpt_tp_free(&y);
+    fixture_rmtree(root);
+}
+
 /* ---- ZeRO-1 on the dp axis ------------------------------------------------ */
 
 static const char *const grid_zero1[] = {"--dp",           "2", "--tp",       "2",     "--pp", "2",

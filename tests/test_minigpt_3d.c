@@ -78,6 +78,15 @@ Test(minigpt_3d, tp2_pp2_ends_on_the_bits_of_tp2_with_as_many_micro_batches, .ti
                  "--tp 2 --pp 2 and --tp 2 --grad-accum 4 ended on different parameters");
 }
 
+/* V 63: 32 rows a tp rank, the last one padding (model/tp_layout.c) */
+Test(minigpt_3d, tp2_pp2_on_a_padded_vocabulary_ends_on_the_bits_of_tp2, .timeout = 120)
+{
+    const char *const grid[] = {"--tp", "2", "--pp", "2", "--grad-accum", "4", "-V", "63", NULL};
+    const char *const flat[] = {"--tp", "2", "--grad-accum", "4", "-V", "63", NULL};
+    cr_expect_eq(final_hash("4", grid), final_hash("2", flat),
+                 "--tp 2 --pp 2 and --tp 2 --grad-accum 4 on V 63 ended on different parameters");
+}
+
 Test(minigpt_3d, a_2x2x2_grid_ends_on_the_bits_of_dp2_tp2, .timeout = 180)
 {
     const char *const grid[] = {"--dp", "2", "--tp", "2", "--pp", "2", "--grad-accum", "4", NULL};

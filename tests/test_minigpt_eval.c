@@ -207,3 +207,39 @@ Test(minigpt_eval, a_23m_parameter_model_runs_to_its_end_on_two_ranks, .timeout 
     free(out);
     remove_dir(dir);
 }
+
+/*
+ * Under ZeRO-3 the evaluation's shares run in lockstep: every forward
+ * gathers the units from every rank. A rank that cannot allocate its
+ * grading scratch (the test hook MINIGPT_TEST_EVAL_NOMEM=1 fails rank 1's)
+ * aborts the communicator with the reason, so the job ends at once, not
+ * when a peer's progress limit (or the 30 s liveness limit: the test's
+ * bound is below it) runs out: the launcher names rank 1 and its line says
+ * the phase and the bytes, and rank 0, if it printed before the launcher
+ * stopped it, names rank 1 and the same cause.
+ */
+Test(minigpt_eval, a_zero3_rank_failing_to_allocate_in_evaluation_ends_the_job_naming_it,
+     .timeout = 25)
+{
+    char dir[64], log[96];
+    temp_dir(dir, sizeof dir);
+    snprintf(log, sizeof log, "%s/log", dir);
+    setenv("MINIGPT_TEST_EVAL_NOMEM", "1", 1);
+    char *out;
+    int code = run_program((const char *[]){LAUNCH_BIN, "-n", "2", MINIGPT_BIN, "--parallel",
+                                            "zero3", "--steps", "2", "--sample", "0", NULL},
+                           log, &out);
+    unsetenv("MINIGPT_TEST_EVAL_NOMEM");
+    cr_expect_neq(code, 0, "the job succeeded:\n%s", out);
+    cr_expect(strstr(out, "ROOT CAUSE: rank 1 "), "the launcher does not blame rank 1:\n%s", out);
+    char *mine = line_with(out, "[1] minigpt: rank 1: evaluation: allocation of ");
+    cr_expect(mine && strstr(mine, "bytes for grading the held-out prompts failed"),
+              "rank 1 does not name the phase and the allocation:\n%s", out);
+    char *peer = line_with(out, "[0] minigpt: rank 0:");
+    cr_expect(!peer || strstr(peer, "rank 1: aborted: evaluation: allocation of "),
+              "rank 0 does not name rank 1 and the cause: %s", peer);
+    free(mine);
+    free(peer);
+    free(out);
+    remove_dir(dir);
+}

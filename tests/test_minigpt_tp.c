@@ -2,7 +2,8 @@
  * test_minigpt_tp.c — `minigpt --tp T [--dp D]` under dtrain-launch, as a
  * person runs it: a tp group trains the embedded task (digit reversal)
  * as one process does, a dp x tp grid follows one process's loss curve,
- * a shape the split cannot divide is refused naming what, and a killed
+ * so does a vocabulary tp does not divide (padded), a shape the split
+ * cannot divide is refused naming what, and a killed
  * rank is named the root cause by its world rank, though its peers' errors
  * name it by its rank in their group.
  *
@@ -99,16 +100,46 @@ static void loss_curve(double loss[STEPS], const char *ranks, const char *const 
     unlink(metrics);
 }
 
-static void expect_curves_close(const char *ranks, const char *const *extra, const char *what)
+/* ref: the one-process run's flags */
+static void expect_curves_close_to(const char *ranks, const char *const *extra,
+                                   const char *const *ref_flags, const char *what)
 {
     double ref[STEPS], got[STEPS];
-    /* the reference: one process, the global batch of 2 x 8 sequences */
-    const char *const one[] = {"--batch", "16", NULL};
-    loss_curve(ref, "1", one);
+    loss_curve(ref, "1", ref_flags);
     loss_curve(got, ranks, extra);
     for (int s = 0; s < STEPS; s++)
         cr_expect_leq(fabs(got[s] - ref[s]) / ref[s], 1e-4, "%s: step %d: loss %.9g vs %.9g", what,
                       s + 1, got[s], ref[s]);
+}
+
+static void expect_curves_close(const char *ranks, const char *const *extra, const char *what)
+{
+    /* the reference: one process, the global batch of 2 x 8 sequences */
+    const char *const one[] = {"--batch", "16", NULL};
+    expect_curves_close_to(ranks, extra, one, what);
+}
+
+/* V 63: 32 rows a rank, rank 1's last one padding (model/tp_layout.c) */
+Test(minigpt_tp, a_tp_group_on_a_vocabulary_it_does_not_divide_follows_one_process, .timeout = 120)
+{
+    const char *const tp[] = {"--tp", "2", "--batch", "16", "-V", "63", NULL};
+    const char *const one[] = {"--batch", "16", "-V", "63", NULL};
+    expect_curves_close_to("2", tp, one, "--tp 2 -V 63");
+}
+
+/* Evaluation and sampling read the assembled model, V rows: a padding row
+ * is no token to generate (an id >= V would fail the decoding). */
+Test(minigpt_tp, a_tp_group_on_a_padded_vocabulary_evaluates_and_samples, .timeout = 120)
+{
+    char *out;
+    const char *argv[] = {LAUNCH_BIN, "-n", "2",        MINIGPT_BIN, "--tp",
+                          "2",        "-V", "63",       "--steps",   "20",
+                          "--batch",  "16", "--sample", "64",        "--eval-prompts",
+                          "20",       NULL};
+    int rc = run(argv, &out);
+    cr_assert_eq(rc, 0, "minigpt failed:\n%s", out);
+    cr_expect(strstr(out, "exact-match accuracy "), "no evaluation in:\n%s", out);
+    free(out);
 }
 
 Test(minigpt_tp, a_tp_group_follows_one_process_loss_curve, .timeout = 120)

@@ -31,6 +31,17 @@
  * takes 26 gathers where every rank decoding every prompt token by token
  * took about 800 (4 + 200 prompts x ~4 answer tokens).
  *
+ * A rank that cannot allocate its grading scratch (dt_task_scratch_bytes)
+ * cannot take its share. It used to skip it silently (a count of 0) and
+ * go on to the all-reduce while, in lockstep (ZeRO-3's gathers, a
+ * pipeline's streamed forwards), its peers waited for it in the next
+ * collective until the progress limit. Now the scratch is allocated
+ * before any prompt is graded and a rank without it fails, naming the
+ * bytes; minigpt's failure path aborts the communicator with that line
+ * (abort_job), so every peer, in whatever collective it has reached,
+ * fails at once with the same text (the ABORT frame, docs/02).
+ * (MINIGPT_TEST_EVAL_NOMEM=RANK, a test hook, fails rank RANK's.)
+ *
  * A pipeline stage (--pp without --tp) holds a slice of the model, and
  * no rank assembles the whole: each forward streams through the stages
  * as training's do (eval_forward). Stage s receives the (B, T, C)
@@ -45,6 +56,7 @@
  * after another, not overlapped: evaluation is a small share of a run.
  * (The 3-D grid still assembles its whole model, in mg_params_hold.)
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -114,6 +126,40 @@ static void val_loss_share(mg_run *r, dt_model *m, int part, int parts, bool loc
     }
 }
 
+/* MINIGPT_TEST_EVAL_NOMEM=RANK: rank RANK's grading scratch "fails". */
+static bool scratch_fails_here(const mg_run *r)
+{
+    const char *hook = getenv("MINIGPT_TEST_EVAL_NOMEM");
+    int rank;
+    return hook && sscanf(hook, "%d", &rank) == 1 && rank == r->rank;
+}
+
+/* This rank's share of the held-out prompts on m, each forward run by
+ * fwd: the exact answers into
+ * *right (-1: the data cannot be graded, the same on every rank), the
+ * prompts of every share into *graded. A scratch this rank cannot
+ * allocate fails the evaluation (the file comment). */
+static dt_status grade_prompts(mg_run *r, dt_model *m, int part, int parts, bool lockstep,
+                               const dt_forward_fn *fwd, long *right, size_t *graded)
+{
+    size_t n = (size_t)r->o.eval_prompts, bytes = dt_task_scratch_bytes(m, r->data, n);
+    *right = -1;
+    *graded = 0;
+    if (bytes == 0)
+        return DT_OK;
+    void *scratch = scratch_fails_here(r) ? NULL : malloc(bytes);
+    if (!scratch) { /* the caller's failure tells the peers (the file comment) */
+        snprintf(r->err, sizeof r->err,
+                 "rank %d: evaluation: allocation of %zu bytes for grading the held-out prompts "
+                 "failed",
+                 r->rank, bytes);
+        return DT_ENOMEM;
+    }
+    *right = dt_task_count_exact_in(scratch, m, r->data, n, part, parts, lockstep, fwd, graded);
+    free(scratch);
+    return DT_OK;
+}
+
 /* The mean over the leading batches that ran (a batch that cannot be cut
  * from the split ends the series, as it always did); -1 if none ran. */
 static float mean_of_leading(const double *loss, const double *ran)
@@ -145,8 +191,10 @@ dt_status mg_evaluate(mg_run *r, mg_eval *out)
     long right = -1;
     size_t graded = 0;
     if (r->is_task && r->o.eval_prompts > 0)
-        right = dt_task_count_exact_with(m, r->data, (size_t)r->o.eval_prompts, part, parts,
-                                         lockstep, &(dt_forward_fn){eval_forward, r}, &graded);
+        st = grade_prompts(r, m, part, parts, lockstep, &(dt_forward_fn){eval_forward, r}, &right,
+                           &graded);
+    if (st != DT_OK)
+        return st;
     sums[2 * MG_VAL_BATCHES] = right > 0 ? (double)right : 0;
     if (split &&
         (st = dt_allreduce(r->comm, sums, 2 * MG_VAL_BATCHES + 1, DT_F64, DT_SUM)) != DT_OK)

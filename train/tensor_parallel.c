@@ -121,7 +121,7 @@ dt_status mg_tp_open(mg_run *r)
         return DT_OK;
     if (!r->tp_dp_comm)
         return tp_fail(r, DT_EINVAL, "--parallel zero1", "needs --dp 2 or more replicas to shard");
-    return mg_tp_zero1_open(r, r->tp, (size_t)r->tp->rank * share); /* tp_zero1.c */
+    return mg_tp_zero1_open(r, r->tp, 0); /* tp_zero1.c: the whole share */
 }
 
 void mg_tp_close(mg_run *r)

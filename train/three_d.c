@@ -283,8 +283,7 @@ dt_status mg_3d_open(mg_run *r)
         return DT_OK;
     if (r->dp < 2)
         return fail3(r, DT_EINVAL, "--parallel zero1", "needs --dp 2 or more replicas to shard");
-    size_t share = dt_tp_num_params(&o->cfg, o->tp);
-    return mg_tp_zero1_open(r, &d->stage->core, (size_t)d->tp_rank * share + d->stage->lo);
+    return mg_tp_zero1_open(r, &d->stage->core, d->stage->lo);
 }
 
 void mg_3d_close(mg_run *r)

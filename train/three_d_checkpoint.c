@@ -44,7 +44,8 @@ dt_status mg_3d_ckpt_layout(mg_run *r, const int *blocks)
 dt_status mg_3d_ckpt_state(mg_run *r, dt_tp_stage *st, dt_ckpt_state *s)
 {
     dt_tp_model *m = &st->core;
-    size_t share = dt_tp_num_params(&r->o.cfg, m->tp), lo = (size_t)m->rank * share + st->lo;
+    size_t lo, skip, n; /* the stage's range of the share less its padding */
+    dt_ckpt_tp_range(&r->o.cfg, m->tp, m->rank, st->lo, m->num_params, &lo, &skip, &n);
     dt_status rc = r->tpz ? DT_OK : mg_tp_moments(m);
     if (rc != DT_OK)
         return rc;
@@ -53,16 +54,16 @@ dt_status mg_3d_ckpt_state(mg_run *r, dt_tp_stage *st, dt_ckpt_state *s)
                          .rank = r->rank,
                          .world = r->world,
                          .tp = m->tp,
-                         .num_params = (size_t)m->tp * share,
-                         .params = m->params_memory,
+                         .num_params = dt_ckpt_flat_params(&r->o.cfg, m->tp),
+                         .params = m->params_memory + skip,
                          .held_lo = lo,
-                         .held_n = m->num_params,
+                         .held_n = n,
                          .slices = r->ckpt_slices,
                          .slice_order = r->ckpt_order,
                          .opt_lo = lo,
-                         .opt_n = m->num_params,
-                         .adam_m = m->adam_m,
-                         .adam_v = m->adam_v};
+                         .opt_n = n,
+                         .adam_m = m->adam_m + skip,
+                         .adam_v = m->adam_v + skip};
     if (r->tpz) /* ZeRO-1: the optimizer's piece of the range (tp_zero1.c) */
         mg_tp_zero1_state(r, s);
     return DT_OK;

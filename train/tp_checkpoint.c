@@ -5,7 +5,9 @@
  * A tp rank's state is its share (dt_tp_model: parameters and AdamW m, v,
  * S elements each, host memory) and the checkpoint's flat buffer is the T
  * shares end to end (checkpoint/tp_share.c), so rank replica·T + t holds
- * [t·S, (t+1)·S) of it, as a pipeline stage holds its range. Of that
+ * share t's range of it, as a pipeline stage holds its range: all S of
+ * the share but its vocabulary padding (dt_ckpt_tp_range), which is never
+ * saved and stays the zeros it was made. Of that
  * range it saves the piece of its replica (dt_ckpt_tp_slices: share t cut
  * over the D replicas), so the T·D ranks write 1/(T·D) of the checkpoint
  * each and nothing is gathered; the manifest says "tp": T. Loading is the
@@ -56,7 +58,8 @@ dt_status mg_tp_moments(dt_tp_model *m)
 dt_status mg_tp_ckpt_state(mg_run *r, dt_ckpt_state *s)
 {
     dt_tp_model *m = r->tp;
-    size_t S = m->num_params, lo = (size_t)m->rank * S;
+    size_t lo, skip, n; /* the share less its vocabulary padding */
+    dt_ckpt_tp_range(&r->o.cfg, m->tp, m->rank, 0, m->num_params, &lo, &skip, &n);
     if (layout(r) != DT_OK || (!r->tpz && mg_tp_moments(m) != DT_OK))
         return DT_ENOMEM;
     *s = (dt_ckpt_state){.cfg = r->o.cfg,
@@ -64,16 +67,16 @@ dt_status mg_tp_ckpt_state(mg_run *r, dt_ckpt_state *s)
                          .rank = r->rank,
                          .world = r->world,
                          .tp = m->tp,
-                         .num_params = (size_t)m->tp * S,
-                         .params = m->params_memory,
+                         .num_params = dt_ckpt_flat_params(&r->o.cfg, m->tp),
+                         .params = m->params_memory + skip,
                          .held_lo = lo,
-                         .held_n = S,
+                         .held_n = n,
                          .slices = r->ckpt_slices,
                          .slice_order = r->ckpt_order,
                          .opt_lo = lo,
-                         .opt_n = S,
-                         .adam_m = m->adam_m,
-                         .adam_v = m->adam_v};
+                         .opt_n = n,
+                         .adam_m = m->adam_m + skip,
+                         .adam_v = m->adam_v + skip};
     if (r->tpz) /* ZeRO-1: the optimizer's piece of the share (tp_zero1.c) */
         mg_tp_zero1_state(r, s);
     return DT_OK;

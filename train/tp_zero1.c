@@ -32,7 +32,7 @@
 
 struct mg_tp_zero1 {
     dt_tp_model *model; /* the range's parameters and gradients */
-    size_t base;        /* where the range starts in the checkpoint's flat buffer */
+    size_t share_lo;    /* where the range starts in the tp rank's share */
     size_t S, lo, n, c; /* range, this rank's piece [lo, lo + n) of it, padded piece c */
     float *master, *m, *v;
     float *grads; /* (D·c) the share's gradients, padded */
@@ -47,14 +47,14 @@ static dt_status z_fail(mg_run *r, dt_status st, const char *what, const char *d
     return st;
 }
 
-dt_status mg_tp_zero1_open(mg_run *r, dt_tp_model *m, size_t base)
+dt_status mg_tp_zero1_open(mg_run *r, dt_tp_model *m, size_t share_lo)
 {
     mg_tp_zero1 *z = calloc(1, sizeof *z);
     if (!(r->tpz = z))
         return z_fail(r, DT_ENOMEM, "open", "out of memory");
     size_t D = (size_t)r->dp;
     z->model = m;
-    z->base = base;
+    z->share_lo = share_lo;
     z->S = m->num_params;
     z->c = (z->S + D - 1) / D;
     dt_ckpt_partition(z->S, r->dp, r->replica, &z->lo, &z->n);
@@ -93,12 +93,13 @@ void mg_tp_zero1_close(mg_run *r)
 void mg_tp_zero1_state(mg_run *r, dt_ckpt_state *s)
 {
     mg_tp_zero1 *z = r->tpz;
+    size_t skip; /* the piece less any vocabulary padding (tp_share.c) */
+    dt_ckpt_tp_range(&r->o.cfg, z->model->tp, z->model->rank, z->share_lo + z->lo, z->n, &s->opt_lo,
+                     &skip, &s->opt_n);
     s->mode = DT_CKPT_ZERO1;
-    s->opt_lo = z->base + z->lo;
-    s->opt_n = z->n;
-    s->master = z->master;
-    s->adam_m = z->m;
-    s->adam_v = z->v;
+    s->master = z->master + skip;
+    s->adam_m = z->m + skip;
+    s->adam_v = z->v + skip;
 }
 
 /* A collective of the dp group, traced as the share's dp traffic. */

@@ -99,9 +99,9 @@ void mg_tp_ckpt_free(mg_run *r);
 dt_status mg_tp_moments(dt_tp_model *m);
 
 /* tp_zero1.c: --tp --dp D [--pp P] --parallel zero1 (ZeRO-1 on the dp
- * axis) over m's parameters, which start at base in the checkpoint's flat
- * buffer (t·S for share t; t·S + lo for a stage's range [lo, hi) of it) */
-dt_status mg_tp_zero1_open(mg_run *r, dt_tp_model *m, size_t base);
+ * axis) over m's parameters, which start at share_lo in the tp rank's
+ * share (0 for the share; lo for a stage's range [lo, hi) of it) */
+dt_status mg_tp_zero1_open(mg_run *r, dt_tp_model *m, size_t share_lo);
 void mg_tp_zero1_close(mg_run *r);
 /* The dp group's reduce-scatter, AdamW on the piece, all-gather; *loss
  * averaged over the replicas unless loss is NULL. */
