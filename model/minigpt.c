@@ -321,8 +321,8 @@ dt_status dt_model_create_sharded(dt_model **out, const dt_config *cfg, const dt
 
 dt_status dt_model_create(dt_model **out, const dt_config *cfg, const dt_backend *be, int max_B)
 {
-    dt_stage_spec whole = {0, cfg->L, 1, 1, false};
-    return dt_model_create_stage(out, cfg, be, max_B, &whole);
+    dt_stage_spec whole = {0, cfg->L, 1, 1, false}; /* not a pipeline's stage */
+    return create(out, cfg, be, max_B, &whole, false, false);
 }
 
 void dt_model_destroy(dt_model *m)

@@ -102,7 +102,7 @@ static dt_status check_replicas(mg_run *r, int step, bool quiet)
     bool units = mg_eval_units(r);
     dt_status st = units ? DT_OK : mg_params_hold(r, true); /* 3-D */
     if (st == DT_OK && r->pipe) {
-        st = mg_pipe_check_replicas(r, step, quiet);
+        st = mg_pipe_check_replicas(r, step, quiet, units);
         dt_status released = units ? DT_OK : mg_params_hold(r, false);
         return st != DT_OK ? st : released;
     }

@@ -370,14 +370,14 @@ dt_status mg_pipe_step(mg_run *r, int step, mg_step *out)
 
 /* --check-replicas for a pipeline: the ranks of each stage's data-parallel
  * group hold bitwise identical parameters; one verdict for the world. */
-dt_status mg_pipe_check_replicas(mg_run *r, int step, bool quiet)
+dt_status mg_pipe_check_replicas(mg_run *r, int step, bool quiet, bool units)
 {
     bool same = true;
     uint64_t *hashes = calloc((size_t)r->dp, sizeof *hashes);
     if (!hashes)
         return pipe_fail(r, DT_ENOMEM, "replica check", "out of memory");
     dt_status st = DT_OK;
-    if (r->dp_comm && mg_eval_units(r)) { /* ZeRO-3: through the stage's units */
+    if (r->dp_comm && units) { /* ZeRO-3: through the stage's units */
         st = dt_zero1_check_replicas(r->zero1, &same, hashes);
         if (st != DT_OK)
             return pipe_fail(r, st, "replica check", dt_zero1_error(r->zero1));

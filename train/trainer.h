@@ -190,8 +190,9 @@ dt_status mg_pipe_open(mg_run *r); /* stage model, schedule, executor */
 void mg_pipe_close(mg_run *r);
 dt_status mg_pipe_step(mg_run *r, int step, mg_step *out);
 /* Every stage's replicas hold bitwise identical parameters (one verdict
- * for the world; prints it on rank 0 unless quiet). */
-dt_status mg_pipe_check_replicas(mg_run *r, int step, bool quiet);
+ * for the world; prints it on rank 0 unless quiet). units: ZeRO-3 hashes
+ * through the stage's units (mg_eval_units), no stage held whole. */
+dt_status mg_pipe_check_replicas(mg_run *r, int step, bool quiet, bool units);
 /* The idle share of a step with unit costs F = 1, B = 2 (ZB-H1: input
  * half 1, W 1; meaningful for m >= p only). */
 double mg_closed_form_bubble(dt_pipe_kind k, int p, int m);
