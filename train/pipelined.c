@@ -456,8 +456,7 @@ static void simulated_bubbles(const dt_pipe_schedule *s, const double *all, doub
     bool ok = dt_pipe_simulate(s, &c, &run) == DT_OK && run.makespan > 0;
     for (int q = 0; ok && q < s->p; q++)
         sim[q] = 1 - run.busy[q] / run.makespan;
-    if (ok)
-        dt_pipe_sim_free(s, &run);
+    dt_pipe_sim_free(s, &run); /* also a run of no steps: makespan 0 */
     free(fbw);
 }
 
