@@ -5,6 +5,8 @@
  *
  * - the embedded task reaches 100% exact match on 4 ranks (DDP);
  * - the replicas stay bitwise identical in every mode it covers;
+ * - with --deterministic, DDP, ZeRO-1 and ZeRO-2 on 2 ranks end with the
+ *   bits of one process running --grad-accum 2, as fp32 does;
  * - a run resumed from a checkpoint (fp32 masters and AdamW state) ends
  *   bitwise where the run without the interruption ends;
  * - the run says which path bf16 took, and its memory table gains the
@@ -54,6 +56,36 @@ Test(precision, every_mode_it_covers_keeps_identical_replicas, .timeout = 300)
         mg_ranks_assert_ok(&j, what);
         mg_ranks_hash(&j, what);
         mg_ranks_free(&j);
+    }
+}
+
+/* The parameters of a bf16 run after 6 steps: world ranks, --parallel
+ * mode, --grad-accum k, --deterministic (rank-order sums). */
+static unsigned long long deterministic_hash(int world, const char *mode, const char *k)
+{
+    char what[80];
+    snprintf(what, sizeof what, "%d ranks --parallel %s --grad-accum %s --deterministic", world,
+             mode, k);
+    const char *args[] = {FLAGS, "--precision",     "bf16", "--parallel", mode, "--grad-accum",
+                          k,     "--deterministic", NULL};
+    mg_ranks j = {0};
+    mg_ranks_dir(&j);
+    mg_ranks_run(&j, world, args);
+    mg_ranks_assert_ok(&j, what);
+    unsigned long long h = mg_ranks_hash(&j, what);
+    mg_ranks_free(&j);
+    return h;
+}
+
+Test(precision, deterministic_modes_on_two_ranks_end_where_one_process_accumulating_two_ends,
+     .timeout = 300)
+{
+    unsigned long long one = deterministic_hash(1, "ddp", "2");
+    const char *modes[] = {"ddp", "zero1", "zero2"};
+    for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
+        unsigned long long h = deterministic_hash(2, modes[m], "1");
+        cr_expect_eq(h, one, "2 ranks --parallel %s: %016llx, one process: %016llx", modes[m], h,
+                     one);
     }
 }
 
@@ -153,7 +185,6 @@ Test(precision, what_it_does_not_cover_is_refused_naming_the_flag, .timeout = 60
         {"--pp", "2", NULL, NULL, "drop '--pp'"},
         {"--tp", "2", NULL, NULL, "drop '--tp'"},
         {"--recompute", NULL, NULL, NULL, "drop '--recompute'"},
-        {"--deterministic", NULL, NULL, NULL, "drop '--deterministic'"},
         {"--device", "cuda-host", NULL, NULL, "drop '--device'"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
