@@ -5,6 +5,8 @@
  *
  * - the embedded task reaches 100% exact match on 4 ranks (DDP);
  * - the replicas stay bitwise identical in every mode it covers;
+ * - with --recompute, DDP and ZeRO-2 end with the bits of the run
+ *   without it, as fp32 recomputation does;
  * - with --deterministic, DDP, ZeRO-1 and ZeRO-2 on 2 ranks end with the
  *   bits of one process running --grad-accum 2, as fp32 does;
  * - a run resumed from a checkpoint (fp32 masters and AdamW state) ends
@@ -86,6 +88,35 @@ Test(precision, deterministic_modes_on_two_ranks_end_where_one_process_accumulat
         unsigned long long h = deterministic_hash(2, modes[m], "1");
         cr_expect_eq(h, one, "2 ranks --parallel %s: %016llx, one process: %016llx", modes[m], h,
                      one);
+    }
+}
+
+/* The parameters of a 2-rank bf16 run after 6 steps, --parallel mode,
+ * with or without --recompute. */
+static unsigned long long recompute_hash(const char *mode, bool recompute)
+{
+    char what[64];
+    snprintf(what, sizeof what, "2 ranks --parallel %s%s", mode, recompute ? " --recompute" : "");
+    const char *args[] = {FLAGS,        "--precision", "bf16",
+                          "--parallel", mode,          recompute ? "--recompute" : NULL,
+                          NULL};
+    mg_ranks j = {0};
+    mg_ranks_dir(&j);
+    mg_ranks_run(&j, 2, args);
+    mg_ranks_assert_ok(&j, what);
+    unsigned long long h = mg_ranks_hash(&j, what);
+    mg_ranks_free(&j);
+    return h;
+}
+
+Test(precision, recompute_ends_with_the_bits_of_the_run_without_it, .timeout = 300)
+{
+    const char *modes[] = {"ddp", "zero2"};
+    for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
+        unsigned long long with = recompute_hash(modes[m], true);
+        unsigned long long without = recompute_hash(modes[m], false);
+        cr_expect_eq(with, without, "--parallel %s: --recompute %016llx, without %016llx", modes[m],
+                     with, without);
     }
 }
 
@@ -184,7 +215,6 @@ Test(precision, what_it_does_not_cover_is_refused_naming_the_flag, .timeout = 60
         {"--parallel", "zero3", NULL, NULL, "drop '--parallel zero3'"},
         {"--pp", "2", NULL, NULL, "drop '--pp'"},
         {"--tp", "2", NULL, NULL, "drop '--tp'"},
-        {"--recompute", NULL, NULL, NULL, "drop '--recompute'"},
         {"--device", "cuda-host", NULL, NULL, "drop '--device'"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {

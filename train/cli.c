@@ -498,8 +498,8 @@ static int check_grad_comm(const mg_options *o, const char *prog)
 }
 
 /* --precision bf16 (model/precision.c) covers a whole model on the host,
- * alone or replicated (DDP, ZeRO-1/2), with or without --deterministic;
- * the rest is refused by name. */
+ * alone or replicated (DDP, ZeRO-1/2), with or without --deterministic
+ * and --recompute; the rest is refused by name. */
 static int check_precision(const mg_options *o, const char *prog)
 {
     if (strcmp(o->precision, "fp32") && strcmp(o->precision, "bf16"))
@@ -509,7 +509,6 @@ static int check_precision(const mg_options *o, const char *prog)
     const char *drop = o->parallel == MG_ZERO3    ? "--parallel zero3"
                        : o->pp > 0                ? "--pp"
                        : o->tp > 0                ? "--tp"
-                       : o->recompute             ? "--recompute"
                        : strcmp(o->device, "cpu") ? "--device"
                                                   : NULL;
     if (drop)
