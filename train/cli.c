@@ -131,7 +131,8 @@ static const flag flags[] = {
      "rounded once; half the bytes; training stays fp32), DDP and ZeRO-1/2/3"},
     {"--precision", NULL, K_STR, OPT(precision), "TYPE",
      "compute precision: fp32, or bf16 (matmul weights and stored activations rounded to "
-     "bf16; fp32 master weights, gradients and AdamW state), single rank, DDP and ZeRO-1/2"},
+     "bf16; fp32 master weights, gradients and AdamW state), single rank, DDP and ZeRO-1/2, "
+     "with --recompute and --deterministic"},
     {"--deterministic", NULL, K_BOOL, OPT(deterministic), NULL,
      "one summation order for the gradient (micro-steps left to right, ranks in rank "
      "order, one division by k x N): DDP and ZeRO-1/2/3 end with bitwise the same "
