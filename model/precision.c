@@ -36,6 +36,11 @@
  *     gradients unless a pipeline splits backward, which bf16 does not
  *     cover yet. Activation bytes on the 865k config: 0.506x fp32's.
  *
+ * Under ZeRO-3 the gathered units are the fp32 masters' units and each
+ * matmul rounds its weight from the gathered unit, as a replica rounds
+ * its own: with rank-order sums ZeRO-3 ends with DDP's bits (the gathers
+ * stay fp32: gathering bf16 would need the bf16 copy below).
+ *
  * Why no bf16 copy of the weights (2Ψ): on this portable path the rounded
  * matrix has to be widened to fp32 for sgemm anyway, and rounding the fp32
  * master on use gives the same bits as a copy refreshed after each step,
@@ -72,8 +77,6 @@ dt_status dt_model_set_precision(dt_model *m, dt_precision p)
         return refuse(m, "the conversions run on host memory: the cpu backends only");
     if (m->l0 != 0 || m->l1 != m->cfg.L || m->act_slots != 1 || m->grad_slots != 1)
         return refuse(m, "not built for a pipeline stage");
-    if (m->params_windowed)
-        return refuse(m, "not built for windowed parameters (ZeRO-3)");
     if (m->last_B)
         return refuse(m, "switch before the first forward");
     const dt_config *c = &m->cfg;
