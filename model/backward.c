@@ -175,7 +175,7 @@ dt_status dt_model_backward_part(dt_model *m, float dloss, dt_backward_part part
         float *din = l > m->l0 ? da->blocks[l - 1].residual3 : da->encoded;
         params_back(m, dt_block_offset(m, l, 0));
         if ((m->recompute || m->bf16) && (m->ws_slot != m->slot || m->ws_block != l)) {
-            if (m->bf16)
+            if (m->bf16 && !m->recompute)
                 dt_model_bf16_unpack(m, l); /* widened from its bf16 store */
             else
                 dt_model_block_forward(m, l, in, m->last_B, m->last_T); /* into the workspace */

@@ -134,7 +134,7 @@ static void move_block(dt_model *m, int l, int B, int T, bool pack)
 
 void dt_model_bf16_pack(dt_model *m, int l, int B, int T)
 {
-    if (m->bf16)
+    if (m->bf16 && !m->recompute) /* recomputation keeps no store */
         move_block(m, l, B, T, true);
 }
 

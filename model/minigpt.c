@@ -216,7 +216,7 @@ dt_status dt_model_alloc_acts(dt_model *m)
     m->num_grad_acts = carve_acts(&m->grad_acts, NULL, NULL, m, B, T, true);
     m->num_ws = workspace_size(m, B, T, false);
     m->num_grad_ws = workspace_size(m, B, T, true);
-    m->num_bf16 = m->bf16 ? dt_bf16_store_size(m) : 0;
+    m->num_bf16 = m->bf16 && !m->recompute ? dt_bf16_store_size(m) : 0;
     m->ws_slot = m->ws_block = -1;
     m->acts_memory = be->alloc(m->num_acts * sizeof(float) * (size_t)m->act_slots);
     m->grad_acts_memory = be->alloc(m->num_grad_acts * sizeof(float) * (size_t)m->grad_slots);

@@ -24,12 +24,22 @@
  *     (2 bytes): forward computes a block in an fp32 workspace sized for
  *     one block (the recomputation workspace's layout, minigpt.c) and
  *     packs it into the block's bf16 store; backward widens a block's store
- *     back into the workspace just before that block's backward.
+ *     back into the workspace just before that block's backward. With
+ *     recomputation there is no store: backward recomputes the block into
+ *     the workspace from its fp32 input, rounding as forward did, so it
+ *     reads the same bits a store would have given back (the rounded
+ *     values are exact in bf16) and a bf16 run with --recompute ends with
+ *     the bits of the run without it;
  *   - activation gradients stay fp32 but live, as under recomputation, in
  *     one block's gradient workspace (only the residual stream's gradient
  *     is kept per block): nothing outside a block reads a block's inner
  *     gradients unless a pipeline splits backward, which bf16 does not
  *     cover yet. Activation bytes on the 865k config: 0.506x fp32's.
+ *
+ * Under ZeRO-3 the gathered units are the fp32 masters' units and each
+ * matmul rounds its weight from the gathered unit, as a replica rounds
+ * its own: with rank-order sums ZeRO-3 ends with DDP's bits (the gathers
+ * stay fp32: gathering bf16 would need the bf16 copy below).
  *
  * Why no bf16 copy of the weights (2Ψ): on this portable path the rounded
  * matrix has to be widened to fp32 for sgemm anyway, and rounding the fp32
@@ -65,12 +75,8 @@ dt_status dt_model_set_precision(dt_model *m, dt_precision p)
         return refuse(m, "a model is switched once, from fp32 to bf16");
     if (strncmp(m->be->name, "cpu", 3) != 0)
         return refuse(m, "the conversions run on host memory: the cpu backends only");
-    if (m->recompute)
-        return refuse(m, "not built with recomputation (both use the block workspace)");
     if (m->l0 != 0 || m->l1 != m->cfg.L || m->act_slots != 1 || m->grad_slots != 1)
         return refuse(m, "not built for a pipeline stage");
-    if (m->params_windowed)
-        return refuse(m, "not built for windowed parameters (ZeRO-3)");
     if (m->last_B)
         return refuse(m, "switch before the first forward");
     const dt_config *c = &m->cfg;

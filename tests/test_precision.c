@@ -1,10 +1,16 @@
 /*
  * test_precision.c — minigpt --precision bf16 (model/precision.c): bf16
  * compute with fp32 master weights, gradients and AdamW state, alone and
- * under DDP and ZeRO-1/2:
+ * under DDP and ZeRO-1/2/3:
  *
  * - the embedded task reaches 100% exact match on 4 ranks (DDP);
  * - the replicas stay bitwise identical in every mode it covers;
+ * - with --recompute, DDP and ZeRO-2 end with the bits of the run
+ *   without it, as fp32 recomputation does;
+ * - with --deterministic, DDP, ZeRO-1 and ZeRO-2 on 2 ranks end with the
+ *   bits of one process running --grad-accum 2, as fp32 does;
+ * - ZeRO-3 with --deterministic on 4 ranks prints DDP's loss table and
+ *   ends with its bits;
  * - a run resumed from a checkpoint (fp32 masters and AdamW state) ends
  *   bitwise where the run without the interruption ends;
  * - the run says which path bf16 took, and its memory table gains the
@@ -43,7 +49,7 @@ Test(precision, the_task_reaches_full_exact_match_on_four_ranks, .timeout = 600)
  * parameters": it fails the test when the replicas differ. */
 Test(precision, every_mode_it_covers_keeps_identical_replicas, .timeout = 300)
 {
-    const char *modes[] = {"ddp", "zero1", "zero2"};
+    const char *modes[] = {"ddp", "zero1", "zero2", "zero3"};
     for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
         char what[48];
         snprintf(what, sizeof what, "3 ranks --parallel %s", modes[m]);
@@ -55,6 +61,115 @@ Test(precision, every_mode_it_covers_keeps_identical_replicas, .timeout = 300)
         mg_ranks_hash(&j, what);
         mg_ranks_free(&j);
     }
+}
+
+/* The parameters of a bf16 run after 6 steps: world ranks, --parallel
+ * mode, --grad-accum k, --deterministic (rank-order sums). */
+static unsigned long long deterministic_hash(int world, const char *mode, const char *k)
+{
+    char what[80];
+    snprintf(what, sizeof what, "%d ranks --parallel %s --grad-accum %s --deterministic", world,
+             mode, k);
+    const char *args[] = {FLAGS, "--precision",     "bf16", "--parallel", mode, "--grad-accum",
+                          k,     "--deterministic", NULL};
+    mg_ranks j = {0};
+    mg_ranks_dir(&j);
+    mg_ranks_run(&j, world, args);
+    mg_ranks_assert_ok(&j, what);
+    unsigned long long h = mg_ranks_hash(&j, what);
+    mg_ranks_free(&j);
+    return h;
+}
+
+Test(precision, deterministic_modes_on_two_ranks_end_where_one_process_accumulating_two_ends,
+     .timeout = 300)
+{
+    unsigned long long one = deterministic_hash(1, "ddp", "2");
+    const char *modes[] = {"ddp", "zero1", "zero2"};
+    for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
+        unsigned long long h = deterministic_hash(2, modes[m], "1");
+        cr_expect_eq(h, one, "2 ranks --parallel %s: %016llx, one process: %016llx", modes[m], h,
+                     one);
+    }
+}
+
+/* The parameters of a 2-rank bf16 run after 6 steps, --parallel mode,
+ * with or without --recompute. */
+static unsigned long long recompute_hash(const char *mode, bool recompute)
+{
+    char what[64];
+    snprintf(what, sizeof what, "2 ranks --parallel %s%s", mode, recompute ? " --recompute" : "");
+    const char *args[] = {FLAGS,        "--precision", "bf16",
+                          "--parallel", mode,          recompute ? "--recompute" : NULL,
+                          NULL};
+    mg_ranks j = {0};
+    mg_ranks_dir(&j);
+    mg_ranks_run(&j, 2, args);
+    mg_ranks_assert_ok(&j, what);
+    unsigned long long h = mg_ranks_hash(&j, what);
+    mg_ranks_free(&j);
+    return h;
+}
+
+Test(precision, recompute_ends_with_the_bits_of_the_run_without_it, .timeout = 300)
+{
+    const char *modes[] = {"ddp", "zero2"};
+    for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
+        unsigned long long with = recompute_hash(modes[m], true);
+        unsigned long long without = recompute_hash(modes[m], false);
+        cr_expect_eq(with, without, "--parallel %s: --recompute %016llx, without %016llx", modes[m],
+                     with, without);
+    }
+}
+
+/* "step loss" of each row of the log table in out (the rows under its
+ * "step loss" header), one a line, the timings dropped; the caller frees
+ * it. */
+static char *loss_lines(const char *out)
+{
+    size_t cap = strlen(out) + 1, len = 0;
+    char *t = calloc(cap, 1);
+    cr_assert_not_null(t);
+    const char *l = strstr(out, "step      loss");
+    cr_assert_not_null(l, "no log table in:\n%s", out);
+    int step;
+    char loss[32];
+    for (l = strchr(l, '\n'); l && sscanf(l + 1, " %d %31s", &step, loss) == 2;
+         l = strchr(l + 1, '\n'))
+        len += (size_t)snprintf(t + len, cap - len, "%d %s\n", step, loss);
+    return t;
+}
+
+/* ZeRO-3 gathers the fp32 masters' units and rounds each matmul weight
+ * from the gathered unit as DDP rounds it from its replica: with
+ * rank-order sums (which make the fp32 modes agree bitwise) the same
+ * parameters, and the same loss table, on 4 ranks. */
+Test(precision, zero3_on_four_ranks_ends_with_ddps_bits_and_loss_table, .timeout = 300)
+{
+    const char *modes[] = {"ddp", "zero3"};
+    char *table[2];
+    unsigned long long h[2];
+    for (int m = 0; m < 2; m++) {
+        char what[64];
+        snprintf(what, sizeof what, "4 ranks --parallel %s --deterministic", modes[m]);
+        const char *args[] = {"--steps",      "6",    "--log-every",     "1",
+                              "--eval-every", "0",    "--sample",        "0",
+                              "--threads",    "1",    "--bucket-mb",     "0.02",
+                              "--precision",  "bf16", "--deterministic", "--parallel",
+                              modes[m],       NULL};
+        mg_ranks j = {0};
+        mg_ranks_dir(&j);
+        mg_ranks_run(&j, 4, args);
+        mg_ranks_assert_ok(&j, what);
+        h[m] = mg_ranks_hash(&j, what);
+        table[m] = loss_lines(j.out[0]);
+        mg_ranks_free(&j);
+    }
+    cr_expect(strstr(table[0], "\n6 "), "no step 6 in the table:\n%s", table[0]);
+    cr_expect_eq(h[1], h[0], "zero3 %016llx, ddp %016llx", h[1], h[0]);
+    cr_expect_str_eq(table[1], table[0]);
+    free(table[0]);
+    free(table[1]);
 }
 
 /* The parameters after 6 steps, on 2 ranks, in precision p. */
@@ -109,8 +224,8 @@ static unsigned long long resumed_hash(const char *mode, int stop_at)
 
 Test(precision, a_resumed_run_ends_with_the_uninterrupted_runs_bits, .timeout = 300)
 {
-    const char *modes[] = {"ddp", "zero2"};
-    for (int m = 0; m < 2; m++) {
+    const char *modes[] = {"ddp", "zero2", "zero3"};
+    for (int m = 0; m < 3; m++) {
         unsigned long long whole = resumed_hash(modes[m], 10), resumed = resumed_hash(modes[m], 5);
         cr_expect_eq(resumed, whole, "--parallel %s: resumed %016llx, uninterrupted %016llx",
                      modes[m], resumed, whole);
@@ -149,11 +264,8 @@ Test(precision, what_it_does_not_cover_is_refused_naming_the_flag, .timeout = 60
 {
     const char *const cases[][5] = {
         {"--precision", "fp16", NULL, NULL, "--precision is fp32 or bf16, not 'fp16'"},
-        {"--parallel", "zero3", NULL, NULL, "drop '--parallel zero3'"},
         {"--pp", "2", NULL, NULL, "drop '--pp'"},
         {"--tp", "2", NULL, NULL, "drop '--tp'"},
-        {"--recompute", NULL, NULL, NULL, "drop '--recompute'"},
-        {"--deterministic", NULL, NULL, NULL, "drop '--deterministic'"},
         {"--device", "cuda-host", NULL, NULL, "drop '--device'"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {

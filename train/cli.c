@@ -131,7 +131,8 @@ static const flag flags[] = {
      "rounded once; half the bytes; training stays fp32), DDP and ZeRO-1/2/3"},
     {"--precision", NULL, K_STR, OPT(precision), "TYPE",
      "compute precision: fp32, or bf16 (matmul weights and stored activations rounded to "
-     "bf16; fp32 master weights, gradients and AdamW state), single rank, DDP and ZeRO-1/2"},
+     "bf16; fp32 master weights, gradients and AdamW state), single rank, DDP and ZeRO-1/2/3, "
+     "with --recompute and --deterministic"},
     {"--deterministic", NULL, K_BOOL, OPT(deterministic), NULL,
      "one summation order for the gradient (micro-steps left to right, ranks in rank "
      "order, one division by k x N): DDP and ZeRO-1/2/3 end with bitwise the same "
@@ -498,23 +499,21 @@ static int check_grad_comm(const mg_options *o, const char *prog)
 }
 
 /* --precision bf16 (model/precision.c) covers a whole model on the host,
- * alone or replicated (DDP, ZeRO-1/2); the rest is refused by name. */
+ * alone, replicated or sharded (DDP, ZeRO-1/2/3), with or without
+ * --deterministic and --recompute; the rest is refused by name. */
 static int check_precision(const mg_options *o, const char *prog)
 {
     if (strcmp(o->precision, "fp32") && strcmp(o->precision, "bf16"))
         return bad(prog, "--precision is fp32 or bf16, not", o->precision);
     if (strcmp(o->precision, "bf16"))
         return 0;
-    const char *drop = o->parallel == MG_ZERO3    ? "--parallel zero3"
-                       : o->pp > 0                ? "--pp"
+    const char *drop = o->pp > 0                  ? "--pp"
                        : o->tp > 0                ? "--tp"
-                       : o->recompute             ? "--recompute"
-                       : o->deterministic         ? "--deterministic"
                        : strcmp(o->device, "cpu") ? "--device"
                                                   : NULL;
     if (drop)
         return bad(prog,
-                   "--precision bf16 covers one rank, DDP and ZeRO-1/2 on the CPU for now; drop",
+                   "--precision bf16 covers one rank, DDP and ZeRO-1/2/3 on the CPU for now; drop",
                    drop);
     return 0;
 }
