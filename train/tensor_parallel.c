@@ -15,11 +15,13 @@
  * gradients (DDP on the dp axis, one all-reduce of the share, not
  * overlapped with backward in this version), and AdamW updates the share.
  *
- * The rest of the trainer — evaluation, sampling, the replica check — reads
- * a whole dt_model (r->m). After every step the tp group all-gathers its
- * shares and each rank assembles the full parameters into r->m: one
- * all-gather of P/T floats per rank per step, the price of reusing those
- * paths unchanged (worth removing once evaluation runs on the shares).
+ * Evaluation runs on the shares (evaluation.c: the tp forward, its
+ * vocabulary-parallel loss and argmax). Sampling and the replica check
+ * still read a whole dt_model (r->m): after every step the tp group
+ * all-gathers its shares and each rank assembles the full parameters
+ * into r->m, one all-gather of P/T floats per rank per step, the price
+ * of reusing those paths unchanged (worth removing once they run on the
+ * shares too).
  * --parallel zero1 shards the optimizer over the dp axis instead
  * (tp_zero1.c); zero2 and zero3 are refused by name, --pp by the command
  * line. Checkpoints: tp_checkpoint.c.
