@@ -113,11 +113,17 @@ long dt_task_count_exact(dt_model *m, const dt_dataset *d, size_t n, int part, i
  * runs the forward of inputs (B, T) on m, streaming it through the other
  * stages, and sets *logits when m then holds the batch's logits (the last
  * stage). Every stage grades the same batches; only the last counts.
+ * A tensor-parallel share runs its own forward in fn instead (m only
+ * sizes the batches) and answers the greedy tokens through argmax.
  */
 typedef struct dt_forward_fn {
     dt_status (*fn)(void *user, dt_model *m, const int *inputs, const int *targets, int B, int T,
                     bool *logits);
     void *user;
+    /* NULL: grading reads m's logits. Otherwise the greedy token at
+     * (b, t) of the last forward, which fn computed where m holds no
+     * logits (a tensor-parallel share: dt_tp_argmax). */
+    int (*argmax)(void *user, int b, int t);
 } dt_forward_fn;
 /* dt_task_count_exact with each forward run by fwd (NULL: the model's
  * own); a share whose forwards hold no logits counts 0. */

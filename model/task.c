@@ -157,6 +157,16 @@ static dt_status grading_forward(grading *g, int B, int T, bool *logits)
     return dt_model_forward(g->m, g->in, NULL, B, T);
 }
 
+/* The greedy token at (b, t) of the last forward: the hook's where it
+ * answers (a tensor-parallel share), else the argmax of m's logits. */
+static int greedy_token(grading *g, int b, int t, dt_rng *unused)
+{
+    if (g->fwd && g->fwd->argmax)
+        return g->fwd->argmax(g->fwd->user, b, t);
+    dt_model_get_logits(g->m, g->logits, b, t);
+    return dt_sample_logits(g->logits, g->m->cfg.V, 0.0f, 0, unused);
+}
+
 /* Rows 0..B of g->in (a batch of B examples from first, each fed without
  * its final '\n', padded with token 0 to the batch's longest, T) and one
  * forward over them; then each row's answer, position by position: the
@@ -185,10 +195,8 @@ static long grade_batch(grading *g, size_t first, int B)
         while (ex[eq] != '=')
             eq++;
         bool exact = true; /* the logits at t predict the token at t + 1 */
-        for (int t = eq; exact && t < len[b] - 1; t++) {
-            dt_model_get_logits(g->m, g->logits, b, t);
-            exact = dt_sample_logits(g->logits, g->m->cfg.V, 0.0f, 0, &unused) == ex[t + 1];
-        }
+        for (int t = eq; exact && t < len[b] - 1; t++)
+            exact = greedy_token(g, b, t, &unused) == ex[t + 1];
         right += exact;
     }
     return right;

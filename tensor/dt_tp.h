@@ -115,6 +115,11 @@ dt_status dt_tp_forward(dt_tp_model *m, const int *inputs, const int *targets, i
  * 2 L + 1 all-reduces of (B, T, C). */
 dt_status dt_tp_backward(dt_tp_model *m, float dloss);
 void dt_tp_zero_grad(dt_tp_model *m);
+/* The whole model's greedy token at each of the last forward's (B, T)
+ * positions into ids (B T), ties to the lower id, as dt_sample_logits at
+ * temperature 0 picks it; never a padding row. Every rank of the group
+ * calls it after the same forward: 2 all-reduces of (B, T) floats. */
+dt_status dt_tp_argmax(dt_tp_model *m, int *ids);
 /* AdamW on the share (no communication: every gradient is already whole
  * for the elements this rank holds). step >= 1. */
 dt_status dt_tp_update(dt_tp_model *m, const dt_adamw_hparams *h, long step);

@@ -186,9 +186,13 @@ dt_status dt_tp_init(dt_tp_model *m, uint64_t seed)
     return DT_OK;
 }
 
+/* A batch fits as the whole model's does (model/minigpt.c): its B·T
+ * tokens within max_B·T, T within the context, so evaluation's grading
+ * may run more, shorter rows (B > max_B) than training. */
 static dt_status check_batch(dt_tp_model *m, const int *inputs, const int *targets, int B, int T)
 {
-    if (B < 1 || B > m->max_B || T < 1 || T > m->cfg.T || !inputs) {
+    if (B < 1 || T < 1 || T > m->cfg.T || (size_t)B * (size_t)T > (size_t)m->max_B * m->cfg.T ||
+        !inputs) {
         snprintf(m->err, sizeof m->err,
                  "tensor parallel rank %d/%d: forward: batch (%d, %d) does not fit the "
                  "allocation (%d, %d), or no inputs",

@@ -29,8 +29,19 @@
  *   loss = log(sum) + max - z_target,   probs_r = exp(z_r - max) / sum
  * and backward is local: dlogits_r = (probs_r - onehot_r) dloss / N.
  * Cost: 3N floats of all-reduce per forward against N V of logits.
+ *
+ * Argmax (greedy decoding, evaluation's exact-match grading): each rank
+ * takes the max of its real columns (the first, on a tie), the group
+ * all-reduces the row maxima (MAX), and each rank offers the global id of
+ * its first column that reaches the global max, or V where none does; an
+ * all-reduce (MIN) of those picks the lowest id: the whole model's argmax,
+ * ties to the lower id. Padding columns (logit 0) are never candidates,
+ * so they cannot win over a vocabulary of negative logits. Cost: 2N
+ * floats of all-reduce against N V of logits (ids < 2^24 are exact in a
+ * float).
  */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "tp_internal.h"
@@ -168,4 +179,39 @@ void tp_vocab_crossentropy_backward(dt_tp_model *m, float dloss, int N)
         if (v >= 0 && v < vb.real)
             d[v] -= scale;
     }
+}
+
+/* The first real column of each row that reaches its max (the row's
+ * global max after the all-reduce) as a global id, or V where none does. */
+static void local_first_at(float *id, const float *logits, const float *mx, int N, int w, int r,
+                           int v0, int V)
+{
+    for (int n = 0; n < N; n++) {
+        const float *z = logits + (size_t)n * w;
+        int i = 0;
+        while (i < r && z[i] != mx[n])
+            i++;
+        id[n] = (float)(i < r ? v0 + i : V);
+    }
+}
+
+dt_status dt_tp_argmax(dt_tp_model *m, int *ids)
+{
+    tp_vocab vb = tp_vocab_of(m);
+    int N = m->last_B * m->last_T;
+    if (N < 1) {
+        snprintf(m->err, sizeof m->err, "rank %d: argmax: no forward to read", m->rank);
+        return DT_EINVAL;
+    }
+    float *mx = m->ce_stats, *id = mx + N; /* the cross-entropy is done with them */
+    local_row_max(mx, m->acts.logits, N, vb.rows, vb.real);
+    dt_status st = tp_allreduce(m, mx, (size_t)N, DT_MAX, DT_TP_LOGIT_MAX, -1);
+    if (st != DT_OK)
+        return st;
+    local_first_at(id, m->acts.logits, mx, N, vb.rows, vb.real, vb.v0, m->cfg.V);
+    if ((st = tp_allreduce(m, id, (size_t)N, DT_MIN, DT_TP_LOGIT_MAX, -1)) != DT_OK)
+        return st;
+    for (int n = 0; n < N; n++)
+        ids[n] = (int)id[n];
+    return DT_OK;
 }

@@ -24,6 +24,9 @@
 #ifndef LAUNCH_BIN
 #error "LAUNCH_BIN must name the built dtrain-launch"
 #endif
+#ifndef DT_CKPT_BIN
+#error "DT_CKPT_BIN must name the built dtrain-ckpt"
+#endif
 #ifndef MINIGPT_BIN
 #error "MINIGPT_BIN must name the built minigpt"
 #endif
@@ -60,14 +63,16 @@ static char *line_with(const char *out, const char *prefix)
 /*
  * One process trains the task's model 200 steps (its accuracy is then
  * between 0 and 100%), evaluates it alone and saves it; ranks resume
- * that checkpoint with no steps left (in mode, --parallel's, on pp
- * stages with --pp pp where pp is not NULL) and evaluate it dealt out. On three ranks and one stage: four loss batches over three ranks, and 100
+ * that checkpoint with no steps left (in mode, --parallel's, with the
+ * grid flag `grid` and its value where grid is not NULL: --pp P stages,
+ * --tp T shares) and evaluate it dealt out. On three ranks and one stage: four loss batches over three ranks, and 100
  * prompts in 5 batches of up to 23 (the 16 x 16 tokens of a training
  * batch hold 23 lines of 11), two, two and one to a rank.
  * The metrics file's eval event holds the loss and the accuracy to 8
  * digits, the printed line to 4: the events must be the same text.
  */
-static void ranks_evaluate_as_one(const char *ranks, const char *mode, const char *pp)
+static void ranks_evaluate_as_one(const char *ranks, const char *mode, const char *grid,
+                                  const char *n)
 {
     char dir[64], log[96], ckpt[96], m1[96], m3[96];
     temp_dir(dir, sizeof dir);
@@ -83,12 +88,38 @@ static void ranks_evaluate_as_one(const char *ranks, const char *mode, const cha
                            log, &out);
     cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
     free(out);
-    code = run_program(
-        (const char *[]){LAUNCH_BIN,         "-n",  ranks,        MINIGPT_BIN, "--steps",   "200",
-                         "--sample",         "0",   "--ckpt-dir", ckpt,        "--resume",  "auto",
-                         "--eval-prompts",   "100", "--parallel", mode,        "--metrics", m3,
-                         pp ? "--pp" : NULL, pp,    NULL},
-        log, &out);
+    if (grid && strcmp(grid, "--tp") == 0) { /* a tp run loads only shares of its T */
+        char step[128];
+        snprintf(step, sizeof step, "%s/step_00000200", ckpt);
+        snprintf(ckpt, sizeof ckpt, "%s/shares", dir);
+        code = run_program((const char *[]){DT_CKPT_BIN, "reshard", step, ckpt, ranks, grid, n,
+                                            NULL},
+                           log, &out);
+        cr_assert_eq(code, 0, "reshard: exit %d:\n%s", code, out);
+        free(out);
+    }
+    code = run_program((const char *[]){LAUNCH_BIN,
+                                        "-n",
+                                        ranks,
+                                        MINIGPT_BIN,
+                                        "--steps",
+                                        "200",
+                                        "--sample",
+                                        "0",
+                                        "--ckpt-dir",
+                                        ckpt,
+                                        "--resume",
+                                        "auto",
+                                        "--eval-prompts",
+                                        "100",
+                                        "--parallel",
+                                        mode,
+                                        "--metrics",
+                                        m3,
+                                        grid,
+                                        n,
+                                        NULL},
+                       log, &out);
     cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
     free(out);
     char *alone = run_slurp(m1), *three = run_slurp(m3);
@@ -98,8 +129,8 @@ static void ranks_evaluate_as_one(const char *ranks, const char *mode, const cha
     cr_assert(strstr(want, "\"accuracy\"") && !strstr(want, "\"accuracy\":0.0,") &&
                   !strstr(want, "\"accuracy\":0.0}"),
               "a model that answers nothing right proves little: %s", want);
-    cr_expect_str_eq(got, want, "%s ranks (%s, --pp %s): %s\none rank: %s", ranks, mode,
-                     pp ? pp : "none", got, want);
+    cr_expect_str_eq(got, want, "%s ranks (%s, %s %s): %s\none rank: %s", ranks, mode,
+                     grid ? grid : "no grid", grid ? n : "", got, want);
     free(want);
     free(got);
     free(alone);
@@ -109,7 +140,7 @@ static void ranks_evaluate_as_one(const char *ranks, const char *mode, const cha
 
 Test(minigpt_eval, three_ranks_evaluate_a_model_as_one_rank_does, .timeout = 300)
 {
-    ranks_evaluate_as_one("3", "ddp", NULL);
+    ranks_evaluate_as_one("3", "ddp", NULL, NULL);
 }
 
 /* ZeRO-3 holds no whole model: its forwards gather the units, so the
@@ -118,7 +149,7 @@ Test(minigpt_eval, three_ranks_evaluate_a_model_as_one_rank_does, .timeout = 300
  * others have two: the short shares add forwards that count nothing). */
 Test(minigpt_eval, three_zero3_ranks_evaluate_a_model_as_one_rank_does, .timeout = 300)
 {
-    ranks_evaluate_as_one("3", "zero3", NULL);
+    ranks_evaluate_as_one("3", "zero3", NULL, NULL);
 }
 
 /* Two pipelines of two stages: no rank holds the whole model, each
@@ -127,14 +158,23 @@ Test(minigpt_eval, three_zero3_ranks_evaluate_a_model_as_one_rank_does, .timeout
  * three and two, each). */
 Test(minigpt_eval, two_pipelines_of_two_stages_evaluate_a_model_as_one_rank_does, .timeout = 300)
 {
-    ranks_evaluate_as_one("4", "ddp", "2");
+    ranks_evaluate_as_one("4", "ddp", "--pp", "2");
 }
 
 /* The same under ZeRO-3 over each stage's two replicas: a stage's
  * forwards gather its units, so the replicas run in lockstep. */
 Test(minigpt_eval, two_zero3_pipelines_evaluate_a_model_as_one_rank_does, .timeout = 300)
 {
-    ranks_evaluate_as_one("4", "zero3", "2");
+    ranks_evaluate_as_one("4", "zero3", "--pp", "2");
+}
+
+/* Two replicas of two tensor-parallel shares: each forward runs on the
+ * shares (the tp group's all-reduces), the loss from the
+ * vocabulary-parallel cross-entropy and the answers from the
+ * vocabulary-parallel argmax; the two replicas split the batches. */
+Test(minigpt_eval, two_replicas_of_two_tp_shares_evaluate_a_model_as_one_rank_does, .timeout = 300)
+{
+    ranks_evaluate_as_one("4", "ddp", "--tp", "2");
 }
 
 Test(minigpt_eval, eval_prompts_sets_how_many_prompts_are_graded, .timeout = 120)

@@ -11,7 +11,8 @@
  * What every rank computes alike — LayerNorms, wpe, the MLP's output
  * bias — must stay bitwise identical across the group. A vocabulary tp
  * does not divide (V 13) is padded: the same comparisons hold, and the
- * padding rows get no probability and zero gradients.
+ * padding rows get no probability and zero gradients, and the group's
+ * greedy token (dt_tp_argmax) is never one of them.
  */
 #include <criterion/criterion.h>
 #include <stdlib.h>
@@ -391,4 +392,72 @@ Test(tensor_parallel, create_on_a_group_not_dividing_heads_is_refused_by_name, .
     rank_threads_run(&job, 3, refused_create_rank, NULL);
     for (int r = 0; r < 3; r++)
         cr_expect(!job.ranks[r].failed, "rank %d: %s", r, job.ranks[r].msg);
+}
+
+/* The greedy token over the group: a model whose every real logit is
+ * negative (lnf's output a constant 1, every real lm_head row negative),
+ * so a padding row's logit, 0, is the largest number of the padded
+ * vocabulary; ids 5 and 9 tie for the largest real logit, on ranks 1 and
+ * 2 at tp 4. Each rank runs a forward of (rows, T) and dt_tp_argmax. */
+typedef struct argmax_case {
+    int rows, T;
+    int ids[MAX_TP][B * 16];
+} argmax_case;
+
+static float tied_logit_weight(int id)
+{
+    int d5 = abs(id - 5), d9 = abs(id - 9);
+    return -1.0f - 0.01f * (float)(d5 < d9 ? d5 : d9);
+}
+
+static void argmax_rank(rank_ctx *rc)
+{
+    argmax_case *ac = rc->arg;
+    dt_tp_model *m = NULL;
+    int x[B * 16] = {0};
+    if (dt_tp_create(&m, &odd, dt_backend_cpu(), B, rc->comm) != DT_OK ||
+        dt_tp_init(m, SEED) != DT_OK) {
+        rank_fail(rc, "rank %d: %s", rc->rank, dt_tp_error(m));
+        dt_tp_destroy(m);
+        return;
+    }
+    int C = odd.C, real = dt_tp_vocab_real(&odd, m->tp, m->rank);
+    int v0 = m->rank * dt_tp_vocab_rows(&odd, m->tp);
+    for (int c = 0; c < C; c++)
+        m->params.lnfw[c] = 0.0f, m->params.lnfb[c] = 1.0f;
+    for (int i = 0; i < real; i++) /* the real rows come first in lm_head */
+        for (int c = 0; c < C; c++)
+            m->params.lm_head[(size_t)i * C + c] = tied_logit_weight(v0 + i);
+    for (int i = 0; i < ac->rows * ac->T; i++)
+        x[i] = i % odd.V;
+    if (dt_tp_forward(m, x, NULL, ac->rows, ac->T) != DT_OK ||
+        dt_tp_argmax(m, ac->ids[rc->rank]) != DT_OK)
+        rank_fail(rc, "rank %d: %s", rc->rank, dt_tp_error(m));
+    dt_tp_destroy(m);
+}
+
+static void expect_argmax_5(int rows, int T)
+{
+    int tp = 4;
+    argmax_case ac = {.rows = rows, .T = T};
+    rank_job job;
+    rank_threads_run(&job, tp, argmax_rank, &ac);
+    for (int r = 0; r < tp; r++) {
+        cr_assert(!job.ranks[r].failed, "rank %d: %s", r, job.ranks[r].msg);
+        for (int n = 0; n < rows * T; n++)
+            cr_expect_eq(ac.ids[r][n], 5, "rank %d, position %d: greedy token %d, not 5", r, n,
+                         ac.ids[r][n]);
+    }
+}
+
+Test(tensor_parallel, argmax_never_picks_a_padding_row_and_ties_go_to_the_lower_id, .timeout = 60)
+{
+    expect_argmax_5(B, odd.T);
+}
+
+/* Evaluation's grading cuts more, shorter rows than training's batch
+ * (B·T tokens within max_B·T), as the whole model allows. */
+Test(tensor_parallel, a_forward_of_more_shorter_rows_than_max_b_runs, .timeout = 60)
+{
+    expect_argmax_5(2 * B, odd.T / 2);
 }

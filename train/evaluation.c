@@ -6,8 +6,9 @@
  * exact-match accuracy on the first --eval-prompts held-out prompts, each
  * answer decoded greedily (a KV cache makes a token one row of work).
  *
- * Every rank holds the whole model when this runs (the replicas are
- * bitwise identical; --tp and the 3-D grid assemble it first), so the
+ * Under DDP and ZeRO-1/2 every rank holds the whole model when this
+ * runs (the replicas are bitwise identical; the 3-D grid assembles it
+ * first; --tp runs on its shares, below), so the
  * work is split instead of repeated: rank p of N takes the loss
  * batches k = p, p + N, ... and the prompts i = p, p + N, ... (strided,
  * so long and short prompts spread evenly), and one all-reduce of
@@ -55,6 +56,16 @@
  * model for the purpose held P times the weights. The stages run one
  * after another, not overlapped: evaluation is a small share of a run.
  * (The 3-D grid still assembles its whole model, in mg_params_hold.)
+ *
+ * A tensor-parallel share (--tp without --pp) runs its own forward
+ * (tp_eval_forward): no rank reads the assembled model. Every forward is
+ * a collective of the tp group (its all-reduces), so the ranks of a
+ * group run the same share, their replica's (as a pipeline's stages do);
+ * the loss is the vocabulary-parallel cross-entropy's, and the grading's
+ * greedy tokens come from dt_tp_argmax, two all-reduces of (B, T) floats
+ * per forward where gathering the logits would move (B, T, V). Only tp
+ * rank 0 of each replica adds its share to the all-reduce (the others
+ * hold the same numbers).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,13 +108,48 @@ static dt_status eval_forward(void *user, dt_model *m, const int *inputs, const 
     return st;
 }
 
+/* A tensor-parallel share's evaluation: the greedy tokens of its last
+ * grading forward, (B, T) of them. */
+typedef struct tp_eval {
+    mg_run *r;
+    int *ids; /* (batch, cfg.T) */
+    int T;    /* of the last forward */
+} tp_eval;
+
+/* One forward on the share (m, the assembled copy, only sized the batch);
+ * without targets, the greedy tokens too. Collective over the tp group. */
+static dt_status tp_eval_forward(void *user, dt_model *m, const int *inputs, const int *targets,
+                                 int B, int T, bool *logits)
+{
+    tp_eval *e = user;
+    (void)m;
+    *logits = true;
+    e->T = T;
+    dt_status st = dt_tp_forward(e->r->tp, inputs, targets, B, T);
+    if (st == DT_OK && !targets)
+        st = dt_tp_argmax(e->r->tp, e->ids);
+    return st;
+}
+
+static int tp_eval_argmax(void *user, int b, int t)
+{
+    const tp_eval *e = user;
+    return e->ids[b * e->T + t];
+}
+
+/* The loss of the forward fwd just ran. */
+static float last_loss(const mg_run *r, const dt_model *m)
+{
+    return r->tp ? r->tp->mean_loss : m->mean_loss;
+}
+
 /* This rank's validation batches on m: their losses into loss[k], 1
  * into ran[k] for each that ran (on a pipeline, on the last stage). With
  * lockstep, as many forwards as the longest share (ZeRO-3: each is a
  * gather): an idle one of one token for a batch past the end or one the
  * split is too short to cut. */
-static void val_loss_share(mg_run *r, dt_model *m, int part, int parts, bool lockstep, double *loss,
-                           double *ran)
+static void val_loss_share(mg_run *r, dt_model *m, int part, int parts, bool lockstep,
+                           const dt_forward_fn *fwd, double *loss, double *ran)
 {
     const mg_options *o = &r->o;
     int rounds = (MG_VAL_BATCHES + parts - 1) / parts;
@@ -116,12 +162,12 @@ static void val_loss_share(mg_run *r, dt_model *m, int part, int parts, bool loc
         if (!cut) {
             r->x[0] = 0;
             if (lockstep)
-                eval_forward(r, m, r->x, NULL, 1, 1, &logits);
+                fwd->fn(fwd->user, m, r->x, NULL, 1, 1, &logits);
             continue;
         }
-        if (eval_forward(r, m, r->x, r->y, o->batch, o->cfg.T, &logits) != DT_OK || !logits)
+        if (fwd->fn(fwd->user, m, r->x, r->y, o->batch, o->cfg.T, &logits) != DT_OK || !logits)
             continue;
-        loss[k] = (double)m->mean_loss;
+        loss[k] = (double)last_loss(r, m);
         ran[k] = 1;
     }
 }
@@ -171,13 +217,45 @@ static float mean_of_leading(const double *loss, const double *ran)
     return n ? (float)(sum / n) : -1.0f;
 }
 
+/* This rank's share of the evaluation into sums (loss[0..B), ran[0..B),
+ * right), each forward run by fwd: *right -1 where the data cannot be
+ * graded (the same on every rank), *graded the prompts of every share. */
+static dt_status eval_share(mg_run *r, int part, int parts, bool lockstep, const dt_forward_fn *fwd,
+                            double *sums, long *right, size_t *graded)
+{
+    dt_status st = DT_OK;
+    val_loss_share(r, r->m, part, parts, lockstep, fwd, sums, sums + MG_VAL_BATCHES);
+    if (r->is_task && r->o.eval_prompts > 0)
+        st = grade_prompts(r, r->m, part, parts, lockstep, fwd, right, graded);
+    sums[2 * MG_VAL_BATCHES] = *right > 0 ? (double)*right : 0;
+    return st;
+}
+
+/* A tensor-parallel share's part: its replica's, every rank of the tp
+ * group running it; tp rank 0 alone adds it (the file comment). */
+static dt_status tp_eval_share(mg_run *r, double *sums, long *right, size_t *graded)
+{
+    tp_eval e = {.r = r, .ids = malloc((size_t)r->o.batch * (size_t)r->o.cfg.T * sizeof(int))};
+    if (!e.ids)
+        return eval_fail(r, DT_ENOMEM, "the greedy tokens of a batch", "out of memory");
+    dt_tp_trace_fn trace = r->tp->trace; /* --trace draws the steps' all-reduces */
+    r->tp->trace = NULL;
+    dt_status st = eval_share(r, r->replica, r->dp, false,
+                              &(dt_forward_fn){tp_eval_forward, &e, tp_eval_argmax}, sums, right,
+                              graded);
+    free(e.ids);
+    r->tp->trace = trace;
+    if (dt_comm_rank(r->tp_comm) != 0)
+        memset(sums, 0, (2 * MG_VAL_BATCHES + 1) * sizeof *sums);
+    return st;
+}
+
 dt_status mg_evaluate(mg_run *r, mg_eval *out)
 {
     *out = (mg_eval){.val_loss = -1, .accuracy = -1, .prompts = 0};
     dt_status st = mg_settle_params(r);
     if (st != DT_OK)
         return st;
-    dt_model *m = r->m;
     /* ZeRO-3's forwards gather each unit from every rank: the shares
      * run in lockstep. A pipeline's stages grade the same share, its
      * replica's: the forwards stream through them. */
@@ -187,15 +265,14 @@ dt_status mg_evaluate(mg_run *r, mg_eval *out)
     int part = !split ? 0 : piped ? r->replica : r->rank;
     /* loss[0..B), ran[0..B), right */
     double sums[2 * MG_VAL_BATCHES + 1] = {0};
-    val_loss_share(r, m, part, parts, lockstep, sums, sums + MG_VAL_BATCHES);
     long right = -1;
     size_t graded = 0;
-    if (r->is_task && r->o.eval_prompts > 0)
-        st = grade_prompts(r, m, part, parts, lockstep, &(dt_forward_fn){eval_forward, r}, &right,
-                           &graded);
+    st = r->tp && r->tp_comm
+             ? tp_eval_share(r, sums, &right, &graded)
+             : eval_share(r, part, parts, lockstep, &(dt_forward_fn){eval_forward, r, NULL}, sums,
+                          &right, &graded);
     if (st != DT_OK)
         return st;
-    sums[2 * MG_VAL_BATCHES] = right > 0 ? (double)right : 0;
     if (split &&
         (st = dt_allreduce(r->comm, sums, 2 * MG_VAL_BATCHES + 1, DT_F64, DT_SUM)) != DT_OK)
         return eval_fail(r, st, "all-reduce of the losses and counts", dt_comm_error(r->comm));

@@ -15,11 +15,13 @@
  * gradients (DDP on the dp axis, one all-reduce of the share, not
  * overlapped with backward in this version), and AdamW updates the share.
  *
- * The rest of the trainer — evaluation, sampling, the replica check — reads
- * a whole dt_model (r->m). After every step the tp group all-gathers its
- * shares and each rank assembles the full parameters into r->m: one
- * all-gather of P/T floats per rank per step, the price of reusing those
- * paths unchanged (worth removing once evaluation runs on the shares).
+ * Evaluation runs on the shares (evaluation.c: the tp forward, its
+ * vocabulary-parallel loss and argmax). Sampling and the replica check
+ * still read a whole dt_model (r->m): after every step the tp group
+ * all-gathers its shares and each rank assembles the full parameters
+ * into r->m, one all-gather of P/T floats per rank per step, the price
+ * of reusing those paths unchanged (worth removing once they run on the
+ * shares too).
  * --parallel zero1 shards the optimizer over the dp axis instead
  * (tp_zero1.c); zero2 and zero3 are refused by name, --pp by the command
  * line. Checkpoints: tp_checkpoint.c.
@@ -161,26 +163,21 @@ static dt_status average_grads(mg_run *r)
     return dt_allreduce(r->tp_dp_comm, r->tp->grads_memory, r->tp->num_params, DT_F32, DT_AVG);
 }
 
-/* Every share of the tp group into r->m's full parameters. */
+/* Every share of the tp group into r->m's full parameters, unsliced in
+ * place: --tp runs only on backends whose memory the host reads
+ * (dt_tp_create refuses the others), so no whole-model staging buffer
+ * (4P bytes, 650 MB at GPT-2 small's 162M) is allocated at each step. */
 dt_status mg_tp_assemble(mg_run *r)
 {
     dt_tp_model *m = r->tp;
-    size_t P = r->m->num_params;
-    float *full = malloc(P * sizeof(float));
-    if (!full)
-        return tp_fail(r, DT_ENOMEM, "assemble", "out of memory");
     dt_status st = traced(r, r->tp_comm, MG_EV_TP_GATHER,
                           m->num_params * (size_t)m->tp * sizeof(float), gather_shares);
-    if (st != DT_OK) {
-        free(full);
+    if (st != DT_OK)
         return tp_fail(r, st, "tensor parallel: all-gather of the shares",
                        dt_comm_error(r->tp_comm));
-    }
     for (int q = 0; q < m->tp; q++)
-        dt_tp_layout_unslice(full, r->tp_shares + (size_t)q * m->num_params, m->tensors,
-                             m->num_tensors, m->tp, q);
-    dt_model_set_params(r->m, full);
-    free(full);
+        dt_tp_layout_unslice(r->m->params_memory, r->tp_shares + (size_t)q * m->num_params,
+                             m->tensors, m->num_tensors, m->tp, q);
     return DT_OK;
 }
 
