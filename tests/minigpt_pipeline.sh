@@ -123,7 +123,9 @@ for par in zero2 zero3; do
             --parallel $par --check-replicas >"$tmp/1x2-$par.out" 2>&1 &&
        losses "$tmp/1x2-$par.out" >"$tmp/1x2-$par.loss" &&
        [ -s "$tmp/1x2-$par.loss" ] && cmp -s "$tmp/dp-zero1.loss" "$tmp/1x2-$par.loss" &&
-       grep -q "eval @ step 4: val loss" "$tmp/1x2-$par.out"; then
+       grep -q "eval @ step 4: val loss" "$tmp/1x2-$par.out" &&
+       grep -q "replicas: the 2 ranks of the one stage hold bitwise identical" \
+           "$tmp/1x2-$par.out"; then
         ok "$name"
     else
         not_ok "$name" "$(paste "$tmp/dp-zero1.loss" "$tmp/1x2-$par.loss" 2>&1)" \

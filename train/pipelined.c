@@ -403,10 +403,13 @@ dt_status mg_pipe_check_replicas(mg_run *r, int step, bool quiet, bool units)
         return pipe_fail(r, DT_EPROTO, "replica check",
                          "the replicas of a "
                          "stage differ (their ranks print the hashes)");
-    if (!quiet && r->rank == 0 && r->dp > 1)
+    if (!quiet && r->rank == 0 && r->dp > 1 && r->o.pp > 1)
         printf("replicas: the %d ranks of each of the %d stages hold bitwise "
                "identical parameters\n",
                r->dp, r->o.pp);
+    else if (!quiet && r->rank == 0 && r->dp > 1)
+        printf("replicas: the %d ranks of the one stage hold bitwise identical parameters\n",
+               r->dp);
     return DT_OK;
 }
 
