@@ -129,4 +129,38 @@ static inline void mg_ranks_free(mg_ranks *j)
     cr_expect_eq(system(cmd), 0);
 }
 
+/* The final hash of 10 steps on 2 ranks under --parallel mode and
+ * flag value (e.g. "--precision", "bf16"), saving every 5 steps; with
+ * stop_at < 10 the first run ends there and a second resumes from its
+ * checkpoint, so a resumed run can be held to the uninterrupted one's. */
+static inline unsigned long long mg_ranks_resumed_hash(const char *flag, const char *value,
+                                                       const char *mode, int stop_at)
+{
+    mg_ranks j = {0};
+    mg_ranks_dir(&j);
+    char ckpt[96], steps[8], what[64];
+    snprintf(ckpt, sizeof ckpt, "%s/ck", j.dir);
+    snprintf(steps, sizeof steps, "%d", stop_at);
+    snprintf(what, sizeof what, "--parallel %s to step %d", mode, stop_at);
+    const char *first[] = {"--log-every", "10", "--eval-every", "0",   "--sample",   "0",
+                           "--threads",   "1",  flag,           value, "--parallel", mode,
+                           "--ckpt-dir",  ckpt, "--ckpt-every", "5",   "--steps",    steps,
+                           NULL};
+    mg_ranks_run(&j, 2, first);
+    mg_ranks_assert_ok(&j, what);
+    if (stop_at < 10) {
+        const char *second[] = {"--log-every", "10",  "--eval-every", "0",
+                                "--sample",    "0",   "--threads",    "1",
+                                flag,          value, "--parallel",   mode,
+                                "--ckpt-dir",  ckpt,  "--ckpt-every", "5",
+                                "--steps",     "10",  "--resume",     "auto",
+                                NULL};
+        mg_ranks_run(&j, 2, second);
+        mg_ranks_assert_ok(&j, "the resumed run");
+    }
+    unsigned long long h = mg_ranks_hash(&j, what);
+    mg_ranks_free(&j);
+    return h;
+}
+
 #endif /* DT_TEST_MINIGPT_RANKS_H */

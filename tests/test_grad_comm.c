@@ -124,42 +124,12 @@ Test(grad_comm, every_mode_keeps_identical_replicas_and_ends_with_ddps_bits, .ti
     }
 }
 
-/* 10 steps, checkpoints every 5 in dir; with stop_at, the first run ends
- * there and a second resumes from its checkpoint. */
-static unsigned long long resumed_hash(const char *mode, int stop_at)
-{
-    mg_ranks j = {0};
-    mg_ranks_dir(&j);
-    char ckpt[96], steps[8], what[64];
-    snprintf(ckpt, sizeof ckpt, "%s/ck", j.dir);
-    snprintf(steps, sizeof steps, "%d", stop_at);
-    snprintf(what, sizeof what, "--parallel %s to step %d", mode, stop_at);
-    const char *first[] = {"--log-every", "10", "--eval-every", "0",    "--sample",   "0",
-                           "--threads",   "1",  "--grad-comm",  "bf16", "--parallel", mode,
-                           "--ckpt-dir",  ckpt, "--ckpt-every", "5",    "--steps",    steps,
-                           NULL};
-    mg_ranks_run(&j, 2, first);
-    mg_ranks_assert_ok(&j, what);
-    if (stop_at < 10) {
-        const char *second[] = {"--log-every", "10",   "--eval-every", "0",
-                                "--sample",    "0",    "--threads",    "1",
-                                "--grad-comm", "bf16", "--parallel",   mode,
-                                "--ckpt-dir",  ckpt,   "--ckpt-every", "5",
-                                "--steps",     "10",   "--resume",     "auto",
-                                NULL};
-        mg_ranks_run(&j, 2, second);
-        mg_ranks_assert_ok(&j, "the resumed run");
-    }
-    unsigned long long h = mg_ranks_hash(&j, what);
-    mg_ranks_free(&j);
-    return h;
-}
-
 Test(grad_comm, a_resumed_run_ends_with_the_uninterrupted_runs_bits, .timeout = 300)
 {
     const char *modes[] = {"ddp", "zero2"};
     for (int m = 0; m < 2; m++) {
-        unsigned long long whole = resumed_hash(modes[m], 10), resumed = resumed_hash(modes[m], 5);
+        unsigned long long whole = mg_ranks_resumed_hash("--grad-comm", "bf16", modes[m], 10),
+                           resumed = mg_ranks_resumed_hash("--grad-comm", "bf16", modes[m], 5);
         cr_expect_eq(resumed, whole, "--parallel %s: resumed %016llx, uninterrupted %016llx",
                      modes[m], resumed, whole);
     }

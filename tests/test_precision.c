@@ -191,42 +191,12 @@ Test(precision, bf16_ends_with_other_bits_than_fp32, .timeout = 120)
     cr_expect_neq(hash_after_six("bf16"), hash_after_six("fp32"));
 }
 
-/* 10 steps, checkpoints every 5; with stop_at, the first run ends there
- * and a second resumes from its checkpoint. */
-static unsigned long long resumed_hash(const char *mode, int stop_at)
-{
-    mg_ranks j = {0};
-    mg_ranks_dir(&j);
-    char ckpt[96], steps[8], what[64];
-    snprintf(ckpt, sizeof ckpt, "%s/ck", j.dir);
-    snprintf(steps, sizeof steps, "%d", stop_at);
-    snprintf(what, sizeof what, "--parallel %s to step %d", mode, stop_at);
-    const char *first[] = {"--log-every", "10", "--eval-every", "0",    "--sample",   "0",
-                           "--threads",   "1",  "--precision",  "bf16", "--parallel", mode,
-                           "--ckpt-dir",  ckpt, "--ckpt-every", "5",    "--steps",    steps,
-                           NULL};
-    mg_ranks_run(&j, 2, first);
-    mg_ranks_assert_ok(&j, what);
-    if (stop_at < 10) {
-        const char *second[] = {"--log-every", "10",   "--eval-every", "0",
-                                "--sample",    "0",    "--threads",    "1",
-                                "--precision", "bf16", "--parallel",   mode,
-                                "--ckpt-dir",  ckpt,   "--ckpt-every", "5",
-                                "--steps",     "10",   "--resume",     "auto",
-                                NULL};
-        mg_ranks_run(&j, 2, second);
-        mg_ranks_assert_ok(&j, "the resumed run");
-    }
-    unsigned long long h = mg_ranks_hash(&j, what);
-    mg_ranks_free(&j);
-    return h;
-}
-
 Test(precision, a_resumed_run_ends_with_the_uninterrupted_runs_bits, .timeout = 300)
 {
     const char *modes[] = {"ddp", "zero2", "zero3"};
     for (int m = 0; m < 3; m++) {
-        unsigned long long whole = resumed_hash(modes[m], 10), resumed = resumed_hash(modes[m], 5);
+        unsigned long long whole = mg_ranks_resumed_hash("--precision", "bf16", modes[m], 10),
+                           resumed = mg_ranks_resumed_hash("--precision", "bf16", modes[m], 5);
         cr_expect_eq(resumed, whole, "--parallel %s: resumed %016llx, uninterrupted %016llx",
                      modes[m], resumed, whole);
     }
