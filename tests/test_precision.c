@@ -140,10 +140,10 @@ static char *loss_lines(const char *out)
     return t;
 }
 
-/* ZeRO-3 gathers the fp32 masters' units and rounds each matmul weight
- * from the gathered unit as DDP rounds it from its replica: with
- * rank-order sums (which make the fp32 modes agree bitwise) the same
- * parameters, and the same loss table, on 4 ranks. */
+/* ZeRO-3 gathers its units in bf16, the fp32 masters rounded, and DDP
+ * rounds every parameter from its fp32 replica on use: the same values
+ * read, so with rank-order sums (which make the fp32 modes agree bitwise)
+ * the same parameters, and the same loss table, on 4 ranks. */
 Test(precision, zero3_on_four_ranks_ends_with_ddps_bits_and_loss_table, .timeout = 300)
 {
     const char *modes[] = {"ddp", "zero3"};
@@ -237,6 +237,9 @@ Test(precision, what_it_does_not_cover_is_refused_naming_the_flag, .timeout = 60
         {"--pp", "2", NULL, NULL, "drop '--pp'"},
         {"--tp", "2", NULL, NULL, "drop '--tp'"},
         {"--device", "cuda-host", NULL, NULL, "drop '--device'"},
+        {"--parallel", "zero3", "--wire", "gloo",
+         "gathers ZeRO's parameters in bf16: torch 1.13's gloo has no bfloat16; use '--wire "
+         "dtrain'"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const char *args[] = {FLAGS,       "--precision", "bf16",      cases[c][0],
