@@ -516,7 +516,7 @@ static int check_precision(const mg_options *o, const char *prog)
                    "--precision bf16 covers one rank, DDP and ZeRO-1/2/3 on the CPU for now; drop",
                    drop);
     bool gloo = (o->wire && strcmp(o->wire, "gloo") == 0) || (!o->wire && env_chooses_gloo());
-    if (gloo && o->parallel == MG_ZERO3) /* the units travel in bf16 (optim/param_units.c) */
+    if (gloo && o->parallel != MG_DDP) /* ZeRO's gathers travel in bf16 */
         return bad(prog,
                    "--precision bf16 gathers ZeRO's parameters in bf16: torch 1.13's gloo "
                    "has no bfloat16; use",

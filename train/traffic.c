@@ -15,8 +15,8 @@
  *
  * Closed form, bytes one rank sends per step, with Ψ parameters, N ranks,
  * g bytes per gradient element (4, or 2 with --grad-comm bf16), w bytes
- * per gathered parameter (4, or 2 with --precision bf16 under ZeRO-3,
- * whose units travel in bf16: optim/param_units.c):
+ * per gathered parameter (4, or 2 with --precision bf16: ZeRO gathers
+ * the masters rounded, optim/zero_bf16_params.c and param_units.c):
  *
  *   DDP     gradients: the bucket all-reduces, 2(N-1)/N · gΨ (ring; a
  *           bf16 bucket goes by the rank-order all-reduce, the same
@@ -25,7 +25,7 @@
  *           (2(N-q) + q·log2 q)/N · g·n, q the power of two <= N, the
  *           folded ranks sending twice
  *   ZeRO-1/2  gradients: each piece reduced to its owner, (N-1)/N · gΨ;
- *           parameters: the updated shards all-gathered, (N-1)/N · 4Ψ
+ *           parameters: the updated shards all-gathered, (N-1)/N · wΨ
  *   ZeRO-3  gradients as ZeRO-2; parameters gathered unit by unit for
  *           forward and again for backward, less the embeddings E (not
  *           read by backward) and the two units still held when forward
@@ -99,7 +99,7 @@ static double ddp_grads(const mg_run *r, double g)
 /* Bytes a gathered parameter travels in: 2 where ZeRO gathers bf16. */
 static int param_wire_bytes(const mg_run *r)
 {
-    return r->o.parallel == MG_ZERO3 && strcmp(r->o.precision, "bf16") == 0 ? 2 : 4;
+    return r->o.parallel != MG_DDP && strcmp(r->o.precision, "bf16") == 0 ? 2 : 4;
 }
 
 /* The closed form's two terms, in bytes per rank per step. */
