@@ -41,17 +41,20 @@
  *     gradients unless a pipeline splits backward, which bf16 does not
  *     cover yet. Activation bytes on the 865k config: 0.506x fp32's.
  *
- * Under ZeRO-3 the gathered units are the fp32 masters' units and each
- * matmul rounds its weight from the gathered unit, as a replica rounds
- * its own: with rank-order sums ZeRO-3 ends with DDP's bits (the gathers
- * stay fp32: gathering bf16 would need the bf16 copy below).
+ * What the parameter buffer holds: under DDP (and on one rank) the fp32
+ * masters; under ZeRO the masters are the owners' shards and the buffer
+ * (ZeRO-1/2's replica, ZeRO-3's gathered units) holds their bf16
+ * roundings, widened to fp32, since ZeRO gathers the parameters in bf16
+ * (optim/zero_bf16_params.c, optim/param_units.c). Reading every
+ * parameter rounded makes the two the same values: with rank-order sums
+ * ZeRO ends with DDP's bits.
  *
  * Why no bf16 copy of the weights (2Ψ): on this portable path the rounded
- * matrix has to be widened to fp32 for sgemm anyway, and rounding the fp32
- * master on use gives the same bits as a copy refreshed after each step,
- * with nothing to refresh (ZeRO-1's gather, a checkpoint load and
- * dt_model_set_params write the masters directly). A kernel that
- * multiplies bf16 natively (AVX512-BF16) would want the copy.
+ * matrix has to be widened to fp32 for sgemm anyway, and rounding on use
+ * gives the same bits as a copy refreshed after each step, with nothing to
+ * refresh (ZeRO's gathers, a checkpoint load and dt_model_set_params write
+ * the buffer directly). A kernel that multiplies bf16 natively
+ * (AVX512-BF16) would want the copy.
  *
  * The path: the fp32 kernels with round-to-nearest-even conversions around
  * them, on every CPU (dt_bf16_path says so and whether the CPU could do

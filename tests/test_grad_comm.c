@@ -6,7 +6,9 @@
  * - the bytes a step sends, from dtrain's traffic counters, are the closed
  *   form minigpt prints beside them, and the gradients' share of them is
  *   half fp32's: DDP's whole step 0.5x fp32's, ZeRO-2's and ZeRO-3's less
- *   by half their gradient term (their parameter gathers stay fp32);
+ *   by half their gradient term (their parameter gathers stay fp32, as
+ *   long as training does: with --precision bf16 they are bf16 too, and
+ *   ZeRO-1/2/3's whole step is 0.5x fp32 training's);
  * - the replicas stay bitwise identical (and DDP, ZeRO-1, ZeRO-2 and ZeRO-3
  *   end with the same bits: the rounded mean is the same bytes in every
  *   mode);
@@ -110,7 +112,7 @@ Test(grad_comm, zero3_sends_its_gradients_in_half_the_bytes, .timeout = 300)
 }
 
 /* bf16 compute with bf16 gradients: the parameters are gathered in bf16
- * too (ZeRO-2's updated shards, ZeRO-3's units), so the whole step is half fp32's: against fp32
+ * too (ZeRO-1/2's updated shards, ZeRO-3's units), so the whole step is half fp32's: against fp32
  * training with fp32 gradients 0.5x (the loss's 8 B aside), and each run
  * its closed form to the byte. */
 static void expect_half_of_fp32s_step(const char *mode)
@@ -122,6 +124,11 @@ static void expect_half_of_fp32s_step(const char *mode)
     cr_expect(fabs(b.sent / f.sent - 0.5) <= 1e-3,
               "%s: bf16 compute and gradients %.0f B a step against fp32's %.0f B: %.4fx", mode,
               b.sent, f.sent, b.sent / f.sent);
+}
+
+Test(grad_comm, zero1_in_bf16_sends_half_of_fp32s_bytes_a_step, .timeout = 300)
+{
+    expect_half_of_fp32s_step("zero1");
 }
 
 Test(grad_comm, zero2_in_bf16_sends_half_of_fp32s_bytes_a_step, .timeout = 300)

@@ -130,9 +130,9 @@ static const flag flags[] = {
      "the gradients' type on the wire: fp32, or bf16 (rounded to bf16, summed in fp32 and "
      "rounded once; half the bytes; training stays fp32), DDP and ZeRO-1/2/3"},
     {"--precision", NULL, K_STR, OPT(precision), "TYPE",
-     "compute precision: fp32, or bf16 (matmul weights and stored activations rounded to "
-     "bf16; fp32 master weights, gradients and AdamW state), single rank, DDP and ZeRO-1/2/3, "
-     "with --recompute and --deterministic"},
+     "compute precision: fp32, or bf16 (every parameter read and the stored activations rounded "
+     "to bf16, ZeRO's parameters gathered in bf16; fp32 master weights, gradients and AdamW "
+     "state), single rank, DDP and ZeRO-1/2/3, with --recompute and --deterministic"},
     {"--deterministic", NULL, K_BOOL, OPT(deterministic), NULL,
      "one summation order for the gradient (micro-steps left to right, ranks in rank "
      "order, one division by k x N): DDP and ZeRO-1/2/3 end with bitwise the same "
