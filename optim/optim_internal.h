@@ -182,8 +182,8 @@ void optim_zero_bf16_op(const dt_zero1 *z, const optim_zero_piece *g, dt_op *op)
 void optim_zero_bf16_widen(const dt_zero1 *z, const optim_zero_piece *g);
 /* When on: this rank's master copied over its slice of the parameters
  * (a checkpoint saves the master); every parameter rounded in place (what
- * the model reads); the masters copied in, then all-gathered exactly in
- * fp32 into every replica (collective, blocking). */
+ * the model reads); the masters all-gathered exactly in fp32 into every
+ * replica (collective, blocking). */
 void optim_zero_bf16_master_in_params(dt_zero1 *z);
 void optim_zero_bf16_round_params(dt_zero1 *z);
 dt_status optim_zero_bf16_gather_masters(dt_zero1 *z);

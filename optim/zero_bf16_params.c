@@ -124,11 +124,9 @@ dt_status optim_zero_bf16_gather_masters(dt_zero1 *z)
 {
     if (!z->param_bf16)
         return DT_OK;
-    optim_zero_bf16_master_in_params(z);
-    float *p = z->m->params_memory;
-    dt_op op = {.kind = DT_OP_ALLGATHERV,
-                .send = z->n ? p + z->lo : p,
-                .recv = p,
+    dt_op op = {.kind = DT_OP_ALLGATHERV, /* from the master: no send inside recv */
+                .send = z->master,
+                .recv = z->m->params_memory,
                 .counts = z->counts,
                 .dtype = DT_F32};
     dt_work *w = NULL;
