@@ -131,8 +131,8 @@ static const flag flags[] = {
      "rounded once; half the bytes; training stays fp32), DDP and ZeRO-1/2/3"},
     {"--precision", NULL, K_STR, OPT(precision), "TYPE",
      "compute precision: fp32, or bf16 (matmul weights and stored activations rounded to "
-     "bf16; fp32 master weights, gradients and AdamW state), single rank, DDP and ZeRO-1/2/3, "
-     "with --recompute and --deterministic"},
+     "bf16; fp32 master weights, gradients and AdamW state), single rank, DDP, ZeRO-1/2/3 and "
+     "--pp (stages exchange the fp32 residual stream), with --recompute and --deterministic"},
     {"--deterministic", NULL, K_BOOL, OPT(deterministic), NULL,
      "one summation order for the gradient (micro-steps left to right, ranks in rank "
      "order, one division by k x N): DDP and ZeRO-1/2/3 end with bitwise the same "
@@ -498,8 +498,9 @@ static int check_grad_comm(const mg_options *o, const char *prog)
     return 0;
 }
 
-/* --precision bf16 (model/precision.c) covers a whole model on the host,
- * alone, replicated or sharded (DDP, ZeRO-1/2/3), with or without
+/* --precision bf16 (model/precision.c) covers a whole model or a
+ * pipeline's stage on the host, alone, replicated or sharded (DDP,
+ * ZeRO-1/2/3, on a pipeline's data-parallel axis too), with or without
  * --deterministic and --recompute; the rest is refused by name. */
 static int check_precision(const mg_options *o, const char *prog)
 {
@@ -507,13 +508,11 @@ static int check_precision(const mg_options *o, const char *prog)
         return bad(prog, "--precision is fp32 or bf16, not", o->precision);
     if (strcmp(o->precision, "bf16"))
         return 0;
-    const char *drop = o->pp > 0                  ? "--pp"
-                       : o->tp > 0                ? "--tp"
-                       : strcmp(o->device, "cpu") ? "--device"
-                                                  : NULL;
+    const char *drop = o->tp > 0 ? "--tp" : strcmp(o->device, "cpu") ? "--device" : NULL;
     if (drop)
         return bad(prog,
-                   "--precision bf16 covers one rank, DDP and ZeRO-1/2/3 on the CPU for now; drop",
+                   "--precision bf16 covers one rank, DDP, ZeRO-1/2/3 and --pp on the CPU for now; "
+                   "drop",
                    drop);
     return 0;
 }

@@ -33,6 +33,10 @@
  * same bits (optim/rank_order.c).
  * --recompute: each stage keeps of a block only its output per micro-batch
  * in flight, and one workspace for the rest, shared by them (model/).
+ * --precision bf16: each stage keeps a bf16 store of its blocks per
+ * micro-batch in flight, widened before that micro-batch's backward; the
+ * stages exchange the fp32 residual stream, so the run prints the loss
+ * table of one bf16 process with --grad-accum M (model/precision.c).
  * Checkpoints: each rank saves its replica's share of its stage's range
  * (dt_ckpt_pipeline_slices, set up here); --trace and lesson.c read the
  * executor's timeline of each step.
@@ -117,6 +121,8 @@ static dt_status open_stage(mg_run *r, int M)
     if (st != DT_OK)
         return st;
     st = dt_model_create_stage(&r->m, &o->cfg, dt_backend_cpu(), o->batch, &sp);
+    if (st == DT_OK && strcmp(o->precision, "bf16") == 0)
+        st = dt_model_set_precision(r->m, DT_PRECISION_BF16); /* a bf16 store per slot */
     if (st != DT_OK)
         return pipe_fail(r, st, "model", r->m ? dt_model_error(r->m) : "out of memory");
     dt_model_init(r->m, o->seed); /* this stage's slice of the full init */
