@@ -31,7 +31,7 @@ launch=$1; minigpt=$2; ckpt=$3
 tmp=$(mktemp -d /tmp/dtrain-pipe-e2e-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 unset RANK WORLD_SIZE LOCAL_RANK DT_INIT_URL DT_SECRET DT_JOB_ID
-echo "1..31"
+echo "1..40"
 n=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
 not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
@@ -155,6 +155,83 @@ else
     not_ok "$name" "bytes_sent per step: $(echo $sent), expected $((4 * 4 * 16 * 32 * 4))" \
         "$(tail -n 5 "$tmp/bytes.out")"
 fi
+
+# --act-comm bf16: the same transfers rounded to bf16, half the bytes
+# stage 0 sends per step (dtrain's traffic counters), no longer one
+# process's bits but the same on every replica, resumed bitwise, and the
+# task still learned
+name="--act-comm bf16 halves what stage 0 sends per step: 4 x B·T·C bf16 values"
+if timeout 120 "$launch" -n 2 "$minigpt" $flags --pp 2 --microbatches 4 --act-comm bf16 \
+        --metrics "$tmp/bytes16.jsonl" >"$tmp/bytes16.out" 2>&1 &&
+   sent=$(sed -n 's/.*"event": *"step".*"bytes_sent": *\([0-9]*\).*/\1/p' "$tmp/bytes16.jsonl" |
+          sort -u) && [ "$sent" = $((4 * 4 * 16 * 32 * 2)) ] &&
+   grep -q "pipeline transfers: activations and their gradients rounded to bf16" \
+       "$tmp/bytes16.out"; then
+    ok "$name"
+else
+    not_ok "$name" "bytes_sent per step: $(echo $sent), expected $((4 * 4 * 16 * 32 * 2))" \
+        "$(tail -n 5 "$tmp/bytes16.out")"
+fi
+
+for run in 1f1b:ddp zb:zero1; do
+    s=${run%:*}; par=${run#*:}
+    name="2 x 2 ranks with $s, $par and --act-comm bf16 keep every stage's replicas identical"
+    if timeout 120 "$launch" -n 4 "$minigpt" $flags --pp 2 --microbatches 4 --schedule "$s" \
+            --parallel $par --precision bf16 --act-comm bf16 --check-replicas \
+            >"$tmp/ac16-$s.out" 2>&1 &&
+       grep -q "replicas: the 2 ranks of each of the 2 stages hold bitwise identical" \
+           "$tmp/ac16-$s.out"; then
+        ok "$name"
+    else
+        not_ok "$name" "$(tail -n 5 "$tmp/ac16-$s.out")"
+    fi
+done
+
+name="2 stages with --act-comm bf16 resumed at step 2 save the uninterrupted run's step 4"
+bad=""
+for half in whole first second; do
+    case $half in
+        whole) dir=ac16-whole; more="" ;;
+        first) dir=ac16-resumed; more="--steps 2" ;;
+        *) dir=ac16-resumed; more="--resume auto" ;;
+    esac
+    timeout 120 "$launch" -n 2 "$minigpt" $flags --pp 2 --microbatches 4 --schedule zb \
+        --precision bf16 --act-comm bf16 --ckpt-dir "$tmp/$dir" --ckpt-every 2 $more \
+        >"$tmp/ac16-$half.out" 2>&1 || bad="$bad the $half run failed: $(tail -n 3 "$tmp/ac16-$half.out");"
+done
+for f in "$tmp"/ac16-whole/step_00000004/rank*.bin; do
+    cmp -s "$f" "$tmp/ac16-resumed/step_00000004/${f##*/}" || bad="$bad ${f##*/} differs;"
+done
+[ -s "$tmp/ac16-whole/step_00000004/rank00001.bin" ] || bad="$bad no step 4 saved;"
+[ -n "$one16" ] && got=$(params "$tmp/ac16-whole") && cmp -s "$one16" "$got" &&
+    bad="$bad the rounded transfers left one bf16 process's parameters unchanged;"
+if [ -z "$bad" ]; then
+    ok "$name"
+else
+    not_ok "$name" "$bad"
+fi
+
+name="the task reaches 100% exact match with --pp 2 --precision bf16 --act-comm bf16"
+if timeout 240 "$launch" -n 2 "$minigpt" --pp 2 --precision bf16 --act-comm bf16 \
+        >"$tmp/task16.out" 2>&1 &&
+   grep -q "eval @ step 600: .*exact-match accuracy 100.0%" "$tmp/task16.out"; then
+    ok "$name"
+else
+    not_ok "$name" "$(grep "eval @" "$tmp/task16.out" | tail -n 3)" "$(tail -n 3 "$tmp/task16.out")"
+fi
+
+for bad_flags in "--act-comm bf16:it needs '--pp'" "--act-comm fp16 --pp 2:--act-comm is fp32 or bf16" \
+        "--act-comm bf16 --pp 2 --wire gloo:use '--wire dtrain'" \
+        "--act-comm bf16 --pp 1 --tp 2:drop '--tp'"; do
+    args=${bad_flags%%:*}; want=${bad_flags#*:}
+    name="minigpt $args is refused: $want"
+    if ! timeout 60 "$minigpt" $flags $args >"$tmp/ac-refused.out" 2>&1 &&
+       grep -qF -- "$want" "$tmp/ac-refused.out"; then
+        ok "$name"
+    else
+        not_ok "$name" "$(cat "$tmp/ac-refused.out")"
+    fi
+done
 
 # dp x pp = 2 x 2 against DDP (or ZeRO-1) on 2 ranks with --grad-accum 4
 for par in ddp zero1; do

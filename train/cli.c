@@ -129,6 +129,9 @@ static const flag flags[] = {
     {"--grad-comm", NULL, K_STR, OPT(grad_comm), "TYPE",
      "the gradients' type on the wire: fp32, or bf16 (rounded to bf16, summed in fp32 and "
      "rounded once; half the bytes; training stays fp32), DDP and ZeRO-1/2/3"},
+    {"--act-comm", NULL, K_STR, OPT(act_comm), "TYPE",
+     "with --pp, the type of the activations and their gradients between stages: fp32, or "
+     "bf16 (rounded at each stage boundary, half the bytes; no longer one process's bits)"},
     {"--precision", NULL, K_STR, OPT(precision), "TYPE",
      "compute precision: fp32, or bf16 (matmul weights and stored activations rounded to "
      "bf16; fp32 master weights, gradients and AdamW state), single rank, DDP, ZeRO-1/2/3 and "
@@ -163,6 +166,7 @@ void mg_options_default(mg_options *o)
                       .schedule = "1f1b",
                       .pp_partition = "params",
                       .grad_comm = "fp32",
+                      .act_comm = "fp32",
                       .precision = "fp32",
                       .device = "cpu"};
 }
@@ -558,6 +562,8 @@ static int check(const mg_options *o, const char *prog)
     int rc = check_grad_comm(o, prog);
     if (!rc)
         rc = check_precision(o, prog);
+    if (!rc)
+        rc = mg_check_act_comm(o, prog);
     return rc ? rc : check_pipeline(o, prog);
 }
 

@@ -33,6 +33,9 @@
  * same bits (optim/rank_order.c).
  * --recompute: each stage keeps of a block only its output per micro-batch
  * in flight, and one workspace for the rest, shared by them (model/).
+ * --act-comm bf16: the executor sends the activations and their
+ * gradients rounded to bf16 (pipeline/act_comm.c); the evaluation's
+ * forwards still send fp32 (evaluation.c).
  * --precision bf16: each stage keeps a bf16 store of its blocks per
  * micro-batch in flight, widened before that micro-batch's backward; the
  * stages exchange the fp32 residual stream, so the run prints the loss
@@ -226,6 +229,8 @@ dt_status mg_pipe_open(mg_run *r)
     st = dt_pipe_create(&r->pipe, r->pipe_comm, r->m, r->sched);
     if (st != DT_OK)
         return pipe_layer_fail(r, st, dt_pipe_error(r->pipe));
+    if (strcmp(o->act_comm, "bf16") == 0)
+        dt_pipe_set_act_comm_bf16(r->pipe);
     return open_optimizer(r);
 }
 
