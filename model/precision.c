@@ -48,7 +48,9 @@
  * and its last block's residual3, and their gradients), which stays fp32:
  * the stages compute what one process computes, so `--pp` in bf16 prints
  * one process's loss table (Megatron's fp32_residual_connection sends
- * fp32 between stages for the same reason).
+ * fp32 between stages for the same reason). Rounding it on the wire is
+ * the pipeline's choice, not the model's (--act-comm bf16,
+ * pipeline/act_comm.c).
  *
  * Under ZeRO-3 the gathered units are the fp32 masters' units and each
  * matmul rounds its weight from the gathered unit, as a replica rounds
