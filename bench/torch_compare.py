@@ -2,7 +2,7 @@
 """torch_compare.py - MiniGPT training-step speed: dtrain's C model vs PyTorch.
 
     bench/torch_compare.py BUILD/bench/minigpt-bench [-V 64 -C 32 -H 4 -L 2
-        -T 16 -B 4] [--pairs 3] [--steps N] [--warmup N]
+        -T 16 -B 4] [--pairs 3] [--steps N] [--warmup N] [--precision bf16]
 
 Runs the same configuration alternately - C, PyTorch, C, PyTorch, ... for
 --pairs pairs, each in a fresh process - so that a busy or throttled
@@ -14,6 +14,11 @@ update (lr 1e-3, PyTorch's defaults) on a fixed random batch, single
 threaded on both sides (OPENBLAS_NUM_THREADS=1 and -t 1 for C;
 torch.set_num_threads(1) and OMP_NUM_THREADS=1 for PyTorch). Each run
 reports the median of its step times after a warm-up.
+
+--precision bf16 times dtrain's `minigpt-bench --precision bf16` against
+PyTorch's forward and loss under torch.cpu.amp.autocast(dtype=torch.bfloat16)
+(fp32 parameters, gradients and AdamW state on both sides; backward and
+the update outside autocast, as PyTorch's recipe has them).
 
 Needs python3-torch (Debian's) for the PyTorch side; the C side is the
 minigpt-bench executable built by meson.
@@ -43,9 +48,11 @@ def torch_worker(a):
     x = torch.randint(0, a.V, (a.B, a.T))
     y = torch.randint(0, a.V, (a.B, a.T))
     times = []
+    bf16 = a.precision == "bf16"
     for step in range(a.warmup + a.steps):
         t0 = time.perf_counter()
-        _, loss = model(x, y)
+        with torch.cpu.amp.autocast(enabled=bf16, dtype=torch.bfloat16):
+            _, loss = model(x, y)
         model.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -54,6 +61,7 @@ def torch_worker(a):
     med = statistics.median(times)
     print(f"ms_per_step={med * 1e3:.4f} tok_per_s={a.B * a.T / med:.0f} "
           f"backend=torch-{torch.__version__} threads={torch.get_num_threads()} "
+          f"precision={'bf16-autocast' if bf16 else 'fp32'} "
           f"loss={loss.item():.4f}")
 
 
@@ -75,6 +83,7 @@ def main():
     p.add_argument("--steps", type=int, default=0,
                    help="timed steps per run (default: ~2 s of C steps)")
     p.add_argument("--warmup", type=int, default=0)
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     p.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -94,11 +103,12 @@ def main():
     vals = [str(getattr(a, k)) for k, _ in CONFIG]
     flags = [x for pair in zip(cfg, vals) for x in pair]
     c_cmd = [a.bench] + flags + ["-n", str(a.steps), "-w", str(a.warmup),
-                                 "-t", "1"]
+                                 "-t", "1", "--precision", a.precision]
     t_cmd = [sys.executable, os.path.abspath(__file__), "--torch-worker"] + \
-        flags + ["--steps", str(a.steps), "--warmup", str(a.warmup)]
+        flags + ["--steps", str(a.steps), "--warmup", str(a.warmup),
+                 "--precision", a.precision]
     print("config: " + " ".join(flags) + f"  steps={a.steps} "
-          f"warmup={a.warmup} pairs={a.pairs} (1 thread each)")
+          f"warmup={a.warmup} pairs={a.pairs} precision={a.precision} (1 thread each)")
     c_ms, t_ms = [], []
     for i in range(a.pairs):
         ms, line = run(c_cmd, env)

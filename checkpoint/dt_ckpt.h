@@ -325,9 +325,17 @@ dt_status dt_ckpt_export_safetensors(dt_ckpt *ck, const char *path, const dt_con
  * "head.weight"), so that its load_state_dict(strict=True) takes the file. */
 typedef enum dt_ckpt_names { DT_CKPT_NAMES_DTRAIN, DT_CKPT_NAMES_SEED } dt_ckpt_names;
 
-/* dt_ckpt_export_safetensors under the given names. */
-dt_status dt_ckpt_export_safetensors_named(dt_ckpt *ck, const char *path, const dt_config *cfg,
-                                           const float *params, dt_ckpt_names names);
+/* How an export is written: whose names, and the data's dtype, DT_F32 (the
+ * checkpoint's values) or DT_BF16 (each rounded to the nearest bf16, ties
+ * to even: half the bytes). Zeroed: dtrain's names, F32. */
+typedef struct dt_ckpt_export_options {
+    dt_ckpt_names names;
+    dt_dtype dtype;
+} dt_ckpt_export_options;
+
+/* dt_ckpt_export_safetensors, written as o says. */
+dt_status dt_ckpt_export_safetensors_as(dt_ckpt *ck, const char *path, const dt_config *cfg,
+                                        const float *params, const dt_ckpt_export_options *o);
 /*
  * The parameters of a step directory as a safetensors file, streamed:
  * every shard verified (SHA-256), then the data written a 4 MiB window at
@@ -335,7 +343,7 @@ dt_status dt_ckpt_export_safetensors_named(dt_ckpt *ck, const char *path, const 
  * a --tp checkpoint (DT_EINVAL: its shares must be joined in memory).
  */
 dt_status dt_ckpt_export_dir(dt_ckpt *ck, const char *step_dir, const char *path,
-                             dt_ckpt_names names);
+                             const dt_ckpt_export_options *o);
 
 #ifdef __cplusplus
 }

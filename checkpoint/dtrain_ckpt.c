@@ -5,10 +5,11 @@
  *                                        mode, bytes, and whether it verifies
  *   dtrain-ckpt verify DIR               a step directory (or a root: its
  *                                        latest); exit 0 if it verifies, 1 not
- *   dtrain-ckpt export DIR OUT.safetensors [--names dtrain|seed]
+ *   dtrain-ckpt export DIR OUT.safetensors [--names dtrain|seed] [--dtype fp32|bf16]
  *                                        consolidated weights, under dtrain's
  *                                        state_dict names or the seed
- *                                        curriculum's MiniGPT module's
+ *                                        curriculum's MiniGPT module's, as
+ *                                        fp32 or rounded to bf16
  *   dtrain-ckpt reshard DIR OUTROOT M [--pp P [--pp-partition HOW]] [--tp T]
  *                                        the same state as M shards; with
  *                                        --pp, laid out for P stages x M/P
@@ -51,7 +52,7 @@
 static const char *const commands[][2] = {
     {"ls", "ROOT"},
     {"verify", "DIR|ROOT"},
-    {"export", "DIR|ROOT OUT.safetensors [--names dtrain|seed]"},
+    {"export", "DIR|ROOT OUT.safetensors [--names dtrain|seed] [--dtype fp32|bf16]"},
     {"reshard", "DIR|ROOT OUTROOT M [--pp P [--pp-partition params|uniform]] [--tp T]"},
 };
 #define NUM_COMMANDS (sizeof commands / sizeof commands[0])
@@ -412,20 +413,35 @@ static int cmd_reshard(dt_ckpt *in, const char *dir, dt_ckpt_state *s, const cha
     return rc;
 }
 
-/* export's "--names dtrain|seed" (or --names=seed) after OUT: dtrain's own
- * state_dict names, or the seed curriculum's. */
-static int parse_export_names(int argc, char **argv, dt_ckpt_names *names)
+/* export's options after OUT, in any order, each once, "--flag V" or
+ * "--flag=V": --names dtrain|seed (dtrain's own state_dict names, or the
+ * seed curriculum's) and --dtype fp32|bf16. A usage error names the
+ * argument it could not take. */
+static int parse_export_options(int argc, char **argv, dt_ckpt_export_options *o)
 {
-    const char *what = NULL;
-    if (!dt_flag_is(argv[4], "--names", &what))
-        return 1;
-    if (!what && argc == 6)
-        what = argv[5];
-    else if (!what || argc != 5)
-        return 1;
-    if (strcmp(what, "dtrain") && strcmp(what, "seed"))
-        return 1;
-    *names = strcmp(what, "seed") == 0 ? DT_CKPT_NAMES_SEED : DT_CKPT_NAMES_DTRAIN;
+    bool named = false, typed = false;
+    for (int i = 4; i < argc; i++) {
+        const char *v = NULL;
+        bool names = dt_flag_is(argv[i], "--names", &v);
+        bool dtype = !names && dt_flag_is(argv[i], "--dtype", &v);
+        if (!names && !dtype)
+            return dt_flag_error("dtrain-ckpt", "export: unexpected argument '%s'", argv[i]);
+        if ((names && named) || (dtype && typed))
+            return dt_flag_error("dtrain-ckpt", "export: %s given twice",
+                                 names ? "--names" : "--dtype");
+        if (!v && i + 1 < argc)
+            v = argv[++i];
+        if (names && (!v || (strcmp(v, "dtrain") && strcmp(v, "seed"))))
+            return dt_flag_error("dtrain-ckpt", "export: --names takes dtrain or seed");
+        if (dtype && (!v || (strcmp(v, "fp32") && strcmp(v, "bf16"))))
+            return dt_flag_error("dtrain-ckpt", "export: --dtype takes fp32 or bf16");
+        if (names)
+            o->names = strcmp(v, "seed") == 0 ? DT_CKPT_NAMES_SEED : DT_CKPT_NAMES_DTRAIN;
+        else
+            o->dtype = strcmp(v, "bf16") == 0 ? DT_BF16 : DT_F32;
+        named |= names;
+        typed |= dtype;
+    }
     return 0;
 }
 
@@ -454,10 +470,10 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "ls") == 0)
         return argc == 3 ? cmd_ls(argv[2]) : wrong_arguments(cmd);
     bool verify = strcmp(cmd, "verify") == 0 && argc == 3;
-    bool export = strcmp(cmd, "export") == 0 && argc >= 4 && argc <= 6;
-    dt_ckpt_names names = DT_CKPT_NAMES_DTRAIN;
-    if (export && argc > 4 && parse_export_names(argc, argv, &names))
-        return dt_flag_error("dtrain-ckpt", "export: --names takes dtrain or seed");
+    bool export = strcmp(cmd, "export") == 0 && argc >= 4;
+    dt_ckpt_export_options eo = {.names = DT_CKPT_NAMES_DTRAIN, .dtype = DT_F32};
+    if (export && parse_export_options(argc, argv, &eo))
+        return DT_FLAGS_USAGE_ERROR;
     bool reshard = strcmp(cmd, "reshard") == 0 && argc >= 5;
     int pp = 0, tp = 1;
     dt_pipe_partition_kind kind;
@@ -494,15 +510,16 @@ int main(int argc, char **argv)
     if (!rc && export && !streamed)
         rc = to_tp(&s, 1);
     if (!rc && export) {
-        rc = (streamed ? dt_ckpt_export_dir(ck, dir, argv[3], names)
-                       : dt_ckpt_export_safetensors_named(ck, argv[3], &s.cfg, s.params, names)) !=
-             DT_OK;
+        rc = (streamed
+                  ? dt_ckpt_export_dir(ck, dir, argv[3], &eo)
+                  : dt_ckpt_export_safetensors_as(ck, argv[3], &s.cfg, s.params, &eo)) != DT_OK;
         if (rc)
             fprintf(stderr, "dtrain-ckpt: %s\n", dt_ckpt_error(ck));
         else
-            printf("%s: %zu parameters of step %ld\n",
+            printf("%s: %zu parameters of step %ld%s\n",
                    dt_ckpt_printable(shown, sizeof shown, argv[3]),
-                   streamed ? info.num_params : s.num_params, info.step);
+                   streamed ? info.num_params : s.num_params, info.step,
+                   eo.dtype == DT_BF16 ? ", rounded to bf16" : "");
     }
     if (!rc && reshard) {
         int m;

@@ -36,6 +36,12 @@
  * Names: dtrain's own, or the seed curriculum's MiniGPT module's. The two
  * modules are the same network with the same shapes, registered in the
  * same order; only five names differ, renamed one by one (seed_name).
+ *
+ * dtype: F32, the checkpoint's own values, or BF16 on request (half the
+ * bytes, what a bf16 inference or fine-tuning run loads): each value
+ * rounded to the nearest bf16, ties to even, the rule the collectives and
+ * --precision bf16 round by (dt_f32_to_bf16_n), a window at a time on
+ * its way out; the checkpoint keeps its fp32 masters either way.
  */
 #include <errno.h>
 #include <jansson.h>
@@ -83,8 +89,9 @@ static void seed_name(char *out, size_t len, const char *name)
 }
 
 /* The JSON header, padded to a multiple of 8 bytes; NULL on ENOMEM. */
-static char *build_header(const dt_config *cfg, dt_ckpt_names names, size_t *len)
+static char *build_header(const dt_config *cfg, const dt_ckpt_export_options *o, size_t *len)
 {
+    size_t size = o->dtype == DT_BF16 ? sizeof(uint16_t) : sizeof(float);
     dt_tensor_info *tab;
     int nt;
     if (dt_config_tensors(cfg, &tab, &nt) != DT_OK)
@@ -97,15 +104,16 @@ static char *build_header(const dt_config *cfg, dt_ckpt_names names, size_t *len
         json_t *shape = json_array();
         for (int d = 0; d < t->ndim; d++)
             json_array_append_new(shape, json_integer(t->shape[d]));
-        size_t begin = t->offset * sizeof(float);
-        size_t end = begin + t->numel * sizeof(float);
+        size_t begin = t->offset * size;
+        size_t end = begin + t->numel * size;
         char name[96];
-        if (names == DT_CKPT_NAMES_SEED)
+        if (o->names == DT_CKPT_NAMES_SEED)
             seed_name(name, sizeof name, t->name);
         else
             snprintf(name, sizeof name, "%s", t->name);
         json_object_set_new(root, name,
-                            json_pack("{s:s, s:o, s:[II]}", "dtype", "F32", "shape", shape,
+                            json_pack("{s:s, s:o, s:[II]}", "dtype",
+                                      o->dtype == DT_BF16 ? "BF16" : "F32", "shape", shape,
                                       "data_offsets", (json_int_t)begin, (json_int_t)end));
     }
     char *text = root ? json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
@@ -147,33 +155,44 @@ static dt_status replaceable(dt_ckpt *ck, const char *path)
 }
 
 /* Where the data section comes from: one buffer, or a step directory's
- * shards read a window at a time. */
+ * shards read a window at a time; and in which dtype it is written. */
 typedef struct body {
     const float *params;    /* the whole buffer, or NULL */
     const char *dir;        /* else: the step directory */
     const ckpt_manifest *m; /* its manifest */
     size_t n;               /* parameters */
+    dt_dtype dtype;         /* DT_F32 or DT_BF16 */
+    uint16_t *narrow;       /* bf16: EXPORT_WINDOW values of scratch */
 } body;
 
-/* The shards' parameters, WINDOW elements at a time, onto fd: each
- * window is read from every shard whose ranges meet it (checking reads:
- * the caller verified the hashes first), then written. */
-static dt_status write_streamed(dt_ckpt *ck, int fd, const body *b)
+/* w parameters onto fd, as they are or rounded to bf16. */
+static bool write_values(int fd, const body *b, const float *v, size_t w)
 {
-    float *win = malloc(EXPORT_WINDOW * sizeof(float));
-    if (!win)
+    if (b->dtype != DT_BF16)
+        return ckpt_write_all(fd, v, w * sizeof(float));
+    dt_f32_to_bf16_n(b->narrow, v, w);
+    return ckpt_write_all(fd, b->narrow, w * sizeof(uint16_t));
+}
+
+/* The parameters onto fd, EXPORT_WINDOW at a time: from the buffer, or
+ * each window read from every shard whose ranges meet it (checking reads:
+ * the caller verified the hashes first). */
+static dt_status write_data(dt_ckpt *ck, int fd, const body *b)
+{
+    float *win = b->params ? NULL : malloc(EXPORT_WINDOW * sizeof(float));
+    if (!b->params && !win)
         return ckpt_fail(ck, DT_ENOMEM, DT_CKPT_FAULT_IO, "export: out of memory");
     dt_status st = DT_OK;
     for (size_t lo = 0; lo < b->n && st == DT_OK; lo += EXPORT_WINDOW) {
         size_t w = b->n - lo < EXPORT_WINDOW ? b->n - lo : EXPORT_WINDOW;
-        dt_ckpt_state s = {.cfg = b->m->cfg,
+        dt_ckpt_state s = {.cfg = b->m ? b->m->cfg : (dt_config){0},
                            .num_params = b->n,
                            .params = win,
                            .held_lo = lo,
                            .held_n = w};
-        for (int r = 0; r < b->m->world && st == DT_OK; r++)
+        for (int r = 0; win && r < b->m->world && st == DT_OK; r++)
             st = ckpt_read_shard(ck, b->dir, b->m, r, &s, false);
-        if (st == DT_OK && !ckpt_write_all(fd, win, w * sizeof(float)))
+        if (st == DT_OK && !write_values(fd, b, win ? win : b->params + lo, w))
             st = ckpt_fail(ck, DT_ESYS, DT_CKPT_FAULT_IO, "export: writing: %s", strerror(errno));
     }
     free(win);
@@ -196,9 +215,7 @@ static dt_status write_replacing(dt_ckpt *ck, const char *path, const char *head
     unsigned char lenbuf[8];
     put_le64(lenbuf, hlen);
     bool ok = ckpt_write_all(fd, lenbuf, 8) && ckpt_write_all(fd, header, hlen);
-    if (ok && b->params)
-        ok = ckpt_write_all(fd, b->params, b->n * sizeof(float));
-    else if (ok && write_streamed(ck, fd, b) != DT_OK) {
+    if (ok && write_data(ck, fd, b) != DT_OK) {
         close(fd);
         unlink(tmp);
         return ck->status;
@@ -218,16 +235,24 @@ static dt_status write_replacing(dt_ckpt *ck, const char *path, const char *head
 
 /* The header for cfg, then the body, into path. */
 static dt_status export_body(dt_ckpt *ck, const char *path, const dt_config *cfg,
-                             dt_ckpt_names names, const body *b)
+                             const dt_ckpt_export_options *o, body *b)
 {
     char err[160];
     if (dt_config_check(cfg, err, sizeof err) != DT_OK)
         return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_CONFIG, "export: %s", err);
+    if (o->dtype != DT_F32 && o->dtype != DT_BF16)
+        return ckpt_fail(ck, DT_EINVAL, DT_CKPT_FAULT_CONFIG,
+                         "export: the dtype is f32 or bf16, not %s", dt_dtype_name(o->dtype));
+    b->dtype = o->dtype;
     size_t hlen = 0;
-    char *header = build_header(cfg, names, &hlen);
-    if (!header)
-        return ckpt_fail(ck, DT_ENOMEM, DT_CKPT_FAULT_IO, "export: out of memory");
-    dt_status st = write_replacing(ck, path, header, hlen, b);
+    char *header = build_header(cfg, o, &hlen);
+    b->narrow = o->dtype == DT_BF16 ? malloc(EXPORT_WINDOW * sizeof(uint16_t)) : NULL;
+    dt_status st = DT_ENOMEM;
+    if (!header || (o->dtype == DT_BF16 && !b->narrow))
+        ckpt_fail(ck, DT_ENOMEM, DT_CKPT_FAULT_IO, "export: out of memory");
+    else
+        st = write_replacing(ck, path, header, hlen, b);
+    free(b->narrow);
     free(header);
     return st;
 }
@@ -235,18 +260,18 @@ static dt_status export_body(dt_ckpt *ck, const char *path, const dt_config *cfg
 dt_status dt_ckpt_export_safetensors(dt_ckpt *ck, const char *path, const dt_config *cfg,
                                      const float *params)
 {
-    return dt_ckpt_export_safetensors_named(ck, path, cfg, params, DT_CKPT_NAMES_DTRAIN);
+    return dt_ckpt_export_safetensors_as(ck, path, cfg, params, &(dt_ckpt_export_options){0});
 }
 
-dt_status dt_ckpt_export_safetensors_named(dt_ckpt *ck, const char *path, const dt_config *cfg,
-                                           const float *params, dt_ckpt_names names)
+dt_status dt_ckpt_export_safetensors_as(dt_ckpt *ck, const char *path, const dt_config *cfg,
+                                        const float *params, const dt_ckpt_export_options *o)
 {
     body b = {.params = params, .n = dt_config_num_params(cfg)};
-    return export_body(ck, path, cfg, names, &b);
+    return export_body(ck, path, cfg, o, &b);
 }
 
 dt_status dt_ckpt_export_dir(dt_ckpt *ck, const char *step_dir, const char *path,
-                             dt_ckpt_names names)
+                             const dt_ckpt_export_options *o)
 {
     dt_status st = dt_ckpt_verify(ck, step_dir); /* every hash, through 1 MiB */
     if (st != DT_OK)
@@ -261,7 +286,7 @@ dt_status dt_ckpt_export_dir(dt_ckpt *ck, const char *step_dir, const char *path
                        step_dir, m.tp);
     body b = {.dir = step_dir, .m = &m, .n = (size_t)m.num_params};
     if (st == DT_OK)
-        st = export_body(ck, path, &m.cfg, names, &b);
+        st = export_body(ck, path, &m.cfg, o, &b);
     ckpt_manifest_free(&m);
     return st;
 }

@@ -126,19 +126,25 @@ static size_t stored_fields(float *f[NUM_STORED], size_t n[NUM_STORED], dt_model
     return total;
 }
 
+/* Elements of one activation slot's store: the stage's blocks at (max_B,
+ * T). A pipeline stage keeps act_slots of them, one per micro-batch in
+ * flight (slot k's at k times this), so a forward into one slot never
+ * overwrites what another slot's backward will widen. */
 size_t dt_bf16_store_size(const dt_model *m)
 {
     return (size_t)(m->l1 - m->l0) *
            stored_fields(NULL, NULL, (dt_model *)m, m->l0, (size_t)m->max_B, (size_t)m->cfg.T);
 }
 
-/* Packs or unpacks block l of the selected slot for the last shape. */
+/* Packs or unpacks block l of the selected slot for shape (B, T): its
+ * blocks lie at a stride of their (B, T) size from the slot's start, which
+ * fits the slot's (max_B, T) share (minigpt.c's rule for shorter rows). */
 static void move_block(dt_model *m, int l, int B, int T, bool pack)
 {
     float *f[NUM_STORED];
     size_t n[NUM_STORED];
     size_t per = stored_fields(f, n, m, l, (size_t)B, (size_t)T);
-    uint16_t *s = m->bf16_memory + (size_t)(l - m->l0) * per;
+    uint16_t *s = m->bf16_memory + (size_t)m->slot * m->num_bf16 + (size_t)(l - m->l0) * per;
     for (int i = 0; i < NUM_STORED; i++) {
         if (pack)
             narrow_range(s, f[i], n[i]);

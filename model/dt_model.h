@@ -357,8 +357,8 @@ typedef struct dt_model {
 
     float *adam_m, *adam_v; /* device (num_params); NULL until update */
     bool bf16;              /* dt_model_set_precision(BF16): precision.c */
-    uint16_t *bf16_memory;  /* device (num_bf16): the blocks' stored activations */
-    size_t num_bf16;        /* its elements: L blocks' stored fields at (max_B, T) */
+    uint16_t *bf16_memory;  /* device (act_slots * num_bf16): the blocks' stored activations */
+    size_t num_bf16;        /* of one slot: its blocks' stored fields at (max_B, T) */
     float *weight_ws;       /* device (max(4C, V) * C): one matmul's rounded weight */
     float *param_ws;        /* device (2 * max(4, T) * C): rounded gains, biases, wpe */
 

@@ -149,7 +149,8 @@ static size_t workspace_size(const dt_model *m, size_t B, size_t T, bool grads)
 size_t dt_model_activation_bytes(const dt_model *m)
 {
     size_t sets = (size_t)m->act_slots * m->num_acts + (size_t)m->grad_slots * m->num_grad_acts;
-    return (sets + m->num_ws + m->num_grad_ws) * sizeof(float) + m->num_bf16 * sizeof(uint16_t);
+    return (sets + m->num_ws + m->num_grad_ws) * sizeof(float) +
+           (size_t)m->act_slots * m->num_bf16 * sizeof(uint16_t);
 }
 
 /* Points m->acts and m->grad_acts at the selected sets, laid out for
@@ -222,7 +223,8 @@ dt_status dt_model_alloc_acts(dt_model *m)
     m->grad_acts_memory = be->alloc(m->num_grad_acts * sizeof(float) * (size_t)m->grad_slots);
     m->ws_memory = m->num_ws ? be->alloc(m->num_ws * sizeof(float)) : NULL;
     m->grad_ws_memory = m->num_ws ? be->alloc(m->num_grad_ws * sizeof(float)) : NULL;
-    m->bf16_memory = m->num_bf16 ? be->alloc(m->num_bf16 * sizeof(uint16_t)) : NULL;
+    m->bf16_memory = m->num_bf16 ? be->alloc(m->num_bf16 * sizeof(uint16_t) * (size_t)m->act_slots)
+                                 : NULL;
     if (!m->acts_memory || !m->grad_acts_memory || (m->num_ws && !m->ws_memory) ||
         (m->num_ws && !m->grad_ws_memory) || (m->num_bf16 && !m->bf16_memory))
         return DT_ENOMEM;

@@ -38,8 +38,24 @@
  *   - activation gradients stay fp32 but live, as under recomputation, in
  *     one block's gradient workspace (only the residual stream's gradient
  *     is kept per block): nothing outside a block reads a block's inner
- *     gradients unless a pipeline splits backward, which bf16 does not
- *     cover yet. Activation bytes on the 865k config: 0.506x fp32's.
+ *     gradients but a pipeline's split backward, whose weight half
+ *     (DT_BACKWARD_WEIGHT, zero-bubble) recomputes them from the block's
+ *     widened store and its kept output gradient, as recomputation's
+ *     weight half does (backward.c): one more input-gradient pass per
+ *     block instead of a per-slot fp32 copy of every inner gradient, and
+ *     the same bits as the whole backward. Activation bytes on the 865k
+ *     config: 0.506x fp32's.
+ *
+ * A pipeline stage keeps one store per activation slot (a micro-batch in
+ * flight, stage.c), each sized for the stage's own blocks at (max_B, T)
+ * and addressed by the selected slot; the one workspace stays shared. What
+ * a stage sends and receives is the residual stream (its input `encoded`
+ * and its last block's residual3, and their gradients), which stays fp32:
+ * the stages compute what one process computes, so `--pp` in bf16 prints
+ * one process's loss table (Megatron's fp32_residual_connection sends
+ * fp32 between stages for the same reason). Rounding it on the wire is
+ * the pipeline's choice, not the model's (--act-comm bf16,
+ * pipeline/act_comm.c).
  *
  * What the parameter buffer holds: under DDP (and on one rank) the fp32
  * masters; under ZeRO the masters are the owners' shards and the buffer
@@ -83,8 +99,6 @@ dt_status dt_model_set_precision(dt_model *m, dt_precision p)
         return refuse(m, "a model is switched once, from fp32 to bf16");
     if (strncmp(m->be->name, "cpu", 3) != 0)
         return refuse(m, "the conversions run on host memory: the cpu backends only");
-    if (m->l0 != 0 || m->l1 != m->cfg.L || m->act_slots != 1 || m->grad_slots != 1)
-        return refuse(m, "not built for a pipeline stage");
     if (m->last_B)
         return refuse(m, "switch before the first forward");
     const dt_config *c = &m->cfg;

@@ -246,6 +246,14 @@ dt_status dt_pipe_run(dt_pipe *p, const int *const *inputs, const int *const *ta
  */
 void dt_pipe_set_grad_hook(dt_pipe *p, dt_grad_ready_fn fn, void *user);
 
+/*
+ * Sends the activations and their gradients between stages rounded to
+ * bf16 (half the bytes; pipeline/act_comm.c), widened back to fp32 on
+ * arrival. Set before the first run; the stages of a pipeline must agree
+ * (a receive of another size fails with DT_EPROTO naming both sides).
+ */
+void dt_pipe_set_act_comm_bf16(dt_pipe *p);
+
 /* Seconds this stage spent in each kind of action in the last run, and
  * the run's wall time: idle = wall - compute is the stage's bubble (plus
  * transfer time). */

@@ -50,6 +50,10 @@
  * makes the exchange complete whatever the size; dt_pipe_simulate checks
  * the same rules on every schedule with sends that never buffer.
  *
+ * --act-comm bf16 (dt_pipe_set_act_comm_bf16, act_comm.c): the same
+ * transfers carry the tensors rounded to bf16, from and into per-slot
+ * buffers; a receive is widened into its slot when it is waited.
+ *
  * Failures: any failed transfer fails the communicator (the transport's
  * contract), which fails every other pending transfer at once, and the
  * error names the stage, the action, the micro-batch and the peer, with
@@ -85,6 +89,8 @@ struct dt_pipe {
     void *hook_user;
     dt_pipe_stats stats;
     double *t_start, *t_end; /* [n] the last run's timeline */
+    bool act_bf16;           /* transfers in bf16 (act_comm.c) */
+    dt_act_wire wire;
     char err[1024];
 };
 
@@ -225,12 +231,18 @@ void dt_pipe_destroy(dt_pipe *p)
     free(p->free_after);
     free(p->early);
     free(p->losses);
+    dt_act_wire_free(&p->wire);
     free(p);
 }
 
 const char *dt_pipe_error(const dt_pipe *p)
 {
     return p ? p->err : "pipeline: out of memory";
+}
+
+void dt_pipe_set_act_comm_bf16(dt_pipe *p)
+{
+    p->act_bf16 = true;
 }
 
 void dt_pipe_set_grad_hook(dt_pipe *p, dt_grad_ready_fn fn, void *user)
@@ -295,6 +307,32 @@ static dt_status free_slots(dt_pipe *p, const dt_pipe_action *a)
     return DT_OK;
 }
 
+/* Posts one transfer in bf16: the send rounded into its slot's buffer,
+ * the receive into its slot's inbox (widened once waited, run_batch). */
+static dt_status post_bf16(dt_pipe *p, const dt_pipe_action *a, size_t count, uint32_t tag,
+                           dt_work **w)
+{
+    const dt_pipe_stage *m = &p->m;
+    int kind = a->op == DT_PIPE_SEND_GRAD || a->op == DT_PIPE_RECV_GRAD;
+    int slot = kind ? a->grad_slot : a->slot, peer = peer_of(p, a->op);
+    if (is_recv(a->op))
+        return dt_recv_async(p->comm, dt_act_wire_inbox(&p->wire, kind, slot), count, DT_BF16, peer,
+                             tag, NULL, w);
+    const float *src = kind ? m->ops->input_grad(m->self) : m->ops->output(m->self);
+    return dt_send_async(p->comm, dt_act_wire_pack(&p->wire, kind, slot, src, count), count,
+                         DT_BF16, peer, tag, w);
+}
+
+/* A bf16 receive, waited: widened into the tensor its slot reads. */
+static void unpack_bf16(dt_pipe *p, const dt_pipe_action *a, int B, int T)
+{
+    const dt_pipe_stage *m = &p->m;
+    int kind = a->op == DT_PIPE_RECV_GRAD;
+    m->ops->select(m->self, a->slot, a->grad_slot >= 0 ? a->grad_slot : 0);
+    float *dst = kind ? m->ops->output_grad(m->self) : m->ops->input(m->self, B, T);
+    dt_act_wire_unpack(&p->wire, kind, kind ? a->grad_slot : a->slot, dst, (size_t)B * T * m->C);
+}
+
 /* Posts one transfer, straight from or into the model's slot. */
 static dt_status post(dt_pipe *p, const dt_pipe_action *a, int B, int T, dt_work **w)
 {
@@ -303,6 +341,8 @@ static dt_status post(dt_pipe *p, const dt_pipe_action *a, int B, int T, dt_work
     int kind = a->op == DT_PIPE_SEND_GRAD || a->op == DT_PIPE_RECV_GRAD;
     uint32_t tag = TAG_BASE + 2u * (uint32_t)a->mb + (uint32_t)kind;
     m->ops->select(m->self, a->slot, a->grad_slot >= 0 ? a->grad_slot : 0);
+    if (p->act_bf16)
+        return post_bf16(p, a, count, tag, w);
     switch (a->op) {
     case DT_PIPE_SEND_ACT:
         return dt_send_async(p->comm, m->ops->output(m->self), count, DT_F32, p->stage + 1, tag, w);
@@ -360,6 +400,8 @@ static dt_status run_batch(dt_pipe *p, int i, int B, int T, int *next)
         p->t_end[p->recv_at[r]] = dt_now();
         if (rs != DT_OK && st == DT_OK)
             st = transfer_failed(p, &acts[p->recv_at[r]], rs);
+        if (rs == DT_OK && p->act_bf16)
+            unpack_bf16(p, &acts[p->recv_at[r]], B, T);
     }
     return st;
 }
@@ -477,7 +519,11 @@ dt_status dt_pipe_run(dt_pipe *p, const int *const *inputs, const int *const *ta
     const dt_pipe_schedule *s = p->sched;
     const dt_pipe_action *acts = s->actions[p->stage];
     dt_status st = check_batch(p, inputs, targets);
-    memset(&p->stats, 0, sizeof p->stats);
+    const int slots[2] = {p->m.act_slots, p->m.grad_slots};
+    if (st == DT_OK && p->act_bf16 &&
+        dt_act_wire_reserve(&p->wire, (size_t)B * T * p->m.C, slots) != DT_OK)
+        st = pipe_fail(p, DT_ENOMEM, "out of memory for the bf16 transfer buffers (%zu B)",
+                       4 * (size_t)B * T * p->m.C * (size_t)(slots[0] + slots[1]));
     memset(p->t_start, 0, (size_t)s->n[p->stage] * sizeof(double));
     memset(p->t_end, 0, (size_t)s->n[p->stage] * sizeof(double));
     double t0 = dt_now();

@@ -21,4 +21,23 @@ static inline bool dt_pipe_is_transfer(dt_pipe_op op)
     return op >= DT_PIPE_SEND_ACT && op <= DT_PIPE_RECV_GRAD;
 }
 
+/* The bf16 wire of a stage's activations and gradients (act_comm.c):
+ * buf[kind][dir] holds, per slot of that kind (0: activation slots, 1:
+ * gradient slots), per_slot halves to send (dir 0) or received (dir 1). */
+typedef struct dt_act_wire {
+    uint16_t *buf[2][2];
+    size_t per_slot;
+} dt_act_wire;
+
+/* Room for count halves per slot (slots[kind] of each kind); keeps what
+ * is there when it already fits. DT_ENOMEM leaves the wire empty. */
+dt_status dt_act_wire_reserve(dt_act_wire *w, size_t count, const int slots[2]);
+void dt_act_wire_free(dt_act_wire *w);
+/* src rounded into the slot's send buffer, which it returns. */
+const uint16_t *dt_act_wire_pack(dt_act_wire *w, int kind, int slot, const float *src,
+                                 size_t count);
+/* The slot's receive buffer, and it widened into dst once received. */
+uint16_t *dt_act_wire_inbox(dt_act_wire *w, int kind, int slot);
+void dt_act_wire_unpack(dt_act_wire *w, int kind, int slot, float *dst, size_t count);
+
 #endif /* DT_PIPE_INTERNAL_H */

@@ -16,19 +16,22 @@
 # stage's last backward under every schedule: ZeRO-1's table), and every
 # stage's replicas agree bitwise (--check-replicas), also on the gloo wire
 # (--wire gloo); ZeRO-2's and ZeRO-3's checkpoints are ZeRO-1's, byte for
-# byte; so do one-stage pipelines (--pp 1) under ZeRO-2 and ZeRO-3. A --pp that
+# byte; with --precision bf16 (the stages exchange the fp32 residual
+# stream) every schedule prints one bf16 process's table, 2 x 2 ranks
+# print bf16 DDP's and ZeRO-1's, and a resumed run saves the
+# uninterrupted run's bytes; so do one-stage pipelines (--pp 1) under ZeRO-2 and ZeRO-3. A --pp that
 # does not divide the world size is refused with a message saying what
 # to run instead. --preset pipeline
 # prints a measured Gantt chart of its 4 stages and the bubble table of
 # every schedule for m = 1..64 beside the closed forms, with each
 # schedule's activation sets per stage. Output is TAP.
 #
-# usage: minigpt_pipeline.sh PATH/TO/dtrain-launch PATH/TO/minigpt
-launch=$1; minigpt=$2
+# usage: minigpt_pipeline.sh PATH/TO/dtrain-launch PATH/TO/minigpt PATH/TO/dtrain-ckpt
+launch=$1; minigpt=$2; ckpt=$3
 tmp=$(mktemp -d /tmp/dtrain-pipe-e2e-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 unset RANK WORLD_SIZE LOCAL_RANK DT_INIT_URL DT_SECRET DT_JOB_ID
-echo "1..24"
+echo "1..40"
 n=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
 not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
@@ -78,6 +81,67 @@ for s in gpipe 1f1b zb; do
     fi
 done
 
+# --precision bf16: each stage keeps a bf16 store of its blocks per
+# micro-batch in flight and the stages exchange the fp32 residual stream,
+# so the stages compute what one bf16 process accumulating the same
+# micro-batches computes: the same loss table, and the same parameters
+# at the end, compared through dtrain-ckpt's export of the saved step (the
+# table's four decimals do not tell bf16 from fp32 on this small model;
+# the parameters do)
+params() { # run's checkpoint root -> its step 4, exported
+    "$ckpt" export "$1" "$1.safetensors" >/dev/null 2>&1 && echo "$1.safetensors"
+}
+timeout 120 "$minigpt" $flags --grad-accum 4 --ckpt-dir "$tmp/one32-ck" --ckpt-every 4 \
+    >"$tmp/one32.out" 2>&1
+timeout 120 "$minigpt" $flags --grad-accum 4 --precision bf16 --ckpt-dir "$tmp/one16-ck" \
+    --ckpt-every 4 >"$tmp/one16.out" 2>&1
+losses "$tmp/one16.out" >"$tmp/one16.loss"
+one16=$(params "$tmp/one16-ck")
+name="one bf16 process with --grad-accum 4 ends with other parameters than fp32's"
+if [ -s "$tmp/one16.loss" ] && [ -n "$one16" ] && one32=$(params "$tmp/one32-ck") &&
+   ! cmp -s "$one16" "$one32"; then
+    ok "$name"
+else
+    not_ok "$name" "$(tail -n 5 "$tmp/one16.out")"
+fi
+for s in gpipe 1f1b zb; do
+    name="2 stages with $s in bf16 print the loss table and end with the parameters of one bf16 process with --grad-accum 4"
+    if timeout 120 "$launch" -n 2 "$minigpt" $flags --pp 2 --microbatches 4 --schedule "$s" \
+            --precision bf16 --ckpt-dir "$tmp/bf16-$s-ck" --ckpt-every 4 >"$tmp/bf16-$s.out" 2>&1 &&
+       losses "$tmp/bf16-$s.out" >"$tmp/bf16-$s.loss" && [ -s "$tmp/bf16-$s.loss" ] &&
+       cmp -s "$tmp/one16.loss" "$tmp/bf16-$s.loss" &&
+       got=$(params "$tmp/bf16-$s-ck") && cmp -s "$one16" "$got" &&
+       grep -q "precision: bf16 compute" "$tmp/bf16-$s.out"; then
+        ok "$name"
+    else
+        not_ok "$name" "$(paste "$tmp/one16.loss" "$tmp/bf16-$s.loss" 2>&1)" \
+            "$(tail -n 5 "$tmp/bf16-$s.out")"
+    fi
+done
+
+# a resumed bf16 pipeline (fp32 masters and AdamW state in the
+# checkpoint) saves step 4 byte for byte as the uninterrupted run does
+name="2 stages with 1f1b in bf16 resumed at step 2 save the uninterrupted run's step 4"
+bad=""
+timeout 120 "$launch" -n 2 "$minigpt" $flags --pp 2 --microbatches 4 --schedule 1f1b \
+    --precision bf16 --ckpt-dir "$tmp/ck16-whole" --ckpt-every 2 >"$tmp/ck16-whole.out" 2>&1 ||
+    bad="$bad the whole run failed: $(tail -n 3 "$tmp/ck16-whole.out");"
+timeout 120 "$launch" -n 2 "$minigpt" $flags --pp 2 --microbatches 4 --schedule 1f1b \
+    --precision bf16 --ckpt-dir "$tmp/ck16-resumed" --ckpt-every 2 --steps 2 \
+    >"$tmp/ck16-first.out" 2>&1 || bad="$bad the first half failed: $(tail -n 3 "$tmp/ck16-first.out");"
+timeout 120 "$launch" -n 2 "$minigpt" $flags --pp 2 --microbatches 4 --schedule 1f1b \
+    --precision bf16 --ckpt-dir "$tmp/ck16-resumed" --ckpt-every 2 --resume auto \
+    >"$tmp/ck16-second.out" 2>&1 || bad="$bad the resumed run failed: $(tail -n 3 "$tmp/ck16-second.out");"
+for f in "$tmp"/ck16-whole/step_00000004/rank*.bin; do
+    cmp -s "$f" "$tmp/ck16-resumed/step_00000004/${f##*/}" || bad="$bad ${f##*/} differs;"
+done
+[ -s "$tmp/ck16-whole/step_00000004/rank00001.bin" ] || bad="$bad no step 4 saved;"
+if [ -z "$bad" ]; then
+    ok "$name"
+else
+    not_ok "$name" "$bad"
+fi
+
 # the traffic a step reports counts each byte once, also where the
 # pipeline group is the world itself (one replica): stage 0 of 2 sends
 # only its 4 micro-batches' activations, 4 x B·T·C floats (B 4, T 16, C 32)
@@ -91,6 +155,83 @@ else
     not_ok "$name" "bytes_sent per step: $(echo $sent), expected $((4 * 4 * 16 * 32 * 4))" \
         "$(tail -n 5 "$tmp/bytes.out")"
 fi
+
+# --act-comm bf16: the same transfers rounded to bf16, half the bytes
+# stage 0 sends per step (dtrain's traffic counters), no longer one
+# process's bits but the same on every replica, resumed bitwise, and the
+# task still learned
+name="--act-comm bf16 halves what stage 0 sends per step: 4 x B·T·C bf16 values"
+if timeout 120 "$launch" -n 2 "$minigpt" $flags --pp 2 --microbatches 4 --act-comm bf16 \
+        --metrics "$tmp/bytes16.jsonl" >"$tmp/bytes16.out" 2>&1 &&
+   sent=$(sed -n 's/.*"event": *"step".*"bytes_sent": *\([0-9]*\).*/\1/p' "$tmp/bytes16.jsonl" |
+          sort -u) && [ "$sent" = $((4 * 4 * 16 * 32 * 2)) ] &&
+   grep -q "pipeline transfers: activations and their gradients rounded to bf16" \
+       "$tmp/bytes16.out"; then
+    ok "$name"
+else
+    not_ok "$name" "bytes_sent per step: $(echo $sent), expected $((4 * 4 * 16 * 32 * 2))" \
+        "$(tail -n 5 "$tmp/bytes16.out")"
+fi
+
+for run in 1f1b:ddp zb:zero1; do
+    s=${run%:*}; par=${run#*:}
+    name="2 x 2 ranks with $s, $par and --act-comm bf16 keep every stage's replicas identical"
+    if timeout 120 "$launch" -n 4 "$minigpt" $flags --pp 2 --microbatches 4 --schedule "$s" \
+            --parallel $par --precision bf16 --act-comm bf16 --check-replicas \
+            >"$tmp/ac16-$s.out" 2>&1 &&
+       grep -q "replicas: the 2 ranks of each of the 2 stages hold bitwise identical" \
+           "$tmp/ac16-$s.out"; then
+        ok "$name"
+    else
+        not_ok "$name" "$(tail -n 5 "$tmp/ac16-$s.out")"
+    fi
+done
+
+name="2 stages with --act-comm bf16 resumed at step 2 save the uninterrupted run's step 4"
+bad=""
+for half in whole first second; do
+    case $half in
+        whole) dir=ac16-whole; more="" ;;
+        first) dir=ac16-resumed; more="--steps 2" ;;
+        *) dir=ac16-resumed; more="--resume auto" ;;
+    esac
+    timeout 120 "$launch" -n 2 "$minigpt" $flags --pp 2 --microbatches 4 --schedule zb \
+        --precision bf16 --act-comm bf16 --ckpt-dir "$tmp/$dir" --ckpt-every 2 $more \
+        >"$tmp/ac16-$half.out" 2>&1 || bad="$bad the $half run failed: $(tail -n 3 "$tmp/ac16-$half.out");"
+done
+for f in "$tmp"/ac16-whole/step_00000004/rank*.bin; do
+    cmp -s "$f" "$tmp/ac16-resumed/step_00000004/${f##*/}" || bad="$bad ${f##*/} differs;"
+done
+[ -s "$tmp/ac16-whole/step_00000004/rank00001.bin" ] || bad="$bad no step 4 saved;"
+[ -n "$one16" ] && got=$(params "$tmp/ac16-whole") && cmp -s "$one16" "$got" &&
+    bad="$bad the rounded transfers left one bf16 process's parameters unchanged;"
+if [ -z "$bad" ]; then
+    ok "$name"
+else
+    not_ok "$name" "$bad"
+fi
+
+name="the task reaches 100% exact match with --pp 2 --precision bf16 --act-comm bf16"
+if timeout 240 "$launch" -n 2 "$minigpt" --pp 2 --precision bf16 --act-comm bf16 \
+        >"$tmp/task16.out" 2>&1 &&
+   grep -q "eval @ step 600: .*exact-match accuracy 100.0%" "$tmp/task16.out"; then
+    ok "$name"
+else
+    not_ok "$name" "$(grep "eval @" "$tmp/task16.out" | tail -n 3)" "$(tail -n 3 "$tmp/task16.out")"
+fi
+
+for bad_flags in "--act-comm bf16:it needs '--pp'" "--act-comm fp16 --pp 2:--act-comm is fp32 or bf16" \
+        "--act-comm bf16 --pp 2 --wire gloo:use '--wire dtrain'" \
+        "--act-comm bf16 --pp 1 --tp 2:drop '--tp'"; do
+    args=${bad_flags%%:*}; want=${bad_flags#*:}
+    name="minigpt $args is refused: $want"
+    if ! timeout 60 "$minigpt" $flags $args >"$tmp/ac-refused.out" 2>&1 &&
+       grep -qF -- "$want" "$tmp/ac-refused.out"; then
+        ok "$name"
+    else
+        not_ok "$name" "$(cat "$tmp/ac-refused.out")"
+    fi
+done
 
 # dp x pp = 2 x 2 against DDP (or ZeRO-1) on 2 ranks with --grad-accum 4
 for par in ddp zero1; do
@@ -112,6 +253,32 @@ for run in gpipe:ddp 1f1b:ddp zb:zero1 1f1b:zero3 gpipe:zero2 1f1b:zero2 zb:zero
     else
         not_ok "$name" "$(paste "$tmp/dp-$ref.loss" "$tmp/2x2-$s-$par.loss" 2>&1)" \
             "$(tail -n 5 "$tmp/2x2-$s-$par.out")"
+    fi
+done
+
+# the same in bf16, DDP and ZeRO-1 on the data-parallel axis: the loss
+# table and the parameters of bf16 DDP (ZeRO-1) on 2 ranks
+for par in ddp zero1; do
+    timeout 120 "$launch" -n 2 "$minigpt" $flags --parallel $par --precision bf16 \
+        --grad-accum 4 --ckpt-dir "$tmp/dp16-$par-ck" --ckpt-every 4 >"$tmp/dp16-$par.out" 2>&1
+    losses "$tmp/dp16-$par.out" >"$tmp/dp16-$par.loss"
+done
+for run in 1f1b:ddp zb:zero1; do
+    s=${run%:*}; par=${run#*:}
+    name="2 x 2 ranks with $s and $par in bf16 print the loss table and end with the parameters of bf16 $par on 2 ranks"
+    if timeout 120 "$launch" -n 4 "$minigpt" $flags --pp 2 --microbatches 4 --schedule "$s" \
+            --parallel $par --precision bf16 --check-replicas --ckpt-dir "$tmp/2x2-16-$s-ck" \
+            --ckpt-every 4 >"$tmp/2x2-16-$s.out" 2>&1 &&
+       losses "$tmp/2x2-16-$s.out" >"$tmp/2x2-16-$s.loss" && [ -s "$tmp/2x2-16-$s.loss" ] &&
+       cmp -s "$tmp/dp16-$par.loss" "$tmp/2x2-16-$s.loss" &&
+       want=$(params "$tmp/dp16-$par-ck") && got=$(params "$tmp/2x2-16-$s-ck") &&
+       cmp -s "$want" "$got" &&
+       grep -q "replicas: the 2 ranks of each of the 2 stages hold bitwise identical" \
+           "$tmp/2x2-16-$s.out"; then
+        ok "$name"
+    else
+        not_ok "$name" "$(paste "$tmp/dp16-$par.loss" "$tmp/2x2-16-$s.loss" 2>&1)" \
+            "$(tail -n 5 "$tmp/2x2-16-$s.out")"
     fi
 done
 

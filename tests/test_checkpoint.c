@@ -1,13 +1,14 @@
 /*
  * test_checkpoint.c — the checkpoint format: round trips, every corruption
- * with its own error, crash-safety of the commit protocol, and export.
+ * with its own error, and crash-safety of the commit protocol.
  *
  * States here are synthetic (ckpt_fixture.h): every value a function of
  * (step, array, index), written by one process as N shards
  * (dt_ckpt_save_all — the same shard writer every rank runs), so the tests
  * need no network. The collective load and the verdict it shares with
  * the collective save are in test_checkpoint_collective.c, rotation in
- * test_checkpoint_rotate.c, training resumes in test_checkpoint_train.c.
+ * test_checkpoint_rotate.c, training resumes in test_checkpoint_train.c,
+ * the safetensors export in test_ckpt_export.c.
  */
 #include <dirent.h>
 #include <signal.h>
@@ -414,7 +415,7 @@ Test(checkpoint_corrupt, a_shard_listing_a_section_kind_twice_is_refused, .timeo
     fx_close(&x);
 }
 
-/* ---- crash safety and export ------------------------------------------- */
+/* ---- crash safety ------------------------------------------------------- */
 
 /* The child resumes like a trainer, from latest's step + 1, and saves
  * steps until it is killed; every third round it re-saves latest's own
@@ -483,78 +484,5 @@ Test(checkpoint_crash, killed_saver_always_leaves_a_verified_latest, .timeout = 
         full_state_free(&want);
         full_state_free(&got);
     }
-    fx_close(&x);
-}
-
-Test(checkpoint, safetensors_export_has_named_tensors_and_raw_data, .timeout = 30)
-{
-    fx x;
-    fx_open(&x, DT_CKPT_DDP, NULL);
-    char p[256];
-    snprintf(p, sizeof p, "%s/model.safetensors", x.root);
-    cr_assert_eq(dt_ckpt_export_safetensors(x.ck, p, &x.f.s.cfg, x.f.params), DT_OK, "%s",
-                 dt_ckpt_error(x.ck));
-    FILE *f = fopen(p, "rb");
-    cr_assert_not_null(f);
-    unsigned char lb[8];
-    cr_assert_eq(fread(lb, 1, 8, f), 8);
-    uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--)
-        hlen = hlen << 8 | lb[i];
-    cr_assert_eq(hlen % 8, 0);
-    char *h = calloc(1, hlen + 1);
-    cr_assert_eq(fread(h, 1, hlen, f), hlen);
-    json_error_t e;
-    json_t *root = json_loads(h, 0, &e);
-    cr_assert_not_null(root, "header: %s", e.text);
-    json_t *wte = json_object_get(root, "wte.weight");
-    cr_assert_str_eq(json_string_value(json_object_get(wte, "dtype")), "F32");
-    cr_assert_eq(json_integer_value(json_array_get(json_object_get(wte, "shape"), 0)), 8);
-    json_t *head = json_object_get(root, "lm_head.weight");
-    cr_assert_not_null(head, "no lm_head.weight");
-    json_int_t end = json_integer_value(json_array_get(json_object_get(head, "data_offsets"), 1));
-    cr_assert_eq(end, 805 * 4);
-    float *data = malloc(805 * sizeof(float));
-    cr_assert_eq(fread(data, sizeof(float), 805, f), 805);
-    cr_assert_eq(memcmp(data, x.f.params, 805 * sizeof(float)), 0);
-    cr_assert_eq(fgetc(f), EOF);
-    fclose(f);
-    free(data);
-    free(h);
-    json_decref(root);
-    fx_close(&x);
-}
-
-Test(checkpoint, safetensors_metadata_carries_the_model_config, .timeout = 30)
-{
-    fx x;
-    fx_open(&x, DT_CKPT_DDP, NULL);
-    char p[256];
-    snprintf(p, sizeof p, "%s/model.safetensors", x.root);
-    cr_assert_eq(dt_ckpt_export_safetensors(x.ck, p, &x.f.s.cfg, x.f.params), DT_OK, "%s",
-                 dt_ckpt_error(x.ck));
-    FILE *f = fopen(p, "rb");
-    cr_assert_not_null(f);
-    unsigned char lb[8];
-    cr_assert_eq(fread(lb, 1, 8, f), 8);
-    uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--)
-        hlen = hlen << 8 | lb[i];
-    char *h = calloc(1, hlen + 1);
-    cr_assert_eq(fread(h, 1, hlen, f), hlen);
-    fclose(f);
-    json_error_t e;
-    json_t *root = json_loads(h, 0, &e);
-    cr_assert_not_null(root, "header: %s", e.text);
-    json_t *meta = json_object_get(root, "__metadata__");
-    cr_assert_not_null(meta, "no __metadata__ in %s", h);
-    const char *want[][2] = {{"V", "8"}, {"C", "5"}, {"H", "1"}, {"L", "2"}, {"T", "5"}};
-    for (int i = 0; i < 5; i++) {
-        const char *got = json_string_value(json_object_get(meta, want[i][0]));
-        cr_expect(got && !strcmp(got, want[i][1]), "%s: %s, expected \"%s\"", want[i][0],
-                  got ? got : "(missing, or not a string)", want[i][1]);
-    }
-    free(h);
-    json_decref(root);
     fx_close(&x);
 }

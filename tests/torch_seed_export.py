@@ -97,7 +97,7 @@ class MiniGPT(nn.Module):
 
 # ---- safetensors, by hand ------------------------------------------------------
 
-def read_safetensors(path):
+def read_safetensors(path, dtype="F32"):
     with open(path, "rb") as f:
         blob = f.read()
     (hlen,) = struct.unpack("<Q", blob[:8])
@@ -106,10 +106,11 @@ def read_safetensors(path):
     data = bytearray(blob[8 + hlen:])
     tensors = {}
     for name, t in header.items():
-        if t["dtype"] != "F32":
-            sys.exit(f"FAIL {name}: dtype {t['dtype']}, expected F32")
+        if t["dtype"] != dtype:
+            sys.exit(f"FAIL {name}: dtype {t['dtype']}, expected {dtype}")
         begin, end = t["data_offsets"]
-        flat = torch.frombuffer(data[begin:end], dtype=torch.float32)
+        flat = torch.frombuffer(data[begin:end],
+                                dtype=torch.bfloat16 if dtype == "BF16" else torch.float32)
         tensors[name] = flat.reshape(t["shape"]).clone()
     order = sorted(header, key=lambda n: header[n]["data_offsets"][0])
     return tensors, order
@@ -148,5 +149,14 @@ try:
     diff = (ours - theirs).abs().max().item()
     check(f"the module's logits on 4 held-out prompts match dtrain's within {TOLERANCE:g} "
           f"(max difference {diff:.2e})", diff <= TOLERANCE)
+
+    # --dtype bf16: each value is torch's own rounding of the fp32 export
+    half = os.path.join(tmp, "seed-bf16.safetensors")
+    run(dtrain_ckpt, "export", root, half, "--dtype", "bf16", "--names", "seed")
+    rounded, order16 = read_safetensors(half, "BF16")
+    check("export --dtype bf16 has the same keys in the same order", order16 == order)
+    check("every bf16 value is torch's .to(torch.bfloat16) of the fp32 export, bit for bit",
+          all(torch.equal(rounded[k].view(torch.int16), tensors[k].to(torch.bfloat16)
+                          .view(torch.int16)) for k in want))
 finally:
     shutil.rmtree(tmp, ignore_errors=True)

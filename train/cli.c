@@ -129,10 +129,14 @@ static const flag flags[] = {
     {"--grad-comm", NULL, K_STR, OPT(grad_comm), "TYPE",
      "the gradients' type on the wire: fp32, or bf16 (rounded to bf16, summed in fp32 and "
      "rounded once; half the bytes; training stays fp32), DDP and ZeRO-1/2/3"},
+    {"--act-comm", NULL, K_STR, OPT(act_comm), "TYPE",
+     "with --pp, the type of the activations and their gradients between stages: fp32, or "
+     "bf16 (rounded at each stage boundary, half the bytes; no longer one process's bits)"},
     {"--precision", NULL, K_STR, OPT(precision), "TYPE",
      "compute precision: fp32, or bf16 (every parameter read and the stored activations rounded "
      "to bf16, ZeRO's parameters gathered in bf16; fp32 master weights, gradients and AdamW "
-     "state), single rank, DDP and ZeRO-1/2/3, with --recompute and --deterministic"},
+     "state), single rank, DDP, ZeRO-1/2/3 and --pp (stages exchange the fp32 residual "
+     "stream), with --recompute and --deterministic"},
     {"--deterministic", NULL, K_BOOL, OPT(deterministic), NULL,
      "one summation order for the gradient (micro-steps left to right, ranks in rank "
      "order, one division by k x N): DDP and ZeRO-1/2/3 end with bitwise the same "
@@ -163,6 +167,7 @@ void mg_options_default(mg_options *o)
                       .schedule = "1f1b",
                       .pp_partition = "params",
                       .grad_comm = "fp32",
+                      .act_comm = "fp32",
                       .precision = "fp32",
                       .device = "cpu"};
 }
@@ -498,8 +503,9 @@ static int check_grad_comm(const mg_options *o, const char *prog)
     return 0;
 }
 
-/* --precision bf16 (model/precision.c) covers a whole model on the host,
- * alone, replicated or sharded (DDP, ZeRO-1/2/3), with or without
+/* --precision bf16 (model/precision.c) covers a whole model or a
+ * pipeline's stage on the host, alone, replicated or sharded (DDP,
+ * ZeRO-1/2/3, on a pipeline's data-parallel axis too), with or without
  * --deterministic and --recompute; the rest is refused by name. */
 static int check_precision(const mg_options *o, const char *prog)
 {
@@ -507,13 +513,11 @@ static int check_precision(const mg_options *o, const char *prog)
         return bad(prog, "--precision is fp32 or bf16, not", o->precision);
     if (strcmp(o->precision, "bf16"))
         return 0;
-    const char *drop = o->pp > 0                  ? "--pp"
-                       : o->tp > 0                ? "--tp"
-                       : strcmp(o->device, "cpu") ? "--device"
-                                                  : NULL;
+    const char *drop = o->tp > 0 ? "--tp" : strcmp(o->device, "cpu") ? "--device" : NULL;
     if (drop)
         return bad(prog,
-                   "--precision bf16 covers one rank, DDP and ZeRO-1/2/3 on the CPU for now; drop",
+                   "--precision bf16 covers one rank, DDP, ZeRO-1/2/3 and --pp on the CPU for now; "
+                   "drop",
                    drop);
     bool gloo = (o->wire && strcmp(o->wire, "gloo") == 0) || (!o->wire && env_chooses_gloo());
     if (gloo && o->parallel != MG_DDP) /* ZeRO's gathers travel in bf16 */
@@ -565,6 +569,8 @@ static int check(const mg_options *o, const char *prog)
     int rc = check_grad_comm(o, prog);
     if (!rc)
         rc = check_precision(o, prog);
+    if (!rc)
+        rc = mg_check_act_comm(o, prog);
     return rc ? rc : check_pipeline(o, prog);
 }
 

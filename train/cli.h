@@ -60,9 +60,14 @@ typedef struct mg_options {
     int tp;                   /* tensor-parallel ranks per replica; 0 = none */
     const char *wire;         /* "dtrain" or "gloo": the communicator's wire; NULL = DT_WIRE's */
     const char *grad_comm;    /* "fp32" or "bf16": the gradients' type on the wire */
+    const char *act_comm;     /* "fp32" or "bf16": --pp's activations on the wire */
     const char *precision;    /* "fp32" or "bf16": the model's compute (model/precision.c) */
     bool deterministic;       /* one summation order: every mode ends with the same bits */
 } mg_options;
+
+/* 0 if --act-comm fits the other flags, else 2 after printing why
+ * (cli_act_comm.c). */
+int mg_check_act_comm(const mg_options *o, const char *prog);
 
 /* Defaults: the seed model on the embedded reverse task, DDP. */
 void mg_options_default(mg_options *o);

@@ -33,6 +33,13 @@
  * same bits (optim/rank_order.c).
  * --recompute: each stage keeps of a block only its output per micro-batch
  * in flight, and one workspace for the rest, shared by them (model/).
+ * --act-comm bf16: the executor sends the activations and their
+ * gradients rounded to bf16 (pipeline/act_comm.c); the evaluation's
+ * forwards still send fp32 (evaluation.c).
+ * --precision bf16: each stage keeps a bf16 store of its blocks per
+ * micro-batch in flight, widened before that micro-batch's backward; the
+ * stages exchange the fp32 residual stream, so the run prints the loss
+ * table of one bf16 process with --grad-accum M (model/precision.c).
  * Checkpoints: each rank saves its replica's share of its stage's range
  * (dt_ckpt_pipeline_slices, set up here); --trace and lesson.c read the
  * executor's timeline of each step.
@@ -117,6 +124,8 @@ static dt_status open_stage(mg_run *r, int M)
     if (st != DT_OK)
         return st;
     st = dt_model_create_stage(&r->m, &o->cfg, dt_backend_cpu(), o->batch, &sp);
+    if (st == DT_OK && strcmp(o->precision, "bf16") == 0)
+        st = dt_model_set_precision(r->m, DT_PRECISION_BF16); /* a bf16 store per slot */
     if (st != DT_OK)
         return pipe_fail(r, st, "model", r->m ? dt_model_error(r->m) : "out of memory");
     dt_model_init(r->m, o->seed); /* this stage's slice of the full init */
@@ -220,6 +229,8 @@ dt_status mg_pipe_open(mg_run *r)
     st = dt_pipe_create(&r->pipe, r->pipe_comm, r->m, r->sched);
     if (st != DT_OK)
         return pipe_layer_fail(r, st, dt_pipe_error(r->pipe));
+    if (strcmp(o->act_comm, "bf16") == 0)
+        dt_pipe_set_act_comm_bf16(r->pipe);
     return open_optimizer(r);
 }
 

@@ -94,29 +94,30 @@ static dt_status open_data(mg_run *r)
     return DT_OK;
 }
 
-enum { DETERMINISTIC_BIT = 1 << 8, GRAD_BF16_BIT = 1 << 9, PRECISION_BF16_BIT = 1 << 10 };
-#define MODE_FLAGS (DETERMINISTIC_BIT | GRAD_BF16_BIT | PRECISION_BF16_BIT)
+enum {
+    DETERMINISTIC_BIT = 1 << 8,
+    GRAD_BF16_BIT = 1 << 9,
+    PRECISION_BF16_BIT = 1 << 10,
+    ACT_BF16_BIT = 1 << 11
+};
+#define MODE_FLAGS (DETERMINISTIC_BIT | GRAD_BF16_BIT | PRECISION_BF16_BIT | ACT_BF16_BIT)
 
-/* " --deterministic --grad-comm bf16 --precision bf16" as far as a mode
- * word says so. */
-static const char *mode_flags(int32_t mode)
+/* " --deterministic --grad-comm bf16 --precision bf16 --act-comm bf16" as
+ * far as a mode word says so, into out. */
+static const char *mode_flags(char *out, size_t len, int32_t mode)
 {
-    static const char *const text[] = {"",
-                                       " --deterministic",
-                                       " --grad-comm bf16",
-                                       " --deterministic --grad-comm bf16",
-                                       " --precision bf16",
-                                       " --deterministic --precision bf16",
-                                       " --grad-comm bf16 --precision bf16",
-                                       " --deterministic --grad-comm bf16 --precision bf16"};
-    return text[((mode & DETERMINISTIC_BIT) ? 1 : 0) + ((mode & GRAD_BF16_BIT) ? 2 : 0) +
-                ((mode & PRECISION_BF16_BIT) ? 4 : 0)];
+    snprintf(out, len, "%s%s%s%s", (mode & DETERMINISTIC_BIT) ? " --deterministic" : "",
+             (mode & GRAD_BF16_BIT) ? " --grad-comm bf16" : "",
+             (mode & PRECISION_BF16_BIT) ? " --precision bf16" : "",
+             (mode & ACT_BF16_BIT) ? " --act-comm bf16" : "");
+    return out;
 }
 
 /*
  * Every rank must run the same data-parallel mode (and --deterministic or
  * not: its rank-order sums and the other reductions would pair the wrong
- * messages; --grad-comm bf16 or not: half the bytes): a DDP rank's bucket
+ * messages; --grad-comm and --act-comm bf16 or not: half the bytes; a
+ * pipeline's stages would read a bf16 activation as fp32): a DDP rank's bucket
  * all-reduces and a ZeRO rank's reduces and gathers would meet as
  * collectives of other kinds and sizes, and fail far from the cause (or,
  * between ZeRO-1 and ZeRO-2, whose collectives agree, silently hold other
@@ -130,7 +131,8 @@ dt_status mg_check_modes(mg_run *r)
         return DT_OK;
     int32_t mine = (int32_t)r->o.parallel | (r->o.deterministic ? DETERMINISTIC_BIT : 0) |
                    (strcmp(r->o.grad_comm, "bf16") == 0 ? GRAD_BF16_BIT : 0) |
-                   (strcmp(r->o.precision, "bf16") == 0 ? PRECISION_BF16_BIT : 0),
+                   (strcmp(r->o.precision, "bf16") == 0 ? PRECISION_BF16_BIT : 0) |
+                   (strcmp(r->o.act_comm, "bf16") == 0 ? ACT_BF16_BIT : 0),
             *all = calloc((size_t)r->world, sizeof *all);
     if (!all)
         return run_fail(r, DT_ENOMEM, "mode check", "out of memory");
@@ -141,12 +143,14 @@ dt_status mg_check_modes(mg_run *r)
     }
     for (int q = 1; q < r->world; q++)
         if (all[q] != all[0]) {
-            char msg[200];
+            char msg[300], f0[80], fq[80];
             snprintf(msg, sizeof msg,
                      "rank 0 runs --parallel %s%s, rank %d --parallel %s%s: every rank must run "
                      "the same mode",
-                     mg_parallel_name((mg_parallel)(all[0] & ~MODE_FLAGS)), mode_flags(all[0]), q,
-                     mg_parallel_name((mg_parallel)(all[q] & ~MODE_FLAGS)), mode_flags(all[q]));
+                     mg_parallel_name((mg_parallel)(all[0] & ~MODE_FLAGS)),
+                     mode_flags(f0, sizeof f0, all[0]), q,
+                     mg_parallel_name((mg_parallel)(all[q] & ~MODE_FLAGS)),
+                     mode_flags(fq, sizeof fq, all[q]));
             free(all);
             return run_fail(r, DT_EINVAL, "start-up", msg);
         }

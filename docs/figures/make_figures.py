@@ -5,8 +5,8 @@
 
 RUNS holds dtrain's own outputs (see make_figures.sh); every number drawn
 is read from them, none is typed in here except the closed forms the
-figures compare against. Writes OUTDIR/{curves,busbw,bubble,memory,gantt,
-reshard}.png and prints the measured all-reduce crossover.
+figures compare against. Writes OUTDIR/{curves,precision,busbw,bubble,memory,
+gantt,reshard}.png and prints the measured all-reduce crossover.
 """
 import glob
 import json
@@ -82,8 +82,12 @@ def rank0_lines(path):
     return [l[4:].rstrip("\n") for l in open(path) if l.startswith("[0] ")]
 
 
+def run_events(runs, name):
+    return [json.loads(l) for l in open(os.path.join(runs, name))]
+
+
 def curves(runs, outdir):
-    events = [json.loads(l) for l in open(os.path.join(runs, "curves.jsonl"))]
+    events = run_events(runs, "curves.jsonl")
     cfg = next(e for e in events if e["event"] == "config")
     steps = [e for e in events if e["event"] == "step"]
     evals = [e for e in events if e["event"] == "eval"]
@@ -106,6 +110,46 @@ def curves(runs, outdir):
     footer(fig, "minigpt --metrics")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     save(fig, outdir, "curves.png")
+
+
+def precision(runs, outdir):
+    """The training run of curves.png beside the same run in bf16."""
+    runs_by = {"fp32": run_events(runs, "curves.jsonl"),
+               "bf16": run_events(runs, "curves_bf16.jsonl")}
+    cfg = next(e for e in runs_by["fp32"] if e["event"] == "config")
+    fig, (loss, diff, acc) = plt.subplots(1, 3, figsize=(13, 4))
+    for (name, events), color in zip(runs_by.items(), ("#4c72b0", "#dd8452")):
+        steps = [e for e in events if e["event"] == "step"]
+        evals = [e for e in events if e["event"] == "eval"]
+        loss.plot([e["step"] for e in steps], [e["loss"] for e in steps], lw=0.6, alpha=0.6,
+                  color=color, label=f"{name} train")
+        loss.plot([e["step"] for e in evals], [e["val_loss"] for e in evals], "o-", ms=2.5,
+                  color=color, label=f"{name} validation")
+        acc.plot([e["step"] for e in evals], [100 * e["accuracy"] for e in evals], "s-", ms=2.5,
+                 color=color, label=f"--precision {name}")
+    loss.set_xlabel("step")
+    loss.set_ylabel("cross-entropy loss")
+    loss.legend(fontsize=9)
+    loss.set_title("loss", loc="left")
+    train = {name: {e["step"]: e["loss"] for e in events if e["event"] == "step"}
+             for name, events in runs_by.items()}
+    common = sorted(set(train["fp32"]) & set(train["bf16"]))
+    diff.plot(common, [train["bf16"][k] - train["fp32"][k] for k in common], lw=0.6,
+              color="#c44e52")
+    diff.axhline(0, color="gray", lw=0.5)
+    diff.set_xlabel("step")
+    diff.set_ylabel("bf16 loss \u2212 fp32 loss")
+    diff.set_title("training loss, bf16 minus fp32", loc="left")
+    acc.set_xlabel("step")
+    acc.set_ylabel("held-out exact-match accuracy (%)")
+    acc.set_ylim(-2, 102)
+    acc.legend(fontsize=9, loc="lower right")
+    acc.set_title("accuracy", loc="left")
+    fig.suptitle(f"fp32 against bf16 compute: MiniGPT ({cfg['params']:,} parameters), "
+                 f"{cfg['world_size']} ranks, {cfg['parallel'].upper()}, digit reversal")
+    footer(fig, "minigpt --metrics, --precision fp32 and bf16")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    save(fig, outdir, "precision.png")
 
 
 def bench_rows(path):
@@ -346,7 +390,7 @@ def main():
     if len(sys.argv) != 3:
         sys.exit("usage: make_figures.py RUNS OUTDIR")
     runs, outdir = sys.argv[1], sys.argv[2]
-    for draw in (curves, busbw, bubble, memory, gantt, reshard):
+    for draw in (curves, precision, busbw, bubble, memory, gantt, reshard):
         draw(runs, outdir)
 
 

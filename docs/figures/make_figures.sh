@@ -23,6 +23,10 @@ quiet() { "$@" >"$RUNS/last.log" 2>&1 || { cat "$RUNS/last.log"; exit 1; }; }
 echo "figures: training curves (2 ranks, DDP, 600 steps)"
 quiet "$LAUNCH" -n 2 "$MINIGPT" --metrics "$RUNS/curves.jsonl" --eval-every 25 --log-every 600
 
+echo "figures: the same run with --precision bf16"
+quiet "$LAUNCH" -n 2 "$MINIGPT" --metrics "$RUNS/curves_bf16.jsonl" --eval-every 25 \
+    --log-every 600 --precision bf16
+
 echo "figures: all-reduce busbw by algorithm (4 ranks, 3 runs each)"
 for algo in ring rd; do
     for run in 1 2 3; do

@@ -1,0 +1,91 @@
+/*
+ * act_comm.c — a stage's activations and their gradients on the wire in
+ * bf16 (`minigpt --act-comm bf16`, dt_pipe_set_act_comm_bf16).
+ *
+ * What crosses a stage boundary is the residual stream, fp32 in the model
+ * (also in bf16 compute: model/precision.c). Rounded to bf16 on the way
+ * (round to nearest, ties to even, the rule of collectives/dtypes/half.h)
+ * it takes half the bytes; the receiver widens it back into the fp32
+ * tensor its stage reads, exactly (a bf16 value is an fp32 value). The
+ * stream is then rounded at each boundary, which one process never does:
+ * a run no longer matches one process's bits, but every replica of a
+ * stage rounds the same values the same way, so replicas stay identical
+ * and a resumed run ends as the uninterrupted one.
+ *
+ * Buffers: the executor sends a slot's tensor while the stage computes
+ * and receives into a slot ahead of its use (executor.c), so each slot of
+ * each kind (activations by activation slot, gradients by gradient slot)
+ * has its own send and its own receive buffer of B·T·C halves, allocated
+ * on the first step and kept: 4 B·T·C·2 bytes per slot pair, against the
+ * 4 B·T·C bytes per slot of the fp32 tensors themselves. A send buffer is
+ * reused only after its send is waited, as the slot itself is.
+ *
+ * Cost per transfer: one rounding pass before the send, one widening pass
+ * after the receive, both memory-bound beside a block's matmuls.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipe_internal.h"
+
+static uint16_t round_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+    uint32_t nan = (x >> 16) | 0x0040u; /* a NaN stays a quiet NaN */
+    return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}
+
+static float widen_bf16(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+void dt_act_wire_free(dt_act_wire *w)
+{
+    for (int k = 0; k < 2; k++)
+        for (int d = 0; d < 2; d++) {
+            free(w->buf[k][d]);
+            w->buf[k][d] = NULL;
+        }
+    w->per_slot = 0;
+}
+
+dt_status dt_act_wire_reserve(dt_act_wire *w, size_t count, const int slots[2])
+{
+    if (count <= w->per_slot)
+        return DT_OK;
+    dt_act_wire_free(w);
+    for (int k = 0; k < 2; k++)
+        for (int d = 0; d < 2; d++)
+            if (!(w->buf[k][d] = malloc(count * (size_t)slots[k] * sizeof(uint16_t)))) {
+                dt_act_wire_free(w);
+                return DT_ENOMEM;
+            }
+    w->per_slot = count;
+    return DT_OK;
+}
+
+const uint16_t *dt_act_wire_pack(dt_act_wire *w, int kind, int slot, const float *src, size_t count)
+{
+    uint16_t *dst = w->buf[kind][0] + (size_t)slot * w->per_slot;
+    for (size_t i = 0; i < count; i++)
+        dst[i] = round_bf16(src[i]);
+    return dst;
+}
+
+uint16_t *dt_act_wire_inbox(dt_act_wire *w, int kind, int slot)
+{
+    return w->buf[kind][1] + (size_t)slot * w->per_slot;
+}
+
+void dt_act_wire_unpack(dt_act_wire *w, int kind, int slot, float *dst, size_t count)
+{
+    const uint16_t *src = dt_act_wire_inbox(w, kind, slot);
+    for (size_t i = 0; i < count; i++)
+        dst[i] = widen_bf16(src[i]);
+}
