@@ -63,7 +63,7 @@ static void block_backward(dt_model *m, int l, const float *dres3, const float *
     const dt_backend *be = m->be;
     int B = m->last_B, T = m->last_T;
     int C = m->cfg.C, NH = m->cfg.H, N = B * T;
-    size_t NC = (size_t)N * C, CC = (size_t)C * C; /* weights: rounded in bf16 */
+    size_t NC = (size_t)N * C, CC = (size_t)C * C; /* parameters: rounded in bf16 */
     dt_block_params *w = &m->params.blocks[l], *dw = &m->grads.blocks[l];
     dt_block_acts *x = &m->acts.blocks[l], *dx = &m->grad_acts.blocks[l];
     dt_block_params none = {0};
@@ -80,8 +80,9 @@ static void block_backward(dt_model *m, int l, const float *dres3, const float *
         grad_ready(m, dt_block_offset(m, l, 6));
     /* dresidual2 = dres3 (skip path) + LN2's input gradient */
     be->copy(dx->residual2, dres3, NC * sizeof(float));
-    be->layernorm_backward(dx->residual2, g->ln2w, g->ln2b, dx->ln2, x->residual2, w->ln2w,
-                           x->ln2_mean, x->ln2_rstd, N, C);
+    be->layernorm_backward(dx->residual2, g->ln2w, g->ln2b, dx->ln2, x->residual2,
+                           dt_model_bf16_param(m, w->ln2w, (size_t)C, 0), x->ln2_mean, x->ln2_rstd,
+                           N, C);
     if (weights)
         grad_ready(m, dt_block_offset(m, l, 4));
     be->matmul_backward(dx->atty, g->attprojw, NULL, dx->residual2, x->atty,
@@ -96,8 +97,9 @@ static void block_backward(dt_model *m, int l, const float *dres3, const float *
     /* dresidual_in = dresidual2 (skip path) + LN1's input gradient */
     if (dresidual_in)
         be->copy(dresidual_in, dx->residual2, NC * sizeof(float));
-    be->layernorm_backward(dresidual_in, g->ln1w, g->ln1b, dx->ln1, residual_in, w->ln1w,
-                           x->ln1_mean, x->ln1_rstd, N, C);
+    be->layernorm_backward(dresidual_in, g->ln1w, g->ln1b, dx->ln1, residual_in,
+                           dt_model_bf16_param(m, w->ln1w, (size_t)C, 0), x->ln1_mean, x->ln1_rstd,
+                           N, C);
     if (weights)
         grad_ready(m, dt_block_offset(m, l, 0));
 }
@@ -145,7 +147,8 @@ static void head_backward(dt_model *m, float dloss, dt_backward_part part)
     if (wt)
         grad_ready(m, dt_head_offset(m, 2));
     be->layernorm_backward(in ? dlast : NULL, wt ? m->grads.lnfw : NULL, wt ? m->grads.lnfb : NULL,
-                           da->lnf, a->blocks[L - 1].residual3, m->params.lnfw, a->lnf_mean,
+                           da->lnf, a->blocks[L - 1].residual3,
+                           dt_model_bf16_param(m, m->params.lnfw, (size_t)C, 0), a->lnf_mean,
                            a->lnf_rstd, N, C);
     if (wt)
         grad_ready(m, dt_head_offset(m, 0));

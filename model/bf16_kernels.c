@@ -2,8 +2,10 @@
  * bf16_kernels.c — the conversions bf16 compute puts around the fp32
  * kernels (the portable path; precision.c tells the story): an fp32 array
  * rounded to bf16 in place (round to nearest, ties to even, as
- * collectives/dtypes/half.h rounds), a matmul's weight rounded into the
- * model's one-matrix workspace, and a block's stored activations packed
+ * collectives/dtypes/half.h rounds), a matmul's weight (or wte) rounded
+ * into the model's one-matrix workspace, a gain, bias or wpe into one of
+ * the two halves of the small parameter workspace (a LayerNorm reads its
+ * scale and shift at once), and a block's stored activations packed
  * from the fp32 workspace into its bf16 store and widened back.
  *
  * Cost: memory-bound passes, one per rounded tensor, shared across the
@@ -84,6 +86,20 @@ const float *dt_model_matmul_weight(const dt_model *m, const float *w, size_t n)
         return w;
     dt_bf16_round(m->weight_ws, w, n);
     return m->weight_ws;
+}
+
+size_t dt_model_param_ws_half(const dt_config *c)
+{
+    return (size_t)(c->T > 4 ? c->T : 4) * (size_t)c->C;
+}
+
+const float *dt_model_bf16_param(const dt_model *m, const float *p, size_t n, int half)
+{
+    if (!m->bf16 || !p)
+        return p;
+    float *dst = m->param_ws + (size_t)half * dt_model_param_ws_half(&m->cfg);
+    dt_bf16_round(dst, p, n);
+    return dst;
 }
 
 /* ---- the bf16 store of a block's activations ------------------------------ */

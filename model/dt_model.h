@@ -360,6 +360,7 @@ typedef struct dt_model {
     uint16_t *bf16_memory;  /* device (act_slots * num_bf16): the blocks' stored activations */
     size_t num_bf16;        /* of one slot: its blocks' stored fields at (max_B, T) */
     float *weight_ws;       /* device (max(4C, V) * C): one matmul's rounded weight */
+    float *param_ws;        /* device (2 * max(4, T) * C): rounded gains, biases, wpe */
 
     int last_B, last_T;          /* shape of the last forward */
     int have_targets;            /* last forward computed the loss */

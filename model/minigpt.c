@@ -343,7 +343,8 @@ void dt_model_destroy(dt_model *m)
                        m->adam_m,
                        m->adam_v,
                        m->bf16_memory,
-                       m->weight_ws};
+                       m->weight_ws,
+                       m->param_ws};
         for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
             if (dev[i])
                 be->free(dev[i]);
@@ -463,10 +464,16 @@ static dt_status check_forward(dt_model *m, const int *inputs, const int *target
     return DT_OK;
 }
 
+/* A LayerNorm's gain and shift and a bias of width k·C, as a layer reads
+ * them: rounded to bf16 under --precision bf16 (precision.c). */
+#define LN_W(p) dt_model_bf16_param(m, (p), (size_t)m->cfg.C, 0)
+#define LN_B(p) dt_model_bf16_param(m, (p), (size_t)m->cfg.C, 1)
+#define BIAS(p, k) dt_model_bf16_param(m, (p), (size_t)(k) * (size_t)m->cfg.C, 0)
+
 /* One block forward: residual (N, C) in, x->residual3 out. In bf16 each
  * output but the residual stream's is rounded as it is written and each
- * matmul's weight as it is read (precision.c), and the block is packed
- * into its store. */
+ * parameter as it is read (precision.c), and the block is packed into
+ * its store. */
 void dt_model_block_forward(dt_model *m, int l, const float *residual, int B, int T)
 {
     const dt_backend *be = m->be;
@@ -474,7 +481,8 @@ void dt_model_block_forward(dt_model *m, int l, const float *residual, int B, in
     size_t NC = (size_t)N * C, CC = (size_t)C * C;
     dt_block_params *w = &m->params.blocks[l];
     dt_block_acts *x = &m->acts.blocks[l];
-    be->layernorm_forward(x->ln1, x->ln1_mean, x->ln1_rstd, residual, w->ln1w, w->ln1b, N, C);
+    be->layernorm_forward(x->ln1, x->ln1_mean, x->ln1_rstd, residual, LN_W(w->ln1w), LN_B(w->ln1b),
+                          N, C);
     dt_model_round_acts(m, x->ln1, NC);
     be->matmul_forward(x->qkv, x->ln1, dt_model_matmul_weight(m, w->qkvw, 3 * CC), NULL, N, C,
                        3 * C);
@@ -486,15 +494,16 @@ void dt_model_block_forward(dt_model *m, int l, const float *residual, int B, in
                        C);
     dt_model_round_acts(m, x->attproj, NC);
     be->residual_forward(x->residual2, residual, x->attproj, NC);
-    be->layernorm_forward(x->ln2, x->ln2_mean, x->ln2_rstd, x->residual2, w->ln2w, w->ln2b, N, C);
+    be->layernorm_forward(x->ln2, x->ln2_mean, x->ln2_rstd, x->residual2, LN_W(w->ln2w),
+                          LN_B(w->ln2b), N, C);
     dt_model_round_acts(m, x->ln2, NC);
-    be->matmul_forward(x->fch, x->ln2, dt_model_matmul_weight(m, w->fcw, 4 * CC), w->fcb, N, C,
-                       4 * C);
+    be->matmul_forward(x->fch, x->ln2, dt_model_matmul_weight(m, w->fcw, 4 * CC), BIAS(w->fcb, 4),
+                       N, C, 4 * C);
     dt_model_round_acts(m, x->fch, 4 * NC);
     be->gelu_forward(x->fch_gelu, x->fch, 4 * NC);
     dt_model_round_acts(m, x->fch_gelu, 4 * NC);
     be->matmul_forward(x->fcproj, x->fch_gelu, dt_model_matmul_weight(m, w->fcprojw, 4 * CC),
-                       w->fcprojb, N, 4 * C, C);
+                       BIAS(w->fcprojb, 1), N, 4 * C, C);
     dt_model_round_acts(m, x->fcproj, NC);
     be->residual_forward(x->residual3, x->residual2, x->fcproj, NC);
     dt_model_bf16_pack(m, l, B, T);
@@ -511,7 +520,7 @@ static dt_status head_forward(dt_model *m, int with_targets, int N)
     dt_params *p = &m->params;
     dt_acts *a = &m->acts;
     be->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->blocks[m->cfg.L - 1].residual3,
-                          p->lnfw, p->lnfb, N, C);
+                          LN_W(p->lnfw), LN_B(p->lnfb), N, C);
     dt_model_round_acts(m, a->lnf, (size_t)N * C);
     be->matmul_forward(a->logits, a->lnf, dt_model_matmul_weight(m, p->lm_head, (size_t)V * C),
                        NULL, N, C, V);
@@ -541,7 +550,10 @@ dt_status dt_model_forward(dt_model *m, const int *inputs, const int *targets, i
     if (inputs) {
         be->from_host(m->inputs, inputs, (size_t)N * sizeof(int));
         params_needed(m, dt_block_offset(m, m->l0, 0)); /* wte, wpe */
-        be->encoder_forward(m->acts.encoded, m->inputs, m->params.wte, m->params.wpe, B, T, C);
+        be->encoder_forward(m->acts.encoded, m->inputs, /* bf16: wte, wpe rounded */
+                            dt_model_matmul_weight(m, m->params.wte, (size_t)m->cfg.V * C),
+                            dt_model_bf16_param(m, m->params.wpe, (size_t)m->cfg.T * C, 0), B, T,
+                            C);
     }
     if (targets && last)
         be->from_host(m->targets, targets, (size_t)N * sizeof(int));

@@ -73,6 +73,11 @@ dt_status dt_model_alloc_acts(dt_model *m);
  * its bf16 store; the store's elements; dst = src rounded to bf16. */
 void dt_model_round_acts(const dt_model *m, float *x, size_t n);
 const float *dt_model_matmul_weight(const dt_model *m, const float *w, size_t n);
+/* bf16_kernels.c: a LayerNorm gain or shift, a bias or wpe (p, n <=
+ * dt_model_param_ws_half elements; NULL stays NULL) as a layer reads it:
+ * p itself, or its bf16 rounding in half 0 or 1 of m->param_ws. */
+const float *dt_model_bf16_param(const dt_model *m, const float *p, size_t n, int half);
+size_t dt_model_param_ws_half(const dt_config *c);
 void dt_model_bf16_pack(dt_model *m, int l, int B, int T);
 void dt_model_bf16_unpack(dt_model *m, int l);
 size_t dt_bf16_store_size(const dt_model *m);

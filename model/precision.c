@@ -6,12 +6,17 @@
  * state stay fp32 and keep their layout, so DDP buckets, ZeRO shards and
  * checkpoints see nothing new. What changes is what a layer reads:
  *
- *   - every matmul multiplies by its weight rounded to bf16 (round to
- *     nearest, ties to even), one matrix at a time into a workspace of the
- *     largest matrix (max(4C·C, V·C) floats), widened back to fp32 for the
- *     fp32 sgemm; LayerNorm's scale and shift, the biases and the
- *     embeddings are added, not multiplied, and are read as fp32, as
- *     PyTorch's autocast reads them;
+ *   - every parameter is read rounded to bf16 (round to nearest, ties to
+ *     even), in forward and in backward: a matmul's weight (and wte) one
+ *     matrix at a time into a workspace of the largest matrix (max(4C·C,
+ *     V·C) floats), widened back to fp32 for the fp32 sgemm; LayerNorm's
+ *     scale and shift, the biases and wpe into a small workspace (2·max(4,
+ *     T)·C floats). The embedding lookup adds round(wte[tok]) +
+ *     round(wpe[t]) in fp32. PyTorch's autocast would read the LayerNorm
+ *     parameters, biases and embeddings in fp32; we give that up, as
+ *     FSDP's param_dtype=bf16 and Megatron's bf16 model do, so that a
+ *     parameter gathered in bf16 (ZeRO) and an fp32 master rounded on use
+ *     (DDP) are the same value and every mode computes the same bits;
  *   - every activation a layer writes is rounded to bf16 as it is written,
  *     so the next layer, and backward, read the rounded value — except
  *     the residual stream (the embeddings' sum, residual2, residual3),
@@ -52,17 +57,20 @@
  * the pipeline's choice, not the model's (--act-comm bf16,
  * pipeline/act_comm.c).
  *
- * Under ZeRO-3 the gathered units are the fp32 masters' units and each
- * matmul rounds its weight from the gathered unit, as a replica rounds
- * its own: with rank-order sums ZeRO-3 ends with DDP's bits (the gathers
- * stay fp32: gathering bf16 would need the bf16 copy below).
+ * What the parameter buffer holds: under DDP (and on one rank) the fp32
+ * masters; under ZeRO the masters are the owners' shards and the buffer
+ * (ZeRO-1/2's replica, ZeRO-3's gathered units) holds their bf16
+ * roundings, widened to fp32, since ZeRO gathers the parameters in bf16
+ * (optim/zero_bf16_params.c, optim/param_units.c). Reading every
+ * parameter rounded makes the two the same values: with rank-order sums
+ * ZeRO ends with DDP's bits.
  *
  * Why no bf16 copy of the weights (2Ψ): on this portable path the rounded
- * matrix has to be widened to fp32 for sgemm anyway, and rounding the fp32
- * master on use gives the same bits as a copy refreshed after each step,
- * with nothing to refresh (ZeRO-1's gather, a checkpoint load and
- * dt_model_set_params write the masters directly). A kernel that
- * multiplies bf16 natively (AVX512-BF16) would want the copy.
+ * matrix has to be widened to fp32 for sgemm anyway, and rounding on use
+ * gives the same bits as a copy refreshed after each step, with nothing to
+ * refresh (ZeRO's gathers, a checkpoint load and dt_model_set_params write
+ * the buffer directly). A kernel that multiplies bf16 natively
+ * (AVX512-BF16) would want the copy.
  *
  * The path: the fp32 kernels with round-to-nearest-even conversions around
  * them, on every CPU (dt_bf16_path says so and whether the CPU could do
@@ -97,7 +105,8 @@ dt_status dt_model_set_precision(dt_model *m, dt_precision p)
     size_t mat = (size_t)c->C * (size_t)(c->V > 4 * c->C ? c->V : 4 * c->C);
     m->bf16 = true;
     m->weight_ws = m->be->alloc(mat * sizeof(float));
-    if (!m->weight_ws || dt_model_alloc_acts(m) != DT_OK) {
+    m->param_ws = m->be->alloc(2 * dt_model_param_ws_half(c) * sizeof(float));
+    if (!m->weight_ws || !m->param_ws || dt_model_alloc_acts(m) != DT_OK) {
         snprintf(m->err, sizeof m->err,
                  "minigpt: precision bf16: out of memory for the activations (%zu MiB)",
                  dt_model_activation_bytes(m) >> 20);

@@ -165,7 +165,9 @@ dt_status dt_zero1_create(dt_zero1 **out, dt_model *m, dt_comm *comm);
  * that backward must be dt_zero1_backward (the model has no gradients of
  * its own). It keeps no fp32 master beside the fp32 parameters (AdamW
  * updates the model's own slice, the gathers send from there): optimizer
- * state m, v: 8s bytes. dt_zero1_state's master is that slice. Its
+ * state m, v: 8s bytes. dt_zero1_state's master is that slice — but for a
+ * model that computes in bf16, whose gathers carry the master rounded to
+ * bf16 (zero_bf16_params.c): then it keeps one (4s bytes more). Its
  * checkpoints are ZeRO-1's, bit for bit. On a pipeline stage (m made by
  * dt_model_create_stage, of any blocks) the gradients stay whole: the executor adds the
  * stage's micro-batches into them, a sum every rank must hold until the
@@ -267,6 +269,12 @@ void dt_zero1_shard(const dt_zero1 *z, size_t *lo, size_t *n);
  * (host on the CPU backend). Writable: a resumed run loads into them.
  * Waits for a parameter all-gather in flight first (it reads the master). */
 void dt_zero1_state(dt_zero1 *z, float **master, float **m, float **v);
+/* ZeRO-1/2 of a bf16 model: the replicas hold the masters rounded to bf16
+ * (the gathers'); this all-gathers the fp32 masters exactly into every
+ * replica, so that a checkpoint saves, and --verify-resume reloads, the
+ * masters (collective, blocking: every rank calls it; 4Ψ(N-1)/N bytes).
+ * Otherwise it only waits for the gathers in flight. */
+dt_status dt_zero1_masters_to_params(dt_zero1 *z);
 /* Bytes of optimizer state on this rank: master, m, v of s elements
  * (ZeRO-2: m, v; ZeRO-3: m, v, its master counted as parameters). */
 size_t dt_zero1_optimizer_bytes(const dt_zero1 *z);

@@ -166,6 +166,28 @@ dt_status optim_param_units_hash(optim_param_units *u, uint64_t *hash);
 void optim_param_units_take_clock(optim_param_units *u, optim_overlap_clock *into);
 
 
+/* ---- zero_bf16_params.c: ZeRO-1/2's gathers in bf16, used by zero1.c ------ */
+
+/* Gathers in bf16 when the model computes in bf16 (world > 1, not
+ * ZeRO-3): the send buffer; DT_ENOMEM if it cannot be had. */
+dt_status optim_zero_bf16_enable(dt_zero1 *z);
+void optim_zero_bf16_free(dt_zero1 *z);
+size_t optim_zero_bf16_bytes(const dt_zero1 *z); /* the send buffer */
+/* When on: the updated master rounded into the send buffer (before the
+ * gathers); a gather piece's op pointed at it and at the first half of
+ * the piece's parameters, as DT_BF16; after the piece's op, widened in
+ * place into its fp32 parameters. */
+void optim_zero_bf16_round_shard(dt_zero1 *z);
+void optim_zero_bf16_op(const dt_zero1 *z, const optim_zero_piece *g, dt_op *op);
+void optim_zero_bf16_widen(const dt_zero1 *z, const optim_zero_piece *g);
+/* When on: this rank's master copied over its slice of the parameters
+ * (a checkpoint saves the master); every parameter rounded in place (what
+ * the model reads); the masters all-gathered exactly in fp32 into every
+ * replica (collective, blocking). */
+void optim_zero_bf16_master_in_params(dt_zero1 *z);
+void optim_zero_bf16_round_params(dt_zero1 *z);
+dt_status optim_zero_bf16_gather_masters(dt_zero1 *z);
+
 /* ---- zero1.c's state, read by zero_memory.c ------------------------------- */
 
 struct dt_zero1 {
@@ -176,7 +198,9 @@ struct dt_zero1 {
     size_t lo, n;                   /* this rank's valid range of the flat buffer */
     size_t *counts;                 /* [world]: each rank's valid count */
     float *master;                  /* (s) fp32 master of the shard */
-    bool own_master;                /* ZeRO-2: master is the model's own slice */
+    bool own_master;                /* ZeRO-2: master is the model's own slice, but in bf16 */
+    bool param_bf16;                /* ZeRO-1/2 gather in bf16 (zero_bf16_params.c) */
+    uint16_t *send16;               /* (s) the master rounded, while a gather is in flight */
     float *adam_m, *adam_v;         /* (s) */
     optim_zero_piece *reduces;      /* [nreduce], in backward order (tail first) */
     int nreduce, reduced;           /* launched this backward */

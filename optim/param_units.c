@@ -46,6 +46,17 @@
  * micro-batches interleave forwards and backwards: a unit not in a
  * buffer when it is needed is gathered then, and waited for.
  *
+ * Under --precision bf16 (model/precision.c) a unit travels in bf16: each
+ * rank rounds its share of the unit from its fp32 shard (the master) into
+ * a bf16 send buffer, the allgatherv moves bf16 (bytes copied, nothing
+ * summed, so nothing rounded in the collective), and the unit is widened
+ * into its fp32 buffer when its gather is waited. Half the bytes; the
+ * same bits, since the model reads every parameter rounded anyway (DDP
+ * rounds its fp32 master on use to the same values). Memory: two bf16
+ * send and receive buffers of a unit each, 2·2·2·max unit bytes. The
+ * replica hash and a hold gather the fp32 shards exactly: they stand for
+ * the masters, which checkpoints save.
+ *
  * Outside training nothing needs the whole model at once either.
  * Evaluation and sampling run their forwards through the same units
  * (optim_param_units_inference: after the head the next forward's
@@ -82,7 +93,11 @@ struct optim_param_units {
     int nu, first_bwd;     /* first_bwd: the lowest unit backward reads */
     size_t max_unit;
     float *buf[BUFS];
-    int held[BUFS]; /* unit in each buffer (arriving or there), -1: none */
+    bool bf16;              /* gathers travel in bf16 (the model computes in bf16) */
+    uint16_t *send16[BUFS]; /* (max_unit) this rank's share of a unit, rounded */
+    uint16_t *recv16[BUFS]; /* (max_unit) the gathered unit, before widening */
+    bool narrow[BUFS];      /* the gather into buf[i] in flight is bf16's */
+    int held[BUFS];         /* unit in each buffer (arriving or there), -1: none */
     dt_work *work[BUFS];
     bool done[BUFS];
     double t_submit[BUFS], t_done[BUFS];
@@ -174,16 +189,21 @@ dt_status optim_param_units_create(optim_param_units **out, dt_model *m, dt_comm
     u->my_n = u->all_counts[u->rank];
     if (build_units(u) < 0)
         return pu_fail(u, DT_ENOMEM, "create: out of memory for the units", -1);
+    u->bf16 = m->bf16 && u->world > 1;
     for (int i = 0; i < BUFS; i++) {
         u->held[i] = -1;
         if (!(u->buf[i] = m->be->alloc(u->max_unit * sizeof(float))))
             return pu_fail(u, DT_ENOMEM, "create: out of memory for the unit buffers", -1);
+        if (u->bf16 && (!(u->send16[i] = malloc(u->max_unit * sizeof(uint16_t))) ||
+                        !(u->recv16[i] = malloc(u->max_unit * sizeof(uint16_t)))))
+            return pu_fail(u, DT_ENOMEM, "create: out of memory for the bf16 unit buffers", -1);
     }
     dt_model_window_params(m, NULL, 0, 0); /* frees the model's full buffer */
     return DT_OK;
 }
 
-/* Waits for buffer i's gather, if one is in flight. */
+/* Waits for buffer i's gather, if one is in flight; a bf16 one is then
+ * widened into the unit's fp32 buffer. */
 static void wait_buf(optim_param_units *u, int i)
 {
     if (!u->work[i])
@@ -192,6 +212,9 @@ static void wait_buf(optim_param_units *u, int i)
                                             &u->t_done[i]);
     if (st != DT_OK)
         pu_fail(u, st, "all-gather of the parameters", u->held[i]);
+    else if (u->narrow[i])
+        dt_bf16_to_f32_n(u->buf[i], u->recv16[i], u->units[u->held[i]].n);
+    u->narrow[i] = false;
 }
 
 void optim_param_units_destroy(optim_param_units *u)
@@ -203,6 +226,8 @@ void optim_param_units_destroy(optim_param_units *u)
             dt_work_wait(u->work[i]);
         if (u->buf[i])
             u->m->be->free(u->buf[i]);
+        free(u->send16[i]);
+        free(u->recv16[i]);
     }
     free(u->all_counts);
     free(u->units);
@@ -222,7 +247,8 @@ dt_status optim_param_units_status(const optim_param_units *u)
 
 size_t optim_param_units_bytes(const optim_param_units *u)
 {
-    return (size_t)BUFS * u->max_unit * sizeof(float);
+    size_t wire = u->bf16 ? 2 * sizeof(uint16_t) : 0; /* bf16's send and receive buffers */
+    return (size_t)BUFS * u->max_unit * (sizeof(float) + wire);
 }
 
 int optim_param_units_count(const optim_param_units *u)
@@ -230,8 +256,10 @@ int optim_param_units_count(const optim_param_units *u)
     return u->nu;
 }
 
-/* Launches unit k's gather into buffer i (after that buffer's last one). */
-static void gather(optim_param_units *u, int k, int i)
+/* Launches unit k's gather into buffer i (after that buffer's last one):
+ * in bf16 when the model computes in bf16, unless exact (the fp32
+ * masters, for the replica hash). */
+static void gather(optim_param_units *u, int k, int i, bool exact)
 {
     wait_buf(u, i);
     const punit *p = &u->units[k];
@@ -246,6 +274,13 @@ static void gather(optim_param_units *u, int k, int i)
                 .recv = u->buf[i],
                 .counts = p->counts,
                 .dtype = DT_F32};
+    u->narrow[i] = u->bf16 && !exact;
+    if (u->narrow[i]) { /* this rank's share rounded; the unit arrives in bf16 */
+        dt_f32_to_bf16_n(u->send16[i], op.send, p->counts[u->rank]);
+        op.send = u->send16[i];
+        op.recv = u->recv16[i];
+        op.dtype = DT_BF16;
+    }
     u->done[i] = false;
     u->t_submit[i] = dt_now();
     if (u->st != DT_OK)
@@ -284,13 +319,13 @@ static void need(optim_param_units *u, int k, int next)
     int i = find(u, k);
     if (i < 0) {
         i = next >= 0 && u->held[0] == next ? 1 : 0;
-        gather(u, k, i);
+        gather(u, k, i, false);
     }
     wait_buf(u, i);
     dt_model_window_params(u->m, u->buf[i], u->units[k].lo, u->units[k].n);
     u->mapped = k;
     if (next >= 0 && find(u, next) < 0)
-        gather(u, next, 1 - i);
+        gather(u, next, 1 - i, false);
 }
 
 void optim_param_units_forward_hook(void *user, size_t hi)
@@ -334,7 +369,7 @@ void optim_param_units_prefetch(optim_param_units *u)
 {
     optim_param_units_forget(u);
     for (int k = 0; k < BUFS && k < u->nu; k++) /* the embeddings compute too little */
-        gather(u, k, k);                        /* to hide the first block's gather */
+        gather(u, k, k, false);                 /* to hide the first block's gather */
 }
 
 dt_status optim_param_units_hold(optim_param_units *u, bool hold)
@@ -404,14 +439,14 @@ dt_status optim_param_units_hash(optim_param_units *u, uint64_t *hash)
     }
     uint64_t h = DT_PARAMS_HASH_BASIS;
     for (int k = 0; k < BUFS && k < u->nu; k++)
-        gather(u, k, k);
+        gather(u, k, k, true);
     for (int k = 0; k < u->nu && u->st == DT_OK; k++) {
         int i = find(u, k);
         wait_buf(u, i);
         if (u->st == DT_OK)
             h = hash_unit(u, i, k, h, host, CAP);
         if (k + BUFS < u->nu)
-            gather(u, k + BUFS, i); /* the one after next, into this buffer */
+            gather(u, k + BUFS, i, true); /* the one after next, into this buffer */
     }
     optim_param_units_forget(u);
     free(host);

@@ -9,7 +9,7 @@
  * hashes are all-gathered — 8 bytes per rank instead of the parameters.
  *
  * Under ZeRO-3 no rank holds the parameters whole: dt_zero1_check_replicas
- * (zero1.c) streams the hash through the units as they are gathered one
+ * (zero_replicas.c) streams the hash through the units as they are gathered one
  * at a time (param_units.c, continuing it with dt_params_hash_more), the
  * same FNV-1a over the same bytes in the same order, so it equals
  * ZeRO-1's, and compares with optim_compare_hashes below.

@@ -3,7 +3,7 @@
  * communication overlapped with backward and with the next forward.
  *
  * Stage 2 (dt_zero2_create) is this file with grad_shards.c in place of
- * the in-place reduces below and no master copy; stage 3 (dt_zero3_create)
+ * the in-place reduces below and no master copy (but in bf16); stage 3 (dt_zero3_create)
  * is stage 2 whose master is all a rank keeps of the weights, param_units.c
  * gathering each unit just before it is read, in place of the gathers.
  *
@@ -31,7 +31,8 @@
  * Parameters: after AdamW on the shard, one allgatherv (counts = the
  * piece ∩ each shard) per stage forward reads (embeddings, each block,
  * ln_f + head; neighbours merged up to bucket_bytes), straight into the
- * model's buffer. dt_zero1_step waits for them; dt_zero1_step_async
+ * model's buffer (a bf16 model's in bf16: zero_bf16_params.c below).
+ * dt_zero1_step waits for them; dt_zero1_step_async
  * leaves them in flight and dt_zero1_forward waits for each piece just
  * before forward reads it (the parameter hook) — FSDP's prefetch.
  *
@@ -49,10 +50,13 @@
  * bytes of communicator scratch on ranks with children. Timing: the
  * overlap clock (overlap_clock.c), pieces polled at each hook.
  *
- * The master holds the same fp32 values as the parameters it shards: it
- * reads as the place where low-precision weights would part from their
- * master. ZeRO-2 keeps none (AdamW updates the model's own slice, the
- * gathers send from there: the same bits), ZeRO-3's is its weights.
+ * The master is where bf16 weights part from their fp32 master: of a model
+ * that computes in bf16 (model/precision.c) the gathers carry the master
+ * rounded to bf16 and every replica holds those roundings (ZeRO-3's units
+ * too, param_units.c); checkpoints and the replica hash take the master.
+ * In fp32 it holds the parameters' own values. ZeRO-2 keeps none in fp32
+ * (AdamW updates the model's own slice, the gathers send from there: the
+ * same bits) but one in bf16; ZeRO-3's is its weights.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,10 +119,10 @@ static dt_status create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucke
     z->lo = (size_t)z->rank * z->s;
     z->n = optim_zero_shard_count(P, z->s, z->rank);
     z->counts = calloc(p, sizeof *z->counts);
-    z->own_master = own_master;
     z->stage = own_master ? 1 : 2;
-    z->master = own_master ? be->alloc(z->s * sizeof(float))
-                           : m->params_memory + (z->n ? z->lo : 0);
+    z->own_master = own_master || (m->bf16 && z->world > 1); /* bf16 params: not the master */
+    z->master = z->own_master ? be->alloc(z->s * sizeof(float))
+                              : m->params_memory + (z->n ? z->lo : 0);
     z->adam_m = be->alloc(z->s * sizeof(float));
     z->adam_v = be->alloc(z->s * sizeof(float));
     if (!z->counts || !z->master || !z->adam_m || !z->adam_v)
@@ -138,14 +142,23 @@ static dt_status create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucke
         if (st != DT_OK)
             return zero1_fail(z, st, "create: broadcast of the parameters");
     }
-    if (z->n > 0 && own_master)
+    if (z->n > 0 && z->own_master)
         be->copy(z->master, m->params_memory + z->lo, z->n * sizeof(float));
     return DT_OK;
 }
 
+/* ZeRO-1 and -2 of a bf16 model gather bf16 (zero_bf16_params.c). */
+static dt_status gather_bf16(dt_zero1 *z, dt_status st)
+{
+    if (st != DT_OK || optim_zero_bf16_enable(z) == DT_OK)
+        return st;
+    return zero1_fail(z, DT_ENOMEM, "create: out of memory for the bf16 gather");
+}
+
 dt_status dt_zero1_create_bucketed(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucket_bytes)
 {
-    return create(out, m, comm, bucket_bytes, true);
+    dt_status st = create(out, m, comm, bucket_bytes, true);
+    return gather_bf16(*out, st);
 }
 
 dt_status dt_zero1_create(dt_zero1 **out, dt_model *m, dt_comm *comm)
@@ -163,7 +176,7 @@ dt_status dt_zero2_create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t buc
     size_t quarter = (m->num_params + world - 1) / world / 4 * sizeof(float);
     dt_status st = create(out, m, comm, bucket_bytes || !stage ? bucket_bytes : quarter, false);
     dt_zero1 *z = *out;
-    if (st != DT_OK || stage)
+    if ((st = gather_bf16(z, st)) != DT_OK || stage)
         return st;
     /* by default a quarter of a shard: the buckets in flight add half a
      * shard to the shard (25 MB buckets would hold more than ZeRO-1) */
@@ -209,27 +222,6 @@ dt_status dt_zero3_init_shard(dt_zero1 *z, uint64_t seed)
     }
     free(host);
     return st == DT_OK ? DT_OK : zero1_fail(z, st, "init: drawing the shard");
-}
-
-dt_status dt_zero1_check_replicas(dt_zero1 *z, bool *same, uint64_t *hashes)
-{
-    *same = true;
-    if (!z->pu) {
-        dt_status st = dt_zero1_wait_params(z);
-        return st != DT_OK ? st : dt_check_replicas(z->comm, z->m, same, hashes);
-    }
-    uint64_t mine;
-    dt_status st = optim_param_units_hash(z->pu, &mine);
-    if (st != DT_OK) {
-        snprintf(z->err, sizeof z->err, "%s", optim_param_units_error(z->pu));
-        return st;
-    }
-    st = optim_compare_hashes(z->comm, mine, same, hashes);
-    if (st != DT_OK)
-        snprintf(z->err, sizeof z->err,
-                 "zero3 (rank %d): replica check: all-gather of the hashes: %s", z->rank,
-                 z->comm && *dt_comm_error(z->comm) ? dt_comm_error(z->comm) : dt_status_name(st));
-    return st;
 }
 
 /* Waits for a launched piece, noting its timing; the first failure is
@@ -353,8 +345,10 @@ dt_status dt_zero1_backward(dt_zero1 *z, float dloss, bool sync)
 static void wait_gathers_below(dt_zero1 *z, size_t hi)
 {
     poll(z->gathers, z->settled, z->gathered);
-    while (z->settled < z->gathered && z->gathers[z->settled].lo < hi)
-        settle(z, &z->gathers[z->settled++], "all-gather of the updated parameters");
+    while (z->settled < z->gathered && z->gathers[z->settled].lo < hi) {
+        settle(z, &z->gathers[z->settled], "all-gather of the updated parameters");
+        optim_zero_bf16_widen(z, &z->gathers[z->settled++]); /* bf16: into fp32 */
+    }
 }
 
 /* The model's parameter hook: forward is about to read [0, hi). */
@@ -404,6 +398,7 @@ void dt_zero1_destroy(dt_zero1 *z)
     optim_param_units_destroy(z->pu);
     optim_rank_order_free(&z->ro);
     optim_grad_comm_free(&z->gc);
+    optim_zero_bf16_free(z);
     free(z->reduces);
     free(z->gathers);
     free(z->gather_counts);
@@ -421,6 +416,7 @@ void dt_zero1_state(dt_zero1 *z, float **master, float **m, float **v)
     dt_zero1_wait_params(z); /* the gather reads the master */
     if (z->pu)
         optim_param_units_forget(z->pu); /* the caller may load into it */
+    optim_zero_bf16_master_in_params(z); /* bf16: a checkpoint's parameters are the master */
     *master = z->master;
     *m = z->adam_m;
     *v = z->adam_v;
@@ -488,6 +484,7 @@ static void launch_gathers(dt_zero1 *z)
                     .recv = z->m->params_memory + g->lo,
                     .counts = g->counts,
                     .dtype = DT_F32};
+        optim_zero_bf16_op(z, g, &op); /* bf16: the master rounded */
         launch(z, g, &op, "step: launching a stage's parameter all-gather");
         if (g->work)
             z->gathered = k + 1;
@@ -543,9 +540,10 @@ static dt_status step_launch(dt_zero1 *z, const dt_adamw_hparams *h, long step)
     z->settled = z->gathered = 0;
     if (z->pu)
         optim_param_units_prefetch(z->pu); /* unit 0, for the next forward */
-    else if (z->world > 1)
+    else if (z->world > 1) {
+        optim_zero_bf16_round_shard(z);
         launch_gathers(z);
-    else if (z->n > 0 && z->own_master)
+    } else if (z->n > 0 && z->own_master)
         be->copy(m->params_memory + z->lo, z->master, z->n * sizeof(float));
     return z->st;
 }

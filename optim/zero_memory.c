@@ -12,6 +12,9 @@
  *
  * A pipeline stage under ZeRO-2 or -3 keeps its micro-batches' gradient
  * sum whole (4Ψ of the stage), and ZeRO-3's master is its parameters.
+ * A bf16 model's ZeRO-1/2 gathers in bf16 (zero_bf16_params.c): ZeRO-2
+ * then keeps an fp32 master too (optimizer 12s), and both a 2s send
+ * buffer (staging); ZeRO-3's units add their bf16 buffers (param_units.c).
  * Reading these costs nothing: they are sizes, not measurements (the
  * trainer prints the allocator's and the kernel's figures beside them).
  */
@@ -37,8 +40,9 @@ size_t dt_zero1_param_bytes(const dt_zero1 *z)
 
 size_t dt_zero1_staging_bytes(const dt_zero1 *z)
 {
-    (void)z;
-    return 0; /* reduces run in place in the model's gradient buffer */
+    /* reduces run in place in the model's gradient buffer; a bf16
+     * gather sends the master rounded */
+    return optim_zero_bf16_bytes(z);
 }
 
 size_t dt_zero1_gradient_bytes(const dt_zero1 *z)

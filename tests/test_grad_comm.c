@@ -6,7 +6,9 @@
  * - the bytes a step sends, from dtrain's traffic counters, are the closed
  *   form minigpt prints beside them, and the gradients' share of them is
  *   half fp32's: DDP's whole step 0.5x fp32's, ZeRO-2's and ZeRO-3's less
- *   by half their gradient term (their parameter gathers stay fp32);
+ *   by half their gradient term (their parameter gathers stay fp32, as
+ *   long as training does: with --precision bf16 they are bf16 too, and
+ *   ZeRO-1/2/3's whole step is 0.5x fp32 training's);
  * - the replicas stay bitwise identical (and DDP, ZeRO-1, ZeRO-2 and ZeRO-3
  *   end with the same bits: the rounded mean is the same bytes in every
  *   mode);
@@ -34,14 +36,16 @@ typedef struct traffic {
     unsigned long long hash;
 } traffic;
 
-/* 4 ranks; --bucket-mb bucket_mb */
-static traffic run_traffic(const char *mode, const char *grad_comm, const char *bucket_mb)
+/* 4 ranks; --bucket-mb bucket_mb, --precision precision */
+static traffic run_precision_traffic(const char *mode, const char *grad_comm, const char *precision,
+                                     const char *bucket_mb)
 {
-    char what[80];
-    snprintf(what, sizeof what, "4 ranks --parallel %s --grad-comm %s --bucket-mb %s", mode,
-             grad_comm, bucket_mb);
-    const char *args[] = {FLAGS,     "--parallel",  mode,      "--grad-comm",
-                          grad_comm, "--bucket-mb", bucket_mb, NULL};
+    char what[100];
+    snprintf(what, sizeof what,
+             "4 ranks --parallel %s --grad-comm %s --precision %s --bucket-mb %s", mode, grad_comm,
+             precision, bucket_mb);
+    const char *args[] = {FLAGS,         "--parallel", mode,          "--grad-comm", grad_comm,
+                          "--precision", precision,    "--bucket-mb", bucket_mb,     NULL};
     mg_ranks j = {0};
     mg_ranks_dir(&j);
     mg_ranks_run(&j, 4, args);
@@ -57,6 +61,11 @@ static traffic run_traffic(const char *mode, const char *grad_comm, const char *
     t.grads = atof(grads + strlen("Ψ "));
     mg_ranks_free(&j);
     return t;
+}
+
+static traffic run_traffic(const char *mode, const char *grad_comm, const char *bucket_mb)
+{
+    return run_precision_traffic(mode, grad_comm, "fp32", bucket_mb);
 }
 
 /* Measured beside the closed form: only the loss's 4-byte all-reduce
@@ -100,6 +109,36 @@ Test(grad_comm, zero2_sends_its_gradients_in_half_the_bytes, .timeout = 300)
 Test(grad_comm, zero3_sends_its_gradients_in_half_the_bytes, .timeout = 300)
 {
     expect_gradients_halved("zero3");
+}
+
+/* bf16 compute with bf16 gradients: the parameters are gathered in bf16
+ * too (ZeRO-1/2's updated shards, ZeRO-3's units), so the whole step is half fp32's: against fp32
+ * training with fp32 gradients 0.5x (the loss's 8 B aside), and each run
+ * its closed form to the byte. */
+static void expect_half_of_fp32s_step(const char *mode)
+{
+    traffic f = run_precision_traffic(mode, "fp32", "fp32", "0.02");
+    traffic b = run_precision_traffic(mode, "bf16", "bf16", "0.02");
+    expect_closed_form(&f, mode);
+    expect_closed_form(&b, mode);
+    cr_expect(fabs(b.sent / f.sent - 0.5) <= 1e-3,
+              "%s: bf16 compute and gradients %.0f B a step against fp32's %.0f B: %.4fx", mode,
+              b.sent, f.sent, b.sent / f.sent);
+}
+
+Test(grad_comm, zero1_in_bf16_sends_half_of_fp32s_bytes_a_step, .timeout = 300)
+{
+    expect_half_of_fp32s_step("zero1");
+}
+
+Test(grad_comm, zero2_in_bf16_sends_half_of_fp32s_bytes_a_step, .timeout = 300)
+{
+    expect_half_of_fp32s_step("zero2");
+}
+
+Test(grad_comm, zero3_in_bf16_sends_half_of_fp32s_bytes_a_step, .timeout = 300)
+{
+    expect_half_of_fp32s_step("zero3");
 }
 
 /* mg_ranks_hash reads the line "all N ranks hold bitwise identical

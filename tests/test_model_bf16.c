@@ -72,7 +72,8 @@ static void plain_matmul(float *out, const float *inp, const float *w, const flo
 
 /* The bf16 forward, plainly: the reference kernels in forward's order,
  * each output rounded (but LayerNorm's statistics, logits, probs, losses);
- * returns the mean loss, logits into logits (N, V). */
+ * returns the mean loss, logits into logits (N, V). p must already hold
+ * every parameter rounded (rounded_params): the bf16 model reads them so. */
 static float plain_bf16_forward(float *logits, const dt_params *p, const dt_config *c, const int *x,
                                 const int *y, int B, int T)
 {
@@ -119,6 +120,21 @@ static float plain_bf16_forward(float *logits, const dt_params *p, const dt_conf
     return (float)(sum / N);
 }
 
+/* An fp32 model (of the reference kernels) whose parameters are m's
+ * rounded to bf16 by hand: its params are what the bf16 model reads. */
+static dt_model *rounded_params(const dt_model *m)
+{
+    dt_model *r;
+    cr_assert_eq(dt_model_create(&r, &m->cfg, dt_backend_cpu_reference(), m->max_B), DT_OK);
+    float *host = malloc(m->num_params * sizeof(float));
+    cr_assert(host);
+    dt_model_get_params(m, host);
+    plain_round(host, m->num_params);
+    dt_model_set_params(r, host);
+    free(host);
+    return r;
+}
+
 static dt_model *bf16_model(const dt_config *c, const dt_backend *be, int B, uint64_t seed)
 {
     dt_model *m;
@@ -158,7 +174,9 @@ Test(model_bf16, forward_is_an_fp32_forward_on_rounded_weights_and_activations, 
     cr_assert(x && y && logits && row);
     fill_tokens(x, y, N, c.V, 5);
     cr_assert_eq(dt_model_forward(m, x, y, B, T), DT_OK, "%s", dt_model_error(m));
-    float loss = plain_bf16_forward(logits, &m->params, &c, x, y, B, T);
+    dt_model *r = rounded_params(m);
+    float loss = plain_bf16_forward(logits, &r->params, &c, x, y, B, T);
+    dt_model_destroy(r);
     cr_expect_eq(m->mean_loss, loss, "loss %.9g, the plain bf16 forward's %.9g", m->mean_loss,
                  loss);
     for (int b = 0; b < B; b++)
@@ -209,6 +227,52 @@ Test(model_bf16, gradients_are_fp32s_to_bf16_accuracy, .timeout = 60)
     free(gh);
     dt_model_destroy(f);
     dt_model_destroy(h);
+}
+
+/* Every parameter is read rounded (matmul weights, LayerNorm gains and
+ * shifts, biases, wte and wpe, the head), in forward and in backward: a
+ * bf16 model whose fp32 masters are off the bf16 grid computes the loss
+ * and the gradients of one whose masters are their roundings, bitwise.
+ * (ZeRO gathers rounded parameters; DDP rounds its masters on use.) */
+Test(model_bf16, every_parameter_is_read_rounded_in_forward_and_backward, .timeout = 60)
+{
+    dt_config c = dt_config_seed();
+    int B = 2, T = c.T, N = B * T;
+    dt_model *off = bf16_model(&c, dt_backend_cpu(), B, 13);
+    dt_model *on = bf16_model(&c, dt_backend_cpu(), B, 13);
+    size_t P = off->num_params;
+    float *host = malloc(P * sizeof(float)),
+          *g[2] = {malloc(P * sizeof(float)), malloc(P * sizeof(float))};
+    int *x = malloc(N * sizeof(int)), *y = malloc(N * sizeof(int));
+    cr_assert(host && g[0] && g[1] && x && y);
+    dt_model_get_params(off, host);
+    for (size_t i = 0; i < P; i++) /* off the grid: gains of 1, biases of 0 would round to */
+        host[i] += 0x1p-11f * (float)(1 + i % 5); /* themselves */
+    dt_model_set_params(off, host);
+    plain_round(host, P);
+    dt_model_set_params(on, host);
+    fill_tokens(x, y, N, c.V, 3);
+    dt_model *both[2] = {off, on};
+    for (int k = 0; k < 2; k++) {
+        dt_model_zero_grad(both[k]);
+        cr_assert_eq(dt_model_forward(both[k], x, y, B, T), DT_OK);
+        cr_assert_eq(dt_model_backward(both[k], 1.0f), DT_OK);
+        dt_model_get_grads(both[k], g[k]);
+    }
+    cr_expect_eq(off->mean_loss, on->mean_loss, "loss %.9g, on rounded masters %.9g",
+                 off->mean_loss, on->mean_loss);
+    for (int i = 0; i < off->num_tensors; i++) {
+        const dt_tensor_info *t = &off->tensors[i];
+        cr_expect_eq(memcmp(g[0] + t->offset, g[1] + t->offset, t->numel * sizeof(float)), 0,
+                     "%s: the gradient differs from the one on rounded masters", t->name);
+    }
+    free(host);
+    free(g[0]);
+    free(g[1]);
+    free(x);
+    free(y);
+    dt_model_destroy(off);
+    dt_model_destroy(on);
 }
 
 /* Recomputation rounds the recomputed block as forward rounded it: the

@@ -12,7 +12,8 @@
  * - ZeRO-3 with --deterministic on 4 ranks prints DDP's loss table and
  *   ends with its bits;
  * - a run resumed from a checkpoint (fp32 masters and AdamW state) ends
- *   bitwise where the run without the interruption ends;
+ *   bitwise where the run without the interruption ends, in every mode
+ *   (ZeRO-1/2/3 gather bf16 roundings of the masters they checkpoint);
  * - the run says which path bf16 took, and its memory table gains the
  *   mixed-precision rows;
  * - what it does not cover is refused by name, and ranks that disagree on
@@ -140,10 +141,10 @@ static char *loss_lines(const char *out)
     return t;
 }
 
-/* ZeRO-3 gathers the fp32 masters' units and rounds each matmul weight
- * from the gathered unit as DDP rounds it from its replica: with
- * rank-order sums (which make the fp32 modes agree bitwise) the same
- * parameters, and the same loss table, on 4 ranks. */
+/* ZeRO-3 gathers its units in bf16, the fp32 masters rounded, and DDP
+ * rounds every parameter from its fp32 replica on use: the same values
+ * read, so with rank-order sums (which make the fp32 modes agree bitwise)
+ * the same parameters, and the same loss table, on 4 ranks. */
 Test(precision, zero3_on_four_ranks_ends_with_ddps_bits_and_loss_table, .timeout = 300)
 {
     const char *modes[] = {"ddp", "zero3"};
@@ -193,12 +194,53 @@ Test(precision, bf16_ends_with_other_bits_than_fp32, .timeout = 120)
 
 Test(precision, a_resumed_run_ends_with_the_uninterrupted_runs_bits, .timeout = 300)
 {
-    const char *modes[] = {"ddp", "zero2", "zero3"};
-    for (int m = 0; m < 3; m++) {
+    const char *modes[] = {"ddp", "zero1", "zero2", "zero3"};
+    for (int m = 0; m < 4; m++) {
         unsigned long long whole = mg_ranks_resumed_hash("--precision", "bf16", modes[m], 10),
                            resumed = mg_ranks_resumed_hash("--precision", "bf16", modes[m], 5);
         cr_expect_eq(resumed, whole, "--parallel %s: resumed %016llx, uninterrupted %016llx",
                      modes[m], resumed, whole);
+    }
+}
+
+/* The parameters after 10 steps on 2 ranks with bf16 compute and bf16
+ * gradients, --parallel first to a checkpoint at step 5, then --parallel
+ * then from it. */
+static unsigned long long switched_hash(const char *first, const char *then)
+{
+    mg_ranks j = {0};
+    mg_ranks_dir(&j);
+    char ckpt[96], what[64];
+    snprintf(ckpt, sizeof ckpt, "%s/ck", j.dir);
+    snprintf(what, sizeof what, "--parallel %s, then %s", first, then);
+    const char *mode[2] = {first, then}, *steps[2] = {"5", "10"};
+    for (int k = 0; k < 2; k++) {
+        const char *args[] = {"--log-every",  "10",    "--eval-every",    "0",
+                              "--sample",     "0",     "--threads",       "1",
+                              "--precision",  "bf16",  "--grad-comm",     "bf16",
+                              "--parallel",   mode[k], "--ckpt-dir",      ckpt,
+                              "--ckpt-every", "5",     "--steps",         steps[k],
+                              "--resume",     "auto",  "--verify-resume", NULL};
+        mg_ranks_run(&j, 2, args);
+        mg_ranks_assert_ok(&j, what);
+    }
+    unsigned long long h = mg_ranks_hash(&j, what);
+    mg_ranks_free(&j);
+    return h;
+}
+
+/* ZeRO-1/2 replicas hold the masters rounded, but a checkpoint's
+ * parameters are the fp32 masters (and --verify-resume finds them in
+ * memory): DDP, whose parameters are its masters, resumes from a ZeRO
+ * checkpoint and ends with the bits of a DDP run resumed from its own
+ * (bf16 gradients: DDP's and ZeRO's means are the same bytes). */
+Test(precision, a_zero_checkpoint_holds_the_fp32_masters_ddp_resumes_from, .timeout = 300)
+{
+    unsigned long long ddp = switched_hash("ddp", "ddp");
+    const char *modes[] = {"zero1", "zero2"};
+    for (int m = 0; m < 2; m++) {
+        unsigned long long h = switched_hash(modes[m], "ddp");
+        cr_expect_eq(h, ddp, "%s, then ddp: %016llx; ddp throughout: %016llx", modes[m], h, ddp);
     }
 }
 
@@ -236,6 +278,9 @@ Test(precision, what_it_does_not_cover_is_refused_naming_the_flag, .timeout = 60
         {"--precision", "fp16", NULL, NULL, "--precision is fp32 or bf16, not 'fp16'"},
         {"--tp", "2", NULL, NULL, "drop '--tp'"},
         {"--device", "cuda-host", NULL, NULL, "drop '--device'"},
+        {"--parallel", "zero3", "--wire", "gloo",
+         "gathers ZeRO's parameters in bf16: torch 1.13's gloo has no bfloat16; use '--wire "
+         "dtrain'"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const char *args[] = {FLAGS,       "--precision", "bf16",      cases[c][0],

@@ -357,6 +357,8 @@ dt_status mg_ckpt_after_step(mg_run *r, int done)
     dt_status st = hold(r, true); /* a stage's ZeRO-3: saves its stage's slice */
     if (st != DT_OK)
         return st;
+    if (r->zero1 && (st = dt_zero1_masters_to_params(r->zero1)) != DT_OK) /* bf16: not rounded */
+        return ck_fail(r, st, dt_zero1_error(r->zero1));
     if ((st = state_of(r, &dev)) != DT_OK)
         return ck_fail(r, st, "describing the state");
     dev.step = done;

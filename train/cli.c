@@ -133,9 +133,10 @@ static const flag flags[] = {
      "with --pp, the type of the activations and their gradients between stages: fp32, or "
      "bf16 (rounded at each stage boundary, half the bytes; no longer one process's bits)"},
     {"--precision", NULL, K_STR, OPT(precision), "TYPE",
-     "compute precision: fp32, or bf16 (matmul weights and stored activations rounded to "
-     "bf16; fp32 master weights, gradients and AdamW state), single rank, DDP, ZeRO-1/2/3 and "
-     "--pp (stages exchange the fp32 residual stream), with --recompute and --deterministic"},
+     "compute precision: fp32, or bf16 (every parameter read and the stored activations rounded "
+     "to bf16, ZeRO's parameters gathered in bf16; fp32 master weights, gradients and AdamW "
+     "state), single rank, DDP, ZeRO-1/2/3 and --pp (stages exchange the fp32 residual "
+     "stream), with --recompute and --deterministic"},
     {"--deterministic", NULL, K_BOOL, OPT(deterministic), NULL,
      "one summation order for the gradient (micro-steps left to right, ranks in rank "
      "order, one division by k x N): DDP and ZeRO-1/2/3 end with bitwise the same "
@@ -518,6 +519,12 @@ static int check_precision(const mg_options *o, const char *prog)
                    "--precision bf16 covers one rank, DDP, ZeRO-1/2/3 and --pp on the CPU for now; "
                    "drop",
                    drop);
+    bool gloo = (o->wire && strcmp(o->wire, "gloo") == 0) || (!o->wire && env_chooses_gloo());
+    if (gloo && o->parallel != MG_DDP) /* ZeRO's gathers travel in bf16 */
+        return bad(prog,
+                   "--precision bf16 gathers ZeRO's parameters in bf16: torch 1.13's gloo "
+                   "has no bfloat16; use",
+                   "--wire dtrain");
     return 0;
 }
 

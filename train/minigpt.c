@@ -113,9 +113,9 @@ static dt_status check_replicas(mg_run *r, int step, bool quiet)
     bool same = false;
     uint64_t hash0[1];
     uint64_t *hashes = calloc((size_t)r->world, sizeof *hashes);
-    st = units ? dt_zero1_check_replicas(r->zero1, &same, hashes ? hashes : hash0)
-               : dt_check_replicas(r->comm, r->m, &same, hashes ? hashes : hash0);
-    if (st != DT_OK && units)
+    st = r->zero1 ? dt_zero1_check_replicas(r->zero1, &same, hashes ? hashes : hash0) /* masters */
+                  : dt_check_replicas(r->comm, r->m, &same, hashes ? hashes : hash0);
+    if (st != DT_OK && r->zero1)
         snprintf(r->err, sizeof r->err, "rank %d: replica check after step %d: %s", r->rank, step,
                  dt_zero1_error(r->zero1));
     if (st == DT_OK && !same) {

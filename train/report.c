@@ -208,16 +208,19 @@ void mg_report_loss_table(FILE *f, const mg_run *r)
  * --precision bf16's rows (model/precision.c): the ZeRO paper's
  * mixed-precision accounting, 2Ψ bf16 weights + 2Ψ bf16 gradients + 12Ψ
  * fp32 master, m and v, per mode, beside what this run holds: the fp32
- * rows above, since the portable path rounds each matmul's weight from
- * the fp32 master on use and keeps fp32 gradients (16Ψ either way; the
- * split differs under ZeRO).
+ * rows above, since the portable path rounds every parameter on use from
+ * an fp32 buffer and keeps fp32 gradients — but for ZeRO-2, which gathers
+ * its parameters in bf16 and so keeps an fp32 master of its shard as
+ * ZeRO-1 does (4Ψ/N more: optim/zero_bf16_params.c).
  */
 static void memory_model_bf16(FILE *f, size_t P, size_t s)
 {
     char a[32], b[32], c[32], d[32];
     fprintf(f,
-            "  bf16 compute (this run): the fp32 rows above (fp32 masters read on use, no bf16 "
-            "copy; fp32 gradients). The ZeRO paper's mixed precision, 2Ψ + 2Ψ + 12Ψ: DDP 16Ψ "
+            "  bf16 compute (this run): the fp32 rows above (every parameter rounded to bf16 on "
+            "use, no bf16 copy; fp32 gradients; ZeRO gathers the parameters in bf16, so ZeRO-2 "
+            "keeps an fp32 master, 4Ψ/N more). The ZeRO paper's mixed precision, 2Ψ + 2Ψ + 12Ψ: "
+            "DDP 16Ψ "
             "%s, ZeRO-1 4Ψ + 12Ψ/N %s, ZeRO-2 2Ψ + 14Ψ/N %s, ZeRO-3 16Ψ/N %s\n",
             commas(a, sizeof a, 16 * P), commas(b, sizeof b, 4 * P + 12 * s),
             commas(c, sizeof c, 2 * P + 14 * s), commas(d, sizeof d, 16 * s));

@@ -14,7 +14,9 @@
  * counted too.
  *
  * Closed form, bytes one rank sends per step, with Ψ parameters, N ranks,
- * g bytes per gradient element (4, or 2 with --grad-comm bf16):
+ * g bytes per gradient element (4, or 2 with --grad-comm bf16), w bytes
+ * per gathered parameter (4, or 2 with --precision bf16: ZeRO gathers
+ * the masters rounded, optim/zero_bf16_params.c and param_units.c):
  *
  *   DDP     gradients: the bucket all-reduces, 2(N-1)/N · gΨ (ring; a
  *           bf16 bucket goes by the rank-order all-reduce, the same
@@ -23,14 +25,14 @@
  *           (2(N-q) + q·log2 q)/N · g·n, q the power of two <= N, the
  *           folded ranks sending twice
  *   ZeRO-1/2  gradients: each piece reduced to its owner, (N-1)/N · gΨ;
- *           parameters: the updated shards all-gathered, (N-1)/N · 4Ψ
+ *           parameters: the updated shards all-gathered, (N-1)/N · wΨ
  *   ZeRO-3  gradients as ZeRO-2; parameters gathered unit by unit for
  *           forward and again for backward, less the embeddings E (not
  *           read by backward) and the two units still held when forward
  *           ends, the last block B and the head H (ln_f + lm_head); and
  *           once in the run, the prefetch of the next step's first two
  *           units (E + B) that the last step launches, 1/S of it a step
- *           over S steps: (N-1)/N · 4(2Ψ - E - B - H + (E + B)/S)
+ *           over S steps: (N-1)/N · w(2Ψ - E - B - H + (E + B)/S)
  *
  * plus the loss's 4-byte all-reduce. Ring and rank-order all-reduces send
  * exactly 2(N-1)/N of a buffer that N divides; a rank's shard of the rest
@@ -94,11 +96,17 @@ static double ddp_grads(const mg_run *r, double g)
     return sum;
 }
 
+/* Bytes a gathered parameter travels in: 2 where ZeRO gathers bf16. */
+static int param_wire_bytes(const mg_run *r)
+{
+    return r->o.parallel != MG_DDP && strcmp(r->o.precision, "bf16") == 0 ? 2 : 4;
+}
+
 /* The closed form's two terms, in bytes per rank per step. */
 static void closed_form(const mg_run *r, double *grads, double *params, const char **params_how)
 {
     const double N = r->world, psi = (double)r->m->num_params, share = (N - 1) / N;
-    const double g = strcmp(r->o.grad_comm, "bf16") == 0 ? 2 : 4;
+    const double g = strcmp(r->o.grad_comm, "bf16") == 0 ? 2 : 4, w = param_wire_bytes(r);
     *params = 0;
     *params_how = "";
     if (r->o.parallel == MG_DDP) {
@@ -109,11 +117,12 @@ static void closed_form(const mg_run *r, double *grads, double *params, const ch
     if (r->o.parallel == MG_ZERO3) {
         double first_two = (double)(embedding_params(&r->o.cfg) + block_params(&r->o.cfg));
         double held = first_two + (double)head_params(&r->o.cfg);
-        *params = share * 4 * (2 * psi - held + first_two / r->traffic_steps);
-        *params_how = "(N-1)/N x 4(2Ψ - E - B - H + (E + B)/S)";
+        *params = share * w * (2 * psi - held + first_two / r->traffic_steps);
+        *params_how = w == 2 ? "(N-1)/N x 2(2Ψ - E - B - H + (E + B)/S)"
+                             : "(N-1)/N x 4(2Ψ - E - B - H + (E + B)/S)";
     } else {
-        *params = share * 4 * psi;
-        *params_how = "(N-1)/N x 4Ψ";
+        *params = share * w * psi;
+        *params_how = w == 2 ? "(N-1)/N x 2Ψ" : "(N-1)/N x 4Ψ";
     }
 }
 
@@ -138,6 +147,7 @@ void mg_report_traffic(FILE *f, const mg_run *r)
             "closed form %.0f B = gradients (%s) %s %dΨ %.0f",
             r->traffic_steps, measured, grads + params, g, g_how, g[0] == 'b' ? 2 : 4, grads);
     if (params > 0)
-        fprintf(f, " + parameters (fp32) %s %.0f", params_how, params);
+        fprintf(f, " + parameters (%s) %s %.0f", param_wire_bytes(r) == 2 ? "bf16" : "fp32",
+                params_how, params);
     fprintf(f, "; measured / closed form %.4f\n", measured / (grads + params));
 }
