@@ -27,6 +27,14 @@
 # beside the saving the closed form predicts. Activation bytes are the
 # model's activation and activation-gradient sets.
 #
+# Then the same four modes on 4 ranks under --precision bf16, beside two
+# closed forms: dtrain's (the fp32 rows, every parameter rounded on use
+# from fp32 buffers; ZeRO-2 keeps an fp32 master of its shard, 4Ψ/N, as
+# ZeRO-1 does, because its gathers send bf16) and the ZeRO paper's mixed
+# precision (bf16 weights 2Ψ, bf16 gradients 2Ψ, fp32 master, m and v
+# 12Ψ: 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N), with the activation bytes
+# against fp32's.
+#
 # usage: bench/zero_memory.sh [BUILD_DIR] [LAYERS]
 set -eu
 build=${1:-build}; layers=${2:-8}
@@ -54,6 +62,7 @@ for n in 1 2 4; do
     for mode in ddp zero1 zero2 zero3; do run $n $mode; done
 done
 for mode in ddp zero2 zero3; do run 4 $mode --recompute; done
+for mode in ddp zero1 zero2 zero3; do run 4 $mode --precision bf16; done
 
 python3 - "$tmp" <<'PY'
 import re, sys
@@ -107,4 +116,28 @@ for mode in ("ddp", "zero2", "zero3"):
     a = table(f"{tmp}/4.{mode}")[1]["acts"]
     b = table(f"{tmp}/4.{mode}recompute")[1]["acts"]
     print(f" 4 {mode:<6} {a:>14,} {b:>14,} {100 * (1 - b / a):>5.1f}%")
+print()
+def closed_bf16(mode, P, N, bk, un):
+    """dtrain's bf16 model states, and the ZeRO paper's mixed precision."""
+    s = -(-P // N)
+    paper = {"ddp": (16 * P, "16Ψ"), "zero1": (4 * P + 12 * s, "4Ψ + 12Ψ/N"),
+             "zero2": (2 * P + 14 * s, "2Ψ + 14Ψ/N"), "zero3": (16 * s, "16Ψ/N")}[mode]
+    if mode == "zero2":
+        return (4 * P + 16 * s + bk, "4Ψ + 16Ψ/N + bk"), paper
+    return closed(mode, P, N, bk, un), paper
+print(f"{'N':>2} {'bf16':<6} {'dtrain closed form':<20} {'closed B':>12} {'accounted B':>12} "
+      f"{'acc/closed':>10} {'paper MP':<12} {'paper B':>10} {'acts bf16/fp32':>15}")
+for mode in ("ddp", "zero1", "zero2", "zero3"):
+    P, t = table(f"{tmp}/4.{mode}precisionbf16")
+    s = -(-P // 4)
+    bk = t["grads"] - 4 * s if mode in ("zero2", "zero3") else 0
+    un = t["params"] - 4 * s if mode == "zero3" else 0
+    (c, form), (pc, pform) = closed_bf16(mode, P, 4, bk, un)
+    acts32 = table(f"{tmp}/4.{mode}")[1]["acts"]
+    print(f" 4 {mode:<6} {form:<20} {c:>12,} {t['states']:>12,} {t['states'] / c:>9.3f}x "
+          f"{pform:<12} {pc:>10,} {t['acts'] / acts32:>14.3f}x")
+print("dtrain's bf16 keeps its weight replica and its gradients in fp32 buffers (4Ψ + 4Ψ, "
+      "the replica holding rounded values), which the portable path's fp32 kernels read; "
+      "the paper's column is what bf16 weight and gradient buffers would hold, worth "
+      "building with a kernel that multiplies bf16 natively")
 PY
