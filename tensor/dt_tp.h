@@ -75,6 +75,9 @@ typedef struct dt_tp_model {
     float *params_memory;    /* (num_params), tensors in the full model's order */
     float *grads_memory;     /* (num_params), same layout */
     dt_params params, grads; /* pointers into them, local shapes */
+    dt_params compute;       /* what the layers read: params, or (bf16) the rounded copy */
+    bool bf16;               /* dt_tp_set_precision(BF16): tp_precision.c */
+    float *rounded_memory;   /* (num_params) in bf16: the masters rounded, each forward */
     dt_tp_tensor *tensors;   /* [num_tensors]: how each is split */
     int num_tensors;
 
@@ -103,6 +106,12 @@ typedef struct dt_tp_model {
 dt_status dt_tp_create(dt_tp_model **out, const dt_config *cfg, const dt_backend *be, int max_B,
                        dt_comm *tp_comm);
 void dt_tp_destroy(dt_tp_model *m);
+/* --precision bf16 on the share (tensor/tp_precision.c, model/precision.c's
+ * rule): parameters read rounded to bf16 from the fp32 masters, stored
+ * activations rounded as written, fp32 accumulation, residual stream,
+ * statistics, logits, loss and gradients. Once, before the first forward;
+ * DT_EINVAL otherwise, DT_ENOMEM (one more share of fp32). */
+dt_status dt_tp_set_precision(dt_tp_model *m, dt_precision p);
 const char *dt_tp_error(const dt_tp_model *m);
 /* This rank's share of what dt_model_init(seed) gives the whole model. */
 dt_status dt_tp_init(dt_tp_model *m, uint64_t seed);

@@ -53,6 +53,8 @@ dt_status dt_tp_stage_create(dt_tp_stage **out, const dt_config *cfg, const dt_b
                              int max_B, int l0, int l1, int act_slots, int grad_slots,
                              dt_comm *tp_comm);
 void dt_tp_stage_destroy(dt_tp_stage *s);
+/* dt_tp_set_precision for the stage (its range of the share). */
+dt_status dt_tp_stage_set_precision(dt_tp_stage *s, dt_precision p);
 const char *dt_tp_stage_error(const dt_tp_stage *s);
 /* This stage's part of dt_tp_init(seed)'s share, bitwise. */
 dt_status dt_tp_stage_init(dt_tp_stage *s, uint64_t seed);

@@ -40,4 +40,13 @@ void tp_vocab_embed_backward(dt_tp_model *m, int B, int T);
 dt_status tp_vocab_crossentropy_forward(dt_tp_model *m, int with_targets, int N);
 void tp_vocab_crossentropy_backward(dt_tp_model *m, float dloss, int N);
 
+/* tp_precision.c: bf16 compute on a share. alloc switches m to p (the
+ * caller then points m->compute at m->rounded_memory); round_params
+ * refreshes the rounded copy of the masters (before each forward);
+ * round_acts rounds x (n) in place; all three do nothing in fp32. */
+dt_status tp_precision_alloc(dt_tp_model *m, dt_precision p);
+void tp_precision_free(dt_tp_model *m);
+void tp_round_params(dt_tp_model *m);
+void tp_round_acts(const dt_tp_model *m, float *x, size_t n);
+
 #endif /* DT_TP_INTERNAL_H */

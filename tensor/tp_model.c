@@ -147,7 +147,16 @@ dt_status dt_tp_create(dt_tp_model **out, const dt_config *cfg, const dt_backend
         return fail(m, DT_ENOMEM, "create: the backend could not allocate the share");
     point_params(&m->params, m->params_memory, m);
     point_params(&m->grads, m->grads_memory, m);
+    m->compute = m->params;
     return DT_OK;
+}
+
+dt_status dt_tp_set_precision(dt_tp_model *m, dt_precision p)
+{
+    dt_status st = tp_precision_alloc(m, p);
+    if (st == DT_OK && m->bf16)
+        point_params(&m->compute, m->rounded_memory, m);
+    return st;
 }
 
 void dt_tp_destroy(dt_tp_model *m)
@@ -159,6 +168,7 @@ void dt_tp_destroy(dt_tp_model *m)
     for (size_t i = 0; m->be && i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i])
             m->be->free(dev[i]);
+    tp_precision_free(m);
     free(m->tensors);
     free(m->params.blocks);
     free(m->grads.blocks);
@@ -223,6 +233,7 @@ dt_status dt_tp_forward(dt_tp_model *m, const int *inputs, const int *targets, i
     if (targets)
         memcpy(m->targets, targets, (size_t)N * sizeof(int));
     m->last_B = m->last_T = 0;
+    tp_round_params(m);
     dt_status st = tp_vocab_embed_forward(m, B, T);
     const float *residual = m->acts.encoded;
     for (int l = 0; l < L && st == DT_OK; l++) {
@@ -232,10 +243,11 @@ dt_status dt_tp_forward(dt_tp_model *m, const int *inputs, const int *targets, i
     if (st != DT_OK)
         return st;
     dt_acts *a = &m->acts;
-    be->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual, m->params.lnfw,
-                          m->params.lnfb, N, C);
+    be->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual, m->compute.lnfw,
+                          m->compute.lnfb, N, C);
+    tp_round_acts(m, a->lnf, (size_t)N * C);
     /* after f; all Vt rows, padding included (tp_vocab.c leaves it out) */
-    be->matmul_forward(a->logits, a->lnf, m->params.lm_head, NULL, N, C, Vl);
+    be->matmul_forward(a->logits, a->lnf, m->compute.lm_head, NULL, N, C, Vl);
     if ((st = tp_vocab_crossentropy_forward(m, targets != NULL, N)) != DT_OK)
         return st;
     m->last_B = B;
@@ -253,14 +265,14 @@ dt_status dt_tp_backward(dt_tp_model *m, float dloss)
     dt_acts *a = &m->acts, *da = &m->grad_acts;
     float *dlast = da->blocks[L - 1].residual3;
     tp_vocab_crossentropy_backward(m, dloss, N);
-    be->matmul_backward(da->lnf, m->grads.lm_head, NULL, da->logits, a->lnf, m->params.lm_head, N,
+    be->matmul_backward(da->lnf, m->grads.lm_head, NULL, da->logits, a->lnf, m->compute.lm_head, N,
                         C, tp_vocab_of(m).rows);
     dt_status st = tp_allreduce(m, da->lnf, (size_t)N * C, DT_SUM, DT_TP_HEAD_GRAD, -1);
     if (st != DT_OK)
         return st;
     be->zero(dlast, (size_t)N * C * sizeof(float));
     be->layernorm_backward(dlast, m->grads.lnfw, m->grads.lnfb, da->lnf, a->blocks[L - 1].residual3,
-                           m->params.lnfw, a->lnf_mean, a->lnf_rstd, N, C);
+                           m->compute.lnfw, a->lnf_mean, a->lnf_rstd, N, C);
     for (int l = L - 1; l >= 0 && st == DT_OK; l--) {
         const float *in = l > 0 ? a->blocks[l - 1].residual3 : a->encoded;
         float *din = l > 0 ? da->blocks[l - 1].residual3 : da->encoded;

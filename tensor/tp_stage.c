@@ -173,8 +173,17 @@ dt_status dt_tp_stage_create(dt_tp_stage **out, const dt_config *cfg, const dt_b
         return fail(s, DT_ENOMEM, "create: the backend could not allocate the stage's share");
     point_params(&m->params, m->params_memory, s);
     point_params(&m->grads, m->grads_memory, s);
+    m->compute = m->params;
     dt_tp_stage_select(s, 0, 0);
     return DT_OK;
+}
+
+dt_status dt_tp_stage_set_precision(dt_tp_stage *s, dt_precision p)
+{
+    dt_status st = tp_precision_alloc(&s->core, p); /* the stage's range: num_params */
+    if (st == DT_OK && s->core.bf16)
+        point_params(&s->core.compute, s->core.rounded_memory, s);
+    return st;
 }
 
 void dt_tp_stage_destroy(dt_tp_stage *s)
@@ -187,6 +196,7 @@ void dt_tp_stage_destroy(dt_tp_stage *s)
     for (size_t i = 0; m->be && i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i])
             m->be->free(dev[i]);
+    tp_precision_free(m);
     free(m->tensors);
     free(m->params.blocks);
     free(m->grads.blocks);
@@ -286,6 +296,7 @@ dt_status dt_tp_stage_forward(dt_tp_stage *s, const int *inputs, const int *targ
         return st;
     s->shape[2 * s->slot] = B;
     s->shape[2 * s->slot + 1] = T;
+    tp_round_params(m);
     if (is_first(s) && (st = tp_vocab_embed_forward(m, B, T)) != DT_OK)
         return st;
     const float *residual = m->acts.encoded;
@@ -296,9 +307,10 @@ dt_status dt_tp_stage_forward(dt_tp_stage *s, const int *inputs, const int *targ
     if (st != DT_OK || !is_last(s))
         return st;
     dt_acts *a = &m->acts;
-    be->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual, m->params.lnfw,
-                          m->params.lnfb, N, C);
-    be->matmul_forward(a->logits, a->lnf, m->params.lm_head, NULL, N, C, tp_vocab_of(m).rows);
+    be->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual, m->compute.lnfw,
+                          m->compute.lnfb, N, C);
+    tp_round_acts(m, a->lnf, (size_t)N * C);
+    be->matmul_forward(a->logits, a->lnf, m->compute.lm_head, NULL, N, C, tp_vocab_of(m).rows);
     if ((st = tp_vocab_crossentropy_forward(m, 1, N)) != DT_OK)
         return st;
     if (loss)
@@ -316,14 +328,14 @@ static dt_status head_backward(dt_tp_stage *s, float dloss, int N)
     dt_acts *a = &m->acts, *da = &m->grad_acts;
     float *dlast = da->blocks[L - 1].residual3;
     tp_vocab_crossentropy_backward(m, dloss, N);
-    be->matmul_backward(da->lnf, m->grads.lm_head, NULL, da->logits, a->lnf, m->params.lm_head, N,
+    be->matmul_backward(da->lnf, m->grads.lm_head, NULL, da->logits, a->lnf, m->compute.lm_head, N,
                         C, tp_vocab_of(m).rows);
     dt_status st = tp_allreduce(m, da->lnf, (size_t)N * C, DT_SUM, DT_TP_HEAD_GRAD, -1);
     if (st != DT_OK)
         return st;
     be->zero(dlast, (size_t)N * C * sizeof(float));
     be->layernorm_backward(dlast, m->grads.lnfw, m->grads.lnfb, da->lnf, a->blocks[L - 1].residual3,
-                           m->params.lnfw, a->lnf_mean, a->lnf_rstd, N, C);
+                           m->compute.lnfw, a->lnf_mean, a->lnf_rstd, N, C);
     return DT_OK;
 }
 

@@ -95,6 +95,8 @@ dt_status mg_tp_open(mg_run *r)
     if (!r->tp_comm)
         return tp_fail(r, DT_EINVAL, "--tp", "needs a job of --tp ranks at least (dtrain-launch)");
     st = dt_tp_create(&r->tp, &o->cfg, be, o->batch, r->tp_comm);
+    if (st == DT_OK && strcmp(o->precision, "bf16") == 0)
+        st = dt_tp_set_precision(r->tp, DT_PRECISION_BF16);
     if (st == DT_OK)
         st = dt_tp_init(r->tp, o->seed);
     if (st != DT_OK)
@@ -119,6 +121,10 @@ dt_status mg_tp_open(mg_run *r)
         printf("tensor parallel: %d replica%s x %d tp ranks (tp ranks adjacent), share of %zu "
                "of %zu parameters per rank\n",
                r->dp, r->dp == 1 ? "" : "s", o->tp, share, r->m->num_params);
+    if (r->rank == 0 && r->tp->bf16)
+        printf("precision: bf16 compute on each share, fp32 master weights, gradients and AdamW "
+               "state; path: %s\n",
+               dt_bf16_path());
     if (o->parallel != MG_ZERO1)
         return DT_OK;
     if (!r->tp_dp_comm)
