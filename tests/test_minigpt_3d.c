@@ -128,18 +128,29 @@ Test(minigpt_3d, a_2x2x2_grid_in_bf16_ends_on_the_bits_of_dp2_tp2_in_bf16, .time
                  "bf16: 2 x 2 x 2 and --dp 2 --tp 2 --grad-accum 4 ended on different parameters");
 }
 
-Test(minigpt_3d, a_tp2_pp2_grid_learns_the_task, .timeout = 300)
+static void expect_grid_learns_the_task(const char *precision)
 {
     char *out;
-    const char *const grid[] = {"--tp", "2",       "--pp", "2", "--grad-accum",
-                                "16",   "--steps", "300",  NULL};
+    const char *const grid[] = {"--tp",         "2",       "--pp",    "2",
+                                "--grad-accum", "16",      "--steps", "300",
+                                "--precision",  precision, NULL};
     int rc = launch("4", grid, &out);
     cr_assert_eq(rc, 0, "minigpt failed:\n%s", out);
     const char *acc = strstr(out, "exact-match accuracy ");
     cr_assert(acc, "no accuracy in:\n%s", out);
     double pct = atof(acc + strlen("exact-match accuracy "));
-    cr_expect_eq(pct, 100.0, "accuracy %.1f%% after 300 steps:\n%s", pct, out);
+    cr_expect_eq(pct, 100.0, "%s: accuracy %.1f%% after 300 steps:\n%s", precision, pct, out);
     free(out);
+}
+
+Test(minigpt_3d, a_tp2_pp2_grid_learns_the_task, .timeout = 300)
+{
+    expect_grid_learns_the_task("fp32");
+}
+
+Test(minigpt_3d, a_tp2_pp2_grid_learns_the_task_in_bf16, .timeout = 300)
+{
+    expect_grid_learns_the_task("bf16");
 }
 
 /* ---- refused by name ------------------------------------------------------ */
