@@ -123,8 +123,9 @@ dt_status mg_tp_open(mg_run *r)
                r->dp, r->dp == 1 ? "" : "s", o->tp, share, r->m->num_params);
     if (r->rank == 0 && r->tp->bf16)
         printf("precision: bf16 compute on each share, fp32 master weights, gradients and AdamW "
-               "state; path: %s\n",
-               dt_bf16_path());
+               "state; path: %s\nbf16 memory per rank: activations and their gradients %zu B "
+               "(fp32's: rounded in place), rounded parameter copy %zu B\n",
+               dt_bf16_path(), 2 * r->tp->num_acts * sizeof(float), share * sizeof(float));
     if (o->parallel != MG_ZERO1)
         return DT_OK;
     if (!r->tp_dp_comm)
