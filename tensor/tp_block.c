@@ -71,6 +71,7 @@ dt_status tp_block_forward(dt_tp_model *m, int l, const float *residual, int B, 
     add_bias(x->fcproj, w->fcprojb, N, C);
     tp_round_acts(m, x->fcproj, NC);
     be->residual_forward(x->residual3, x->residual2, x->fcproj, NC);
+    tp_store_pack(m, l, B, T);
     return DT_OK;
 }
 
@@ -83,6 +84,7 @@ dt_status tp_block_backward(dt_tp_model *m, int l, const float *dres3, const flo
     size_t NC = (size_t)N * C;
     dt_block_params *w = &m->compute.blocks[l], *dw = &m->grads.blocks[l];
     dt_block_acts *x = &m->acts.blocks[l], *dx = &m->grad_acts.blocks[l];
+    tp_store_unpack(m, l, B, T); /* bf16: the block's tensors back into the workspace */
     /* g backward: identity; the bias's gradient is dres3's column sum */
     be->matmul_backward(dx->fch_gelu, dw->fcprojw, dw->fcprojb, dres3, x->fch_gelu, w->fcprojw, N,
                         Fl, C);

@@ -54,7 +54,7 @@ static bool is_last(const dt_tp_stage *s)
 /* Points a's tensors at base for (max_B, T), the stage's blocks only;
  * returns the element count (base may be NULL). ln_f, the logits and the
  * losses exist on the last stage only. */
-static size_t carve_set(dt_acts *a, float *base, const dt_tp_stage *s)
+static size_t carve_set(dt_acts *a, float *base, const dt_tp_stage *s, float *ws, bool grads)
 {
     const dt_config *c = &s->core.cfg;
     size_t tp = (size_t)s->core.tp, N = (size_t)s->core.max_B * (size_t)c->T, C = (size_t)c->C;
@@ -70,7 +70,7 @@ static size_t carve_set(dt_acts *a, float *base, const dt_tp_stage *s)
         off += top[i];
     }
     return tp_carve_blocks(a, base, off, s->l0, s->l1, c, s->core.tp, (size_t)s->core.max_B,
-                           (size_t)c->T);
+                           (size_t)c->T, ws, grads);
 }
 
 /* The owned tensors' pointers into base, which holds the share's
@@ -163,12 +163,13 @@ dt_status dt_tp_stage_create(dt_tp_stage **out, const dt_config *cfg, const dt_b
         return st;
     find_range(s);
     m->num_params = s->hi - s->lo;
-    s->set_floats = carve_set(&m->acts, NULL, s);
+    s->set_floats = carve_set(&m->acts, NULL, s, NULL, false);
+    s->grad_floats = s->set_floats;
     size_t bp = m->num_params * sizeof(float);
     m->params_memory = be->alloc(bp);
     m->grads_memory = be->alloc(bp);
     s->act_sets = be->alloc((size_t)act_slots * s->set_floats * sizeof(float));
-    s->grad_sets = be->alloc((size_t)grad_slots * s->set_floats * sizeof(float));
+    s->grad_sets = be->alloc((size_t)grad_slots * s->grad_floats * sizeof(float));
     if (!m->params_memory || !m->grads_memory || !s->act_sets || !s->grad_sets)
         return fail(s, DT_ENOMEM, "create: the backend could not allocate the stage's share");
     point_params(&m->params, m->params_memory, s);
@@ -178,12 +179,49 @@ dt_status dt_tp_stage_create(dt_tp_stage **out, const dt_config *cfg, const dt_b
     return DT_OK;
 }
 
+/* One slot's bf16 store: the stage's blocks at (max_B, T). */
+static size_t slot_store(const dt_tp_stage *s)
+{
+    const dt_tp_model *m = &s->core;
+    return (size_t)(s->l1 - s->l0) *
+           tp_store_block(&m->cfg, m->tp, (size_t)m->max_B, (size_t)m->cfg.T);
+}
+
+/* bf16: the sets shrink to what each block keeps in fp32; a store per
+ * activation slot holds the rest (tp_precision.c). */
 dt_status dt_tp_stage_set_precision(dt_tp_stage *s, dt_precision p)
 {
-    dt_status st = tp_precision_alloc(&s->core, p); /* the stage's range: num_params */
-    if (st == DT_OK && s->core.bf16)
-        point_params(&s->core.compute, s->core.rounded_memory, s);
-    return st;
+    dt_tp_model *m = &s->core;
+    size_t B = (size_t)m->max_B, T = (size_t)m->cfg.T;
+    dt_status st = tp_precision_alloc(m, p, (size_t)s->act_slots * slot_store(s),
+                                      tp_block_ws_floats(&m->cfg, m->tp, B, T, false),
+                                      tp_block_ws_floats(&m->cfg, m->tp, B, T, true));
+    if (st != DT_OK || !m->bf16)
+        return st;
+    point_params(&m->compute, m->rounded_memory, s);
+    m->be->free(s->act_sets);
+    m->be->free(s->grad_sets);
+    s->set_floats = carve_set(&m->acts, NULL, s, m->act_ws, false);
+    s->grad_floats = carve_set(&m->grad_acts, NULL, s, m->grad_ws, true);
+    s->act_sets = m->be->alloc((size_t)s->act_slots * s->set_floats * sizeof(float));
+    s->grad_sets = m->be->alloc((size_t)s->grad_slots * s->grad_floats * sizeof(float));
+    if (!s->act_sets || !s->grad_sets)
+        return fail(s, DT_ENOMEM, "precision bf16: out of memory for the activation sets");
+    m->store_l0 = s->l0;
+    dt_tp_stage_select(s, s->slot, s->grad_slot);
+    return DT_OK;
+}
+
+size_t dt_tp_stage_activation_bytes(const dt_tp_stage *s)
+{
+    const dt_tp_model *m = &s->core;
+    size_t B = (size_t)m->max_B, T = (size_t)m->cfg.T;
+    size_t ws = m->bf16 ? tp_block_ws_floats(&m->cfg, m->tp, B, T, false) +
+                              tp_block_ws_floats(&m->cfg, m->tp, B, T, true)
+                        : 0;
+    return ((size_t)s->act_slots * s->set_floats + (size_t)s->grad_slots * s->grad_floats + ws) *
+               sizeof(float) +
+           m->num_store * sizeof(uint16_t);
 }
 
 void dt_tp_stage_destroy(dt_tp_stage *s)
@@ -233,8 +271,11 @@ void dt_tp_stage_select(dt_tp_stage *s, int slot, int grad_slot)
     size_t tok = (size_t)m->max_B * (size_t)m->cfg.T;
     s->slot = slot;
     s->grad_slot = grad_slot;
-    carve_set(&m->acts, s->act_sets + (size_t)slot * s->set_floats, s);
-    carve_set(&m->grad_acts, s->grad_sets + (size_t)grad_slot * s->set_floats, s);
+    carve_set(&m->acts, s->act_sets + (size_t)slot * s->set_floats, s, m->act_ws, false);
+    carve_set(&m->grad_acts, s->grad_sets + (size_t)grad_slot * s->grad_floats, s, m->grad_ws,
+              true);
+    if (m->bf16)
+        m->store = m->store_memory + (size_t)slot * slot_store(s);
     m->inputs = s->tokens + 2 * tok * (size_t)slot;
     m->targets = m->inputs + tok;
 }

@@ -10,7 +10,9 @@
  *     the residual stream is not rounded;
  *   - a 3-D stage that holds the whole model computes the share's bits
  *     (the stage rounds as the share does);
- *   - a share is switched once, before its first forward.
+ *   - a share is switched once, before its first forward;
+ *   - its activations, stored as bf16, take at most 0.55x fp32's bytes on
+ *     the 865k config.
  */
 #include <criterion/criterion.h>
 #include <stdlib.h>
@@ -250,4 +252,44 @@ Test(tensor_parallel_bf16, a_share_is_switched_before_its_first_forward_only, .t
     rank_threads_run(&job, TP, switch_after_forward, &s);
     for (int r = 0; r < TP; r++)
         cr_expect(!job.ranks[r].failed, "rank %d: %s", r, job.ranks[r].msg);
+}
+
+/* The 865k config (V256 C128 H4 L4 T64), batch 8, tp 2: the share's
+ * activations and their gradients in bf16 (bf16 store, one-block fp32
+ * workspaces) against fp32's, held to issue 37's 0.55x. */
+typedef struct bytes_case {
+    size_t fp32[TP], bf16[TP];
+} bytes_case;
+
+static void bytes_rank(rank_ctx *rc)
+{
+    bytes_case *b = rc->arg;
+    const dt_config big = {.V = 256, .T = 64, .L = 4, .H = 4, .C = 128};
+    dt_comm *tpc = NULL;
+    dt_tp_model *f = NULL, *h = NULL;
+    if (dt_comm_split(rc->comm, 0, rc->rank, &tpc) != DT_OK ||
+        dt_tp_create(&f, &big, dt_backend_cpu(), 8, tpc) != DT_OK ||
+        dt_tp_create(&h, &big, dt_backend_cpu(), 8, tpc) != DT_OK ||
+        dt_tp_set_precision(h, DT_PRECISION_BF16) != DT_OK)
+        rank_fail(rc, "rank %d: create failed", rc->rank);
+    else {
+        b->fp32[rc->rank] = dt_tp_activation_bytes(f);
+        b->bf16[rc->rank] = dt_tp_activation_bytes(h);
+    }
+    dt_tp_destroy(f);
+    dt_tp_destroy(h);
+    dt_comm_destroy(tpc);
+}
+
+Test(tensor_parallel_bf16, activations_take_at_most_055_of_fp32s_bytes_on_the_865k_config,
+     .timeout = 60)
+{
+    bytes_case b = {0};
+    rank_job job;
+    rank_threads_run(&job, TP, bytes_rank, &b);
+    for (int r = 0; r < TP; r++) {
+        cr_assert(!job.ranks[r].failed, "rank %d: %s", r, job.ranks[r].msg);
+        cr_expect_leq((double)b.bf16[r], 0.55 * (double)b.fp32[r], "rank %d: %zu B vs fp32's %zu B",
+                      r, b.bf16[r], b.fp32[r]);
+    }
 }

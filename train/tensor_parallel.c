@@ -75,6 +75,18 @@ static dt_status open_groups(mg_run *r)
     return st == DT_OK ? DT_OK : tp_fail(r, st, "tensor parallel: split", dt_comm_error(r->comm));
 }
 
+/* "activations and their gradients per rank: N B (fp32)", and in bf16
+ * what holds them and the rounded parameter copy's bytes. */
+void mg_tp_memory_line(const char *where, size_t bytes, const dt_tp_model *m)
+{
+    if (m->bf16)
+        printf("activations and their gradients %s: %zu B (bf16 store, one-block fp32 "
+               "workspaces); rounded parameter copy %zu B\n",
+               where, bytes, m->num_params * sizeof(float));
+    else
+        printf("activations and their gradients %s: %zu B (fp32)\n", where, bytes);
+}
+
 dt_status mg_tp_open(mg_run *r)
 {
     const mg_options *o = &r->o;
@@ -123,9 +135,10 @@ dt_status mg_tp_open(mg_run *r)
                r->dp, r->dp == 1 ? "" : "s", o->tp, share, r->m->num_params);
     if (r->rank == 0 && r->tp->bf16)
         printf("precision: bf16 compute on each share, fp32 master weights, gradients and AdamW "
-               "state; path: %s\nbf16 memory per rank: activations and their gradients %zu B "
-               "(fp32's: rounded in place), rounded parameter copy %zu B\n",
-               dt_bf16_path(), 2 * r->tp->num_acts * sizeof(float), share * sizeof(float));
+               "state; path: %s\n",
+               dt_bf16_path());
+    if (r->rank == 0)
+        mg_tp_memory_line("per rank", dt_tp_activation_bytes(r->tp), r->tp);
     if (o->parallel != MG_ZERO1)
         return DT_OK;
     if (!r->tp_dp_comm)

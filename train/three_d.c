@@ -283,12 +283,10 @@ dt_status mg_3d_open(mg_run *r)
                d->stage->core.num_params, r->m->num_params);
     if (r->rank == 0 && d->stage->core.bf16)
         printf("precision: bf16 compute on each share, fp32 master weights, gradients and AdamW "
-               "state; path: %s\nbf16 memory on rank 0: activations and their gradients %zu B "
-               "(fp32's: rounded in place), rounded parameter copy %zu B\n",
-               dt_bf16_path(),
-               (size_t)(d->stage->act_slots + d->stage->grad_slots) * d->stage->set_floats *
-                   sizeof(float),
-               d->stage->core.num_params * sizeof(float));
+               "state; path: %s\n",
+               dt_bf16_path());
+    if (r->rank == 0)
+        mg_tp_memory_line("on rank 0", dt_tp_stage_activation_bytes(d->stage), &d->stage->core);
     if (o->parallel != MG_ZERO1)
         return DT_OK;
     if (r->dp < 2)
