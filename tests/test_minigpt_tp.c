@@ -172,9 +172,10 @@ static double max_gap(const double a[STEPS], const double b[STEPS])
  * those grow over the steps: the bf16 tp curve stayed within 7.3e-5 of
  * one bf16 process's (2.8e-4 while the one-process model read LayerNorm,
  * biases and embeddings unrounded), so the bound is 1e-3. bf16 itself
- * moves the curve by 1.7e-4 to 3.0e-4 from fp32's, so an fp32 tp run
- * must be farther than 5e-5 from the bf16 process: 400 times fp32's
- * noise, which a tp run that ignored --precision would not pass.
+ * moves the curve by 3.0e-4 from fp32's, so an fp32 tp run must be
+ * farther than 5e-5 from the bf16 process (400 times fp32's noise), and
+ * farther than the bf16 tp run is: a tp run that ignored --precision
+ * would pass neither.
  */
 Test(minigpt_tp, a_bf16_tp_group_follows_one_bf16_process_loss_curve, .timeout = 120)
 {
@@ -189,6 +190,9 @@ Test(minigpt_tp, a_bf16_tp_group_follows_one_bf16_process_loss_curve, .timeout =
                   max_gap(got, ref));
     cr_expect_gt(max_gap(fp32, ref), 5e-5, "fp32 --tp 2: only %.3g from one bf16 process",
                  max_gap(fp32, ref));
+    cr_expect_lt(max_gap(got, ref), max_gap(fp32, ref),
+                 "bf16 --tp 2 is %.3g from one bf16 process, fp32 --tp 2 only %.3g",
+                 max_gap(got, ref), max_gap(fp32, ref));
 }
 
 Test(minigpt_tp, a_bf16_dp_by_tp_grid_keeps_identical_replicas_and_says_its_precision,
