@@ -166,3 +166,13 @@ void dt_model_bf16_unpack(dt_model *m, int l)
     m->ws_slot = m->slot;
     m->ws_block = l;
 }
+
+/* ---- for layers outside the model ------------------------------------------ */
+
+/* The rounding the model's own layers use (dt_bf16_round), for a layer
+ * that computes MiniGPT on its own memory (tensor/: a tp share rounds its
+ * parameters and activations with it, so both give the same bits). */
+void dt_bf16_round_floats(float *dst, const float *src, size_t n)
+{
+    dt_bf16_round(dst, src, n);
+}

@@ -533,6 +533,11 @@ typedef enum dt_precision { DT_PRECISION_FP32 = 0, DT_PRECISION_BF16 } dt_precis
 dt_status dt_model_set_precision(dt_model *m, dt_precision p);
 /* The path bf16 compute takes on this build and CPU, in words. */
 const char *dt_bf16_path(void);
+/* dst (n) = src rounded to bf16 and widened back to fp32, round to
+ * nearest even, on the calling rank's team (dst may be src): the
+ * rounding bf16 compute applies, for a layer that computes MiniGPT on its
+ * own memory (tensor/). */
+void dt_bf16_round_floats(float *dst, const float *src, size_t n);
 /* Bytes of activations and their gradients this model holds: its sets
  * and, with recomputation or bf16, the workspace (and bf16's store). */
 size_t dt_model_activation_bytes(const dt_model *m);

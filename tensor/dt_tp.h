@@ -75,11 +75,19 @@ typedef struct dt_tp_model {
     float *params_memory;    /* (num_params), tensors in the full model's order */
     float *grads_memory;     /* (num_params), same layout */
     dt_params params, grads; /* pointers into them, local shapes */
-    dt_tp_tensor *tensors;   /* [num_tensors]: how each is split */
+    dt_params compute;       /* what the layers read: params, or (bf16) the rounded copy */
+    bool bf16;               /* dt_tp_set_precision(BF16): tp_precision.c */
+    float *rounded_memory;   /* (num_params) in bf16: the masters rounded, each forward */
+    float *act_ws, *grad_ws; /* bf16: one block's inner tensors and their gradients, fp32 */
+    uint16_t *store_memory;  /* bf16 (num_store): the blocks' stored tensors, every slot */
+    size_t num_store;
+    uint16_t *store; /* the selected slot's store, block store_l0 first */
+    int store_l0;
+    dt_tp_tensor *tensors; /* [num_tensors]: how each is split */
     int num_tensors;
 
-    size_t num_acts;
-    float *acts_memory, *grad_acts_memory; /* (num_acts) each */
+    size_t num_acts, num_grad_acts;        /* equal in fp32; bf16 keeps fewer gradients */
+    float *acts_memory, *grad_acts_memory; /* (num_acts), (num_grad_acts) */
     dt_acts acts, grad_acts;               /* local shapes: qkv (B,T,3C/tp), fch (B,T,4C/tp),
                                 logits, probs (B,T,Vt), Vt = ceil(V/tp), att (B,H/tp,T,T) */
     float *ce_stats;                       /* (3, B, T): row max, sum of exp, target logit */
@@ -103,6 +111,16 @@ typedef struct dt_tp_model {
 dt_status dt_tp_create(dt_tp_model **out, const dt_config *cfg, const dt_backend *be, int max_B,
                        dt_comm *tp_comm);
 void dt_tp_destroy(dt_tp_model *m);
+/* --precision bf16 on the share (tensor/tp_precision.c, model/precision.c's
+ * rule): parameters read rounded to bf16 from the fp32 masters, stored
+ * activations rounded as written and kept as bf16, fp32 accumulation,
+ * residual stream, statistics, logits, loss and gradients. Once, before
+ * the first forward; DT_EINVAL otherwise, DT_ENOMEM (it reallocates the
+ * activations, and holds one more share of fp32: the rounded copy). */
+dt_status dt_tp_set_precision(dt_tp_model *m, dt_precision p);
+/* Bytes of activations and their gradients the share holds (in bf16 also
+ * the one-block workspaces and the bf16 store). */
+size_t dt_tp_activation_bytes(const dt_tp_model *m);
 const char *dt_tp_error(const dt_tp_model *m);
 /* This rank's share of what dt_model_init(seed) gives the whole model. */
 dt_status dt_tp_init(dt_tp_model *m, uint64_t seed);

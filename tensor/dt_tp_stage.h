@@ -36,6 +36,7 @@ typedef struct dt_tp_stage {
     int act_slots, grad_slots;
     size_t lo, hi;       /* the stage's range of the whole share's layout */
     size_t set_floats;   /* one activation set, (max_B, T) */
+    size_t grad_floats;  /* one gradient set: set_floats, fewer in bf16 */
     float *act_sets;     /* (act_slots, set_floats) */
     float *grad_sets;    /* (grad_slots, set_floats) */
     int *tokens;         /* (act_slots, 2, max_B, T): inputs, targets */
@@ -53,6 +54,11 @@ dt_status dt_tp_stage_create(dt_tp_stage **out, const dt_config *cfg, const dt_b
                              int max_B, int l0, int l1, int act_slots, int grad_slots,
                              dt_comm *tp_comm);
 void dt_tp_stage_destroy(dt_tp_stage *s);
+/* dt_tp_set_precision for the stage (its range of the share). */
+dt_status dt_tp_stage_set_precision(dt_tp_stage *s, dt_precision p);
+/* dt_tp_activation_bytes for the stage: its sets (and in bf16 the
+ * workspaces and one store per activation slot). */
+size_t dt_tp_stage_activation_bytes(const dt_tp_stage *s);
 const char *dt_tp_stage_error(const dt_tp_stage *s);
 /* This stage's part of dt_tp_init(seed)'s share, bitwise. */
 dt_status dt_tp_stage_init(dt_tp_stage *s, uint64_t seed);

@@ -11,7 +11,11 @@
  * tensors in dt_block_acts order with the share's local widths, for
  * (B, T); returns the offset after them (base may be NULL: sizes only). */
 size_t tp_carve_blocks(dt_acts *a, float *base, size_t off, int l0, int l1, const dt_config *c,
-                       int tp, size_t B, size_t T);
+                       int tp, size_t B, size_t T, float *ws, bool grads);
+/* With ws (bf16), each block keeps only its statistics and residual
+ * stream at base (of gradients, residual3's only); its other tensors
+ * point at ws, one block's worth of tp_block_ws_floats. */
+size_t tp_block_ws_floats(const dt_config *c, int tp, size_t B, size_t T, bool grads);
 
 /* tp_allreduce.c: in-place all-reduce of n floats over the tp group; on
  * failure the message (naming what was reduced) is on m. */
@@ -39,5 +43,23 @@ dt_status tp_vocab_embed_forward(dt_tp_model *m, int B, int T);
 void tp_vocab_embed_backward(dt_tp_model *m, int B, int T);
 dt_status tp_vocab_crossentropy_forward(dt_tp_model *m, int with_targets, int N);
 void tp_vocab_crossentropy_backward(dt_tp_model *m, float dloss, int N);
+
+/* tp_precision.c: bf16 compute on a share. alloc switches m to p with
+ * a store of `store` elements and workspaces of ws and grad_ws floats
+ * (tp_block_ws_floats; the caller then points m->compute at
+ * m->rounded_memory and re-carves its activations around the
+ * workspaces); round_params refreshes the rounded copy of the masters
+ * (before each forward); round_acts rounds x (n) in place; pack moves
+ * block l's stored tensors from the workspace into the store after its
+ * forward, unpack back before its backward; all do nothing in fp32.
+ * store_block: one block's stored elements for (B, T). */
+dt_status tp_precision_alloc(dt_tp_model *m, dt_precision p, size_t store, size_t ws,
+                             size_t grad_ws);
+void tp_precision_free(dt_tp_model *m);
+void tp_round_params(dt_tp_model *m);
+void tp_round_acts(const dt_tp_model *m, float *x, size_t n);
+size_t tp_store_block(const dt_config *c, int tp, size_t B, size_t T);
+void tp_store_pack(dt_tp_model *m, int l, int B, int T);
+void tp_store_unpack(dt_tp_model *m, int l, int B, int T);
 
 #endif /* DT_TP_INTERNAL_H */

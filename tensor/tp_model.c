@@ -28,19 +28,52 @@ static dt_status fail(dt_tp_model *m, dt_status s, const char *what)
     return s;
 }
 
-size_t tp_carve_blocks(dt_acts *a, float *base, size_t off, int l0, int l1, const dt_config *c,
-                       int tp, size_t B, size_t T)
+/* The widths of a block's 15 tensors (dt_block_acts order) for (B, T). */
+static void block_sizes(size_t n[15], const dt_config *c, int tp, size_t B, size_t T)
 {
     size_t N = B * T, C = (size_t)c->C, Cl = C / (size_t)tp;
     size_t att = B * ((size_t)c->H / (size_t)tp) * T * T;
     size_t blk[15] = {N * C, N, N, 3 * N * Cl, N * Cl,     att,   N * C, N * C,
                       N * C, N, N, 4 * N * Cl, 4 * N * Cl, N * C, N * C};
+    memcpy(n, blk, sizeof blk);
+}
+
+/* In bf16, the tensors each block keeps in fp32: the statistics and the
+ * residual stream, and of the gradients only residual3's (what the block
+ * below reads); the others live in the one-block workspace. */
+static bool kept_fp32(int i, bool grads)
+{
+    return grads ? i == 14 : i == 1 || i == 2 || i == 7 || i == 9 || i == 10 || i == 14;
+}
+
+/* The gradients tp_block_backward never writes (of the statistics, att,
+ * attproj, fcproj): in bf16 they get no memory (NULL). */
+static bool unused_grad(int i)
+{
+    return i == 1 || i == 2 || i == 5 || i == 6 || i == 9 || i == 10 || i == 13;
+}
+
+size_t tp_carve_blocks(dt_acts *a, float *base, size_t off, int l0, int l1, const dt_config *c,
+                       int tp, size_t B, size_t T, float *ws, bool grads)
+{
+    size_t blk[15];
+    block_sizes(blk, c, tp, B, T);
     for (int l = l0; l < l1; l++) {
         dt_block_acts *b = &a->blocks[l];
         float **bp[15] = {&b->ln1,      &b->ln1_mean, &b->ln1_rstd,  &b->qkv,    &b->atty,
                           &b->att,      &b->attproj,  &b->residual2, &b->ln2,    &b->ln2_mean,
                           &b->ln2_rstd, &b->fch,      &b->fch_gelu,  &b->fcproj, &b->residual3};
+        size_t ws_off = 0;
         for (int i = 0; i < 15; i++) {
+            if (ws && grads && unused_grad(i)) {
+                *bp[i] = NULL;
+                continue;
+            }
+            if (ws && !kept_fp32(i, grads)) { /* bf16: every block's points at the workspace */
+                *bp[i] = ws + ws_off;
+                ws_off += blk[i];
+                continue;
+            }
             *bp[i] = base ? base + off : NULL;
             off += blk[i];
         }
@@ -48,10 +81,20 @@ size_t tp_carve_blocks(dt_acts *a, float *base, size_t off, int l0, int l1, cons
     return off;
 }
 
+size_t tp_block_ws_floats(const dt_config *c, int tp, size_t B, size_t T, bool grads)
+{
+    size_t blk[15], n = 0;
+    block_sizes(blk, c, tp, B, T);
+    for (int i = 0; i < 15; i++)
+        n += kept_fp32(i, grads) || (grads && unused_grad(i)) ? 0 : blk[i];
+    return n;
+}
+
 /* Points a's tensors at base for (B, T) with the share's local widths;
  * returns the element count (base may be NULL). Order: dt_acts' top
  * tensors, then each block's in dt_block_acts order. */
-static size_t carve_acts(dt_acts *a, float *base, const dt_tp_model *m, size_t B, size_t T)
+static size_t carve_acts(dt_acts *a, float *base, const dt_tp_model *m, size_t B, size_t T,
+                         float *ws, bool grads)
 {
     const dt_config *c = &m->cfg;
     size_t tp = (size_t)m->tp, N = B * T, C = (size_t)c->C;
@@ -64,7 +107,7 @@ static size_t carve_acts(dt_acts *a, float *base, const dt_tp_model *m, size_t B
         *top_ptr[i] = base ? base + off : NULL;
         off += top[i];
     }
-    return tp_carve_blocks(a, base, off, 0, c->L, c, m->tp, B, T);
+    return tp_carve_blocks(a, base, off, 0, c->L, c, m->tp, B, T, ws, grads);
 }
 
 /* Points the dt_params fields of p at base, in the tensor table's order
@@ -137,7 +180,8 @@ dt_status dt_tp_create(dt_tp_model **out, const dt_config *cfg, const dt_backend
     if (alloc_host(m) != DT_OK)
         return DT_ENOMEM;
     m->num_params = dt_tp_num_params(cfg, m->tp);
-    m->num_acts = carve_acts(&m->acts, NULL, m, (size_t)max_B, (size_t)cfg->T);
+    m->num_acts = carve_acts(&m->acts, NULL, m, (size_t)max_B, (size_t)cfg->T, NULL, false);
+    m->num_grad_acts = m->num_acts;
     size_t bp = m->num_params * sizeof(float), ba = m->num_acts * sizeof(float);
     m->params_memory = be->alloc(bp);
     m->grads_memory = be->alloc(bp);
@@ -147,7 +191,39 @@ dt_status dt_tp_create(dt_tp_model **out, const dt_config *cfg, const dt_backend
         return fail(m, DT_ENOMEM, "create: the backend could not allocate the share");
     point_params(&m->params, m->params_memory, m);
     point_params(&m->grads, m->grads_memory, m);
+    m->compute = m->params;
     return DT_OK;
+}
+
+/* bf16: the activations shrink to what each block keeps in fp32 (its
+ * inner tensors go to the one-block workspaces and the bf16 store). */
+dt_status dt_tp_set_precision(dt_tp_model *m, dt_precision p)
+{
+    size_t B = (size_t)m->max_B, T = (size_t)m->cfg.T;
+    size_t store = (size_t)m->cfg.L * tp_store_block(&m->cfg, m->tp, B, T);
+    dt_status st = tp_precision_alloc(m, p, store, tp_block_ws_floats(&m->cfg, m->tp, B, T, false),
+                                      tp_block_ws_floats(&m->cfg, m->tp, B, T, true));
+    if (st != DT_OK || !m->bf16)
+        return st;
+    point_params(&m->compute, m->rounded_memory, m);
+    m->be->free(m->acts_memory);
+    m->be->free(m->grad_acts_memory);
+    m->num_acts = carve_acts(&m->acts, NULL, m, B, T, m->act_ws, false);
+    m->num_grad_acts = carve_acts(&m->grad_acts, NULL, m, B, T, m->grad_ws, true);
+    m->acts_memory = m->be->alloc(m->num_acts * sizeof(float));
+    m->grad_acts_memory = m->be->alloc(m->num_grad_acts * sizeof(float));
+    if (!m->acts_memory || !m->grad_acts_memory)
+        return fail(m, DT_ENOMEM, "precision bf16: out of memory for the activations");
+    return DT_OK;
+}
+
+size_t dt_tp_activation_bytes(const dt_tp_model *m)
+{
+    size_t B = (size_t)m->max_B, T = (size_t)m->cfg.T;
+    size_t ws = m->bf16 ? tp_block_ws_floats(&m->cfg, m->tp, B, T, false) +
+                              tp_block_ws_floats(&m->cfg, m->tp, B, T, true)
+                        : 0;
+    return (m->num_acts + m->num_grad_acts + ws) * sizeof(float) + m->num_store * sizeof(uint16_t);
 }
 
 void dt_tp_destroy(dt_tp_model *m)
@@ -159,6 +235,7 @@ void dt_tp_destroy(dt_tp_model *m)
     for (size_t i = 0; m->be && i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i])
             m->be->free(dev[i]);
+    tp_precision_free(m);
     free(m->tensors);
     free(m->params.blocks);
     free(m->grads.blocks);
@@ -217,12 +294,13 @@ dt_status dt_tp_forward(dt_tp_model *m, const int *inputs, const int *targets, i
     int C = m->cfg.C, L = m->cfg.L, N = B * T, Vl = tp_vocab_of(m).rows;
     if (check_batch(m, inputs, targets, B, T) != DT_OK)
         return DT_EINVAL;
-    carve_acts(&m->acts, m->acts_memory, m, (size_t)B, (size_t)T);
-    carve_acts(&m->grad_acts, m->grad_acts_memory, m, (size_t)B, (size_t)T);
+    carve_acts(&m->acts, m->acts_memory, m, (size_t)B, (size_t)T, m->act_ws, false);
+    carve_acts(&m->grad_acts, m->grad_acts_memory, m, (size_t)B, (size_t)T, m->grad_ws, true);
     memcpy(m->inputs, inputs, (size_t)N * sizeof(int));
     if (targets)
         memcpy(m->targets, targets, (size_t)N * sizeof(int));
     m->last_B = m->last_T = 0;
+    tp_round_params(m);
     dt_status st = tp_vocab_embed_forward(m, B, T);
     const float *residual = m->acts.encoded;
     for (int l = 0; l < L && st == DT_OK; l++) {
@@ -232,10 +310,11 @@ dt_status dt_tp_forward(dt_tp_model *m, const int *inputs, const int *targets, i
     if (st != DT_OK)
         return st;
     dt_acts *a = &m->acts;
-    be->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual, m->params.lnfw,
-                          m->params.lnfb, N, C);
+    be->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual, m->compute.lnfw,
+                          m->compute.lnfb, N, C);
+    tp_round_acts(m, a->lnf, (size_t)N * C);
     /* after f; all Vt rows, padding included (tp_vocab.c leaves it out) */
-    be->matmul_forward(a->logits, a->lnf, m->params.lm_head, NULL, N, C, Vl);
+    be->matmul_forward(a->logits, a->lnf, m->compute.lm_head, NULL, N, C, Vl);
     if ((st = tp_vocab_crossentropy_forward(m, targets != NULL, N)) != DT_OK)
         return st;
     m->last_B = B;
@@ -253,14 +332,14 @@ dt_status dt_tp_backward(dt_tp_model *m, float dloss)
     dt_acts *a = &m->acts, *da = &m->grad_acts;
     float *dlast = da->blocks[L - 1].residual3;
     tp_vocab_crossentropy_backward(m, dloss, N);
-    be->matmul_backward(da->lnf, m->grads.lm_head, NULL, da->logits, a->lnf, m->params.lm_head, N,
+    be->matmul_backward(da->lnf, m->grads.lm_head, NULL, da->logits, a->lnf, m->compute.lm_head, N,
                         C, tp_vocab_of(m).rows);
     dt_status st = tp_allreduce(m, da->lnf, (size_t)N * C, DT_SUM, DT_TP_HEAD_GRAD, -1);
     if (st != DT_OK)
         return st;
     be->zero(dlast, (size_t)N * C * sizeof(float));
     be->layernorm_backward(dlast, m->grads.lnfw, m->grads.lnfb, da->lnf, a->blocks[L - 1].residual3,
-                           m->params.lnfw, a->lnf_mean, a->lnf_rstd, N, C);
+                           m->compute.lnfw, a->lnf_mean, a->lnf_rstd, N, C);
     for (int l = L - 1; l >= 0 && st == DT_OK; l--) {
         const float *in = l > 0 ? a->blocks[l - 1].residual3 : a->encoded;
         float *din = l > 0 ? da->blocks[l - 1].residual3 : da->encoded;

@@ -54,7 +54,7 @@ static bool is_last(const dt_tp_stage *s)
 /* Points a's tensors at base for (max_B, T), the stage's blocks only;
  * returns the element count (base may be NULL). ln_f, the logits and the
  * losses exist on the last stage only. */
-static size_t carve_set(dt_acts *a, float *base, const dt_tp_stage *s)
+static size_t carve_set(dt_acts *a, float *base, const dt_tp_stage *s, float *ws, bool grads)
 {
     const dt_config *c = &s->core.cfg;
     size_t tp = (size_t)s->core.tp, N = (size_t)s->core.max_B * (size_t)c->T, C = (size_t)c->C;
@@ -70,7 +70,7 @@ static size_t carve_set(dt_acts *a, float *base, const dt_tp_stage *s)
         off += top[i];
     }
     return tp_carve_blocks(a, base, off, s->l0, s->l1, c, s->core.tp, (size_t)s->core.max_B,
-                           (size_t)c->T);
+                           (size_t)c->T, ws, grads);
 }
 
 /* The owned tensors' pointers into base, which holds the share's
@@ -163,18 +163,65 @@ dt_status dt_tp_stage_create(dt_tp_stage **out, const dt_config *cfg, const dt_b
         return st;
     find_range(s);
     m->num_params = s->hi - s->lo;
-    s->set_floats = carve_set(&m->acts, NULL, s);
+    s->set_floats = carve_set(&m->acts, NULL, s, NULL, false);
+    s->grad_floats = s->set_floats;
     size_t bp = m->num_params * sizeof(float);
     m->params_memory = be->alloc(bp);
     m->grads_memory = be->alloc(bp);
     s->act_sets = be->alloc((size_t)act_slots * s->set_floats * sizeof(float));
-    s->grad_sets = be->alloc((size_t)grad_slots * s->set_floats * sizeof(float));
+    s->grad_sets = be->alloc((size_t)grad_slots * s->grad_floats * sizeof(float));
     if (!m->params_memory || !m->grads_memory || !s->act_sets || !s->grad_sets)
         return fail(s, DT_ENOMEM, "create: the backend could not allocate the stage's share");
     point_params(&m->params, m->params_memory, s);
     point_params(&m->grads, m->grads_memory, s);
+    m->compute = m->params;
     dt_tp_stage_select(s, 0, 0);
     return DT_OK;
+}
+
+/* One slot's bf16 store: the stage's blocks at (max_B, T). */
+static size_t slot_store(const dt_tp_stage *s)
+{
+    const dt_tp_model *m = &s->core;
+    return (size_t)(s->l1 - s->l0) *
+           tp_store_block(&m->cfg, m->tp, (size_t)m->max_B, (size_t)m->cfg.T);
+}
+
+/* bf16: the sets shrink to what each block keeps in fp32; a store per
+ * activation slot holds the rest (tp_precision.c). */
+dt_status dt_tp_stage_set_precision(dt_tp_stage *s, dt_precision p)
+{
+    dt_tp_model *m = &s->core;
+    size_t B = (size_t)m->max_B, T = (size_t)m->cfg.T;
+    dt_status st = tp_precision_alloc(m, p, (size_t)s->act_slots * slot_store(s),
+                                      tp_block_ws_floats(&m->cfg, m->tp, B, T, false),
+                                      tp_block_ws_floats(&m->cfg, m->tp, B, T, true));
+    if (st != DT_OK || !m->bf16)
+        return st;
+    point_params(&m->compute, m->rounded_memory, s);
+    m->be->free(s->act_sets);
+    m->be->free(s->grad_sets);
+    s->set_floats = carve_set(&m->acts, NULL, s, m->act_ws, false);
+    s->grad_floats = carve_set(&m->grad_acts, NULL, s, m->grad_ws, true);
+    s->act_sets = m->be->alloc((size_t)s->act_slots * s->set_floats * sizeof(float));
+    s->grad_sets = m->be->alloc((size_t)s->grad_slots * s->grad_floats * sizeof(float));
+    if (!s->act_sets || !s->grad_sets)
+        return fail(s, DT_ENOMEM, "precision bf16: out of memory for the activation sets");
+    m->store_l0 = s->l0;
+    dt_tp_stage_select(s, s->slot, s->grad_slot);
+    return DT_OK;
+}
+
+size_t dt_tp_stage_activation_bytes(const dt_tp_stage *s)
+{
+    const dt_tp_model *m = &s->core;
+    size_t B = (size_t)m->max_B, T = (size_t)m->cfg.T;
+    size_t ws = m->bf16 ? tp_block_ws_floats(&m->cfg, m->tp, B, T, false) +
+                              tp_block_ws_floats(&m->cfg, m->tp, B, T, true)
+                        : 0;
+    return ((size_t)s->act_slots * s->set_floats + (size_t)s->grad_slots * s->grad_floats + ws) *
+               sizeof(float) +
+           m->num_store * sizeof(uint16_t);
 }
 
 void dt_tp_stage_destroy(dt_tp_stage *s)
@@ -187,6 +234,7 @@ void dt_tp_stage_destroy(dt_tp_stage *s)
     for (size_t i = 0; m->be && i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i])
             m->be->free(dev[i]);
+    tp_precision_free(m);
     free(m->tensors);
     free(m->params.blocks);
     free(m->grads.blocks);
@@ -223,8 +271,11 @@ void dt_tp_stage_select(dt_tp_stage *s, int slot, int grad_slot)
     size_t tok = (size_t)m->max_B * (size_t)m->cfg.T;
     s->slot = slot;
     s->grad_slot = grad_slot;
-    carve_set(&m->acts, s->act_sets + (size_t)slot * s->set_floats, s);
-    carve_set(&m->grad_acts, s->grad_sets + (size_t)grad_slot * s->set_floats, s);
+    carve_set(&m->acts, s->act_sets + (size_t)slot * s->set_floats, s, m->act_ws, false);
+    carve_set(&m->grad_acts, s->grad_sets + (size_t)grad_slot * s->grad_floats, s, m->grad_ws,
+              true);
+    if (m->bf16)
+        m->store = m->store_memory + (size_t)slot * slot_store(s);
     m->inputs = s->tokens + 2 * tok * (size_t)slot;
     m->targets = m->inputs + tok;
 }
@@ -286,6 +337,7 @@ dt_status dt_tp_stage_forward(dt_tp_stage *s, const int *inputs, const int *targ
         return st;
     s->shape[2 * s->slot] = B;
     s->shape[2 * s->slot + 1] = T;
+    tp_round_params(m);
     if (is_first(s) && (st = tp_vocab_embed_forward(m, B, T)) != DT_OK)
         return st;
     const float *residual = m->acts.encoded;
@@ -296,9 +348,10 @@ dt_status dt_tp_stage_forward(dt_tp_stage *s, const int *inputs, const int *targ
     if (st != DT_OK || !is_last(s))
         return st;
     dt_acts *a = &m->acts;
-    be->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual, m->params.lnfw,
-                          m->params.lnfb, N, C);
-    be->matmul_forward(a->logits, a->lnf, m->params.lm_head, NULL, N, C, tp_vocab_of(m).rows);
+    be->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, residual, m->compute.lnfw,
+                          m->compute.lnfb, N, C);
+    tp_round_acts(m, a->lnf, (size_t)N * C);
+    be->matmul_forward(a->logits, a->lnf, m->compute.lm_head, NULL, N, C, tp_vocab_of(m).rows);
     if ((st = tp_vocab_crossentropy_forward(m, 1, N)) != DT_OK)
         return st;
     if (loss)
@@ -316,14 +369,14 @@ static dt_status head_backward(dt_tp_stage *s, float dloss, int N)
     dt_acts *a = &m->acts, *da = &m->grad_acts;
     float *dlast = da->blocks[L - 1].residual3;
     tp_vocab_crossentropy_backward(m, dloss, N);
-    be->matmul_backward(da->lnf, m->grads.lm_head, NULL, da->logits, a->lnf, m->params.lm_head, N,
+    be->matmul_backward(da->lnf, m->grads.lm_head, NULL, da->logits, a->lnf, m->compute.lm_head, N,
                         C, tp_vocab_of(m).rows);
     dt_status st = tp_allreduce(m, da->lnf, (size_t)N * C, DT_SUM, DT_TP_HEAD_GRAD, -1);
     if (st != DT_OK)
         return st;
     be->zero(dlast, (size_t)N * C * sizeof(float));
     be->layernorm_backward(dlast, m->grads.lnfw, m->grads.lnfb, da->lnf, a->blocks[L - 1].residual3,
-                           m->params.lnfw, a->lnf_mean, a->lnf_rstd, N, C);
+                           m->compute.lnfw, a->lnf_mean, a->lnf_rstd, N, C);
     return DT_OK;
 }
 

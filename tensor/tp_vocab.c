@@ -59,7 +59,7 @@ dt_status tp_vocab_embed_forward(dt_tp_model *m, int B, int T)
 {
     tp_vocab vb = tp_vocab_of(m);
     int C = m->cfg.C, N = B * T;
-    const float *wte = m->params.wte + (size_t)vb.pad * C; /* its real rows */
+    const float *wte = m->compute.wte + (size_t)vb.pad * C; /* its real rows */
     float *out = m->acts.encoded;
     for (int n = 0; n < N; n++) {
         int v = m->inputs[n] - vb.v0;
@@ -73,7 +73,7 @@ dt_status tp_vocab_embed_forward(dt_tp_model *m, int B, int T)
     if (st != DT_OK)
         return st;
     for (int n = 0; n < N; n++) {
-        const float *pe = m->params.wpe + (size_t)(n % T) * C;
+        const float *pe = m->compute.wpe + (size_t)(n % T) * C;
         for (int c = 0; c < C; c++)
             out[(size_t)n * C + c] += pe[c];
     }

@@ -122,6 +122,28 @@ Test(ckpt_3d, a_2x2x2_run_stopped_and_resumed_saves_the_same_bytes, .timeout = 4
     fixture_rmtree(root);
 }
 
+/* bf16 (tensor/tp_precision.c) keeps fp32 masters, m and v in the
+ * checkpoint and rounds a fresh copy each forward: a resumed run reads
+ * what the uninterrupted one read. */
+Test(ckpt_3d, a_bf16_tp2_pp2_run_killed_after_a_checkpoint_and_resumed_saves_the_same_bytes,
+     .timeout = 300)
+{
+    const char *const bf16[] = {"--tp", "2",           "--pp", "2", "--microbatches",
+                                "2",    "--precision", "bf16", NULL};
+    char root[128], a[200], b[200];
+    fixture_mkroot(root, sizeof root);
+    train(root, "a", "4", bf16, "6", NULL);
+    const char *die[] = {"--resume", "auto", "--die-at-step", "4", NULL};
+    char *out = train_rc(root, "b", "4", bf16, "6", die, 0);
+    cr_assert(strstr(out, "--die-at-step 4: SIGKILL") && strstr(out, "resume: "),
+              "the run was not killed and resumed:\n%s", out);
+    free(out);
+    snprintf(a, sizeof a, "%s/a/step_00000006", root);
+    snprintf(b, sizeof b, "%s/b/step_00000006", root);
+    expect_same_step(a, b, 4);
+    fixture_rmtree(root);
+}
+
 /* The [lo, hi) of stage s in one share of 2, from the model's own tp
  * table and the pipeline's own partition of the blocks. */
 static void stage_in_share(int s, size_t *lo, size_t *hi)

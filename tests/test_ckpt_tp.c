@@ -445,3 +445,40 @@ Test(ckpt_tp, a_padded_vocabulary_2x2_zero1_run_stopped_and_resumed_saves_the_sa
     expect_same_step(a, b, 4);
     fixture_rmtree(root);
 }
+
+/* bf16 (tensor/tp_precision.c): the checkpoint holds the fp32 masters, m
+ * and v; each forward rounds a fresh copy of them, so a resumed run reads
+ * what the uninterrupted one read. */
+static const char *const tp2_bf16[] = {"--tp", "2", "--precision", "bf16", NULL};
+static const char *const tp2dp2_zero1_bf16[] = {"--tp",  "2",           "--dp", "2", "--parallel",
+                                                "zero1", "--precision", "bf16", NULL};
+
+Test(ckpt_tp, a_bf16_tp2_run_killed_after_a_checkpoint_and_resumed_saves_the_same_bytes,
+     .timeout = 300)
+{
+    char root[128], a[200], b[200];
+    fixture_mkroot(root, sizeof root);
+    train(root, "a", "2", tp2_bf16, "6", NULL);
+    const char *die[] = {"--resume", "auto", "--die-at-step", "4", NULL};
+    char *out = train_rc(root, "b", "2", tp2_bf16, "6", die, 0);
+    cr_assert(strstr(out, "--die-at-step 4: SIGKILL") && strstr(out, "resume: "),
+              "the run was not killed and resumed:\n%s", out);
+    free(out);
+    snprintf(a, sizeof a, "%s/a/step_00000006", root);
+    snprintf(b, sizeof b, "%s/b/step_00000006", root);
+    expect_same_step(a, b, 2);
+    fixture_rmtree(root);
+}
+
+Test(ckpt_tp, a_bf16_2x2_zero1_run_stopped_and_resumed_saves_the_same_bytes, .timeout = 300)
+{
+    char root[128], a[200], b[200];
+    fixture_mkroot(root, sizeof root);
+    train(root, "a", "4", tp2dp2_zero1_bf16, "6", NULL);
+    train(root, "b", "4", tp2dp2_zero1_bf16, "3", NULL);
+    train(root, "b", "4", tp2dp2_zero1_bf16, "6", resume);
+    snprintf(a, sizeof a, "%s/a/step_00000006", root);
+    snprintf(b, sizeof b, "%s/b/step_00000006", root);
+    expect_same_step(a, b, 4);
+    fixture_rmtree(root);
+}

@@ -102,18 +102,55 @@ Test(minigpt_3d, gpipe_and_1f1b_end_on_the_same_bits, .timeout = 120)
     cr_expect_eq(final_hash("4", gpipe), final_hash("4", ofob));
 }
 
-Test(minigpt_3d, a_tp2_pp2_grid_learns_the_task, .timeout = 300)
+/* --precision bf16 (tensor/tp_precision.c): a stage rounds as a whole
+ * share does and the pipeline still changes no sum, so the grid keeps
+ * the flat run's bits in bf16 too; fp32's bits are another model's. */
+Test(minigpt_3d, tp2_pp2_in_bf16_ends_on_the_bits_of_tp2_in_bf16, .timeout = 120)
+{
+    const char *const grid[] = {"--tp", "2",           "--pp", "2", "--grad-accum",
+                                "4",    "--precision", "bf16", NULL};
+    const char *const flat[] = {"--tp", "2", "--grad-accum", "4", "--precision", "bf16", NULL};
+    const char *const fp32[] = {"--tp", "2", "--pp", "2", "--grad-accum", "4", NULL};
+    unsigned long long g = final_hash("4", grid);
+    cr_expect_eq(g, final_hash("2", flat),
+                 "bf16: --tp 2 --pp 2 and --tp 2 --grad-accum 4 ended on different parameters");
+    cr_expect_neq(g, final_hash("4", fp32), "bf16 ended on fp32's parameters");
+}
+
+/* every rank's assembled copy agrees (final_hash reads the replica line) */
+Test(minigpt_3d, a_2x2x2_grid_in_bf16_ends_on_the_bits_of_dp2_tp2_in_bf16, .timeout = 180)
+{
+    const char *const grid[] = {"--dp",         "2", "--tp",        "2",    "--pp", "2",
+                                "--grad-accum", "4", "--precision", "bf16", NULL};
+    const char *const flat[] = {"--dp", "2",           "--tp", "2", "--grad-accum",
+                                "4",    "--precision", "bf16", NULL};
+    cr_expect_eq(final_hash("8", grid), final_hash("4", flat),
+                 "bf16: 2 x 2 x 2 and --dp 2 --tp 2 --grad-accum 4 ended on different parameters");
+}
+
+static void expect_grid_learns_the_task(const char *precision)
 {
     char *out;
-    const char *const grid[] = {"--tp", "2",       "--pp", "2", "--grad-accum",
-                                "16",   "--steps", "300",  NULL};
+    const char *const grid[] = {"--tp",         "2",       "--pp",    "2",
+                                "--grad-accum", "16",      "--steps", "300",
+                                "--precision",  precision, NULL};
     int rc = launch("4", grid, &out);
     cr_assert_eq(rc, 0, "minigpt failed:\n%s", out);
     const char *acc = strstr(out, "exact-match accuracy ");
     cr_assert(acc, "no accuracy in:\n%s", out);
     double pct = atof(acc + strlen("exact-match accuracy "));
-    cr_expect_eq(pct, 100.0, "accuracy %.1f%% after 300 steps:\n%s", pct, out);
+    cr_expect_eq(pct, 100.0, "%s: accuracy %.1f%% after 300 steps:\n%s", precision, pct, out);
     free(out);
+}
+
+Test(minigpt_3d, a_tp2_pp2_grid_learns_the_task, .timeout = 300)
+{
+    expect_grid_learns_the_task("fp32");
+}
+
+Test(minigpt_3d, a_tp2_pp2_grid_learns_the_task_in_bf16, .timeout = 300)
+{
+    expect_grid_learns_the_task("bf16");
 }
 
 /* ---- refused by name ------------------------------------------------------ */

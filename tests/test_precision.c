@@ -276,7 +276,6 @@ Test(precision, what_it_does_not_cover_is_refused_naming_the_flag, .timeout = 60
 {
     const char *const cases[][5] = {
         {"--precision", "fp16", NULL, NULL, "--precision is fp32 or bf16, not 'fp16'"},
-        {"--tp", "2", NULL, NULL, "drop '--tp'"},
         {"--device", "cuda-host", NULL, NULL, "drop '--device'"},
         {"--parallel", "zero3", "--wire", "gloo",
          "gathers ZeRO's parameters in bf16: torch 1.13's gloo has no bfloat16; use '--wire "

@@ -135,8 +135,8 @@ static const flag flags[] = {
     {"--precision", NULL, K_STR, OPT(precision), "TYPE",
      "compute precision: fp32, or bf16 (every parameter read and the stored activations rounded "
      "to bf16, ZeRO's parameters gathered in bf16; fp32 master weights, gradients and AdamW "
-     "state), single rank, DDP, ZeRO-1/2/3 and --pp (stages exchange the fp32 residual "
-     "stream), with --recompute and --deterministic"},
+     "state), single rank, DDP, ZeRO-1/2/3, --pp (stages exchange the fp32 residual stream), "
+     "--tp and the 3-D grid (--tp with --pp), with --recompute and --deterministic"},
     {"--deterministic", NULL, K_BOOL, OPT(deterministic), NULL,
      "one summation order for the gradient (micro-steps left to right, ranks in rank "
      "order, one division by k x N): DDP and ZeRO-1/2/3 end with bitwise the same "
@@ -506,18 +506,20 @@ static int check_grad_comm(const mg_options *o, const char *prog)
 /* --precision bf16 (model/precision.c) covers a whole model or a
  * pipeline's stage on the host, alone, replicated or sharded (DDP,
  * ZeRO-1/2/3, on a pipeline's data-parallel axis too), with or without
- * --deterministic and --recompute; the rest is refused by name. */
+ * --deterministic and --recompute, and a tensor-parallel share or a 3-D
+ * stage (tensor/tp_precision.c: --tp, and --tp with --pp); the rest is
+ * refused by name. */
 static int check_precision(const mg_options *o, const char *prog)
 {
     if (strcmp(o->precision, "fp32") && strcmp(o->precision, "bf16"))
         return bad(prog, "--precision is fp32 or bf16, not", o->precision);
     if (strcmp(o->precision, "bf16"))
         return 0;
-    const char *drop = o->tp > 0 ? "--tp" : strcmp(o->device, "cpu") ? "--device" : NULL;
+    const char *drop = strcmp(o->device, "cpu") ? "--device" : NULL;
     if (drop)
         return bad(prog,
-                   "--precision bf16 covers one rank, DDP, ZeRO-1/2/3 and --pp on the CPU for now; "
-                   "drop",
+                   "--precision bf16 covers one rank, DDP, ZeRO-1/2/3, --pp and --tp on the CPU "
+                   "for now; drop",
                    drop);
     bool gloo = (o->wire && strcmp(o->wire, "gloo") == 0) || (!o->wire && env_chooses_gloo());
     if (gloo && o->parallel != MG_DDP) /* ZeRO's gathers travel in bf16 */

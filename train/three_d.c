@@ -203,6 +203,8 @@ static dt_status open_stage(mg_run *r, struct mg_3d *d)
     st = dt_tp_stage_create(&d->stage, &o->cfg, dt_backend_cpu(), o->batch, l0, l1,
                             d->sched->act_slots[r->stage], d->sched->grad_slots[r->stage],
                             r->tp_comm);
+    if (st == DT_OK && strcmp(o->precision, "bf16") == 0)
+        st = dt_tp_stage_set_precision(d->stage, DT_PRECISION_BF16);
     if (st == DT_OK)
         st = dt_tp_stage_init(d->stage, o->seed);
     if (st != DT_OK) {
@@ -279,6 +281,12 @@ dt_status mg_3d_open(mg_run *r)
                "parameters\n",
                r->dp, r->dp == 1 ? "" : "s", o->tp, o->pp, r->dp * o->tp, o->tp, o->schedule, d->M,
                d->stage->core.num_params, r->m->num_params);
+    if (r->rank == 0 && d->stage->core.bf16)
+        printf("precision: bf16 compute on each share, fp32 master weights, gradients and AdamW "
+               "state; path: %s\n",
+               dt_bf16_path());
+    if (r->rank == 0)
+        mg_tp_memory_line("on rank 0", dt_tp_stage_activation_bytes(d->stage), &d->stage->core);
     if (o->parallel != MG_ZERO1)
         return DT_OK;
     if (r->dp < 2)
