@@ -79,4 +79,9 @@ int mg_options_parse(mg_options *o, int argc, char **argv);
 /* The usage text, generated from the flag table. */
 void mg_usage(FILE *f, const char *prog);
 
+/* --preset NAME (cli_presets.c): fills o as the named run; a usage error
+ * naming an unknown one. mg_print_presets lists them for the usage. */
+int mg_apply_preset(mg_options *o, const char *prog, const char *name);
+void mg_print_presets(FILE *f);
+
 #endif /* DT_TRAIN_CLI_H */
