@@ -519,6 +519,7 @@ dt_status dt_pipe_run(dt_pipe *p, const int *const *inputs, const int *const *ta
     const dt_pipe_schedule *s = p->sched;
     const dt_pipe_action *acts = s->actions[p->stage];
     dt_status st = check_batch(p, inputs, targets);
+    memset(&p->stats, 0, sizeof p->stats); /* this step's, for dt_pipe_last_stats */
     const int slots[2] = {p->m.act_slots, p->m.grad_slots};
     if (st == DT_OK && p->act_bf16 &&
         dt_act_wire_reserve(&p->wire, (size_t)B * T * p->m.C, slots) != DT_OK)

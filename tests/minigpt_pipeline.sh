@@ -31,7 +31,7 @@ launch=$1; minigpt=$2; ckpt=$3
 tmp=$(mktemp -d /tmp/dtrain-pipe-e2e-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 unset RANK WORLD_SIZE LOCAL_RANK DT_INIT_URL DT_SECRET DT_JOB_ID
-echo "1..40"
+echo "1..41"
 n=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
 not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
@@ -369,6 +369,17 @@ if [ "$rows" = 4 ] && [ "$fb" = 4 ]; then
     ok "$name"
 else
     not_ok "$name" "$rows Gantt rows, $fb with F then B" "$(tail -n 30 "$tmp/lesson.out")"
+fi
+
+# each stage's measured bubble is the idle share of a step: the executor's
+# compute times are the last step's, not the run's so far (6 steps)
+name="--preset pipeline measures each stage's bubble as a share of the step, between 0% and 100%"
+bubbles=$(awk '$1 ~ /^[0-3]$/ && $2 ~ /^\[/ && $7 ~ /%$/ { print $7 }' "$tmp/lesson.txt")
+inside=$(printf '%s\n' $bubbles | awk '{ v = $1 + 0 } v >= 0 && v < 100 { n++ } END { print n + 0 }')
+if [ "$(printf '%s\n' $bubbles | grep -c %)" = 4 ] && [ "$inside" = 4 ]; then
+    ok "$name"
+else
+    not_ok "$name" "measured bubbles: $bubbles" "$(grep -A5 'stage    blocks' "$tmp/lesson.txt")"
 fi
 
 name="--preset pipeline prints the bubble for m = 1..64 beside the closed form, and activation sets"
