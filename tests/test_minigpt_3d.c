@@ -2,7 +2,8 @@
  * test_minigpt_3d.c — `minigpt --dp D --tp T --pp P` under dtrain-launch,
  * as a person runs it: a 3-D grid ends on the bits of the same run without
  * the pipeline (the pipeline changes no sum, only where each one runs),
- * learns the embedded task (digit reversal), refuses by name what it cannot
+ * learns the embedded task (digit reversal), sends its stages' activations
+ * in bf16 with --act-comm bf16, refuses by name what it cannot
  * do, and fails on every rank when one rank of the grid is killed, each
  * survivor naming it.
  *
@@ -126,6 +127,50 @@ Test(minigpt_3d, a_2x2x2_grid_in_bf16_ends_on_the_bits_of_dp2_tp2_in_bf16, .time
                                 "4",    "--precision", "bf16", NULL};
     cr_expect_eq(final_hash("8", grid), final_hash("4", flat),
                  "bf16: 2 x 2 x 2 and --dp 2 --tp 2 --grad-accum 4 ended on different parameters");
+}
+
+/* The bytes rank 0 sent in the last step of a 4-rank --tp 2 --pp 2 run
+ * (its metrics' step records), and the run's final hash. */
+static long long stage0_step_bytes(const char *act_comm, unsigned long long *hash)
+{
+    char metrics[64];
+    temp_path(metrics, sizeof metrics, "metrics");
+    const char *const grid[] = {"--tp",   "2",         "--pp",  "2", "--act-comm",
+                                act_comm, "--metrics", metrics, NULL};
+    *hash = final_hash("4", grid);
+    FILE *f = fopen(metrics, "r");
+    cr_assert_not_null(f, "%s: %s", metrics, strerror(errno));
+    char line[1024];
+    long long bytes = -1;
+    while (fgets(line, sizeof line, f)) {
+        const char *b = strstr(line, "\"bytes_sent\":");
+        if (strstr(line, "\"event\":\"step\"") && b)
+            bytes = atoll(b + strlen("\"bytes_sent\":"));
+    }
+    fclose(f);
+    unlink(metrics);
+    cr_assert_geq(bytes, 0, "no step record with bytes_sent in the metrics");
+    return bytes;
+}
+
+/* --act-comm bf16 on a grid: each tp rank of stage 0 sends its copy of
+ * every micro-batch's (B, T, C) activations rounded to bf16, so rank 0's
+ * step sends M·B·T·C·2 bytes fewer (M 8, B 16, T 16, C 32) and nothing
+ * else changes on the wire; the rounding changes the run's bits. */
+Test(minigpt_3d, a_tp2_pp2_grid_with_act_comm_bf16_sends_half_the_activation_bytes, .timeout = 120)
+{
+    unsigned long long h32, h16;
+    long long fp32 = stage0_step_bytes("fp32", &h32), bf16 = stage0_step_bytes("bf16", &h16);
+    cr_expect_eq(fp32 - bf16, 8LL * 16 * 16 * 32 * 2,
+                 "rank 0 sent %lld B a step with fp32 transfers, %lld B with bf16 ones", fp32,
+                 bf16);
+    cr_expect_neq(h32, h16, "--act-comm bf16 ended on the parameters of fp32 transfers");
+}
+
+Test(minigpt_3d, a_2x2x2_grid_with_act_comm_bf16_keeps_identical_replicas, .timeout = 180)
+{
+    const char *const grid[] = {"--dp", "2", "--tp", "2", "--pp", "2", "--act-comm", "bf16", NULL};
+    final_hash("8", grid); /* the replica line: every rank's copy agrees */
 }
 
 static void expect_grid_learns_the_task(const char *precision)

@@ -4,10 +4,10 @@
  * The flag rounds what pipeline stages exchange, the activations and
  * their gradients, to bf16 (pipeline/act_comm.c): half the bytes per
  * transfer, at the price of the residual stream rounded at each stage
- * boundary (a run no longer has one process's bits). So it needs --pp;
- * a 3-D run's tensor-parallel shares exchange through their own stage,
- * which it does not cover yet; and torch 1.13's gloo wire has no
- * bfloat16. Each refusal is one line naming the flag to change. With
+ * boundary (a run no longer has one process's bits). So it needs --pp
+ * (a plain pipeline's stages or a 3-D grid's: each tp rank of a stage
+ * sends its copy of the (B, T, C) activations to its peer of the next);
+ * and torch 1.13's gloo wire has no bfloat16. Each refusal is one line naming the flag to change. With
  * fp32 compute it is allowed too, as --grad-comm bf16 is.
  */
 #include <stdlib.h>
@@ -35,8 +35,6 @@ int mg_check_act_comm(const mg_options *o, const char *prog)
         return 0;
     if (o->pp == 0)
         return refuse(prog, "--act-comm bf16 rounds what pipeline stages send; it needs", "--pp");
-    if (o->tp > 0)
-        return refuse(prog, "--act-comm bf16 covers plain pipelines for now; drop", "--tp");
     if (gloo_wire(o))
         return refuse(prog, "--act-comm bf16: torch 1.13's gloo has no bfloat16; use",
                       "--wire dtrain");

@@ -92,11 +92,11 @@ void mg_report_header(FILE *f, const mg_run *r)
                 o->schedule, o->pp, r->dp, r->dp == 1 ? "" : "s", M, M == 1 ? "" : "es", o->batch,
                 o->batch == 1 ? "" : "s",
                 chosen ? "" : " (the default: 4 per stage; --microbatches M to choose)");
-        if (strcmp(o->act_comm, "bf16") == 0)
-            fprintf(f, "pipeline transfers: activations and their gradients rounded to bf16 "
-                       "(--act-comm bf16: half the bytes, the residual stream rounded at each "
-                       "stage boundary)\n");
     }
+    if (o->pp > 0 && strcmp(o->act_comm, "bf16") == 0) /* a plain pipeline or a 3-D grid */
+        fprintf(f, "pipeline transfers: activations and their gradients rounded to bf16 "
+                   "(--act-comm bf16: half the bytes, the residual stream rounded at each "
+                   "stage boundary)\n");
     if (r->m && strcmp(r->m->be->name, "cpu") != 0)
         fprintf(f, "backend: %s%s%s\n", r->m->be->name,
                 strcmp(r->m->be->name, "cuda") == 0 ? " (one GPU per rank, by LOCAL_RANK)" : "",

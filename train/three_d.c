@@ -228,6 +228,9 @@ static dt_status open_stage(mg_run *r, struct mg_3d *d)
                         .act_slots = d->stage->act_slots,
                         .grad_slots = d->stage->grad_slots};
     st = dt_pipe_create_stage(&d->pipe, r->pipe_comm, &ps, d->sched);
+    if (st == DT_OK && strcmp(o->act_comm, "bf16") == 0)
+        dt_pipe_set_act_comm_bf16(
+            d->pipe); /* the stages' (B, T, C) tensors, as a plain pipeline's */
     return st == DT_OK ? DT_OK : pipe_err(r, st, dt_pipe_error(d->pipe));
 }
 
