@@ -28,6 +28,9 @@
 #ifdef DT_HAVE_DNNL
 #include <dnnl.h>
 #endif
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "dt_flags.h"
 
@@ -194,9 +197,11 @@ int main(int argc, char **argv)
     if (prc)
         return DT_FLAGS_USAGE_ERROR;
     openblas_set_num_threads(1);
+#ifdef _OPENMP
     /* oneDNN runs on OpenMP's threads, all cores unless told: the calling
      * thread's CPU time would then count only its share of the work */
-    setenv("OMP_NUM_THREADS", "1", 1);
+    omp_set_num_threads(1);
+#endif
     int N = B * T;
     /* each layer: (name, in features, out features) */
     struct {
