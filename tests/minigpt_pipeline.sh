@@ -19,7 +19,8 @@
 # byte; with --precision bf16 (the stages exchange the fp32 residual
 # stream) every schedule prints one bf16 process's table, 2 x 2 ranks
 # print bf16 DDP's and ZeRO-1's, and a resumed run saves the
-# uninterrupted run's bytes; so do one-stage pipelines (--pp 1) under ZeRO-2 and ZeRO-3. A --pp that
+# uninterrupted run's bytes; --grad-comm bf16 sends a stage's gradients
+# in half the bytes with identical replicas; so do one-stage pipelines (--pp 1) under ZeRO-2 and ZeRO-3. A --pp that
 # does not divide the world size is refused with a message saying what
 # to run instead. --preset pipeline
 # prints a measured Gantt chart of its 4 stages and the bubble table of
@@ -31,7 +32,7 @@ launch=$1; minigpt=$2; ckpt=$3
 tmp=$(mktemp -d /tmp/dtrain-pipe-e2e-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 unset RANK WORLD_SIZE LOCAL_RANK DT_INIT_URL DT_SECRET DT_JOB_ID
-echo "1..40"
+echo "1..42"
 n=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
 not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
@@ -229,6 +230,30 @@ for bad_flags in "--act-comm bf16:it needs '--pp'" "--act-comm fp16 --pp 2:--act
         ok "$name"
     else
         not_ok "$name" "$(cat "$tmp/ac-refused.out")"
+    fi
+done
+
+# --grad-comm bf16 on a pipeline's data-parallel axis: each stage's
+# gradients leave rounded to bf16, so rank 0 (stage 0, replica 0) sends
+# 2Ψ0 bytes fewer a step under DDP (its all-reduce: 2(N-1)/N of g·Ψ0,
+# N = 2) and Ψ0 fewer under ZeRO-2 ((N-1)/N of g·Ψ0), Ψ0 the stage's
+# parameters; the activations between stages are unchanged
+step_bytes() { sed -n 's/.*"event":"step","step":4,.*"bytes_sent":\([0-9]*\).*/\1/p' "$1"; }
+for run in ddp:2 zero2:1; do
+    par=${run%:*}; k=${run#*:}
+    name="2 x 2 ranks with $par and --grad-comm bf16 keep identical replicas and send ${k}Ψ0 bytes fewer a step"
+    for g in fp32 bf16; do
+        timeout 120 "$launch" -n 4 "$minigpt" $flags --pp 2 --parallel $par --grad-comm $g \
+            --check-replicas --metrics "$tmp/gc-$par-$g.jsonl" >"$tmp/gc-$par-$g.out" 2>&1
+    done
+    p0=$(sed -n 's/^\[0\]  *0  *\[0, [0-9]*)  *\([0-9]*\) .*/\1/p' "$tmp/gc-$par-bf16.out")
+    b32=$(step_bytes "$tmp/gc-$par-fp32.jsonl"); b16=$(step_bytes "$tmp/gc-$par-bf16.jsonl")
+    if [ -n "$p0" ] && [ -n "$b32" ] && [ -n "$b16" ] &&
+       [ $((b32 - b16)) = $((k * p0)) ] &&
+       grep -q "hold bitwise identical parameters" "$tmp/gc-$par-bf16.out"; then
+        ok "$name"
+    else
+        not_ok "$name" "Ψ0 $p0, bytes a step fp32 $b32 bf16 $b16" "$(tail -n 5 "$tmp/gc-$par-bf16.out")"
     fi
 done
 

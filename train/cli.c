@@ -128,7 +128,7 @@ static const flag flags[] = {
      "the communicator's wire: dtrain (its own) or gloo (torch 1.13's); default: DT_WIRE's"},
     {"--grad-comm", NULL, K_STR, OPT(grad_comm), "TYPE",
      "the gradients' type on the wire: fp32, or bf16 (rounded to bf16, summed in fp32 and "
-     "rounded once; half the bytes; training stays fp32), DDP and ZeRO-1/2/3"},
+     "rounded once; half the bytes; training stays fp32), DDP and ZeRO-1/2/3, with --pp too"},
     {"--act-comm", NULL, K_STR, OPT(act_comm), "TYPE",
      "with --pp, the type of the activations and their gradients between stages: fp32, or "
      "bf16 (rounded at each stage boundary, half the bytes; no longer one process's bits)"},
@@ -363,9 +363,10 @@ static int check_grad_comm(const mg_options *o, const char *prog)
         return 0;
     if (o->deterministic)
         return bad(prog, "--grad-comm bf16 rounds the gradients; drop", "--deterministic");
-    if (o->pp > 0 || o->tp > 0)
-        return bad(prog, "--grad-comm bf16 covers DDP and ZeRO-1/2/3 for now; drop",
-                   o->pp > 0 ? "--pp" : "--tp");
+    if (o->tp > 0)
+        return bad(prog,
+                   "--grad-comm bf16 covers DDP and ZeRO-1/2/3, on a pipeline's stages too; drop",
+                   "--tp");
     if (strcmp(o->device, "cpu"))
         return bad(prog, "--grad-comm bf16 converts on the host: the CPU backend only; drop",
                    "--device");

@@ -180,7 +180,8 @@ static dt_status open_groups(mg_run *r)
 }
 
 /* DDP or ZeRO-1, -2, -3 of this stage over its data-parallel group
- * (ZeRO-3: the executor's forwards and backwards gather each unit). */
+ * (ZeRO-3: the executor's forwards and backwards gather each unit), with
+ * --grad-comm bf16 its buckets or pieces rounded to bf16 as they leave. */
 static dt_status open_optimizer(mg_run *r)
 {
     const mg_options *o = &r->o;
@@ -190,6 +191,8 @@ static dt_status open_optimizer(mg_run *r)
         st = dt_ddp_create(&r->ddp, r->m, r->dp_comm, bytes);
         if (st == DT_OK && o->deterministic)
             st = dt_ddp_set_deterministic(r->ddp);
+        if (st == DT_OK && strcmp(o->grad_comm, "bf16") == 0)
+            st = dt_ddp_set_grad_bf16(r->ddp);
         if (st != DT_OK)
             return pipe_fail(r, st, "ddp", r->ddp ? dt_ddp_error(r->ddp) : "out of memory");
     } else {
@@ -200,6 +203,8 @@ static dt_status open_optimizer(mg_run *r)
                  : dt_zero1_create_bucketed(&r->zero1, r->m, r->dp_comm, bytes);
         if (st == DT_OK && o->deterministic)
             st = dt_zero1_set_deterministic(r->zero1);
+        if (st == DT_OK && strcmp(o->grad_comm, "bf16") == 0)
+            st = dt_zero1_set_grad_bf16(r->zero1);
         if (st != DT_OK)
             return pipe_fail(r, st, mg_parallel_name(o->parallel),
                              r->zero1 ? dt_zero1_error(r->zero1) : "out of memory");
