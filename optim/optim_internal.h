@@ -166,6 +166,14 @@ dt_status optim_param_units_hash(optim_param_units *u, uint64_t *hash);
 void optim_param_units_take_clock(optim_param_units *u, optim_overlap_clock *into);
 
 
+/* ---- zero1.c's failures, shared with zero_replicas.c ----------------------- */
+
+/* The cause of a failed collective of z: the communicator's message, or
+ * st's name. fail keeps the first failure (z->st) with "zeroS (rank r):
+ * what: cause" as z's message and returns st. */
+const char *optim_zero1_cause(const dt_zero1 *z, dt_status st);
+dt_status optim_zero1_fail(dt_zero1 *z, dt_status st, const char *what);
+
 /* ---- zero_bf16_params.c: ZeRO-1/2's gathers in bf16, used by zero1.c ------ */
 
 /* Gathers in bf16 when the model computes in bf16 (world > 1, not

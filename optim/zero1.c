@@ -68,12 +68,17 @@
 
 typedef optim_zero_piece piece; /* zero_layout.c; struct dt_zero1: optim_internal.h */
 
-static dt_status zero1_fail(dt_zero1 *z, dt_status st, const char *what)
+const char *optim_zero1_cause(const dt_zero1 *z, dt_status st)
+{
+    return z->comm && *dt_comm_error(z->comm) ? dt_comm_error(z->comm) : dt_status_name(st);
+}
+
+dt_status optim_zero1_fail(dt_zero1 *z, dt_status st, const char *what)
 {
     if (z->st == DT_OK) {
         z->st = st;
         snprintf(z->err, sizeof z->err, "zero%d (rank %d): %s: %s", z->stage, z->rank, what,
-                 z->comm && *dt_comm_error(z->comm) ? dt_comm_error(z->comm) : dt_status_name(st));
+                 optim_zero1_cause(z, st));
     }
     return st;
 }
@@ -126,7 +131,7 @@ static dt_status create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucke
     z->adam_m = be->alloc(z->s * sizeof(float));
     z->adam_v = be->alloc(z->s * sizeof(float));
     if (!z->counts || !z->master || !z->adam_m || !z->adam_v)
-        return zero1_fail(z, DT_ENOMEM, "create: out of memory for the shard");
+        return optim_zero1_fail(z, DT_ENOMEM, "create: out of memory for the shard");
     for (int r = 0; r < z->world; r++)
         z->counts[r] = optim_zero_shard_count(P, z->s, r);
     size_t cap = (bucket_bytes ? bucket_bytes : DT_DDP_DEFAULT_BUCKET_BYTES) / sizeof(float);
@@ -134,13 +139,13 @@ static dt_status create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucke
     z->ngather = optim_zero_gathers(&z->gathers, &z->gather_counts, m, cap ? cap : 1, z->s,
                                     z->counts, z->world);
     if (z->nreduce < 0 || z->ngather < 0)
-        return zero1_fail(z, DT_ENOMEM, "create: out of memory for buckets");
+        return optim_zero1_fail(z, DT_ENOMEM, "create: out of memory for buckets");
     if (!m->params_memory) /* sharded (ZeRO-3): each rank fills its own shard */
         return DT_OK;
     if (z->world > 1) {
         dt_status st = dt_broadcast(comm, m->params_memory, P, DT_F32, 0);
         if (st != DT_OK)
-            return zero1_fail(z, st, "create: broadcast of the parameters");
+            return optim_zero1_fail(z, st, "create: broadcast of the parameters");
     }
     if (z->n > 0 && z->own_master)
         be->copy(z->master, m->params_memory + z->lo, z->n * sizeof(float));
@@ -152,7 +157,7 @@ static dt_status gather_bf16(dt_zero1 *z, dt_status st)
 {
     if (st != DT_OK || optim_zero_bf16_enable(z) == DT_OK)
         return st;
-    return zero1_fail(z, DT_ENOMEM, "create: out of memory for the bf16 gather");
+    return optim_zero1_fail(z, DT_ENOMEM, "create: out of memory for the bf16 gather");
 }
 
 dt_status dt_zero1_create_bucketed(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t bucket_bytes)
@@ -200,19 +205,19 @@ dt_status dt_zero3_create(dt_zero1 **out, dt_model *m, dt_comm *comm, size_t buc
         return gs_failed(z, st);
     st = optim_param_units_create(&z->pu, m, comm, z->s, z->master);
     if (st != DT_OK && !z->pu)
-        return zero1_fail(z, st, "create: out of memory");
+        return optim_zero1_fail(z, st, "create: out of memory");
     return pu_check(z);
 }
 
 dt_status dt_zero3_init_shard(dt_zero1 *z, uint64_t seed)
 {
     if (!z->pu || z->m->l0 != 0 || z->m->l1 != z->m->cfg.L)
-        return zero1_fail(z, DT_EINVAL, "init: not ZeRO-3 of a whole model");
+        return optim_zero1_fail(z, DT_EINVAL, "init: not ZeRO-3 of a whole model");
     enum { CHUNK = 1 << 18 }; /* floats staged at a time: 1 MiB */
     size_t k = z->n < CHUNK ? z->n : CHUNK;
     float *host = malloc((k ? k : 1) * sizeof(float));
     if (!host)
-        return zero1_fail(z, DT_ENOMEM, "init: out of memory");
+        return optim_zero1_fail(z, DT_ENOMEM, "init: out of memory");
     dt_status st = DT_OK;
     for (size_t at = 0; at < z->n && st == DT_OK; at += k) {
         size_t c = z->n - at < k ? z->n - at : k;
@@ -221,7 +226,7 @@ dt_status dt_zero3_init_shard(dt_zero1 *z, uint64_t seed)
             z->m->be->from_host(z->master + at, host, c * sizeof(float));
     }
     free(host);
-    return st == DT_OK ? DT_OK : zero1_fail(z, st, "init: drawing the shard");
+    return st == DT_OK ? DT_OK : optim_zero1_fail(z, st, "init: drawing the shard");
 }
 
 /* Waits for a launched piece, noting its timing; the first failure is
@@ -231,7 +236,7 @@ static void settle(dt_zero1 *z, piece *pc, const char *what)
     dt_status st = optim_overlap_clock_wait(&z->clock, &pc->work, &pc->done, pc->t_submit,
                                             &pc->t_done);
     if (st != DT_OK)
-        zero1_fail(z, st, what);
+        optim_zero1_fail(z, st, what);
 }
 
 /* Notes, for the timing, which launched pieces have finished. */
@@ -251,7 +256,7 @@ static void launch(dt_zero1 *z, piece *pc, const dt_op *op, const char *what)
     dt_status st = dt_submit(z->comm, op, &pc->work);
     if (st != DT_OK) {
         pc->work = NULL;
-        zero1_fail(z, st, what);
+        optim_zero1_fail(z, st, what);
     }
 }
 
@@ -300,7 +305,8 @@ dt_status dt_zero1_arm(dt_zero1 *z, dt_grad_ready_fn *fn, void **user)
     if (z->st != DT_OK)
         return z->st;
     if (z->gs)
-        return zero1_fail(z, DT_EINVAL, "arm: the gradients are sharded (no full sum to reduce)");
+        return optim_zero1_fail(z, DT_EINVAL,
+                                "arm: the gradients are sharded (no full sum to reduce)");
     z->syncing = z->world > 1;
     z->reduced = 0;
     *fn = z->syncing ? on_grads_ready : NULL;
@@ -312,7 +318,7 @@ dt_status dt_zero1_backward(dt_zero1 *z, float dloss, bool sync)
     if (z->st != DT_OK)
         return z->st;
     if (z->syncing)
-        return zero1_fail(z, DT_EINVAL, "backward: the last synced backward had no step");
+        return optim_zero1_fail(z, DT_EINVAL, "backward: the last synced backward had no step");
     dt_zero1_wait_params(z); /* backward reads the parameters */
     if (z->pu)               /* ZeRO-3: each unit gathered just before its backward */
         dt_model_set_params_back_hook(z->m, optim_param_units_backward_hook, z->pu);
@@ -326,7 +332,7 @@ dt_status dt_zero1_backward(dt_zero1 *z, float dloss, bool sync)
         z->reduced = 0;
         dt_model *m = z->m;
         if (optim_rank_order_before(&z->ro, m->grads_memory, m->num_params, sync) != DT_OK)
-            return zero1_fail(z, DT_ENOMEM, "backward: out of memory for the running sum");
+            return optim_zero1_fail(z, DT_ENOMEM, "backward: out of memory for the running sum");
         dt_model_set_grad_hook(m, comm ? on_grads_ready : NULL, z);
         st = dt_model_backward(m, dloss);
         dt_model_set_grad_hook(m, NULL, NULL);
@@ -468,7 +474,7 @@ static void reduce_gradients(dt_zero1 *z)
             optim_grad_comm_unpack(&z->gc, z->m->grads_memory + pc->lo, pc->lo, pc->n);
     }
     if (z->st == DT_OK && z->reduced != z->nreduce)
-        zero1_fail(z, DT_EPROTO, "step: a gradient piece was never reduced");
+        optim_zero1_fail(z, DT_EPROTO, "step: a gradient piece was never reduced");
     z->syncing = false;
     z->reduced = 0;
 }
@@ -511,7 +517,7 @@ static dt_status step_launch(dt_zero1 *z, const dt_adamw_hparams *h, long step)
     if (z->st != DT_OK)
         return z->st;
     if (step < 1)
-        return zero1_fail(z, DT_EINVAL, "step: AdamW steps count from 1");
+        return optim_zero1_fail(z, DT_EINVAL, "step: AdamW steps count from 1");
     const dt_backend *be = z->m->be;
     dt_model *m = z->m;
     dt_zero1_wait_params(z);
@@ -569,24 +575,25 @@ dt_status dt_zero1_set_grad_bf16(dt_zero1 *z)
 {
     char err[160];
     if (z->ro.on)
-        return zero1_fail(z, DT_EINVAL, "bf16 gradients round: not with --deterministic");
+        return optim_zero1_fail(z, DT_EINVAL, "bf16 gradients round: not with --deterministic");
     z->grad_bf16 = true;
     if (z->gs) {
         dt_status st = optim_grad_shards_bf16(z->gs);
         return st == DT_OK ? DT_OK : gs_failed(z, st);
     }
     dt_status st = optim_grad_comm_enable(&z->gc, z->m, z->comm, z->m->num_params, err, sizeof err);
-    return st == DT_OK ? DT_OK : zero1_fail(z, st, err);
+    return st == DT_OK ? DT_OK : optim_zero1_fail(z, st, err);
 }
 
 dt_status dt_zero1_set_deterministic(dt_zero1 *z)
 {
     char err[160];
     if (z->grad_bf16)
-        return zero1_fail(z, DT_EINVAL, "--deterministic sums fp32 gradients: not with bf16 ones");
+        return optim_zero1_fail(z, DT_EINVAL,
+                                "--deterministic sums fp32 gradients: not with bf16 ones");
     dt_status st = optim_rank_order_enable(&z->ro, z->m, err, sizeof err);
     if (st != DT_OK)
-        return zero1_fail(z, st, err);
+        return optim_zero1_fail(z, st, err);
     st = z->gs ? optim_grad_shards_deterministic(z->gs) : DT_OK;
     return st == DT_OK ? DT_OK : gs_failed(z, st);
 }

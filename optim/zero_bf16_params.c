@@ -102,22 +102,10 @@ void optim_zero_bf16_master_in_params(dt_zero1 *z)
         z->m->be->copy(z->m->params_memory + z->lo, z->master, z->n * sizeof(float));
 }
 
-/* x rounded to bf16 in place, through a small buffer. */
-static void round_in_place(float *x, size_t n)
-{
-    enum { CHUNK = 4096 };
-    uint16_t h[CHUNK];
-    for (size_t at = 0; at < n; at += CHUNK) {
-        size_t k = n - at < CHUNK ? n - at : CHUNK;
-        dt_f32_to_bf16_n(h, x + at, k);
-        dt_bf16_to_f32_n(x + at, h, k);
-    }
-}
-
 void optim_zero_bf16_round_params(dt_zero1 *z)
 {
-    if (z->param_bf16)
-        round_in_place(z->m->params_memory, z->m->num_params);
+    if (z->param_bf16) /* the model's own rounding, in place */
+        dt_bf16_round_floats(z->m->params_memory, z->m->params_memory, z->m->num_params);
 }
 
 dt_status optim_zero_bf16_gather_masters(dt_zero1 *z)

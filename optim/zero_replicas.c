@@ -27,13 +27,7 @@ dt_status dt_zero1_masters_to_params(dt_zero1 *z)
     dt_status st = dt_zero1_wait_params(z);
     if (st == DT_OK)
         st = optim_zero_bf16_gather_masters(z);
-    if (st != DT_OK && z->st == DT_OK) {
-        z->st = st;
-        snprintf(z->err, sizeof z->err, "zero%d (rank %d): all-gather of the fp32 masters: %s",
-                 z->stage, z->rank,
-                 z->comm && *dt_comm_error(z->comm) ? dt_comm_error(z->comm) : dt_status_name(st));
-    }
-    return st;
+    return st == DT_OK ? DT_OK : optim_zero1_fail(z, st, "all-gather of the fp32 masters");
 }
 
 /* ZeRO-1/2: the replicas as each reads them (rounded, for a bf16 model),
@@ -60,9 +54,7 @@ dt_status dt_zero1_check_replicas(dt_zero1 *z, bool *same, uint64_t *hashes)
             st = bf16_check(z, same, hashes);
         if (st != DT_OK && !z->err[0])
             snprintf(z->err, sizeof z->err, "zero%d (rank %d): replica check: %s", z->stage,
-                     z->rank,
-                     z->comm && *dt_comm_error(z->comm) ? dt_comm_error(z->comm)
-                                                        : dt_status_name(st));
+                     z->rank, optim_zero1_cause(z, st));
         return st;
     }
     uint64_t mine;
@@ -75,6 +67,6 @@ dt_status dt_zero1_check_replicas(dt_zero1 *z, bool *same, uint64_t *hashes)
     if (st != DT_OK)
         snprintf(z->err, sizeof z->err,
                  "zero3 (rank %d): replica check: all-gather of the hashes: %s", z->rank,
-                 z->comm && *dt_comm_error(z->comm) ? dt_comm_error(z->comm) : dt_status_name(st));
+                 optim_zero1_cause(z, st));
     return st;
 }
