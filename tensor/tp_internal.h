@@ -44,9 +44,15 @@ void tp_vocab_embed_backward(dt_tp_model *m, int B, int T);
 dt_status tp_vocab_crossentropy_forward(dt_tp_model *m, int with_targets, int N);
 void tp_vocab_crossentropy_backward(dt_tp_model *m, float dloss, int N);
 
+/* tp_model.c: switch m to precision p with a store of `store` elements
+ * and the one-block workspaces (tp_block_ws_floats at (max_B, T)),
+ * through tp_precision_alloc; the two workspaces' floats (0 in fp32). */
+dt_status tp_precision_switch(dt_tp_model *m, dt_precision p, size_t store);
+size_t tp_workspace_floats(const dt_tp_model *m);
+
 /* tp_precision.c: bf16 compute on a share. alloc switches m to p with
  * a store of `store` elements and workspaces of ws and grad_ws floats
- * (tp_block_ws_floats; the caller then points m->compute at
+ * (tp_precision_switch sizes them; the caller then points m->compute at
  * m->rounded_memory and re-carves its activations around the
  * workspaces); round_params refreshes the rounded copy of the masters
  * (before each forward); round_acts rounds x (n) in place; pack moves

@@ -195,14 +195,28 @@ dt_status dt_tp_create(dt_tp_model **out, const dt_config *cfg, const dt_backend
     return DT_OK;
 }
 
+dt_status tp_precision_switch(dt_tp_model *m, dt_precision p, size_t store)
+{
+    size_t B = (size_t)m->max_B, T = (size_t)m->cfg.T;
+    return tp_precision_alloc(m, p, store, tp_block_ws_floats(&m->cfg, m->tp, B, T, false),
+                              tp_block_ws_floats(&m->cfg, m->tp, B, T, true));
+}
+
+size_t tp_workspace_floats(const dt_tp_model *m)
+{
+    size_t B = (size_t)m->max_B, T = (size_t)m->cfg.T;
+    return m->bf16 ? tp_block_ws_floats(&m->cfg, m->tp, B, T, false) +
+                         tp_block_ws_floats(&m->cfg, m->tp, B, T, true)
+                   : 0;
+}
+
 /* bf16: the activations shrink to what each block keeps in fp32 (its
  * inner tensors go to the one-block workspaces and the bf16 store). */
 dt_status dt_tp_set_precision(dt_tp_model *m, dt_precision p)
 {
     size_t B = (size_t)m->max_B, T = (size_t)m->cfg.T;
     size_t store = (size_t)m->cfg.L * tp_store_block(&m->cfg, m->tp, B, T);
-    dt_status st = tp_precision_alloc(m, p, store, tp_block_ws_floats(&m->cfg, m->tp, B, T, false),
-                                      tp_block_ws_floats(&m->cfg, m->tp, B, T, true));
+    dt_status st = tp_precision_switch(m, p, store);
     if (st != DT_OK || !m->bf16)
         return st;
     point_params(&m->compute, m->rounded_memory, m);
@@ -219,11 +233,8 @@ dt_status dt_tp_set_precision(dt_tp_model *m, dt_precision p)
 
 size_t dt_tp_activation_bytes(const dt_tp_model *m)
 {
-    size_t B = (size_t)m->max_B, T = (size_t)m->cfg.T;
-    size_t ws = m->bf16 ? tp_block_ws_floats(&m->cfg, m->tp, B, T, false) +
-                              tp_block_ws_floats(&m->cfg, m->tp, B, T, true)
-                        : 0;
-    return (m->num_acts + m->num_grad_acts + ws) * sizeof(float) + m->num_store * sizeof(uint16_t);
+    return (m->num_acts + m->num_grad_acts + tp_workspace_floats(m)) * sizeof(float) +
+           m->num_store * sizeof(uint16_t);
 }
 
 void dt_tp_destroy(dt_tp_model *m)

@@ -192,10 +192,7 @@ static size_t slot_store(const dt_tp_stage *s)
 dt_status dt_tp_stage_set_precision(dt_tp_stage *s, dt_precision p)
 {
     dt_tp_model *m = &s->core;
-    size_t B = (size_t)m->max_B, T = (size_t)m->cfg.T;
-    dt_status st = tp_precision_alloc(m, p, (size_t)s->act_slots * slot_store(s),
-                                      tp_block_ws_floats(&m->cfg, m->tp, B, T, false),
-                                      tp_block_ws_floats(&m->cfg, m->tp, B, T, true));
+    dt_status st = tp_precision_switch(m, p, (size_t)s->act_slots * slot_store(s));
     if (st != DT_OK || !m->bf16)
         return st;
     point_params(&m->compute, m->rounded_memory, s);
@@ -215,13 +212,8 @@ dt_status dt_tp_stage_set_precision(dt_tp_stage *s, dt_precision p)
 size_t dt_tp_stage_activation_bytes(const dt_tp_stage *s)
 {
     const dt_tp_model *m = &s->core;
-    size_t B = (size_t)m->max_B, T = (size_t)m->cfg.T;
-    size_t ws = m->bf16 ? tp_block_ws_floats(&m->cfg, m->tp, B, T, false) +
-                              tp_block_ws_floats(&m->cfg, m->tp, B, T, true)
-                        : 0;
-    return ((size_t)s->act_slots * s->set_floats + (size_t)s->grad_slots * s->grad_floats + ws) *
-               sizeof(float) +
-           m->num_store * sizeof(uint16_t);
+    size_t sets = (size_t)s->act_slots * s->set_floats + (size_t)s->grad_slots * s->grad_floats;
+    return (sets + tp_workspace_floats(m)) * sizeof(float) + m->num_store * sizeof(uint16_t);
 }
 
 void dt_tp_stage_destroy(dt_tp_stage *s)
