@@ -4,7 +4,7 @@
  *
  * What crosses a stage boundary is the residual stream, fp32 in the model
  * (also in bf16 compute: model/precision.c). Rounded to bf16 on the way
- * (round to nearest, ties to even, the rule of collectives/dtypes/half.h)
+ * (round to nearest, ties to even: the collectives' dt_f32_to_bf16_n)
  * it takes half the bytes; the receiver widens it back into the fp32
  * tensor its stage reads, exactly (a bf16 value is an fp32 value). The
  * stream is then rounded at each boundary, which one process never does:
@@ -24,26 +24,8 @@
  * after the receive, both memory-bound beside a block's matmuls.
  */
 #include <stdlib.h>
-#include <string.h>
 
 #include "pipe_internal.h"
-
-static uint16_t round_bf16(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, sizeof x);
-    uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-    uint32_t nan = (x >> 16) | 0x0040u; /* a NaN stays a quiet NaN */
-    return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
-}
-
-static float widen_bf16(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
 void dt_act_wire_free(dt_act_wire *w)
 {
@@ -73,8 +55,7 @@ dt_status dt_act_wire_reserve(dt_act_wire *w, size_t count, const int slots[2])
 const uint16_t *dt_act_wire_pack(dt_act_wire *w, int kind, int slot, const float *src, size_t count)
 {
     uint16_t *dst = w->buf[kind][0] + (size_t)slot * w->per_slot;
-    for (size_t i = 0; i < count; i++)
-        dst[i] = round_bf16(src[i]);
+    dt_f32_to_bf16_n(dst, src, count);
     return dst;
 }
 
@@ -85,7 +66,5 @@ uint16_t *dt_act_wire_inbox(dt_act_wire *w, int kind, int slot)
 
 void dt_act_wire_unpack(dt_act_wire *w, int kind, int slot, float *dst, size_t count)
 {
-    const uint16_t *src = dt_act_wire_inbox(w, kind, slot);
-    for (size_t i = 0; i < count; i++)
-        dst[i] = widen_bf16(src[i]);
+    dt_bf16_to_f32_n(dst, dt_act_wire_inbox(w, kind, slot), count);
 }
