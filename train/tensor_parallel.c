@@ -75,10 +75,15 @@ static dt_status open_groups(mg_run *r)
     return st == DT_OK ? DT_OK : tp_fail(r, st, "tensor parallel: split", dt_comm_error(r->comm));
 }
 
-/* "activations and their gradients per rank: N B (fp32)", and in bf16
- * what holds them and the rounded parameter copy's bytes. */
+/* In bf16 the precision line; then "activations and their gradients per
+ * rank: N B (fp32)", and in bf16 what holds them and the rounded
+ * parameter copy's bytes. */
 void mg_tp_memory_line(const char *where, size_t bytes, const dt_tp_model *m)
 {
+    if (m->bf16)
+        printf("precision: bf16 compute on each share, fp32 master weights, gradients and AdamW "
+               "state; path: %s\n",
+               dt_bf16_path());
     if (m->bf16)
         printf("activations and their gradients %s: %zu B (bf16 store, one-block fp32 "
                "workspaces); rounded parameter copy %zu B\n",
@@ -133,10 +138,6 @@ dt_status mg_tp_open(mg_run *r)
         printf("tensor parallel: %d replica%s x %d tp ranks (tp ranks adjacent), share of %zu "
                "of %zu parameters per rank\n",
                r->dp, r->dp == 1 ? "" : "s", o->tp, share, r->m->num_params);
-    if (r->rank == 0 && r->tp->bf16)
-        printf("precision: bf16 compute on each share, fp32 master weights, gradients and AdamW "
-               "state; path: %s\n",
-               dt_bf16_path());
     if (r->rank == 0)
         mg_tp_memory_line("per rank", dt_tp_activation_bytes(r->tp), r->tp);
     if (o->parallel != MG_ZERO1)

@@ -228,9 +228,9 @@ static dt_status open_stage(mg_run *r, struct mg_3d *d)
                         .act_slots = d->stage->act_slots,
                         .grad_slots = d->stage->grad_slots};
     st = dt_pipe_create_stage(&d->pipe, r->pipe_comm, &ps, d->sched);
+    /* the stages' (B, T, C) tensors travel as a plain pipeline's do */
     if (st == DT_OK && strcmp(o->act_comm, "bf16") == 0)
-        dt_pipe_set_act_comm_bf16(
-            d->pipe); /* the stages' (B, T, C) tensors, as a plain pipeline's */
+        dt_pipe_set_act_comm_bf16(d->pipe);
     return st == DT_OK ? DT_OK : pipe_err(r, st, dt_pipe_error(d->pipe));
 }
 
@@ -284,10 +284,6 @@ dt_status mg_3d_open(mg_run *r)
                "parameters\n",
                r->dp, r->dp == 1 ? "" : "s", o->tp, o->pp, r->dp * o->tp, o->tp, o->schedule, d->M,
                d->stage->core.num_params, r->m->num_params);
-    if (r->rank == 0 && d->stage->core.bf16)
-        printf("precision: bf16 compute on each share, fp32 master weights, gradients and AdamW "
-               "state; path: %s\n",
-               dt_bf16_path());
     if (r->rank == 0)
         mg_tp_memory_line("on rank 0", dt_tp_stage_activation_bytes(d->stage), &d->stage->core);
     if (o->parallel != MG_ZERO1)

@@ -102,13 +102,14 @@ static int param_wire_bytes(const mg_run *r)
     return r->o.parallel != MG_DDP && strcmp(r->o.precision, "bf16") == 0 ? 2 : 4;
 }
 
-/* The closed form's two terms, in bytes per rank per step. */
-static void closed_form(const mg_run *r, double *grads, double *params, const char **params_how)
+/* The closed form's two terms, in bytes per rank per step, and the
+ * parameters' term in words (how, len bytes). */
+static void closed_form(const mg_run *r, double *grads, double *params, char *how, size_t len)
 {
     const double N = r->world, psi = (double)r->m->num_params, share = (N - 1) / N;
     const double g = strcmp(r->o.grad_comm, "bf16") == 0 ? 2 : 4, w = param_wire_bytes(r);
     *params = 0;
-    *params_how = "";
+    how[0] = '\0';
     if (r->o.parallel == MG_DDP) {
         *grads = ddp_grads(r, g);
         return;
@@ -118,11 +119,10 @@ static void closed_form(const mg_run *r, double *grads, double *params, const ch
         double first_two = (double)(embedding_params(&r->o.cfg) + block_params(&r->o.cfg));
         double held = first_two + (double)head_params(&r->o.cfg);
         *params = share * w * (2 * psi - held + first_two / r->traffic_steps);
-        *params_how = w == 2 ? "(N-1)/N x 2(2Ψ - E - B - H + (E + B)/S)"
-                             : "(N-1)/N x 4(2Ψ - E - B - H + (E + B)/S)";
+        snprintf(how, len, "(N-1)/N x %.0f(2Ψ - E - B - H + (E + B)/S)", w);
     } else {
         *params = share * w * psi;
-        *params_how = w == 2 ? "(N-1)/N x 2Ψ" : "(N-1)/N x 4Ψ";
+        snprintf(how, len, "(N-1)/N x %.0fΨ", w);
     }
 }
 
@@ -138,8 +138,8 @@ void mg_report_traffic(FILE *f, const mg_run *r)
                 r->traffic_steps, measured);
         return;
     }
-    const char *params_how;
-    closed_form(r, &grads, &params, &params_how);
+    char params_how[64];
+    closed_form(r, &grads, &params, params_how, sizeof params_how);
     const char *g = strcmp(r->o.grad_comm, "bf16") == 0 ? "bf16" : "fp32";
     const char *g_how = r->o.parallel == MG_DDP ? "bucket all-reduces of" : "(N-1)/N x";
     fprintf(f,

@@ -89,7 +89,8 @@ void mg_tp_close(mg_run *r);
 dt_status mg_tp_step(mg_run *r, int step, mg_step *out);
 /* The tp group's shares into the assembled copy r->m (collective). */
 dt_status mg_tp_assemble(mg_run *r);
-/* Prints the activation bytes of m (a share or a stage's core). */
+/* Prints, for rank 0, m's precision line in bf16 and its activation
+ * bytes (m: a share or a stage's core). */
 void mg_tp_memory_line(const char *where, size_t bytes, const dt_tp_model *m);
 
 /* tp_checkpoint.c: --tp's checkpoint state (the share, its AdamW moments,
