@@ -102,6 +102,32 @@ static inline void full_state_free(full_state *f)
     free(f->v);
 }
 
+/* A committed world-rank checkpoint of step 10 (full_state_init's) in a
+ * fresh root, its handle and its step directory. */
+typedef struct fixture_saved {
+    char root[128];
+    char step_dir[256];
+    dt_ckpt *ck;
+    full_state f;
+} fixture_saved;
+
+static inline void fixture_saved_open(fixture_saved *x, dt_ckpt_mode mode, const dt_ckpt_options *o,
+                                      int world)
+{
+    fixture_mkroot(x->root, sizeof x->root);
+    cr_assert_eq(dt_ckpt_open(&x->ck, x->root, o), DT_OK);
+    full_state_init(&x->f, mode, 10);
+    cr_assert_eq(dt_ckpt_save_all(x->ck, &x->f.s, world), DT_OK, "%s", dt_ckpt_error(x->ck));
+    snprintf(x->step_dir, sizeof x->step_dir, "%s/step_00000010", x->root);
+}
+
+static inline void fixture_saved_close(fixture_saved *x)
+{
+    dt_ckpt_close(x->ck);
+    full_state_free(&x->f);
+    fixture_rmtree(x->root);
+}
+
 /* Rank r's view of `world` ranks: zeroed buffers to load into (under
  * ZeRO-1 the optimizer range is r's partition, at index 0). */
 static inline void fixture_rank_view(full_state *dst, dt_ckpt_mode mode, int r, int world)

@@ -22,34 +22,10 @@
 
 #define WORLD 3
 
-typedef struct fx {
-    char root[128];
-    char step_dir[256];
-    dt_ckpt *ck;
-    full_state f;
-} fx;
-
-/* A committed WORLD-rank checkpoint of step 10 in a fresh root. */
-static void fx_open(fx *x, dt_ckpt_mode mode, const dt_ckpt_options *o)
-{
-    fixture_mkroot(x->root, sizeof x->root);
-    cr_assert_eq(dt_ckpt_open(&x->ck, x->root, o), DT_OK);
-    full_state_init(&x->f, mode, 10);
-    cr_assert_eq(dt_ckpt_save_all(x->ck, &x->f.s, WORLD), DT_OK, "%s", dt_ckpt_error(x->ck));
-    snprintf(x->step_dir, sizeof x->step_dir, "%s/step_00000010", x->root);
-}
-
-static void fx_close(fx *x)
-{
-    dt_ckpt_close(x->ck);
-    full_state_free(&x->f);
-    fixture_rmtree(x->root);
-}
-
 static void round_trip(dt_ckpt_mode mode)
 {
-    fx x;
-    fx_open(&x, mode, NULL);
+    fixture_saved x;
+    fixture_saved_open(&x, mode, NULL, WORLD);
     char latest[4200];
     cr_assert_eq(dt_ckpt_latest(x.ck, latest, sizeof latest), DT_OK);
     cr_assert_str_eq(latest, x.step_dir);
@@ -60,7 +36,7 @@ static void round_trip(dt_ckpt_mode mode)
         fixture_expect_view(&x.f, &got);
         full_state_free(&got);
     }
-    fx_close(&x);
+    fixture_saved_close(&x);
 }
 
 Test(checkpoint, ddp_round_trip_is_byte_identical_on_every_rank, .timeout = 30)
@@ -75,8 +51,8 @@ Test(checkpoint, zero1_round_trip_is_byte_identical_on_every_rank, .timeout = 30
 
 Test(checkpoint, manifest_lists_every_shard_with_its_ranges, .timeout = 30)
 {
-    fx x;
-    fx_open(&x, DT_CKPT_ZERO1, NULL);
+    fixture_saved x;
+    fixture_saved_open(&x, DT_CKPT_ZERO1, NULL, WORLD);
     dt_ckpt_info info;
     cr_assert_eq(dt_ckpt_inspect(x.ck, x.step_dir, &info), DT_OK);
     cr_assert_eq(info.step, 10);
@@ -85,13 +61,13 @@ Test(checkpoint, manifest_lists_every_shard_with_its_ranges, .timeout = 30)
     cr_assert_eq(info.num_params, 805);
     /* 805 = 269 + 269 + 267; 4 arrays of 4 bytes, header 72 + 4 x 32 */
     cr_assert_eq(info.total_bytes, 3 * 200 + 805 * 16);
-    fx_close(&x);
+    fixture_saved_close(&x);
 }
 
 Test(checkpoint, a_state_holding_a_stages_range_loads_exactly_that_range, .timeout = 30)
 {
-    fx x;
-    fx_open(&x, DT_CKPT_DDP, &(dt_ckpt_options){.allow_reshard = true});
+    fixture_saved x;
+    fixture_saved_open(&x, DT_CKPT_DDP, &(dt_ckpt_options){.allow_reshard = true}, WORLD);
     size_t n = x.f.s.num_params, lo = n / 3, k = n / 2;
     float *p = calloc(k, sizeof(float)), *m = calloc(k, sizeof(float)),
           *v = calloc(k, sizeof(float));
@@ -105,13 +81,13 @@ Test(checkpoint, a_state_holding_a_stages_range_loads_exactly_that_range, .timeo
     free(p);
     free(m);
     free(v);
-    fx_close(&x);
+    fixture_saved_close(&x);
 }
 
 Test(checkpoint, a_slice_outside_the_parameters_a_rank_holds_is_refused, .timeout = 30)
 {
-    fx x;
-    fx_open(&x, DT_CKPT_DDP, NULL);
+    fixture_saved x;
+    fixture_saved_open(&x, DT_CKPT_DDP, NULL, WORLD);
     size_t n = x.f.s.num_params, slices[2] = {0, n};
     dt_ckpt_state s = x.f.s;
     s.step = 11;
@@ -124,14 +100,14 @@ Test(checkpoint, a_slice_outside_the_parameters_a_rank_holds_is_refused, .timeou
     s.held_n = 0;
     cr_assert_eq(dt_ckpt_save(x.ck, NULL, &s), DT_EINVAL);
     cr_expect_eq(dt_ckpt_last_fault(x.ck), DT_CKPT_FAULT_CONFIG);
-    fx_close(&x);
+    fixture_saved_close(&x);
 }
 
 Test(checkpoint, reshard_loads_three_shards_on_two_and_five_ranks, .timeout = 30)
 {
     dt_ckpt_options o = {.allow_reshard = true};
-    fx x;
-    fx_open(&x, DT_CKPT_ZERO1, &o);
+    fixture_saved x;
+    fixture_saved_open(&x, DT_CKPT_ZERO1, &o, WORLD);
     int worlds[2] = {2, 5};
     for (int w = 0; w < 2; w++)
         for (int r = 0; r < worlds[w]; r++) {
@@ -141,25 +117,25 @@ Test(checkpoint, reshard_loads_three_shards_on_two_and_five_ranks, .timeout = 30
             fixture_expect_view(&x.f, &got);
             full_state_free(&got);
         }
-    fx_close(&x);
+    fixture_saved_close(&x);
 }
 
 Test(checkpoint, ddp_checkpoint_loads_as_zero1_with_master_from_params, .timeout = 30)
 {
     dt_ckpt_options o = {.allow_reshard = true};
-    fx x;
-    fx_open(&x, DT_CKPT_DDP, &o);
+    fixture_saved x;
+    fixture_saved_open(&x, DT_CKPT_DDP, &o, WORLD);
     full_state got;
     fixture_rank_view(&got, DT_CKPT_ZERO1, 1, 2);
     cr_assert_eq(dt_ckpt_load(x.ck, x.step_dir, &got.s), DT_OK, "%s", dt_ckpt_error(x.ck));
     fixture_expect_view(&x.f, &got);
     full_state_free(&got);
-    fx_close(&x);
+    fixture_saved_close(&x);
 }
 
 /* ---- corruptions: each its own fault, a message naming the file ---------- */
 
-static void expect_fault(fx *x, dt_ckpt_fault want, const char *needle)
+static void expect_fault(fixture_saved *x, dt_ckpt_fault want, const char *needle)
 {
     full_state got;
     fixture_rank_view(&got, x->f.s.mode, 0, WORLD);
@@ -174,15 +150,15 @@ static void expect_fault(fx *x, dt_ckpt_fault want, const char *needle)
     cr_assert_eq(dt_ckpt_verify(x->ck, x->step_dir), st);
 }
 
-static void shard_path(const fx *x, int r, char *buf, size_t len)
+static void shard_path(const fixture_saved *x, int r, char *buf, size_t len)
 {
     snprintf(buf, len, "%s/rank%05d.bin", x->step_dir, r);
 }
 
 Test(checkpoint_corrupt, flipped_byte_is_a_hash_mismatch, .timeout = 30)
 {
-    fx x;
-    fx_open(&x, DT_CKPT_ZERO1, NULL);
+    fixture_saved x;
+    fixture_saved_open(&x, DT_CKPT_ZERO1, NULL, WORLD);
     char p[512];
     shard_path(&x, 1, p, sizeof p);
     FILE *f = fopen(p, "r+b");
@@ -193,40 +169,40 @@ Test(checkpoint_corrupt, flipped_byte_is_a_hash_mismatch, .timeout = 30)
     fputc(c ^ 0x10, f);
     fclose(f);
     expect_fault(&x, DT_CKPT_FAULT_HASH, "rank00001.bin");
-    fx_close(&x);
+    fixture_saved_close(&x);
 }
 
 Test(checkpoint_corrupt, truncated_shard_is_a_size_mismatch, .timeout = 30)
 {
-    fx x;
-    fx_open(&x, DT_CKPT_DDP, NULL);
+    fixture_saved x;
+    fixture_saved_open(&x, DT_CKPT_DDP, NULL, WORLD);
     char p[512];
     shard_path(&x, 2, p, sizeof p);
     cr_assert_eq(truncate(p, 100), 0);
     expect_fault(&x, DT_CKPT_FAULT_SIZE, "rank00002.bin");
-    fx_close(&x);
+    fixture_saved_close(&x);
 }
 
 Test(checkpoint_corrupt, missing_shard_file_is_named, .timeout = 30)
 {
-    fx x;
-    fx_open(&x, DT_CKPT_DDP, NULL);
+    fixture_saved x;
+    fixture_saved_open(&x, DT_CKPT_DDP, NULL, WORLD);
     char p[512];
     shard_path(&x, 0, p, sizeof p);
     cr_assert_eq(unlink(p), 0);
     expect_fault(&x, DT_CKPT_FAULT_MISSING_FILE, "rank00000.bin");
-    fx_close(&x);
+    fixture_saved_close(&x);
 }
 
 Test(checkpoint_corrupt, missing_manifest_is_not_a_checkpoint, .timeout = 30)
 {
-    fx x;
-    fx_open(&x, DT_CKPT_DDP, NULL);
+    fixture_saved x;
+    fixture_saved_open(&x, DT_CKPT_DDP, NULL, WORLD);
     char p[512];
     snprintf(p, sizeof p, "%s/manifest.json", x.step_dir);
     cr_assert_eq(unlink(p), 0);
     expect_fault(&x, DT_CKPT_FAULT_NO_CHECKPOINT, "manifest");
-    fx_close(&x);
+    fixture_saved_close(&x);
 }
 
 static void drop_last_shard(json_t *r)
@@ -279,83 +255,83 @@ static void wrong_world_field(json_t *r)
 
 Test(checkpoint_corrupt, missing_rank_is_named, .timeout = 30)
 {
-    fx x;
-    fx_open(&x, DT_CKPT_DDP, NULL);
+    fixture_saved x;
+    fixture_saved_open(&x, DT_CKPT_DDP, NULL, WORLD);
     fixture_edit_manifest(x.step_dir, drop_last_shard);
     expect_fault(&x, DT_CKPT_FAULT_RANK_MISSING, "rank 2");
-    fx_close(&x);
+    fixture_saved_close(&x);
 }
 
 Test(checkpoint_corrupt, duplicate_rank_is_refused, .timeout = 30)
 {
-    fx x;
-    fx_open(&x, DT_CKPT_DDP, NULL);
+    fixture_saved x;
+    fixture_saved_open(&x, DT_CKPT_DDP, NULL, WORLD);
     fixture_edit_manifest(x.step_dir, duplicate_rank);
     expect_fault(&x, DT_CKPT_FAULT_RANK_DUP, "rank 0");
-    fx_close(&x);
+    fixture_saved_close(&x);
 }
 
 Test(checkpoint_corrupt, extra_rank_is_out_of_range, .timeout = 30)
 {
-    fx x;
-    fx_open(&x, DT_CKPT_DDP, NULL);
+    fixture_saved x;
+    fixture_saved_open(&x, DT_CKPT_DDP, NULL, WORLD);
     fixture_edit_manifest(x.step_dir, extra_rank);
     expect_fault(&x, DT_CKPT_FAULT_RANK_RANGE, "rank 3");
-    fx_close(&x);
+    fixture_saved_close(&x);
 }
 
 Test(checkpoint_corrupt, hostile_file_names_are_refused, .timeout = 30)
 {
     void (*edits[2])(json_t *) = {parent_name, absolute_name};
     for (int i = 0; i < 2; i++) {
-        fx x;
-        fx_open(&x, DT_CKPT_DDP, NULL);
+        fixture_saved x;
+        fixture_saved_open(&x, DT_CKPT_DDP, NULL, WORLD);
         fixture_edit_manifest(x.step_dir, edits[i]);
         expect_fault(&x, DT_CKPT_FAULT_UNSAFE_NAME, "not a plain name");
-        fx_close(&x);
+        fixture_saved_close(&x);
     }
 }
 
 Test(checkpoint_corrupt, wrong_world_size_is_refused_without_reshard, .timeout = 30)
 {
-    fx x;
-    fx_open(&x, DT_CKPT_DDP, NULL);
+    fixture_saved x;
+    fixture_saved_open(&x, DT_CKPT_DDP, NULL, WORLD);
     full_state got;
     fixture_rank_view(&got, DT_CKPT_DDP, 0, 2);
     cr_assert_eq(dt_ckpt_load(x.ck, x.step_dir, &got.s), DT_EINVAL);
     cr_assert_eq(dt_ckpt_last_fault(x.ck), DT_CKPT_FAULT_WORLD, "%s", dt_ckpt_error(x.ck));
     cr_assert_not_null(strstr(dt_ckpt_error(x.ck), "saved by 3 ranks"));
     full_state_free(&got);
-    fx_close(&x);
+    fixture_saved_close(&x);
 }
 
 Test(checkpoint_corrupt, manifest_world_size_disagreeing_with_shards_is_refused, .timeout = 30)
 {
-    fx x;
-    fx_open(&x, DT_CKPT_DDP, NULL);
+    fixture_saved x;
+    fixture_saved_open(&x, DT_CKPT_DDP, NULL, WORLD);
     fixture_edit_manifest(x.step_dir, wrong_world_field);
     expect_fault(&x, DT_CKPT_FAULT_RANK_RANGE, "outside [0, 2)");
-    fx_close(&x);
+    fixture_saved_close(&x);
 }
 
 Test(checkpoint_corrupt, malformed_json_is_reported_with_its_position, .timeout = 30)
 {
-    fx x;
-    fx_open(&x, DT_CKPT_DDP, NULL);
+    fixture_saved x;
+    fixture_saved_open(&x, DT_CKPT_DDP, NULL, WORLD);
     char p[512];
     snprintf(p, sizeof p, "%s/manifest.json", x.step_dir);
     cr_assert_eq(truncate(p, 40), 0);
     expect_fault(&x, DT_CKPT_FAULT_BAD_JSON, "not valid JSON");
-    fx_close(&x);
+    fixture_saved_close(&x);
 }
 
 Test(checkpoint_corrupt, unknown_schema_version_is_refused, .timeout = 30)
 {
-    fx x;
-    fx_open(&x, DT_CKPT_DDP, NULL);
+    fixture_saved x;
+    fixture_saved_open(&x, DT_CKPT_DDP, NULL, WORLD);
     fixture_edit_manifest(x.step_dir, unknown_schema);
     expect_fault(&x, DT_CKPT_FAULT_SCHEMA, "schema_version 99");
-    fx_close(&x);
+    fixture_saved_close(&x);
 }
 
 Test(checkpoint_corrupt, absurd_sizes_are_refused_before_reading, .timeout = 30)
@@ -363,11 +339,11 @@ Test(checkpoint_corrupt, absurd_sizes_are_refused_before_reading, .timeout = 30)
     void (*edits[3])(json_t *) = {absurd_bytes, absurd_range, absurd_world};
     const char *needles[3] = {"bytes", "range", "world_size"};
     for (int i = 0; i < 3; i++) {
-        fx x;
-        fx_open(&x, DT_CKPT_DDP, NULL);
+        fixture_saved x;
+        fixture_saved_open(&x, DT_CKPT_DDP, NULL, WORLD);
         fixture_edit_manifest(x.step_dir, edits[i]);
         expect_fault(&x, DT_CKPT_FAULT_ABSURD, needles[i]);
-        fx_close(&x);
+        fixture_saved_close(&x);
     }
 }
 
@@ -383,8 +359,8 @@ static void set_shard0_sha(json_t *root)
  * forgery, not a flipped bit. Loading it would leave m unwritten. */
 Test(checkpoint_corrupt, a_shard_listing_a_section_kind_twice_is_refused, .timeout = 30)
 {
-    fx x;
-    fx_open(&x, DT_CKPT_DDP, NULL);
+    fixture_saved x;
+    fixture_saved_open(&x, DT_CKPT_DDP, NULL, WORLD);
     char p[300];
     snprintf(p, sizeof p, "%s/rank00000.bin", x.step_dir);
     FILE *fp = fopen(p, "r+b");
@@ -412,7 +388,7 @@ Test(checkpoint_corrupt, a_shard_listing_a_section_kind_twice_is_refused, .timeo
     cr_expect_not_null(strstr(dt_ckpt_error(x.ck), "repeats kind 0"), "%s", dt_ckpt_error(x.ck));
     free(buf);
     full_state_free(&got);
-    fx_close(&x);
+    fixture_saved_close(&x);
 }
 
 /* ---- crash safety ------------------------------------------------------- */
@@ -446,9 +422,9 @@ static void saver_child(const char *root, int round)
 
 Test(checkpoint_crash, killed_saver_always_leaves_a_verified_latest, .timeout = 120)
 {
-    fx x;
+    fixture_saved x;
     dt_ckpt_options o = {.allow_reshard = true};
-    fx_open(&x, DT_CKPT_ZERO1, &o);
+    fixture_saved_open(&x, DT_CKPT_ZERO1, &o, WORLD);
     /* two committed steps (9, then 10 again), so that re-saving latest's
      * step always has another committed step to point latest at */
     full_state f9;
@@ -484,5 +460,5 @@ Test(checkpoint_crash, killed_saver_always_leaves_a_verified_latest, .timeout = 
         full_state_free(&want);
         full_state_free(&got);
     }
-    fx_close(&x);
+    fixture_saved_close(&x);
 }

@@ -14,30 +14,6 @@
 #define WORLD 3
 #define NUM_PARAMS 805
 
-typedef struct fx {
-    char root[128];
-    char step_dir[256];
-    dt_ckpt *ck;
-    full_state f;
-} fx;
-
-/* A committed WORLD-rank checkpoint of step 10 in a fresh root. */
-static void fx_open(fx *x, dt_ckpt_mode mode, const dt_ckpt_options *o)
-{
-    fixture_mkroot(x->root, sizeof x->root);
-    cr_assert_eq(dt_ckpt_open(&x->ck, x->root, o), DT_OK);
-    full_state_init(&x->f, mode, 10);
-    cr_assert_eq(dt_ckpt_save_all(x->ck, &x->f.s, WORLD), DT_OK, "%s", dt_ckpt_error(x->ck));
-    snprintf(x->step_dir, sizeof x->step_dir, "%s/step_00000010", x->root);
-}
-
-static void fx_close(fx *x)
-{
-    dt_ckpt_close(x->ck);
-    full_state_free(&x->f);
-    fixture_rmtree(x->root);
-}
-
 /* The whole file at path, its size in *n. */
 static unsigned char *slurp(const char *path, size_t *n)
 {
@@ -64,91 +40,68 @@ static json_t *header_of(const unsigned char *file, uint64_t *hlen)
     return root;
 }
 
+/* x's parameters exported to ROOT/model.safetensors as o says; the
+ * file's bytes, their count in *n. */
+static unsigned char *export_model(fixture_saved *x, const dt_ckpt_export_options *o, size_t *n)
+{
+    char p[256];
+    snprintf(p, sizeof p, "%s/model.safetensors", x->root);
+    cr_assert_eq(dt_ckpt_export_safetensors_as(x->ck, p, &x->f.s.cfg, x->f.params, o), DT_OK, "%s",
+                 dt_ckpt_error(x->ck));
+    return slurp(p, n);
+}
+
 Test(ckpt_export, safetensors_export_has_named_tensors_and_raw_data, .timeout = 30)
 {
-    fx x;
-    fx_open(&x, DT_CKPT_DDP, NULL);
-    char p[256];
-    snprintf(p, sizeof p, "%s/model.safetensors", x.root);
-    cr_assert_eq(dt_ckpt_export_safetensors(x.ck, p, &x.f.s.cfg, x.f.params), DT_OK, "%s",
-                 dt_ckpt_error(x.ck));
-    FILE *f = fopen(p, "rb");
-    cr_assert_not_null(f);
-    unsigned char lb[8];
-    cr_assert_eq(fread(lb, 1, 8, f), 8);
-    uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--)
-        hlen = hlen << 8 | lb[i];
+    fixture_saved x;
+    fixture_saved_open(&x, DT_CKPT_DDP, NULL, WORLD);
+    size_t n;
+    unsigned char *file = export_model(&x, &(dt_ckpt_export_options){0}, &n);
+    uint64_t hlen;
+    json_t *root = header_of(file, &hlen);
     cr_assert_eq(hlen % 8, 0);
-    char *h = calloc(1, hlen + 1);
-    cr_assert_eq(fread(h, 1, hlen, f), hlen);
-    json_error_t e;
-    json_t *root = json_loads(h, 0, &e);
-    cr_assert_not_null(root, "header: %s", e.text);
     json_t *wte = json_object_get(root, "wte.weight");
     cr_assert_str_eq(json_string_value(json_object_get(wte, "dtype")), "F32");
     cr_assert_eq(json_integer_value(json_array_get(json_object_get(wte, "shape"), 0)), 8);
     json_t *head = json_object_get(root, "lm_head.weight");
     cr_assert_not_null(head, "no lm_head.weight");
     json_int_t end = json_integer_value(json_array_get(json_object_get(head, "data_offsets"), 1));
-    cr_assert_eq(end, 805 * 4);
-    float *data = malloc(805 * sizeof(float));
-    cr_assert_eq(fread(data, sizeof(float), 805, f), 805);
-    cr_assert_eq(memcmp(data, x.f.params, 805 * sizeof(float)), 0);
-    cr_assert_eq(fgetc(f), EOF);
-    fclose(f);
-    free(data);
-    free(h);
+    cr_assert_eq(end, NUM_PARAMS * 4);
+    cr_assert_eq(n, 8 + hlen + NUM_PARAMS * sizeof(float), "the file is %zu bytes", n);
+    cr_assert_eq(memcmp(file + 8 + hlen, x.f.params, NUM_PARAMS * sizeof(float)), 0);
+    free(file);
     json_decref(root);
-    fx_close(&x);
+    fixture_saved_close(&x);
 }
 
 Test(ckpt_export, safetensors_metadata_carries_the_model_config, .timeout = 30)
 {
-    fx x;
-    fx_open(&x, DT_CKPT_DDP, NULL);
-    char p[256];
-    snprintf(p, sizeof p, "%s/model.safetensors", x.root);
-    cr_assert_eq(dt_ckpt_export_safetensors(x.ck, p, &x.f.s.cfg, x.f.params), DT_OK, "%s",
-                 dt_ckpt_error(x.ck));
-    FILE *f = fopen(p, "rb");
-    cr_assert_not_null(f);
-    unsigned char lb[8];
-    cr_assert_eq(fread(lb, 1, 8, f), 8);
-    uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--)
-        hlen = hlen << 8 | lb[i];
-    char *h = calloc(1, hlen + 1);
-    cr_assert_eq(fread(h, 1, hlen, f), hlen);
-    fclose(f);
-    json_error_t e;
-    json_t *root = json_loads(h, 0, &e);
-    cr_assert_not_null(root, "header: %s", e.text);
+    fixture_saved x;
+    fixture_saved_open(&x, DT_CKPT_DDP, NULL, WORLD);
+    size_t n;
+    unsigned char *file = export_model(&x, &(dt_ckpt_export_options){0}, &n);
+    uint64_t hlen;
+    json_t *root = header_of(file, &hlen);
     json_t *meta = json_object_get(root, "__metadata__");
-    cr_assert_not_null(meta, "no __metadata__ in %s", h);
+    cr_assert_not_null(meta, "no __metadata__ in %.*s", (int)hlen, (const char *)file + 8);
     const char *want[][2] = {{"V", "8"}, {"C", "5"}, {"H", "1"}, {"L", "2"}, {"T", "5"}};
     for (int i = 0; i < 5; i++) {
         const char *got = json_string_value(json_object_get(meta, want[i][0]));
         cr_expect(got && !strcmp(got, want[i][1]), "%s: %s, expected \"%s\"", want[i][0],
                   got ? got : "(missing, or not a string)", want[i][1]);
     }
-    free(h);
+    free(file);
     json_decref(root);
-    fx_close(&x);
+    fixture_saved_close(&x);
 }
 
 Test(ckpt_export, a_bf16_export_holds_each_value_rounded_to_nearest_even_in_half_the_bytes,
      .timeout = 30)
 {
-    fx x;
-    fx_open(&x, DT_CKPT_DDP, NULL);
-    char p[256];
-    snprintf(p, sizeof p, "%s/model.safetensors", x.root);
-    dt_ckpt_export_options o = {.dtype = DT_BF16};
-    cr_assert_eq(dt_ckpt_export_safetensors_as(x.ck, p, &x.f.s.cfg, x.f.params, &o), DT_OK, "%s",
-                 dt_ckpt_error(x.ck));
+    fixture_saved x;
+    fixture_saved_open(&x, DT_CKPT_DDP, NULL, WORLD);
     size_t n;
-    unsigned char *file = slurp(p, &n);
+    unsigned char *file = export_model(&x, &(dt_ckpt_export_options){.dtype = DT_BF16}, &n);
     uint64_t hlen;
     json_t *root = header_of(file, &hlen);
     const char *name;
@@ -171,14 +124,14 @@ Test(ckpt_export, a_bf16_export_holds_each_value_rounded_to_nearest_even_in_half
     }
     free(file);
     json_decref(root);
-    fx_close(&x);
+    fixture_saved_close(&x);
 }
 
 Test(ckpt_export, a_step_directory_streamed_gives_the_bytes_of_the_buffer_in_either_dtype,
      .timeout = 30)
 {
-    fx x;
-    fx_open(&x, DT_CKPT_ZERO1, NULL);
+    fixture_saved x;
+    fixture_saved_open(&x, DT_CKPT_ZERO1, NULL, WORLD);
     const dt_dtype dtypes[2] = {DT_F32, DT_BF16};
     for (int d = 0; d < 2; d++) {
         dt_ckpt_export_options o = {.names = DT_CKPT_NAMES_SEED, .dtype = dtypes[d]};
@@ -196,18 +149,18 @@ Test(ckpt_export, a_step_directory_streamed_gives_the_bytes_of_the_buffer_in_eit
         free(a);
         free(b);
     }
-    fx_close(&x);
+    fixture_saved_close(&x);
 }
 
 Test(ckpt_export, a_dtype_other_than_f32_or_bf16_is_refused_by_name, .timeout = 30)
 {
-    fx x;
-    fx_open(&x, DT_CKPT_DDP, NULL);
+    fixture_saved x;
+    fixture_saved_open(&x, DT_CKPT_DDP, NULL, WORLD);
     char p[256];
     snprintf(p, sizeof p, "%s/model.safetensors", x.root);
     dt_ckpt_export_options o = {.dtype = DT_F16};
     cr_assert_eq(dt_ckpt_export_safetensors_as(x.ck, p, &x.f.s.cfg, x.f.params, &o), DT_EINVAL);
     cr_assert(strstr(dt_ckpt_error(x.ck), "f32 or bf16, not f16"), "%s", dt_ckpt_error(x.ck));
     cr_assert_neq(access(p, F_OK), 0, "a refused export wrote %s", p);
-    fx_close(&x);
+    fixture_saved_close(&x);
 }
