@@ -129,6 +129,21 @@ static inline void mg_ranks_free(mg_ranks *j)
     cr_expect_eq(system(cmd), 0);
 }
 
+/* Two ranks, rank 1 with `last` added to args: both must fail, each
+ * printing want (the start-up mode check naming both ranks' modes). */
+static inline void mg_ranks_expect_mode_refusal(const char *const *args, const char *const *last,
+                                                const char *want)
+{
+    mg_ranks j = {0};
+    mg_ranks_dir(&j);
+    mg_ranks_run_as(&j, 2, args, NULL, last);
+    for (int r = 0; r < 2; r++) {
+        cr_expect_neq(j.code[r], 0, "rank %d exited 0:\n%s", r, j.out[r]);
+        cr_expect(strstr(j.out[r], want), "rank %d does not name both modes:\n%s", r, j.out[r]);
+    }
+    mg_ranks_free(&j);
+}
+
 /* The final hash of 10 steps on 2 ranks under --parallel mode and
  * flag value (e.g. "--precision", "bf16"), saving every 5 steps; with
  * stop_at < 10 the first run ends there and a second resumes from its

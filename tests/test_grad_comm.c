@@ -217,14 +217,7 @@ Test(grad_comm, ranks_that_disagree_on_it_are_refused_at_start_up, .timeout = 12
 {
     const char *args[] = {FLAGS, "--grad-comm", "bf16", NULL};
     const char *last[] = {"--grad-comm", "fp32", NULL};
-    mg_ranks j = {0};
-    mg_ranks_dir(&j);
-    mg_ranks_run_as(&j, 2, args, NULL, last);
-    for (int r = 0; r < 2; r++) {
-        cr_expect_neq(j.code[r], 0, "rank %d exited 0:\n%s", r, j.out[r]);
-        cr_expect(strstr(j.out[r], "rank 0 runs --parallel ddp --grad-comm bf16, rank 1 "
-                                   "--parallel ddp: every rank must run the same mode"),
-                  "rank %d does not name both modes:\n%s", r, j.out[r]);
-    }
-    mg_ranks_free(&j);
+    mg_ranks_expect_mode_refusal(args, last,
+                                 "rank 0 runs --parallel ddp --grad-comm bf16, rank 1 "
+                                 "--parallel ddp: every rank must run the same mode");
 }
