@@ -86,40 +86,48 @@ static void train(const char *root, const char *sub, const char *n, const char *
     free(train_rc(root, sub, n, flags, steps, extra, 0));
 }
 
+static const char *const resume[] = {"--resume", "auto", NULL};
+
+/* A run of `n` ranks with flags, 6 steps, saved every 3 (a), against
+ * the same run (b) killed by SIGKILL after step 4 (kill) or stopped after
+ * step 3 (!kill) and resumed from its checkpoint: step 6's files must be
+ * the same bytes. */
+static void expect_resumed_run_saves_the_same_bytes(const char *n, const char *const *flags,
+                                                    bool kill)
+{
+    char root[128], a[200], b[200];
+    fixture_mkroot(root, sizeof root);
+    train(root, "a", n, flags, "6", NULL);
+    if (kill) {
+        const char *die[] = {"--resume", "auto", "--die-at-step", "4", NULL};
+        char *out = train_rc(root, "b", n, flags, "6", die, 0);
+        cr_assert(strstr(out, "--die-at-step 4: SIGKILL") && strstr(out, "resume: "),
+                  "the run was not killed and resumed:\n%s", out);
+        free(out);
+    } else {
+        train(root, "b", n, flags, "3", NULL);
+        train(root, "b", n, flags, "6", resume);
+    }
+    snprintf(a, sizeof a, "%s/a/step_00000006", root);
+    snprintf(b, sizeof b, "%s/b/step_00000006", root);
+    expect_same_step(a, b, atoi(n));
+    fixture_rmtree(root);
+}
+
 /* 2 x 2 x 2 with 2 micro-batches a step; its bits are those of --dp 2
  * --tp 2 --grad-accum 2 (the pipeline changes no sum). */
 static const char *const grid[] = {"--dp",           "2", "--tp", "2", "--pp", "2",
                                    "--microbatches", "2", NULL};
-static const char *const resume[] = {"--resume", "auto", NULL};
 
 Test(ckpt_3d, a_2x2x2_run_killed_after_a_checkpoint_and_resumed_saves_the_same_bytes,
      .timeout = 400)
 {
-    char root[128], a[200], b[200];
-    fixture_mkroot(root, sizeof root);
-    train(root, "a", "8", grid, "6", NULL);
-    const char *die[] = {"--resume", "auto", "--die-at-step", "4", NULL};
-    char *out = train_rc(root, "b", "8", grid, "6", die, 0);
-    cr_assert(strstr(out, "--die-at-step 4: SIGKILL") && strstr(out, "resume: "),
-              "the run was not killed and resumed:\n%s", out);
-    free(out);
-    snprintf(a, sizeof a, "%s/a/step_00000006", root);
-    snprintf(b, sizeof b, "%s/b/step_00000006", root);
-    expect_same_step(a, b, 8);
-    fixture_rmtree(root);
+    expect_resumed_run_saves_the_same_bytes("8", grid, true);
 }
 
 Test(ckpt_3d, a_2x2x2_run_stopped_and_resumed_saves_the_same_bytes, .timeout = 400)
 {
-    char root[128], a[200], b[200];
-    fixture_mkroot(root, sizeof root);
-    train(root, "a", "8", grid, "6", NULL);
-    train(root, "b", "8", grid, "3", NULL);
-    train(root, "b", "8", grid, "6", resume);
-    snprintf(a, sizeof a, "%s/a/step_00000006", root);
-    snprintf(b, sizeof b, "%s/b/step_00000006", root);
-    expect_same_step(a, b, 8);
-    fixture_rmtree(root);
+    expect_resumed_run_saves_the_same_bytes("8", grid, false);
 }
 
 /* bf16 (tensor/tp_precision.c) keeps fp32 masters, m and v in the
@@ -130,18 +138,7 @@ Test(ckpt_3d, a_bf16_tp2_pp2_run_killed_after_a_checkpoint_and_resumed_saves_the
 {
     const char *const bf16[] = {"--tp", "2",           "--pp", "2", "--microbatches",
                                 "2",    "--precision", "bf16", NULL};
-    char root[128], a[200], b[200];
-    fixture_mkroot(root, sizeof root);
-    train(root, "a", "4", bf16, "6", NULL);
-    const char *die[] = {"--resume", "auto", "--die-at-step", "4", NULL};
-    char *out = train_rc(root, "b", "4", bf16, "6", die, 0);
-    cr_assert(strstr(out, "--die-at-step 4: SIGKILL") && strstr(out, "resume: "),
-              "the run was not killed and resumed:\n%s", out);
-    free(out);
-    snprintf(a, sizeof a, "%s/a/step_00000006", root);
-    snprintf(b, sizeof b, "%s/b/step_00000006", root);
-    expect_same_step(a, b, 4);
-    fixture_rmtree(root);
+    expect_resumed_run_saves_the_same_bytes("4", bf16, true);
 }
 
 /* The [lo, hi) of stage s in one share of 2, from the model's own tp
@@ -451,13 +448,5 @@ Test(ckpt_3d, a_2x2x2_zero1_rank_keeps_optimizer_state_for_half_its_stage_range,
 
 Test(ckpt_3d, a_2x2x2_zero1_run_stopped_and_resumed_saves_the_same_bytes, .timeout = 400)
 {
-    char root[128], a[200], b[200];
-    fixture_mkroot(root, sizeof root);
-    train(root, "a", "8", grid_zero1, "6", NULL);
-    train(root, "b", "8", grid_zero1, "3", NULL);
-    train(root, "b", "8", grid_zero1, "6", resume);
-    snprintf(a, sizeof a, "%s/a/step_00000006", root);
-    snprintf(b, sizeof b, "%s/b/step_00000006", root);
-    expect_same_step(a, b, 8);
-    fixture_rmtree(root);
+    expect_resumed_run_saves_the_same_bytes("8", grid_zero1, false);
 }

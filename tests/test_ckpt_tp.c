@@ -74,37 +74,45 @@ static void train(const char *root, const char *sub, const char *n, const char *
     free(train_rc(root, sub, n, flags, steps, extra, 0));
 }
 
-static const char *const tp2[] = {"--tp", "2", NULL};
-static const char *const tp2dp2[] = {"--tp", "2", "--dp", "2", NULL};
 static const char *const resume[] = {"--resume", "auto", NULL};
 
-Test(ckpt_tp, a_tp2_run_killed_after_a_checkpoint_and_resumed_saves_the_same_bytes, .timeout = 300)
+/* A run of `n` ranks with flags, 6 steps, saved every 3 (a), against
+ * the same run (b) killed by SIGKILL after step 4 (kill) or stopped after
+ * step 3 (!kill) and resumed from its checkpoint: step 6's files must be
+ * the same bytes. */
+static void expect_resumed_run_saves_the_same_bytes(const char *n, const char *const *flags,
+                                                    bool kill)
 {
     char root[128], a[200], b[200];
     fixture_mkroot(root, sizeof root);
-    train(root, "a", "2", tp2, "6", NULL);
-    const char *die[] = {"--resume", "auto", "--die-at-step", "4", NULL};
-    char *out = train_rc(root, "b", "2", tp2, "6", die, 0);
-    cr_assert(strstr(out, "--die-at-step 4: SIGKILL") && strstr(out, "resume: "),
-              "the run was not killed and resumed:\n%s", out);
-    free(out);
+    train(root, "a", n, flags, "6", NULL);
+    if (kill) {
+        const char *die[] = {"--resume", "auto", "--die-at-step", "4", NULL};
+        char *out = train_rc(root, "b", n, flags, "6", die, 0);
+        cr_assert(strstr(out, "--die-at-step 4: SIGKILL") && strstr(out, "resume: "),
+                  "the run was not killed and resumed:\n%s", out);
+        free(out);
+    } else {
+        train(root, "b", n, flags, "3", NULL);
+        train(root, "b", n, flags, "6", resume);
+    }
     snprintf(a, sizeof a, "%s/a/step_00000006", root);
     snprintf(b, sizeof b, "%s/b/step_00000006", root);
-    expect_same_step(a, b, 2);
+    expect_same_step(a, b, atoi(n));
     fixture_rmtree(root);
+}
+
+static const char *const tp2[] = {"--tp", "2", NULL};
+static const char *const tp2dp2[] = {"--tp", "2", "--dp", "2", NULL};
+
+Test(ckpt_tp, a_tp2_run_killed_after_a_checkpoint_and_resumed_saves_the_same_bytes, .timeout = 300)
+{
+    expect_resumed_run_saves_the_same_bytes("2", tp2, true);
 }
 
 Test(ckpt_tp, a_2x2_run_stopped_and_resumed_saves_the_same_bytes, .timeout = 300)
 {
-    char root[128], a[200], b[200];
-    fixture_mkroot(root, sizeof root);
-    train(root, "a", "4", tp2dp2, "6", NULL);
-    train(root, "b", "4", tp2dp2, "3", NULL);
-    train(root, "b", "4", tp2dp2, "6", resume);
-    snprintf(a, sizeof a, "%s/a/step_00000006", root);
-    snprintf(b, sizeof b, "%s/b/step_00000006", root);
-    expect_same_step(a, b, 4);
-    fixture_rmtree(root);
+    expect_resumed_run_saves_the_same_bytes("4", tp2dp2, false);
 }
 
 Test(ckpt_tp, each_rank_of_2x2_saves_its_replicas_piece_of_its_tp_share, .timeout = 300)
@@ -417,15 +425,7 @@ Test(ckpt_tp, a_2x2_zero1_run_holds_ddps_parameters_bit_for_bit, .timeout = 300)
 
 Test(ckpt_tp, a_2x2_zero1_run_stopped_and_resumed_saves_the_same_bytes, .timeout = 300)
 {
-    char root[128], a[200], b[200];
-    fixture_mkroot(root, sizeof root);
-    train(root, "a", "4", tp2dp2_zero1, "6", NULL);
-    train(root, "b", "4", tp2dp2_zero1, "3", NULL);
-    train(root, "b", "4", tp2dp2_zero1, "6", resume);
-    snprintf(a, sizeof a, "%s/a/step_00000006", root);
-    snprintf(b, sizeof b, "%s/b/step_00000006", root);
-    expect_same_step(a, b, 4);
-    fixture_rmtree(root);
+    expect_resumed_run_saves_the_same_bytes("4", tp2dp2_zero1, false);
 }
 
 /* ZeRO-1's pieces of a padded share: replica 0's starts in wte's padding,
@@ -435,15 +435,7 @@ Test(ckpt_tp, a_padded_vocabulary_2x2_zero1_run_stopped_and_resumed_saves_the_sa
      .timeout = 300)
 {
     const char *const z1[] = {"--tp", "2", "--dp", "2", "-V", "13", "--parallel", "zero1", NULL};
-    char root[128], a[200], b[200];
-    fixture_mkroot(root, sizeof root);
-    train(root, "a", "4", z1, "6", NULL);
-    train(root, "b", "4", z1, "3", NULL);
-    train(root, "b", "4", z1, "6", resume);
-    snprintf(a, sizeof a, "%s/a/step_00000006", root);
-    snprintf(b, sizeof b, "%s/b/step_00000006", root);
-    expect_same_step(a, b, 4);
-    fixture_rmtree(root);
+    expect_resumed_run_saves_the_same_bytes("4", z1, false);
 }
 
 /* bf16 (tensor/tp_precision.c): the checkpoint holds the fp32 masters, m
@@ -456,29 +448,10 @@ static const char *const tp2dp2_zero1_bf16[] = {"--tp",  "2",           "--dp", 
 Test(ckpt_tp, a_bf16_tp2_run_killed_after_a_checkpoint_and_resumed_saves_the_same_bytes,
      .timeout = 300)
 {
-    char root[128], a[200], b[200];
-    fixture_mkroot(root, sizeof root);
-    train(root, "a", "2", tp2_bf16, "6", NULL);
-    const char *die[] = {"--resume", "auto", "--die-at-step", "4", NULL};
-    char *out = train_rc(root, "b", "2", tp2_bf16, "6", die, 0);
-    cr_assert(strstr(out, "--die-at-step 4: SIGKILL") && strstr(out, "resume: "),
-              "the run was not killed and resumed:\n%s", out);
-    free(out);
-    snprintf(a, sizeof a, "%s/a/step_00000006", root);
-    snprintf(b, sizeof b, "%s/b/step_00000006", root);
-    expect_same_step(a, b, 2);
-    fixture_rmtree(root);
+    expect_resumed_run_saves_the_same_bytes("2", tp2_bf16, true);
 }
 
 Test(ckpt_tp, a_bf16_2x2_zero1_run_stopped_and_resumed_saves_the_same_bytes, .timeout = 300)
 {
-    char root[128], a[200], b[200];
-    fixture_mkroot(root, sizeof root);
-    train(root, "a", "4", tp2dp2_zero1_bf16, "6", NULL);
-    train(root, "b", "4", tp2dp2_zero1_bf16, "3", NULL);
-    train(root, "b", "4", tp2dp2_zero1_bf16, "6", resume);
-    snprintf(a, sizeof a, "%s/a/step_00000006", root);
-    snprintf(b, sizeof b, "%s/b/step_00000006", root);
-    expect_same_step(a, b, 4);
-    fixture_rmtree(root);
+    expect_resumed_run_saves_the_same_bytes("4", tp2dp2_zero1_bf16, false);
 }
