@@ -69,6 +69,23 @@ static double cpu_now(void)
 
 typedef void (*sgemm_fn)(form, float *, const float *, const float *, int, int, int);
 
+/* GFLOP/s of run(ctx), a product of `flops`: one call to warm up, then
+ * the best of 7 rounds of ~0.3 GFLOP each, in the thread's CPU time. */
+static double best_gflops(void (*run)(void *), void *ctx, double flops)
+{
+    int reps = (int)(3e8 / flops) + 1;
+    double best = 1e30;
+    run(ctx);
+    for (int round = 0; round < 7; round++) {
+        double t0 = cpu_now();
+        for (int r = 0; r < reps; r++)
+            run(ctx);
+        double t = (cpu_now() - t0) / reps;
+        best = t < best ? t : best;
+    }
+    return flops / best * 1e-9;
+}
+
 #ifdef DT_HAVE_DNNL
 /* oneDNN's matmul c (M,N) = a (M,K) . b (K,N) on bf16 operands laid out as
  * the form has them (a transposed for dw, b for the forward), fp32 c. */
@@ -103,8 +120,9 @@ static int bf16_matmul_open(bf16_matmul *g, form f, int M, int N, int K, void *a
     return ok;
 }
 
-static void bf16_matmul_run(const bf16_matmul *g)
+static void bf16_matmul_run(void *ctx)
 {
+    const bf16_matmul *g = ctx;
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, g->a},
                                {DNNL_ARG_WEIGHTS, g->b},
                                {DNNL_ARG_DST, g->c}};
@@ -133,26 +151,33 @@ static double gflops_bf16(form f, int M, int N, int K)
     for (size_t i = 0; i < (size_t)K * N; i++)
         b[i] = (uint16_t)(0x3f00 + i % 97);
     bf16_matmul g = {0};
-    double flops = 2.0 * M * N * K, best = 1e30;
+    double gf = 0;
     if (bf16_matmul_open(&g, f, M, N, K, a, b, c)) {
-        int reps = (int)(3e8 / flops) + 1;
-        bf16_matmul_run(&g);
-        for (int round = 0; round < 7; round++) {
-            double t0 = cpu_now();
-            for (int r = 0; r < reps; r++)
-                bf16_matmul_run(&g);
-            double t = (cpu_now() - t0) / reps;
-            best = t < best ? t : best;
-        }
+        gf = best_gflops(bf16_matmul_run, &g, 2.0 * M * N * K);
         bf16_matmul_close(&g);
     }
     free(a);
     free(b);
     free(c);
-    return best < 1e30 ? flops / best * 1e-9 : 0;
+    return gf;
 }
 #endif
 
+
+/* One sgemm with its arguments, for best_gflops. */
+typedef struct sgemm_call {
+    sgemm_fn fn;
+    form f;
+    float *c;
+    const float *a, *b;
+    int M, N, K;
+} sgemm_call;
+
+static void sgemm_run(void *ctx)
+{
+    const sgemm_call *s = ctx;
+    s->fn(s->f, s->c, s->a, s->b, s->M, s->N, s->K);
+}
 
 static double gflops(sgemm_fn fn, form f, int M, int N, int K)
 {
@@ -162,20 +187,12 @@ static double gflops(sgemm_fn fn, form f, int M, int N, int K)
         a[i] = (float)(i % 101) / 101.0f;
     for (size_t i = 0; i < (size_t)K * N; i++)
         b[i] = (float)(i % 97) / 97.0f;
-    double flops = 2.0 * M * N * K, best = 1e30;
-    int reps = (int)(3e8 / flops) + 1;
-    fn(f, c, a, b, M, N, K);
-    for (int round = 0; round < 7; round++) {
-        double t0 = cpu_now();
-        for (int r = 0; r < reps; r++)
-            fn(f, c, a, b, M, N, K);
-        double t = (cpu_now() - t0) / reps;
-        best = t < best ? t : best;
-    }
+    sgemm_call call = {fn, f, c, a, b, M, N, K};
+    double gf = best_gflops(sgemm_run, &call, 2.0 * M * N * K);
     free(a);
     free(b);
     free(c);
-    return flops / best * 1e-9;
+    return gf;
 }
 
 int main(int argc, char **argv)
